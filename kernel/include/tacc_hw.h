@@ -1,0 +1,429 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR MIT) */
+/*
+ * tacc_hw.h - the register-level contract of the tacc accelerator.
+ *
+ * One truth, shared by the QEMU device model (qemu/) and the Linux driver
+ * (kernel/): registers, descriptors, completion entries, page-table entries,
+ * trace records and the counter block.  docs/hardware.md explains it in prose;
+ * where the two disagree, fix both.
+ *
+ * All multi-byte fields are little endian.  64-bit registers may be read with
+ * one aligned 8-byte access (single-copy atomic) or as LO then HI 4-byte
+ * accesses (reading LO latches HI).
+ */
+#ifndef TACC_HW_H
+#define TACC_HW_H
+
+#include <linux/types.h>
+
+/* ---------------------------------------------------------------- PCI ---- */
+/* Not allocated by the PCI-SIG: a private ID pair for an emulated device. */
+#define TACC_PCI_VENDOR_ID		0x7acc
+#define TACC_PCI_DEVICE_ID_PF		0x0001
+#define TACC_PCI_DEVICE_ID_VF		0x0002
+#define TACC_PCI_CLASS			0x120000	/* processing accelerator */
+#define TACC_PCI_REVISION		0x01
+
+#define TACC_BAR_REGS			0	/* 64 KiB registers */
+#define TACC_BAR_COUNTERS		2	/* 8 KiB counter block, mmap-able */
+#define TACC_BAR_MSIX			4	/* MSI-X table and PBA */
+#define TACC_BAR_REGS_SIZE		0x10000
+#define TACC_BAR_COUNTERS_SIZE		0x2000
+
+#define TACC_MAX_VFS			4
+#define TACC_NUM_QUEUES			4	/* per function */
+#define TACC_NUM_CONTEXTS		16	/* per function */
+#define TACC_NUM_DMA_ENGINES		2	/* H2D, D2H (shared by all functions) */
+#define TACC_NUM_COMPUTE_ENGINES	4	/* shared by all functions */
+#define TACC_NUM_ENGINES		(TACC_NUM_DMA_ENGINES + TACC_NUM_COMPUTE_ENGINES)
+
+/* MSI-X vectors: one per queue, then error, then trace/sampling. */
+#define TACC_MSIX_QUEUE(q)		(q)
+#define TACC_MSIX_ERROR			TACC_NUM_QUEUES
+#define TACC_MSIX_TRACE			(TACC_NUM_QUEUES + 1)
+#define TACC_MSIX_VECTORS		(TACC_NUM_QUEUES + 2)
+
+#define TACC_CLOCK_HZ			1000000000ULL	/* device clock: 1 tick = 1 ns */
+
+/* Engine ids, as used in trace records and counters. */
+enum tacc_engine {
+	TACC_ENGINE_DMA_H2D = 0,
+	TACC_ENGINE_DMA_D2H = 1,
+	TACC_ENGINE_COMPUTE0 = 2,	/* compute engines 2 .. 5 */
+};
+
+/* ----------------------------------------------------- BAR0: global ---- */
+#define TACC_REG_ID			0x000	/* RO: TACC_ID_MAGIC */
+#define   TACC_ID_MAGIC			0x54414343	/* "TACC" */
+#define TACC_REG_VERSION		0x004	/* RO: major << 16 | minor */
+#define   TACC_HW_VERSION_MAJOR		1
+#define   TACC_HW_VERSION_MINOR		0
+#define TACC_REG_CAPS			0x008	/* RO: TACC_CAP_* */
+#define   TACC_CAP_VF			(1u << 0)	/* this function is a VF */
+#define   TACC_CAP_SRIOV		(1u << 1)
+#define   TACC_CAP_MMU_2M		(1u << 2)
+#define   TACC_CAP_TRACE		(1u << 3)
+#define   TACC_CAP_SAMPLING		(1u << 4)
+#define TACC_REG_FUNC			0x00c	/* RO: 0 = PF, n = VF n (1-based) */
+#define TACC_REG_NUM_QUEUES		0x010	/* RO */
+#define TACC_REG_NUM_CONTEXTS		0x014	/* RO */
+#define TACC_REG_NUM_ENGINES		0x018	/* RO: DMA + compute */
+#define TACC_REG_MSIX_VECTORS		0x01c	/* RO */
+#define TACC_REG_DEVMEM_SIZE		0x020	/* RO 64: this function's device memory */
+#define TACC_REG_LINK_CAP		0x028	/* RO: TACC_LINK_* (maximum) */
+#define TACC_REG_LINK_STATUS		0x02c	/* RO: TACC_LINK_* (negotiated) */
+#define   TACC_LINK_GEN_MASK		0x0000000f	/* 3, 4, 5 */
+#define   TACC_LINK_WIDTH_SHIFT		4
+#define   TACC_LINK_WIDTH_MASK		0x000003f0	/* lanes: 1 .. 16 */
+#define TACC_REG_LINK_PARAMS		0x030	/* RO: MPS [15:0], MRRS [31:16], bytes */
+#define TACC_REG_TLB_ENTRIES		0x034	/* RO: device TLB size */
+#define TACC_REG_CLOCK_HZ		0x038	/* RO: device clock rate (1e9) */
+#define TACC_REG_TIME_SCALE		0x03c	/* RO: modelled-time scale x 1000 */
+#define TACC_REG_DEVCLK			0x040	/* RO 64: device clock, ticks */
+#define TACC_REG_HOSTCLK		0x048	/* RO 64: host realtime clock, ns */
+#define TACC_REG_CTRL			0x050	/* RW */
+#define   TACC_CTRL_ENABLE		(1u << 0)
+#define   TACC_CTRL_RESET		(1u << 1)	/* self-clearing function reset */
+#define TACC_REG_STATUS			0x054	/* RO */
+#define   TACC_STATUS_READY		(1u << 0)
+#define   TACC_STATUS_FATAL		(1u << 1)
+#define   TACC_STATUS_IDLE		(1u << 2)	/* no command in flight */
+#define TACC_REG_IRQ_STATUS		0x058	/* RW1C: causes behind the error and trace vectors */
+#define TACC_REG_IRQ_MASK		0x05c	/* RW: 1 = cause enabled */
+#define   TACC_IRQ_MMU_FAULT		(1u << 0)
+#define   TACC_IRQ_DMA_ERROR		(1u << 1)
+#define   TACC_IRQ_FATAL		(1u << 2)
+#define   TACC_IRQ_QUEUE_ERROR		(1u << 3)	/* bad ring configuration */
+#define   TACC_IRQ_TRACE		(1u << 4)	/* trace ring half full */
+#define   TACC_IRQ_SAMPLE		(1u << 5)	/* sample ring half full */
+#define TACC_REG_SCRATCH		0x060	/* RW: scratch, for driver self-test */
+
+/* ------------------------------------------------------ BAR0: MMU ---- */
+/*
+ * Context page-table roots: 64-bit each, TACC_NUM_CONTEXTS of them.
+ * Bit 0 = valid, bits 51:12 = IOVA of the level-0 table.
+ */
+#define TACC_REG_CTX_PTBR(ctx)		(0x100 + (ctx) * 8)
+#define   TACC_PTBR_VALID		(1ull << 0)
+#define TACC_REG_TLB_INV		0x180	/* WO: ctx, or TACC_TLB_INV_ALL */
+#define   TACC_TLB_INV_ALL		(1u << 31)
+#define TACC_REG_FAULT_ADDR		0x188	/* RO 64: device VA that faulted */
+#define TACC_REG_FAULT_INFO		0x190	/* RO: see TACC_FAULT_* */
+#define   TACC_FAULT_CTX_MASK		0x0000ffff
+#define   TACC_FAULT_QUEUE_SHIFT	16
+#define   TACC_FAULT_QUEUE_MASK		0x00ff0000
+#define   TACC_FAULT_TYPE_SHIFT		24
+#define   TACC_FAULT_TYPE_MASK		0x0f000000
+#define   TACC_FAULT_WRITE		(1u << 28)
+#define   TACC_FAULT_VALID		(1u << 31)
+#define TACC_REG_FAULT_CLEAR		0x194	/* WO: write 1 to re-arm fault capture */
+#define TACC_REG_FAULT_TAG		0x198	/* RO 64: user tag of the faulting command */
+
+enum tacc_fault_type {
+	TACC_FAULT_NONE = 0,
+	TACC_FAULT_UNMAPPED = 1,	/* invalid PTE on the walk */
+	TACC_FAULT_PERMISSION = 2,	/* write to a read-only page */
+	TACC_FAULT_WALK_DMA = 3,	/* page-table read failed (IOMMU) */
+	TACC_FAULT_DEVMEM_RANGE = 4,	/* device address outside the window */
+	TACC_FAULT_BAD_CTX = 5,		/* context has no valid PTBR */
+};
+
+/* ---------------------------------------------------- BAR0: trace ---- */
+#define TACC_REG_TRACE_BASE		0x200	/* RW 64: IOVA of the record ring */
+#define TACC_REG_TRACE_SIZE		0x208	/* RW: entries, power of two */
+#define TACC_REG_TRACE_CTRL		0x20c	/* RW: bit 0 enable */
+#define TACC_REG_TRACE_PROD		0x210	/* RO: free-running producer index */
+#define TACC_REG_TRACE_CONS		0x214	/* RW: free-running consumer index */
+#define TACC_REG_TRACE_DROPPED		0x218	/* RO: records dropped (ring full) */
+#define TACC_REG_TRACE_WB		0x220	/* RW 64: IOVA of struct tacc_ring_wb, 0 = off */
+
+/* ------------------------------------------------- BAR0: sampling ---- */
+#define TACC_REG_SAMPLE_BASE		0x300	/* RW 64: IOVA of the sample ring */
+#define TACC_REG_SAMPLE_SIZE		0x308	/* RW: entries, power of two */
+#define TACC_REG_SAMPLE_PERIOD		0x30c	/* RW: ns, 0 = off, minimum 100000 */
+#define TACC_REG_SAMPLE_PROD		0x310	/* RO */
+#define TACC_REG_SAMPLE_CONS		0x314	/* RW */
+#define TACC_REG_SAMPLE_DROPPED		0x318	/* RO */
+#define TACC_REG_SAMPLE_WB		0x320	/* RW 64: IOVA of struct tacc_ring_wb */
+#define TACC_SAMPLE_MIN_PERIOD_NS	100000
+
+/* ---------------------------------------- BAR0: SR-IOV (PF only) ---- */
+/* Device-memory partition of VF n (0-based): base and size, 64-bit each. */
+#define TACC_REG_VF_DEVMEM_BASE(vf)	(0x400 + (vf) * 0x10)
+#define TACC_REG_VF_DEVMEM_SIZE(vf)	(0x408 + (vf) * 0x10)
+/* Arbitration weight of function f (0 = PF, 1.. = VFs); 0 means 1. */
+#define TACC_REG_ARB_WEIGHT(f)		(0x480 + (f) * 4)
+
+/* --------------------------------------------------- BAR0: queues ---- */
+#define TACC_QUEUE_BASE(q)		(0x1000 + (q) * 0x100)
+#define TACC_Q_SQ_BASE			0x00	/* RW 64: IOVA, 4 KiB aligned */
+#define TACC_Q_SQ_SIZE			0x08	/* RW: entries, power of two, 2..4096 */
+#define TACC_Q_SQ_TAIL			0x0c	/* WO doorbell: index of next free slot */
+#define TACC_Q_SQ_HEAD			0x10	/* RO: next slot the device will fetch */
+#define TACC_Q_CQ_BASE			0x18	/* RW 64: IOVA, 4 KiB aligned */
+#define TACC_Q_CQ_SIZE			0x20	/* RW: entries, power of two, 2..4096 */
+#define TACC_Q_CQ_HEAD			0x24	/* RW: driver consumer index */
+#define TACC_Q_CQ_TAIL			0x28	/* RO: device producer index */
+#define TACC_Q_CTRL			0x2c	/* RW */
+#define   TACC_Q_CTRL_ENABLE		(1u << 0)
+#define   TACC_Q_CTRL_RESET		(1u << 1)	/* self-clearing: abort and empty */
+#define   TACC_Q_CTRL_IRQ		(1u << 2)	/* MSI-X on completion entries */
+#define TACC_Q_STATUS			0x30	/* RO */
+#define   TACC_Q_STATUS_IDLE		(1u << 0)
+#define   TACC_Q_STATUS_ERROR		(1u << 1)	/* bad ring configuration */
+#define   TACC_Q_STATUS_HUNG		(1u << 2)	/* engine stopped (fault injection) */
+#define TACC_Q_DEPTH			0x34	/* RO: descriptors fetched, not completed */
+
+/* ------------------------------------------------------ descriptors ---- */
+enum tacc_opcode {
+	TACC_OP_NOP = 0,
+	TACC_OP_COPY_H2D = 1,		/* host -> device memory, DMA H2D engine */
+	TACC_OP_COPY_D2H = 2,		/* device -> host memory, DMA D2H engine */
+	TACC_OP_COPY_D2D = 3,		/* device -> device memory, DMA H2D engine */
+	TACC_OP_GEMM = 4,		/* fp32 C = alpha * A x B + beta * C */
+	TACC_OP_ELTWISE = 5,		/* fp32 elementwise, see tacc_eltwise_op */
+	TACC_OP_FENCE = 6,		/* write a 64-bit value */
+	TACC_OP_TIMESTAMP = 7,		/* write the device clock (u64) */
+	TACC_OP_BARRIER = 8,		/* wait for every queue of the function to drain */
+	TACC_OP_MAX
+};
+
+enum tacc_eltwise_op {
+	TACC_ELT_ADD = 0,		/* c = a + b */
+	TACC_ELT_MUL = 1,		/* c = a * b */
+	TACC_ELT_RELU = 2,		/* c = max(a, 0) */
+	TACC_ELT_SCALE = 3,		/* c = a * scalar */
+	TACC_ELT_MAX
+};
+
+#define TACC_DESC_F_IRQ		(1u << 0)	/* raise the queue vector after this */
+#define TACC_DESC_F_LAST	(1u << 1)	/* last command of a job: write a CQE */
+
+#define TACC_DESC_SIZE		128
+#define TACC_COPY_MAX_LEN	(1ull << 32)	/* exclusive */
+
+/**
+ * struct tacc_desc - one command, 128 bytes, in a submission ring.
+ * @opcode: enum tacc_opcode.
+ * @flags: TACC_DESC_F_*.
+ * @ctx: context (address space) the command runs in.
+ * @index: index of the command in its job.
+ * @job: job sequence number (driver's), copied into completions and traces.
+ * @tag: user tag (correlation id), copied into completions and traces.
+ *
+ * Every address is a device virtual address in @ctx, translated by the
+ * device MMU; only page tables, rings and write-back areas are IOVAs.
+ */
+struct tacc_desc {
+	__u8  opcode;
+	__u8  flags;
+	__u16 ctx;
+	__u16 index;
+	__u16 rsvd0;
+	__u32 job;
+	__u32 rsvd1;
+	__u64 tag;
+	union {
+		struct {
+			__u64 src;
+			__u64 dst;
+			__u64 len;	/* bytes, 1 .. TACC_COPY_MAX_LEN - 1 */
+		} copy;
+		struct {
+			__u64 a;	/* M x K, row major, lda elements per row */
+			__u64 b;	/* K x N, ldb */
+			__u64 c;	/* M x N, ldc */
+			__u32 m, n, k;
+			__u32 lda, ldb, ldc;
+			__u32 alpha;	/* fp32 bits */
+			__u32 beta;	/* fp32 bits */
+		} gemm;
+		struct {
+			__u64 a;
+			__u64 b;	/* unused for RELU and SCALE */
+			__u64 c;
+			__u64 n;	/* elements */
+			__u32 op;	/* enum tacc_eltwise_op */
+			__u32 scalar;	/* fp32 bits */
+		} eltwise;
+		struct {
+			__u64 addr;	/* 8-byte aligned VA */
+			__u64 value;
+		} fence;
+		struct {
+			__u64 addr;	/* 8-byte aligned VA */
+		} timestamp;
+		__u8 payload[104];
+	};
+};
+
+/* Completion status, in CQEs and trace records. */
+enum tacc_status {
+	TACC_ST_OK = 0,
+	TACC_ST_BAD_OPCODE = 1,
+	TACC_ST_BAD_LENGTH = 2,		/* zero/huge length, bad GEMM shape */
+	TACC_ST_MMU_FAULT = 3,
+	TACC_ST_DMA_ERROR = 4,		/* IOMMU refused, or injected */
+	TACC_ST_BAD_CTX = 5,
+	TACC_ST_ABORTED = 6,		/* queue reset while in flight, or skipped after an error */
+	TACC_ST_BAD_ALIGN = 7,		/* misaligned fence/timestamp/fp32 operand */
+};
+
+/**
+ * struct tacc_cqe - completion entry, 32 bytes, written once per job (the
+ * descriptor with TACC_DESC_F_LAST, or the first failing one; the rest of
+ * a failed job is skipped up to and including its F_LAST descriptor).
+ */
+struct tacc_cqe {
+	__u32 job;
+	__u16 status;		/* enum tacc_status */
+	__u8  queue;
+	__u8  rsvd;
+	__u64 tag;		/* tag of the last (or failing) command */
+	__u64 start;		/* device ticks: first command started */
+	__u64 end;		/* device ticks: last command ended */
+};
+
+#define TACC_CQE_SIZE		32
+
+/* ---------------------------------------------------- page tables ---- */
+/*
+ * Three levels of 512 8-byte entries in 4 KiB tables (host memory, IOVAs):
+ * VA[38:30] indexes level 0, VA[29:21] level 1, VA[20:12] level 2.
+ * A level-1 entry with TACC_PTE_HUGE maps a 2 MiB page; level-0 entries are
+ * never leaves.  A leaf with TACC_PTE_DEVMEM maps device memory (address =
+ * offset in the function's window), otherwise host memory (address = IOVA).
+ */
+#define TACC_VA_BITS		39
+#define TACC_PAGE_SHIFT		12
+#define TACC_HUGE_SHIFT		21
+#define TACC_PT_ENTRIES		512
+#define TACC_PTE_VALID		(1ull << 0)
+#define TACC_PTE_WRITE		(1ull << 1)
+#define TACC_PTE_HUGE		(1ull << 2)
+#define TACC_PTE_DEVMEM		(1ull << 3)
+#define TACC_PTE_ADDR_MASK	0x000ffffffffff000ull
+
+/* -------------------------------------------------------- trace ring ---- */
+#define TACC_TRACE_VERSION	1
+
+/**
+ * struct tacc_trace_rec - one record per executed command, 64 bytes.
+ * @seq: per-function record sequence; a gap is a drop (also counted).
+ * Times are device ticks: @t_fetch when the descriptor was fetched,
+ * @t_start when its engine began, @t_end when it completed.
+ */
+struct tacc_trace_rec {
+	__u8  version;
+	__u8  opcode;
+	__u8  engine;
+	__u8  queue;
+	__u16 func;
+	__u16 ctx;
+	__u32 seq;
+	__u32 job;
+	__u64 tag;
+	__u64 t_fetch;
+	__u64 t_start;
+	__u64 t_end;
+	__u32 bytes;
+	__u32 tlps;
+	__u16 index;
+	__u16 status;
+	__u16 tlb_misses;
+	__u16 rsvd;
+};
+
+#define TACC_TRACE_REC_SIZE	64
+
+/* Producer write-back for trace and sample rings (when *_WB is set). */
+struct tacc_ring_wb {
+	__u32 prod;
+	__u32 dropped;
+};
+
+/* ----------------------------------------------------------- counters ---- */
+/*
+ * BAR2 page 0: this function's counters; page 1 (PF only; zero on VFs):
+ * global counters.  Each counter is a u64 at 8 * index.  Slot 0 holds
+ * TACC_CNT_HDR(): version << 32 | number of counters of the page.
+ * Slot 1 is the update generation: odd while the device updates counters,
+ * even otherwise; a reader wanting a consistent set reads gen, the
+ * counters, gen again, and retries if gen was odd or changed.
+ *
+ * X(name, index, unit, description)
+ */
+#define TACC_CNT_VERSION		1
+#define TACC_CNT_HDR(n)			(((__u64)TACC_CNT_VERSION << 32) | (n))
+#define TACC_CNT_SLOT_HDR		0
+#define TACC_CNT_SLOT_GEN		1
+#define TACC_CNT_GLOBAL_PAGE		0x1000
+
+#define TACC_FUNC_COUNTERS(X) \
+	X(h2d_bytes,         2, "bytes",  "payload bytes read from host memory") \
+	X(d2h_bytes,         3, "bytes",  "payload bytes written to host memory") \
+	X(h2d_tlps,          4, "tlps",   "TLPs carrying H2D payload") \
+	X(d2h_tlps,          5, "tlps",   "TLPs carrying D2H payload") \
+	X(h2d_link_bytes,    6, "bytes",  "H2D link bytes incl. headers, framing, requests") \
+	X(d2h_link_bytes,    7, "bytes",  "D2H link bytes incl. headers, framing, requests") \
+	X(link_stall_ticks,  8, "ticks",  "engine ticks spent waiting for the link") \
+	X(tlb_hits,          9, "events", "device TLB hits") \
+	X(tlb_misses,       10, "events", "device TLB misses") \
+	X(tlb_walk_reads,   11, "events", "page-table entries read by walks") \
+	X(mmu_faults,       12, "events", "MMU faults") \
+	X(dma_errors,       13, "events", "DMA accesses refused by the IOMMU") \
+	X(irqs,             14, "events", "MSI-X messages sent") \
+	X(trace_records,    15, "records", "trace records written") \
+	X(trace_dropped,    16, "records", "trace records dropped (ring full)") \
+	X(jobs_completed,   17, "jobs",   "completion entries written") \
+	X(cmds_completed,   18, "cmds",   "commands executed") \
+	X(flops,            19, "flop",   "floating-point operations executed") \
+	X(busy_dma_h2d,     20, "ticks",  "DMA H2D engine busy for this function") \
+	X(busy_dma_d2h,     21, "ticks",  "DMA D2H engine busy for this function") \
+	X(busy_compute0,    22, "ticks",  "compute engine 0 busy for this function") \
+	X(busy_compute1,    23, "ticks",  "compute engine 1 busy for this function") \
+	X(busy_compute2,    24, "ticks",  "compute engine 2 busy for this function") \
+	X(busy_compute3,    25, "ticks",  "compute engine 3 busy for this function") \
+	X(cmds_dma_h2d,     26, "cmds",   "commands on the DMA H2D engine") \
+	X(cmds_dma_d2h,     27, "cmds",   "commands on the DMA D2H engine") \
+	X(cmds_compute0,    28, "cmds",   "commands on compute engine 0") \
+	X(cmds_compute1,    29, "cmds",   "commands on compute engine 1") \
+	X(cmds_compute2,    30, "cmds",   "commands on compute engine 2") \
+	X(cmds_compute3,    31, "cmds",   "commands on compute engine 3") \
+	X(queue0_depth_hwm, 32, "cmds",   "queue 0 depth high-water mark") \
+	X(queue1_depth_hwm, 33, "cmds",   "queue 1 depth high-water mark") \
+	X(queue2_depth_hwm, 34, "cmds",   "queue 2 depth high-water mark") \
+	X(queue3_depth_hwm, 35, "cmds",   "queue 3 depth high-water mark") \
+	X(devmem_read_bytes,  36, "bytes", "device memory bytes read") \
+	X(devmem_write_bytes, 37, "bytes", "device memory bytes written")
+
+#define TACC_GLOBAL_COUNTERS(X) \
+	X(link_h2d_busy_ticks,  2, "ticks", "H2D link direction busy") \
+	X(link_d2h_busy_ticks,  3, "ticks", "D2H link direction busy") \
+	X(link_h2d_bytes,       4, "bytes", "all H2D link bytes, every function") \
+	X(link_d2h_bytes,       5, "bytes", "all D2H link bytes, every function") \
+	X(link_h2d_payload,     6, "bytes", "H2D payload bytes, every function") \
+	X(link_d2h_payload,     7, "bytes", "D2H payload bytes, every function") \
+	X(uptime_ticks,         8, "ticks", "device clock at the last counter update")
+
+#define TACC_CNT_ENUM(name, idx, unit, desc)	TACC_CNT_##name = (idx),
+enum tacc_func_counter { TACC_FUNC_COUNTERS(TACC_CNT_ENUM) TACC_FUNC_CNT_END };
+enum tacc_global_counter { TACC_GLOBAL_COUNTERS(TACC_CNT_ENUM) TACC_GLOBAL_CNT_END };
+#undef TACC_CNT_ENUM
+
+/*
+ * Device-side sampling: each sample ring entry is a snapshot of the
+ * function's counter page (the global page is appended for the PF).
+ * 8-byte header words then the counters in slot order.
+ */
+struct tacc_sample_hdr {
+	__u32 version;		/* TACC_CNT_VERSION */
+	__u32 nslots;		/* u64 counter slots following this header */
+	__u64 seq;		/* sample number, free running */
+	__u64 devclk;		/* device ticks when taken */
+};
+
+#define TACC_SAMPLE_SLOTS	64	/* function page slots 0..63 */
+#define TACC_SAMPLE_SIZE	(sizeof(struct tacc_sample_hdr) + 2 * TACC_SAMPLE_SLOTS * 8)
+
+#endif /* TACC_HW_H */
