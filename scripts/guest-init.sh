@@ -1,0 +1,89 @@
+#!/bin/bash
+# Stage-2 init of the test VM (PID 1 after the initramfs switch_root).
+# The root is the host's / (read-only 9p) under a tmpfs overlay, so this
+# checkout, its venv, the kernel headers and bcc are at the host's paths.
+# Kernel command line: taccvm.cmd=FILE (run it, then power off with its status),
+# taccvm.out=DIR (host directory shared read-write: dmesg, results), taccvm.vfs=N.
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs tmpfs /run
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+hostname tacc-vm
+ip link set lo up 2>/dev/null
+
+cmd= out= vfs=0 modparams=
+for w in $(cat /proc/cmdline); do
+	case $w in
+	taccvm.cmd=*) cmd=${w#taccvm.cmd=} ;;
+	taccvm.out=*) out=${w#taccvm.out=} ;;
+	taccvm.vfs=*) vfs=${w#taccvm.vfs=} ;;
+	taccvm.modparams=*) modparams=$(echo "${w#taccvm.modparams=}" | tr , ' ') ;;
+	esac
+done
+if [ -n "$out" ]; then
+	mkdir -p "$out"
+	mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 out "$out" ||
+		echo "guest-init: cannot mount the output share at $out"
+fi
+
+finish() {
+	local st=$1
+	[ -n "$out" ] && dmesg > "$out/dmesg.txt" 2>/dev/null
+	sync
+	# isa-debug-exit: QEMU exits with (v << 1) | 1; v = status + 1 so that
+	# QEMU's own exit status 1 can never read as success.
+	[ "$st" -gt 254 ] && st=254
+	echo "TACC-EXIT: $st"
+	printf "\\x$(printf %02x $((st + 1)))" | dd of=/dev/port bs=1 seek=244 count=1 2>/dev/null
+	echo o > /proc/sysrq-trigger
+	sleep 5
+}
+
+# Users and permissions: /dev/accel/* belong to group tacc (0660). No udevd runs
+# here, so a uevent helper fixes nodes that appear later (VFs, reloads).
+groupadd -f tacc
+id tacc-user >/dev/null 2>&1 || useradd -M -d /tmp -s /bin/bash -G tacc tacc-user
+install -m 0755 "$root/scripts/guest-uevent.sh" /run/tacc-uevent
+echo /run/tacc-uevent > /sys/kernel/uevent_helper
+
+# The driver: dependencies through kmod (it reads .ko.xz), tacc.ko from the checkout.
+modprobe -a drm_shmem_helper gpu-sched drm_kms_helper 2>/dev/null
+ko=$root/build/modules/$(uname -r)/tacc.ko
+if [ -f "$ko" ]; then
+	insmod "$ko" $modparams || echo "guest-init: insmod $ko failed"
+else
+	echo "guest-init: $ko missing (make setup builds it)"
+fi
+for n in /dev/accel/accel*; do [ -e "$n" ] && chgrp tacc "$n" && chmod 0660 "$n"; done
+if [ "$vfs" -gt 0 ] 2>/dev/null; then
+	pf=$(grep -l 0x7acc /sys/bus/pci/devices/*/vendor 2>/dev/null | head -1)
+	if [ -n "$pf" ]; then
+		echo "$vfs" > "$(dirname "$pf")/sriov_numvfs" || echo "guest-init: enabling $vfs VFs failed"
+	else
+		echo "guest-init: no tacc PF found for VFS=$vfs"
+	fi
+fi
+
+export HOME=/root TERM=${TERM:-linux} TACC_ROOT=$root TACC_IN_VM=1
+export PATH=$root/.venv/bin:$PATH
+[ -n "$out" ] && export TACC_VM_OUT=$out
+cd "$root"
+
+if [ -n "$cmd" ]; then
+	bash "$cmd" < /dev/null
+	finish $?
+else
+	echo "tacc VM: $(uname -r); exit the shell to power off."
+	setsid -c bash -l -i < /dev/ttyS0 > /dev/ttyS0 2>&1
+	finish $?
+fi

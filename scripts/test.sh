@@ -1,0 +1,49 @@
+#!/bin/bash
+# Run the test layers and give one combined pass/fail.
+#   scripts/test.sh            host, device and vm layers
+#   scripts/test.sh host|device|vm|long
+# Extra pytest arguments: PYTEST_ARGS='-k foo -x'.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+py=.venv/bin/python
+layers=${*:-host device vm}
+mkdir -p build/test-results
+# Every QEMU started below inherits this tag; whatever is left at the end is killed.
+export TACC_TEST_SESSION=$$-$RANDOM
+cleanup() {
+	for p in /proc/[0-9]*; do
+		grep -qz "^TACC_TEST_SESSION=$TACC_TEST_SESSION\$" "$p/environ" 2>/dev/null || continue
+		case $(cat "$p/comm" 2>/dev/null) in qemu-system-*)
+			echo "test: killing leftover QEMU ${p#/proc/}" >&2; kill -9 "${p#/proc/}" 2>/dev/null ;;
+		esac
+	done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+declare -A result seconds
+for layer in $layers; do
+	start=$(date +%s)
+	echo "==================== layer: $layer ===================="
+	case $layer in
+	host)   $py -m pytest tests/host -q -p no:cacheprovider --junitxml=build/test-results/host.xml ${PYTEST_ARGS:-} ;;
+	device) $py -m pytest tests/device -q -p no:cacheprovider --junitxml=build/test-results/device.xml ${PYTEST_ARGS:-} ;;
+	vm)     /usr/bin/python3 scripts/test-vm -q ${PYTEST_ARGS:-} ;;
+	long)   TACC_LONG=1 $py -m pytest tests/host tests/device -q -p no:cacheprovider -m long ${PYTEST_ARGS:-} &&
+		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check -q -m long ${PYTEST_ARGS:-} ;;
+	*) echo "test: unknown layer $layer; accepted: host device vm long" >&2; exit 2 ;;
+	esac
+	rc=$?
+	# pytest exit 5 = nothing collected: a layer with no tests is not a pass.
+	result[$layer]=$rc
+	seconds[$layer]=$(( $(date +%s) - start ))
+done
+echo "==================== summary ===================="
+fail=0
+for layer in $layers; do
+	if [ "${result[$layer]}" = 0 ]; then s=passed; else s="FAILED (exit ${result[$layer]})"; fail=1; fi
+	printf '%-8s %-20s %4ss\n' "$layer" "$s" "${seconds[$layer]}"
+done
+[ $fail = 0 ] && echo "make test: all layers passed" || echo "make test: FAILED"
+exit $fail
