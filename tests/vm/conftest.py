@@ -1,0 +1,57 @@
+"""In-guest test session (scripts/test-vm boots the VM once and runs this).
+
+Shared fixtures for every tests/vm file: the PF's accel node, its PCI device
+directory in sysfs, and the VM configuration name (strict, pt, lazy, off).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+TACC_VENDOR = "0x7acc"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "long: heavy tests run by `make test-long` only")
+    if not os.environ.get("TACC_IN_VM"):
+        pytest.exit("tests/vm runs inside the test VM: use `make test-vm`", returncode=4)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("TACC_LONG"):
+        return
+    if "long" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="long test: make test-long")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
+def tacc_pci_devices() -> list[Path]:
+    """PCI functions of the tacc device (PF first, then VFs), from sysfs."""
+    devs = [p for p in Path("/sys/bus/pci/devices").iterdir()
+            if (p / "vendor").read_text().strip() == TACC_VENDOR]
+    return sorted(devs, key=lambda p: ((p / "physfn").exists(), p.name))
+
+
+@pytest.fixture(scope="session")
+def vm_config() -> str:
+    return os.environ.get("TACC_VM_CONFIG", "strict")
+
+
+@pytest.fixture(scope="session")
+def pf_pci() -> Path:
+    devs = [d for d in tacc_pci_devices() if not (d / "physfn").exists()]
+    assert devs, "no tacc PF on the PCI bus"
+    return devs[0]
+
+
+@pytest.fixture(scope="session")
+def pf_accel(pf_pci: Path) -> Path:
+    nodes = sorted((pf_pci / "accel").glob("accel*")) if (pf_pci / "accel").exists() else []
+    assert nodes, f"{pf_pci.name}: tacc.ko did not create an accel node"
+    return Path("/dev/accel") / nodes[0].name

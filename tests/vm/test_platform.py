@@ -1,0 +1,60 @@
+"""The test VM itself: device visible, driver bound, node permissions, IOMMU mode,
+tracing filesystems and the tools the other layers need."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+ACCEL_MAJOR = 261
+
+
+def test_device_ids(pf_pci: Path) -> None:
+    assert (pf_pci / "vendor").read_text().strip() == "0x7acc"
+    assert (pf_pci / "device").read_text().strip() == "0x0001"
+    assert (pf_pci / "class").read_text().strip() == "0x120000"
+    assert (pf_pci / "driver").resolve().name == "tacc"
+
+
+def test_accel_node(pf_accel: Path) -> None:
+    st = os.stat(pf_accel)
+    assert stat.S_ISCHR(st.st_mode)
+    assert os.major(st.st_rdev) == ACCEL_MAJOR
+    assert stat.S_IMODE(st.st_mode) == 0o660
+    import grp
+    assert grp.getgrgid(st.st_gid).gr_name == "tacc"
+
+
+def test_unprivileged_user_opens_node(pf_accel: Path) -> None:
+    r = subprocess.run(["su", "tacc-user", "-c", f"exec 3<>{pf_accel} && echo opened"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.stdout.strip() == "opened", r.stderr
+
+
+def test_iommu_mode_matches_config(pf_pci: Path, vm_config: str) -> None:
+    group = pf_pci / "iommu_group"
+    if vm_config == "off":
+        assert not group.exists()
+        return
+    want = {"strict": "DMA", "lazy": "DMA-FQ", "pt": "identity"}[vm_config]
+    assert (group / "type").read_text().strip() == want
+
+
+def test_tracing_filesystems_mounted() -> None:
+    mounts = Path("/proc/mounts").read_text()
+    for fs in ("tracefs", "debugfs", "bpf"):
+        assert f" {fs} " in mounts, fs
+    assert Path("/sys/kernel/tracing/events").is_dir()
+
+
+def test_venv_and_bcc_importable() -> None:
+    import sys
+    assert sys.prefix.endswith(".venv")
+    import bcc  # noqa: F401  (Debian's python3-bpfcc through system site packages)
+    assert Path(f"/lib/modules/{os.uname().release}/build").exists()
+
+
+def test_guest_kernel_is_612() -> None:
+    assert os.uname().release.startswith("6.12.")
