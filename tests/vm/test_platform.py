@@ -58,3 +58,12 @@ def test_venv_and_bcc_importable() -> None:
 
 def test_guest_kernel_is_612() -> None:
     assert os.uname().release.startswith("6.12.")
+
+
+def test_guest_qmp_channel() -> None:
+    from tacc.testing.guest_qmp import GuestQMP
+    with GuestQMP() as q:
+        status = q.execute("query-status")
+        assert status["status"] == "running"
+        # The tacc device is reachable by its QOM path (id=tacc0 in run-vm).
+        assert q.qom_get("/machine/peripheral/tacc0", "type") == "tacc"

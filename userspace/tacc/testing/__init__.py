@@ -1,0 +1,1 @@
+"""Helpers for tests that run against the real device and driver."""

@@ -1,0 +1,102 @@
+"""QMP from inside the test VM.
+
+scripts/run-vm proxies a virtio-serial port named ``org.tacc.qmp`` to a QMP
+monitor of the VM's QEMU, so in-guest tests can inject device faults
+(``qom-set``) and read the device model's ground truth (``qom-get``).
+The session is shared by everyone who opens the port, so this client
+re-negotiates tolerantly and matches replies by id, skipping events.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import select
+import time
+from pathlib import Path
+from typing import Any
+
+PORT_NAME = "org.tacc.qmp"
+
+
+class QMPError(Exception):
+    """A QMP command returned an error (class and description)."""
+
+
+def find_port() -> Path:
+    for d in Path("/sys/class/virtio-ports").glob("vport*"):
+        if (d / "name").read_text().strip() == PORT_NAME:
+            return Path("/dev") / d.name
+    raise FileNotFoundError(f"no virtio-serial port named {PORT_NAME} (not in the test VM?)")
+
+
+class GuestQMP:
+    def __init__(self, path: Path | None = None, timeout: float = 30.0) -> None:
+        self.fd = os.open(path or find_port(), os.O_RDWR | os.O_NONBLOCK)
+        self.timeout = timeout
+        self._buf = ""
+        self._ids = itertools.count(int(time.monotonic_ns() % 1_000_000) * 1000)
+        self._dec = json.JSONDecoder()
+        try:
+            self.execute("qmp_capabilities")
+        except QMPError:
+            pass  # already negotiated by an earlier user of the shared session
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> GuestQMP:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _messages(self, deadline: float):
+        while True:
+            self._buf = self._buf.lstrip()
+            if self._buf:
+                try:
+                    obj, end = self._dec.raw_decode(self._buf)
+                    self._buf = self._buf[end:]
+                    yield obj
+                    continue
+                except json.JSONDecodeError:
+                    pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("QMP: no reply")
+            r, _, _ = select.select([self.fd], [], [], left)
+            if r:
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    time.sleep(0.01)  # host side not connected yet
+                self._buf += chunk.decode()
+
+    def execute(self, cmd: str, **args: Any) -> Any:
+        rid = f"g{next(self._ids)}"
+        msg = {"execute": cmd, "id": rid}
+        if args:
+            msg["arguments"] = args
+        data = json.dumps(msg).encode() + b"\r\n"
+        while data:
+            try:
+                data = data[os.write(self.fd, data):]
+            except BlockingIOError:
+                select.select([], [self.fd], [], 1.0)
+        for obj in self._messages(time.monotonic() + self.timeout):
+            if obj.get("id") != rid:
+                continue  # greeting, events, replies to others
+            if "error" in obj:
+                raise QMPError(f"{obj['error'].get('class')}: {obj['error'].get('desc')}")
+            return obj.get("return")
+        raise AssertionError("unreachable")
+
+    def qom_get(self, path: str, prop: str) -> Any:
+        return self.execute("qom-get", path=path, property=prop)
+
+    def qom_set(self, path: str, prop: str, value: Any) -> None:
+        self.execute("qom-set", path=path, property=prop, value=value)
