@@ -1,0 +1,214 @@
+"""Capture writer/reader: round trip, crash safety, clear errors, framing robustness."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tacc.capture import (
+    CaptureEmptyError,
+    CaptureError,
+    CaptureNotFoundError,
+    CaptureTruncatedError,
+    CaptureVersionError,
+    CaptureWriter,
+    framing,
+    open_capture,
+)
+from tacc.capture.schema import DRIVER_DTYPE, DriverKind
+
+META = {"node": "n0", "devices": [{"pci": "0000:01:00.0", "vf": 0,
+                                   "link": {"gen": 4, "width": 8, "mps": 256}}]}
+
+
+def _driver(n: int, start: int = 0) -> np.ndarray:
+    d = np.zeros(n, DRIVER_DTYPE)
+    d["t_ns"] = np.arange(start, start + n) * 1000
+    d["kind"] = int(DriverKind.SUBMIT)
+    d["tag"] = np.arange(start, start + n)
+    return d
+
+
+def _write(path: Path, n: int = 1000, chunk_bytes: int = 104 * 100) -> None:
+    with CaptureWriter(path, META, chunk_bytes=chunk_bytes) as w:
+        w.append("driver", _driver(n))
+        assert w.string_id("copy_h2d") == 1
+        assert w.string_id("copy_h2d") == 1
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    _write(tmp_path / "c")
+    cap = open_capture(tmp_path / "c")
+    assert cap.complete and cap.problems == []
+    assert cap.meta["version"] == 1 and cap.node == "n0"
+    chunks = list(cap.chunks("driver"))
+    assert len(chunks) == 10 and all(len(c) == 100 for c in chunks)
+    assert np.array_equal(cap.read("driver"), _driver(1000))
+    assert cap.strings[1] == "copy_h2d"
+    assert cap.count("api") == 0
+
+
+def test_small_appends_are_buffered(tmp_path: Path) -> None:
+    with CaptureWriter(tmp_path / "c", META, chunk_bytes=104 * 64) as w:
+        for i in range(100):
+            w.append("driver", _driver(3, 3 * i))
+    cap = open_capture(tmp_path / "c")
+    assert [len(c) for c in cap.chunks("driver")] == [64, 64, 64, 64, 44]
+    assert np.array_equal(cap.read("driver")["tag"], np.arange(300))
+
+
+def test_wrong_dtype_rejected(tmp_path: Path) -> None:
+    with CaptureWriter(tmp_path / "c", META) as w, pytest.raises(CaptureError):
+        w.append("driver", np.zeros(3, dtype=[("x", "<u8")]))
+
+
+def test_missing_and_empty(tmp_path: Path) -> None:
+    with pytest.raises(CaptureNotFoundError, match="no such capture"):
+        open_capture(tmp_path / "nope")
+    (tmp_path / "e").mkdir()
+    with pytest.raises(CaptureEmptyError, match="no meta.json"):
+        open_capture(tmp_path / "e")
+    with CaptureWriter(tmp_path / "z", META):
+        pass
+    with pytest.raises(CaptureEmptyError, match="no records"):
+        open_capture(tmp_path / "z")
+
+
+def test_wrong_version(tmp_path: Path) -> None:
+    _write(tmp_path / "c")
+    meta = json.loads((tmp_path / "c" / "meta.json").read_text())
+    meta["version"] = 99
+    (tmp_path / "c" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(CaptureVersionError, match="version 99 is not supported"):
+        open_capture(tmp_path / "c")
+
+
+def test_wrong_stream_schema(tmp_path: Path) -> None:
+    _write(tmp_path / "c")
+    p = tmp_path / "c" / "streams" / "driver.tcs"
+    raw = p.read_bytes()
+    with open(p, "rb") as f:
+        info, start = framing.read_file_header(f, "x")
+    info["schema"] = 7
+    p.write_bytes(framing.encode_file_header(info) + raw[start:])
+    with pytest.raises(CaptureVersionError, match="schema version 7"):
+        open_capture(tmp_path / "c")
+
+
+def test_truncated_complete_capture(tmp_path: Path) -> None:
+    _write(tmp_path / "c")
+    p = tmp_path / "c" / "streams" / "driver.tcs"
+    os.truncate(p, p.stat().st_size - 50)
+    with pytest.raises(CaptureTruncatedError, match="truncated"):
+        open_capture(tmp_path / "c")
+
+
+def test_incomplete_capture_readable(tmp_path: Path) -> None:
+    _write(tmp_path / "c")
+    (tmp_path / "c" / "complete").unlink()
+    p = tmp_path / "c" / "streams" / "driver.tcs"
+    os.truncate(p, p.stat().st_size - 50)
+    cap = open_capture(tmp_path / "c")
+    assert not cap.complete
+    assert cap.count("driver") == 900
+    assert any("truncated chunk payload" in m for m in cap.problems)
+
+
+def test_exception_in_with_leaves_incomplete(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError), CaptureWriter(tmp_path / "c", META) as w:
+        w.append("driver", _driver(10))
+        raise RuntimeError("boom")
+    cap = open_capture(tmp_path / "c")
+    assert not cap.complete and cap.count("driver") == 10
+
+
+def test_kill_9_leaves_readable_capture(tmp_path: Path) -> None:
+    out = tmp_path / "k"
+    code = textwrap.dedent(f"""
+        import sys, numpy as np
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_capture_format import _driver, META
+        from tacc.capture import CaptureWriter
+        w = CaptureWriter({str(out)!r}, META, chunk_bytes=104 * 50)
+        i = 0
+        while True:
+            w.append("driver", _driver(7, i)); i += 7
+            if i == 700: print("go", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"go"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    cap = open_capture(out)
+    assert not cap.complete
+    d = cap.read("driver")
+    assert len(d) >= 700 and len(d) % 50 == 0
+    assert np.array_equal(d["tag"], np.arange(len(d)))
+
+
+# ----------------------------------------------------------------- framing --
+ITEM = 8
+
+
+def _stream(nchunks: int, per: int) -> tuple[bytes, int, list[bytes]]:
+    hdr = framing.encode_file_header({"stream": "x", "schema": 1})
+    payloads = [np.arange(i * per, (i + 1) * per, dtype="<u8").tobytes() for i in range(nchunks)]
+    body = b"".join(framing.encode_chunk(i, per, p) for i, p in enumerate(payloads))
+    return hdr + body, len(hdr), payloads
+
+
+def _parse(buf: bytes, start: int, strict: bool) -> list[bytes]:
+    f = io.BytesIO(buf)
+    framing.read_file_header(f, "x")
+    return [p for _, p in framing.iter_payloads(f, start, ITEM, strict, "x")]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nchunks=st.integers(1, 6), per=st.integers(1, 20), cut=st.floats(0, 1),
+       flips=st.lists(st.tuples(st.floats(0, 1), st.integers(1, 255)), max_size=3),
+       strict=st.booleans())
+def test_framing_damage(nchunks: int, per: int, cut: float, flips: list[tuple[float, int]],
+                        strict: bool) -> None:
+    buf, start, payloads = _stream(nchunks, per)
+    data = bytearray(buf)
+    damage_at = len(data)
+    for pos_f, x in flips:
+        pos = start + int(pos_f * (len(data) - start - 1))
+        data[pos] ^= x
+        damage_at = min(damage_at, pos)
+    end = start + int(cut * (len(data) - start))
+    if end < len(data):
+        damage_at = min(damage_at, end)
+    data = data[:end]
+    try:
+        got = _parse(bytes(data), start, strict)
+    except CaptureError as exc:  # the only exception allowed
+        assert strict
+        assert "\n" not in str(exc)
+        return
+    # every chunk wholly before the damage is kept, in order, intact
+    chunk_len = framing.CHUNK_HEADER_SIZE + per * ITEM
+    whole_before = (damage_at - start) // chunk_len
+    assert len(got) >= whole_before
+    assert got == payloads[: len(got)]
+
+
+@given(st.binary(max_size=200))
+def test_header_garbage(blob: bytes) -> None:
+    try:
+        framing.read_file_header(io.BytesIO(blob), "x")
+    except CaptureError:
+        pass

@@ -1,0 +1,262 @@
+"""Capture reader: validates meta.json and stream framing, streams records chunk by chunk."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import framing
+from .clock import LinearClock, fit_pairs
+from .devinfo import Function, functions_from_meta
+from .errors import (
+    CaptureEmptyError,
+    CaptureError,
+    CaptureNotFoundError,
+    CaptureTruncatedError,
+    CaptureVersionError,
+    FramingError,
+)
+from .schema import FORMAT_NAME, FORMAT_VERSION, STREAMS, dtype_from_json
+
+
+@dataclass
+class StreamInfo:
+    name: str
+    path: Path
+    schema: int
+    dtype: np.dtype
+    data_start: int
+    chunks: list[framing.ChunkRef] = field(default_factory=list)
+
+    @property
+    def records(self) -> int:
+        return sum(c.nrecords for c in self.chunks)
+
+
+class Capture:
+    """An open capture directory (see :func:`open_capture`)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.problems: list[str] = []
+        self.meta = self._load_meta()
+        self.marker = self._load_marker()
+        self.complete = self.marker is not None
+        self.functions: list[Function] = functions_from_meta(self.meta)
+        self.node = str(self.meta.get("node", "node0"))
+        self._streams: dict[str, StreamInfo] = {}
+        self._scan_streams()
+        if sum(s.records for s in self._streams.values()) == 0:
+            raise CaptureEmptyError(f"{path}: capture holds no records")
+        if not self.complete:
+            self.problems.insert(0, "no 'complete' marker (capture was interrupted)")
+
+    # --------------------------------------------------------------- opening --
+    def _load_meta(self) -> dict[str, Any]:
+        mpath = self.path / "meta.json"
+        if not self.path.exists():
+            raise CaptureNotFoundError(f"{self.path}: no such capture")
+        if not self.path.is_dir():
+            raise CaptureNotFoundError(f"{self.path}: not a capture directory")
+        if not mpath.exists():
+            raise CaptureEmptyError(f"{self.path}: not a tacc capture (no meta.json)")
+        raw = mpath.read_bytes()
+        if not raw.strip():
+            raise CaptureEmptyError(f"{self.path}: meta.json is empty")
+        try:
+            meta = json.loads(raw)
+        except ValueError:
+            raise CaptureError(f"{self.path}: meta.json is not valid JSON") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+            raise CaptureError(f"{self.path}: meta.json does not describe a tacc capture")
+        version = meta.get("version")
+        if version != FORMAT_VERSION:
+            raise CaptureVersionError(
+                f"{self.path}: capture format version {version!r} is not supported "
+                f"(this tacc reads version {FORMAT_VERSION})"
+            )
+        return meta
+
+    def _load_marker(self) -> dict[str, Any] | None:
+        p = self.path / "complete"
+        if not p.exists():
+            return None
+        try:
+            marker = json.loads(p.read_bytes())
+        except ValueError:
+            raise CaptureTruncatedError(f"{self.path}: 'complete' marker is damaged") from None
+        return marker if isinstance(marker, dict) else {}
+
+    def _scan_streams(self) -> None:
+        sdir = self.path / "streams"
+        files = sorted(sdir.glob("*.tcs")) if sdir.is_dir() else []
+        expected = (self.marker or {}).get("streams", {})
+        for p in files:
+            name = p.stem
+            what = f"{self.path.name}/streams/{p.name}"
+            if name not in STREAMS:
+                self.problems.append(f"unknown stream {name!r} ignored")
+                continue
+            with open(p, "rb") as f:
+                try:
+                    info, start = framing.read_file_header(f, what)
+                except CaptureVersionError:
+                    raise
+                except FramingError as exc:
+                    if self.complete:
+                        raise CaptureTruncatedError(f"{exc}") from None
+                    self.problems.append(str(exc))
+                    continue
+                version, dtype = STREAMS[name]
+                if info.get("schema") != version:
+                    raise CaptureVersionError(
+                        f"{what}: stream schema version {info.get('schema')!r} is not "
+                        f"supported (this tacc reads version {version})"
+                    )
+                try:
+                    fdt = dtype_from_json(info.get("dtype", []))
+                except (TypeError, ValueError):
+                    raise CaptureVersionError(f"{what}: unreadable record layout") from None
+                if fdt != dtype:
+                    raise CaptureVersionError(
+                        f"{what}: record layout differs from schema {version}"
+                    )
+                refs, damage = framing.scan_chunks(f, start, dtype.itemsize, verify_payload=False)
+            st = StreamInfo(name, p, version, dtype, start, refs)
+            want = expected.get(name, {}).get("records") if self.complete else None
+            if damage is not None:
+                msg = f"{what}: {damage.reason}; kept {len(refs)} whole chunks"
+                if self.complete:
+                    raise CaptureTruncatedError(f"capture marked complete but {msg}")
+                self.problems.append(msg)
+            if want is not None and st.records != want:
+                raise CaptureTruncatedError(
+                    f"{what}: holds {st.records} records, the 'complete' marker says {want}"
+                )
+            self._streams[name] = st
+
+    # --------------------------------------------------------------- access --
+    @property
+    def streams(self) -> list[str]:
+        return list(self._streams)
+
+    def info(self, name: str) -> StreamInfo | None:
+        return self._streams.get(name)
+
+    def count(self, name: str) -> int:
+        st = self._streams.get(name)
+        return st.records if st else 0
+
+    def chunks(self, name: str, columns: list[str] | None = None) -> Iterator[np.ndarray]:
+        """Yield the stream's records, one whole chunk (numpy array) at a time."""
+        st = self._streams.get(name)
+        if st is None:
+            return
+        what = f"{self.path.name}/streams/{st.path.name}"
+        with open(st.path, "rb") as f:
+            for ref in st.chunks:
+                try:
+                    payload = framing.read_payload(f, ref, what)
+                except FramingError as exc:
+                    if self.complete:
+                        raise CaptureTruncatedError(str(exc)) from None
+                    self.problems.append(str(exc))
+                    return
+                arr = np.frombuffer(payload, dtype=st.dtype)
+                yield arr[columns] if columns else arr
+
+    def read(self, name: str, columns: list[str] | None = None) -> np.ndarray:
+        """The whole stream as one array (use :meth:`chunks` for large streams)."""
+        parts = list(self.chunks(name, columns))
+        if not parts:
+            dt = STREAMS[name][1]
+            return np.zeros(0, dtype=dt)[columns] if columns else np.zeros(0, dtype=dt)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+
+    @cached_property
+    def strings(self) -> dict[int, str]:
+        out = {0: ""}
+        for ch in self.chunks("strings"):
+            for sid, n, text in zip(ch["id"].tolist(), ch["len"].tolist(), ch["text"].tolist(),
+                                    strict=True):
+                out[int(sid)] = text[:n].decode("utf-8", "replace")
+        return out
+
+    @cached_property
+    def _clock_pairs(self) -> np.ndarray:
+        return self.read("clock_sync")
+
+    def device_clock(self, fid: int) -> LinearClock:
+        """Fitted device-ticks -> CLOCK_MONOTONIC conversion for function ``fid``."""
+        return self._device_clocks[fid]
+
+    @cached_property
+    def _device_clocks(self) -> dict[int, LinearClock]:
+        pairs = self._clock_pairs
+        out: dict[int, LinearClock] = {}
+        for fn in self.functions:
+            sel = pairs[pairs["fid"] == fn.fid]
+            nominal = 1e9 / fn.clock_hz
+            if len(sel) == 0:
+                self.problems.append(f"no clock-sync pairs for {fn.pci}: device times unaligned")
+                out[fn.fid] = LinearClock(0, 0, nominal)
+                continue
+            out[fn.fid] = fit_pairs(sel["devclk"], sel["mono_before"], sel["mono_after"],
+                                    nominal, f"{self.path.name} {fn.pci}")
+        return out
+
+    def host_clock(self) -> LinearClock | None:
+        """Fit of CLOCK_MONOTONIC -> host reference clock (for aligning several captures)."""
+        pairs = self._clock_pairs
+        sel = pairs[pairs["hostclk"] != 0]
+        if len(sel) == 0:
+            return None
+        # x = mono midpoint, y = hostclk: fit hostclk against mono (bracket ~ exact)
+        mid = (sel["mono_before"] + sel["mono_after"]) // 2
+        return fit_pairs(mid.astype(np.uint64), sel["hostclk"].astype(np.int64),
+                         sel["hostclk"].astype(np.int64), 1.0, f"{self.path.name} host clock")
+
+    @cached_property
+    def time_range(self) -> tuple[int, int]:
+        """(first, last) CLOCK_MONOTONIC ns over every event of the capture."""
+        lo, hi = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+        for name, cols in (("api", ("t_start", "t_end")), ("driver", ("t_ns",)),
+                           ("host", ("t_ns",)), ("drops", ("t_ns",))):
+            for ch in self.chunks(name):
+                if len(ch):
+                    lo = min(lo, int(ch[cols[0]].min()))
+                    hi = max(hi, int(ch[cols[-1]].max()))
+                    if name == "driver":
+                        hi = max(hi, int((ch["t_ns"] + ch["dur_ns"]).max()))
+        for ch in self.chunks("device_trace"):
+            if not len(ch):
+                continue
+            for fid in np.unique(ch["fid"]).tolist():
+                sel = ch[ch["fid"] == fid]
+                clk = self._device_clocks.get(int(fid))
+                if clk is None:
+                    continue
+                lo = min(lo, int(clk.convert(sel["t_fetch"].min())))
+                hi = max(hi, int(clk.convert(sel["t_end"].max())))
+        if lo > hi:
+            lo = hi = 0
+        return lo, hi
+
+
+def open_capture(path: str | os.PathLike[str]) -> Capture:
+    """Open and validate a capture.  Raises :class:`CaptureError` subclasses only."""
+    try:
+        return Capture(Path(path))
+    except CaptureError:
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CaptureError(f"{path}: {exc.strerror or exc}") from None
+
+

@@ -1,0 +1,225 @@
+"""Record schemas of the capture streams (numpy structured dtypes, little endian).
+
+``TRACE_REC_DTYPE`` is the device's ``struct tacc_trace_rec`` from
+``kernel/include/tacc_hw.h`` byte for byte (a test compiles the header and compares
+every offset).  The other streams are defined here; each carries a schema version that
+the stream file header repeats.  See docs/capture-format.md.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+FORMAT_NAME = "tacc-capture"
+FORMAT_VERSION = 1
+TRACE_REC_VERSION = 1  # TACC_TRACE_VERSION
+STRING_MAX = 120
+
+TRACE_REC_DTYPE = np.dtype(
+    [
+        ("version", "u1"),
+        ("opcode", "u1"),
+        ("engine", "u1"),
+        ("queue", "u1"),
+        ("func", "<u2"),
+        ("ctx", "<u2"),
+        ("seq", "<u4"),
+        ("job", "<u4"),
+        ("tag", "<u8"),
+        ("t_fetch", "<u8"),
+        ("t_start", "<u8"),
+        ("t_end", "<u8"),
+        ("bytes", "<u4"),
+        ("tlps", "<u4"),
+        ("index", "<u2"),
+        ("status", "<u2"),
+        ("tlb_misses", "<u2"),
+        ("rsvd", "<u2"),
+    ]
+)
+assert TRACE_REC_DTYPE.itemsize == 64
+
+# Device trace stream: the raw record, then the capture's function id (index in
+# meta.json "devices").
+DEVICE_TRACE_DTYPE = np.dtype(TRACE_REC_DTYPE.descr + [("fid", "<u2"), ("_pad", "V6")])
+
+# X-lists of tacc_hw.h, in slot order (slot = index in the counter page).
+FUNC_COUNTERS: tuple[tuple[str, int], ...] = (
+    ("h2d_bytes", 2), ("d2h_bytes", 3), ("h2d_tlps", 4), ("d2h_tlps", 5),
+    ("h2d_link_bytes", 6), ("d2h_link_bytes", 7), ("link_stall_ticks", 8),
+    ("tlb_hits", 9), ("tlb_misses", 10), ("tlb_walk_reads", 11), ("mmu_faults", 12),
+    ("dma_errors", 13), ("irqs", 14), ("trace_records", 15), ("trace_dropped", 16),
+    ("jobs_completed", 17), ("cmds_completed", 18), ("flops", 19),
+    ("busy_dma_h2d", 20), ("busy_dma_d2h", 21), ("busy_compute0", 22),
+    ("busy_compute1", 23), ("busy_compute2", 24), ("busy_compute3", 25),
+    ("cmds_dma_h2d", 26), ("cmds_dma_d2h", 27), ("cmds_compute0", 28),
+    ("cmds_compute1", 29), ("cmds_compute2", 30), ("cmds_compute3", 31),
+    ("queue0_depth_hwm", 32), ("queue1_depth_hwm", 33), ("queue2_depth_hwm", 34),
+    ("queue3_depth_hwm", 35), ("devmem_read_bytes", 36), ("devmem_write_bytes", 37),
+)
+GLOBAL_COUNTERS: tuple[tuple[str, int], ...] = (
+    ("link_h2d_busy_ticks", 2), ("link_d2h_busy_ticks", 3), ("link_h2d_bytes", 4),
+    ("link_d2h_bytes", 5), ("link_h2d_payload", 6), ("link_d2h_payload", 7),
+    ("uptime_ticks", 8),
+)
+
+# Counter samples: columnar, one u64 column per counter (global ones prefixed g_,
+# zero on VFs), values raw and cumulative as the device reports them.
+COUNTERS_DTYPE = np.dtype(
+    [("devclk", "<u8"), ("seq", "<u8"), ("fid", "<u2"), ("_pad", "V6")]
+    + [(name, "<u8") for name, _ in FUNC_COUNTERS]
+    + [("g_" + name, "<u8") for name, _ in GLOBAL_COUNTERS]
+)
+
+
+class DriverKind(IntEnum):
+    IOCTL = 1
+    SUBMIT = 2
+    DOORBELL = 3
+    IRQ = 4
+    JOB_START = 5
+    JOB_DONE = 6
+    BO_CREATE = 7
+    BO_DESTROY = 8
+    DMA_MAP = 9
+    DMA_UNMAP = 10
+    VM_BIND = 11
+    VM_UNBIND = 12
+    MMU_FAULT = 13
+    PM = 14
+    RESET = 15
+    TRACE_DROP = 16
+
+
+class DriverFlag(IntEnum):
+    USERPTR = 1 << 0  # bo_create / dma_map of user memory
+    BOUNCE = 1 << 1  # dma_map went through a bounce buffer (swiotlb)
+    PINNED = 1 << 2  # pages long-term pinned
+    DEVMEM = 1 << 3  # bo / bind of device memory
+
+
+class DmaDir(IntEnum):
+    BIDIRECTIONAL = 0
+    TO_DEVICE = 1
+    FROM_DEVICE = 2
+
+
+# Driver events, from tracepoints. t_ns is CLOCK_MONOTONIC; dur_ns > 0 for events that
+# are spans (ioctl, dma map/unmap, vm bind/unbind); dev_start/dev_end are raw device
+# ticks (job completion). Unused columns are zero.
+DRIVER_DTYPE = np.dtype(
+    [
+        ("t_ns", "<i8"), ("dur_ns", "<i8"), ("tag", "<u8"), ("addr", "<u8"),
+        ("size", "<u8"), ("dev_start", "<u8"), ("dev_end", "<u8"), ("arg", "<u8"),
+        ("pid", "<u4"), ("tid", "<u4"), ("job", "<u4"), ("ncmds", "<u4"),
+        ("nsegs", "<u4"), ("page_size", "<u4"), ("status", "<i4"), ("flags", "<u4"),
+        ("fid", "<u2"), ("ctx", "<u2"), ("kind", "u1"), ("queue", "u1"), ("dir", "u1"),
+        ("cpu", "u1"),
+    ]
+)
+
+NO_FID = 0xFFFF
+
+# Runtime API calls (from the per-thread shared-memory rings). name_id/args_id index
+# the strings stream; fid is NO_FID when the call names no device.
+API_DTYPE = np.dtype(
+    [
+        ("t_start", "<i8"), ("t_end", "<i8"), ("tag", "<u8"), ("bytes", "<u8"),
+        ("pid", "<u4"), ("tid", "<u4"), ("name_id", "<u4"), ("args_id", "<u4"),
+        ("fid", "<u2"), ("status", "<i2"), ("_pad", "V4"),
+    ]
+)
+
+STRINGS_DTYPE = np.dtype(
+    [("id", "<u4"), ("len", "<u2"), ("_pad", "V2"), ("text", f"S{STRING_MAX}")]
+)
+
+# Clock-sync pairs: bracketed reads by the driver, per function.
+CLOCK_DTYPE = np.dtype(
+    [
+        ("mono_before", "<i8"), ("devclk", "<u8"), ("mono_after", "<i8"),
+        ("hostclk", "<u8"), ("fid", "<u2"), ("_pad", "V6"),
+    ]
+)
+
+
+class HostKind(IntEnum):
+    SCHED_SWITCH = 1  # pid/tid = prev, next_pid, prev_state
+    SCHED_WAKEUP = 2  # pid/tid = woken task
+    BLOCK_ISSUE = 3  # dev, sector, size
+    BLOCK_COMPLETE = 4  # dev, sector, size, dur_ns = issue->complete
+    NET_TX = 5  # dev = ifindex, size
+    NET_RX = 6
+
+
+HOST_DTYPE = np.dtype(
+    [
+        ("t_ns", "<i8"), ("dur_ns", "<i8"), ("size", "<u8"), ("sector", "<u8"),
+        ("pid", "<u4"), ("tid", "<u4"), ("next_pid", "<u4"), ("dev", "<u4"),
+        ("prev_state", "<i4"), ("cpu", "<u2"), ("kind", "u1"), ("_pad", "V1"),
+        ("comm", "S16"), ("next_comm", "S16"),
+    ]
+)
+
+
+class DropSource(IntEnum):
+    DEVICE_TRACE = 1
+    DRIVER = 2
+    API = 3
+    COUNTERS = 4
+    HOST = 5
+    CLOCK = 6
+
+
+DROPS_DTYPE = np.dtype(
+    [("t_ns", "<i8"), ("count", "<u8"), ("pid", "<u4"), ("fid", "<u2"), ("source", "u1"),
+     ("_pad", "V1")]
+)
+
+# name -> (schema version, dtype)
+STREAMS: dict[str, tuple[int, np.dtype]] = {
+    "device_trace": (1, DEVICE_TRACE_DTYPE),
+    "driver": (1, DRIVER_DTYPE),
+    "api": (1, API_DTYPE),
+    "strings": (1, STRINGS_DTYPE),
+    "counters": (1, COUNTERS_DTYPE),
+    "clock_sync": (1, CLOCK_DTYPE),
+    "host": (1, HOST_DTYPE),
+    "drops": (1, DROPS_DTYPE),
+}
+
+
+class Opcode(IntEnum):
+    NOP = 0
+    COPY_H2D = 1
+    COPY_D2H = 2
+    COPY_D2D = 3
+    GEMM = 4
+    ELTWISE = 5
+    FENCE = 6
+    TIMESTAMP = 7
+    BARRIER = 8
+
+
+class Engine(IntEnum):
+    DMA_H2D = 0
+    DMA_D2H = 1
+    COMPUTE0 = 2
+    COMPUTE1 = 3
+    COMPUTE2 = 4
+    COMPUTE3 = 5
+
+
+NUM_ENGINES = 6
+NUM_QUEUES = 4
+
+
+def dtype_to_json(dt: np.dtype) -> list[list[str]]:
+    """A JSON-able description of a structured dtype (numpy's descr)."""
+    return [[name, str(fmt)] for name, fmt in dt.descr]
+
+
+def dtype_from_json(descr: list[list[str]]) -> np.dtype:
+    return np.dtype([(name if name else "", fmt) for name, fmt in descr])

@@ -1,0 +1,733 @@
+"""Synthetic captures for the good/bad twin workloads (tests and benchmarks).
+
+Real captures come from taccd in the VM; until then this module writes captures of
+the same format whose events follow a simple, vectorised model of the device (serial
+queues, a shared link with a modelled maximum, TLB walks, per-command overheads) and of
+the host (API call costs, ioctls, interrupts, scheduling).  Every workload of the
+runtime issue has a bad and a good twin; ``truth`` returns what the model knows
+(device time, expected findings, clock parameters) for the tests to compare against.
+
+    python -m tacc.capture.synth OUT --workload tiny_transfers --variant bad
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .devinfo import TLP_OVERHEAD_BYTES, link_max_payload_bw
+from .schema import (
+    API_DTYPE,
+    CLOCK_DTYPE,
+    COUNTERS_DTYPE,
+    DEVICE_TRACE_DTYPE,
+    DRIVER_DTYPE,
+    DROPS_DTYPE,
+    FUNC_COUNTERS,
+    HOST_DTYPE,
+    NO_FID,
+    DmaDir,
+    DriverFlag,
+    DriverKind,
+    DropSource,
+    Engine,
+    HostKind,
+    Opcode,
+)
+from .writer import CaptureWriter
+
+KiB = 1024
+MiB = 1024 * 1024
+
+# --- device/host model constants (documented in docs/capture-format.md, "Synthetic") ---
+GEN, WIDTH, MPS = 4, 8, 256
+CMD_OVERHEAD_NS = 800  # per command, fixed
+FETCH_NS = 1500  # doorbell -> descriptor fetch
+DMA_EFFICIENCY = 0.97  # achieved share of the modelled maximum for aligned transfers
+TLB_MISS_NS = 250  # one page walk
+IRQ_NS = 4000  # completion -> interrupt handled
+WAKE_NS = 6000  # interrupt -> waiting thread runs
+API_NS = 2000  # runtime bookkeeping of one call
+IOCTL_NS = 5000  # submit ioctl
+MAP_NS = 25_000  # dma map of a userptr buffer (pin + IOMMU map)
+MAP_PER_PAGE_NS = 20
+UNMAP_NS = 15_000
+GEMM_FLOP_PER_NS = 2000.0  # 2 TFLOP/s
+SAMPLE_NS = 100_000
+CLOCK_PERIOD_NS = 5_000_000
+
+MAX_BW = link_max_payload_bw(GEN, WIDTH, MPS)  # bytes / s
+RAW_BW = WIDTH * 16e9 * 128 / 130 / 8  # link bytes / s incl. TLP overhead
+
+
+def xfer_ns(nbytes: np.ndarray, share: float | np.ndarray = 1.0) -> np.ndarray:
+    """Device time of an aligned copy at ``share`` of the link."""
+    bw = MAX_BW * DMA_EFFICIENCY * np.asarray(share, dtype=np.float64)
+    return (CMD_OVERHEAD_NS + np.asarray(nbytes, np.float64) / bw * 1e9).astype(np.int64)
+
+
+def serial_schedule(ready: np.ndarray, dur: np.ndarray, floor: int = 0) -> tuple[np.ndarray, ...]:
+    """start_i = max(ready_i, end_{i-1}), end_i = start_i + dur_i, vectorised."""
+    ready = np.maximum(np.asarray(ready, np.int64), floor)
+    dur = np.asarray(dur, np.int64)
+    s = np.cumsum(dur)
+    s_prev = s - dur
+    end = s + np.maximum.accumulate(ready - s_prev)
+    return end - dur, end
+
+
+@dataclass
+class FuncSpec:
+    pci: str
+    vf: int
+
+
+@dataclass
+class Sim:
+    """Accumulates the events of a synthetic run (all times CLOCK_MONOTONIC ns)."""
+
+    seed: int = 0
+    node: str = "node0"
+    nvfs: int = 2
+    dev_offset: int = 5_000_000_000_000  # device ticks at mono 0
+    drift_ppm: float = 37.0
+    host_offset: int = 1_700_000_000_000_000_000  # host realtime at mono 0
+    rng: np.random.Generator = field(init=False)
+    cmds: list[dict[str, np.ndarray]] = field(default_factory=list)
+    api: list[np.ndarray] = field(default_factory=list)
+    driver: list[np.ndarray] = field(default_factory=list)
+    host: list[np.ndarray] = field(default_factory=list)
+    strings: dict[str, int] = field(default_factory=dict)
+    tag_seq: dict[int, int] = field(default_factory=dict)
+    job_seq: dict[int, int] = field(default_factory=dict)
+    queue_end: dict[tuple[int, int], int] = field(default_factory=dict)
+    segments: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+        self.funcs = [FuncSpec("0000:01:00.0", 0)] + [
+            FuncSpec(f"0000:01:00.{i + 1}", i + 1) for i in range(self.nvfs)
+        ]
+
+    # ------------------------------------------------------------- helpers --
+    def sid(self, text: str) -> int:
+        if text not in self.strings:
+            self.strings[text] = len(self.strings) + 1
+        return self.strings[text]
+
+    def tags(self, pid: int, n: int) -> np.ndarray:
+        s = self.tag_seq.get(pid, 0)
+        self.tag_seq[pid] = s + n
+        return (np.uint64(pid) << np.uint64(32)) | (np.arange(s + 1, s + n + 1, dtype=np.uint64))
+
+    def jobs(self, fid: int, n: int) -> np.ndarray:
+        s = self.job_seq.get(fid, 0)
+        self.job_seq[fid] = s + n
+        return np.arange(s + 1, s + n + 1, dtype=np.uint32)
+
+    def dev_ticks(self, mono: np.ndarray) -> np.ndarray:
+        m = np.asarray(mono, np.int64).astype(np.float64)
+        return (self.dev_offset + np.rint(m * (1.0 + self.drift_ppm * 1e-6))).astype(np.uint64)
+
+    def add_api(self, pid: int, tid: int, name: str, t0: np.ndarray, t1: np.ndarray,
+                tag: np.ndarray | int = 0, nbytes: np.ndarray | int = 0, fid: int = NO_FID,
+                args: str = "") -> None:
+        t0 = np.atleast_1d(np.asarray(t0, np.int64))
+        a = np.zeros(len(t0), API_DTYPE)
+        a["t_start"], a["t_end"] = t0, t1
+        a["tag"], a["bytes"], a["pid"], a["tid"] = tag, nbytes, pid, tid
+        a["name_id"], a["args_id"], a["fid"] = self.sid(name), self.sid(args) if args else 0, fid
+        self.api.append(a)
+
+    def add_driver(self, kind: DriverKind, t: np.ndarray, **cols: Any) -> None:
+        t = np.atleast_1d(np.asarray(t, np.int64))
+        d = np.zeros(len(t), DRIVER_DTYPE)
+        d["t_ns"], d["kind"] = t, int(kind)
+        for k, v in cols.items():
+            d[k] = v
+        self.driver.append(d)
+
+    def add_host(self, kind: HostKind, t: np.ndarray, **cols: Any) -> None:
+        t = np.atleast_1d(np.asarray(t, np.int64))
+        h = np.zeros(len(t), HOST_DTYPE)
+        h["t_ns"], h["kind"] = t, int(kind)
+        for k, v in cols.items():
+            h[k] = v
+        self.host.append(h)
+
+    # ------------------------------------------------------------- submit ---
+    def submit(
+        self, *, fid: int, queue: int, pid: int, tid: int, api_t0: np.ndarray, name: str,
+        opcode: int, nbytes: np.ndarray, dur: np.ndarray, ready: np.ndarray | None = None,
+        tlps: np.ndarray | None = None, tlb_misses: np.ndarray | int = 0, ctx: int = 1,
+        flops: np.ndarray | int = 0,
+    ) -> dict[str, np.ndarray]:
+        """One API call = one job = one command per element; returns device start/end."""
+        api_t0 = np.asarray(api_t0, np.int64)
+        n = len(api_t0)
+        tag = self.tags(pid, n)
+        job = self.jobs(fid, n)
+        t_sub = api_t0 + API_NS
+        t_bell = t_sub + IOCTL_NS - 500
+        dev_ready = t_bell + FETCH_NS
+        if ready is not None:
+            dev_ready = np.maximum(dev_ready, ready)
+        start, end = serial_schedule(dev_ready, dur, self.queue_end.get((fid, queue), 0))
+        self.queue_end[(fid, queue)] = int(end[-1]) if n else self.queue_end.get((fid, queue), 0)
+        nbytes = np.broadcast_to(np.asarray(nbytes, np.int64), (n,))
+        if tlps is None:
+            tlps = np.where(nbytes > 0, (nbytes + MPS - 1) // MPS, 0)
+        engine = {Opcode.COPY_H2D: Engine.DMA_H2D, Opcode.COPY_D2H: Engine.DMA_D2H}.get(
+            Opcode(opcode), Engine.COMPUTE0 + queue % 4)
+        self.cmds.append(dict(
+            fid=np.full(n, fid), queue=np.full(n, queue), ctx=np.full(n, ctx), tag=tag, job=job,
+            opcode=np.full(n, opcode), engine=np.full(n, int(engine)), bytes=nbytes,
+            tlps=np.broadcast_to(tlps, (n,)), tlb=np.broadcast_to(tlb_misses, (n,)),
+            t_fetch=np.minimum(dev_ready, start), t_start=start, t_end=end,
+            flops=np.broadcast_to(flops, (n,)),
+        ))
+        self.add_api(pid, tid, name, api_t0, t_sub + IOCTL_NS + 300, tag, nbytes, fid,
+                     args=f"q={queue}")
+        self.add_driver(DriverKind.IOCTL, t_sub, dur_ns=IOCTL_NS, pid=pid, tid=tid, fid=fid,
+                        ctx=ctx, queue=queue, tag=tag, job=job, arg=0x40, ncmds=1)
+        self.add_driver(DriverKind.SUBMIT, t_sub + 1000, pid=pid, tid=tid, fid=fid, ctx=ctx,
+                        queue=queue, tag=tag, job=job, ncmds=1, size=nbytes)
+        self.add_driver(DriverKind.DOORBELL, t_bell, pid=pid, tid=tid, fid=fid, ctx=ctx,
+                        queue=queue, tag=tag, job=job)
+        t_irq = end + IRQ_NS
+        self.add_driver(DriverKind.IRQ, t_irq, fid=fid, queue=queue, arg=queue)
+        self.add_driver(DriverKind.JOB_DONE, t_irq + 500, pid=pid, fid=fid, ctx=ctx, queue=queue,
+                        tag=tag, job=job, ncmds=1, size=nbytes, dev_start=self.dev_ticks(start),
+                        dev_end=self.dev_ticks(end))
+        return {"start": start, "end": end, "api_end": t_sub + IOCTL_NS + 300, "tag": tag}
+
+    def synchronize(self, pid: int, tid: int, t0: int, done: int) -> int:
+        """A blocking wait: API call, the thread sleeps until the completion wakes it."""
+        t_wake = max(t0 + API_NS, done + IRQ_NS + WAKE_NS)
+        self.add_api(pid, tid, "synchronize", np.array([t0]), np.array([t_wake]))
+        if t_wake - t0 > 20_000:
+            self.add_host(HostKind.SCHED_SWITCH, t0 + 1000, pid=pid, tid=tid, next_pid=0,
+                          prev_state=1, comm=b"tacc-run", next_comm=b"swapper/0")
+            self.add_host(HostKind.SCHED_WAKEUP, done + IRQ_NS + 1000, pid=pid, tid=tid,
+                          comm=b"tacc-run")
+            self.add_host(HostKind.SCHED_SWITCH, t_wake - 500, pid=0, tid=0, next_pid=tid,
+                          comm=b"swapper/0", next_comm=b"tacc-run")
+        return t_wake
+
+    def buffers(self, pid: int, tid: int, t: int, fid: int, sizes: list[int],
+                page_size: int = 2 * MiB, userptr: bool = False, align: int = 0) -> int:
+        """Allocate, map and bind buffers once (setup); returns the time after it."""
+        for i, size in enumerate(sizes):
+            va = 0x1_0000_0000 * (i + 1)
+            flags = int(DriverFlag.USERPTR if userptr else DriverFlag.DEVMEM)
+            addr = (0x7F00_0000_0000 + i * 0x1000_0000 + align) if userptr else 0
+            self.add_driver(DriverKind.BO_CREATE, t, pid=pid, tid=tid, fid=fid, size=size,
+                            addr=addr, arg=100 + i, flags=flags, dur_ns=3000)
+            t += 4000
+            if userptr:
+                d = MAP_NS + MAP_PER_PAGE_NS * (size // 4096)
+                self.add_driver(DriverKind.DMA_MAP, t, pid=pid, tid=tid, fid=fid, size=size,
+                                addr=0xF000_0000 + i * 0x1000_0000,
+                                nsegs=max(size // (64 * KiB), 1),
+                                dir=int(DmaDir.BIDIRECTIONAL), dur_ns=d, arg=100 + i,
+                                flags=int(DriverFlag.USERPTR | DriverFlag.PINNED))
+                t += d + 1000
+            self.add_driver(DriverKind.VM_BIND, t, pid=pid, tid=tid, fid=fid, ctx=1, addr=va,
+                            size=size, page_size=page_size, arg=100 + i, dur_ns=8000)
+            t += 9000
+        self.add_api(pid, tid, "alloc", np.array([t - 2000]), np.array([t]))
+        return t
+
+    # ------------------------------------------------------------- output ---
+    def write(self, path: str | Path, extra_meta: dict[str, Any] | None = None,
+              chunk_bytes: int = 1 << 20, drops: int = 0) -> dict[str, int]:
+        cmds = {k: np.concatenate([c[k] for c in self.cmds]) for k in self.cmds[0]}
+        order = np.lexsort((cmds["t_end"], cmds["fid"]))
+        cmds = {k: v[order] for k, v in cmds.items()}
+        n = len(order)
+        t_lo = int(min(int(np.min(a["t_start"])) for a in self.api)) - 1_000_000
+        t_hi = int(max(int(cmds["t_end"].max()), max(int(a["t_end"].max()) for a in self.api)))
+        t_hi += 1_000_000
+        meta = {
+            "node": self.node,
+            "devices": [
+                {"pci": f.pci, "pf": self.funcs[0].pci, "vf": f.vf,
+                 "link": {"gen": GEN, "width": WIDTH, "mps": MPS, "mrrs": 512},
+                 "devmem": 1 << 30, "clock_hz": 1e9, "time_scale": 1.0, "tlb_entries": 64}
+                for f in self.funcs
+            ],
+            "kernel": "6.12.0-synthetic", "qemu": "10.0.2-synthetic",
+            "icount": {"shift": 0, "sleep": False}, "time_scale": 1.0,
+            "options": {"synthetic": True, "seed": self.seed},
+            "clock_pairs": [],
+            "segments": self.segments,
+        }
+        meta.update(extra_meta or {})
+        counts: dict[str, int] = {}
+        with CaptureWriter(path, meta, chunk_bytes=chunk_bytes) as w:
+            for text, sid in self.strings.items():
+                assert w.string_id(text) == sid
+            # device trace: per function in sequence order
+            rec = np.zeros(n, DEVICE_TRACE_DTYPE)
+            rec["version"] = 1
+            for k in ("opcode", "engine", "queue", "fid", "ctx", "job", "tag"):
+                rec[k] = cmds[k]
+            rec["func"] = np.array([f.vf for f in self.funcs])[cmds["fid"]]
+            first = np.r_[True, cmds["fid"][1:] != cmds["fid"][:-1]]
+            idx = np.arange(n)
+            rec["seq"] = idx - np.maximum.accumulate(np.where(first, idx, 0))
+            rec["t_fetch"] = self.dev_ticks(cmds["t_fetch"])
+            rec["t_start"] = self.dev_ticks(cmds["t_start"])
+            rec["t_end"] = self.dev_ticks(cmds["t_end"])
+            rec["bytes"], rec["tlps"] = cmds["bytes"], cmds["tlps"]
+            rec["tlb_misses"] = np.minimum(cmds["tlb"], 0xFFFF)
+            w.append("device_trace", rec)
+            counts["device_trace"] = n
+            for name, parts, key in (("api", self.api, "t_start"), ("driver", self.driver, "t_ns"),
+                                     ("host", self.host, "t_ns")):
+                if parts:
+                    arr = np.concatenate(parts)
+                    arr = arr[np.argsort(arr[key], kind="stable")]
+                    w.append(name, arr)
+                    counts[name] = len(arr)
+            counts["counters"] = self._write_counters(w, cmds, t_lo, t_hi)
+            counts["clock_sync"] = self._write_clock(w, t_lo, t_hi)
+            if drops:
+                d = np.zeros(1, DROPS_DTYPE)
+                d["t_ns"], d["count"], d["fid"] = t_hi - 1, drops, NO_FID
+                d["source"] = int(DropSource.API)
+                w.append("drops", d)
+                counts["drops"] = 1
+        return counts
+
+    def _write_counters(self, w: CaptureWriter, cmds: dict[str, np.ndarray], t_lo: int,
+                        t_hi: int) -> int:
+        times = np.arange(t_lo, t_hi, SAMPLE_NS, dtype=np.int64)
+        total = 0
+        ends = cmds["t_end"]
+        is_h2d = cmds["opcode"] == Opcode.COPY_H2D
+        is_d2h = cmds["opcode"] == Opcode.COPY_D2H
+        allbytes = {}
+        for fn_i in range(len(self.funcs)):
+            sel = cmds["fid"] == fn_i
+            e = ends[sel]
+            o = np.argsort(e)
+            e = e[o]
+            pos = np.searchsorted(e, times, side="right")
+
+            def cum(v: np.ndarray, _o: np.ndarray = o, _pos: np.ndarray = pos) -> np.ndarray:
+                c = np.r_[0, np.cumsum(np.asarray(v, np.int64)[_o])]
+                return c[_pos]
+
+            c = np.zeros(len(times), COUNTERS_DTYPE)
+            c["devclk"] = self.dev_ticks(times)
+            c["seq"] = np.arange(len(times))
+            c["fid"] = fn_i
+            b, t = cmds["bytes"][sel], cmds["tlps"][sel]
+            h, d = is_h2d[sel], is_d2h[sel]
+            dur = cmds["t_end"][sel] - cmds["t_start"][sel]
+            c["h2d_bytes"] = cum(np.where(h, b, 0))
+            c["d2h_bytes"] = cum(np.where(d, b, 0))
+            c["h2d_tlps"] = cum(np.where(h, t, 0))
+            c["d2h_tlps"] = cum(np.where(d, t, 0))
+            c["h2d_link_bytes"] = c["h2d_bytes"] + TLP_OVERHEAD_BYTES * c["h2d_tlps"]
+            c["d2h_link_bytes"] = c["d2h_bytes"] + TLP_OVERHEAD_BYTES * c["d2h_tlps"]
+            tlb = cmds["tlb"][sel].astype(np.int64)
+            c["tlb_misses"] = cum(tlb)
+            c["tlb_hits"] = cum(np.maximum(b // 64 - tlb, 0) + np.where(h | d, 0, 1000))
+            c["tlb_walk_reads"] = 3 * c["tlb_misses"]
+            c["irqs"] = cum(np.ones_like(b))
+            c["trace_records"] = c["irqs"]
+            c["jobs_completed"] = c["irqs"]
+            c["cmds_completed"] = c["irqs"]
+            c["flops"] = cum(cmds["flops"][sel])
+            eng = cmds["engine"][sel]
+            names = [n for n, _ in FUNC_COUNTERS]
+            for e_i, nm in enumerate(("dma_h2d", "dma_d2h", "compute0", "compute1", "compute2",
+                                      "compute3")):
+                if f"busy_{nm}" in names:
+                    c[f"busy_{nm}"] = cum(np.where(eng == e_i, dur, 0))
+                    c[f"cmds_{nm}"] = cum((eng == e_i).astype(np.int64))
+            allbytes[fn_i] = c
+        pf = allbytes[0]
+        g = {k: sum(allbytes[i][k].astype(np.int64) for i in allbytes) for k in
+             ("h2d_bytes", "d2h_bytes", "h2d_link_bytes", "d2h_link_bytes", "busy_dma_h2d",
+              "busy_dma_d2h")}
+        pf["g_link_h2d_payload"], pf["g_link_d2h_payload"] = g["h2d_bytes"], g["d2h_bytes"]
+        pf["g_link_h2d_bytes"], pf["g_link_d2h_bytes"] = g["h2d_link_bytes"], g["d2h_link_bytes"]
+        pf["g_link_h2d_busy_ticks"] = g["busy_dma_h2d"]
+        pf["g_link_d2h_busy_ticks"] = g["busy_dma_d2h"]
+        pf["g_uptime_ticks"] = pf["devclk"]
+        merged = np.concatenate(list(allbytes.values()))
+        merged = merged[np.argsort(merged["devclk"], kind="stable")]
+        w.append("counters", merged)
+        total += len(merged)
+        return total
+
+    def _write_clock(self, w: CaptureWriter, t_lo: int, t_hi: int) -> int:
+        t = np.arange(t_lo, t_hi + CLOCK_PERIOD_NS, CLOCK_PERIOD_NS, dtype=np.int64)
+        out = []
+        for fn_i in range(len(self.funcs)):
+            width = self.rng.integers(800, 3000, len(t))
+            frac = self.rng.random(len(t))
+            c = np.zeros(len(t), CLOCK_DTYPE)
+            c["mono_before"] = t + fn_i * 10_000
+            c["mono_after"] = c["mono_before"] + width
+            true = c["mono_before"] + np.rint(frac * width).astype(np.int64)
+            c["devclk"] = self.dev_ticks(true)
+            c["hostclk"] = (self.host_offset + true).astype(np.uint64)
+            c["fid"] = fn_i
+            out.append(c)
+        arr = np.concatenate(out)
+        arr = arr[np.argsort(arr["mono_before"], kind="stable")]
+        w.append("clock_sync", arr)
+        return len(arr)
+
+
+# ------------------------------------------------------------------ workloads --
+PID = 4242
+TID = 4243
+
+
+def _async_stream(sim: Sim, t: int, n: int, *, fid: int = 0, queue: int = 0, pid: int = PID,
+                  tid: int = TID, name: str, opcode: int, nbytes: int, dur: np.ndarray,
+                  host_ns: int = API_NS + IOCTL_NS + 1000, **kw: Any) -> tuple[int, dict]:
+    api_t0 = t + np.arange(n, dtype=np.int64) * host_ns
+    r = sim.submit(fid=fid, queue=queue, pid=pid, tid=tid, api_t0=api_t0, name=name,
+                   opcode=opcode, nbytes=np.full(n, nbytes), dur=dur, **kw)
+    t_end = sim.synchronize(pid, tid, int(r["api_end"][-1]), int(r["end"][-1]))
+    return t_end, r
+
+
+def w_tiny_transfers(sim: Sim, t: int, scale: int, good: bool) -> int:
+    total = 64 * MiB * scale
+    size = 1 * MiB if good else 4 * KiB
+    n = total // size
+    t = sim.buffers(PID, TID, t, 0, [total])
+    t, _ = _async_stream(sim, t, n, name="copy_h2d", opcode=Opcode.COPY_H2D, nbytes=size,
+                         dur=np.full(n, xfer_ns(size)))
+    return t
+
+
+def w_unaligned_userptr(sim: Sim, t: int, scale: int, good: bool) -> int:
+    size = 8 * MiB
+    n = 16 * scale
+    align = 0 if good else 64
+    t = sim.buffers(PID, TID, t, 0, [size, size // 4], userptr=True, align=align)
+    base = (size + MPS - 1) // MPS
+    extra = 0 if good else size // 4096 + 1  # one more TLP per page crossing
+    dur = xfer_ns(size) + int(extra * (MPS + TLP_OVERHEAD_BYTES) / RAW_BW * 1e9)
+    t, _ = _async_stream(sim, t, n, name="copy_h2d", opcode=Opcode.COPY_H2D, nbytes=size,
+                         dur=np.full(n, dur), tlps=np.full(n, base + extra))
+    d = size // 4
+    dbase = d // MPS
+    dextra = 0 if good else d // 4096 + 1
+    ddur = xfer_ns(d) + int(dextra * (MPS + TLP_OVERHEAD_BYTES) / RAW_BW * 1e9)
+    t, _ = _async_stream(sim, t, n, queue=1, name="copy_d2h", opcode=Opcode.COPY_D2H, nbytes=d,
+                         dur=np.full(n, ddur), tlps=np.full(n, dbase + dextra))
+    return t
+
+
+def w_map_churn(sim: Sim, t: int, scale: int, good: bool) -> int:
+    size = 1 * MiB
+    n = 200 * scale
+    if good:
+        t = sim.buffers(PID, TID, t, 0, [size], userptr=True)
+        t, _ = _async_stream(sim, t, n, name="copy_h2d", opcode=Opcode.COPY_H2D, nbytes=size,
+                             dur=np.full(n, xfer_ns(size)), host_ns=API_NS + IOCTL_NS + 1000)
+        return t
+    # every call: register userptr (pin + map + bind), copy, wait, unbind + unmap + unpin
+    dmap = MAP_NS + MAP_PER_PAGE_NS * (size // 4096)
+    per = API_NS + 4000 + dmap + 9000 + IOCTL_NS + 1000 + xfer_ns(size) + IRQ_NS + WAKE_NS \
+        + 9000 + UNMAP_NS + 4000 + 3000
+    t0 = t + np.arange(n, dtype=np.int64) * int(per)
+    ua = 0x7F00_0000_0000
+    sim.add_driver(DriverKind.BO_CREATE, t0 + API_NS, pid=PID, tid=TID, fid=0, size=size,
+                   addr=ua, arg=200 + np.arange(n), flags=int(DriverFlag.USERPTR), dur_ns=3000)
+    tm = t0 + API_NS + 4000
+    sim.add_driver(DriverKind.DMA_MAP, tm, pid=PID, tid=TID, fid=0, size=size,
+                   addr=0xF000_0000, nsegs=16, dir=int(DmaDir.TO_DEVICE), dur_ns=dmap,
+                   arg=200 + np.arange(n), flags=int(DriverFlag.USERPTR))
+    tb = tm + dmap
+    sim.add_driver(DriverKind.VM_BIND, tb, pid=PID, tid=TID, fid=0, ctx=1, addr=0x1_0000_0000,
+                   size=size, page_size=4096, dur_ns=8000)
+    sim.add_api(PID, TID, "register_userptr", t0, tb + 9000, nbytes=size, fid=0)
+    r = sim.submit(fid=0, queue=0, pid=PID, tid=TID, api_t0=tb + 9000, name="copy_h2d",
+                   opcode=Opcode.COPY_H2D, nbytes=np.full(n, size), dur=np.full(n, xfer_ns(size)))
+    tw = r["end"] + IRQ_NS + WAKE_NS
+    sim.add_api(PID, TID, "synchronize", r["api_end"], tw)
+    sim.add_driver(DriverKind.VM_UNBIND, tw + 500, pid=PID, tid=TID, fid=0, ctx=1,
+                   addr=0x1_0000_0000, size=size, page_size=4096, dur_ns=8000)
+    sim.add_driver(DriverKind.DMA_UNMAP, tw + 9000, pid=PID, tid=TID, fid=0, size=size,
+                   addr=0xF000_0000, nsegs=16, dir=int(DmaDir.TO_DEVICE), dur_ns=UNMAP_NS,
+                   arg=200 + np.arange(n), flags=int(DriverFlag.USERPTR))
+    sim.add_driver(DriverKind.BO_DESTROY, tw + 9000 + UNMAP_NS + 500, pid=PID, tid=TID, fid=0,
+                   size=size, arg=200 + np.arange(n), flags=int(DriverFlag.USERPTR))
+    sim.add_api(PID, TID, "unregister_userptr", tw + 300, tw + 9000 + UNMAP_NS + 4000)
+    return int(t0[-1] + per)
+
+
+def _gemm_ns(m: int, flops_per_ns: float = GEMM_FLOP_PER_NS) -> int:
+    return int(2 * m**3 / flops_per_ns) + CMD_OVERHEAD_NS
+
+
+def w_serialized_copies(sim: Sim, t: int, scale: int, good: bool) -> int:
+    n = 40 * scale
+    h, d = 4 * MiB, 1 * MiB
+    m = 1024
+    t = sim.buffers(PID, TID, t, 0, [2 * h, 2 * d, 8 * MiB])
+    host = API_NS + IOCTL_NS + 1000
+    api0 = t + np.arange(3 * n, dtype=np.int64) * host
+    a_h, a_c, a_d = api0[0::3], api0[1::3], api0[2::3]
+    hd, cd, dd = np.full(n, xfer_ns(h)), np.full(n, _gemm_ns(m)), np.full(n, xfer_ns(d))
+    if not good:
+        # everything on queue 0 in order: the submit helper serialises per queue, and the
+        # API order interleaves h2d, gemm, d2h
+        api = np.stack([a_h, a_c, a_d], 1).ravel()
+        op = np.stack([np.full(n, 1), np.full(n, 4), np.full(n, 2)], 1).ravel()
+        by = np.stack([np.full(n, h), np.zeros(n, np.int64), np.full(n, d)], 1).ravel()
+        du = np.stack([hd, cd, dd], 1).ravel()
+        ends = []
+        for o, name in ((1, "copy_h2d"), (4, "gemm"), (2, "copy_d2h")):
+            sel = op == o
+            ends.append((sel, name))
+        # one serial queue: schedule all at once, then emit per opcode
+        start, end = serial_schedule(api + API_NS + IOCTL_NS - 500 + FETCH_NS, du)
+        last = 0
+        for sel, name in ends:
+            oc = int(op[sel][0])
+            r = sim.submit(fid=0, queue=0, pid=PID, tid=TID, api_t0=api[sel], name=name,
+                           opcode=oc, nbytes=by[sel], dur=du[sel], ready=start[sel],
+                           flops=2 * m**3 if oc == 4 else 0)
+            sim.queue_end[(0, 0)] = 0
+            last = max(last, int(r["end"][-1]))
+        return sim.synchronize(PID, TID, int(api[-1] + host), last)
+    rh = sim.submit(fid=0, queue=1, pid=PID, tid=TID, api_t0=a_h, name="copy_h2d",
+                    opcode=Opcode.COPY_H2D, nbytes=np.full(n, h), dur=hd)
+    rc = sim.submit(fid=0, queue=0, pid=PID, tid=TID, api_t0=a_c, name="gemm", opcode=Opcode.GEMM,
+                    nbytes=np.zeros(n, np.int64), dur=cd, ready=rh["end"], flops=2 * m**3)
+    rd = sim.submit(fid=0, queue=2, pid=PID, tid=TID, api_t0=a_d, name="copy_d2h",
+                    opcode=Opcode.COPY_D2H, nbytes=np.full(n, d), dur=dd, ready=rc["end"])
+    return sim.synchronize(PID, TID, int(api0[-1] + host), int(rd["end"][-1]))
+
+
+def w_tlb_thrash(sim: Sim, t: int, scale: int, good: bool) -> int:
+    n = 60 * scale
+    m = 2048
+    page = 2 * MiB if good else 4 * KiB
+    touched = 3 * m * m * 4  # A, B, C in fp32
+    misses = touched // page * 2  # each page walked about twice (TLB of 64 entries)
+    t = sim.buffers(PID, TID, t, 0, [m * m * 4] * 3, page_size=page)
+    dur = np.full(n, _gemm_ns(m) + misses * TLB_MISS_NS)
+    t, _ = _async_stream(sim, t, n, name="gemm", opcode=Opcode.GEMM, nbytes=0, dur=dur,
+                         tlb_misses=misses, flops=2 * m**3)
+    return t
+
+
+def w_link_saturation(sim: Sim, t: int, scale: int, good: bool) -> int:
+    # bad: 4 queues stream fresh inputs concurrently; good: inputs staged once and reused
+    nq = 4
+    size = 8 * MiB
+    n = (8 if good else 32) * scale
+    t = sim.buffers(PID, TID, t, 0, [size * nq])
+    share = 1.0 / nq
+    last = t
+    for q in range(nq):
+        tid = TID + q
+        api0 = t + q * 2000 + np.arange(n, dtype=np.int64) * 10_000
+        r = sim.submit(fid=0, queue=q, pid=PID, tid=tid, api_t0=api0, name="copy_h2d",
+                       opcode=Opcode.COPY_H2D, nbytes=np.full(n, size),
+                       dur=np.full(n, xfer_ns(size, share)))
+        d = size // 8
+        r2 = sim.submit(fid=0, queue=q, pid=PID, tid=tid, api_t0=api0 + 5000, name="copy_d2h",
+                        opcode=Opcode.COPY_D2H, nbytes=np.full(n, d), dur=np.full(n, xfer_ns(d)),
+                        ready=r["end"])
+        last = max(last, int(r2["end"][-1]))
+    return sim.synchronize(PID, TID, t + 10_000 * (n + 1), last)
+
+
+def w_host_bound(sim: Sim, t: int, scale: int, good: bool) -> int:
+    n = 40 * scale
+    pre = 1_500_000  # CPU preprocessing + disk read per batch
+    size = 4 * MiB
+    m = 1024
+    t = sim.buffers(PID, TID, t, 0, [2 * size])
+    it = xfer_ns(size) + _gemm_ns(m) + 2 * (API_NS + IOCTL_NS + 1000) + IRQ_NS + WAKE_NS
+    period = pre + it if not good else max(it, 1) + 20_000
+    t0 = t + np.arange(n, dtype=np.int64) * period
+    if not good:
+        sim.add_host(HostKind.BLOCK_ISSUE, t0 + 10_000, pid=PID, tid=TID, dev=0x800010,
+                     sector=np.arange(n) * 8192, size=size, comm=b"tacc-run")
+        sim.add_host(HostKind.BLOCK_COMPLETE, t0 + 900_000, pid=PID, tid=TID, dev=0x800010,
+                     sector=np.arange(n) * 8192, size=size, dur_ns=890_000, comm=b"tacc-run")
+        sim.add_host(HostKind.NET_RX, t0 + 1_000_000, pid=PID, tid=TID, dev=2, size=64 * KiB)
+        sim.add_api(PID, TID, "host_preprocess", t0, t0 + pre - 1000)
+        start = t0 + pre
+    else:
+        # preprocessing runs in a loader thread ahead of the device
+        sim.add_host(HostKind.BLOCK_ISSUE, t0 + 10_000, pid=PID, tid=TID + 9, dev=0x800010,
+                     sector=np.arange(n) * 8192, size=size, comm=b"loader")
+        sim.add_api(PID, TID + 9, "host_preprocess", t0, t0 + pre - 1000)
+        start = t0 + pre
+    r = sim.submit(fid=0, queue=0, pid=PID, tid=TID, api_t0=start, name="copy_h2d",
+                   opcode=Opcode.COPY_H2D, nbytes=np.full(n, size), dur=np.full(n, xfer_ns(size)))
+    rc = sim.submit(fid=0, queue=0, pid=PID, tid=TID, api_t0=start + 8000, name="gemm",
+                    opcode=Opcode.GEMM, nbytes=np.zeros(n, np.int64),
+                    dur=np.full(n, _gemm_ns(m)), ready=r["end"], flops=2 * m**3)
+    return sim.synchronize(PID, TID, int(start[-1] + 20_000), int(rc["end"][-1]))
+
+
+def w_noisy_neighbour(sim: Sim, t: int, scale: int, good: bool) -> int:
+    # VF1 streams paced 2 MiB copies (about 40% of the link); VF2 bursts (bad twin only)
+    n = 200 * scale
+    size = 2 * MiB
+    solo = int(xfer_ns(size))
+    period = int(solo / 0.4)
+    t = sim.buffers(PID, TID, t, 1, [size * 2])
+    api0 = t + np.arange(n, dtype=np.int64) * period
+    burst = np.zeros(n, bool)
+    if not good:
+        burst = (np.arange(n) // 10) % 2 == 1  # every other block of 10 periods
+    dur = np.where(burst, xfer_ns(size, 0.5), solo)
+    r = sim.submit(fid=1, queue=0, pid=PID, tid=TID, api_t0=api0, name="copy_h2d",
+                   opcode=Opcode.COPY_H2D, nbytes=np.full(n, size), dur=dur)
+    last = int(r["end"][-1])
+    if not good:
+        pid2 = PID + 100
+        bs = np.flatnonzero(burst[::10]) * 10
+        big = 4 * MiB
+        for b in bs:
+            tb0 = int(api0[b])
+            tb1 = int(api0[min(b + 9, n - 1)] + period)
+            k = max(int((tb1 - tb0) // int(xfer_ns(big, 0.5))), 1)
+            a = tb0 + np.arange(k, dtype=np.int64) * 1000
+            r2 = sim.submit(fid=2, queue=0, pid=pid2, tid=pid2, api_t0=a, name="copy_h2d",
+                            opcode=Opcode.COPY_H2D, nbytes=np.full(k, big),
+                            dur=np.full(k, xfer_ns(big, 0.5)), ready=np.full(k, tb0))
+            last = max(last, int(r2["end"][-1]))
+    return sim.synchronize(PID, TID, int(api0[-1] + 10_000), last)
+
+
+def w_mlp(sim: Sim, t: int, scale: int, good: bool) -> int:
+    """The good reference: double-buffered inputs, copies overlap compute."""
+    return w_serialized_copies(sim, t, scale, True)
+
+
+WORKLOADS: dict[str, Callable[[Sim, int, int, bool], int]] = {
+    "tiny_transfers": w_tiny_transfers,
+    "unaligned_userptr": w_unaligned_userptr,
+    "map_churn": w_map_churn,
+    "serialized_copies": w_serialized_copies,
+    "tlb_thrash": w_tlb_thrash,
+    "link_saturation": w_link_saturation,
+    "host_bound": w_host_bound,
+    "noisy_neighbour": w_noisy_neighbour,
+    "mlp": w_mlp,
+}
+
+# The findings each bad twin must produce (good twins: none). docs/analysis.md has the table.
+EXPECTED: dict[str, set[str]] = {
+    "tiny_transfers": {"small_transfers"},
+    "unaligned_userptr": {"host_memory"},
+    "map_churn": {"iommu_churn"},
+    "serialized_copies": {"serialized_copies"},
+    "tlb_thrash": {"tlb_thrash"},
+    "link_saturation": {"link_saturation"},
+    "host_bound": {"idle_gaps"},
+    "noisy_neighbour": {"link_saturation", "vf_contention"},
+    "mlp": set(),
+}
+
+
+def run(sim: Sim, plan: list[tuple[str, bool]], scale: int = 1, gap_ns: int = 5_000_000) -> int:
+    """Run workloads one after the other; records each segment's time range in meta."""
+    t = 10_000_000
+    for name, bad in plan:
+        t0 = t
+        sim.queue_end.clear()
+        t = WORKLOADS[name](sim, t, scale, not bad)
+        sim.segments.append({"workload": name, "variant": "bad" if bad else "good",
+                             "t_start": t0, "t_end": t})
+        t += gap_ns
+    return t
+
+
+def generate(path: str | Path, workload: str | list[tuple[str, bool]], variant: str = "bad",
+             scale: int = 1, seed: int = 0, node: str = "node0", **sim_kw: Any) -> dict[str, Any]:
+    """Write a synthetic capture; returns the ground truth of the run."""
+    sim = Sim(seed=seed, node=node, **sim_kw)
+    plan = workload if isinstance(workload, list) else [(workload, variant == "bad")]
+    run(sim, plan, scale)
+    counts = sim.write(path)
+    return truth(sim, counts)
+
+
+def truth(sim: Sim, counts: dict[str, int]) -> dict[str, Any]:
+    cmds = {k: np.concatenate([c[k] for c in sim.cmds]) for k in sim.cmds[0]}
+    expected: set[str] = set()
+    for seg in sim.segments:
+        if seg["variant"] == "bad":
+            expected |= EXPECTED[seg["workload"]]
+    return {
+        "counts": counts,
+        "segments": sim.segments,
+        "expected_findings": sorted(expected),
+        "wall_ns": int(sim.segments[-1]["t_end"] - sim.segments[0]["t_start"]),
+        "device_busy_ns": int(np.sum(cmds["t_end"] - cmds["t_start"])),
+        "cmds": cmds,
+        "dev_offset": sim.dev_offset,
+        "drift_ppm": sim.drift_ppm,
+    }
+
+
+def generate_events(path: str | Path, events: int, seed: int = 0,
+                    chunk_bytes: int = 4 << 20) -> dict[str, int]:
+    """A capture with about ``events`` events in total (benchmarks): mixed workloads
+    repeated until the count is reached."""
+    sim = Sim(seed=seed)
+    plan = [(w, True) for w in ("tiny_transfers", "serialized_copies", "map_churn",
+                                "tlb_thrash", "host_bound", "noisy_neighbour")]
+    # events per scale unit of this plan, measured on a scale-1 dry run (about 170k)
+    probe = Sim(seed=seed)
+    run(probe, plan, 1)
+    per = sum(len(a) for a in probe.api) + sum(len(a) for a in probe.driver) + sum(
+        len(c["tag"]) for c in probe.cmds) + sum(len(a) for a in probe.host)
+    scale = max(int(round(events / per)), 1)
+    run(sim, plan, scale)
+    return sim.write(path, chunk_bytes=chunk_bytes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tacc.capture.synth", description=__doc__)
+    ap.add_argument("out")
+    ap.add_argument("--workload", default="mlp", choices=sorted(WORKLOADS) + ["mixed"])
+    ap.add_argument("--variant", default="bad", choices=["bad", "good"])
+    ap.add_argument("--scale", type=int, default=1)
+    ap.add_argument("--events", type=int, default=0, help="benchmark capture of ~N events")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--node", default="node0")
+    a = ap.parse_args(argv)
+    if a.events:
+        print(json.dumps(generate_events(a.out, a.events, a.seed)))
+        return 0
+    wl: str | list[tuple[str, bool]] = a.workload
+    if a.workload == "mixed":
+        wl = MIXED
+    t = generate(a.out, wl, a.variant, a.scale, a.seed, a.node)
+    print(json.dumps({"counts": t["counts"], "expected_findings": t["expected_findings"]}))
+    return 0
+
+
+MIXED: list[tuple[str, bool]] = [
+    ("mlp", False), ("tiny_transfers", True), ("map_churn", True), ("tlb_thrash", True),
+    ("serialized_copies", True), ("mlp", False),
+]
+
+if __name__ == "__main__":
+    raise SystemExit(main())
