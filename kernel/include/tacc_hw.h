@@ -50,6 +50,7 @@ enum tacc_engine {
 	TACC_ENGINE_DMA_H2D = 0,
 	TACC_ENGINE_DMA_D2H = 1,
 	TACC_ENGINE_COMPUTE0 = 2,	/* compute engines 2 .. 5 */
+	TACC_ENGINE_LOCAL = 0xff,	/* queue-local: NOP, FENCE, TIMESTAMP, BARRIER */
 };
 
 /* ----------------------------------------------------- BAR0: global ---- */
@@ -126,6 +127,9 @@ enum tacc_fault_type {
 	TACC_FAULT_WALK_DMA = 3,	/* page-table read failed (IOMMU) */
 	TACC_FAULT_DEVMEM_RANGE = 4,	/* device address outside the window */
 	TACC_FAULT_BAD_CTX = 5,		/* context has no valid PTBR */
+	TACC_FAULT_MEM_KIND = 6,	/* page maps host memory where device memory
+					 * is required, or the reverse (copy
+					 * direction, compute operands) */
 };
 
 /* ---------------------------------------------------- BAR0: trace ---- */
@@ -201,6 +205,9 @@ enum tacc_eltwise_op {
 
 #define TACC_DESC_SIZE		128
 #define TACC_COPY_MAX_LEN	(1ull << 32)	/* exclusive */
+#define TACC_GEMM_MAX_DIM	4096		/* m, n, k: 1 .. 4096 */
+#define TACC_GEMM_MAX_MNK	(1ull << 30)	/* m * n * k, inclusive */
+#define TACC_ELT_MAX_N		(1ull << 26)	/* eltwise elements, inclusive */
 
 /**
  * struct tacc_desc - one command, 128 bytes, in a submission ring.
@@ -285,6 +292,21 @@ struct tacc_cqe {
 };
 
 #define TACC_CQE_SIZE		32
+/* Fault injection "corrupt the next completion": job inverted, status: */
+#define TACC_ST_CORRUPT		0xffff
+
+/* ------------------------------------------------ link model ---- */
+/*
+ * PCIe link model constants (docs/hardware.md, "Timing model").  Gen3, 4
+ * and 5 use 128b/130b encoding.  Per-TLP overhead: 4 bytes STP token +
+ * sequence number, the TLP header (4 DW for 64-bit memory requests, 3 DW
+ * for completions), 4 bytes LCRC.  DLLPs (ACK, flow control) are ignored.
+ */
+#define TACC_LINK_ENC_NUM	128
+#define TACC_LINK_ENC_DEN	130
+#define TACC_LINK_MWR_OVERHEAD	24	/* per memory-write TLP (D2H payload) */
+#define TACC_LINK_CPL_OVERHEAD	20	/* per completion-with-data TLP (H2D payload) */
+#define TACC_LINK_MRD_BYTES	24	/* per memory-read request TLP (upstream) */
 
 /* ---------------------------------------------------- page tables ---- */
 /*

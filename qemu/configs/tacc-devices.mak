@@ -1,0 +1,15 @@
+# Trimmed x86_64 device set for the tacc VM harness and qtest
+# (used with --without-default-devices --with-devices-x86_64=tacc).
+CONFIG_Q35=y
+CONFIG_VTD=y
+CONFIG_PCIE_PORT=y
+CONFIG_VIRTIO_PCI=y
+CONFIG_VIRTIO_9P=y
+CONFIG_VIRTIO_BLK=y
+CONFIG_VIRTIO_NET=y
+CONFIG_ISA_DEBUG=y
+CONFIG_SERIAL=y
+CONFIG_SERIAL_ISA=y
+CONFIG_SERIAL_PCI=y
+CONFIG_TACC=y
+CONFIG_VIRTIO_SERIAL=y

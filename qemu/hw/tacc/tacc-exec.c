@@ -1,0 +1,440 @@
+/*
+ * tacc: functional execution of commands.
+ *
+ * tacc_exec() runs when a command is dispatched to its unit: it validates
+ * the descriptor, translates every operand through the device MMU, moves
+ * the data / computes the result, and fills a TaccResult with what the
+ * timing model and the counters need.  Results are real (GEMM, eltwise).
+ * Writes that must not become visible before the modelled completion time
+ * (fence, timestamp) are deferred to the completion (post_write).
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu/osdep.h"
+#include "qemu/log.h"
+#include "tacc.h"
+#include "trace.h"
+
+#define TACC_XFER_BUF   (64 * 1024)
+
+enum tacc_engine_class tacc_op_class(uint8_t opcode)
+{
+    switch (opcode) {
+    case TACC_OP_COPY_H2D:
+    case TACC_OP_COPY_D2D:
+        return TACC_CLASS_H2D;
+    case TACC_OP_COPY_D2H:
+        return TACC_CLASS_D2H;
+    case TACC_OP_GEMM:
+    case TACC_OP_ELTWISE:
+        return TACC_CLASS_COMPUTE;
+    default:
+        return TACC_CLASS_LOCAL;       /* incl. bad opcodes: fail fast */
+    }
+}
+
+/* Data DMA of a command: honours the fail-next-DMA fault injection. */
+static MemTxResult tacc_dma_rw(TaccFunc *f, uint64_t iova, void *buf,
+                               uint64_t len, bool write)
+{
+    TaccState *s = f->pf;
+    MemTxResult r;
+
+    if (s->fi_fail_next_dma) {
+        s->fi_fail_next_dma = false;
+        trace_tacc_fi_dma_fail(f->fn, iova);
+        return MEMTX_ERROR;
+    }
+    r = write ? pci_dma_write(PCI_DEVICE(f), iova, buf, len)
+              : pci_dma_read(PCI_DEVICE(f), iova, buf, len);
+    if (r != MEMTX_OK) {
+        trace_tacc_dma_error(f->fn, iova, len, write);
+    }
+    return r;
+}
+
+MemTxResult tacc_dma_read(TaccFunc *f, uint64_t iova, void *buf, uint64_t len)
+{
+    return tacc_dma_rw(f, iova, buf, len, false);
+}
+
+MemTxResult tacc_dma_write(TaccFunc *f, uint64_t iova, const void *buf,
+                           uint64_t len)
+{
+    return tacc_dma_rw(f, iova, (void *)buf, len, true);
+}
+
+static uint16_t tacc_fault(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
+                           int type, bool write, TaccResult *res)
+{
+    f->cnt[TACC_CNT_mmu_faults]++;
+    f->pf->gt.faults++;
+    res->fault = true;
+    trace_tacc_mmu_fault(f->fn, c->d.ctx, va, type, write);
+    if (!(f->fault_info & TACC_FAULT_VALID)) {
+        f->fault_addr = va;
+        f->fault_tag = c->d.tag;
+        f->fault_info = (c->d.ctx & TACC_FAULT_CTX_MASK) |
+                        ((q << TACC_FAULT_QUEUE_SHIFT) & TACC_FAULT_QUEUE_MASK) |
+                        ((type << TACC_FAULT_TYPE_SHIFT) & TACC_FAULT_TYPE_MASK) |
+                        (write ? TACC_FAULT_WRITE : 0) | TACC_FAULT_VALID;
+    }
+    tacc_irq_cause(f, TACC_IRQ_MMU_FAULT);
+    return type == TACC_FAULT_BAD_CTX ? TACC_ST_BAD_CTX : TACC_ST_MMU_FAULT;
+}
+
+static uint16_t tacc_dma_fail(TaccFunc *f)
+{
+    f->cnt[TACC_CNT_dma_errors]++;
+    f->pf->gt.dma_errors++;
+    tacc_irq_cause(f, TACC_IRQ_DMA_ERROR);
+    return TACC_ST_DMA_ERROR;
+}
+
+enum { KIND_ANY, KIND_HOST, KIND_DEVMEM };
+
+/*
+ * Read or write @len bytes at device VA @va of the command's context.
+ * @kind restricts the memory the pages may map.  Returns a tacc_status.
+ * *@done gets the bytes transferred before any error.
+ */
+static uint16_t tacc_va_rw(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
+                           void *buf, uint64_t len, bool write, int kind,
+                           TaccResult *res, uint64_t *done)
+{
+    TaccState *s = f->pf;
+    uint64_t wbase, wsize;
+    uint8_t *p = buf;
+
+    tacc_window(f, &wbase, &wsize);
+    *done = 0;
+    while (len) {
+        TaccXlate x;
+        uint64_t n;
+        int ft = tacc_mmu_translate(f, c->d.ctx, va, &x, res);
+
+        if (!ft && write && !x.writable) {
+            ft = TACC_FAULT_PERMISSION;
+        }
+        if (!ft && ((kind == KIND_HOST && x.devmem) ||
+                    (kind == KIND_DEVMEM && !x.devmem))) {
+            ft = TACC_FAULT_MEM_KIND;
+        }
+        n = MIN(len, x.page_left);
+        if (!ft && x.devmem && (x.addr >= wsize || n > wsize - x.addr)) {
+            ft = TACC_FAULT_DEVMEM_RANGE;
+        }
+        if (ft) {
+            return tacc_fault(f, q, c, va, ft, write, res);
+        }
+        if (x.devmem) {
+            if (write) {
+                memcpy(s->devmem + wbase + x.addr, p, n);
+                res->devmem_wr += n;
+            } else {
+                memcpy(p, s->devmem + wbase + x.addr, n);
+                res->devmem_rd += n;
+            }
+        } else if (tacc_dma_rw(f, x.addr, p, n, write) != MEMTX_OK) {
+            return tacc_dma_fail(f);
+        }
+        va += n;
+        p += n;
+        len -= n;
+        *done += n;
+    }
+    return TACC_ST_OK;
+}
+
+static void tacc_exec_copy(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+{
+    TaccState *s = f->pf;
+    uint64_t len = c->d.copy.len, moved = 0;
+    int skind = KIND_DEVMEM, dkind = KIND_DEVMEM;
+    g_autofree uint8_t *buf = NULL;
+
+    if (len == 0 || len >= TACC_COPY_MAX_LEN) {
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
+    if (c->d.opcode == TACC_OP_COPY_H2D) {
+        skind = KIND_HOST;
+    } else if (c->d.opcode == TACC_OP_COPY_D2H) {
+        dkind = KIND_HOST;
+    }
+    buf = g_malloc(MIN(len, TACC_XFER_BUF));
+    while (moved < len) {
+        uint64_t n = MIN(len - moved, TACC_XFER_BUF), got, put;
+
+        res->status = tacc_va_rw(f, q, c, c->d.copy.src + moved, buf, n,
+                                 false, skind, res, &got);
+        if (res->status == TACC_ST_OK) {
+            res->status = tacc_va_rw(f, q, c, c->d.copy.dst + moved, buf, n,
+                                     true, dkind, res, &put);
+        } else {
+            put = 0;
+        }
+        moved += put;
+        if (res->status != TACC_ST_OK) {
+            break;
+        }
+    }
+
+    res->bytes = moved;
+    switch (c->d.opcode) {
+    case TACC_OP_COPY_H2D: {
+        uint64_t down, up, tlps;
+        tacc_link_h2d_cost(s, moved, &down, &up, &tlps);
+        res->h2d_bytes = moved;
+        res->h2d_tlps = moved ? tlps : 0;
+        res->h2d_link = moved ? down : 0;
+        res->d2h_link = moved ? up : 0;
+        res->link_kind = TACC_LINK_H2D;
+        res->link_payload = moved;
+        res->post_ps = tacc_scale_ps(s, s->read_latency_ns * PS_PER_NS);
+        break;
+    }
+    case TACC_OP_COPY_D2H: {
+        uint64_t up, tlps;
+        tacc_link_d2h_cost(s, moved, &up, &tlps);
+        res->d2h_bytes = moved;
+        res->d2h_tlps = moved ? tlps : 0;
+        res->d2h_link = moved ? up : 0;
+        res->link_kind = TACC_LINK_D2H;
+        res->link_payload = moved;
+        res->post_ps = tacc_scale_ps(s, s->write_latency_ns * PS_PER_NS);
+        break;
+    }
+    default:        /* D2D: device memory only */
+        res->pre_ps += tacc_compute_ps(s, 0, res->devmem_rd + res->devmem_wr);
+        break;
+    }
+}
+
+static bool tacc_f32_aligned(uint64_t a)
+{
+    return !(a & 3);
+}
+
+static float tacc_f32(uint32_t bits)
+{
+    float v;
+    memcpy(&v, &bits, 4);
+    return v;
+}
+
+static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+{
+    TaccState *s = f->pf;
+    uint64_t m = c->d.gemm.m, n = c->d.gemm.n, k = c->d.gemm.k;
+    uint64_t lda = c->d.gemm.lda, ldb = c->d.gemm.ldb, ldc = c->d.gemm.ldc;
+    float alpha = tacc_f32(c->d.gemm.alpha), beta = tacc_f32(c->d.gemm.beta);
+    uint64_t la, lb, lc, done, wbase, wsize;
+    g_autofree float *A = NULL, *B = NULL, *C = NULL;
+    g_autofree double *acc = NULL;
+
+    if (!m || !n || !k || m > TACC_GEMM_MAX_DIM || n > TACC_GEMM_MAX_DIM ||
+        k > TACC_GEMM_MAX_DIM || m * n * k > TACC_GEMM_MAX_MNK ||
+        lda < k || ldb < n || ldc < n || lda > TACC_GEMM_MAX_DIM * 16 ||
+        ldb > TACC_GEMM_MAX_DIM * 16 || ldc > TACC_GEMM_MAX_DIM * 16) {
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
+    if (!tacc_f32_aligned(c->d.gemm.a) || !tacc_f32_aligned(c->d.gemm.b) ||
+        !tacc_f32_aligned(c->d.gemm.c)) {
+        res->status = TACC_ST_BAD_ALIGN;
+        return;
+    }
+    la = ((m - 1) * lda + k) * 4;
+    lb = ((k - 1) * ldb + n) * 4;
+    lc = ((m - 1) * ldc + n) * 4;
+    tacc_window(f, &wbase, &wsize);
+    if (la > wsize || lb > wsize || lc > wsize) {
+        res->status = TACC_ST_BAD_LENGTH;     /* cannot fit in device memory */
+        return;
+    }
+    A = g_malloc(la);
+    B = g_malloc(lb);
+    C = g_malloc0(lc);
+    res->status = tacc_va_rw(f, q, c, c->d.gemm.a, A, la, false, KIND_DEVMEM,
+                             res, &done);
+    if (!res->status) {
+        res->status = tacc_va_rw(f, q, c, c->d.gemm.b, B, lb, false,
+                                 KIND_DEVMEM, res, &done);
+    }
+    if (!res->status && beta != 0.0f) {
+        res->status = tacc_va_rw(f, q, c, c->d.gemm.c, C, lc, false,
+                                 KIND_DEVMEM, res, &done);
+    }
+    if (!res->status) {
+        acc = g_malloc(n * sizeof(double));
+        for (uint64_t i = 0; i < m; i++) {
+            memset(acc, 0, n * sizeof(double));
+            for (uint64_t p = 0; p < k; p++) {
+                double a = A[i * lda + p];
+                const float *brow = &B[p * ldb];
+                for (uint64_t j = 0; j < n; j++) {
+                    acc[j] += a * brow[j];
+                }
+            }
+            for (uint64_t j = 0; j < n; j++) {
+                float prev = beta != 0.0f ? C[i * ldc + j] : 0.0f;
+                C[i * ldc + j] = (float)(alpha * acc[j]) + beta * prev;
+            }
+        }
+        res->flops = 2 * m * n * k;
+        for (uint64_t i = 0; i < m && !res->status; i++) {
+            res->status = tacc_va_rw(f, q, c, c->d.gemm.c + i * ldc * 4,
+                                     &C[i * ldc], n * 4, true, KIND_DEVMEM,
+                                     res, &done);
+        }
+    }
+    res->bytes = res->devmem_rd + res->devmem_wr;
+    res->pre_ps += tacc_compute_ps(s, res->flops,
+                                   res->devmem_rd + res->devmem_wr);
+}
+
+static void tacc_exec_eltwise(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+{
+    TaccState *s = f->pf;
+    uint64_t n = c->d.eltwise.n, done, wbase, wsize;
+    uint32_t op = c->d.eltwise.op;
+    float scalar = tacc_f32(c->d.eltwise.scalar);
+    bool two = op == TACC_ELT_ADD || op == TACC_ELT_MUL;
+    g_autofree float *a = NULL, *b = NULL;
+
+    if (op >= TACC_ELT_MAX) {
+        res->status = TACC_ST_BAD_OPCODE;
+        return;
+    }
+    tacc_window(f, &wbase, &wsize);
+    if (!n || n > TACC_ELT_MAX_N || n * 4 > wsize) {
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
+    if (!tacc_f32_aligned(c->d.eltwise.a) || !tacc_f32_aligned(c->d.eltwise.c) ||
+        (two && !tacc_f32_aligned(c->d.eltwise.b))) {
+        res->status = TACC_ST_BAD_ALIGN;
+        return;
+    }
+    a = g_malloc(n * 4);
+    res->status = tacc_va_rw(f, q, c, c->d.eltwise.a, a, n * 4, false,
+                             KIND_DEVMEM, res, &done);
+    if (!res->status && two) {
+        b = g_malloc(n * 4);
+        res->status = tacc_va_rw(f, q, c, c->d.eltwise.b, b, n * 4, false,
+                                 KIND_DEVMEM, res, &done);
+    }
+    if (!res->status) {
+        for (uint64_t i = 0; i < n; i++) {
+            switch (op) {
+            case TACC_ELT_ADD:
+                a[i] = a[i] + b[i];
+                break;
+            case TACC_ELT_MUL:
+                a[i] = a[i] * b[i];
+                break;
+            case TACC_ELT_RELU:
+                a[i] = a[i] > 0.0f ? a[i] : 0.0f;
+                break;
+            default:
+                a[i] = a[i] * scalar;
+                break;
+            }
+        }
+        res->flops = n;
+        res->status = tacc_va_rw(f, q, c, c->d.eltwise.c, a, n * 4, true,
+                                 KIND_DEVMEM, res, &done);
+    }
+    res->bytes = res->devmem_rd + res->devmem_wr;
+    res->pre_ps += tacc_compute_ps(s, res->flops,
+                                   res->devmem_rd + res->devmem_wr);
+}
+
+/* FENCE and TIMESTAMP: translate now, write at the modelled completion. */
+static void tacc_exec_write8(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+{
+    TaccState *s = f->pf;
+    uint64_t va = c->d.fence.addr, wbase, wsize;
+    TaccXlate x;
+    int ft;
+
+    if (va & 7) {
+        res->status = TACC_ST_BAD_ALIGN;
+        return;
+    }
+    ft = tacc_mmu_translate(f, c->d.ctx, va, &x, res);
+    if (!ft && !x.writable) {
+        ft = TACC_FAULT_PERMISSION;
+    }
+    tacc_window(f, &wbase, &wsize);
+    if (!ft && x.devmem && (x.addr >= wsize || 8 > wsize - x.addr)) {
+        ft = TACC_FAULT_DEVMEM_RANGE;
+    }
+    if (ft) {
+        res->status = tacc_fault(f, q, c, va, ft, true, res);
+        return;
+    }
+    res->post_write = true;
+    res->post_write_devmem = x.devmem;
+    res->post_addr = x.devmem ? wbase + x.addr : x.addr;
+    res->post_value = c->d.fence.value;     /* timestamp: set at completion */
+    res->bytes = 8;
+    if (x.devmem) {
+        res->devmem_wr = 8;
+    } else {
+        uint64_t up, tlps;
+        tacc_link_d2h_cost(s, 8, &up, &tlps);
+        res->d2h_bytes = 8;
+        res->d2h_tlps = tlps;
+        res->d2h_link = up;
+        res->link_kind = TACC_LINK_D2H;
+        res->link_payload = 8;
+    }
+    res->post_ps = tacc_scale_ps(s, s->write_latency_ns * PS_PER_NS);
+}
+
+void tacc_exec(TaccFunc *f, int q, TaccCmd *c, uint64_t start_ps,
+               TaccResult *res)
+{
+    TaccState *s = f->pf;
+
+    memset(res, 0, sizeof(*res));
+    res->pre_ps = tacc_scale_ps(s, s->cmd_latency_ns * PS_PER_NS);
+
+    if (c->d.opcode >= TACC_OP_MAX) {
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: bad opcode %u\n",
+                      f->fn, q, c->d.opcode);
+        res->status = TACC_ST_BAD_OPCODE;
+    } else if (c->d.opcode != TACC_OP_NOP && c->d.opcode != TACC_OP_BARRIER &&
+               c->d.ctx >= TACC_NUM_CONTEXTS) {
+        res->status = TACC_ST_BAD_CTX;
+    } else {
+        switch (c->d.opcode) {
+        case TACC_OP_COPY_H2D:
+        case TACC_OP_COPY_D2H:
+        case TACC_OP_COPY_D2D:
+            tacc_exec_copy(f, q, c, res);
+            break;
+        case TACC_OP_GEMM:
+            tacc_exec_gemm(f, q, c, res);
+            break;
+        case TACC_OP_ELTWISE:
+            tacc_exec_eltwise(f, q, c, res);
+            break;
+        case TACC_OP_FENCE:
+        case TACC_OP_TIMESTAMP:
+            tacc_exec_write8(f, q, c, res);
+            break;
+        default:            /* NOP, BARRIER (its wait is in the scheduler) */
+            break;
+        }
+    }
+    if (res->status != TACC_ST_OK) {
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: fn%d q%d job %u cmd %u op %u: status %u\n",
+                      f->fn, q, c->d.job, c->d.index, c->d.opcode, res->status);
+    }
+    trace_tacc_exec(f->fn, q, c->d.opcode, c->d.job, c->d.index, res->status,
+                    res->bytes, start_ps / PS_PER_NS);
+}

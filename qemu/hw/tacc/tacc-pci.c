@@ -1,0 +1,591 @@
+/*
+ * tacc: emulated PCIe ML accelerator - PCI functions.
+ *
+ * PF "tacc" (-device tacc) and VF "tacc-vf" (created by SR-IOV, not user
+ * creatable).  Both are a TaccFunc: own BAR0 registers, BAR2 counters, BAR4
+ * MSI-X, queues, contexts, trace and sample rings.  The PF's TaccState also
+ * holds what all functions share: device memory, engines, link, TLB.
+ *
+ * Vendor 0x7acc / devices 0x0001 (PF), 0x0002 (VF) are NOT allocated by the
+ * PCI-SIG: private IDs of an emulated device.
+ *
+ * Fault injection (qom-set at run time on the PF):
+ *   fi-hang-engine=N   engine N stops completing (-1: none; clearing resumes)
+ *   fi-fail-next-dma   the next command data DMA fails (self-clearing)
+ *   fi-corrupt-next-cqe the next CQE is written corrupted (self-clearing)
+ *   fi-fatal           fatal error on every function (until function reset)
+ * Ground truth (qom-get, read-only): gt-* properties, see docs/hardware.md.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu/osdep.h"
+#include "qemu/log.h"
+#include "qemu/units.h"
+#include "qemu/module.h"
+#include "qapi/error.h"
+#include "qapi/visitor.h"
+#include "hw/pci/msix.h"
+#include "hw/pci/pcie.h"
+#include "hw/pci/pcie_sriov.h"
+#include "hw/qdev-properties.h"
+#include "tacc.h"
+#include "trace.h"
+
+#define TACC_PM_CAP         0x40
+#define TACC_MSIX_CAP       0x60
+#define TACC_EXP_CAP        0x80
+#define TACC_SRIOV_CAP      0x100
+
+/* ---------------------------------------------------------- helpers ---- */
+
+uint64_t tacc_now_ps(TaccState *s)
+{
+    return (uint64_t)qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) * PS_PER_NS;
+}
+
+TaccFunc *tacc_func(TaccState *s, int fn)
+{
+    PCIDevice *vf;
+
+    if (fn == 0) {
+        return &s->func;
+    }
+    if (fn > s->total_vfs) {
+        return NULL;
+    }
+    vf = pcie_sriov_get_vf_at_index(PCI_DEVICE(s), fn - 1);
+    return vf ? TACC_FUNC(vf) : NULL;
+}
+
+static uint8_t tacc_pm_state(PCIDevice *pdev)
+{
+    return pci_get_word(pdev->config + pdev->pm_cap + PCI_PM_CTRL) &
+           PCI_PM_CTRL_STATE_MASK;
+}
+
+/* Enabled (VF), powered (D0) */
+bool tacc_func_active(TaccFunc *f)
+{
+    PCIDevice *pdev = PCI_DEVICE(f);
+
+    return pdev->enabled && tacc_pm_state(pdev) == 0;
+}
+
+void tacc_window(TaccFunc *f, uint64_t *base, uint64_t *size)
+{
+    TaccState *s = f->pf;
+    uint64_t b, sz;
+
+    if (!f->fn) {
+        *base = 0;
+        *size = s->devmem_size;
+        return;
+    }
+    b = s->vf_mem_base[f->fn - 1];
+    sz = s->vf_mem_size[f->fn - 1];
+    if (b > s->devmem_size || sz > s->devmem_size - b) {
+        b = sz = 0;         /* invalid partition: no device memory */
+    }
+    *base = b;
+    *size = sz;
+}
+
+void tacc_msix_notify(TaccFunc *f, unsigned vector)
+{
+    PCIDevice *pdev = PCI_DEVICE(f);
+
+    if (msix_enabled(pdev)) {
+        msix_notify(pdev, vector);
+        f->cnt[TACC_CNT_irqs]++;
+        f->pf->gt.irqs++;
+        trace_tacc_irq(f->fn, vector);
+    }
+}
+
+void tacc_irq_cause(TaccFunc *f, uint32_t cause)
+{
+    f->irq_status |= cause;
+    if (cause & f->irq_mask) {
+        tacc_msix_notify(f, (cause & (TACC_IRQ_TRACE | TACC_IRQ_SAMPLE))
+                            ? TACC_MSIX_TRACE : TACC_MSIX_ERROR);
+    }
+}
+
+/* Function reset: CTRL.RESET, FLR, D3hot->D0, VF enable/disable. */
+void tacc_func_reset(TaccFunc *f)
+{
+    TaccState *s = f->pf;
+
+    trace_tacc_func_reset(f->fn);
+    tacc_func_abort_all(f);
+    f->ctrl = 0;
+    f->status_fatal = 0;
+    f->irq_status = f->irq_mask = f->scratch = 0;
+    memset(f->ptbr, 0, sizeof(f->ptbr));
+    f->fault_addr = f->fault_tag = 0;
+    f->fault_info = 0;
+    f->trace_base = f->trace_wb = 0;
+    f->trace_size = f->trace_ctrl = f->trace_prod = f->trace_cons = 0;
+    f->trace_dropped = f->trace_seq = 0;
+    f->sample_base = f->sample_wb = f->sample_seq = 0;
+    f->sample_size = f->sample_period = f->sample_prod = f->sample_cons = 0;
+    f->sample_dropped = 0;
+    timer_del(&f->sample_timer);
+    memset(f->cnt, 0, sizeof(f->cnt));
+    memset(f->busy_ps, 0, sizeof(f->busy_ps));
+    f->stall_ps = 0;
+    if (s->tlb) {
+        tacc_tlb_invalidate(s, f->fn, -1);
+    }
+    if (!f->fn) {
+        memset(s->vf_mem_base, 0, sizeof(s->vf_mem_base));
+        memset(s->vf_mem_size, 0, sizeof(s->vf_mem_size));
+        for (int i = 0; i < TACC_NUM_FUNCS; i++) {
+            s->arb_weight[i] = 1;
+        }
+    }
+    if (!s->in_run) {
+        tacc_sched_run(s);
+    }
+}
+
+static void tacc_fatal(TaccState *s)
+{
+    for (int fn = 0; fn < TACC_NUM_FUNCS; fn++) {
+        TaccFunc *f = tacc_func(s, fn);
+        if (!f) {
+            continue;
+        }
+        for (int q = 0; q < TACC_NUM_QUEUES; q++) {
+            tacc_queue_reset(f, q);
+            f->q[q].ctrl = 0;
+        }
+        f->status_fatal = 1;
+        tacc_irq_cause(f, TACC_IRQ_FATAL);
+    }
+    tacc_sched_run(s);
+}
+
+/* ------------------------------------------------------ config space ---- */
+
+static void tacc_write_config(PCIDevice *pdev, uint32_t addr, uint32_t val,
+                              int len)
+{
+    TaccFunc *f = TACC_FUNC(pdev);
+    uint8_t old = tacc_pm_state(pdev), new;
+
+    pci_default_write_config(pdev, addr, val, len);
+    pcie_cap_flr_write_config(pdev, addr, val, len);
+    new = tacc_pm_state(pdev);
+    if (old != new) {
+        trace_tacc_pm(f->fn, old, new);
+        if (new == 3) {
+            /* D3hot: the device stops and loses its queue state */
+            tacc_func_abort_all(f);
+            timer_del(&f->sample_timer);
+            tacc_sched_run(f->pf);
+        } else if (new == 0) {
+            tacc_func_reset(f);     /* No_Soft_Reset = 0 */
+        }
+    }
+}
+
+static void tacc_qdev_reset(DeviceState *dev)
+{
+    TaccFunc *f = TACC_FUNC(dev);
+    PCIDevice *pdev = PCI_DEVICE(dev);
+
+    tacc_func_reset(f);
+    if (!pci_is_vf(pdev)) {
+        pcie_sriov_pf_reset(pdev);
+    }
+}
+
+/* ----------------------------------------------------------- realize ---- */
+
+static bool tacc_init_func(TaccFunc *f, Error **errp)
+{
+    PCIDevice *pdev = PCI_DEVICE(f);
+    TaccState *s = f->pf;
+    int ret;
+
+    pdev->config[PCI_INTERRUPT_PIN] = 0;
+    pdev->config_write = tacc_write_config;
+
+    memory_region_init_io(&f->bar0, OBJECT(f), &tacc_bar0_ops, f, "tacc-regs",
+                          TACC_BAR_REGS_SIZE);
+    memory_region_init_io(&f->bar2, OBJECT(f), &tacc_bar2_ops, f,
+                          "tacc-counters", TACC_BAR_COUNTERS_SIZE);
+    memory_region_init(&f->bar4, OBJECT(f), "tacc-msix", TACC_MSIX_BAR_SIZE);
+    if (pci_is_vf(pdev)) {
+        pcie_sriov_vf_register_bar(pdev, TACC_BAR_REGS, &f->bar0);
+        pcie_sriov_vf_register_bar(pdev, TACC_BAR_COUNTERS, &f->bar2);
+        pcie_sriov_vf_register_bar(pdev, TACC_BAR_MSIX, &f->bar4);
+    } else {
+        uint8_t t = PCI_BASE_ADDRESS_SPACE_MEMORY | PCI_BASE_ADDRESS_MEM_TYPE_64;
+        pci_register_bar(pdev, TACC_BAR_REGS, t, &f->bar0);
+        pci_register_bar(pdev, TACC_BAR_COUNTERS, t, &f->bar2);
+        pci_register_bar(pdev, TACC_BAR_MSIX, t, &f->bar4);
+    }
+    ret = msix_init(pdev, TACC_MSIX_VECTORS, &f->bar4, TACC_BAR_MSIX, 0,
+                    &f->bar4, TACC_BAR_MSIX, TACC_MSIX_PBA_OFFSET, TACC_MSIX_CAP,
+                    errp);
+    if (ret < 0) {
+        return false;
+    }
+    for (int v = 0; v < TACC_MSIX_VECTORS; v++) {
+        msix_vector_use(pdev, v);
+    }
+
+    if (pci_pm_init(pdev, TACC_PM_CAP, errp) < 0) {
+        return false;
+    }
+    pci_set_word(pdev->config + pdev->pm_cap + PCI_PM_PMC, PCI_PM_CAP_VER_1_2);
+    pci_set_word(pdev->wmask + pdev->pm_cap + PCI_PM_CTRL,
+                 PCI_PM_CTRL_STATE_MASK);
+
+    if (pcie_endpoint_cap_init(pdev, TACC_EXP_CAP) < 0) {
+        error_setg(errp, "tacc: PCIe capability");
+        return false;
+    }
+    pcie_cap_fill_link_ep_usp(pdev, s->link_width,
+                              s->link_gen == 3 ? QEMU_PCI_EXP_LNK_8GT :
+                              s->link_gen == 5 ? QEMU_PCI_EXP_LNK_32GT :
+                              QEMU_PCI_EXP_LNK_16GT);
+    pcie_cap_flr_init(pdev);
+    pcie_cap_deverr_init(pdev);
+
+    timer_init_ns(&f->sample_timer, QEMU_CLOCK_VIRTUAL, tacc_sample_timer, f);
+    return true;
+}
+
+static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
+{
+    TaccState *s = TACC(pdev);
+    TaccFunc *f = &s->func;
+
+    if (s->link_gen < 3 || s->link_gen > 5) {
+        error_setg(errp, "tacc: link-gen must be 3, 4 or 5");
+        return;
+    }
+    if (!s->link_width || s->link_width > 16 || !is_power_of_2(s->link_width)) {
+        error_setg(errp, "tacc: link-width must be 1, 2, 4, 8 or 16");
+        return;
+    }
+    if (!is_power_of_2(s->mps) || s->mps < 128 || s->mps > 4096 ||
+        !is_power_of_2(s->mrrs) || s->mrrs < 128 || s->mrrs > 4096) {
+        error_setg(errp, "tacc: mps/mrrs must be powers of two in 128..4096");
+        return;
+    }
+    if (s->total_vfs > TACC_MAX_VFS) {
+        error_setg(errp, "tacc: at most %d VFs", TACC_MAX_VFS);
+        return;
+    }
+    if (!s->tlb_entries || s->tlb_entries > 65536) {
+        error_setg(errp, "tacc: tlb-entries must be 1..65536");
+        return;
+    }
+    if (s->devmem_size < 4 * KiB || s->devmem_size > 16 * GiB) {
+        error_setg(errp, "tacc: devmem-size must be 4 KiB .. 16 GiB");
+        return;
+    }
+
+    f->pf = s;
+    f->fn = 0;
+    s->devmem = g_malloc0(s->devmem_size);     /* lazily backed by the OS */
+    s->tlb = g_new0(TaccTlbEntry, s->tlb_entries);
+    for (int i = 0; i < TACC_NUM_FUNCS; i++) {
+        s->arb_weight[i] = 1;
+    }
+    timer_init_ns(&s->timer, QEMU_CLOCK_VIRTUAL, tacc_sched_timer, s);
+
+    if (!tacc_init_func(f, errp)) {
+        return;
+    }
+    if (s->total_vfs) {
+        if (!pcie_sriov_pf_init(pdev, TACC_SRIOV_CAP, TYPE_TACC_VF,
+                                TACC_PCI_DEVICE_ID_VF, s->total_vfs,
+                                s->total_vfs, 1, 1, errp)) {
+            return;
+        }
+        /* 32-bit non-prefetchable: see docs/hardware.md (QEMU 10.0) */
+        pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_REGS,
+                                  PCI_BASE_ADDRESS_SPACE_MEMORY,
+                                  TACC_BAR_REGS_SIZE);
+        pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_COUNTERS,
+                                  PCI_BASE_ADDRESS_SPACE_MEMORY,
+                                  TACC_BAR_COUNTERS_SIZE);
+        pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_MSIX,
+                                  PCI_BASE_ADDRESS_SPACE_MEMORY,
+                                  TACC_MSIX_BAR_SIZE);
+    }
+}
+
+static void tacc_vf_realize(PCIDevice *pdev, Error **errp)
+{
+    TaccFunc *f = TACC_FUNC(pdev);
+
+    f->pf = TACC(pcie_sriov_get_pf(pdev));
+    f->fn = pcie_sriov_vf_number(pdev) + 1;
+    tacc_init_func(f, errp);
+}
+
+static void tacc_exit_func(TaccFunc *f)
+{
+    PCIDevice *pdev = PCI_DEVICE(f);
+
+    timer_del(&f->sample_timer);
+    msix_unuse_all_vectors(pdev);
+    msix_uninit(pdev, &f->bar4, &f->bar4);
+    pcie_cap_exit(pdev);
+}
+
+static void tacc_pf_exit(PCIDevice *pdev)
+{
+    TaccState *s = TACC(pdev);
+
+    for (int i = 0; i < TACC_NUM_UNITS; i++) {
+        s->unit[i].busy = false;
+    }
+    timer_del(&s->timer);
+    if (s->total_vfs) {
+        pcie_sriov_pf_exit(pdev);
+    }
+    tacc_exit_func(&s->func);
+    g_free(s->devmem);
+    g_free(s->tlb);
+}
+
+static void tacc_vf_exit(PCIDevice *pdev)
+{
+    TaccFunc *f = TACC_FUNC(pdev);
+
+    tacc_func_abort_all(f);
+    tacc_exit_func(f);
+}
+
+/* ------------------------------------------- QOM: faults, ground truth ---- */
+
+static void tacc_get_hang(Object *obj, Visitor *v, const char *name,
+                          void *opaque, Error **errp)
+{
+    visit_type_int32(v, name, &TACC(obj)->fi_hang_engine, errp);
+}
+
+static void tacc_set_hang(Object *obj, Visitor *v, const char *name,
+                          void *opaque, Error **errp)
+{
+    TaccState *s = TACC(obj);
+    int32_t val;
+
+    if (!visit_type_int32(v, name, &val, errp)) {
+        return;
+    }
+    if (val < -1 || val >= TACC_NUM_ENGINES) {
+        error_setg(errp, "fi-hang-engine: -1 or 0..%d", TACC_NUM_ENGINES - 1);
+        return;
+    }
+    trace_tacc_fi_hang(val);
+    s->fi_hang_engine = val;
+    if (val < 0) {
+        /* resumed engines finish no earlier than now */
+        uint64_t now = tacc_now_ps(s);
+        for (int e = 0; e < TACC_NUM_ENGINES; e++) {
+            s->unit[e].next_ps = MAX(s->unit[e].next_ps, now);
+        }
+    }
+    tacc_sched_run(s);
+}
+
+static bool tacc_get_fail_dma(Object *obj, Error **errp)
+{
+    return TACC(obj)->fi_fail_next_dma;
+}
+
+static void tacc_set_fail_dma(Object *obj, bool v, Error **errp)
+{
+    TACC(obj)->fi_fail_next_dma = v;
+}
+
+static bool tacc_get_corrupt(Object *obj, Error **errp)
+{
+    return TACC(obj)->fi_corrupt_next_cqe;
+}
+
+static void tacc_set_corrupt(Object *obj, bool v, Error **errp)
+{
+    TACC(obj)->fi_corrupt_next_cqe = v;
+}
+
+static bool tacc_get_fatal(Object *obj, Error **errp)
+{
+    return TACC(obj)->fi_fatal;
+}
+
+static void tacc_set_fatal(Object *obj, bool v, Error **errp)
+{
+    TaccState *s = TACC(obj);
+
+    s->fi_fatal = v;
+    if (v && qdev_is_realized(DEVICE(obj))) {
+        trace_tacc_fi_fatal();
+        tacc_fatal(s);
+    }
+}
+
+typedef struct TaccGtProp {
+    const char *name;
+    size_t off;             /* in TaccState */
+    bool ps_to_ns;
+} TaccGtProp;
+
+#define GT(n, f)        { n, offsetof(TaccState, gt.f), false }
+#define GT_NS(n, f)     { n, offsetof(TaccState, gt.f), true }
+static const TaccGtProp tacc_gt_props[] = {
+    GT("gt-h2d-bytes", h2d_bytes),
+    GT("gt-d2h-bytes", d2h_bytes),
+    GT("gt-h2d-link-bytes", h2d_link_bytes),
+    GT("gt-d2h-link-bytes", d2h_link_bytes),
+    GT_NS("gt-busy-ns-dma-h2d", busy_ps[0]),
+    GT_NS("gt-busy-ns-dma-d2h", busy_ps[1]),
+    GT_NS("gt-busy-ns-compute0", busy_ps[2]),
+    GT_NS("gt-busy-ns-compute1", busy_ps[3]),
+    GT_NS("gt-busy-ns-compute2", busy_ps[4]),
+    GT_NS("gt-busy-ns-compute3", busy_ps[5]),
+    GT("gt-trace-records", trace_records),
+    GT("gt-trace-dropped", trace_dropped),
+    GT("gt-cmds", cmds),
+    GT("gt-jobs", jobs),
+    GT("gt-mmu-faults", faults),
+    GT("gt-dma-errors", dma_errors),
+    GT("gt-irqs", irqs),
+    GT("gt-flops", flops),
+};
+
+static void tacc_get_gt(Object *obj, Visitor *v, const char *name,
+                        void *opaque, Error **errp)
+{
+    TaccState *s = TACC(obj);
+    const TaccGtProp *p = opaque;
+    uint64_t val;
+
+    tacc_sched_run(s);
+    val = *(uint64_t *)((uint8_t *)s + p->off);
+    if (p->ps_to_ns) {
+        val /= PS_PER_NS;
+    }
+    visit_type_uint64(v, name, &val, errp);
+}
+
+static void tacc_get_link_busy(Object *obj, Visitor *v, const char *name,
+                               void *opaque, Error **errp)
+{
+    TaccState *s = TACC(obj);
+    uint64_t val;
+
+    tacc_sched_run(s);
+    val = s->link_busy_ps[opaque ? 1 : 0] / PS_PER_NS;
+    visit_type_uint64(v, name, &val, errp);
+}
+
+static void tacc_pf_instance_init(Object *obj)
+{
+    TaccState *s = TACC(obj);
+
+    s->fi_hang_engine = -1;
+    object_property_add(obj, "fi-hang-engine", "int32", tacc_get_hang,
+                        tacc_set_hang, NULL, NULL);
+    object_property_add_bool(obj, "fi-fail-next-dma", tacc_get_fail_dma,
+                             tacc_set_fail_dma);
+    object_property_add_bool(obj, "fi-corrupt-next-cqe", tacc_get_corrupt,
+                             tacc_set_corrupt);
+    object_property_add_bool(obj, "fi-fatal", tacc_get_fatal, tacc_set_fatal);
+    for (size_t i = 0; i < ARRAY_SIZE(tacc_gt_props); i++) {
+        object_property_add(obj, tacc_gt_props[i].name, "uint64", tacc_get_gt,
+                            NULL, NULL, (void *)&tacc_gt_props[i]);
+    }
+    object_property_add(obj, "gt-link-busy-ns-h2d", "uint64",
+                        tacc_get_link_busy, NULL, NULL, NULL);
+    object_property_add(obj, "gt-link-busy-ns-d2h", "uint64",
+                        tacc_get_link_busy, NULL, NULL, (void *)1);
+}
+
+static const Property tacc_props[] = {
+    DEFINE_PROP_SIZE("devmem-size", TaccState, devmem_size, 256 * MiB),
+    DEFINE_PROP_UINT8("link-gen", TaccState, link_gen, 4),
+    DEFINE_PROP_UINT8("link-width", TaccState, link_width, 16),
+    DEFINE_PROP_UINT32("mps", TaccState, mps, 256),
+    DEFINE_PROP_UINT32("mrrs", TaccState, mrrs, 512),
+    DEFINE_PROP_UINT32("tlb-entries", TaccState, tlb_entries, 128),
+    DEFINE_PROP_UINT32("time-scale", TaccState, time_scale, 1000),
+    DEFINE_PROP_UINT32("cmd-latency-ns", TaccState, cmd_latency_ns, 100),
+    DEFINE_PROP_UINT32("read-latency-ns", TaccState, read_latency_ns, 600),
+    DEFINE_PROP_UINT32("write-latency-ns", TaccState, write_latency_ns, 200),
+    DEFINE_PROP_UINT32("walk-latency-ns", TaccState, walk_latency_ns, 500),
+    DEFINE_PROP_UINT32("compute-gflops", TaccState, compute_gflops, 4000),
+    DEFINE_PROP_UINT32("devmem-gbps", TaccState, devmem_gbps, 800),
+    DEFINE_PROP_UINT8("sriov-max-vfs", TaccState, total_vfs, TACC_MAX_VFS),
+};
+
+static void tacc_func_class_init(ObjectClass *oc, void *data)
+{
+    DeviceClass *dc = DEVICE_CLASS(oc);
+    PCIDeviceClass *pc = PCI_DEVICE_CLASS(oc);
+
+    pc->vendor_id = TACC_PCI_VENDOR_ID;
+    pc->class_id = TACC_PCI_CLASS >> 8;
+    pc->revision = TACC_PCI_REVISION;
+    device_class_set_legacy_reset(dc, tacc_qdev_reset);
+    set_bit(DEVICE_CATEGORY_MISC, dc->categories);
+}
+
+static void tacc_pf_class_init(ObjectClass *oc, void *data)
+{
+    DeviceClass *dc = DEVICE_CLASS(oc);
+    PCIDeviceClass *pc = PCI_DEVICE_CLASS(oc);
+
+    pc->realize = tacc_pf_realize;
+    pc->exit = tacc_pf_exit;
+    pc->device_id = TACC_PCI_DEVICE_ID_PF;
+    dc->desc = "tacc ML accelerator (PF)";
+    device_class_set_props(dc, tacc_props);
+}
+
+static void tacc_vf_class_init(ObjectClass *oc, void *data)
+{
+    DeviceClass *dc = DEVICE_CLASS(oc);
+    PCIDeviceClass *pc = PCI_DEVICE_CLASS(oc);
+
+    pc->realize = tacc_vf_realize;
+    pc->exit = tacc_vf_exit;
+    pc->device_id = TACC_PCI_DEVICE_ID_VF;
+    dc->desc = "tacc ML accelerator (VF)";
+    dc->user_creatable = false;
+}
+
+static const TypeInfo tacc_types[] = {
+    {
+        .name = TYPE_TACC_FUNC,
+        .parent = TYPE_PCI_DEVICE,
+        .abstract = true,
+        .instance_size = sizeof(TaccFunc),
+        .class_init = tacc_func_class_init,
+        .interfaces = (InterfaceInfo[]) {
+            { INTERFACE_PCIE_DEVICE },
+            { }
+        },
+    }, {
+        .name = TYPE_TACC,
+        .parent = TYPE_TACC_FUNC,
+        .instance_size = sizeof(TaccState),
+        .instance_init = tacc_pf_instance_init,
+        .class_init = tacc_pf_class_init,
+    }, {
+        .name = TYPE_TACC_VF,
+        .parent = TYPE_TACC_FUNC,
+        .instance_size = sizeof(TaccFunc),
+        .class_init = tacc_vf_class_init,
+    },
+};
+
+DEFINE_TYPES(tacc_types)

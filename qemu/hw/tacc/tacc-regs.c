@@ -1,0 +1,454 @@
+/*
+ * tacc: BAR0 registers and the BAR2 counter block.
+ *
+ * Accesses are 4 or 8 bytes, naturally aligned.  A 64-bit register can be
+ * accessed as one 8-byte access or as two 4-byte halves; reading the LO
+ * half of DEVCLK/HOSTCLK latches the HI half.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu/osdep.h"
+#include "qemu/log.h"
+#include "qemu/timer.h"
+#include "tacc.h"
+#include "trace.h"
+
+void tacc_counters_begin(TaccState *s)
+{
+    s->cnt_gen++;           /* odd: update in progress */
+}
+
+void tacc_counters_end(TaccState *s)
+{
+    s->cnt_gen++;           /* even: consistent */
+}
+
+/* Read a 64-bit register value (reg = aligned offset of its LO half). */
+static bool tacc_reg64(TaccFunc *f, hwaddr reg, uint64_t *v)
+{
+    TaccState *s = f->pf;
+    uint64_t base, size;
+
+    switch (reg) {
+    case TACC_REG_DEVMEM_SIZE:
+        tacc_window(f, &base, &size);
+        *v = size;
+        return true;
+    case TACC_REG_DEVCLK:
+        *v = qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL);
+        return true;
+    case TACC_REG_HOSTCLK:
+        *v = qemu_clock_get_ns(QEMU_CLOCK_HOST);
+        return true;
+    case TACC_REG_FAULT_ADDR:
+        *v = f->fault_addr;
+        return true;
+    case TACC_REG_FAULT_TAG:
+        *v = f->fault_tag;
+        return true;
+    case TACC_REG_TRACE_BASE:
+        *v = f->trace_base;
+        return true;
+    case TACC_REG_TRACE_WB:
+        *v = f->trace_wb;
+        return true;
+    case TACC_REG_SAMPLE_BASE:
+        *v = f->sample_base;
+        return true;
+    case TACC_REG_SAMPLE_WB:
+        *v = f->sample_wb;
+        return true;
+    }
+    if (reg >= TACC_REG_CTX_PTBR(0) && reg < TACC_REG_CTX_PTBR(TACC_NUM_CONTEXTS)) {
+        *v = f->ptbr[(reg - TACC_REG_CTX_PTBR(0)) / 8];
+        return true;
+    }
+    if (!f->fn && reg >= TACC_REG_VF_DEVMEM_BASE(0) &&
+        reg < TACC_REG_VF_DEVMEM_BASE(TACC_MAX_VFS)) {
+        int vf = (reg - TACC_REG_VF_DEVMEM_BASE(0)) / 0x10;
+        *v = (reg & 8) ? s->vf_mem_size[vf] : s->vf_mem_base[vf];
+        return true;
+    }
+    if (reg >= TACC_QUEUE_BASE(0) && reg < TACC_QUEUE_BASE(TACC_NUM_QUEUES)) {
+        TaccQueue *q = &f->q[(reg - TACC_QUEUE_BASE(0)) / 0x100];
+        switch (reg & 0xff) {
+        case TACC_Q_SQ_BASE:
+            *v = q->sq_base;
+            return true;
+        case TACC_Q_CQ_BASE:
+            *v = q->cq_base;
+            return true;
+        }
+    }
+    return false;
+}
+
+static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
+{
+    TaccState *s = f->pf;
+
+    *ok = true;
+    switch (addr) {
+    case TACC_REG_ID:
+        return TACC_ID_MAGIC;
+    case TACC_REG_VERSION:
+        return TACC_HW_VERSION_MAJOR << 16 | TACC_HW_VERSION_MINOR;
+    case TACC_REG_CAPS:
+        return (f->fn ? TACC_CAP_VF : (s->total_vfs ? TACC_CAP_SRIOV : 0)) |
+               TACC_CAP_MMU_2M | TACC_CAP_TRACE | TACC_CAP_SAMPLING;
+    case TACC_REG_FUNC:
+        return f->fn;
+    case TACC_REG_NUM_QUEUES:
+        return TACC_NUM_QUEUES;
+    case TACC_REG_NUM_CONTEXTS:
+        return TACC_NUM_CONTEXTS;
+    case TACC_REG_NUM_ENGINES:
+        return TACC_NUM_ENGINES;
+    case TACC_REG_MSIX_VECTORS:
+        return TACC_MSIX_VECTORS;
+    case TACC_REG_LINK_CAP:
+    case TACC_REG_LINK_STATUS:
+        return s->link_gen | (s->link_width << TACC_LINK_WIDTH_SHIFT);
+    case TACC_REG_LINK_PARAMS:
+        return s->mps | s->mrrs << 16;
+    case TACC_REG_TLB_ENTRIES:
+        return s->tlb_entries;
+    case TACC_REG_CLOCK_HZ:
+        return TACC_CLOCK_HZ;
+    case TACC_REG_TIME_SCALE:
+        return s->time_scale;
+    case TACC_REG_CTRL:
+        return f->ctrl;
+    case TACC_REG_STATUS:
+        return TACC_STATUS_READY |
+               (f->status_fatal ? TACC_STATUS_FATAL : 0) |
+               (tacc_func_idle(f) ? TACC_STATUS_IDLE : 0);
+    case TACC_REG_IRQ_STATUS:
+        return f->irq_status;
+    case TACC_REG_IRQ_MASK:
+        return f->irq_mask;
+    case TACC_REG_SCRATCH:
+        return f->scratch;
+    case TACC_REG_FAULT_INFO:
+        return f->fault_info;
+    case TACC_REG_TRACE_SIZE:
+        return f->trace_size;
+    case TACC_REG_TRACE_CTRL:
+        return f->trace_ctrl;
+    case TACC_REG_TRACE_PROD:
+        return f->trace_prod;
+    case TACC_REG_TRACE_CONS:
+        return f->trace_cons;
+    case TACC_REG_TRACE_DROPPED:
+        return f->trace_dropped;
+    case TACC_REG_SAMPLE_SIZE:
+        return f->sample_size;
+    case TACC_REG_SAMPLE_PERIOD:
+        return f->sample_period;
+    case TACC_REG_SAMPLE_PROD:
+        return f->sample_prod;
+    case TACC_REG_SAMPLE_CONS:
+        return f->sample_cons;
+    case TACC_REG_SAMPLE_DROPPED:
+        return f->sample_dropped;
+    }
+    if (!f->fn && addr >= TACC_REG_ARB_WEIGHT(0) &&
+        addr < TACC_REG_ARB_WEIGHT(TACC_NUM_FUNCS)) {
+        return s->arb_weight[(addr - TACC_REG_ARB_WEIGHT(0)) / 4];
+    }
+    if (addr >= TACC_QUEUE_BASE(0) && addr < TACC_QUEUE_BASE(TACC_NUM_QUEUES)) {
+        int qi = (addr - TACC_QUEUE_BASE(0)) / 0x100;
+        TaccQueue *q = &f->q[qi];
+        switch (addr & 0xff) {
+        case TACC_Q_SQ_SIZE:
+            return q->sq_size;
+        case TACC_Q_SQ_TAIL:
+            return q->sq_tail;
+        case TACC_Q_SQ_HEAD:
+            return q->sq_head;
+        case TACC_Q_CQ_SIZE:
+            return q->cq_size;
+        case TACC_Q_CQ_HEAD:
+            return q->cq_head;
+        case TACC_Q_CQ_TAIL:
+            return q->cq_tail;
+        case TACC_Q_CTRL:
+            return q->ctrl;
+        case TACC_Q_STATUS:
+            return tacc_queue_status(f, qi);
+        case TACC_Q_DEPTH:
+            return q->f_count;
+        }
+    }
+    *ok = false;
+    return 0;
+}
+
+static uint64_t tacc_bar0_read(void *opaque, hwaddr addr, unsigned size)
+{
+    TaccFunc *f = opaque;
+    uint64_t v = 0, v64;
+    hwaddr reg = addr & ~7ull;
+    bool ok;
+
+    tacc_sched_run(f->pf);      /* registers reflect the modelled "now" */
+    if (tacc_reg64(f, reg, &v64)) {
+        if (size == 8) {
+            v = v64;
+        } else if (addr & 4) {
+            v = (reg == TACC_REG_DEVCLK || reg == TACC_REG_HOSTCLK)
+                ? f->clk_latch : v64 >> 32;
+        } else {
+            v = (uint32_t)v64;
+            f->clk_latch = v64 >> 32;
+        }
+    } else if (size == 4) {
+        v = tacc_reg32(f, addr, &ok);
+        if (!ok) {
+            qemu_log_mask(LOG_GUEST_ERROR,
+                          "tacc: fn%d: read of unknown register 0x%"
+                          HWADDR_PRIx "\n", f->fn, addr);
+        }
+    } else {
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: fn%d: 8-byte read of 32-bit register 0x%"
+                      HWADDR_PRIx "\n", f->fn, addr);
+    }
+    trace_tacc_mmio_read(f->fn, addr, size, v);
+    return v;
+}
+
+static void tacc_set64(uint64_t *r, hwaddr addr, uint64_t val, unsigned size)
+{
+    if (size == 8) {
+        *r = val;
+    } else if (addr & 4) {
+        *r = deposit64(*r, 32, 32, val);
+    } else {
+        *r = deposit64(*r, 0, 32, val);
+    }
+}
+
+static void tacc_bar0_write(void *opaque, hwaddr addr, uint64_t val,
+                            unsigned size)
+{
+    TaccFunc *f = opaque;
+    TaccState *s = f->pf;
+    hwaddr reg = addr & ~7ull;
+
+    trace_tacc_mmio_write(f->fn, addr, size, val);
+    tacc_sched_run(s);
+    if (size == 8 && (addr & 7)) {
+        goto bad;
+    }
+
+    if (reg >= TACC_REG_CTX_PTBR(0) && reg < TACC_REG_CTX_PTBR(TACC_NUM_CONTEXTS)) {
+        tacc_set64(&f->ptbr[(reg - TACC_REG_CTX_PTBR(0)) / 8], addr, val, size);
+        return;
+    }
+    if (reg >= TACC_QUEUE_BASE(0) && reg < TACC_QUEUE_BASE(TACC_NUM_QUEUES)) {
+        int qi = (reg - TACC_QUEUE_BASE(0)) / 0x100;
+        TaccQueue *q = &f->q[qi];
+
+        switch (addr & 0xff) {
+        case TACC_Q_SQ_BASE:
+        case TACC_Q_SQ_BASE + 4:
+            if (q->ctrl & TACC_Q_CTRL_ENABLE) {
+                goto busy;
+            }
+            tacc_set64(&q->sq_base, addr, val, size);
+            return;
+        case TACC_Q_CQ_BASE:
+        case TACC_Q_CQ_BASE + 4:
+            if (q->ctrl & TACC_Q_CTRL_ENABLE) {
+                goto busy;
+            }
+            tacc_set64(&q->cq_base, addr, val, size);
+            return;
+        case TACC_Q_SQ_SIZE:
+            if (q->ctrl & TACC_Q_CTRL_ENABLE) {
+                goto busy;
+            }
+            q->sq_size = val;
+            return;
+        case TACC_Q_CQ_SIZE:
+            if (q->ctrl & TACC_Q_CTRL_ENABLE) {
+                goto busy;
+            }
+            q->cq_size = val;
+            return;
+        case TACC_Q_SQ_TAIL:
+            tacc_queue_doorbell(f, qi, val);
+            return;
+        case TACC_Q_CQ_HEAD:
+            tacc_queue_cq_head(f, qi, val);
+            return;
+        case TACC_Q_CTRL:
+            tacc_queue_ctrl(f, qi, val);
+            return;
+        }
+        goto bad;
+    }
+    if (!f->fn && reg >= TACC_REG_VF_DEVMEM_BASE(0) &&
+        reg < TACC_REG_VF_DEVMEM_BASE(TACC_MAX_VFS)) {
+        int vf = (reg - TACC_REG_VF_DEVMEM_BASE(0)) / 0x10;
+        tacc_set64((reg & 8) ? &s->vf_mem_size[vf] : &s->vf_mem_base[vf],
+                   addr, val, size);
+        tacc_tlb_invalidate(s, vf + 1, -1);
+        return;
+    }
+    if (!f->fn && addr >= TACC_REG_ARB_WEIGHT(0) &&
+        addr < TACC_REG_ARB_WEIGHT(TACC_NUM_FUNCS)) {
+        s->arb_weight[(addr - TACC_REG_ARB_WEIGHT(0)) / 4] = MIN(val, 255);
+        return;
+    }
+
+    switch (reg) {
+    case TACC_REG_TRACE_BASE:
+        tacc_set64(&f->trace_base, addr, val, size);
+        return;
+    case TACC_REG_TRACE_WB:
+        tacc_set64(&f->trace_wb, addr, val, size);
+        return;
+    case TACC_REG_SAMPLE_BASE:
+        tacc_set64(&f->sample_base, addr, val, size);
+        return;
+    case TACC_REG_SAMPLE_WB:
+        tacc_set64(&f->sample_wb, addr, val, size);
+        return;
+    }
+    if (size != 4) {
+        goto bad;
+    }
+    switch (addr) {
+    case TACC_REG_CTRL:
+        if (val & TACC_CTRL_RESET) {
+            tacc_func_reset(f);
+        }
+        f->ctrl = val & TACC_CTRL_ENABLE;
+        tacc_sched_run(s);
+        return;
+    case TACC_REG_IRQ_STATUS:
+        f->irq_status &= ~val;
+        return;
+    case TACC_REG_IRQ_MASK:
+        f->irq_mask = val;
+        return;
+    case TACC_REG_SCRATCH:
+        f->scratch = val;
+        return;
+    case TACC_REG_TLB_INV:
+        if (val & TACC_TLB_INV_ALL) {
+            tacc_tlb_invalidate(s, f->fn, -1);
+        } else if (val < TACC_NUM_CONTEXTS) {
+            tacc_tlb_invalidate(s, f->fn, val);
+        } else {
+            goto bad;
+        }
+        return;
+    case TACC_REG_FAULT_CLEAR:
+        if (val & 1) {
+            f->fault_info = 0;
+            f->fault_addr = 0;
+            f->fault_tag = 0;
+        }
+        return;
+    case TACC_REG_TRACE_SIZE:
+        f->trace_size = val;
+        return;
+    case TACC_REG_TRACE_CTRL:
+        if ((val & 1) && !(f->trace_ctrl & 1)) {
+            f->trace_prod = f->trace_cons = 0;
+        }
+        f->trace_ctrl = val & 1;
+        return;
+    case TACC_REG_TRACE_CONS:
+        f->trace_cons = val;
+        return;
+    case TACC_REG_SAMPLE_SIZE:
+        f->sample_size = val;
+        return;
+    case TACC_REG_SAMPLE_PERIOD:
+        if (val && !f->sample_period) {
+            f->sample_prod = f->sample_cons = 0;
+        }
+        f->sample_period = val;
+        tacc_sample_rearm(f);
+        return;
+    case TACC_REG_SAMPLE_CONS:
+        f->sample_cons = val;
+        return;
+    }
+bad:
+    qemu_log_mask(LOG_GUEST_ERROR,
+                  "tacc: fn%d: bad write 0x%" PRIx64 " to 0x%" HWADDR_PRIx
+                  " size %u\n", f->fn, val, addr, size);
+    return;
+busy:
+    qemu_log_mask(LOG_GUEST_ERROR,
+                  "tacc: fn%d: ring register 0x%" HWADDR_PRIx
+                  " written while the queue is enabled\n", f->fn, addr);
+}
+
+const MemoryRegionOps tacc_bar0_ops = {
+    .read = tacc_bar0_read,
+    .write = tacc_bar0_write,
+    .endianness = DEVICE_LITTLE_ENDIAN,
+    .valid = {
+        .min_access_size = 4,
+        .max_access_size = 8,
+    },
+    .impl = {
+        .min_access_size = 4,
+        .max_access_size = 8,
+    },
+};
+
+/* BAR2: page 0 function counters, page 1 global counters (PF only). */
+static uint64_t tacc_bar2_read(void *opaque, hwaddr addr, unsigned size)
+{
+    TaccFunc *f = opaque;
+    TaccState *s = f->pf;
+    bool global = addr >= TACC_CNT_GLOBAL_PAGE;
+    unsigned slot = (addr & (TACC_CNT_GLOBAL_PAGE - 1)) / 8;
+    uint64_t v = 0;
+
+    tacc_sched_run(s);
+    if (slot == TACC_CNT_SLOT_HDR) {
+        v = global ? (f->fn ? 0 : TACC_CNT_HDR(TACC_GLOBAL_CNT_END))
+                   : TACC_CNT_HDR(TACC_FUNC_CNT_END);
+    } else if (slot == TACC_CNT_SLOT_GEN) {
+        v = s->cnt_gen;
+    } else if (slot < TACC_SAMPLE_SLOTS) {
+        if (!global) {
+            v = f->cnt[slot];
+        } else if (!f->fn) {
+            v = slot == TACC_CNT_uptime_ticks
+                ? (uint64_t)qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) : s->gcnt[slot];
+        }
+    }
+    if (size == 4) {
+        v = (addr & 4) ? v >> 32 : (uint32_t)v;
+    }
+    return v;
+}
+
+static void tacc_bar2_write(void *opaque, hwaddr addr, uint64_t val,
+                            unsigned size)
+{
+    qemu_log_mask(LOG_GUEST_ERROR, "tacc: write to read-only counter block\n");
+}
+
+const MemoryRegionOps tacc_bar2_ops = {
+    .read = tacc_bar2_read,
+    .write = tacc_bar2_write,
+    .endianness = DEVICE_LITTLE_ENDIAN,
+    .valid = {
+        .min_access_size = 4,
+        .max_access_size = 8,
+    },
+    .impl = {
+        .min_access_size = 4,
+        .max_access_size = 8,
+    },
+};

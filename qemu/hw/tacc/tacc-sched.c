@@ -1,0 +1,619 @@
+/*
+ * tacc: queues, descriptor fetch, engines, arbitration and the event loop.
+ *
+ * Modelled time runs in picoseconds on QEMU's virtual clock.  Each queue
+ * executes its commands in order, one at a time; a command runs on a unit:
+ * one of the shared engines (DMA H2D, DMA D2H, 4 compute) or the queue's
+ * own local unit (NOP, FENCE, TIMESTAMP, BARRIER).  A unit's command goes
+ * through three phases: pre (fixed latency, page walks, compute), link (the
+ * payload crosses the PCIe link in TACC_CHUNK_BYTES steps, each reserving
+ * the link direction(s) it needs, so concurrent transfers of all functions
+ * interleave), post (read/write latency).  Events are processed in time
+ * order; a free engine picks its next command by weighted round-robin over
+ * functions, then round-robin over a function's queues.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu/osdep.h"
+#include "qemu/log.h"
+#include "hw/pci/msix.h"
+#include "tacc.h"
+#include "trace.h"
+
+static bool tacc_unit_hung(TaccState *s, TaccUnit *u)
+{
+    return u->busy && u->engine < TACC_NUM_ENGINES &&
+           s->fi_hang_engine == u->engine;
+}
+
+static bool tacc_queue_on(TaccFunc *f, TaccQueue *q)
+{
+    return (q->ctrl & TACC_Q_CTRL_ENABLE) && !(q->status & TACC_Q_STATUS_ERROR);
+}
+
+uint32_t tacc_queue_status(TaccFunc *f, int qi)
+{
+    TaccQueue *q = &f->q[qi];
+    uint32_t st = q->status;
+
+    if (!q->running && !q->f_count && !q->cqe_pending) {
+        st |= TACC_Q_STATUS_IDLE;
+    }
+    if (q->running) {
+        for (int e = 0; e < TACC_NUM_ENGINES; e++) {
+            TaccUnit *u = &f->pf->unit[e];
+            if (u->busy && u->fn == f->fn && u->q == qi &&
+                tacc_unit_hung(f->pf, u)) {
+                st |= TACC_Q_STATUS_HUNG;
+            }
+        }
+    }
+    return st;
+}
+
+bool tacc_func_idle(TaccFunc *f)
+{
+    for (int q = 0; q < TACC_NUM_QUEUES; q++) {
+        if (!(tacc_queue_status(f, q) & TACC_Q_STATUS_IDLE)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void tacc_queue_error(TaccFunc *f, int qi, const char *why)
+{
+    qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: %s\n", f->fn, qi, why);
+    trace_tacc_queue_error(f->fn, qi, why);
+    f->q[qi].status |= TACC_Q_STATUS_ERROR;
+    tacc_irq_cause(f, TACC_IRQ_QUEUE_ERROR);
+}
+
+/* ------------------------------------------------------------ fetch ---- */
+
+static void tacc_fetch(TaccFunc *f, int qi, uint64_t t_ps)
+{
+    TaccQueue *q = &f->q[qi];
+
+    while (tacc_queue_on(f, q) && q->f_count < TACC_FIFO_DEPTH &&
+           q->sq_head != q->sq_tail) {
+        TaccCmd *c = &q->fifo[(q->f_head + q->f_count) % TACC_FIFO_DEPTH];
+        uint64_t addr = q->sq_base + (uint64_t)q->sq_head * TACC_DESC_SIZE;
+
+        if (pci_dma_read(PCI_DEVICE(f), addr, &c->d, TACC_DESC_SIZE) !=
+            MEMTX_OK) {
+            f->cnt[TACC_CNT_dma_errors]++;
+            f->pf->gt.dma_errors++;
+            tacc_queue_error(f, qi, "descriptor fetch DMA failed");
+            return;
+        }
+        /* little-endian host assumed for the descriptor layout */
+        c->t_fetch_ps = t_ps;
+        q->sq_head = (q->sq_head + 1) % q->sq_size;
+        q->f_count++;
+        if (!q->running && q->f_count == 1) {
+            q->ready_ps = MAX(q->ready_ps, t_ps);
+        }
+        f->cnt[TACC_CNT_queue0_depth_hwm + qi] =
+            MAX(f->cnt[TACC_CNT_queue0_depth_hwm + qi], q->f_count);
+        trace_tacc_fetch(f->fn, qi, c->d.opcode, c->d.job, c->d.index);
+    }
+}
+
+/* ------------------------------------------------------- completion ---- */
+
+static bool tacc_cq_write(TaccFunc *f, int qi, struct tacc_cqe *cqe)
+{
+    TaccQueue *q = &f->q[qi];
+    TaccState *s = f->pf;
+    struct tacc_cqe out = *cqe;
+
+    if ((q->cq_tail + 1) % q->cq_size == q->cq_head) {
+        return false;                   /* full: retried on CQ_HEAD write */
+    }
+    if (s->fi_corrupt_next_cqe) {
+        s->fi_corrupt_next_cqe = false;
+        out.job = ~out.job;
+        out.status = TACC_ST_CORRUPT;
+        trace_tacc_fi_corrupt_cqe(f->fn, qi);
+    }
+    if (pci_dma_write(PCI_DEVICE(f),
+                      q->cq_base + (uint64_t)q->cq_tail * TACC_CQE_SIZE,
+                      &out, TACC_CQE_SIZE) != MEMTX_OK) {
+        f->cnt[TACC_CNT_dma_errors]++;
+        s->gt.dma_errors++;
+        tacc_queue_error(f, qi, "completion DMA failed");
+        return true;
+    }
+    q->cq_tail = (q->cq_tail + 1) % q->cq_size;
+    f->cnt[TACC_CNT_jobs_completed]++;
+    s->gt.jobs++;
+    trace_tacc_cqe(f->fn, qi, cqe->job, cqe->status, cqe->start, cqe->end);
+    return true;
+}
+
+static void tacc_queue_irq(TaccFunc *f, int qi)
+{
+    if (f->q[qi].ctrl & TACC_Q_CTRL_IRQ) {
+        tacc_msix_notify(f, TACC_MSIX_QUEUE(qi));
+    }
+}
+
+static void tacc_unit_free(TaccState *s, TaccUnit *u)
+{
+    u->busy = false;
+}
+
+/* Engine busy time is charged to the function and to the ground truth. */
+static void tacc_charge_engine(TaccFunc *f, TaccUnit *u, uint64_t end_ps)
+{
+    TaccState *s = f->pf;
+    uint64_t busy = end_ps - u->start_ps;
+
+    if (u->engine >= TACC_NUM_ENGINES) {
+        return;
+    }
+    f->busy_ps[u->engine] += busy;
+    f->cnt[TACC_CNT_busy_dma_h2d + u->engine] = f->busy_ps[u->engine] / PS_PER_NS;
+    f->cnt[TACC_CNT_cmds_dma_h2d + u->engine]++;
+    s->gt.busy_ps[u->engine] += busy;
+}
+
+static void tacc_unit_complete(TaccState *s, TaccUnit *u, uint64_t t)
+{
+    TaccFunc *f = tacc_func(s, u->fn);
+    TaccResult *r = &u->res;
+    TaccQueue *q;
+    TaccCmd *c = &u->cmd;
+
+    tacc_unit_free(s, u);
+    if (!f) {
+        return;
+    }
+    q = &f->q[u->q];
+
+    if (r->post_write && r->status == TACC_ST_OK) {
+        uint64_t v = c->d.opcode == TACC_OP_TIMESTAMP ? t / PS_PER_NS
+                                                       : r->post_value;
+        uint64_t le = cpu_to_le64(v);
+        if (r->post_write_devmem) {
+            memcpy(s->devmem + r->post_addr, &le, 8);
+        } else if (tacc_dma_write(f, r->post_addr, &le, 8) != MEMTX_OK) {
+            f->cnt[TACC_CNT_dma_errors]++;
+            s->gt.dma_errors++;
+            tacc_irq_cause(f, TACC_IRQ_DMA_ERROR);
+            r->status = TACC_ST_DMA_ERROR;
+        }
+    }
+
+    /* counters */
+    f->cnt[TACC_CNT_h2d_bytes] += r->h2d_bytes;
+    f->cnt[TACC_CNT_d2h_bytes] += r->d2h_bytes;
+    f->cnt[TACC_CNT_h2d_tlps] += r->h2d_tlps;
+    f->cnt[TACC_CNT_d2h_tlps] += r->d2h_tlps;
+    f->cnt[TACC_CNT_h2d_link_bytes] += r->h2d_link;
+    f->cnt[TACC_CNT_d2h_link_bytes] += r->d2h_link;
+    f->cnt[TACC_CNT_tlb_hits] += r->tlb_hits;
+    f->cnt[TACC_CNT_tlb_misses] += r->tlb_misses;
+    f->cnt[TACC_CNT_tlb_walk_reads] += r->walk_reads;
+    f->cnt[TACC_CNT_flops] += r->flops;
+    f->cnt[TACC_CNT_devmem_read_bytes] += r->devmem_rd;
+    f->cnt[TACC_CNT_devmem_write_bytes] += r->devmem_wr;
+    f->cnt[TACC_CNT_cmds_completed]++;
+    f->stall_ps += u->stall_ps;
+    f->cnt[TACC_CNT_link_stall_ticks] = f->stall_ps / PS_PER_NS;
+    tacc_charge_engine(f, u, t);
+    s->gcnt[TACC_CNT_link_h2d_bytes] += r->h2d_link;
+    s->gcnt[TACC_CNT_link_d2h_bytes] += r->d2h_link;
+    s->gcnt[TACC_CNT_link_h2d_payload] += r->h2d_bytes;
+    s->gcnt[TACC_CNT_link_d2h_payload] += r->d2h_bytes;
+    s->gt.h2d_bytes += r->h2d_bytes;
+    s->gt.d2h_bytes += r->d2h_bytes;
+    s->gt.h2d_link_bytes += r->h2d_link;
+    s->gt.d2h_link_bytes += r->d2h_link;
+    s->gt.cmds++;
+    s->gt.flops += r->flops;
+
+    tacc_trace_record(f, u, t);
+    trace_tacc_complete(f->fn, u->q, u->engine, c->d.job, c->d.index,
+                        r->status, u->start_ps / PS_PER_NS, t / PS_PER_NS);
+
+    /* the queue moves on */
+    q->f_head = (q->f_head + 1) % TACC_FIFO_DEPTH;
+    q->f_count--;
+    q->running = false;
+    q->ready_ps = t;
+
+    if (r->status != TACC_ST_OK || (c->d.flags & TACC_DESC_F_LAST)) {
+        struct tacc_cqe cqe = {
+            .job = cpu_to_le32(c->d.job),
+            .status = cpu_to_le16(r->status),
+            .queue = u->q,
+            .tag = cpu_to_le64(c->d.tag),
+            .start = cpu_to_le64(q->job_start_ps / PS_PER_NS),
+            .end = cpu_to_le64(t / PS_PER_NS),
+        };
+        q->job_open = false;
+        q->skipping = r->status != TACC_ST_OK &&
+                      !(c->d.flags & TACC_DESC_F_LAST);
+        if (!tacc_cq_write(f, u->q, &cqe)) {
+            q->cqe_pending = true;
+            q->pending_cqe = cqe;
+            q->pending_irq = true;
+        } else {
+            tacc_queue_irq(f, u->q);
+        }
+    } else if (c->d.flags & TACC_DESC_F_IRQ) {
+        tacc_queue_irq(f, u->q);
+    }
+    tacc_fetch(f, u->q, t);
+}
+
+/* One link step of a unit at time t: the next chunk of its payload. */
+static void tacc_unit_link_step(TaccState *s, TaccUnit *u, uint64_t t)
+{
+    uint64_t c = MIN(u->link_left, TACC_CHUNK_BYTES);
+    uint64_t need[2] = { 0, 0 }, tlps, st = t, end = t;
+
+    if (u->res.link_kind == TACC_LINK_H2D) {
+        tacc_link_h2d_cost(s, c, &need[0], &need[1], &tlps);
+    } else {
+        tacc_link_d2h_cost(s, c, &need[1], &tlps);
+    }
+    for (int d = 0; d < 2; d++) {
+        uint64_t b, e, dur;
+        if (!need[d]) {
+            continue;
+        }
+        b = MAX(t, s->link_free_ps[d]);
+        dur = tacc_link_ps(s, need[d]);
+        e = b + dur;
+        s->link_free_ps[d] = e;
+        s->link_busy_ps[d] += dur;
+        st = MAX(st, b);
+        end = MAX(end, e);
+    }
+    u->stall_ps += st - t;
+    u->link_left -= c;
+    u->next_ps = end;
+}
+
+static void tacc_unit_step(TaccState *s, TaccUnit *u, uint64_t t)
+{
+    switch (u->phase) {
+    case TACC_PHASE_PRE:
+    case TACC_PHASE_LINK:
+        if (u->link_left) {
+            u->phase = TACC_PHASE_LINK;
+            tacc_unit_link_step(s, u, t);
+            return;
+        }
+        u->phase = TACC_PHASE_POST;
+        u->next_ps = t + u->res.post_ps;
+        return;
+    default:
+        tacc_unit_complete(s, u, t);
+    }
+}
+
+/* ---------------------------------------------------------- dispatch ---- */
+
+static bool tacc_barrier_ok(TaccFunc *f, int qi)
+{
+    for (int o = 0; o < TACC_NUM_QUEUES; o++) {
+        TaccQueue *q = &f->q[o];
+        if (o == qi || !tacc_queue_on(f, q)) {
+            continue;
+        }
+        if (q->running) {
+            return false;
+        }
+        if (q->f_count && q->fifo[q->f_head].d.opcode != TACC_OP_BARRIER) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool tacc_func_runs(TaccFunc *f)
+{
+    return f && (f->ctrl & TACC_CTRL_ENABLE) && !f->status_fatal &&
+           tacc_func_active(f);
+}
+
+/*
+ * Is the head command of queue qi ready to start at time t?  Drops the
+ * commands a failed job skips on the way.
+ */
+static TaccCmd *tacc_queue_head(TaccFunc *f, int qi, uint64_t t)
+{
+    TaccQueue *q = &f->q[qi];
+
+    while (tacc_queue_on(f, q) && !q->running && !q->cqe_pending &&
+           q->f_count && q->ready_ps <= t) {
+        TaccCmd *c = &q->fifo[q->f_head];
+        if (!q->skipping) {
+            return c;
+        }
+        trace_tacc_skip(f->fn, qi, c->d.job, c->d.index);
+        if (c->d.flags & TACC_DESC_F_LAST) {
+            q->skipping = false;
+        }
+        q->f_head = (q->f_head + 1) % TACC_FIFO_DEPTH;
+        q->f_count--;
+        tacc_fetch(f, qi, t);
+    }
+    return NULL;
+}
+
+static void tacc_start(TaccState *s, TaccFunc *f, int qi, int unit,
+                       uint64_t t)
+{
+    TaccQueue *q = &f->q[qi];
+    TaccUnit *u = &s->unit[unit];
+
+    u->busy = true;
+    u->fn = f->fn;
+    u->q = qi;
+    u->engine = unit < TACC_NUM_ENGINES ? unit : TACC_ENGINE_LOCAL;
+    u->cmd = q->fifo[q->f_head];
+    u->start_ps = t;
+    u->stall_ps = 0;
+    u->phase = TACC_PHASE_PRE;
+    q->running = true;
+    if (!q->job_open) {
+        q->job_open = true;
+        q->job_start_ps = t;
+    }
+    tacc_exec(f, qi, &u->cmd, t, &u->res);
+    u->link_left = u->res.link_kind != TACC_LINK_NONE ? u->res.link_payload : 0;
+    u->next_ps = t + u->res.pre_ps;
+    trace_tacc_dispatch(f->fn, qi, unit, u->cmd.d.opcode, t / PS_PER_NS);
+}
+
+/* Weighted round-robin over functions, round-robin over their queues. */
+static bool tacc_arbitrate(TaccState *s, int cls, uint64_t t,
+                           TaccFunc **pf, int *pq)
+{
+    for (int i = 0; i < TACC_NUM_FUNCS; i++) {
+        int fn = (s->rr_fn[cls] + i) % TACC_NUM_FUNCS;
+        TaccFunc *f = tacc_func(s, fn);
+
+        if (!tacc_func_runs(f)) {
+            continue;
+        }
+        for (int j = 0; j < TACC_NUM_QUEUES; j++) {
+            int qi = (f->rr_queue[cls] + j) % TACC_NUM_QUEUES;
+            TaccCmd *c = tacc_queue_head(f, qi, t);
+            if (!c || tacc_op_class(c->d.opcode) != cls) {
+                continue;
+            }
+            f->rr_queue[cls] = (qi + 1) % TACC_NUM_QUEUES;
+            if (!s->credits[cls][fn] || s->rr_fn[cls] != fn) {
+                s->credits[cls][fn] = MAX(s->arb_weight[fn], 1);
+            }
+            s->credits[cls][fn]--;
+            s->rr_fn[cls] = s->credits[cls][fn] ? fn
+                                                  : (fn + 1) % TACC_NUM_FUNCS;
+            *pf = f;
+            *pq = qi;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void tacc_dispatch(TaccState *s, uint64_t t)
+{
+    bool progress = true;
+
+    while (progress) {
+        progress = false;
+        /* queue-local commands */
+        for (int fn = 0; fn < TACC_NUM_FUNCS; fn++) {
+            TaccFunc *f = tacc_func(s, fn);
+            if (!tacc_func_runs(f)) {
+                continue;
+            }
+            for (int qi = 0; qi < TACC_NUM_QUEUES; qi++) {
+                TaccCmd *c = tacc_queue_head(f, qi, t);
+                if (!c || tacc_op_class(c->d.opcode) != TACC_CLASS_LOCAL) {
+                    continue;
+                }
+                if (c->d.opcode == TACC_OP_BARRIER && !tacc_barrier_ok(f, qi)) {
+                    continue;
+                }
+                tacc_start(s, f, qi, TACC_UNIT_LOCAL(fn, qi), t);
+                progress = true;
+            }
+        }
+        /* shared engines */
+        for (int e = 0; e < TACC_NUM_ENGINES; e++) {
+            int cls = e == TACC_ENGINE_DMA_H2D ? TACC_CLASS_H2D :
+                      e == TACC_ENGINE_DMA_D2H ? TACC_CLASS_D2H :
+                      TACC_CLASS_COMPUTE;
+            TaccFunc *f;
+            int qi;
+
+            if (s->unit[e].busy || !tacc_arbitrate(s, cls, t, &f, &qi)) {
+                continue;
+            }
+            tacc_start(s, f, qi, e, t);
+            progress = true;
+        }
+    }
+}
+
+/* ---------------------------------------------------------- the loop ---- */
+
+static TaccUnit *tacc_next_event(TaccState *s)
+{
+    TaccUnit *best = NULL;
+
+    for (int i = 0; i < TACC_NUM_UNITS; i++) {
+        TaccUnit *u = &s->unit[i];
+        if (u->busy && !tacc_unit_hung(s, u) &&
+            (!best || u->next_ps < best->next_ps)) {
+            best = u;
+        }
+    }
+    return best;
+}
+
+void tacc_sched_run(TaccState *s)
+{
+    uint64_t now;
+    TaccUnit *u;
+
+    if (s->in_run) {
+        return;
+    }
+    s->in_run = true;
+    now = tacc_now_ps(s);
+    tacc_counters_begin(s);
+    for (;;) {
+        u = tacc_next_event(s);
+        if (u && u->next_ps <= now) {
+            uint64_t t = u->next_ps;
+            tacc_unit_step(s, u, t);
+            tacc_dispatch(s, t);
+            continue;
+        }
+        tacc_dispatch(s, now);
+        u = tacc_next_event(s);
+        if (!u || u->next_ps > now) {
+            break;
+        }
+    }
+    s->gcnt[TACC_CNT_link_h2d_busy_ticks] = s->link_busy_ps[0] / PS_PER_NS;
+    s->gcnt[TACC_CNT_link_d2h_busy_ticks] = s->link_busy_ps[1] / PS_PER_NS;
+    tacc_counters_end(s);
+
+    if (u) {
+        timer_mod(&s->timer, DIV_ROUND_UP(u->next_ps, PS_PER_NS));
+    } else {
+        timer_del(&s->timer);
+    }
+    s->in_run = false;
+}
+
+void tacc_sched_timer(void *opaque)
+{
+    tacc_sched_run(opaque);
+}
+
+/* ------------------------------------------------- register actions ---- */
+
+static bool tacc_pow2_in(uint32_t v, uint32_t lo, uint32_t hi)
+{
+    return v >= lo && v <= hi && is_power_of_2(v);
+}
+
+void tacc_queue_doorbell(TaccFunc *f, int qi, uint32_t tail)
+{
+    TaccQueue *q = &f->q[qi];
+
+    trace_tacc_doorbell(f->fn, qi, tail);
+    if (!tacc_queue_on(f, q)) {
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: fn%d q%d: doorbell on a disabled queue\n",
+                      f->fn, qi);
+        return;
+    }
+    if (tail >= q->sq_size) {
+        tacc_queue_error(f, qi, "SQ tail beyond the ring");
+        return;
+    }
+    q->sq_tail = tail;
+    tacc_fetch(f, qi, tacc_now_ps(f->pf));
+    tacc_sched_run(f->pf);
+}
+
+/* Abort whatever queue qi of f has on a unit (trace record: ABORTED). */
+static void tacc_queue_abort(TaccFunc *f, int qi)
+{
+    TaccState *s = f->pf;
+    uint64_t now = tacc_now_ps(s);
+
+    for (int i = 0; i < TACC_NUM_UNITS; i++) {
+        TaccUnit *u = &s->unit[i];
+        if (u->busy && u->fn == f->fn && u->q == qi) {
+            u->res.status = TACC_ST_ABORTED;
+            tacc_charge_engine(f, u, MAX(now, u->start_ps));
+            tacc_trace_record(f, u, MAX(now, u->start_ps));
+            tacc_unit_free(s, u);
+        }
+    }
+}
+
+void tacc_queue_reset(TaccFunc *f, int qi)
+{
+    TaccQueue *q = &f->q[qi];
+
+    tacc_queue_abort(f, qi);
+    q->sq_head = q->sq_tail = q->cq_head = q->cq_tail = 0;
+    q->f_head = q->f_count = 0;
+    q->running = q->skipping = q->job_open = q->cqe_pending = false;
+    q->pending_irq = false;
+    q->status = 0;
+    q->ready_ps = 0;
+    trace_tacc_queue_reset(f->fn, qi);
+}
+
+void tacc_queue_ctrl(TaccFunc *f, int qi, uint32_t val)
+{
+    TaccQueue *q = &f->q[qi];
+    bool was_on = q->ctrl & TACC_Q_CTRL_ENABLE;
+
+    if (val & TACC_Q_CTRL_RESET) {
+        tacc_queue_reset(f, qi);
+        val &= ~TACC_Q_CTRL_RESET;
+    }
+    if (!(val & TACC_Q_CTRL_ENABLE) && was_on) {
+        tacc_queue_reset(f, qi);        /* disabling aborts like RESET */
+    }
+    if ((val & TACC_Q_CTRL_ENABLE) && !was_on) {
+        tacc_queue_reset(f, qi);
+        if ((q->sq_base & 0xfff) || (q->cq_base & 0xfff)) {
+            q->ctrl = val;
+            tacc_queue_error(f, qi, "ring base not 4 KiB aligned");
+            return;
+        }
+        if (!tacc_pow2_in(q->sq_size, 2, 4096) ||
+            !tacc_pow2_in(q->cq_size, 2, 4096)) {
+            q->ctrl = val;
+            tacc_queue_error(f, qi, "ring size not a power of two in 2..4096");
+            return;
+        }
+    }
+    q->ctrl = val & (TACC_Q_CTRL_ENABLE | TACC_Q_CTRL_IRQ);
+    tacc_sched_run(f->pf);
+}
+
+void tacc_queue_cq_head(TaccFunc *f, int qi, uint32_t head)
+{
+    TaccQueue *q = &f->q[qi];
+
+    if (!q->cq_size || head >= q->cq_size) {
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: CQ head %u beyond ring\n",
+                      f->fn, qi, head);
+        return;
+    }
+    q->cq_head = head;
+    if (q->cqe_pending && tacc_cq_write(f, qi, &q->pending_cqe)) {
+        q->cqe_pending = false;
+        if (q->pending_irq) {
+            tacc_queue_irq(f, qi);
+        }
+        q->pending_irq = false;
+    }
+    tacc_sched_run(f->pf);
+}
+
+void tacc_func_abort_all(TaccFunc *f)
+{
+    for (int q = 0; q < TACC_NUM_QUEUES; q++) {
+        tacc_queue_reset(f, q);
+        f->q[q].ctrl = 0;
+    }
+}

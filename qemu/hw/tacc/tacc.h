@@ -1,0 +1,267 @@
+/*
+ * tacc: emulated PCIe ML accelerator - internal definitions.
+ *
+ * The register-level contract is kernel/include/tacc_hw.h (shared with the
+ * driver); docs/hardware.md explains it.  This header holds the device
+ * model's own state.
+ *
+ * Split by concern (like hw/nvme):
+ *   tacc-pci.c    QOM types (PF "tacc", VF "tacc-vf"), PCI config space,
+ *                 SR-IOV, PM, FLR, resets, properties, ground truth
+ *   tacc-regs.c   BAR0 registers, BAR2 counter block
+ *   tacc-sched.c  queues, descriptor fetch, engines, arbitration, event loop
+ *   tacc-exec.c   functional execution of commands (copies, GEMM, ...)
+ *   tacc-mmu.c    device MMU: page-table walks, TLB
+ *   tacc-model.c  timing model: PCIe link, compute, device memory
+ *   tacc-trace.c  trace ring, counter sampling
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef HW_TACC_H
+#define HW_TACC_H
+
+#include "hw/pci/pci_device.h"
+#include "qemu/timer.h"
+#include "qom/object.h"
+#include "tacc_hw.h"
+
+#define TYPE_TACC       "tacc"
+#define TYPE_TACC_VF    "tacc-vf"
+#define TYPE_TACC_FUNC  "tacc-func"     /* abstract parent of both */
+
+OBJECT_DECLARE_SIMPLE_TYPE(TaccFunc, TACC_FUNC)
+OBJECT_DECLARE_SIMPLE_TYPE(TaccState, TACC)
+
+#define TACC_NUM_FUNCS          (1 + TACC_MAX_VFS)
+#define TACC_FIFO_DEPTH         256     /* fetched descriptors per queue */
+#define TACC_MSIX_BAR_SIZE      0x1000
+#define TACC_MSIX_PBA_OFFSET    0x800
+#define TACC_CHUNK_BYTES        (64 * 1024)  /* link model step */
+
+enum { TACC_PHASE_PRE, TACC_PHASE_LINK, TACC_PHASE_POST };
+
+#define PS_PER_NS               1000ull
+
+/* Execution units: 6 shared engines, then one local unit per queue. */
+#define TACC_UNIT_LOCAL(fn, q)  (TACC_NUM_ENGINES + (fn) * TACC_NUM_QUEUES + (q))
+#define TACC_NUM_UNITS          (TACC_NUM_ENGINES + TACC_NUM_FUNCS * TACC_NUM_QUEUES)
+
+enum tacc_engine_class {
+    TACC_CLASS_H2D,         /* COPY_H2D, COPY_D2D */
+    TACC_CLASS_D2H,         /* COPY_D2H */
+    TACC_CLASS_COMPUTE,     /* GEMM, ELTWISE */
+    TACC_CLASS_LOCAL,       /* NOP, FENCE, TIMESTAMP, BARRIER */
+    TACC_NUM_CLASSES
+};
+
+typedef struct TaccCmd {
+    struct tacc_desc d;
+    uint64_t t_fetch_ps;
+} TaccCmd;
+
+/* What executing one command did: filled by tacc-exec.c. */
+enum { TACC_LINK_NONE, TACC_LINK_H2D, TACC_LINK_D2H };
+
+typedef struct TaccResult {
+    uint16_t status;
+    uint64_t bytes;             /* payload bytes (trace record) */
+    uint64_t h2d_bytes, d2h_bytes;      /* link payload by direction */
+    uint64_t h2d_tlps, d2h_tlps;        /* payload TLPs by direction */
+    uint64_t h2d_link, d2h_link;        /* link bytes incl. overhead */
+    uint64_t devmem_rd, devmem_wr;
+    uint64_t flops;
+    uint32_t tlb_hits, tlb_misses, walk_reads;
+    bool fault;
+    /* timing: pre_ps, then link_payload bytes of link_kind, then post_ps */
+    uint64_t pre_ps;
+    int link_kind;
+    uint64_t link_payload;
+    uint64_t post_ps;
+    /* deferred 8-byte write at completion (fence, timestamp) */
+    bool post_write;
+    bool post_write_devmem;
+    uint64_t post_addr;
+    uint64_t post_value;
+} TaccResult;
+
+typedef struct TaccUnit {
+    bool busy;
+    int fn, q;
+    int engine;                 /* engine id for traces (or LOCAL) */
+    TaccCmd cmd;
+    TaccResult res;
+    uint64_t start_ps;          /* dispatch time */
+    uint64_t next_ps;           /* next event: a link step, or the end */
+    int phase;                  /* TACC_PHASE_* */
+    uint64_t link_left;         /* payload bytes still to move */
+    uint64_t stall_ps;
+} TaccUnit;
+
+typedef struct TaccQueue {
+    uint64_t sq_base, cq_base;
+    uint32_t sq_size, cq_size;
+    uint32_t sq_tail, sq_head;
+    uint32_t cq_head, cq_tail;
+    uint32_t ctrl, status;
+    TaccCmd fifo[TACC_FIFO_DEPTH];
+    uint32_t f_head, f_count;
+    bool running;               /* head command is on a unit */
+    bool skipping;              /* skip to the job's F_LAST after an error */
+    bool job_open;
+    uint64_t job_start_ps;
+    uint64_t ready_ps;          /* earliest start of the next command */
+    bool cqe_pending;           /* CQ full: waiting for CQ_HEAD */
+    struct tacc_cqe pending_cqe;
+    bool pending_irq;
+} TaccQueue;
+
+typedef struct TaccTlbEntry {
+    bool valid;
+    uint8_t fn;
+    uint16_t ctx;
+    uint8_t shift;              /* 12 or 21 */
+    uint64_t vpn;               /* va >> shift */
+    uint64_t pte;               /* leaf PTE */
+    uint64_t lru;
+} TaccTlbEntry;
+
+struct TaccFunc {
+    PCIDevice parent_obj;
+
+    TaccState *pf;
+    int fn;                     /* 0 = PF, 1.. = VF number + 1 */
+    MemoryRegion bar0, bar2, bar4;
+
+    uint32_t ctrl, status_fatal, irq_status, irq_mask, scratch;
+    uint64_t ptbr[TACC_NUM_CONTEXTS];
+    uint64_t fault_addr, fault_tag;
+    uint32_t fault_info;
+    uint32_t clk_latch;         /* HI half latched by a LO read */
+
+    uint64_t trace_base, trace_wb;
+    uint32_t trace_size, trace_ctrl, trace_prod, trace_cons, trace_dropped;
+    uint32_t trace_seq;
+
+    uint64_t sample_base, sample_wb, sample_seq;
+    uint32_t sample_size, sample_period, sample_prod, sample_cons;
+    uint32_t sample_dropped;
+    QEMUTimer sample_timer;
+
+    TaccQueue q[TACC_NUM_QUEUES];
+    uint64_t cnt[TACC_SAMPLE_SLOTS];    /* counter page 0 */
+    uint64_t busy_ps[TACC_NUM_ENGINES];
+    uint64_t stall_ps;
+    uint8_t rr_queue[TACC_NUM_CLASSES];
+};
+
+typedef struct TaccGroundTruth {
+    uint64_t h2d_bytes, d2h_bytes;
+    uint64_t h2d_link_bytes, d2h_link_bytes;
+    uint64_t busy_ps[TACC_NUM_ENGINES];
+    uint64_t trace_records, trace_dropped;
+    uint64_t cmds, jobs, faults, dma_errors, irqs;
+    uint64_t flops;
+} TaccGroundTruth;
+
+struct TaccState {
+    TaccFunc func;
+
+    /* properties */
+    uint64_t devmem_size;
+    uint8_t link_gen, link_width;
+    uint32_t mps, mrrs;
+    uint32_t tlb_entries;
+    uint32_t time_scale;        /* x 1000 */
+    uint32_t cmd_latency_ns, read_latency_ns, write_latency_ns;
+    uint32_t walk_latency_ns;
+    uint32_t compute_gflops, devmem_gbps;
+    uint8_t total_vfs;
+
+    /* fault injection (qom-set at run time) */
+    int32_t fi_hang_engine;
+    bool fi_fail_next_dma;
+    bool fi_corrupt_next_cqe;
+    bool fi_fatal;
+
+    uint8_t *devmem;
+    uint64_t vf_mem_base[TACC_MAX_VFS], vf_mem_size[TACC_MAX_VFS];
+    uint32_t arb_weight[TACC_NUM_FUNCS];
+
+    TaccTlbEntry *tlb;
+    uint64_t tlb_clock;
+
+    TaccUnit unit[TACC_NUM_UNITS];
+    uint64_t link_free_ps[2];   /* 0 = down (H2D), 1 = up (D2H) */
+    uint64_t link_busy_ps[2];
+    uint64_t gcnt[TACC_SAMPLE_SLOTS];   /* counter page 1 */
+    uint64_t cnt_gen;
+    uint8_t rr_fn[TACC_NUM_CLASSES];
+    uint32_t credits[TACC_NUM_CLASSES][TACC_NUM_FUNCS];
+    QEMUTimer timer;
+    bool in_run;
+
+    TaccGroundTruth gt;
+};
+
+/* tacc-pci.c */
+TaccFunc *tacc_func(TaccState *s, int fn);     /* NULL if not enabled */
+void tacc_func_reset(TaccFunc *f);
+void tacc_irq_cause(TaccFunc *f, uint32_t cause);
+void tacc_msix_notify(TaccFunc *f, unsigned vector);
+bool tacc_func_active(TaccFunc *f);
+uint64_t tacc_now_ps(TaccState *s);
+void tacc_window(TaccFunc *f, uint64_t *base, uint64_t *size);
+
+/* tacc-regs.c */
+extern const MemoryRegionOps tacc_bar0_ops;
+extern const MemoryRegionOps tacc_bar2_ops;
+void tacc_counters_begin(TaccState *s);
+void tacc_counters_end(TaccState *s);
+
+/* tacc-sched.c */
+void tacc_sched_run(TaccState *s);
+void tacc_sched_timer(void *opaque);
+void tacc_queue_doorbell(TaccFunc *f, int q, uint32_t tail);
+void tacc_queue_ctrl(TaccFunc *f, int q, uint32_t val);
+void tacc_queue_cq_head(TaccFunc *f, int q, uint32_t head);
+void tacc_queue_reset(TaccFunc *f, int q);
+void tacc_func_abort_all(TaccFunc *f);
+uint32_t tacc_queue_status(TaccFunc *f, int q);
+bool tacc_func_idle(TaccFunc *f);
+
+/* tacc-exec.c */
+enum tacc_engine_class tacc_op_class(uint8_t opcode);
+void tacc_exec(TaccFunc *f, int q, TaccCmd *cmd, uint64_t start_ps,
+               TaccResult *res);
+MemTxResult tacc_dma_read(TaccFunc *f, uint64_t iova, void *buf, uint64_t len);
+MemTxResult tacc_dma_write(TaccFunc *f, uint64_t iova, const void *buf,
+                           uint64_t len);
+
+/* tacc-mmu.c */
+typedef struct TaccXlate {
+    uint64_t addr;              /* IOVA or device-memory window offset */
+    uint64_t page_left;         /* bytes to the end of the page */
+    bool devmem;
+    bool writable;
+} TaccXlate;
+int tacc_mmu_translate(TaccFunc *f, unsigned ctx, uint64_t va,
+                       TaccXlate *x, TaccResult *res);
+void tacc_tlb_invalidate(TaccState *s, int fn, int ctx);   /* ctx -1: all */
+
+/* tacc-model.c */
+uint64_t tacc_link_ps(TaccState *s, uint64_t bytes);
+uint64_t tacc_scale_ps(TaccState *s, uint64_t ps);
+void tacc_link_h2d_cost(TaccState *s, uint64_t len, uint64_t *down,
+                        uint64_t *up, uint64_t *tlps);
+void tacc_link_d2h_cost(TaccState *s, uint64_t len, uint64_t *up,
+                        uint64_t *tlps);
+uint64_t tacc_compute_ps(TaccState *s, uint64_t flops, uint64_t devmem_bytes);
+unsigned tacc_link_rate_gt(TaccState *s);
+
+/* tacc-trace.c */
+void tacc_trace_record(TaccFunc *f, TaccUnit *u, uint64_t end_ps);
+void tacc_sample_rearm(TaccFunc *f);
+void tacc_sample_timer(void *opaque);
+void tacc_ring_wb(TaccFunc *f, uint64_t wb, uint32_t prod, uint32_t dropped);
+
+#endif
