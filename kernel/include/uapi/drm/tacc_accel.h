@@ -1,0 +1,498 @@
+/* SPDX-License-Identifier: ((GPL-2.0 WITH Linux-syscall-note) OR MIT) */
+/*
+ * tacc_accel.h - ioctl ABI of the tacc DRM accel driver (/dev/accel/accelN).
+ *
+ * Usable from user space without <drm/drm.h>: the few DRM core definitions
+ * needed are provided below when the kernel's DRM uAPI header is absent.
+ * Every structure has fixed-size fields, naturally aligned, with explicit
+ * padding; padding and reserved fields must be zero on input.
+ * docs/uapi.md documents semantics and every errno.
+ */
+#ifndef _UAPI_TACC_ACCEL_H_
+#define _UAPI_TACC_ACCEL_H_
+
+#include <linux/types.h>
+#include <linux/ioctl.h>
+
+#if defined(__KERNEL__)
+#include <drm/drm.h>
+#endif
+
+#if defined(__cplusplus)
+extern "C" {
+#endif
+
+#ifndef DRM_IOCTL_BASE
+#define DRM_IOCTL_BASE			'd'
+#endif
+#ifndef DRM_COMMAND_BASE
+#define DRM_COMMAND_BASE		0x40
+#endif
+
+/** DRM_TACC_API_VERSION - bumped on every additive ABI change. */
+#define DRM_TACC_API_VERSION		1
+
+/* Driver ioctl numbers, relative to DRM_COMMAND_BASE. */
+#define DRM_TACC_GET_PARAM		0x00
+#define DRM_TACC_BO_CREATE		0x01
+#define DRM_TACC_BO_INFO		0x02
+#define DRM_TACC_VM_BIND		0x03
+#define DRM_TACC_VM_UNBIND		0x04
+#define DRM_TACC_SUBMIT			0x05
+#define DRM_TACC_WAIT			0x06
+#define DRM_TACC_TRACE_OPEN		0x07
+#define DRM_TACC_TRACE_ADVANCE		0x08
+#define DRM_TACC_TRACE_CLOSE		0x09
+
+/* ------------------------------------------------------------ params ---- */
+enum drm_tacc_param {
+	DRM_TACC_PARAM_API_VERSION = 0,		/* DRM_TACC_API_VERSION */
+	DRM_TACC_PARAM_HW_VERSION = 1,		/* major << 16 | minor */
+	DRM_TACC_PARAM_CAPS = 2,		/* TACC_CAP_* of the function */
+	DRM_TACC_PARAM_FUNC = 3,		/* 0 = PF, n = VF n */
+	DRM_TACC_PARAM_NUM_QUEUES = 4,
+	DRM_TACC_PARAM_NUM_CONTEXTS = 5,
+	DRM_TACC_PARAM_NUM_ENGINES = 6,
+	DRM_TACC_PARAM_DEVMEM_SIZE = 7,		/* bytes usable by this function */
+	DRM_TACC_PARAM_CLOCK_HZ = 8,		/* device clock rate */
+	DRM_TACC_PARAM_CONTEXT_ID = 9,		/* hardware context of this file */
+	DRM_TACC_PARAM_COUNTERS_MMAP_OFFSET = 10,
+	DRM_TACC_PARAM_COUNTERS_MMAP_SIZE = 11,	/* 4096, or 8192 with CAP_PERFMON */
+	DRM_TACC_PARAM_MAX_CMDS = 12,		/* commands per submit */
+	DRM_TACC_PARAM_MAX_INFLIGHT = 13,	/* jobs per file and queue */
+	DRM_TACC_PARAM_VA_START = 14,
+	DRM_TACC_PARAM_VA_END = 15,		/* exclusive */
+	DRM_TACC_PARAM_CTX_FAULTS = 16,		/* MMU faults of this context */
+	DRM_TACC_PARAM_CTX_FAULT_ADDR = 17,	/* last faulting device VA */
+	DRM_TACC_PARAM_DEVCLK = 18,		/* device clock now (wakes the device) */
+	DRM_TACC_PARAM_QUEUE_SIZE = 19,		/* SQ entries of queue @index */
+	DRM_TACC_PARAM_LAST_SEQNO = 20,		/* last seqno returned by SUBMIT */
+	DRM_TACC_PARAM_CTX_RESETS = 21,		/* timed-out jobs of this context */
+	DRM_TACC_PARAM_TRACE_MMAP_OFFSET = 22,
+	DRM_TACC_PARAM_DEVMEM_FREE = 23,	/* bytes not allocated */
+	DRM_TACC_PARAM_COUNT
+};
+
+/**
+ * struct drm_tacc_get_param - DRM_IOCTL_TACC_GET_PARAM argument.
+ * @param: enum drm_tacc_param.
+ * @index: queue index for per-queue parameters, else 0.
+ * @value: out: the value.
+ */
+struct drm_tacc_get_param {
+	__u32 param;
+	__u32 index;
+	__u64 value;
+};
+
+/* ------------------------------------------------------- buffer objects ---- */
+enum drm_tacc_bo_type {
+	DRM_TACC_BO_HOST = 0,		/* shmem host memory, mmap-able */
+	DRM_TACC_BO_DEVICE = 1,		/* device memory, not CPU visible */
+	DRM_TACC_BO_USERPTR = 2,	/* existing user memory, pinned */
+	DRM_TACC_BO_TYPE_COUNT
+};
+
+#define DRM_TACC_BO_F_NO_BIND		(1u << 0)	/* no automatic VM binding */
+#define DRM_TACC_BO_F_READONLY		(1u << 1)	/* device may only read */
+#define DRM_TACC_BO_F_ALL		(DRM_TACC_BO_F_NO_BIND | DRM_TACC_BO_F_READONLY)
+
+/**
+ * struct drm_tacc_bo_create - DRM_IOCTL_TACC_BO_CREATE argument.
+ * @size: bytes; rounded up to 4 KiB (HOST, DEVICE); page multiple (USERPTR).
+ * @userptr: USERPTR only: page-aligned user address, else 0.
+ * @type: enum drm_tacc_bo_type.
+ * @flags: DRM_TACC_BO_F_*.
+ * @handle: out: GEM handle.
+ * @pad: must be 0.
+ * @va: out: device virtual address of the automatic binding, 0 with
+ *      DRM_TACC_BO_F_NO_BIND.
+ */
+struct drm_tacc_bo_create {
+	__u64 size;
+	__u64 userptr;
+	__u32 type;
+	__u32 flags;
+	__u32 handle;
+	__u32 pad;
+	__u64 va;
+};
+
+/**
+ * struct drm_tacc_bo_info - DRM_IOCTL_TACC_BO_INFO argument.
+ * @handle: GEM handle.
+ * @pad: must be 0.
+ * @mmap_offset: out: fake offset for mmap() of the DRM fd; 0 if the BO
+ *               cannot be mapped by the CPU (DEVICE, USERPTR).
+ * @va: out: device VA of the BO's binding in this file's VM, 0 if unbound.
+ * @size: out: size in bytes.
+ * @bound_size: out: bytes of the BO covered by the binding.
+ * @type: out: enum drm_tacc_bo_type.
+ * @flags: out: DRM_TACC_BO_F_* given at creation.
+ */
+struct drm_tacc_bo_info {
+	__u32 handle;
+	__u32 pad;
+	__u64 mmap_offset;
+	__u64 va;
+	__u64 size;
+	__u64 bound_size;
+	__u32 type;
+	__u32 flags;
+};
+
+#define DRM_TACC_BIND_F_FIXED		(1u << 0)	/* use @va, else the driver picks */
+#define DRM_TACC_BIND_F_READONLY	(1u << 1)	/* map without device write */
+#define DRM_TACC_BIND_F_ALL		(DRM_TACC_BIND_F_FIXED | DRM_TACC_BIND_F_READONLY)
+
+/**
+ * struct drm_tacc_vm_bind - DRM_IOCTL_TACC_VM_BIND argument.
+ *
+ * Binds [@bo_offset, @bo_offset + @size) of a BO into the file's device
+ * address space.  A BO has at most one binding per file.
+ *
+ * @handle: GEM handle.
+ * @flags: DRM_TACC_BIND_F_*.
+ * @va: in with DRM_TACC_BIND_F_FIXED (4 KiB aligned), out: bound VA.
+ * @bo_offset: 4 KiB aligned offset in the BO.
+ * @size: bytes, 4 KiB multiple; 0 = up to the end of the BO.
+ * @page_size: out: largest device page size used (4096 or 2097152).
+ */
+struct drm_tacc_vm_bind {
+	__u32 handle;
+	__u32 flags;
+	__u64 va;
+	__u64 bo_offset;
+	__u64 size;
+	__u64 page_size;
+};
+
+/**
+ * struct drm_tacc_vm_unbind - DRM_IOCTL_TACC_VM_UNBIND argument.
+ * @handle: GEM handle whose binding is removed.
+ * @flags: must be 0.
+ */
+struct drm_tacc_vm_unbind {
+	__u32 handle;
+	__u32 flags;
+};
+
+/* -------------------------------------------------------------- submit ---- */
+/* Opcodes: the device's (enum tacc_opcode in tacc_hw.h), repeated as ABI. */
+#define DRM_TACC_OP_NOP			0
+#define DRM_TACC_OP_COPY_H2D		1
+#define DRM_TACC_OP_COPY_D2H		2
+#define DRM_TACC_OP_COPY_D2D		3
+#define DRM_TACC_OP_GEMM		4
+#define DRM_TACC_OP_ELTWISE		5
+#define DRM_TACC_OP_FENCE		6
+#define DRM_TACC_OP_TIMESTAMP		7
+#define DRM_TACC_OP_BARRIER		8
+
+#define DRM_TACC_ELT_ADD		0
+#define DRM_TACC_ELT_MUL		1
+#define DRM_TACC_ELT_RELU		2
+#define DRM_TACC_ELT_SCALE		3
+
+/**
+ * struct drm_tacc_operand - a place in a buffer object.
+ * @handle: GEM handle, 0 when the operand is unused.
+ * @pad: must be 0.
+ * @offset: byte offset in the BO (relative to the BO, not to its binding).
+ */
+struct drm_tacc_operand {
+	__u32 handle;
+	__u32 pad;
+	__u64 offset;
+};
+
+/**
+ * struct drm_tacc_cmd - one command of a job, 128 bytes.
+ *
+ * Operand use by opcode (unused operands must have handle 0):
+ *  COPY_*:    @a = source, @b = destination, @size = bytes.
+ *  GEMM:      @a (M x K, @lda), @b (K x N, @ldb), @c (M x N, @ldc), fp32,
+ *             C = @alpha * A x B + @beta * C (fp32 bit patterns).
+ *  ELTWISE:   @a, @b (ADD, MUL only), @c = result, @size = elements,
+ *             @elt_op = DRM_TACC_ELT_*, @scalar (SCALE, fp32 bits).
+ *  FENCE:     @a = 8-byte aligned destination, @value written.
+ *  TIMESTAMP: @a = 8-byte aligned destination of the device clock.
+ *  NOP, BARRIER: no operand.
+ *
+ * @opcode: DRM_TACC_OP_*.
+ * @flags: must be 0.
+ * @tag: user tag (correlation id) copied to completions and trace records.
+ * @a: first operand.
+ * @b: second operand.
+ * @c: third operand.
+ * @size: bytes (COPY) or elements (ELTWISE), else 0.
+ * @value: FENCE value, else 0.
+ * @m: GEMM rows of A and C.
+ * @n: GEMM columns of B and C.
+ * @k: GEMM columns of A, rows of B.
+ * @lda: GEMM elements per row of A (>= @k).
+ * @ldb: GEMM elements per row of B (>= @n).
+ * @ldc: GEMM elements per row of C (>= @n).
+ * @alpha: GEMM fp32 bits.
+ * @beta: GEMM fp32 bits.
+ * @elt_op: ELTWISE operation.
+ * @scalar: ELTWISE SCALE fp32 bits.
+ * @rsvd: must be 0.
+ */
+struct drm_tacc_cmd {
+	__u32 opcode;
+	__u32 flags;
+	__u64 tag;
+	struct drm_tacc_operand a;
+	struct drm_tacc_operand b;
+	struct drm_tacc_operand c;
+	__u64 size;
+	__u64 value;
+	__u32 m;
+	__u32 n;
+	__u32 k;
+	__u32 lda;
+	__u32 ldb;
+	__u32 ldc;
+	__u32 alpha;
+	__u32 beta;
+	__u32 elt_op;
+	__u32 scalar;
+	__u64 rsvd;
+};
+
+/**
+ * struct drm_tacc_submit - DRM_IOCTL_TACC_SUBMIT argument.
+ * @cmds: user pointer to @num_cmds struct drm_tacc_cmd.
+ * @in_syncobjs: user pointer to @num_in_syncobjs __u32 syncobj handles
+ *               (binary syncobjs) the job waits for.
+ * @num_cmds: 1 .. DRM_TACC_PARAM_MAX_CMDS.
+ * @num_in_syncobjs: 0 .. DRM_TACC_MAX_IN_SYNCOBJS.
+ * @queue: hardware queue, 0 .. DRM_TACC_PARAM_NUM_QUEUES - 1.
+ * @out_syncobj: syncobj handle that receives the job's fence, 0 = none.
+ * @flags: must be 0.
+ * @cmd_size: sizeof(struct drm_tacc_cmd).
+ * @seqno: out: per-file job sequence number, for DRM_IOCTL_TACC_WAIT.
+ */
+struct drm_tacc_submit {
+	__u64 cmds;
+	__u64 in_syncobjs;
+	__u32 num_cmds;
+	__u32 num_in_syncobjs;
+	__u32 queue;
+	__u32 out_syncobj;
+	__u32 flags;
+	__u32 cmd_size;
+	__u64 seqno;
+};
+
+#define DRM_TACC_MAX_IN_SYNCOBJS	16
+
+/**
+ * struct drm_tacc_wait - DRM_IOCTL_TACC_WAIT argument.
+ * @seqno: a seqno returned by DRM_IOCTL_TACC_SUBMIT on this file.
+ * @timeout_ns: relative timeout; 0 polls; negative waits forever.
+ * @flags: must be 0.
+ * @status: out: 0, or the job's negative errno (-ETIMEDOUT hang, -EFAULT
+ *          MMU fault, -EIO DMA error, -EINVAL rejected by the device,
+ *          -ECANCELED aborted).
+ */
+struct drm_tacc_wait {
+	__u64 seqno;
+	__s64 timeout_ns;
+	__u32 flags;
+	__s32 status;
+};
+
+/* -------------------------------------------------------- trace ring ---- */
+/**
+ * struct drm_tacc_trace_open - DRM_IOCTL_TACC_TRACE_OPEN argument.
+ *
+ * Registers the calling file as the one consumer of the device trace ring
+ * and enables device tracing.  mmap() @mmap_size bytes at @mmap_offset
+ * (read-only) to see struct drm_tacc_trace_header then the records
+ * (struct tacc_trace_rec of tacc_hw.h) at header.data_offset.
+ *
+ * @flags: must be 0.
+ * @entries: out: records in the ring (power of two).
+ * @mmap_offset: out.
+ * @mmap_size: out.
+ */
+struct drm_tacc_trace_open {
+	__u32 flags;
+	__u32 entries;
+	__u64 mmap_offset;
+	__u64 mmap_size;
+};
+
+/**
+ * struct drm_tacc_trace_header - first page of the mapped trace ring.
+ * @version: DRM_TACC_TRACE_HDR_VERSION.
+ * @rec_size: bytes per record (64).
+ * @entries: records in the ring.
+ * @rec_version: record format version (TACC_TRACE_VERSION).
+ * @data_offset: offset of record 0 from the start of the mapping.
+ * @prod: free-running producer index (written by the device).
+ * @dropped: records the device dropped because the ring was full.
+ * @cons: free-running consumer index (written by the driver on ADVANCE).
+ * @epoch: incremented when the ring is reset (indices restart at 0).
+ */
+struct drm_tacc_trace_header {
+	__u32 version;
+	__u32 rec_size;
+	__u32 entries;
+	__u32 rec_version;
+	__u64 data_offset;
+	__u32 prod;
+	__u32 dropped;
+	__u32 cons;
+	__u32 epoch;
+};
+
+#define DRM_TACC_TRACE_HDR_VERSION	1
+
+/**
+ * struct drm_tacc_trace_advance - DRM_IOCTL_TACC_TRACE_ADVANCE argument.
+ * @cons: new free-running consumer index (between the current consumer
+ *        index and the producer index).
+ * @flags: must be 0.
+ * @prod: out: producer index.
+ * @dropped: out: records dropped so far.
+ */
+struct drm_tacc_trace_advance {
+	__u32 cons;
+	__u32 flags;
+	__u32 prod;
+	__u32 dropped;
+};
+
+/**
+ * struct drm_tacc_trace_close - DRM_IOCTL_TACC_TRACE_CLOSE argument.
+ * @flags: must be 0.
+ * @pad: must be 0.
+ */
+struct drm_tacc_trace_close {
+	__u32 flags;
+	__u32 pad;
+};
+
+/* Fixed mmap() offsets of the DRM fd (below DRM's GEM offset range). */
+#define DRM_TACC_MMAP_COUNTERS		0x10000000ull
+#define DRM_TACC_MMAP_TRACE		0x20000000ull
+
+#define DRM_IOCTL_TACC_GET_PARAM	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_GET_PARAM, struct drm_tacc_get_param)
+#define DRM_IOCTL_TACC_BO_CREATE	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_BO_CREATE, struct drm_tacc_bo_create)
+#define DRM_IOCTL_TACC_BO_INFO		_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_BO_INFO, struct drm_tacc_bo_info)
+#define DRM_IOCTL_TACC_VM_BIND		_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_VM_BIND, struct drm_tacc_vm_bind)
+#define DRM_IOCTL_TACC_VM_UNBIND	_IOW(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_VM_UNBIND, struct drm_tacc_vm_unbind)
+#define DRM_IOCTL_TACC_SUBMIT		_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_SUBMIT, struct drm_tacc_submit)
+#define DRM_IOCTL_TACC_WAIT		_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_WAIT, struct drm_tacc_wait)
+#define DRM_IOCTL_TACC_TRACE_OPEN	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_TRACE_OPEN, struct drm_tacc_trace_open)
+#define DRM_IOCTL_TACC_TRACE_ADVANCE	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_TRACE_ADVANCE, struct drm_tacc_trace_advance)
+#define DRM_IOCTL_TACC_TRACE_CLOSE	_IOW(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_TRACE_CLOSE, struct drm_tacc_trace_close)
+
+/*
+ * DRM core ioctls usable on the accel node, mirrored with tacc names so
+ * user space needs no <drm/drm.h>; layouts equal the core's.
+ */
+
+/**
+ * struct drm_tacc_gem_close - mirror of struct drm_gem_close.
+ * @handle: GEM handle to close.
+ * @pad: must be 0.
+ */
+struct drm_tacc_gem_close {
+	__u32 handle;
+	__u32 pad;
+};
+
+/**
+ * struct drm_tacc_syncobj_create - mirror of struct drm_syncobj_create.
+ * @handle: out: syncobj handle.
+ * @flags: 1 = create signaled.
+ */
+struct drm_tacc_syncobj_create {
+	__u32 handle;
+	__u32 flags;
+};
+
+/**
+ * struct drm_tacc_syncobj_destroy - mirror of struct drm_syncobj_destroy.
+ * @handle: syncobj handle.
+ * @pad: must be 0.
+ */
+struct drm_tacc_syncobj_destroy {
+	__u32 handle;
+	__u32 pad;
+};
+
+/**
+ * struct drm_tacc_syncobj_wait - mirror of struct drm_syncobj_wait.
+ * @handles: user pointer to __u32 handles.
+ * @timeout_nsec: absolute CLOCK_MONOTONIC timeout.
+ * @count_handles: number of handles.
+ * @flags: DRM_SYNCOBJ_WAIT_FLAGS_* (1 = all, 2 = wait for submit).
+ * @first_signaled: out.
+ * @pad: must be 0.
+ * @deadline_nsec: used with flag 8 only.
+ */
+struct drm_tacc_syncobj_wait {
+	__u64 handles;
+	__s64 timeout_nsec;
+	__u32 count_handles;
+	__u32 flags;
+	__u32 first_signaled;
+	__u32 pad;
+	__u64 deadline_nsec;
+};
+
+#define DRM_IOCTL_TACC_GEM_CLOSE	_IOW(DRM_IOCTL_BASE, 0x09, struct drm_tacc_gem_close)
+#define DRM_IOCTL_TACC_SYNCOBJ_CREATE	_IOWR(DRM_IOCTL_BASE, 0xBF, struct drm_tacc_syncobj_create)
+#define DRM_IOCTL_TACC_SYNCOBJ_DESTROY	_IOWR(DRM_IOCTL_BASE, 0xC0, struct drm_tacc_syncobj_destroy)
+#define DRM_IOCTL_TACC_SYNCOBJ_WAIT	_IOWR(DRM_IOCTL_BASE, 0xC3, struct drm_tacc_syncobj_wait)
+
+/* ----------------------------------------------------- generic netlink ---- */
+#define TACC_GENL_NAME			"tacc"
+#define TACC_GENL_VERSION		1
+#define TACC_GENL_MCGRP_EVENTS		"events"
+
+enum tacc_genl_cmd {
+	TACC_GENL_CMD_UNSPEC = 0,
+	TACC_GENL_CMD_EVENT = 1,	/* multicast: one asynchronous event */
+};
+
+enum tacc_genl_event {
+	TACC_EVENT_MMU_FAULT = 1,
+	TACC_EVENT_HANG = 2,
+	TACC_EVENT_RESET = 3,
+	TACC_EVENT_FATAL = 4,
+	TACC_EVENT_PM = 5,
+	TACC_EVENT_VF_ENABLE = 6,
+	TACC_EVENT_VF_DISABLE = 7,
+	TACC_EVENT_DMA_ERROR = 8,
+};
+
+enum tacc_genl_attr {
+	TACC_A_UNSPEC = 0,
+	TACC_A_EVENT = 1,	/* u32: enum tacc_genl_event */
+	TACC_A_DEVICE = 2,	/* string: PCI address, 0000:01:00.0 */
+	TACC_A_MINOR = 3,	/* u32: accel minor */
+	TACC_A_CTX = 4,		/* u32: context id */
+	TACC_A_PID = 5,		/* u32: tgid owning the context */
+	TACC_A_QUEUE = 6,	/* u32 */
+	TACC_A_ADDR = 7,	/* u64: faulting device VA */
+	TACC_A_INFO = 8,	/* u32: TACC_REG_FAULT_INFO, or PM state, or VF count */
+	TACC_A_TAG = 9,		/* u64: user tag */
+	TACC_A_SEQNO = 10,	/* u64: file job seqno */
+	TACC_A_TIMESTAMP = 11,	/* u64: CLOCK_MONOTONIC ns */
+	TACC_A_PAD = 12,
+	__TACC_A_MAX,
+};
+
+#define TACC_A_MAX (__TACC_A_MAX - 1)
+
+#if defined(__cplusplus)
+}
+#endif
+
+#endif /* _UAPI_TACC_ACCEL_H_ */

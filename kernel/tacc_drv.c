@@ -1,0 +1,817 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * tacc - DRM accel driver for the tacc PCIe accelerator: PCI probe/remove,
+ * drm_driver, ioctl table, file contexts, mmap, fdinfo and the trace ring.
+ */
+#include <linux/delay.h>
+#include <linux/dma-mapping.h>
+#include <linux/module.h>
+#include <linux/pm_runtime.h>
+#include <linux/sched.h>
+
+#include <drm/drm_accel.h>
+#include <drm/drm_drv.h>
+#include <drm/drm_file.h>
+#include <drm/drm_gem.h>
+#include <drm/drm_ioctl.h>
+#include <drm/drm_managed.h>
+#include <drm/drm_print.h>
+
+#include "tacc_drv.h"
+#include "tacc_trace.h"
+
+unsigned int tacc_job_timeout_ms = 2000;
+module_param_named(job_timeout_ms, tacc_job_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(job_timeout_ms, "Job timeout before a queue reset, ms (read at probe)");
+
+unsigned int tacc_autosuspend_ms = 1000;
+module_param_named(autosuspend_ms, tacc_autosuspend_ms, uint, 0644);
+MODULE_PARM_DESC(autosuspend_ms, "Runtime PM autosuspend delay, ms (read at probe)");
+
+static u32 tacc_devid(struct tacc_device *tdev)
+{
+	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
+}
+
+/* ------------------------------------------------------------ hardware ---- */
+
+void tacc_tlb_invalidate(struct tacc_device *tdev, u32 ctx)
+{
+	if (pm_runtime_get_if_active(tacc_to_dev(tdev)) <= 0)
+		return;		/* suspended: resume invalidates everything */
+	tacc_wr(tdev, TACC_REG_TLB_INV, ctx);
+	pm_runtime_mark_last_busy(tacc_to_dev(tdev));
+	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+}
+
+void tacc_hw_program_ctx(struct tacc_device *tdev, u32 id, u64 ptbr)
+{
+	if (pm_runtime_get_if_active(tacc_to_dev(tdev)) <= 0)
+		return;
+	tacc_wr64(tdev, TACC_REG_CTX_PTBR(id), ptbr);
+	tacc_wr(tdev, TACC_REG_TLB_INV, id);
+	pm_runtime_mark_last_busy(tacc_to_dev(tdev));
+	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+}
+
+/*
+ * Bring the function to a known state and (re)program everything the
+ * device forgets in a reset or in D3hot: queues, context roots, trace
+ * ring, VF partitions.  Called at probe and on resume.
+ */
+int tacc_hw_init(struct tacc_device *tdev)
+{
+	u32 i, status;
+	int t;
+
+	tacc_wr(tdev, TACC_REG_CTRL, TACC_CTRL_RESET);
+	for (t = 0; t < 1000; t++) {
+		if (!(tacc_rd(tdev, TACC_REG_CTRL) & TACC_CTRL_RESET))
+			break;
+		usleep_range(10, 20);
+	}
+	tacc_wr(tdev, TACC_REG_CTRL, TACC_CTRL_ENABLE);
+	for (t = 0; t < 1000; t++) {
+		status = tacc_rd(tdev, TACC_REG_STATUS);
+		if (status & TACC_STATUS_READY)
+			break;
+		usleep_range(10, 20);
+	}
+	if (!(status & TACC_STATUS_READY)) {
+		drm_err(&tdev->drm, "device not ready, status 0x%x\n", status);
+		return -EIO;
+	}
+
+	tacc_wr(tdev, TACC_REG_IRQ_STATUS, ~0u);
+	tacc_wr(tdev, TACC_REG_IRQ_MASK, TACC_IRQ_MMU_FAULT | TACC_IRQ_DMA_ERROR |
+		TACC_IRQ_FATAL | TACC_IRQ_QUEUE_ERROR);
+	tacc_wr(tdev, TACC_REG_FAULT_CLEAR, 1);
+
+	mutex_lock(&tdev->ctx_lock);
+	for (i = 0; i < tdev->num_contexts; i++) {
+		struct tacc_ctx *ctx = tdev->ctxs[i];
+
+		tacc_wr64(tdev, TACC_REG_CTX_PTBR(i),
+			  ctx ? (ctx->vm.root.dma | TACC_PTBR_VALID) : 0);
+	}
+	mutex_unlock(&tdev->ctx_lock);
+	tacc_wr(tdev, TACC_REG_TLB_INV, TACC_TLB_INV_ALL);
+
+	for (i = 0; i < tdev->num_queues; i++)
+		tacc_queue_hw_setup(&tdev->queues[i]);
+
+	tacc_trace_hw_setup(tdev);
+	if (!tdev->is_vf)
+		tacc_sriov_restore(tdev);
+	tdev->hw_up = true;
+	return 0;
+}
+
+void tacc_hw_fini(struct tacc_device *tdev)
+{
+	u32 i;
+
+	tdev->hw_up = false;
+	for (i = 0; i < tdev->num_queues; i++)
+		tacc_qwr(&tdev->queues[i], TACC_Q_CTRL, 0);
+	tacc_wr(tdev, TACC_REG_TRACE_CTRL, 0);
+	tacc_wr(tdev, TACC_REG_IRQ_MASK, 0);
+	tacc_wr(tdev, TACC_REG_CTRL, 0);
+}
+
+/* ------------------------------------------------------------ contexts ---- */
+
+struct tacc_ctx *tacc_ctx_get(struct tacc_ctx *ctx)
+{
+	kref_get(&ctx->ref);
+	return ctx;
+}
+
+static void tacc_ctx_release(struct kref *ref)
+{
+	struct tacc_ctx *ctx = container_of(ref, struct tacc_ctx, ref);
+	struct tacc_device *tdev = ctx->tdev;
+
+	mutex_lock(&tdev->ctx_lock);
+	tdev->ctxs[ctx->id] = NULL;
+	tacc_hw_program_ctx(tdev, ctx->id, 0);
+	mutex_unlock(&tdev->ctx_lock);
+
+	tacc_ctx_seq_fini(ctx);
+	tacc_vm_fini(tdev, &ctx->vm);
+	atomic_dec(&tdev->live.ctxs);
+	kfree(ctx);
+}
+
+void tacc_ctx_put(struct tacc_ctx *ctx)
+{
+	kref_put(&ctx->ref, tacc_ctx_release);
+}
+
+static int tacc_open(struct drm_device *dev, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_ctx *ctx;
+	int ret, id = -1;
+	u32 i;
+
+	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
+	if (!ctx)
+		return -ENOMEM;
+	kref_init(&ctx->ref);
+	ctx->tdev = tdev;
+	ctx->file = file;
+	ctx->pid = task_tgid_nr(current);
+	get_task_comm(ctx->comm, current);
+	spin_lock_init(&ctx->seq_lock);
+
+	ret = tacc_vm_init(tdev, &ctx->vm);
+	if (ret)
+		goto err_free;
+
+	mutex_lock(&tdev->ctx_lock);
+	for (i = 0; i < tdev->num_contexts; i++) {
+		if (!tdev->ctxs[i]) {
+			id = i;
+			break;
+		}
+	}
+	if (id < 0) {
+		mutex_unlock(&tdev->ctx_lock);
+		ret = -EBUSY;
+		goto err_vm;
+	}
+	ctx->id = id;
+	tdev->ctxs[id] = ctx;
+	tacc_hw_program_ctx(tdev, id, ctx->vm.root.dma | TACC_PTBR_VALID);
+	mutex_unlock(&tdev->ctx_lock);
+
+	ret = tacc_ctx_entities_init(ctx);
+	if (ret)
+		goto err_slot;
+
+	atomic_inc(&tdev->live.ctxs);
+	file->driver_priv = ctx;
+	return 0;
+
+err_slot:
+	mutex_lock(&tdev->ctx_lock);
+	tdev->ctxs[id] = NULL;
+	tacc_hw_program_ctx(tdev, id, 0);
+	mutex_unlock(&tdev->ctx_lock);
+err_vm:
+	tacc_vm_fini(tdev, &ctx->vm);
+err_free:
+	kfree(ctx);
+	return ret;
+}
+
+static void tacc_postclose(struct drm_device *dev, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_ctx *ctx = file->driver_priv;
+
+	tacc_trace_release(tdev, file);
+	tacc_ctx_entities_fini(ctx);
+	ctx->file = NULL;
+	file->driver_priv = NULL;
+	tacc_ctx_put(ctx);
+}
+
+/* --------------------------------------------------------------- params ---- */
+
+static int tacc_get_param_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_ctx *ctx = file->driver_priv;
+	struct drm_tacc_get_param *args = data;
+	int ret;
+
+	if (args->index && args->param != DRM_TACC_PARAM_QUEUE_SIZE)
+		return -EINVAL;
+
+	switch (args->param) {
+	case DRM_TACC_PARAM_API_VERSION:
+		args->value = DRM_TACC_API_VERSION;
+		break;
+	case DRM_TACC_PARAM_HW_VERSION:
+		args->value = tdev->hw_version;
+		break;
+	case DRM_TACC_PARAM_CAPS:
+		args->value = tdev->caps;
+		break;
+	case DRM_TACC_PARAM_FUNC:
+		args->value = tdev->func;
+		break;
+	case DRM_TACC_PARAM_NUM_QUEUES:
+		args->value = tdev->num_queues;
+		break;
+	case DRM_TACC_PARAM_NUM_CONTEXTS:
+		args->value = tdev->num_contexts;
+		break;
+	case DRM_TACC_PARAM_NUM_ENGINES:
+		args->value = tdev->num_engines;
+		break;
+	case DRM_TACC_PARAM_DEVMEM_SIZE:
+		args->value = tdev->devmem_size;
+		break;
+	case DRM_TACC_PARAM_DEVMEM_FREE:
+		mutex_lock(&tdev->devmem_lock);
+		args->value = tdev->devmem_size - tdev->devmem_used;
+		mutex_unlock(&tdev->devmem_lock);
+		break;
+	case DRM_TACC_PARAM_CLOCK_HZ:
+		args->value = tdev->clock_hz;
+		break;
+	case DRM_TACC_PARAM_CONTEXT_ID:
+		args->value = ctx->id;
+		break;
+	case DRM_TACC_PARAM_COUNTERS_MMAP_OFFSET:
+		args->value = DRM_TACC_MMAP_COUNTERS;
+		break;
+	case DRM_TACC_PARAM_COUNTERS_MMAP_SIZE:
+		args->value = perfmon_capable() && !tdev->is_vf ?
+			      TACC_BAR_COUNTERS_SIZE : PAGE_SIZE;
+		break;
+	case DRM_TACC_PARAM_TRACE_MMAP_OFFSET:
+		args->value = DRM_TACC_MMAP_TRACE;
+		break;
+	case DRM_TACC_PARAM_MAX_CMDS:
+		args->value = TACC_MAX_CMDS;
+		break;
+	case DRM_TACC_PARAM_MAX_INFLIGHT:
+		args->value = TACC_MAX_INFLIGHT;
+		break;
+	case DRM_TACC_PARAM_VA_START:
+		args->value = TACC_VA_START;
+		break;
+	case DRM_TACC_PARAM_VA_END:
+		args->value = TACC_VA_END;
+		break;
+	case DRM_TACC_PARAM_CTX_FAULTS:
+		args->value = atomic64_read(&ctx->faults);
+		break;
+	case DRM_TACC_PARAM_CTX_FAULT_ADDR:
+		args->value = atomic64_read(&ctx->fault_addr);
+		break;
+	case DRM_TACC_PARAM_CTX_RESETS:
+		args->value = atomic64_read(&ctx->resets);
+		break;
+	case DRM_TACC_PARAM_LAST_SEQNO:
+		spin_lock(&ctx->seq_lock);
+		args->value = ctx->last_seqno;
+		spin_unlock(&ctx->seq_lock);
+		break;
+	case DRM_TACC_PARAM_DEVCLK:
+		ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
+		if (ret)
+			return ret;
+		args->value = tacc_rd64(tdev, TACC_REG_DEVCLK);
+		pm_runtime_mark_last_busy(tacc_to_dev(tdev));
+		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+		break;
+	case DRM_TACC_PARAM_QUEUE_SIZE:
+		if (args->index >= tdev->num_queues)
+			return -EINVAL;
+		args->value = TACC_SQ_ENTRIES;
+		break;
+	default:
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* ----------------------------------------------------------- trace ring ---- */
+
+static struct drm_tacc_trace_header *tacc_trace_hdr(struct tacc_device *tdev)
+{
+	return tdev->trace.cpu;
+}
+
+/* The device's producer write-back sits right after the header. */
+#define TACC_TRACE_WB_OFFSET	offsetof(struct drm_tacc_trace_header, prod)
+
+void tacc_trace_hw_setup(struct tacc_device *tdev)
+{
+	struct tacc_trace_ring *tr = &tdev->trace;
+	struct drm_tacc_trace_header *hdr;
+
+	if (!tr->cpu)
+		return;
+	hdr = tacc_trace_hdr(tdev);
+	/* indices restart at 0 after a reset of the function */
+	hdr->prod = 0;
+	hdr->dropped = 0;
+	hdr->cons = 0;
+	tr->cons = 0;
+	WRITE_ONCE(hdr->epoch, hdr->epoch + 1);
+	tacc_wr64(tdev, TACC_REG_TRACE_BASE, tr->dma + PAGE_SIZE);
+	tacc_wr(tdev, TACC_REG_TRACE_SIZE, TACC_TRACE_ENTRIES);
+	tacc_wr64(tdev, TACC_REG_TRACE_WB, tr->dma + TACC_TRACE_WB_OFFSET);
+	tacc_wr(tdev, TACC_REG_TRACE_CONS, 0);
+	tacc_wr(tdev, TACC_REG_TRACE_CTRL, tr->owner ? 1 : 0);
+}
+
+static void tacc_trace_free(struct drm_device *dev, void *data)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_trace_ring *tr = &tdev->trace;
+
+	if (tr->cpu)
+		dma_free_coherent(tacc_to_dev(tdev), tr->size, tr->cpu, tr->dma);
+	tr->cpu = NULL;
+}
+
+static int tacc_trace_alloc(struct tacc_device *tdev)
+{
+	struct tacc_trace_ring *tr = &tdev->trace;
+	struct drm_tacc_trace_header *hdr;
+
+	tr->size = PAGE_SIZE + TACC_TRACE_ENTRIES * TACC_TRACE_REC_SIZE;
+	tr->cpu = dma_alloc_coherent(tacc_to_dev(tdev), tr->size, &tr->dma, GFP_KERNEL);
+	if (!tr->cpu)
+		return -ENOMEM;
+	hdr = tr->cpu;
+	hdr->version = DRM_TACC_TRACE_HDR_VERSION;
+	hdr->rec_size = TACC_TRACE_REC_SIZE;
+	hdr->entries = TACC_TRACE_ENTRIES;
+	hdr->rec_version = TACC_TRACE_VERSION;
+	hdr->data_offset = PAGE_SIZE;
+	return drmm_add_action_or_reset(&tdev->drm, tacc_trace_free, NULL);
+}
+
+int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_trace_ring *tr = &tdev->trace;
+	struct drm_tacc_trace_open *args = data;
+	int ret;
+
+	if (args->flags)
+		return -EINVAL;
+	if (!tr->cpu)
+		return -EOPNOTSUPP;
+
+	mutex_lock(&tr->lock);
+	if (tr->owner) {
+		ret = tr->owner == file ? -EALREADY : -EBUSY;
+		goto out;
+	}
+	/* the consumer keeps the device powered: D3hot would reset the ring */
+	ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
+	if (ret)
+		goto out;
+	tr->owner = file;
+	tacc_wr(tdev, TACC_REG_TRACE_CTRL, 1);
+	args->entries = TACC_TRACE_ENTRIES;
+	args->mmap_offset = DRM_TACC_MMAP_TRACE;
+	args->mmap_size = tr->size;
+	ret = 0;
+out:
+	mutex_unlock(&tr->lock);
+	return ret;
+}
+
+static void tacc_trace_check_drops(struct tacc_device *tdev, u32 dropped)
+{
+	static u32 last;
+
+	if (dropped != last) {
+		trace_tacc_trace_drop(tacc_devid(tdev), dropped - last, dropped);
+		last = dropped;
+	}
+}
+
+int tacc_trace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_trace_ring *tr = &tdev->trace;
+	struct drm_tacc_trace_advance *args = data;
+	struct drm_tacc_trace_header *hdr;
+	u32 prod;
+	int ret = 0;
+
+	if (args->flags)
+		return -EINVAL;
+	mutex_lock(&tr->lock);
+	if (tr->owner != file) {
+		ret = -EPERM;
+		goto out;
+	}
+	hdr = tacc_trace_hdr(tdev);
+	prod = READ_ONCE(hdr->prod);
+	if (args->cons - tr->cons > prod - tr->cons) {
+		ret = -EINVAL;
+		goto out;
+	}
+	tr->cons = args->cons;
+	WRITE_ONCE(hdr->cons, tr->cons);
+	tacc_wr(tdev, TACC_REG_TRACE_CONS, tr->cons);
+	args->prod = prod;
+	args->dropped = READ_ONCE(hdr->dropped);
+	tacc_trace_check_drops(tdev, args->dropped);
+out:
+	mutex_unlock(&tr->lock);
+	return ret;
+}
+
+static void tacc_trace_stop_locked(struct tacc_device *tdev)
+{
+	struct tacc_trace_ring *tr = &tdev->trace;
+
+	tacc_wr(tdev, TACC_REG_TRACE_CTRL, 0);
+	tr->owner = NULL;
+	pm_runtime_mark_last_busy(tacc_to_dev(tdev));
+	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+}
+
+int tacc_trace_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct drm_tacc_trace_close *args = data;
+	int ret = 0;
+
+	if (args->flags || args->pad)
+		return -EINVAL;
+	mutex_lock(&tdev->trace.lock);
+	if (tdev->trace.owner != file)
+		ret = -EPERM;
+	else
+		tacc_trace_stop_locked(tdev);
+	mutex_unlock(&tdev->trace.lock);
+	return ret;
+}
+
+void tacc_trace_release(struct tacc_device *tdev, struct drm_file *file)
+{
+	mutex_lock(&tdev->trace.lock);
+	if (tdev->trace.owner == file)
+		tacc_trace_stop_locked(tdev);
+	mutex_unlock(&tdev->trace.lock);
+}
+
+/* ----------------------------------------------------------------- mmap ---- */
+
+static int tacc_mmap_counters(struct tacc_device *tdev, struct vm_area_struct *vma)
+{
+	unsigned long size = vma->vm_end - vma->vm_start;
+
+	if (vma->vm_flags & VM_WRITE)
+		return -EACCES;
+	if (size > TACC_BAR_COUNTERS_SIZE)
+		return -EINVAL;
+	if (size > PAGE_SIZE && (tdev->is_vf || !perfmon_capable()))
+		return -EACCES;	/* global counters: a side channel */
+
+	vm_flags_mod(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE);
+	vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);
+	return io_remap_pfn_range(vma, vma->vm_start, tdev->cnt_phys >> PAGE_SHIFT,
+				  size, vma->vm_page_prot);
+}
+
+static int tacc_mmap_trace(struct tacc_device *tdev, struct drm_file *file,
+			   struct vm_area_struct *vma)
+{
+	struct tacc_trace_ring *tr = &tdev->trace;
+	unsigned long size = vma->vm_end - vma->vm_start;
+	int ret;
+
+	if (vma->vm_flags & VM_WRITE)
+		return -EACCES;
+	if (size > tr->size)
+		return -EINVAL;
+	mutex_lock(&tr->lock);
+	if (tr->owner != file) {
+		ret = -EACCES;
+		goto out;
+	}
+	vm_flags_mod(vma, VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE);
+	vma->vm_pgoff = 0;
+	ret = dma_mmap_coherent(tacc_to_dev(tdev), vma, tr->cpu, tr->dma, size);
+out:
+	mutex_unlock(&tr->lock);
+	return ret;
+}
+
+static int tacc_mmap(struct file *filp, struct vm_area_struct *vma)
+{
+	struct drm_file *file = filp->private_data;
+	struct tacc_device *tdev = to_tacc_dev(file->minor->dev);
+	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
+
+	if (off == DRM_TACC_MMAP_COUNTERS)
+		return tacc_mmap_counters(tdev, vma);
+	if (off == DRM_TACC_MMAP_TRACE)
+		return tacc_mmap_trace(tdev, file, vma);
+	return drm_gem_mmap(filp, vma);
+}
+
+static long tacc_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
+{
+	struct drm_file *file = filp->private_data;
+	struct tacc_device *tdev = to_tacc_dev(file->minor->dev);
+	struct tacc_ctx *ctx = file->driver_priv;
+	u32 id = ctx ? ctx->id : ~0u;
+	long ret;
+
+	trace_tacc_ioctl_enter(tacc_devid(tdev), id, _IOC_NR(cmd));
+	ret = drm_ioctl(filp, cmd, arg);
+	trace_tacc_ioctl_exit(tacc_devid(tdev), id, _IOC_NR(cmd), ret);
+	return ret;
+}
+
+static const struct file_operations tacc_fops = {
+	.owner = THIS_MODULE,
+	.open = accel_open,
+	.release = drm_release,
+	.unlocked_ioctl = tacc_ioctl,
+	.compat_ioctl = drm_compat_ioctl,
+	.poll = drm_poll,
+	.read = drm_read,
+	.llseek = noop_llseek,
+	.mmap = tacc_mmap,
+	.fop_flags = FOP_UNSIGNED_OFFSET,
+};
+
+/* --------------------------------------------------------------- fdinfo ---- */
+
+static void tacc_show_fdinfo(struct drm_printer *p, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(file->minor->dev);
+	struct tacc_ctx *ctx = file->driver_priv;
+	struct drm_gem_object *obj;
+	u64 host = 0, devmem = 0, user = 0;
+	int id;
+	u32 i;
+
+	for (i = 0; i < tdev->num_queues; i++) {
+		drm_printf(p, "drm-engine-queue%u:\t%llu ns\n", i,
+			   (u64)atomic64_read(&ctx->busy_ns[i]));
+	}
+	for (i = 0; i < tdev->num_queues; i++)
+		drm_printf(p, "drm-jobs-queue%u:\t%llu\n", i, (u64)atomic64_read(&ctx->jobs[i]));
+
+	spin_lock(&file->table_lock);
+	idr_for_each_entry(&file->object_idr, obj, id) {
+		struct tacc_bo *bo = to_tacc_bo(obj);
+
+		if (bo->type == DRM_TACC_BO_DEVICE)
+			devmem += obj->size;
+		else if (bo->type == DRM_TACC_BO_USERPTR)
+			user += obj->size;
+		else
+			host += obj->size;
+	}
+	spin_unlock(&file->table_lock);
+	drm_printf(p, "drm-memory-host:\t%llu KiB\n", host >> 10);
+	drm_printf(p, "drm-memory-device:\t%llu KiB\n", devmem >> 10);
+	drm_printf(p, "drm-memory-userptr:\t%llu KiB\n", user >> 10);
+	drm_printf(p, "tacc-context:\t%u\n", ctx->id);
+	drm_printf(p, "tacc-mmu-faults:\t%llu\n", (u64)atomic64_read(&ctx->faults));
+	drm_printf(p, "tacc-resets:\t%llu\n", (u64)atomic64_read(&ctx->resets));
+}
+
+/* --------------------------------------------------------------- driver ---- */
+
+static const struct drm_ioctl_desc tacc_ioctls[] = {
+	DRM_IOCTL_DEF_DRV(TACC_GET_PARAM, tacc_get_param_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_BO_CREATE, tacc_bo_create_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_BO_INFO, tacc_bo_info_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_VM_BIND, tacc_vm_bind_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_VM_UNBIND, tacc_vm_unbind_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_SUBMIT, tacc_submit_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_WAIT, tacc_wait_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TRACE_OPEN, tacc_trace_open_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TRACE_ADVANCE, tacc_trace_advance_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TRACE_CLOSE, tacc_trace_close_ioctl, 0),
+};
+
+static const struct drm_driver tacc_driver = {
+	.driver_features = DRIVER_GEM | DRIVER_COMPUTE_ACCEL | DRIVER_SYNCOBJ,
+	.open = tacc_open,
+	.postclose = tacc_postclose,
+	.gem_create_object = tacc_gem_create_object,
+	.ioctls = tacc_ioctls,
+	.num_ioctls = ARRAY_SIZE(tacc_ioctls),
+	.fops = &tacc_fops,
+	.show_fdinfo = tacc_show_fdinfo,
+	.name = DRIVER_NAME,
+	.desc = DRIVER_DESC,
+	.date = "20261129",
+	.major = 1,
+	.minor = 0,
+};
+
+/* ------------------------------------------------------------------ PCI ---- */
+
+static void tacc_read_info(struct tacc_device *tdev)
+{
+	tdev->hw_version = tacc_rd(tdev, TACC_REG_VERSION);
+	tdev->caps = tacc_rd(tdev, TACC_REG_CAPS);
+	tdev->func = tacc_rd(tdev, TACC_REG_FUNC);
+	tdev->num_queues = min_t(u32, tacc_rd(tdev, TACC_REG_NUM_QUEUES), TACC_NUM_QUEUES);
+	tdev->num_contexts = min_t(u32, tacc_rd(tdev, TACC_REG_NUM_CONTEXTS),
+				   TACC_NUM_CONTEXTS);
+	tdev->num_engines = tacc_rd(tdev, TACC_REG_NUM_ENGINES);
+	tdev->devmem_size = tacc_rd64(tdev, TACC_REG_DEVMEM_SIZE);
+	tdev->link_cap = tacc_rd(tdev, TACC_REG_LINK_CAP);
+	tdev->link_status = tacc_rd(tdev, TACC_REG_LINK_STATUS);
+	tdev->link_params = tacc_rd(tdev, TACC_REG_LINK_PARAMS);
+	tdev->tlb_entries = tacc_rd(tdev, TACC_REG_TLB_ENTRIES);
+	tdev->clock_hz = tacc_rd(tdev, TACC_REG_CLOCK_HZ);
+	tdev->time_scale = tacc_rd(tdev, TACC_REG_TIME_SCALE);
+	tdev->is_vf = !!(tdev->caps & TACC_CAP_VF);
+}
+
+static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	struct tacc_device *tdev;
+	u16 cmd;
+	u32 magic;
+	int ret;
+
+	tdev = devm_drm_dev_alloc(&pdev->dev, &tacc_driver, struct tacc_device, drm);
+	if (IS_ERR(tdev))
+		return PTR_ERR(tdev);
+	tdev->pdev = pdev;
+	pci_set_drvdata(pdev, tdev);
+	mutex_init(&tdev->ctx_lock);
+	mutex_init(&tdev->devmem_lock);
+	mutex_init(&tdev->trace.lock);
+	spin_lock_init(&tdev->cnt_lock);
+
+	ret = pcim_enable_device(pdev);
+	if (ret)
+		return ret;
+	if (pdev->is_virtfn) {
+		/* QEMU gates VF BAR decoding on the VF's own command register */
+		pci_read_config_word(pdev, PCI_COMMAND, &cmd);
+		if (!(cmd & PCI_COMMAND_MEMORY))
+			pci_write_config_word(pdev, PCI_COMMAND, cmd | PCI_COMMAND_MEMORY);
+	}
+	pci_set_master(pdev);
+
+	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(52));
+	if (ret)
+		return ret;
+	dma_set_max_seg_size(&pdev->dev, UINT_MAX);
+
+	ret = pcim_iomap_regions(pdev, BIT(TACC_BAR_REGS) | BIT(TACC_BAR_COUNTERS), DRIVER_NAME);
+	if (ret)
+		return ret;
+	tdev->regs = pcim_iomap_table(pdev)[TACC_BAR_REGS];
+	tdev->cnt = pcim_iomap_table(pdev)[TACC_BAR_COUNTERS];
+	tdev->cnt_phys = pci_resource_start(pdev, TACC_BAR_COUNTERS);
+
+	magic = tacc_rd(tdev, TACC_REG_ID);
+	if (magic != TACC_ID_MAGIC) {
+		dev_err(&pdev->dev, "bad magic 0x%08x\n", magic);
+		return -ENODEV;
+	}
+	tacc_read_info(tdev);
+	if (!tdev->num_queues || !tdev->num_contexts) {
+		dev_err(&pdev->dev, "no queues or contexts\n");
+		return -ENODEV;
+	}
+
+	/* memory the device may still reference lives until drm release */
+	ret = tacc_devmem_init(tdev);
+	if (ret)
+		return ret;
+	ret = tacc_trace_alloc(tdev);
+	if (ret)
+		return ret;
+	ret = tacc_queues_init(tdev);
+	if (ret)
+		return ret;
+	ret = tacc_irq_init(tdev);
+	if (ret)
+		return ret;
+	ret = tacc_hw_init(tdev);
+	if (ret)
+		return ret;
+
+	tacc_pm_init(tdev);
+
+	ret = drm_dev_register(&tdev->drm, 0);
+	if (ret)
+		goto err_pm;
+	tacc_debugfs_init(tdev->drm.accel);
+
+	drm_info(&tdev->drm, "tacc %s function %u: hw %u.%u, %u queues, %llu MiB device memory\n",
+		 tdev->is_vf ? "VF" : "PF", tdev->func, tdev->hw_version >> 16,
+		 tdev->hw_version & 0xffff, tdev->num_queues, tdev->devmem_size >> 20);
+	return 0;
+
+err_pm:
+	tacc_pm_fini(tdev);
+	tacc_hw_fini(tdev);
+	return ret;
+}
+
+static void tacc_remove(struct pci_dev *pdev)
+{
+	struct tacc_device *tdev = pci_get_drvdata(pdev);
+
+	if (!tdev->is_vf)
+		tacc_sriov_fini(tdev);
+	drm_dev_unplug(&tdev->drm);
+	tacc_pm_fini(tdev);
+	tacc_hw_fini(tdev);
+	tacc_queues_unplug(tdev);
+}
+
+static void tacc_shutdown(struct pci_dev *pdev)
+{
+	struct tacc_device *tdev = pci_get_drvdata(pdev);
+
+	if (tdev && tdev->hw_up)
+		tacc_hw_fini(tdev);
+}
+
+static const struct pci_device_id tacc_pci_ids[] = {
+	{ PCI_DEVICE(TACC_PCI_VENDOR_ID, TACC_PCI_DEVICE_ID_PF) },
+	{ PCI_DEVICE(TACC_PCI_VENDOR_ID, TACC_PCI_DEVICE_ID_VF) },
+	{ }
+};
+MODULE_DEVICE_TABLE(pci, tacc_pci_ids);
+
+static struct pci_driver tacc_pci_driver = {
+	.name = DRIVER_NAME,
+	.id_table = tacc_pci_ids,
+	.probe = tacc_probe,
+	.remove = tacc_remove,
+	.shutdown = tacc_shutdown,
+	.sriov_configure = tacc_sriov_configure,
+	.driver = {
+		.pm = &tacc_pm_ops,
+		.dev_groups = tacc_dev_groups,
+	},
+};
+
+static int __init tacc_init(void)
+{
+	int ret;
+
+	ret = tacc_genl_init();
+	if (ret)
+		return ret;
+	ret = pci_register_driver(&tacc_pci_driver);
+	if (ret)
+		tacc_genl_fini();
+	return ret;
+}
+
+static void __exit tacc_exit(void)
+{
+	pci_unregister_driver(&tacc_pci_driver);
+	tacc_genl_fini();
+}
+
+module_init(tacc_init);
+module_exit(tacc_exit);
+
+MODULE_AUTHOR("tacc project");
+MODULE_DESCRIPTION(DRIVER_DESC);
+MODULE_LICENSE("GPL");
+MODULE_IMPORT_NS(DMA_BUF);

@@ -1,0 +1,357 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * tacc - DRM accel driver for the tacc PCIe accelerator: internal header.
+ */
+#ifndef __TACC_DRV_H__
+#define __TACC_DRV_H__
+
+#include <linux/atomic.h>
+#include <linux/dma-fence.h>
+#include <linux/io.h>
+#include <linux/io-64-nonatomic-lo-hi.h>
+#include <linux/kref.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/spinlock.h>
+#include <linux/xarray.h>
+
+#include <drm/drm_device.h>
+#include <drm/drm_file.h>
+#include <drm/drm_gem_shmem_helper.h>
+#include <drm/drm_mm.h>
+#include <drm/gpu_scheduler.h>
+
+#include "include/tacc_hw.h"
+#include "include/uapi/drm/tacc_accel.h"
+
+#define DRIVER_NAME		"tacc"
+#define DRIVER_DESC		"tacc PCIe accelerator"
+
+#define TACC_SQ_ENTRIES		256
+#define TACC_CQ_ENTRIES		256
+#define TACC_MAX_CMDS		64
+#define TACC_MAX_INFLIGHT	128	/* jobs per file and queue */
+#define TACC_MAX_BOS		4096	/* per file */
+#define TACC_SEQNO_SLOTS	256	/* per file: remembered job fences */
+#define TACC_VA_START		0x200000ull
+#define TACC_VA_END		(1ull << TACC_VA_BITS)
+#define TACC_TRACE_ENTRIES	4096
+#define TACC_SZ_2M		(1ull << TACC_HUGE_SHIFT)
+
+#define TACC_NUM_FUNC_COUNTERS	(TACC_FUNC_CNT_END - 2)
+#define TACC_NUM_GLOBAL_COUNTERS (TACC_GLOBAL_CNT_END - 2)
+
+struct tacc_device;
+struct tacc_ctx;
+
+/* Live-object counts, exposed by debugfs and sysfs. */
+struct tacc_live {
+	atomic_t ctxs;
+	atomic_t bos;
+	atomic_t mappings;
+	atomic_t jobs;
+	atomic_t fences;
+	atomic_t pt_pages;
+	atomic_long_t userptr_pages;
+	atomic_long_t devmem_bytes;
+};
+
+struct tacc_fence {
+	struct dma_fence base;
+	struct tacc_queue *q;
+};
+
+struct tacc_queue {
+	struct tacc_device *tdev;
+	u32 idx;
+	struct drm_gpu_scheduler sched;
+	char name[16];
+
+	spinlock_t lock;		/* ring indices, inflight, fences */
+	struct tacc_desc *sq;
+	dma_addr_t sq_dma;
+	u32 sq_tail;
+	struct tacc_cqe *cq;
+	dma_addr_t cq_dma;
+	u32 cq_head;
+	u32 next_hw_job;
+	u64 fence_ctx;
+	u64 fence_seqno;
+	struct list_head inflight;	/* struct tacc_job, submission order */
+
+	u64 jobs_done;
+	u64 jobs_failed;
+	u64 resets;
+	u64 bad_cqes;
+	u64 irqs;
+};
+
+struct tacc_pt {
+	u64 *cpu;
+	dma_addr_t dma;
+	struct tacc_pt **child;		/* 512 entries, levels 0 and 1 */
+};
+
+struct tacc_vm {
+	struct mutex lock;		/* PTEs, va_mm, bindings */
+	struct drm_mm va_mm;
+	struct tacc_pt root;
+	u32 nr_tables;
+};
+
+struct tacc_seqslot {
+	u64 seqno;
+	int status;
+};
+
+/* One per open file: a hardware context with its own address space. */
+struct tacc_ctx {
+	struct kref ref;
+	struct tacc_device *tdev;
+	struct drm_file *file;		/* NULL once the file is closed */
+	u32 id;
+	pid_t pid;
+	char comm[TASK_COMM_LEN];
+	struct tacc_vm vm;
+	struct drm_sched_entity entity[TACC_NUM_QUEUES];
+	atomic_t inflight[TACC_NUM_QUEUES];
+	atomic_t nr_bos;
+	atomic_long_t userptr_pages;
+
+	struct mutex submit_lock;	/* seqno order = arm/push order */
+	spinlock_t seq_lock;
+	u64 last_seqno;
+	struct xarray jobs_xa;		/* seqno -> finished fence, until freed */
+	struct tacc_seqslot done[TACC_SEQNO_SLOTS];	/* recent final status */
+
+	/* statistics (fdinfo) */
+	atomic64_t busy_ns[TACC_NUM_QUEUES];
+	atomic64_t jobs[TACC_NUM_QUEUES];
+	atomic64_t faults;
+	atomic64_t fault_addr;
+	atomic64_t resets;
+};
+
+struct tacc_bo {
+	struct drm_gem_shmem_object shmem;	/* base.* used by every type */
+	u32 type;
+	u32 flags;
+	/* DEVICE */
+	struct drm_mm_node devmem;
+	/* USERPTR */
+	struct page **pages;
+	unsigned long npages;
+	struct sg_table *sgt;		/* USERPTR: own; HOST: the helper's */
+	struct tacc_ctx *uctx;		/* USERPTR: accounting */
+	/* binding in the owning file's VM (protected by vm->lock) */
+	struct tacc_mapping *map;
+};
+
+struct tacc_mapping {
+	struct drm_mm_node node;
+	struct tacc_bo *bo;
+	struct tacc_ctx *ctx;
+	u64 bo_offset;
+	u64 size;
+	u64 page_size;
+	bool readonly;
+};
+
+struct tacc_job {
+	struct drm_sched_job base;
+	struct tacc_ctx *ctx;
+	struct tacc_queue *q;
+	u32 num_cmds;
+	struct tacc_desc *descs;
+	struct drm_gem_object **bos;
+	u32 num_bos;
+	struct tacc_fence *hw_fence;
+	bool hw_fence_init;
+	struct list_head node;		/* q->inflight */
+	u32 hw_job;
+	u64 seqno;
+	u64 tag;			/* tag of the last command */
+	u64 dev_start;
+	u64 dev_end;
+	int status;
+	bool pm_ref;
+};
+
+struct tacc_trace_ring {
+	struct mutex lock;
+	void *cpu;
+	dma_addr_t dma;
+	size_t size;
+	struct drm_file *owner;
+	u32 cons;
+	u32 epoch;
+};
+
+struct tacc_device {
+	struct drm_device drm;
+	struct pci_dev *pdev;
+	void __iomem *regs;
+	void __iomem *cnt;
+	resource_size_t cnt_phys;
+	bool is_vf;
+	u32 func;
+	u32 hw_version;
+	u32 caps;
+	u32 num_queues;
+	u32 num_contexts;
+	u32 num_engines;
+	u64 devmem_size;
+	u32 clock_hz;
+	u32 link_cap;
+	u32 link_status;
+	u32 link_params;
+	u32 tlb_entries;
+	u32 time_scale;
+
+	struct tacc_queue queues[TACC_NUM_QUEUES];
+	struct workqueue_struct *reset_wq;
+
+	struct mutex ctx_lock;		/* ctxs[], PTBR programming */
+	struct tacc_ctx *ctxs[TACC_NUM_CONTEXTS];
+
+	struct mutex devmem_lock;
+	struct drm_mm devmem_mm;
+	u64 devmem_used;
+
+	struct tacc_trace_ring trace;
+
+	/* SR-IOV (PF) */
+	int num_vfs;
+	struct drm_mm_node vf_nodes[TACC_MAX_VFS];
+
+	/* runtime PM */
+	bool hw_up;
+	atomic64_t pm_suspends;
+	atomic64_t pm_resumes;
+	u64 cnt_base[TACC_SAMPLE_SLOTS * 2];	/* sums over past resets */
+	spinlock_t cnt_lock;
+
+	/* errors */
+	atomic64_t mmu_faults;
+	atomic64_t dma_errors;
+	atomic64_t fatal_errors;
+
+	struct tacc_live live;
+	struct list_head list;		/* tacc_devices */
+};
+
+#define to_tacc_dev(d)		container_of(d, struct tacc_device, drm)
+#define to_tacc_bo(o)		container_of(o, struct tacc_bo, shmem.base)
+#define to_tacc_job(j)		container_of(j, struct tacc_job, base)
+#define to_tacc_fence(f)	container_of(f, struct tacc_fence, base)
+
+static inline u32 tacc_rd(struct tacc_device *tdev, u32 reg)
+{
+	return readl(tdev->regs + reg);
+}
+
+static inline void tacc_wr(struct tacc_device *tdev, u32 reg, u32 val)
+{
+	writel(val, tdev->regs + reg);
+}
+
+static inline u64 tacc_rd64(struct tacc_device *tdev, u32 reg)
+{
+	return lo_hi_readq(tdev->regs + reg);
+}
+
+static inline void tacc_wr64(struct tacc_device *tdev, u32 reg, u64 val)
+{
+	lo_hi_writeq(val, tdev->regs + reg);
+}
+
+static inline u32 tacc_qrd(struct tacc_queue *q, u32 reg)
+{
+	return tacc_rd(q->tdev, TACC_QUEUE_BASE(q->idx) + reg);
+}
+
+static inline void tacc_qwr(struct tacc_queue *q, u32 reg, u32 val)
+{
+	tacc_wr(q->tdev, TACC_QUEUE_BASE(q->idx) + reg, val);
+}
+
+static inline struct device *tacc_to_dev(struct tacc_device *tdev)
+{
+	return &tdev->pdev->dev;
+}
+
+/* tacc_drv.c */
+extern unsigned int tacc_job_timeout_ms;
+extern unsigned int tacc_autosuspend_ms;
+int tacc_hw_init(struct tacc_device *tdev);
+void tacc_hw_fini(struct tacc_device *tdev);
+struct tacc_ctx *tacc_ctx_get(struct tacc_ctx *ctx);
+void tacc_ctx_put(struct tacc_ctx *ctx);
+void tacc_hw_program_ctx(struct tacc_device *tdev, u32 id, u64 ptbr);
+void tacc_tlb_invalidate(struct tacc_device *tdev, u32 ctx);
+
+/* tacc_gem.c */
+struct drm_gem_object *tacc_gem_create_object(struct drm_device *dev, size_t size);
+int tacc_bo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_bo_info_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_bo_get_sgt(struct tacc_bo *bo, struct sg_table **sgt);
+int tacc_devmem_init(struct tacc_device *tdev);
+
+/* tacc_mmu.c */
+int tacc_vm_init(struct tacc_device *tdev, struct tacc_vm *vm);
+void tacc_vm_fini(struct tacc_device *tdev, struct tacc_vm *vm);
+int tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 bo_offset,
+		 u64 size, u32 flags, u64 *out_va, u64 *out_pgsz);
+void tacc_vm_unbind_locked(struct tacc_ctx *ctx, struct tacc_bo *bo);
+void tacc_vm_unbind(struct tacc_ctx *ctx, struct tacc_bo *bo);
+int tacc_vm_bind_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_vm_unbind_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+void tacc_vm_dump(struct seq_file *m, struct tacc_vm *vm);
+
+/* tacc_job.c */
+int tacc_queues_init(struct tacc_device *tdev);
+void tacc_queues_unplug(struct tacc_device *tdev);
+void tacc_queue_hw_setup(struct tacc_queue *q);
+void tacc_queue_process_cq(struct tacc_queue *q);
+int tacc_ctx_entities_init(struct tacc_ctx *ctx);
+void tacc_ctx_entities_fini(struct tacc_ctx *ctx);
+void tacc_ctx_seq_fini(struct tacc_ctx *ctx);
+void tacc_job_handle_fault(struct tacc_device *tdev);
+int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_wait_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+
+/* tacc_irq.c */
+int tacc_irq_init(struct tacc_device *tdev);
+
+/* tacc_pm.c */
+extern const struct dev_pm_ops tacc_pm_ops;
+void tacc_pm_init(struct tacc_device *tdev);
+void tacc_pm_fini(struct tacc_device *tdev);
+void tacc_counters_cache(struct tacc_device *tdev);
+
+/* tacc_sriov.c */
+int tacc_sriov_configure(struct pci_dev *pdev, int num_vfs);
+void tacc_sriov_restore(struct tacc_device *tdev);
+void tacc_sriov_fini(struct tacc_device *tdev);
+
+/* tacc_sysfs.c */
+extern const struct attribute_group *tacc_dev_groups[];
+u64 tacc_counter_read(struct tacc_device *tdev, bool global, u32 slot);
+
+/* tacc_debugfs.c */
+void tacc_debugfs_init(struct drm_minor *minor);
+
+/* tacc_netlink.c */
+int tacc_genl_init(void);
+void tacc_genl_fini(void);
+void tacc_genl_event(struct tacc_device *tdev, u32 event, struct tacc_ctx *ctx,
+		     u32 queue, u64 addr, u32 info, u64 tag, u64 seqno, gfp_t gfp);
+
+/* tacc_trace ring (tacc_drv.c) */
+int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_trace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_trace_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+void tacc_trace_hw_setup(struct tacc_device *tdev);
+void tacc_trace_release(struct tacc_device *tdev, struct drm_file *file);
+
+#endif /* __TACC_DRV_H__ */

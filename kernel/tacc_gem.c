@@ -1,0 +1,431 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * tacc buffer objects: host memory (shmem), device memory (drm_mm over the
+ * function's window) and userptr (pin_user_pages).  Host memory reaches
+ * the device only through dma_map_sgtable(), so the IOMMU mode is honoured.
+ */
+#include <linux/dma-mapping.h>
+#include <linux/highmem.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+#include <linux/vmalloc.h>
+
+#include <drm/drm_gem.h>
+#include <drm/drm_managed.h>
+#include <drm/drm_print.h>
+#include <drm/drm_vma_manager.h>
+
+#include "tacc_drv.h"
+#include "tacc_trace.h"
+
+static unsigned int tacc_max_bo_mib = 512;
+module_param_named(max_bo_mib, tacc_max_bo_mib, uint, 0644);
+MODULE_PARM_DESC(max_bo_mib, "Largest buffer object, MiB");
+
+static unsigned int tacc_max_userptr_mib = 1024;
+module_param_named(max_userptr_mib, tacc_max_userptr_mib, uint, 0644);
+MODULE_PARM_DESC(max_userptr_mib, "Pinned userptr memory per file, MiB");
+
+static u32 tacc_bo_devid(struct tacc_bo *bo)
+{
+	struct tacc_device *tdev = to_tacc_dev(bo->shmem.base.dev);
+
+	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
+}
+
+static void tacc_trace_sgt(struct tacc_bo *bo, struct sg_table *sgt, bool map, u32 dir)
+{
+	u64 iova = 0, len = 0;
+	struct scatterlist *sg;
+	unsigned int i;
+
+	if (!trace_tacc_dma_map_enabled() && !trace_tacc_dma_unmap_enabled())
+		return;
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		if (!i)
+			iova = sg_dma_address(sg);
+		len += sg_dma_len(sg);
+	}
+	if (map)
+		trace_tacc_dma_map(tacc_bo_devid(bo), bo, iova, len, sgt->nents, dir);
+	else
+		trace_tacc_dma_unmap(tacc_bo_devid(bo), bo, iova, len, sgt->nents, dir);
+}
+
+static struct dma_buf *tacc_gem_no_export(struct drm_gem_object *obj, int flags)
+{
+	return ERR_PTR(-EOPNOTSUPP);
+}
+
+static void tacc_gem_close(struct drm_gem_object *obj, struct drm_file *file)
+{
+	struct tacc_ctx *ctx = file->driver_priv;
+
+	if (ctx)
+		tacc_vm_unbind(ctx, to_tacc_bo(obj));
+}
+
+static void tacc_gem_free(struct drm_gem_object *obj)
+{
+	struct tacc_bo *bo = to_tacc_bo(obj);
+	struct tacc_device *tdev = to_tacc_dev(obj->dev);
+
+	WARN_ON(bo->map);
+	trace_tacc_bo_destroy(tacc_bo_devid(bo), bo, bo->type, obj->size);
+	atomic_dec(&tdev->live.bos);
+	if (bo->uctx)
+		atomic_dec(&bo->uctx->nr_bos);
+
+	switch (bo->type) {
+	case DRM_TACC_BO_HOST:
+		if (bo->sgt)
+			tacc_trace_sgt(bo, bo->sgt, false, DMA_BIDIRECTIONAL);
+		drm_gem_shmem_free(&bo->shmem);
+		return;
+	case DRM_TACC_BO_DEVICE:
+		mutex_lock(&tdev->devmem_lock);
+		if (drm_mm_node_allocated(&bo->devmem)) {
+			drm_mm_remove_node(&bo->devmem);
+			tdev->devmem_used -= obj->size;
+		}
+		mutex_unlock(&tdev->devmem_lock);
+		atomic_long_sub(obj->size, &tdev->live.devmem_bytes);
+		break;
+	case DRM_TACC_BO_USERPTR: {
+		enum dma_data_direction dir = (bo->flags & DRM_TACC_BO_F_READONLY) ?
+					      DMA_TO_DEVICE : DMA_BIDIRECTIONAL;
+
+		if (bo->sgt) {
+			tacc_trace_sgt(bo, bo->sgt, false, dir);
+			dma_unmap_sgtable(tacc_to_dev(tdev), bo->sgt, dir, 0);
+			sg_free_table(bo->sgt);
+			kfree(bo->sgt);
+		}
+		if (bo->pages) {
+			unpin_user_pages_dirty_lock(bo->pages, bo->npages,
+						    !(bo->flags & DRM_TACC_BO_F_READONLY));
+			kvfree(bo->pages);
+			atomic_long_sub(bo->npages, &tdev->live.userptr_pages);
+			if (bo->uctx)
+				atomic_long_sub(bo->npages, &bo->uctx->userptr_pages);
+		}
+		break;
+	}
+	}
+	drm_gem_object_release(obj);
+	kfree(bo);
+}
+
+static const struct drm_gem_object_funcs tacc_shmem_funcs = {
+	.free = tacc_gem_free,
+	.close = tacc_gem_close,
+	.export = tacc_gem_no_export,
+	.print_info = drm_gem_shmem_object_print_info,
+	.pin = drm_gem_shmem_object_pin,
+	.unpin = drm_gem_shmem_object_unpin,
+	.get_sg_table = drm_gem_shmem_object_get_sg_table,
+	.vmap = drm_gem_shmem_object_vmap,
+	.vunmap = drm_gem_shmem_object_vunmap,
+	.mmap = drm_gem_shmem_object_mmap,
+	.vm_ops = &drm_gem_shmem_vm_ops,
+};
+
+static const struct drm_gem_object_funcs tacc_private_funcs = {
+	.free = tacc_gem_free,
+	.close = tacc_gem_close,
+	.export = tacc_gem_no_export,
+};
+
+struct drm_gem_object *tacc_gem_create_object(struct drm_device *dev, size_t size)
+{
+	struct tacc_bo *bo;
+
+	bo = kzalloc(sizeof(*bo), GFP_KERNEL);
+	if (!bo)
+		return ERR_PTR(-ENOMEM);
+	bo->type = DRM_TACC_BO_HOST;
+	bo->shmem.base.funcs = &tacc_shmem_funcs;
+	return &bo->shmem.base;
+}
+
+/* DMA mapping of a host BO; created on first use, kept until free. */
+int tacc_bo_get_sgt(struct tacc_bo *bo, struct sg_table **sgtp)
+{
+	struct sg_table *sgt;
+
+	if (bo->type == DRM_TACC_BO_USERPTR) {
+		*sgtp = bo->sgt;
+		return 0;
+	}
+	if (bo->type != DRM_TACC_BO_HOST)
+		return -EINVAL;
+	sgt = drm_gem_shmem_get_pages_sgt(&bo->shmem);
+	if (IS_ERR(sgt))
+		return PTR_ERR(sgt);
+	if (!bo->sgt) {
+		bo->sgt = sgt;
+		tacc_trace_sgt(bo, sgt, true, DMA_BIDIRECTIONAL);
+	}
+	*sgtp = sgt;
+	return 0;
+}
+
+static struct tacc_bo *tacc_bo_alloc_private(struct tacc_device *tdev, u64 size)
+{
+	struct tacc_bo *bo;
+
+	bo = kzalloc(sizeof(*bo), GFP_KERNEL);
+	if (!bo)
+		return ERR_PTR(-ENOMEM);
+	bo->shmem.base.funcs = &tacc_private_funcs;
+	drm_gem_private_object_init(&tdev->drm, &bo->shmem.base, size);
+	return bo;
+}
+
+static struct tacc_bo *tacc_bo_create_devmem(struct tacc_device *tdev, u64 size)
+{
+	struct tacc_bo *bo;
+	u64 align = size >= TACC_SZ_2M ? TACC_SZ_2M : PAGE_SIZE;
+	int ret;
+
+	if (size > tdev->devmem_size)
+		return ERR_PTR(-ENOSPC);
+	bo = tacc_bo_alloc_private(tdev, size);
+	if (IS_ERR(bo))
+		return bo;
+	bo->type = DRM_TACC_BO_DEVICE;
+
+	mutex_lock(&tdev->devmem_lock);
+	ret = drm_mm_insert_node_generic(&tdev->devmem_mm, &bo->devmem, size, align, 0,
+					 DRM_MM_INSERT_BEST);
+	if (ret == -ENOSPC && align > PAGE_SIZE)
+		ret = drm_mm_insert_node_generic(&tdev->devmem_mm, &bo->devmem, size,
+						 PAGE_SIZE, 0, DRM_MM_INSERT_BEST);
+	if (!ret)
+		tdev->devmem_used += size;
+	mutex_unlock(&tdev->devmem_lock);
+	if (ret) {
+		drm_gem_object_release(&bo->shmem.base);
+		kfree(bo);
+		return ERR_PTR(ret);
+	}
+	atomic_long_add(size, &tdev->live.devmem_bytes);
+	return bo;
+}
+
+static struct tacc_bo *tacc_bo_create_userptr(struct tacc_device *tdev, struct tacc_ctx *ctx,
+					      u64 uaddr, u64 size, u32 flags)
+{
+	bool ro = flags & DRM_TACC_BO_F_READONLY;
+	enum dma_data_direction dir = ro ? DMA_TO_DEVICE : DMA_BIDIRECTIONAL;
+	unsigned long npages = size >> PAGE_SHIFT;
+	struct sg_table *sgt;
+	struct tacc_bo *bo;
+	long pinned;
+	int ret;
+
+	if (!uaddr || !PAGE_ALIGNED(uaddr) || !PAGE_ALIGNED(size))
+		return ERR_PTR(-EINVAL);
+	if (!access_ok(u64_to_user_ptr(uaddr), size))
+		return ERR_PTR(-EFAULT);
+	if (atomic_long_read(&ctx->userptr_pages) + npages >
+	    ((unsigned long)tacc_max_userptr_mib << (20 - PAGE_SHIFT)))
+		return ERR_PTR(-ENOSPC);
+
+	bo = tacc_bo_alloc_private(tdev, size);
+	if (IS_ERR(bo))
+		return bo;
+	bo->type = DRM_TACC_BO_USERPTR;
+	bo->flags = flags;
+
+	bo->pages = kvmalloc_array(npages, sizeof(*bo->pages), GFP_KERNEL);
+	if (!bo->pages) {
+		ret = -ENOMEM;
+		goto err_obj;
+	}
+	pinned = pin_user_pages_fast(uaddr, npages, FOLL_LONGTERM | (ro ? 0 : FOLL_WRITE),
+				     bo->pages);
+	if (pinned < 0) {
+		ret = pinned;
+		goto err_pages;
+	}
+	if (pinned != npages) {
+		unpin_user_pages(bo->pages, pinned);
+		ret = -EFAULT;
+		goto err_pages;
+	}
+
+	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL);
+	if (!sgt) {
+		ret = -ENOMEM;
+		goto err_unpin;
+	}
+	ret = sg_alloc_table_from_pages(sgt, bo->pages, npages, 0, size, GFP_KERNEL);
+	if (ret)
+		goto err_sgt;
+	ret = dma_map_sgtable(tacc_to_dev(tdev), sgt, dir, 0);
+	if (ret)
+		goto err_table;
+
+	bo->npages = npages;
+	bo->sgt = sgt;
+	bo->uctx = ctx;
+	atomic_long_add(npages, &ctx->userptr_pages);
+	atomic_long_add(npages, &tdev->live.userptr_pages);
+	tacc_trace_sgt(bo, sgt, true, dir);
+	return bo;
+
+err_table:
+	sg_free_table(sgt);
+err_sgt:
+	kfree(sgt);
+err_unpin:
+	unpin_user_pages(bo->pages, npages);
+err_pages:
+	kvfree(bo->pages);
+	bo->pages = NULL;
+err_obj:
+	drm_gem_object_release(&bo->shmem.base);
+	kfree(bo);
+	return ERR_PTR(ret);
+}
+
+int tacc_bo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_ctx *ctx = file->driver_priv;
+	struct drm_tacc_bo_create *args = data;
+	struct drm_gem_shmem_object *shmem;
+	struct tacc_bo *bo;
+	u64 size = args->size;
+	u64 va = 0, pgsz;
+	u32 handle;
+	int ret;
+
+	if (args->type >= DRM_TACC_BO_TYPE_COUNT || (args->flags & ~DRM_TACC_BO_F_ALL) ||
+	    args->pad || args->handle || args->va)
+		return -EINVAL;
+	if (!size || size > ((u64)tacc_max_bo_mib << 20))
+		return -EINVAL;
+	if (args->type != DRM_TACC_BO_USERPTR && args->userptr)
+		return -EINVAL;
+	size = PAGE_ALIGN(size);
+
+	if (atomic_inc_return(&ctx->nr_bos) > TACC_MAX_BOS) {
+		atomic_dec(&ctx->nr_bos);
+		return -EMFILE;
+	}
+
+	switch (args->type) {
+	case DRM_TACC_BO_HOST:
+		shmem = drm_gem_shmem_create(dev, size);
+		if (IS_ERR(shmem)) {
+			ret = PTR_ERR(shmem);
+			goto err_count;
+		}
+		bo = to_tacc_bo(&shmem->base);
+		break;
+	case DRM_TACC_BO_DEVICE:
+		bo = tacc_bo_create_devmem(tdev, size);
+		if (IS_ERR(bo)) {
+			ret = PTR_ERR(bo);
+			goto err_count;
+		}
+		break;
+	default:
+		if (size != args->size) {
+			ret = -EINVAL;
+			goto err_count;
+		}
+		bo = tacc_bo_create_userptr(tdev, ctx, args->userptr, size, args->flags);
+		if (IS_ERR(bo)) {
+			ret = PTR_ERR(bo);
+			goto err_count;
+		}
+		break;
+	}
+	bo->flags = args->flags;
+	bo->uctx = ctx;
+	atomic_inc(&tdev->live.bos);
+	trace_tacc_bo_create(tacc_bo_devid(bo), ctx->id, bo, bo->type, size, bo->flags);
+
+	if (!(args->flags & DRM_TACC_BO_F_NO_BIND)) {
+		ret = tacc_vm_bind(ctx, bo, 0, 0, size,
+				   (args->flags & DRM_TACC_BO_F_READONLY) ?
+				   DRM_TACC_BIND_F_READONLY : 0, &va, &pgsz);
+		if (ret)
+			goto err_put;
+	}
+
+	ret = drm_gem_handle_create(file, &bo->shmem.base, &handle);
+	if (ret)
+		goto err_unbind;
+	drm_gem_object_put(&bo->shmem.base);
+	args->handle = handle;
+	args->va = va;
+	return 0;
+
+err_unbind:
+	tacc_vm_unbind(ctx, bo);
+err_put:
+	/* the free path drops nr_bos */
+	drm_gem_object_put(&bo->shmem.base);
+	return ret;
+err_count:
+	atomic_dec(&ctx->nr_bos);
+	return ret;
+}
+
+int tacc_bo_info_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_ctx *ctx = file->driver_priv;
+	struct drm_tacc_bo_info *args = data;
+	struct drm_gem_object *obj;
+	struct tacc_bo *bo;
+	int ret = 0;
+
+	if (args->pad)
+		return -EINVAL;
+	obj = drm_gem_object_lookup(file, args->handle);
+	if (!obj)
+		return -ENOENT;
+	bo = to_tacc_bo(obj);
+
+	args->mmap_offset = 0;
+	if (bo->type == DRM_TACC_BO_HOST) {
+		ret = drm_gem_create_mmap_offset(obj);
+		if (ret)
+			goto out;
+		args->mmap_offset = drm_vma_node_offset_addr(&obj->vma_node);
+	}
+	mutex_lock(&ctx->vm.lock);
+	if (bo->map && bo->map->ctx == ctx) {
+		args->va = bo->map->node.start;
+		args->bound_size = bo->map->size;
+	} else {
+		args->va = 0;
+		args->bound_size = 0;
+	}
+	mutex_unlock(&ctx->vm.lock);
+	args->size = obj->size;
+	args->type = bo->type;
+	args->flags = bo->flags;
+out:
+	drm_gem_object_put(obj);
+	return ret;
+}
+
+static void tacc_devmem_fini_action(struct drm_device *dev, void *data)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+
+	drm_mm_takedown(&tdev->devmem_mm);
+}
+
+int tacc_devmem_init(struct tacc_device *tdev)
+{
+	drm_mm_init(&tdev->devmem_mm, 0, tdev->devmem_size);
+	return drmm_add_action_or_reset(&tdev->drm, tacc_devmem_fini_action, NULL);
+}

@@ -1,0 +1,811 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * tacc job submission: commands referencing BO handles and offsets are
+ * validated and translated into device descriptors; one drm_sched per
+ * hardware queue; completion entries signal hardware fences; a timed-out
+ * job resets its queue, gets -ETIMEDOUT, and the others are replayed.
+ */
+#include <linux/delay.h>
+#include <linux/dma-mapping.h>
+#include <linux/overflow.h>
+#include <linux/pm_runtime.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include <drm/drm_drv.h>
+#include <drm/drm_gem.h>
+#include <drm/drm_managed.h>
+#include <drm/drm_print.h>
+#include <drm/drm_syncobj.h>
+
+#include "tacc_drv.h"
+#include "tacc_trace.h"
+
+#define TACC_GEMM_MAX_LD	(1u << 20)
+
+enum { TACC_T_ANY, TACC_T_HOST, TACC_T_DEV };
+
+static u32 tacc_job_devid(struct tacc_device *tdev)
+{
+	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
+}
+
+/* ---------------------------------------------------------- hw fences ---- */
+
+static const char *tacc_fence_driver_name(struct dma_fence *f)
+{
+	return DRIVER_NAME;
+}
+
+static const char *tacc_fence_timeline_name(struct dma_fence *f)
+{
+	return to_tacc_fence(f)->q->name;
+}
+
+static void tacc_fence_release(struct dma_fence *f)
+{
+	struct tacc_fence *fence = to_tacc_fence(f);
+
+	atomic_dec(&fence->q->tdev->live.fences);
+	dma_fence_free(f);
+}
+
+static const struct dma_fence_ops tacc_fence_ops = {
+	.get_driver_name = tacc_fence_driver_name,
+	.get_timeline_name = tacc_fence_timeline_name,
+	.release = tacc_fence_release,
+};
+
+static int tacc_status_errno(u32 status)
+{
+	switch (status) {
+	case TACC_ST_OK:
+		return 0;
+	case TACC_ST_MMU_FAULT:
+		return -EFAULT;
+	case TACC_ST_DMA_ERROR:
+		return -EIO;
+	case TACC_ST_ABORTED:
+		return -ECANCELED;
+	default:
+		return -EINVAL;
+	}
+}
+
+/* ------------------------------------------------------------- queues ---- */
+
+static void tacc_queue_write_job(struct tacc_queue *q, struct tacc_job *job)
+{
+	u32 i;
+
+	for (i = 0; i < job->num_cmds; i++) {
+		struct tacc_desc *d = &q->sq[q->sq_tail];
+
+		memcpy(d, &job->descs[i], sizeof(*d));
+		d->job = job->hw_job;
+		q->sq_tail = (q->sq_tail + 1) % TACC_SQ_ENTRIES;
+	}
+}
+
+static void tacc_queue_ring(struct tacc_queue *q)
+{
+	wmb();	/* descriptors before the doorbell */
+	tacc_qwr(q, TACC_Q_SQ_TAIL, q->sq_tail);
+}
+
+/* Called with q->lock held: completion of one job. */
+static void tacc_job_complete(struct tacc_queue *q, struct tacc_job *job, u32 status,
+			      int error, u64 start, u64 end)
+{
+	struct tacc_device *tdev = q->tdev;
+	struct tacc_ctx *ctx = job->ctx;
+
+	list_del_init(&job->node);
+	job->status = error;
+	job->dev_start = start;
+	job->dev_end = end;
+	if (end > start) {
+		u64 ns = tdev->clock_hz ? mul_u64_u32_div(end - start, NSEC_PER_SEC,
+							  tdev->clock_hz) : end - start;
+		atomic64_add(ns, &ctx->busy_ns[q->idx]);
+	}
+	atomic64_inc(&ctx->jobs[q->idx]);
+	if (error) {
+		dma_fence_set_error(&job->hw_fence->base, error);
+		q->jobs_failed++;
+	}
+	q->jobs_done++;
+	trace_tacc_job_done(tacc_job_devid(tdev), ctx->id, q->idx, job->seqno, job->tag,
+			    job->hw_job, status, error, start, end);
+	dma_fence_signal_locked(&job->hw_fence->base);
+}
+
+static void tacc_queue_process_cq_locked(struct tacc_queue *q)
+{
+	u32 tail = tacc_qrd(q, TACC_Q_CQ_TAIL);
+	bool any = false;
+
+	if (tail >= TACC_CQ_ENTRIES) {
+		q->bad_cqes++;
+		return;
+	}
+	while (q->cq_head != tail) {
+		struct tacc_cqe cqe;
+		struct tacc_job *job, *tmp, *found = NULL;
+
+		dma_rmb();
+		memcpy(&cqe, &q->cq[q->cq_head], sizeof(cqe));
+		q->cq_head = (q->cq_head + 1) % TACC_CQ_ENTRIES;
+		any = true;
+
+		list_for_each_entry(job, &q->inflight, node) {
+			if (job->hw_job == cqe.job) {
+				found = job;
+				break;
+			}
+		}
+		if (!found) {
+			q->bad_cqes++;
+			continue;
+		}
+		/* in order per queue: earlier jobs lost their completion */
+		list_for_each_entry_safe(job, tmp, &q->inflight, node) {
+			if (job == found)
+				break;
+			q->bad_cqes++;
+			tacc_job_complete(q, job, TACC_ST_ABORTED, -EIO, 0, 0);
+		}
+		tacc_job_complete(q, found, cqe.status, tacc_status_errno(cqe.status),
+				  cqe.start, cqe.end);
+	}
+	if (any)
+		tacc_qwr(q, TACC_Q_CQ_HEAD, q->cq_head);
+}
+
+void tacc_queue_process_cq(struct tacc_queue *q)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&q->lock, flags);
+	q->irqs++;
+	if (q->tdev->hw_up)
+		tacc_queue_process_cq_locked(q);
+	spin_unlock_irqrestore(&q->lock, flags);
+}
+
+static void tacc_queue_hw_reset_locked(struct tacc_queue *q)
+{
+	int t;
+
+	tacc_qwr(q, TACC_Q_CTRL, TACC_Q_CTRL_RESET);
+	for (t = 0; t < 1000; t++) {
+		if (!(tacc_qrd(q, TACC_Q_CTRL) & TACC_Q_CTRL_RESET))
+			break;
+		udelay(1);
+	}
+	tacc_wr64(q->tdev, TACC_QUEUE_BASE(q->idx) + TACC_Q_SQ_BASE, q->sq_dma);
+	tacc_qwr(q, TACC_Q_SQ_SIZE, TACC_SQ_ENTRIES);
+	tacc_wr64(q->tdev, TACC_QUEUE_BASE(q->idx) + TACC_Q_CQ_BASE, q->cq_dma);
+	tacc_qwr(q, TACC_Q_CQ_SIZE, TACC_CQ_ENTRIES);
+	q->sq_tail = 0;
+	q->cq_head = 0;
+	tacc_qwr(q, TACC_Q_CQ_HEAD, 0);
+	tacc_qwr(q, TACC_Q_CTRL, TACC_Q_CTRL_ENABLE | TACC_Q_CTRL_IRQ);
+}
+
+/* Probe and resume: no job is in flight. */
+void tacc_queue_hw_setup(struct tacc_queue *q)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&q->lock, flags);
+	WARN_ON(!list_empty(&q->inflight));
+	tacc_queue_hw_reset_locked(q);
+	spin_unlock_irqrestore(&q->lock, flags);
+}
+
+/* ---------------------------------------------------------- scheduler ---- */
+
+static struct dma_fence *tacc_run_job(struct drm_sched_job *sched_job)
+{
+	struct tacc_job *job = to_tacc_job(sched_job);
+	struct tacc_queue *q = job->q;
+	struct tacc_device *tdev = q->tdev;
+	unsigned long flags;
+
+	if (unlikely(sched_job->s_fence->finished.error) || !tdev->hw_up)
+		return NULL;
+
+	spin_lock_irqsave(&q->lock, flags);
+	job->hw_job = q->next_hw_job++;
+	dma_fence_init(&job->hw_fence->base, &tacc_fence_ops, &q->lock, q->fence_ctx,
+		       ++q->fence_seqno);
+	job->hw_fence_init = true;
+	atomic_inc(&tdev->live.fences);
+	tacc_queue_write_job(q, job);
+	list_add_tail(&job->node, &q->inflight);
+	trace_tacc_job_start(tacc_job_devid(tdev), job->ctx->id, q->idx, job->seqno,
+			     job->tag, job->hw_job);
+	tacc_queue_ring(q);
+	trace_tacc_doorbell(tacc_job_devid(tdev), job->ctx->id, q->idx, job->seqno,
+			    job->tag, job->hw_job, q->sq_tail);
+	spin_unlock_irqrestore(&q->lock, flags);
+
+	return dma_fence_get(&job->hw_fence->base);
+}
+
+static enum drm_gpu_sched_stat tacc_timedout_job(struct drm_sched_job *sched_job)
+{
+	struct tacc_job *bad = to_tacc_job(sched_job), *job;
+	struct tacc_queue *q = bad->q;
+	struct tacc_device *tdev = q->tdev;
+	struct drm_sched_job *s_job;
+	unsigned long flags;
+	bool guilty = false;
+
+	drm_sched_stop(&q->sched, sched_job);
+
+	spin_lock_irqsave(&q->lock, flags);
+	if (tdev->hw_up)
+		tacc_queue_process_cq_locked(q);
+	if (bad->hw_fence_init && !list_empty(&bad->node)) {
+		guilty = true;
+		trace_tacc_reset(tacc_job_devid(tdev), bad->ctx->id, q->idx, bad->seqno,
+				 bad->tag, -ETIMEDOUT);
+		tacc_job_complete(q, bad, TACC_ST_ABORTED, -ETIMEDOUT, 0, 0);
+		q->resets++;
+		atomic64_inc(&bad->ctx->resets);
+		if (tdev->hw_up) {
+			tacc_queue_hw_reset_locked(q);
+			/* replay the innocent jobs, in order */
+			list_for_each_entry(job, &q->inflight, node)
+				tacc_queue_write_job(q, job);
+			if (!list_empty(&q->inflight))
+				tacc_queue_ring(q);
+		} else {
+			struct tacc_job *tmp;
+
+			list_for_each_entry_safe(job, tmp, &q->inflight, node)
+				tacc_job_complete(q, job, TACC_ST_ABORTED, -ENODEV, 0, 0);
+		}
+	}
+	spin_unlock_irqrestore(&q->lock, flags);
+
+	/* re-attach the hardware fences drm_sched_stop() detached */
+	list_for_each_entry(s_job, &q->sched.pending_list, list) {
+		job = to_tacc_job(s_job);
+		if (!s_job->s_fence->parent && job->hw_fence_init)
+			s_job->s_fence->parent = dma_fence_get(&job->hw_fence->base);
+	}
+	drm_sched_start(&q->sched);
+
+	if (guilty) {
+		drm_warn(&tdev->drm, "queue %u: job %llu of context %u (pid %d) timed out, queue reset\n",
+			 q->idx, bad->seqno, bad->ctx->id, bad->ctx->pid);
+		tacc_genl_event(tdev, TACC_EVENT_HANG, bad->ctx, q->idx, 0, 0, bad->tag,
+				bad->seqno, GFP_KERNEL);
+		tacc_genl_event(tdev, TACC_EVENT_RESET, bad->ctx, q->idx, 0, 0, bad->tag,
+				bad->seqno, GFP_KERNEL);
+	}
+	return tdev->hw_up ? DRM_GPU_SCHED_STAT_NOMINAL : DRM_GPU_SCHED_STAT_ENODEV;
+}
+
+static void tacc_job_put_resources(struct tacc_job *job)
+{
+	u32 i;
+
+	for (i = 0; i < job->num_bos; i++)
+		drm_gem_object_put(job->bos[i]);
+	kfree(job->bos);
+	kfree(job->descs);
+	if (job->hw_fence) {
+		if (job->hw_fence_init)
+			dma_fence_put(&job->hw_fence->base);
+		else
+			kfree(job->hw_fence);
+	}
+}
+
+static void tacc_free_job(struct drm_sched_job *sched_job)
+{
+	struct tacc_job *job = to_tacc_job(sched_job);
+	struct tacc_ctx *ctx = job->ctx;
+	struct tacc_device *tdev = ctx->tdev;
+	struct dma_fence *f;
+	int status = sched_job->s_fence ? sched_job->s_fence->finished.error : 0;
+	struct tacc_seqslot *slot;
+
+	f = xa_erase(&ctx->jobs_xa, job->seqno);
+	spin_lock(&ctx->seq_lock);
+	slot = &ctx->done[job->seqno % TACC_SEQNO_SLOTS];
+	slot->seqno = job->seqno;
+	slot->status = status;
+	spin_unlock(&ctx->seq_lock);
+	dma_fence_put(f);
+
+	drm_sched_job_cleanup(sched_job);
+	tacc_job_put_resources(job);
+	atomic_dec(&ctx->inflight[job->q->idx]);
+	atomic_dec(&tdev->live.jobs);
+	if (job->pm_ref) {
+		pm_runtime_mark_last_busy(tacc_to_dev(tdev));
+		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+	}
+	tacc_ctx_put(ctx);
+	kfree(job);
+}
+
+static const struct drm_sched_backend_ops tacc_sched_ops = {
+	.run_job = tacc_run_job,
+	.timedout_job = tacc_timedout_job,
+	.free_job = tacc_free_job,
+};
+
+static void tacc_queues_fini_action(struct drm_device *dev, void *data)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	u32 i;
+
+	for (i = 0; i < TACC_NUM_QUEUES; i++) {
+		struct tacc_queue *q = &tdev->queues[i];
+
+		if (q->sched.ops)
+			drm_sched_fini(&q->sched);
+		if (q->sq)
+			dma_free_coherent(tacc_to_dev(tdev), TACC_SQ_ENTRIES * TACC_DESC_SIZE,
+					  q->sq, q->sq_dma);
+		if (q->cq)
+			dma_free_coherent(tacc_to_dev(tdev), TACC_CQ_ENTRIES * TACC_CQE_SIZE,
+					  q->cq, q->cq_dma);
+		q->sq = NULL;
+		q->cq = NULL;
+	}
+	if (tdev->reset_wq)
+		destroy_workqueue(tdev->reset_wq);
+	tdev->reset_wq = NULL;
+}
+
+int tacc_queues_init(struct tacc_device *tdev)
+{
+	struct device *dev = tacc_to_dev(tdev);
+	u32 i;
+	int ret;
+
+	ret = drmm_add_action_or_reset(&tdev->drm, tacc_queues_fini_action, NULL);
+	if (ret)
+		return ret;
+	tdev->reset_wq = alloc_ordered_workqueue("tacc-reset-%s", 0, pci_name(tdev->pdev));
+	if (!tdev->reset_wq)
+		return -ENOMEM;
+
+	for (i = 0; i < tdev->num_queues; i++) {
+		struct tacc_queue *q = &tdev->queues[i];
+		struct drm_sched_init_args args = {
+			.ops = &tacc_sched_ops,
+			.num_rqs = DRM_SCHED_PRIORITY_COUNT,
+			.credit_limit = TACC_SQ_ENTRIES - 1,
+			.hang_limit = 0,
+			.timeout = msecs_to_jiffies(tacc_job_timeout_ms ?: 2000),
+			.timeout_wq = tdev->reset_wq,
+			.name = q->name,
+			.dev = dev,
+		};
+
+		q->tdev = tdev;
+		q->idx = i;
+		snprintf(q->name, sizeof(q->name), "tacc-q%u", i);
+		spin_lock_init(&q->lock);
+		INIT_LIST_HEAD(&q->inflight);
+		q->fence_ctx = dma_fence_context_alloc(1);
+		q->next_hw_job = 1;
+
+		q->sq = dma_alloc_coherent(dev, TACC_SQ_ENTRIES * TACC_DESC_SIZE, &q->sq_dma,
+					   GFP_KERNEL);
+		if (!q->sq)
+			return -ENOMEM;
+		q->cq = dma_alloc_coherent(dev, TACC_CQ_ENTRIES * TACC_CQE_SIZE, &q->cq_dma,
+					   GFP_KERNEL);
+		if (!q->cq)
+			return -ENOMEM;
+		ret = drm_sched_init(&q->sched, &args);
+		if (ret) {
+			q->sched.ops = NULL;
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/* Surprise removal or unbind: fail everything in flight. */
+void tacc_queues_unplug(struct tacc_device *tdev)
+{
+	unsigned long flags;
+	u32 i;
+
+	for (i = 0; i < tdev->num_queues; i++) {
+		struct tacc_queue *q = &tdev->queues[i];
+		struct tacc_job *job, *tmp;
+
+		spin_lock_irqsave(&q->lock, flags);
+		list_for_each_entry_safe(job, tmp, &q->inflight, node)
+			tacc_job_complete(q, job, TACC_ST_ABORTED, -ENODEV, 0, 0);
+		spin_unlock_irqrestore(&q->lock, flags);
+	}
+}
+
+/* ----------------------------------------------------------- contexts ---- */
+
+int tacc_ctx_entities_init(struct tacc_ctx *ctx)
+{
+	struct tacc_device *tdev = ctx->tdev;
+	u32 i;
+	int ret;
+
+	mutex_init(&ctx->submit_lock);
+	xa_init(&ctx->jobs_xa);
+	for (i = 0; i < tdev->num_queues; i++) {
+		struct drm_gpu_scheduler *sched = &tdev->queues[i].sched;
+
+		ret = drm_sched_entity_init(&ctx->entity[i], DRM_SCHED_PRIORITY_NORMAL,
+					    &sched, 1, NULL);
+		if (ret)
+			goto err;
+	}
+	return 0;
+err:
+	while (i--)
+		drm_sched_entity_destroy(&ctx->entity[i]);
+	return ret;
+}
+
+void tacc_ctx_entities_fini(struct tacc_ctx *ctx)
+{
+	u32 i;
+
+	for (i = 0; i < ctx->tdev->num_queues; i++)
+		drm_sched_entity_destroy(&ctx->entity[i]);
+}
+
+void tacc_ctx_seq_fini(struct tacc_ctx *ctx)
+{
+	struct dma_fence *f;
+	unsigned long idx;
+
+	xa_for_each(&ctx->jobs_xa, idx, f)
+		dma_fence_put(f);
+	xa_destroy(&ctx->jobs_xa);
+}
+
+/* ------------------------------------------------------------- submit ---- */
+
+static int tacc_operand_unused(const struct drm_tacc_operand *op)
+{
+	return (op->handle || op->pad || op->offset) ? -EINVAL : 0;
+}
+
+static int tacc_resolve(struct tacc_ctx *ctx, struct drm_file *file, struct tacc_job *job,
+			const struct drm_tacc_operand *op, u64 len, u32 align, int want,
+			u64 *va)
+{
+	struct drm_gem_object *obj;
+	struct tacc_mapping *map;
+	struct tacc_bo *bo;
+	int ret = 0;
+
+	if (op->pad || !op->handle || !len)
+		return -EINVAL;
+	if (!IS_ALIGNED(op->offset, align))
+		return -EINVAL;
+	obj = drm_gem_object_lookup(file, op->handle);
+	if (!obj)
+		return -ENOENT;
+	job->bos[job->num_bos++] = obj;
+	bo = to_tacc_bo(obj);
+	if ((want == TACC_T_DEV && bo->type != DRM_TACC_BO_DEVICE) ||
+	    (want == TACC_T_HOST && bo->type == DRM_TACC_BO_DEVICE))
+		return -EINVAL;
+
+	mutex_lock(&ctx->vm.lock);
+	map = bo->map;
+	if (!map || map->ctx != ctx || op->offset < map->bo_offset || len > map->size ||
+	    op->offset - map->bo_offset > map->size - len)
+		ret = -EINVAL;
+	else
+		*va = map->node.start + (op->offset - map->bo_offset);
+	mutex_unlock(&ctx->vm.lock);
+	return ret;
+}
+
+static int tacc_gemm_extent(u32 rows, u32 cols, u32 ld, u64 *bytes)
+{
+	u64 n;
+
+	if (!rows || !cols || ld < cols || rows > TACC_GEMM_MAX_DIM ||
+	    cols > TACC_GEMM_MAX_DIM || ld > TACC_GEMM_MAX_LD)
+		return -EINVAL;
+	n = (u64)(rows - 1) * ld + cols;
+	*bytes = n * sizeof(u32);
+	return 0;
+}
+
+static int tacc_translate(struct tacc_ctx *ctx, struct drm_file *file, struct tacc_job *job,
+			  const struct drm_tacc_cmd *c, u32 index, struct tacc_desc *d)
+{
+	u64 la, lb, lc;
+	int ret;
+
+	if (c->flags || c->rsvd)
+		return -EINVAL;
+	memset(d, 0, sizeof(*d));
+	d->opcode = c->opcode;
+	d->ctx = ctx->id;
+	d->index = index;
+	d->tag = c->tag;
+
+	switch (c->opcode) {
+	case DRM_TACC_OP_NOP:
+	case DRM_TACC_OP_BARRIER:
+		if (tacc_operand_unused(&c->a) || tacc_operand_unused(&c->b) ||
+		    tacc_operand_unused(&c->c) || c->size || c->value)
+			return -EINVAL;
+		return 0;
+	case DRM_TACC_OP_COPY_H2D:
+	case DRM_TACC_OP_COPY_D2H:
+	case DRM_TACC_OP_COPY_D2D: {
+		int ws = c->opcode == DRM_TACC_OP_COPY_D2H ? TACC_T_DEV :
+			 c->opcode == DRM_TACC_OP_COPY_H2D ? TACC_T_HOST : TACC_T_DEV;
+		int wd = c->opcode == DRM_TACC_OP_COPY_H2D ? TACC_T_DEV :
+			 c->opcode == DRM_TACC_OP_COPY_D2H ? TACC_T_HOST : TACC_T_DEV;
+
+		if (!c->size || c->size >= TACC_COPY_MAX_LEN || tacc_operand_unused(&c->c))
+			return -EINVAL;
+		ret = tacc_resolve(ctx, file, job, &c->a, c->size, 1, ws, &d->copy.src);
+		if (ret)
+			return ret;
+		ret = tacc_resolve(ctx, file, job, &c->b, c->size, 1, wd, &d->copy.dst);
+		if (ret)
+			return ret;
+		d->copy.len = c->size;
+		return 0;
+	}
+	case DRM_TACC_OP_GEMM:
+		if (c->size || c->value)
+			return -EINVAL;
+		ret = tacc_gemm_extent(c->m, c->k, c->lda, &la);
+		ret = ret ?: tacc_gemm_extent(c->k, c->n, c->ldb, &lb);
+		ret = ret ?: tacc_gemm_extent(c->m, c->n, c->ldc, &lc);
+		if (!ret && (u64)c->m * c->n * c->k > TACC_GEMM_MAX_MNK)
+			ret = -EINVAL;
+		/* compute engines work on device memory only */
+		ret = ret ?: tacc_resolve(ctx, file, job, &c->a, la, 4, TACC_T_DEV, &d->gemm.a);
+		ret = ret ?: tacc_resolve(ctx, file, job, &c->b, lb, 4, TACC_T_DEV, &d->gemm.b);
+		ret = ret ?: tacc_resolve(ctx, file, job, &c->c, lc, 4, TACC_T_DEV, &d->gemm.c);
+		if (ret)
+			return ret;
+		d->gemm.m = c->m;
+		d->gemm.n = c->n;
+		d->gemm.k = c->k;
+		d->gemm.lda = c->lda;
+		d->gemm.ldb = c->ldb;
+		d->gemm.ldc = c->ldc;
+		d->gemm.alpha = c->alpha;
+		d->gemm.beta = c->beta;
+		return 0;
+	case DRM_TACC_OP_ELTWISE:
+		if (!c->size || c->size > TACC_ELT_MAX_N || c->elt_op >= TACC_ELT_MAX || c->value)
+			return -EINVAL;
+		ret = tacc_resolve(ctx, file, job, &c->a, c->size * 4, 4, TACC_T_DEV, &d->eltwise.a);
+		if (ret)
+			return ret;
+		if (c->elt_op == DRM_TACC_ELT_ADD || c->elt_op == DRM_TACC_ELT_MUL)
+			ret = tacc_resolve(ctx, file, job, &c->b, c->size * 4, 4, TACC_T_DEV,
+					   &d->eltwise.b);
+		else
+			ret = tacc_operand_unused(&c->b);
+		ret = ret ?: tacc_resolve(ctx, file, job, &c->c, c->size * 4, 4, TACC_T_DEV,
+					  &d->eltwise.c);
+		if (ret)
+			return ret;
+		d->eltwise.n = c->size;
+		d->eltwise.op = c->elt_op;
+		d->eltwise.scalar = c->scalar;
+		return 0;
+	case DRM_TACC_OP_FENCE:
+	case DRM_TACC_OP_TIMESTAMP:
+		if (tacc_operand_unused(&c->b) || tacc_operand_unused(&c->c) || c->size)
+			return -EINVAL;
+		if (c->opcode == DRM_TACC_OP_TIMESTAMP && c->value)
+			return -EINVAL;
+		ret = tacc_resolve(ctx, file, job, &c->a, 8, 8, TACC_T_ANY, &d->fence.addr);
+		if (ret)
+			return ret;
+		if (c->opcode == DRM_TACC_OP_FENCE)
+			d->fence.value = c->value;
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_ctx *ctx = file->driver_priv;
+	struct drm_tacc_submit *args = data;
+	struct drm_syncobj *out_sync = NULL;
+	struct drm_tacc_cmd *cmds;
+	struct dma_fence *finished;
+	struct tacc_job *job;
+	u32 in[DRM_TACC_MAX_IN_SYNCOBJS];
+	u32 i;
+	int ret;
+
+	if (args->flags || args->cmd_size != sizeof(struct drm_tacc_cmd) ||
+	    !args->num_cmds || args->num_cmds > TACC_MAX_CMDS ||
+	    args->queue >= tdev->num_queues ||
+	    args->num_in_syncobjs > DRM_TACC_MAX_IN_SYNCOBJS)
+		return -EINVAL;
+	if (args->num_in_syncobjs &&
+	    copy_from_user(in, u64_to_user_ptr(args->in_syncobjs),
+			   args->num_in_syncobjs * sizeof(u32)))
+		return -EFAULT;
+
+	if (atomic_inc_return(&ctx->inflight[args->queue]) > TACC_MAX_INFLIGHT) {
+		atomic_dec(&ctx->inflight[args->queue]);
+		return -EAGAIN;
+	}
+
+	cmds = kvmalloc_array(args->num_cmds, sizeof(*cmds), GFP_KERNEL);
+	if (!cmds) {
+		ret = -ENOMEM;
+		goto err_inflight;
+	}
+	if (copy_from_user(cmds, u64_to_user_ptr(args->cmds),
+			   args->num_cmds * sizeof(*cmds))) {
+		ret = -EFAULT;
+		goto err_cmds;
+	}
+
+	job = kzalloc(sizeof(*job), GFP_KERNEL);
+	if (!job) {
+		ret = -ENOMEM;
+		goto err_cmds;
+	}
+	job->ctx = ctx;
+	job->q = &tdev->queues[args->queue];
+	job->num_cmds = args->num_cmds;
+	INIT_LIST_HEAD(&job->node);
+	job->descs = kcalloc(args->num_cmds, sizeof(*job->descs), GFP_KERNEL);
+	job->bos = kcalloc(args->num_cmds * 3, sizeof(*job->bos), GFP_KERNEL);
+	job->hw_fence = kzalloc(sizeof(*job->hw_fence), GFP_KERNEL);
+	if (!job->descs || !job->bos || !job->hw_fence) {
+		ret = -ENOMEM;
+		goto err_job;
+	}
+	job->hw_fence->q = job->q;
+
+	for (i = 0; i < args->num_cmds; i++) {
+		ret = tacc_translate(ctx, file, job, &cmds[i], i, &job->descs[i]);
+		if (ret)
+			goto err_job;
+	}
+	job->descs[args->num_cmds - 1].flags |= TACC_DESC_F_LAST | TACC_DESC_F_IRQ;
+	job->tag = cmds[args->num_cmds - 1].tag;
+
+	if (args->out_syncobj) {
+		out_sync = drm_syncobj_find(file, args->out_syncobj);
+		if (!out_sync) {
+			ret = -ENOENT;
+			goto err_job;
+		}
+	}
+
+	ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
+	if (ret)
+		goto err_sync;
+	job->pm_ref = true;
+
+	ret = drm_sched_job_init(&job->base, &ctx->entity[args->queue], args->num_cmds, ctx,
+				 file->client_id);
+	if (ret)
+		goto err_pm;
+	for (i = 0; i < args->num_in_syncobjs; i++) {
+		ret = drm_sched_job_add_syncobj_dependency(&job->base, file, in[i], 0);
+		if (ret)
+			goto err_sched;
+	}
+
+	mutex_lock(&ctx->submit_lock);
+	spin_lock(&ctx->seq_lock);
+	job->seqno = ctx->last_seqno + 1;
+	spin_unlock(&ctx->seq_lock);
+	ret = xa_reserve(&ctx->jobs_xa, job->seqno, GFP_KERNEL);
+	if (ret) {
+		mutex_unlock(&ctx->submit_lock);
+		goto err_sched;
+	}
+	/* nothing can fail from here on */
+	drm_sched_job_arm(&job->base);
+	finished = dma_fence_get(&job->base.s_fence->finished);
+	xa_store(&ctx->jobs_xa, job->seqno, finished, GFP_KERNEL);
+	spin_lock(&ctx->seq_lock);
+	ctx->last_seqno = job->seqno;
+	spin_unlock(&ctx->seq_lock);
+	if (out_sync)
+		drm_syncobj_replace_fence(out_sync, finished);
+	tacc_ctx_get(ctx);
+	atomic_inc(&tdev->live.jobs);
+	trace_tacc_submit(tacc_job_devid(tdev), ctx->id, args->queue, job->seqno, job->tag,
+			  job->num_cmds);
+	args->seqno = job->seqno;
+	drm_sched_entity_push_job(&job->base);
+	mutex_unlock(&ctx->submit_lock);
+
+	if (out_sync)
+		drm_syncobj_put(out_sync);
+	kvfree(cmds);
+	return 0;
+
+err_sched:
+	drm_sched_job_cleanup(&job->base);
+err_pm:
+	pm_runtime_mark_last_busy(tacc_to_dev(tdev));
+	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+err_sync:
+	if (out_sync)
+		drm_syncobj_put(out_sync);
+err_job:
+	tacc_job_put_resources(job);
+	kfree(job);
+err_cmds:
+	kvfree(cmds);
+err_inflight:
+	atomic_dec(&ctx->inflight[args->queue]);
+	return ret;
+}
+
+int tacc_wait_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_ctx *ctx = file->driver_priv;
+	struct drm_tacc_wait *args = data;
+	struct tacc_seqslot *slot;
+	struct dma_fence *f;
+	long timeout, ret;
+
+	if (args->flags)
+		return -EINVAL;
+	spin_lock(&ctx->seq_lock);
+	if (!args->seqno || args->seqno > ctx->last_seqno) {
+		spin_unlock(&ctx->seq_lock);
+		return -EINVAL;
+	}
+	spin_unlock(&ctx->seq_lock);
+
+	xa_lock(&ctx->jobs_xa);
+	f = xa_load(&ctx->jobs_xa, args->seqno);
+	if (f)
+		dma_fence_get(f);
+	xa_unlock(&ctx->jobs_xa);
+
+	if (!f) {
+		spin_lock(&ctx->seq_lock);
+		slot = &ctx->done[args->seqno % TACC_SEQNO_SLOTS];
+		args->status = slot->seqno == args->seqno ? slot->status : 0;
+		spin_unlock(&ctx->seq_lock);
+		return 0;
+	}
+
+	if (args->timeout_ns < 0)
+		timeout = MAX_SCHEDULE_TIMEOUT;
+	else
+		timeout = nsecs_to_jiffies64(args->timeout_ns) ?: (args->timeout_ns ? 1 : 0);
+	ret = dma_fence_wait_timeout(f, true, timeout);
+	if (ret > 0 || (ret == 0 && dma_fence_is_signaled(f))) {
+		args->status = f->error;
+		ret = 0;
+	} else if (ret == 0) {
+		ret = -ETIME;
+	}
+	dma_fence_put(f);
+	return ret;
+}

@@ -1,0 +1,402 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * tacc device MMU: one address space per file (hardware context), three
+ * levels of 512-entry tables in DMA-coherent memory (tacc_hw.h), 2 MiB
+ * pages where VA and target are aligned, 4 KiB otherwise.
+ */
+#include <linux/dma-mapping.h>
+#include <linux/seq_file.h>
+#include <linux/slab.h>
+
+#include <drm/drm_gem.h>
+#include <drm/drm_print.h>
+
+#include "tacc_drv.h"
+#include "tacc_trace.h"
+
+#define TACC_SZ_1G	(1ull << 30)
+
+static u32 tacc_vm_devid(struct tacc_device *tdev)
+{
+	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
+}
+
+static int tacc_pt_alloc(struct tacc_device *tdev, struct tacc_pt *pt, bool with_children)
+{
+	pt->cpu = dma_alloc_coherent(tacc_to_dev(tdev), PAGE_SIZE, &pt->dma, GFP_KERNEL);
+	if (!pt->cpu)
+		return -ENOMEM;
+	if (with_children) {
+		pt->child = kcalloc(TACC_PT_ENTRIES, sizeof(*pt->child), GFP_KERNEL);
+		if (!pt->child) {
+			dma_free_coherent(tacc_to_dev(tdev), PAGE_SIZE, pt->cpu, pt->dma);
+			pt->cpu = NULL;
+			return -ENOMEM;
+		}
+	}
+	atomic_inc(&tdev->live.pt_pages);
+	return 0;
+}
+
+static void tacc_pt_free(struct tacc_device *tdev, struct tacc_pt *pt)
+{
+	kfree(pt->child);
+	pt->child = NULL;
+	if (pt->cpu) {
+		dma_free_coherent(tacc_to_dev(tdev), PAGE_SIZE, pt->cpu, pt->dma);
+		atomic_dec(&tdev->live.pt_pages);
+	}
+	pt->cpu = NULL;
+}
+
+int tacc_vm_init(struct tacc_device *tdev, struct tacc_vm *vm)
+{
+	int ret;
+
+	mutex_init(&vm->lock);
+	ret = tacc_pt_alloc(tdev, &vm->root, true);
+	if (ret)
+		return ret;
+	vm->nr_tables = 1;
+	drm_mm_init(&vm->va_mm, TACC_VA_START, TACC_VA_END - TACC_VA_START);
+	return 0;
+}
+
+void tacc_vm_fini(struct tacc_device *tdev, struct tacc_vm *vm)
+{
+	struct tacc_pt *l1, *l2;
+	u32 i, j;
+
+	if (!vm->root.cpu)
+		return;
+	for (i = 0; i < TACC_PT_ENTRIES; i++) {
+		l1 = vm->root.child[i];
+		if (!l1)
+			continue;
+		for (j = 0; j < TACC_PT_ENTRIES; j++) {
+			l2 = l1->child[j];
+			if (!l2)
+				continue;
+			tacc_pt_free(tdev, l2);
+			kfree(l2);
+		}
+		tacc_pt_free(tdev, l1);
+		kfree(l1);
+	}
+	tacc_pt_free(tdev, &vm->root);
+	drm_mm_takedown(&vm->va_mm);
+	mutex_destroy(&vm->lock);
+}
+
+static struct tacc_pt *tacc_pt_child(struct tacc_device *tdev, struct tacc_vm *vm,
+				     struct tacc_pt *parent, u32 idx, bool leaf_level)
+{
+	struct tacc_pt *pt = parent->child[idx];
+
+	if (pt)
+		return pt;
+	pt = kzalloc(sizeof(*pt), GFP_KERNEL);
+	if (!pt)
+		return NULL;
+	if (tacc_pt_alloc(tdev, pt, !leaf_level)) {
+		kfree(pt);
+		return NULL;
+	}
+	parent->child[idx] = pt;
+	WRITE_ONCE(parent->cpu[idx], (pt->dma & TACC_PTE_ADDR_MASK) | TACC_PTE_VALID);
+	vm->nr_tables++;
+	return pt;
+}
+
+static void tacc_unmap_range(struct tacc_vm *vm, u64 va, u64 len)
+{
+	u64 end = va + len;
+
+	while (va < end) {
+		u32 i0 = (va >> 30) & 511, i1 = (va >> 21) & 511, i2 = (va >> 12) & 511;
+		struct tacc_pt *l1 = vm->root.child[i0], *l2;
+
+		if (!l1) {
+			va = ALIGN(va + 1, TACC_SZ_1G);
+			continue;
+		}
+		if (l1->cpu[i1] & TACC_PTE_HUGE) {
+			WRITE_ONCE(l1->cpu[i1], 0);
+			va = ALIGN(va + 1, TACC_SZ_2M);
+			continue;
+		}
+		l2 = l1->child[i1];
+		if (!l2) {
+			va = ALIGN(va + 1, TACC_SZ_2M);
+			continue;
+		}
+		WRITE_ONCE(l2->cpu[i2], 0);
+		va += PAGE_SIZE;
+	}
+}
+
+static int tacc_map_range(struct tacc_device *tdev, struct tacc_vm *vm, u64 va, u64 addr,
+			  u64 len, u64 flags, u64 *pgsz)
+{
+	while (len) {
+		u32 i0 = (va >> 30) & 511, i1 = (va >> 21) & 511, i2 = (va >> 12) & 511;
+		struct tacc_pt *l1, *l2;
+
+		l1 = tacc_pt_child(tdev, vm, &vm->root, i0, false);
+		if (!l1)
+			return -ENOMEM;
+		if (IS_ALIGNED(va, TACC_SZ_2M) && IS_ALIGNED(addr, TACC_SZ_2M) &&
+		    len >= TACC_SZ_2M && !l1->child[i1]) {
+			WRITE_ONCE(l1->cpu[i1], (addr & TACC_PTE_ADDR_MASK) | flags |
+				   TACC_PTE_VALID | TACC_PTE_HUGE);
+			*pgsz = TACC_SZ_2M;
+			va += TACC_SZ_2M;
+			addr += TACC_SZ_2M;
+			len -= TACC_SZ_2M;
+			continue;
+		}
+		l2 = tacc_pt_child(tdev, vm, l1, i1, true);
+		if (!l2)
+			return -ENOMEM;
+		WRITE_ONCE(l2->cpu[i2], (addr & TACC_PTE_ADDR_MASK) | flags | TACC_PTE_VALID);
+		if (!*pgsz)
+			*pgsz = PAGE_SIZE;
+		va += PAGE_SIZE;
+		addr += PAGE_SIZE;
+		len -= PAGE_SIZE;
+	}
+	return 0;
+}
+
+static int tacc_map_bo(struct tacc_device *tdev, struct tacc_vm *vm, struct tacc_bo *bo,
+		       struct sg_table *sgt, u64 va, u64 bo_offset, u64 size, u64 flags,
+		       u64 *pgsz)
+{
+	struct scatterlist *sg;
+	u64 skip = bo_offset, left = size, cur = va;
+	unsigned int i;
+	int ret;
+
+	if (bo->type == DRM_TACC_BO_DEVICE)
+		return tacc_map_range(tdev, vm, va, bo->devmem.start + bo_offset, size,
+				      flags | TACC_PTE_DEVMEM, pgsz);
+
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		u64 a = sg_dma_address(sg), l = sg_dma_len(sg);
+
+		if (skip >= l) {
+			skip -= l;
+			continue;
+		}
+		a += skip;
+		l -= skip;
+		skip = 0;
+		l = min(l, left);
+		if (!IS_ALIGNED(a, PAGE_SIZE) || !IS_ALIGNED(l, PAGE_SIZE))
+			return -EINVAL;
+		ret = tacc_map_range(tdev, vm, cur, a, l, flags, pgsz);
+		if (ret)
+			return ret;
+		cur += l;
+		left -= l;
+		if (!left)
+			break;
+	}
+	return left ? -EINVAL : 0;
+}
+
+int tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 bo_offset,
+		 u64 size, u32 flags, u64 *out_va, u64 *out_pgsz)
+{
+	struct tacc_device *tdev = ctx->tdev;
+	struct tacc_vm *vm = &ctx->vm;
+	u64 objsize = bo->shmem.base.size;
+	struct sg_table *sgt = NULL;
+	struct tacc_mapping *map;
+	u64 pte_flags = 0, pgsz = 0;
+	int ret;
+
+	if (flags & ~DRM_TACC_BIND_F_ALL)
+		return -EINVAL;
+	if (!IS_ALIGNED(bo_offset, PAGE_SIZE) || !IS_ALIGNED(size, PAGE_SIZE) ||
+	    bo_offset >= objsize)
+		return -EINVAL;
+	if (!size)
+		size = objsize - bo_offset;
+	if (size > objsize - bo_offset)
+		return -EINVAL;
+	if (flags & DRM_TACC_BIND_F_FIXED) {
+		if (!IS_ALIGNED(va, PAGE_SIZE) || va < TACC_VA_START || va >= TACC_VA_END ||
+		    size > TACC_VA_END - va)
+			return -EINVAL;
+	} else if (va) {
+		return -EINVAL;
+	}
+	if (!(flags & DRM_TACC_BIND_F_READONLY) && !(bo->flags & DRM_TACC_BO_F_READONLY))
+		pte_flags |= TACC_PTE_WRITE;
+
+	if (bo->type != DRM_TACC_BO_DEVICE) {
+		ret = tacc_bo_get_sgt(bo, &sgt);
+		if (ret)
+			return ret;
+	}
+
+	map = kzalloc(sizeof(*map), GFP_KERNEL);
+	if (!map)
+		return -ENOMEM;
+	map->bo = bo;
+	map->ctx = ctx;
+	map->bo_offset = bo_offset;
+	map->size = size;
+	map->readonly = !(pte_flags & TACC_PTE_WRITE);
+
+	mutex_lock(&vm->lock);
+	if (bo->map) {
+		ret = -EBUSY;
+		goto err_unlock;
+	}
+	if (flags & DRM_TACC_BIND_F_FIXED) {
+		map->node.start = va;
+		map->node.size = size;
+		ret = drm_mm_reserve_node(&vm->va_mm, &map->node);
+		if (ret) {
+			ret = -EBUSY;
+			goto err_unlock;
+		}
+	} else {
+		ret = drm_mm_insert_node_in_range(&vm->va_mm, &map->node, size,
+						  size >= TACC_SZ_2M ? TACC_SZ_2M : PAGE_SIZE,
+						  0, TACC_VA_START, TACC_VA_END,
+						  DRM_MM_INSERT_BEST);
+		if (ret)
+			goto err_unlock;
+	}
+	ret = tacc_map_bo(tdev, vm, bo, sgt, map->node.start, bo_offset, size, pte_flags,
+			  &pgsz);
+	if (ret)
+		goto err_unmap;
+	map->page_size = pgsz;
+	bo->map = map;
+	atomic_inc(&tdev->live.mappings);
+	mutex_unlock(&vm->lock);
+
+	wmb();	/* PTEs visible before the device is told */
+	tacc_tlb_invalidate(tdev, ctx->id);
+	trace_tacc_vm_bind(tacc_vm_devid(tdev), ctx->id, bo, map->node.start, size, pgsz);
+	*out_va = map->node.start;
+	*out_pgsz = pgsz;
+	return 0;
+
+err_unmap:
+	tacc_unmap_range(vm, map->node.start, size);
+	drm_mm_remove_node(&map->node);
+err_unlock:
+	mutex_unlock(&vm->lock);
+	kfree(map);
+	return ret;
+}
+
+void tacc_vm_unbind(struct tacc_ctx *ctx, struct tacc_bo *bo)
+{
+	struct tacc_device *tdev = ctx->tdev;
+	struct tacc_mapping *map;
+
+	mutex_lock(&ctx->vm.lock);
+	map = bo->map;
+	if (!map || map->ctx != ctx) {
+		mutex_unlock(&ctx->vm.lock);
+		return;
+	}
+	tacc_unmap_range(&ctx->vm, map->node.start, map->size);
+	drm_mm_remove_node(&map->node);
+	bo->map = NULL;
+	atomic_dec(&tdev->live.mappings);
+	mutex_unlock(&ctx->vm.lock);
+
+	wmb();
+	tacc_tlb_invalidate(tdev, ctx->id);
+	trace_tacc_vm_unbind(tacc_vm_devid(tdev), ctx->id, bo, map->node.start, map->size,
+			     map->page_size);
+	kfree(map);
+}
+
+int tacc_vm_bind_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_ctx *ctx = file->driver_priv;
+	struct drm_tacc_vm_bind *args = data;
+	struct drm_gem_object *obj;
+	u64 va, pgsz;
+	int ret;
+
+	if (args->flags & ~DRM_TACC_BIND_F_ALL)
+		return -EINVAL;
+	obj = drm_gem_object_lookup(file, args->handle);
+	if (!obj)
+		return -ENOENT;
+	ret = tacc_vm_bind(ctx, to_tacc_bo(obj), args->va, args->bo_offset, args->size,
+			   args->flags, &va, &pgsz);
+	if (!ret) {
+		args->va = va;
+		args->page_size = pgsz;
+	}
+	drm_gem_object_put(obj);
+	return ret;
+}
+
+int tacc_vm_unbind_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_ctx *ctx = file->driver_priv;
+	struct drm_tacc_vm_unbind *args = data;
+	struct drm_gem_object *obj;
+	struct tacc_bo *bo;
+	bool bound;
+
+	if (args->flags)
+		return -EINVAL;
+	obj = drm_gem_object_lookup(file, args->handle);
+	if (!obj)
+		return -ENOENT;
+	bo = to_tacc_bo(obj);
+	mutex_lock(&ctx->vm.lock);
+	bound = bo->map && bo->map->ctx == ctx;
+	mutex_unlock(&ctx->vm.lock);
+	if (bound)
+		tacc_vm_unbind(ctx, bo);
+	drm_gem_object_put(obj);
+	return bound ? 0 : -EINVAL;
+}
+
+void tacc_vm_dump(struct seq_file *m, struct tacc_vm *vm)
+{
+	struct drm_mm_node *node;
+	u32 i, j, huge = 0, small = 0;
+
+	mutex_lock(&vm->lock);
+	seq_printf(m, "  root iova 0x%llx, %u tables\n", (u64)vm->root.dma, vm->nr_tables);
+	drm_mm_for_each_node(node, &vm->va_mm) {
+		struct tacc_mapping *map = container_of(node, struct tacc_mapping, node);
+
+		seq_printf(m, "  va 0x%010llx-0x%010llx bo %p type %u off 0x%llx pgsz %llu %s\n",
+			   node->start, node->start + node->size, map->bo, map->bo->type,
+			   map->bo_offset, map->page_size, map->readonly ? "ro" : "rw");
+	}
+	for (i = 0; i < TACC_PT_ENTRIES; i++) {
+		struct tacc_pt *l1 = vm->root.child[i];
+
+		if (!l1)
+			continue;
+		for (j = 0; j < TACC_PT_ENTRIES; j++) {
+			struct tacc_pt *l2 = l1->child[j];
+			u32 k;
+
+			if (l1->cpu[j] & TACC_PTE_HUGE)
+				huge++;
+			if (!l2)
+				continue;
+			for (k = 0; k < TACC_PT_ENTRIES; k++)
+				small += !!(l2->cpu[k] & TACC_PTE_VALID);
+		}
+	}
+	seq_printf(m, "  valid leaves: %u x 2M, %u x 4K\n", huge, small);
+	mutex_unlock(&vm->lock);
+}

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * tacc power management: runtime PM with autosuspend (jobs and the trace
+ * consumer hold references), full reprogramming after D3hot, which loses
+ * the queue state; system sleep through the runtime callbacks.
+ */
+#include <linux/delay.h>
+#include <linux/pm_runtime.h>
+
+#include <drm/drm_print.h>
+
+#include "tacc_drv.h"
+#include "tacc_trace.h"
+
+static u32 tacc_pm_devid(struct tacc_device *tdev)
+{
+	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
+}
+
+static bool tacc_counter_is_hwm(u32 page, u32 slot)
+{
+	return !page && slot >= TACC_CNT_queue0_depth_hwm && slot <= TACC_CNT_queue3_depth_hwm;
+}
+
+/*
+ * The device zeroes its counters in every function reset (D3hot -> D0):
+ * fold the values into a per-driver base so sysfs counters stay monotonic
+ * and never need to wake a suspended device.
+ */
+void tacc_counters_cache(struct tacc_device *tdev)
+{
+	u64 snap[TACC_SAMPLE_SLOTS * 2];
+	u32 pages = tdev->is_vf ? 1 : 2;
+	u32 p, i, tries;
+	unsigned long flags;
+
+	for (p = 0; p < pages; p++) {
+		void __iomem *base = tdev->cnt + p * TACC_CNT_GLOBAL_PAGE;
+
+		for (tries = 0; tries < 8; tries++) {
+			u64 g0 = readq(base + 8 * TACC_CNT_SLOT_GEN), g1;
+
+			for (i = 0; i < TACC_SAMPLE_SLOTS; i++)
+				snap[p * TACC_SAMPLE_SLOTS + i] = readq(base + 8 * i);
+			g1 = readq(base + 8 * TACC_CNT_SLOT_GEN);
+			if (!(g0 & 1) && g0 == g1)
+				break;
+		}
+	}
+	spin_lock_irqsave(&tdev->cnt_lock, flags);
+	for (p = 0; p < pages; p++) {
+		for (i = 2; i < TACC_SAMPLE_SLOTS; i++) {
+			u64 *b = &tdev->cnt_base[p * TACC_SAMPLE_SLOTS + i];
+			u64 v = snap[p * TACC_SAMPLE_SLOTS + i];
+
+			if (tacc_counter_is_hwm(p, i))
+				*b = max(*b, v);
+			else if (!(p == 1 && i == TACC_CNT_uptime_ticks))
+				*b += v;
+		}
+	}
+	spin_unlock_irqrestore(&tdev->cnt_lock, flags);
+}
+
+static int tacc_runtime_suspend(struct device *dev)
+{
+	struct tacc_device *tdev = pci_get_drvdata(to_pci_dev(dev));
+
+	tacc_counters_cache(tdev);
+	tacc_hw_fini(tdev);
+	atomic64_inc(&tdev->pm_suspends);
+	trace_tacc_pm(tacc_pm_devid(tdev), 0, 3);
+	tacc_genl_event(tdev, TACC_EVENT_PM, NULL, 0, 0, 3, 0, 0, GFP_KERNEL);
+	return 0;
+}
+
+static int tacc_runtime_resume(struct device *dev)
+{
+	struct tacc_device *tdev = pci_get_drvdata(to_pci_dev(dev));
+	int ret;
+
+	ret = tacc_hw_init(tdev);
+	atomic64_inc(&tdev->pm_resumes);
+	trace_tacc_pm(tacc_pm_devid(tdev), 3, 0);
+	tacc_genl_event(tdev, TACC_EVENT_PM, NULL, 0, 0, 0, 0, 0, GFP_KERNEL);
+	return ret;
+}
+
+static int tacc_system_suspend(struct device *dev)
+{
+	struct tacc_device *tdev = pci_get_drvdata(to_pci_dev(dev));
+	int i, t;
+
+	/* let in-flight jobs drain: the device loses them in D3 */
+	for (i = 0; i < tdev->num_queues; i++) {
+		for (t = 0; t < 200 && !list_empty(&tdev->queues[i].inflight); t++)
+			msleep(10);
+		drm_sched_wqueue_stop(&tdev->queues[i].sched);
+	}
+	return pm_runtime_force_suspend(dev);
+}
+
+static int tacc_system_resume(struct device *dev)
+{
+	struct tacc_device *tdev = pci_get_drvdata(to_pci_dev(dev));
+	int i, ret;
+
+	ret = pm_runtime_force_resume(dev);
+	for (i = 0; i < tdev->num_queues; i++)
+		drm_sched_wqueue_start(&tdev->queues[i].sched);
+	return ret;
+}
+
+const struct dev_pm_ops tacc_pm_ops = {
+	SYSTEM_SLEEP_PM_OPS(tacc_system_suspend, tacc_system_resume)
+	RUNTIME_PM_OPS(tacc_runtime_suspend, tacc_runtime_resume, NULL)
+};
+
+void tacc_pm_init(struct tacc_device *tdev)
+{
+	struct device *dev = tacc_to_dev(tdev);
+
+	pm_runtime_set_autosuspend_delay(dev, tacc_autosuspend_ms);
+	pm_runtime_use_autosuspend(dev);
+	pm_runtime_allow(dev);
+	pm_runtime_mark_last_busy(dev);
+	pm_runtime_put_autosuspend(dev);
+}
+
+void tacc_pm_fini(struct tacc_device *tdev)
+{
+	struct device *dev = tacc_to_dev(tdev);
+
+	pm_runtime_get_noresume(dev);
+	pm_runtime_forbid(dev);
+	pm_runtime_dont_use_autosuspend(dev);
+}

@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * tacc sysfs ABI (docs/sysfs-abi.md), under the PCI device:
+ *   tacc/            device information, clock_sync, live objects, PM counts
+ *   counters/        one file per function counter + catalogue
+ *   global_counters/ one file per global counter (PF only, root only)
+ * Counter files read the live registers when the device is powered and the
+ * snapshot taken at suspend otherwise: reading never wakes the device.
+ */
+#include <linux/ktime.h>
+#include <linux/pm_runtime.h>
+#include <linux/sysfs.h>
+
+#include "tacc_drv.h"
+
+static struct tacc_device *tacc_sysfs_dev(struct device *dev)
+{
+	return pci_get_drvdata(to_pci_dev(dev));
+}
+
+u64 tacc_counter_read(struct tacc_device *tdev, bool global, u32 slot)
+{
+	u32 page = global ? 1 : 0;
+	unsigned long flags;
+	u64 base, v = 0;
+
+	spin_lock_irqsave(&tdev->cnt_lock, flags);
+	base = tdev->cnt_base[page * TACC_SAMPLE_SLOTS + slot];
+	spin_unlock_irqrestore(&tdev->cnt_lock, flags);
+	if (pm_runtime_get_if_active(tacc_to_dev(tdev)) > 0) {
+		v = readq(tdev->cnt + page * TACC_CNT_GLOBAL_PAGE + 8 * slot);
+		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+	}
+	if (!global && slot >= TACC_CNT_queue0_depth_hwm && slot <= TACC_CNT_queue3_depth_hwm)
+		return max(base, v);
+	return base + v;
+}
+
+/* ------------------------------------------------------------ counters ---- */
+
+struct tacc_cnt_attr {
+	struct device_attribute attr;
+	u32 slot;
+	bool global;
+	const char *unit;
+	const char *desc;
+};
+
+static ssize_t tacc_cnt_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct tacc_cnt_attr *ca = container_of(attr, struct tacc_cnt_attr, attr);
+
+	return sysfs_emit(buf, "%llu\n", tacc_counter_read(tacc_sysfs_dev(dev), ca->global,
+							   ca->slot));
+}
+
+#define TACC_FCNT_DEF(_name, _idx, _unit, _desc)				\
+	static struct tacc_cnt_attr tacc_fcnt_##_name = {			\
+		.attr = __ATTR(_name, 0444, tacc_cnt_show, NULL),		\
+		.slot = _idx, .global = false, .unit = _unit, .desc = _desc,	\
+	};
+#define TACC_GCNT_DEF(_name, _idx, _unit, _desc)				\
+	static struct tacc_cnt_attr tacc_gcnt_##_name = {			\
+		.attr = __ATTR(_name, 0400, tacc_cnt_show, NULL),		\
+		.slot = _idx, .global = true, .unit = _unit, .desc = _desc,	\
+	};
+TACC_FUNC_COUNTERS(TACC_FCNT_DEF)
+TACC_GLOBAL_COUNTERS(TACC_GCNT_DEF)
+
+#define TACC_FCNT_PTR(_name, _idx, _unit, _desc)	&tacc_fcnt_##_name,
+#define TACC_GCNT_PTR(_name, _idx, _unit, _desc)	&tacc_gcnt_##_name,
+static const struct tacc_cnt_attr *const tacc_fcnt_list[] = {
+	TACC_FUNC_COUNTERS(TACC_FCNT_PTR)
+};
+
+static const struct tacc_cnt_attr *const tacc_gcnt_list[] = {
+	TACC_GLOBAL_COUNTERS(TACC_GCNT_PTR)
+};
+
+static ssize_t catalogue_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct tacc_device *tdev = tacc_sysfs_dev(dev);
+	ssize_t len = 0;
+	u32 i;
+
+	len += sysfs_emit_at(buf, len, "# version %u: name slot unit scope description\n",
+			     TACC_CNT_VERSION);
+	for (i = 0; i < ARRAY_SIZE(tacc_fcnt_list); i++) {
+		const struct tacc_cnt_attr *ca = tacc_fcnt_list[i];
+
+		len += sysfs_emit_at(buf, len, "%s %u %s function %s\n", ca->attr.attr.name,
+				     ca->slot, ca->unit, ca->desc);
+	}
+	for (i = 0; !tdev->is_vf && i < ARRAY_SIZE(tacc_gcnt_list); i++) {
+		const struct tacc_cnt_attr *ca = tacc_gcnt_list[i];
+
+		len += sysfs_emit_at(buf, len, "%s %u %s global %s\n", ca->attr.attr.name,
+				     ca->slot, ca->unit, ca->desc);
+	}
+	return len;
+}
+static DEVICE_ATTR_RO(catalogue);
+
+#define TACC_FCNT_ATTR(_name, _idx, _unit, _desc)	&tacc_fcnt_##_name.attr.attr,
+#define TACC_GCNT_ATTR(_name, _idx, _unit, _desc)	&tacc_gcnt_##_name.attr.attr,
+static struct attribute *tacc_counter_attrs[] = {
+	TACC_FUNC_COUNTERS(TACC_FCNT_ATTR)
+	&dev_attr_catalogue.attr,
+	NULL
+};
+
+static struct attribute *tacc_global_counter_attrs[] = {
+	TACC_GLOBAL_COUNTERS(TACC_GCNT_ATTR)
+	NULL
+};
+
+static umode_t tacc_global_visible(struct kobject *kobj, struct attribute *attr, int n)
+{
+	struct tacc_device *tdev = tacc_sysfs_dev(kobj_to_dev(kobj));
+
+	return tdev && !tdev->is_vf ? attr->mode : 0;
+}
+
+static const struct attribute_group tacc_counter_group = {
+	.name = "counters",
+	.attrs = tacc_counter_attrs,
+};
+
+static const struct attribute_group tacc_global_counter_group = {
+	.name = "global_counters",
+	.attrs = tacc_global_counter_attrs,
+	.is_visible = tacc_global_visible,
+};
+
+/* ---------------------------------------------------------- device info ---- */
+
+static const char *tacc_gen_speed(u32 gen)
+{
+	static const char *const speeds[] = {
+		"Unknown", "2.5 GT/s PCIe", "5.0 GT/s PCIe", "8.0 GT/s PCIe",
+		"16.0 GT/s PCIe", "32.0 GT/s PCIe", "64.0 GT/s PCIe",
+	};
+
+	return gen < ARRAY_SIZE(speeds) ? speeds[gen] : speeds[0];
+}
+
+#define TACC_INFO_ATTR(_name, _fmt, ...)					\
+static ssize_t _name##_show(struct device *dev, struct device_attribute *attr,	\
+			    char *buf)						\
+{										\
+	struct tacc_device *tdev = tacc_sysfs_dev(dev);				\
+										\
+	return sysfs_emit(buf, _fmt "\n", __VA_ARGS__);			\
+}										\
+static DEVICE_ATTR_RO(_name)
+
+TACC_INFO_ATTR(function, "%u", tdev->func);
+TACC_INFO_ATTR(is_vf, "%u", tdev->is_vf);
+TACC_INFO_ATTR(hw_version, "%u.%u", tdev->hw_version >> 16, tdev->hw_version & 0xffff);
+TACC_INFO_ATTR(caps, "0x%x", tdev->caps);
+TACC_INFO_ATTR(link_speed, "%s", tacc_gen_speed(tdev->link_status & TACC_LINK_GEN_MASK));
+TACC_INFO_ATTR(link_width, "%u", (tdev->link_status & TACC_LINK_WIDTH_MASK) >>
+	       TACC_LINK_WIDTH_SHIFT);
+TACC_INFO_ATTR(max_link_speed, "%s", tacc_gen_speed(tdev->link_cap & TACC_LINK_GEN_MASK));
+TACC_INFO_ATTR(max_link_width, "%u", (tdev->link_cap & TACC_LINK_WIDTH_MASK) >>
+	       TACC_LINK_WIDTH_SHIFT);
+TACC_INFO_ATTR(max_payload_bytes, "%u", tdev->link_params & 0xffff);
+TACC_INFO_ATTR(max_read_request_bytes, "%u", tdev->link_params >> 16);
+TACC_INFO_ATTR(devmem_bytes, "%llu", tdev->devmem_size);
+TACC_INFO_ATTR(devmem_used_bytes, "%llu", tdev->devmem_used);
+TACC_INFO_ATTR(engines, "%u", tdev->num_engines);
+TACC_INFO_ATTR(queues, "%u", tdev->num_queues);
+TACC_INFO_ATTR(contexts, "%u", tdev->num_contexts);
+TACC_INFO_ATTR(clock_hz, "%u", tdev->clock_hz);
+TACC_INFO_ATTR(time_scale, "%u", tdev->time_scale);
+TACC_INFO_ATTR(tlb_entries, "%u", tdev->tlb_entries);
+TACC_INFO_ATTR(num_vfs, "%d", tdev->num_vfs);
+TACC_INFO_ATTR(pm_suspends, "%llu", (u64)atomic64_read(&tdev->pm_suspends));
+TACC_INFO_ATTR(pm_resumes, "%llu", (u64)atomic64_read(&tdev->pm_resumes));
+TACC_INFO_ATTR(mmu_faults, "%llu", (u64)atomic64_read(&tdev->mmu_faults));
+TACC_INFO_ATTR(dma_errors, "%llu", (u64)atomic64_read(&tdev->dma_errors));
+TACC_INFO_ATTR(fatal_errors, "%llu", (u64)atomic64_read(&tdev->fatal_errors));
+
+static ssize_t engine_names_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct tacc_device *tdev = tacc_sysfs_dev(dev);
+	ssize_t len = 0;
+	u32 i;
+
+	for (i = 0; i < tdev->num_engines; i++) {
+		if (i == TACC_ENGINE_DMA_H2D)
+			len += sysfs_emit_at(buf, len, "%u dma_h2d\n", i);
+		else if (i == TACC_ENGINE_DMA_D2H)
+			len += sysfs_emit_at(buf, len, "%u dma_d2h\n", i);
+		else
+			len += sysfs_emit_at(buf, len, "%u compute%u\n", i,
+					     i - TACC_ENGINE_COMPUTE0);
+	}
+	return len;
+}
+static DEVICE_ATTR_RO(engine_names);
+
+static ssize_t live_objects_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct tacc_live *l = &tacc_sysfs_dev(dev)->live;
+
+	return sysfs_emit(buf,
+			  "contexts %d\nbos %d\nmappings %d\njobs %d\nfences %d\npt_pages %d\nuserptr_pages %ld\ndevmem_bytes %ld\n",
+			  atomic_read(&l->ctxs), atomic_read(&l->bos), atomic_read(&l->mappings),
+			  atomic_read(&l->jobs), atomic_read(&l->fences),
+			  atomic_read(&l->pt_pages), atomic_long_read(&l->userptr_pages),
+			  atomic_long_read(&l->devmem_bytes));
+}
+static DEVICE_ATTR_RO(live_objects);
+
+/*
+ * Bracketed samples: CLOCK_MONOTONIC before, device clock, CLOCK_MONOTONIC
+ * after, in ns / ticks; the bracket width bounds the pairing error.
+ * Reading this file wakes the device.
+ */
+#define TACC_CLOCK_SYNC_SAMPLES	4
+static ssize_t clock_sync_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct tacc_device *tdev = tacc_sysfs_dev(dev);
+	u64 before, devclk, after;
+	unsigned long flags;
+	ssize_t len = 0;
+	int i, ret;
+
+	ret = pm_runtime_resume_and_get(dev);
+	if (ret)
+		return ret;
+	for (i = 0; i < TACC_CLOCK_SYNC_SAMPLES; i++) {
+		local_irq_save(flags);
+		before = ktime_get_ns();
+		devclk = tacc_rd64(tdev, TACC_REG_DEVCLK);
+		after = ktime_get_ns();
+		local_irq_restore(flags);
+		len += sysfs_emit_at(buf, len, "%llu %llu %llu\n", before, devclk, after);
+	}
+	pm_runtime_mark_last_busy(dev);
+	pm_runtime_put_autosuspend(dev);
+	return len;
+}
+static DEVICE_ATTR_RO(clock_sync);
+
+static ssize_t queue_stats_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct tacc_device *tdev = tacc_sysfs_dev(dev);
+	ssize_t len = 0;
+	u32 i;
+
+	len += sysfs_emit_at(buf, len, "# queue jobs_done jobs_failed resets bad_cqes irqs\n");
+	for (i = 0; i < tdev->num_queues; i++) {
+		struct tacc_queue *q = &tdev->queues[i];
+
+		len += sysfs_emit_at(buf, len, "%u %llu %llu %llu %llu %llu\n", i, q->jobs_done,
+				     q->jobs_failed, q->resets, q->bad_cqes, q->irqs);
+	}
+	return len;
+}
+static DEVICE_ATTR_RO(queue_stats);
+
+static struct attribute *tacc_info_attrs[] = {
+	&dev_attr_function.attr,
+	&dev_attr_is_vf.attr,
+	&dev_attr_hw_version.attr,
+	&dev_attr_caps.attr,
+	&dev_attr_link_speed.attr,
+	&dev_attr_link_width.attr,
+	&dev_attr_max_link_speed.attr,
+	&dev_attr_max_link_width.attr,
+	&dev_attr_max_payload_bytes.attr,
+	&dev_attr_max_read_request_bytes.attr,
+	&dev_attr_devmem_bytes.attr,
+	&dev_attr_devmem_used_bytes.attr,
+	&dev_attr_engines.attr,
+	&dev_attr_engine_names.attr,
+	&dev_attr_queues.attr,
+	&dev_attr_contexts.attr,
+	&dev_attr_clock_hz.attr,
+	&dev_attr_time_scale.attr,
+	&dev_attr_tlb_entries.attr,
+	&dev_attr_num_vfs.attr,
+	&dev_attr_pm_suspends.attr,
+	&dev_attr_pm_resumes.attr,
+	&dev_attr_mmu_faults.attr,
+	&dev_attr_dma_errors.attr,
+	&dev_attr_fatal_errors.attr,
+	&dev_attr_live_objects.attr,
+	&dev_attr_clock_sync.attr,
+	&dev_attr_queue_stats.attr,
+	NULL
+};
+
+static const struct attribute_group tacc_info_group = {
+	.name = "tacc",
+	.attrs = tacc_info_attrs,
+};
+
+const struct attribute_group *tacc_dev_groups[] = {
+	&tacc_info_group,
+	&tacc_counter_group,
+	&tacc_global_counter_group,
+	NULL
+};
