@@ -1,0 +1,43 @@
+"""``tacc timeline``: capture(s) -> Perfetto trace, Chrome JSON, offline HTML, text summary."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from tacc.cli import CommandError
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("timeline", help="correlated timeline of one or more captures",
+                       description="Convert captures into a Perfetto trace (.pftrace), Chrome "
+                       "trace JSON or a self-contained offline HTML view.")
+    p.add_argument("captures", nargs="+", metavar="CAPTURE",
+                   help="capture directories (several: merged, one node each)")
+    p.add_argument("-o", "--output", help="output file (default: none with --summary)")
+    p.add_argument("--format", choices=["perfetto", "json", "html"],
+                   help="output format (default: from the extension, else perfetto)")
+    p.add_argument("--summary", action="store_true", help="print a text overview")
+    p.add_argument("--findings", help="findings.json of tacc analyze to overlay")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .convert import convert, load_findings
+
+    if not args.output and not args.summary:
+        raise CommandError("timeline: give -o OUTPUT and/or --summary")
+    fmt = args.format
+    if fmt is None and args.output:
+        fmt = {"json": "json", "html": "html", "htm": "html"}.get(
+            args.output.rsplit(".", 1)[-1].lower(), "perfetto")
+    findings = load_findings(args.findings) if args.findings else None
+    res = convert(args.captures, args.output, fmt or "perfetto", args.summary, findings)
+    for p in res.problems:
+        print(f"tacc: warning: {p}", file=sys.stderr)
+    if args.summary:
+        sys.stdout.write(res.summary)
+    if args.output:
+        print(f"wrote {args.output}: {res.events} events on {res.tracks} tracks", file=sys.stderr)
+    return 0

@@ -1,0 +1,131 @@
+"""Capture(s) -> timeline outputs, in one streaming pass."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tacc.capture import CaptureError, open_capture
+
+from .chrome_json import JsonSink
+from .html import HtmlSink
+from .model import Batch, CounterBatch, Extractor, make_sources
+from .perfetto import PerfettoSink
+from .summary import SummarySink
+
+FINDINGS_UUID_BASE = 0x7ACD_0000
+
+
+@dataclass
+class Result:
+    events: int = 0
+    tracks: int = 0
+    outputs: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    summary: str = ""
+
+
+def load_findings(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise CaptureError(f"{path}: cannot read findings ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema") != "tacc-findings":
+        raise CaptureError(f"{path}: not a tacc findings file")
+    if data.get("version") != 1:
+        raise CaptureError(f"{path}: findings version {data.get('version')!r} is not supported")
+    return list(data.get("findings", []))
+
+
+def convert(
+    captures: list[str | os.PathLike[str]],
+    out: str | os.PathLike[str] | None,
+    fmt: str = "perfetto",
+    summary: bool = False,
+    findings: list[dict[str, Any]] | None = None,
+) -> Result:
+    """Write ``out`` in ``fmt`` (perfetto, json, html); optionally build the text summary."""
+    caps = [open_capture(c) for c in captures]
+    sources = make_sources(caps)
+    ex = Extractor(sources)
+    meta = ex.metadata()
+    t0 = min((c.time_range[0] for c in caps), default=0) if fmt == "perfetto" else 0
+    res = Result()
+    fh: Any = None
+    pf: PerfettoSink | None = None
+    js: JsonSink | None = None
+    ht: HtmlSink | None = None
+    sm = SummarySink() if summary else None
+    if out is not None:
+        if fmt == "perfetto":
+            fh = open(out, "wb")
+            pf = PerfettoSink(io.BufferedWriter(fh, 1 << 22), ex.names, t0, meta)  # type: ignore[arg-type]
+        elif fmt == "json":
+            fh = open(out, "w", buffering=1 << 22)
+            js = JsonSink(fh, meta)
+        elif fmt == "html":
+            ht = HtmlSink()
+            ht.findings = list(findings or [])
+        else:
+            raise CaptureError(f"unknown output format {fmt!r}")
+    try:
+        uuids = np.zeros(0, np.int64)
+        for b in ex.all():
+            new = ex.tracks.take_pending()
+            if new:
+                uuids = np.array([t.uuid for t in ex.tracks.tracks], np.uint64)
+                if pf:
+                    pf.tracks(new, ex.tracks.tracks)
+                if js:
+                    js.tracks(new, ex.tracks.tracks)
+            if isinstance(b, Batch):
+                if pf:
+                    pf.slices(b, uuids)
+                if js:
+                    js.slices(b, ex.tracks.tracks, ex.names.lookup())
+                if ht:
+                    ht.slices(b)
+                if sm:
+                    sm.slices(b)
+            elif isinstance(b, CounterBatch):
+                if pf:
+                    pf.counters(b, uuids)
+                if js:
+                    js.counters(b, ex.tracks.tracks)
+                if ht:
+                    ht.counters(b)
+                if sm:
+                    sm.counters(b)
+            res.events += len(b)
+        if findings:
+            if pf:
+                root = ex.tracks.tracks[0].uuid if ex.tracks.tracks else 0
+                pf.findings(findings, root, FINDINGS_UUID_BASE)
+            if js:
+                js.findings(findings)
+        if js:
+            js.close()
+        if pf:
+            pf.f.flush()
+        if ht and out is not None:
+            with open(out, "w") as f:
+                title = "tacc timeline: " + ", ".join(s.node for s in sources)
+                ht.write(f, ex.tracks.tracks, ex.names.lookup(), meta, title)
+    finally:
+        if fh is not None:
+            fh.close()
+    res.tracks = len(ex.tracks.tracks)
+    res.problems = [f"{c.path}: {p}" for c in caps for p in c.problems]
+    if out is not None:
+        res.outputs.append(str(out))
+    if sm:
+        buf = io.StringIO()
+        sm.write(buf, ex.tracks.tracks, ex.names.lookup(), res.problems)
+        res.summary = buf.getvalue()
+    return res

@@ -1,0 +1,565 @@
+"""From capture streams to timeline batches (tracks, slices, instants, counters).
+
+Everything here is numpy per chunk: a stream chunk becomes one or a few batches of
+equal-length arrays.  Per-track state that crosses chunks (last slice end, last counter
+sample, memory in use, unpaired scheduler switches) is kept in small dicts, so memory
+does not grow with the capture's length.  The writers (Perfetto, JSON, HTML, summary)
+consume the same batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tacc.capture import Capture, LinearClock
+from tacc.capture.clock import IDENTITY, compose
+from tacc.capture.schema import (
+    DriverFlag,
+    DriverKind,
+    HostKind,
+    Opcode,
+)
+
+ENGINE_NAMES = ("PCIe H2D", "PCIe D2H", "compute0", "compute1", "compute2", "compute3")
+OPCODE_NAMES = {int(o): o.name.lower() for o in Opcode}
+DRIVER_NAMES = {int(k): k.name.lower() for k in DriverKind}
+FLOW_NODE_SHIFT = 56
+TAG_MASK = np.uint64((1 << FLOW_NODE_SHIFT) - 1)
+
+
+@dataclass
+class Track:
+    idx: int
+    uuid: int
+    name: str
+    parent: int | None  # idx of parent track
+    kind: str  # "group", "slice", "counter"
+    unit: str = ""
+    node: int = 0
+
+
+class Tracks:
+    """Track registry: stable keys -> Track; new tracks are reported once via ``pending``."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[tuple[Any, ...], Track] = {}
+        self.tracks: list[Track] = []
+        self.pending: list[Track] = []
+
+    def get(self, key: tuple[Any, ...], name: str, parent: Track | None = None,
+            kind: str = "slice", unit: str = "", node: int = 0) -> Track:
+        t = self.by_key.get(key)
+        if t is None:
+            idx = len(self.tracks)
+            t = Track(idx, 0x7ACC_0000 + idx, name, parent.idx if parent else None, kind, unit,
+                      node)
+            self.by_key[key] = t
+            self.tracks.append(t)
+            self.pending.append(t)
+        return t
+
+    def take_pending(self) -> list[Track]:
+        out, self.pending = self.pending, []
+        return out
+
+
+class Names:
+    """Interned event / annotation names (iid starts at 1)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.pending: list[tuple[int, str]] = []
+
+    def iid(self, name: str) -> int:
+        i = self.ids.get(name)
+        if i is None:
+            i = len(self.ids) + 1
+            self.ids[name] = i
+            self.pending.append((i, name))
+        return i
+
+    def take_pending(self) -> list[tuple[int, str]]:
+        out, self.pending = self.pending, []
+        return out
+
+    def lookup(self) -> list[str]:
+        out = [""] * (len(self.ids) + 1)
+        for k, v in self.ids.items():
+            out[v] = k
+        return out
+
+
+@dataclass
+class Batch:
+    """Slices (dur >= 0) or instants (dur is None) on tracks, in one batch."""
+
+    track: np.ndarray  # int64 track idx
+    ts: np.ndarray  # int64 ns
+    dur: np.ndarray | None
+    name: np.ndarray  # int64 name iid
+    flow: np.ndarray | None = None  # uint64, 0 = none
+    term: np.ndarray | None = None  # bool: flow ends here
+    args: dict[str, np.ndarray] = field(default_factory=dict)  # uint64 or float64 columns
+    flow_origin: bool = False  # flows start here (API calls)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def take(self, idx: np.ndarray) -> Batch:
+        return Batch(
+            self.track[idx], self.ts[idx], None if self.dur is None else self.dur[idx],
+            self.name[idx], None if self.flow is None else self.flow[idx],
+            None if self.term is None else self.term[idx],
+            {k: v[idx] for k, v in self.args.items()}, self.flow_origin,
+        )
+
+
+@dataclass
+class CounterBatch:
+    track: np.ndarray
+    ts: np.ndarray
+    value: np.ndarray  # float64
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+@dataclass
+class Source:
+    """One capture with its place in a merged timeline."""
+
+    cap: Capture
+    node_idx: int
+    align: LinearClock  # this capture's CLOCK_MONOTONIC -> reference timeline
+    clocks: dict[int, LinearClock]  # fid -> device ticks -> reference timeline
+
+    @property
+    def node(self) -> str:
+        return self.cap.node
+
+
+def make_sources(caps: list[Capture]) -> list[Source]:
+    """Align several captures on the first one's CLOCK_MONOTONIC via the host-clock pairs."""
+    out = []
+    ref = caps[0].host_clock() if caps else None
+    names: dict[str, int] = {}
+    for i, cap in enumerate(caps):
+        align = IDENTITY
+        if i > 0:
+            hc = cap.host_clock()
+            if ref is not None and hc is not None:
+                # mono_k -> host -> mono_ref
+                back = LinearClock(x0=ref.y0, y0=ref.x0, drift=1.0 / ref.drift)
+                align = compose(back, hc)
+            else:
+                cap.problems.append("no host-clock pairs: node timelines not aligned")
+        node = cap.node
+        if node in names:
+            node = f"{node}#{i}"
+        names[node] = i
+        clocks = {fn.fid: compose(align, cap.device_clock(fn.fid)) if i else
+                  cap.device_clock(fn.fid) for fn in cap.functions}
+        out.append(Source(cap, i, align, clocks))
+    return out
+
+
+def flow_ids(node_idx: int, tag: np.ndarray) -> np.ndarray:
+    tag = np.asarray(tag, np.uint64)
+    f = (tag & TAG_MASK) | np.uint64((node_idx + 1) << FLOW_NODE_SHIFT)
+    return np.where(tag != 0, f, np.uint64(0))
+
+
+class NoOverlap:
+    """Keeps slices of a track non-overlapping and in order across batches."""
+
+    def __init__(self) -> None:
+        self.last_end: dict[int, int] = {}
+
+    def fix(self, b: Batch) -> Batch:
+        """Sort by (track, ts), clamp starts to the previous end on the track, then order by ts."""
+        assert b.dur is not None
+        if len(b) == 0:
+            return b
+        o = np.lexsort((b.ts, b.track))
+        b = b.take(o)
+        end = b.ts + np.maximum(b.dur, 0)
+        base = int(b.ts.min())
+        span = int(end.max() - base) + 1
+        _, rank = np.unique(b.track, return_inverse=True)
+        key = (end - base) + rank.astype(np.int64) * span
+        run = np.maximum.accumulate(key)
+        prev = np.r_[np.int64(-1), run[:-1]]
+        first = np.r_[True, b.track[1:] != b.track[:-1]]
+        prev_end = np.where(first, np.iinfo(np.int64).min, prev - rank * span + base)
+        carry = np.array([self.last_end.get(int(t), np.iinfo(np.int64).min) for t in
+                          b.track[first].tolist()], dtype=np.int64)
+        prev_end[first] = carry
+        start = np.maximum(b.ts, prev_end)
+        b.dur = np.maximum(end, start) - start
+        b.ts = start
+        last = np.r_[b.track[1:] != b.track[:-1], True]
+        for t, e in zip(b.track[last].tolist(), (b.ts + b.dur)[last].tolist(), strict=True):
+            self.last_end[int(t)] = max(int(e), self.last_end.get(int(t), int(e)))
+        return b.take(np.argsort(b.ts, kind="stable"))
+
+
+class Extractor:
+    """Turns the streams of the sources into batches; owns the track and name registries."""
+
+    def __init__(self, sources: list[Source]) -> None:
+        self.sources = sources
+        self.tracks = Tracks()
+        self.names = Names()
+        self.nooverlap = NoOverlap()
+        self.counter_carry: dict[tuple[Any, ...], Any] = {}
+
+    # -------------------------------------------------------------- tracks --
+    def node_track(self, src: Source) -> Track:
+        return self.tracks.get(("node", src.node_idx), f"{src.node}", None, "group",
+                               node=src.node_idx)
+
+    def _lookup_tracks(self, keys: np.ndarray, make: Any) -> np.ndarray:
+        """Map an array of integer keys to track idx; ``make(key) -> Track`` for new ones."""
+        uniq, inv = np.unique(keys, return_inverse=True)
+        idx = np.array([make(int(k)).idx for k in uniq.tolist()], dtype=np.int64)
+        return idx[inv]
+
+    # -------------------------------------------------------------- api -----
+    def api(self, src: Source) -> Iterator[Batch]:
+        cap = src.cap
+        strings = cap.strings
+        node = self.node_track(src)
+        name_iid = {sid: self.names.iid(s or "?") for sid, s in strings.items()}
+        iid_of = np.zeros(max(name_iid) + 1, np.int64)
+        for sid, i in name_iid.items():
+            iid_of[sid] = i
+
+        def make(key: int) -> Track:
+            pid, tid = key >> 32, key & 0xFFFFFFFF
+            proc = self.tracks.get(("proc", src.node_idx, pid), f"pid {pid}", node, "group",
+                                   node=src.node_idx)
+            return self.tracks.get(("thread", src.node_idx, pid, tid), f"tid {tid} API", proc,
+                                   node=src.node_idx)
+
+        for ch in cap.chunks("api"):
+            key = (ch["pid"].astype(np.int64) << 32) | ch["tid"].astype(np.int64)
+            ts = src.align.convert(ch["t_start"].view(np.uint64)) if src.node_idx else \
+                ch["t_start"].astype(np.int64)
+            dur = np.maximum(ch["t_end"] - ch["t_start"], 0).astype(np.int64)
+            names = iid_of[np.minimum(ch["name_id"], len(iid_of) - 1)]
+            b = Batch(self._lookup_tracks(key, make), ts, dur, names,
+                      flow_ids(src.node_idx, ch["tag"]), None,
+                      {"tag": ch["tag"].astype(np.uint64), "bytes": ch["bytes"].astype(np.uint64)})
+            b.term = np.zeros(len(b), bool)
+            b.flow_origin = True
+            yield self.nooverlap.fix(b)
+
+    # -------------------------------------------------------------- driver --
+    CATEGORY = {
+        DriverKind.IOCTL: "ioctl", DriverKind.SUBMIT: "submit", DriverKind.DOORBELL: "doorbell",
+        DriverKind.IRQ: "irq", DriverKind.JOB_START: "jobs", DriverKind.JOB_DONE: "completion",
+        DriverKind.BO_CREATE: "bo", DriverKind.BO_DESTROY: "bo",
+        DriverKind.DMA_MAP: "dma map/unmap", DriverKind.DMA_UNMAP: "dma map/unmap",
+        DriverKind.VM_BIND: "vm bind/unbind", DriverKind.VM_UNBIND: "vm bind/unbind",
+        DriverKind.MMU_FAULT: "faults", DriverKind.PM: "pm", DriverKind.RESET: "reset",
+        DriverKind.TRACE_DROP: "trace drops",
+    }
+    SPAN_KINDS = (DriverKind.IOCTL, DriverKind.DMA_MAP, DriverKind.DMA_UNMAP,
+                  DriverKind.VM_BIND, DriverKind.VM_UNBIND, DriverKind.BO_CREATE)
+    DRIVER_ARGS: dict[str, tuple[str, ...]] = {
+        "ioctl": ("tag", "job", "arg", "status"),
+        "submit": ("tag", "job", "ncmds", "size"),
+        "doorbell": ("tag", "job"),
+        "irq": ("arg",),
+        "jobs": ("tag", "job"),
+        "completion": ("tag", "job", "status", "dev_start", "dev_end"),
+        "bo": ("arg", "size", "addr", "flags"),
+        "dma map/unmap": ("addr", "size", "nsegs", "dir", "flags"),
+        "vm bind/unbind": ("addr", "size", "page_size"),
+        "faults": ("addr", "status", "tag"),
+        "pm": ("arg",),
+        "reset": ("arg",),
+        "trace drops": ("arg",),
+    }
+
+    def _fn_name(self, src: Source, fid: int) -> str:
+        fns = src.cap.functions
+        return fns[fid].name if 0 <= fid < len(fns) else f"function {fid}"
+
+    def driver(self, src: Source) -> Iterator[Batch | CounterBatch]:
+        node = self.node_track(src)
+        kind_iid = {k: self.names.iid(DRIVER_NAMES[k]) for k in DRIVER_NAMES}
+        for ch in src.cap.chunks("driver"):
+            ts_all = src.align.convert(ch["t_ns"].view(np.uint64)) if src.node_idx else \
+                ch["t_ns"].astype(np.int64)
+            kinds = ch["kind"]
+            cats: dict[str, list[int]] = {}
+            for k in np.unique(kinds).tolist():
+                if k in DRIVER_NAMES:
+                    cats.setdefault(self.CATEGORY[DriverKind(k)], []).append(k)
+            for cat, ks in cats.items():
+                sel = np.flatnonzero(np.isin(kinds, ks))
+                sub = ch[sel]
+                span = ks[0] in [int(x) for x in self.SPAN_KINDS]
+                per_tid = cat in ("ioctl", "dma map/unmap", "vm bind/unbind", "bo")
+                key = sub["fid"].astype(np.int64) << 32
+                if per_tid:
+                    key = key | sub["tid"].astype(np.int64)
+
+                def make(k: int, cat: str = cat, per_tid: bool = per_tid) -> Track:
+                    fid, tid = k >> 32, k & 0xFFFFFFFF
+                    grp = self.tracks.get(("driver", src.node_idx, fid),
+                                          f"driver {self._fn_name(src, fid)}", node, "group",
+                                          node=src.node_idx)
+                    nm = f"{cat} tid {tid}" if per_tid else cat
+                    return self.tracks.get(("drv", src.node_idx, fid, cat, tid), nm, grp,
+                                           node=src.node_idx)
+
+                tr = self._lookup_tracks(key, make)
+                names = np.array([kind_iid.get(k, 0) for k in range(256)],
+                                 np.int64)[sub["kind"]]
+                args = {a: sub[a].astype(np.uint64) for a in self.DRIVER_ARGS[cat]}
+                flow = None
+                term = None
+                if cat in ("submit", "completion"):
+                    flow = flow_ids(src.node_idx, sub["tag"])
+                    term = np.full(len(sub), cat == "completion")
+                b = Batch(tr, ts_all[sel], sub["dur_ns"].astype(np.int64) if span else None,
+                          names, flow, term, args)
+                yield self.nooverlap.fix(b) if span else b
+            yield from self._memory_counters(src, ch, ts_all)
+
+    def _memory_counters(self, src: Source, ch: np.ndarray, ts: np.ndarray
+                         ) -> Iterator[CounterBatch]:
+        kinds = ch["kind"]
+        for what, plus, minus, flag in (
+            ("device memory in use", DriverKind.BO_CREATE, DriverKind.BO_DESTROY,
+             DriverFlag.DEVMEM),
+            ("pinned host memory", DriverKind.DMA_MAP, DriverKind.DMA_UNMAP, DriverFlag.USERPTR),
+        ):
+            sel = ((kinds == plus) | (kinds == minus)) & ((ch["flags"] & int(flag)) != 0)
+            if not sel.any():
+                continue
+            sub = ch[sel]
+            delta = np.where(sub["kind"] == plus, 1, -1) * sub["size"].astype(np.int64)
+            for fid in np.unique(sub["fid"]).tolist():
+                m = sub["fid"] == fid
+                key = ("mem", src.node_idx, fid, what)
+                base = self.counter_carry.get(key, 0)
+                vals = base + np.cumsum(delta[m])
+                self.counter_carry[key] = int(vals[-1])
+                tr = self._device_track(src, fid, what, kind="counter", unit="bytes")
+                yield CounterBatch(np.full(int(m.sum()), tr.idx), ts[sel][m],
+                                   vals.astype(np.float64))
+
+    # -------------------------------------------------------------- device --
+    def _device_group(self, src: Source, fid: int) -> Track:
+        node = self.node_track(src)
+        return self.tracks.get(("dev", src.node_idx, fid), f"device {self._fn_name(src, fid)}",
+                               node, "group", node=src.node_idx)
+
+    def _device_track(self, src: Source, fid: int, name: str, kind: str = "slice",
+                      unit: str = "") -> Track:
+        grp = self._device_group(src, fid)
+        return self.tracks.get(("devtrack", src.node_idx, fid, name), name, grp, kind, unit,
+                               node=src.node_idx)
+
+    def device(self, src: Source) -> Iterator[Batch]:
+        op_iid = np.array([self.names.iid(OPCODE_NAMES.get(i, f"op{i}")) for i in range(256)],
+                          np.int64)
+        for ch in src.cap.chunks("device_trace"):
+            ts = np.empty(len(ch), np.int64)
+            te = np.empty(len(ch), np.int64)
+            tf = np.empty(len(ch), np.int64)
+            for fid in np.unique(ch["fid"]).tolist():
+                m = ch["fid"] == fid
+                clk = src.clocks.get(int(fid))
+                if clk is None:
+                    clk = LinearClock(0, 0, 1.0)
+                ts[m] = clk.convert(ch["t_start"][m])
+                te[m] = clk.convert(ch["t_end"][m])
+                tf[m] = clk.convert(ch["t_fetch"][m])
+            key = (ch["fid"].astype(np.int64) << 16) | (ch["engine"].astype(np.int64) << 8) \
+                | ch["queue"].astype(np.int64)
+
+            def make(k: int) -> Track:
+                fid, eng, q = k >> 16, (k >> 8) & 0xFF, k & 0xFF
+                en = ENGINE_NAMES[eng] if eng < len(ENGINE_NAMES) else f"engine{eng}"
+                return self._device_track(src, fid, f"{en} q{q}")
+
+            dur = np.maximum(te - ts, 0)
+            nbytes = ch["bytes"].astype(np.uint64)
+            gbps = np.where(dur > 0, nbytes.astype(np.float64) / np.maximum(dur, 1), 0.0)
+            b = Batch(self._lookup_tracks(key, make), ts, dur, op_iid[ch["opcode"]],
+                      flow_ids(src.node_idx, ch["tag"]), np.zeros(len(ch), bool),
+                      {"bytes": nbytes, "GB/s": gbps, "tag": ch["tag"].astype(np.uint64),
+                       "job": ch["job"].astype(np.uint64),
+                       "queue_wait_ns": np.maximum(ts - tf, 0).astype(np.uint64),
+                       "tlps": ch["tlps"].astype(np.uint64),
+                       "tlb_misses": ch["tlb_misses"].astype(np.uint64),
+                       "status": ch["status"].astype(np.uint64)})
+            yield self.nooverlap.fix(b)
+
+    # ------------------------------------------------------------ counters --
+    def counters(self, src: Source) -> Iterator[CounterBatch]:
+        for ch in src.cap.chunks("counters"):
+            for fid in np.unique(ch["fid"]).tolist():
+                yield from self._counter_fid(src, int(fid), ch[ch["fid"] == fid])
+
+    def _counter_fid(self, src: Source, fid: int, s: np.ndarray) -> Iterator[CounterBatch]:
+        key = ("cnt", src.node_idx, fid)
+        prev = self.counter_carry.get(key)
+        self.counter_carry[key] = s[-1:].copy()
+        if prev is not None:
+            s = np.concatenate([prev, s])
+        if len(s) < 2:
+            return
+        clk = src.clocks.get(fid, LinearClock(0, 0, 1.0))
+        t = clk.convert(s["devclk"])
+        dt = np.diff(t).astype(np.float64)
+        ok = dt > 0
+        dt = np.where(ok, dt, 1.0)
+        ts = t[1:][ok]
+        fn = src.cap.functions[fid] if fid < len(src.cap.functions) else None
+        bwmax = fn.max_payload_bw if fn else 0.0
+
+        def d(col: str) -> np.ndarray:
+            return np.diff(s[col].astype(np.int64)).astype(np.float64)[ok]
+
+        dtt = dt[ok]
+        series: list[tuple[str, str, np.ndarray]] = []
+        for dirn in ("h2d", "d2h"):
+            rate = d(f"{dirn}_bytes") / dtt  # bytes/ns == GB/s
+            series.append((f"{dirn.upper()} GB/s", "GB/s", rate))
+            if bwmax:
+                series.append((f"{dirn.upper()} % of link max", "%",
+                               np.minimum(100.0 * rate * 1e9 / bwmax, 100.0)))
+        series.append(("DMA utilization %", "%",
+                       np.minimum(100.0 * (d("busy_dma_h2d") + d("busy_dma_d2h")) / (2 * dtt),
+                                  100.0)))
+        comp = sum(d(f"busy_compute{i}") for i in range(4))
+        series.append(("compute utilization %", "%", np.minimum(100.0 * comp / (4 * dtt), 100.0)))
+        hits, miss = d("tlb_hits"), d("tlb_misses")
+        tot = hits + miss
+        m = tot > 0
+        if m.any():
+            series.append(("TLB hit rate %", "%", np.where(m, 100.0 * hits / np.maximum(tot, 1),
+                                                           np.nan)))
+        for name, unit, vals in series:
+            tr = self._device_track(src, fid, name, kind="counter", unit=unit)
+            good = np.isfinite(vals)
+            yield CounterBatch(np.full(int(good.sum()), tr.idx), ts[good], vals[good])
+
+    # ---------------------------------------------------------------- host --
+    def host(self, src: Source) -> Iterator[Batch]:
+        node = self.node_track(src)
+        host = self.tracks.get(("host", src.node_idx), "host", node, "group", node=src.node_idx)
+        n_sleep = self.names.iid("sleeping")
+        n_wake = self.names.iid("wakeup")
+        n_blk = self.names.iid("block read/write")
+        n_tx, n_rx = self.names.iid("net tx"), self.names.iid("net rx")
+        for ch in src.cap.chunks("host"):
+            ts = src.align.convert(ch["t_ns"].view(np.uint64)) if src.node_idx else \
+                ch["t_ns"].astype(np.int64)
+            k = ch["kind"]
+            # scheduling: sleeping from switch-out (prev) to the next switch-in of that tid
+            sw = k == HostKind.SCHED_SWITCH
+            outs = sw & (ch["tid"] != 0)
+            ins = sw & (ch["next_pid"] != 0)
+            tid = np.concatenate([ch["tid"][outs], ch["next_pid"][ins]]).astype(np.int64)
+            tt = np.concatenate([ts[outs], ts[ins]])
+            typ = np.concatenate([np.zeros(int(outs.sum()), np.int8),
+                                  np.ones(int(ins.sum()), np.int8)])
+            carry = self.counter_carry.setdefault(("sched", src.node_idx), {})
+            if carry:
+                ct = np.array(list(carry.keys()), np.int64)
+                tid = np.r_[ct, tid]
+                tt = np.r_[np.array(list(carry.values()), np.int64), tt]
+                typ = np.r_[np.zeros(len(ct), np.int8), typ]
+                carry.clear()
+            o = np.lexsort((typ, tt, tid))
+            tid, tt, typ = tid[o], tt[o], typ[o]
+            pair = (typ[:-1] == 0) & (typ[1:] == 1) & (tid[:-1] == tid[1:])
+            i = np.flatnonzero(pair)
+            last = np.r_[tid[1:] != tid[:-1], True] & (typ == 0)
+            for t_, v in zip(tid[last].tolist(), tt[last].tolist(), strict=True):
+                carry[int(t_)] = int(v)
+
+            def make_cpu(key: int) -> Track:
+                return self.tracks.get(("cpu", src.node_idx, key), f"tid {key} CPU", host,
+                                       node=src.node_idx)
+
+            if len(i):
+                b = Batch(self._lookup_tracks(tid[i], make_cpu), tt[i], tt[i + 1] - tt[i],
+                          np.full(len(i), n_sleep, np.int64))
+                yield self.nooverlap.fix(b)
+            wk = k == HostKind.SCHED_WAKEUP
+            if wk.any():
+                yield Batch(self._lookup_tracks(ch["tid"][wk].astype(np.int64), make_cpu),
+                            ts[wk], None, np.full(int(wk.sum()), n_wake, np.int64))
+            bc = k == HostKind.BLOCK_COMPLETE
+            if bc.any():
+                def make_blk(key: int) -> Track:
+                    return self.tracks.get(("blk", src.node_idx, key),
+                                           f"block {key >> 20}:{key & 0xFFFFF}", host,
+                                           node=src.node_idx)
+
+                sub = ch[bc]
+                b = Batch(self._lookup_tracks(sub["dev"].astype(np.int64), make_blk),
+                          ts[bc] - sub["dur_ns"], sub["dur_ns"].astype(np.int64),
+                          np.full(len(sub), n_blk, np.int64),
+                          args={"bytes": sub["size"].astype(np.uint64),
+                                "sector": sub["sector"].astype(np.uint64)})
+                yield self.nooverlap.fix(b)
+            net = (k == HostKind.NET_TX) | (k == HostKind.NET_RX)
+            if net.any():
+                sub = ch[net]
+
+                def make_net(key: int) -> Track:
+                    return self.tracks.get(("net", src.node_idx, key), f"net if{key}", host,
+                                           node=src.node_idx)
+
+                yield Batch(self._lookup_tracks(sub["dev"].astype(np.int64), make_net),
+                            ts[net], None,
+                            np.where(sub["kind"] == HostKind.NET_TX, n_tx, n_rx).astype(np.int64),
+                            args={"bytes": sub["size"].astype(np.uint64)})
+
+    def drops(self, src: Source) -> Iterator[Batch]:
+        node = self.node_track(src)
+        n = self.names.iid("records dropped")
+        for ch in src.cap.chunks("drops"):
+            tr = self.tracks.get(("drops", src.node_idx), "drops", node, node=src.node_idx)
+            ts = src.align.convert(ch["t_ns"].view(np.uint64)) if src.node_idx else \
+                ch["t_ns"].astype(np.int64)
+            yield Batch(np.full(len(ch), tr.idx), ts, None, np.full(len(ch), n, np.int64),
+                        args={"count": ch["count"].astype(np.uint64),
+                              "source": ch["source"].astype(np.uint64)})
+
+    def all(self) -> Iterator[Batch | CounterBatch]:
+        """Every batch of every source, stream by stream."""
+        for src in self.sources:
+            yield from self.api(src)
+            yield from self.driver(src)
+            yield from self.device(src)
+            yield from self.counters(src)
+            yield from self.host(src)
+            yield from self.drops(src)
+
+    def metadata(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"nodes": []}
+        for src in self.sources:
+            meta["nodes"].append({
+                "node": src.node, "capture": str(src.cap.path), "complete": src.cap.complete,
+                "problems": src.cap.problems,
+                "align_to_reference": src.align.to_json(),
+                "device_clocks": {src.cap.functions[f].pci: c.to_json()
+                                  for f, c in src.clocks.items()},
+                "kernel": src.cap.meta.get("kernel"), "qemu": src.cap.meta.get("qemu"),
+                "icount": src.cap.meta.get("icount"),
+                "time_scale": src.cap.meta.get("time_scale"),
+            })
+        return meta
