@@ -61,3 +61,10 @@ def functions_from_meta(meta: dict[str, Any]) -> list[Function]:
             )
         )
     return out
+
+
+def link_raw_bw(gen: int, width: int) -> float:
+    """Link bytes per second of one direction after line encoding (TLP headers included)."""
+    rate = LINK_RATE_GTS.get(int(gen), 16.0) * 1e9
+    enc = 128.0 / 130.0 if int(gen) >= 3 else 8.0 / 10.0
+    return width * rate * enc / 8.0

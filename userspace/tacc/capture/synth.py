@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .devinfo import TLP_OVERHEAD_BYTES, link_max_payload_bw
+from .devinfo import TLP_OVERHEAD_BYTES, link_max_payload_bw, link_raw_bw
 from .schema import (
     API_DTYPE,
     CLOCK_DTYPE,
@@ -63,7 +63,7 @@ SAMPLE_NS = 100_000
 CLOCK_PERIOD_NS = 5_000_000
 
 MAX_BW = link_max_payload_bw(GEN, WIDTH, MPS)  # bytes / s
-RAW_BW = WIDTH * 16e9 * 128 / 130 / 8  # link bytes / s incl. TLP overhead
+RAW_BW = link_raw_bw(GEN, WIDTH)  # link bytes / s incl. TLP overhead
 
 
 def xfer_ns(nbytes: np.ndarray, share: float | np.ndarray = 1.0) -> np.ndarray:
@@ -189,7 +189,7 @@ class Sim:
             fid=np.full(n, fid), queue=np.full(n, queue), ctx=np.full(n, ctx), tag=tag, job=job,
             opcode=np.full(n, opcode), engine=np.full(n, int(engine)), bytes=nbytes,
             tlps=np.broadcast_to(tlps, (n,)), tlb=np.broadcast_to(tlb_misses, (n,)),
-            t_fetch=np.minimum(dev_ready, start), t_start=start, t_end=end,
+            t_fetch=np.minimum(t_bell + FETCH_NS, start), t_start=start, t_end=end,
             flops=np.broadcast_to(flops, (n,)),
         ))
         self.add_api(pid, tid, name, api_t0, t_sub + IOCTL_NS + 300, tag, nbytes, fid,
@@ -417,7 +417,7 @@ def w_tiny_transfers(sim: Sim, t: int, scale: int, good: bool) -> int:
 
 def w_unaligned_userptr(sim: Sim, t: int, scale: int, good: bool) -> int:
     size = 8 * MiB
-    n = 16 * scale
+    n = 8 * scale
     align = 0 if good else 64
     t = sim.buffers(PID, TID, t, 0, [size, size // 4], userptr=True, align=align)
     base = (size + MPS - 1) // MPS
@@ -435,7 +435,7 @@ def w_unaligned_userptr(sim: Sim, t: int, scale: int, good: bool) -> int:
 
 
 def w_map_churn(sim: Sim, t: int, scale: int, good: bool) -> int:
-    size = 1 * MiB
+    size = 256 * KiB
     n = 200 * scale
     if good:
         t = sim.buffers(PID, TID, t, 0, [size], userptr=True)
@@ -534,7 +534,7 @@ def w_link_saturation(sim: Sim, t: int, scale: int, good: bool) -> int:
     # bad: 4 queues stream fresh inputs concurrently; good: inputs staged once and reused
     nq = 4
     size = 8 * MiB
-    n = (8 if good else 32) * scale
+    n = (2 if good else 32) * scale
     t = sim.buffers(PID, TID, t, 0, [size * nq])
     share = 1.0 / nq
     last = t
@@ -577,7 +577,7 @@ def w_host_bound(sim: Sim, t: int, scale: int, good: bool) -> int:
         start = t0 + pre
     r = sim.submit(fid=0, queue=0, pid=PID, tid=TID, api_t0=start, name="copy_h2d",
                    opcode=Opcode.COPY_H2D, nbytes=np.full(n, size), dur=np.full(n, xfer_ns(size)))
-    rc = sim.submit(fid=0, queue=0, pid=PID, tid=TID, api_t0=start + 8000, name="gemm",
+    rc = sim.submit(fid=0, queue=1, pid=PID, tid=TID, api_t0=start + 8000, name="gemm",
                     opcode=Opcode.GEMM, nbytes=np.zeros(n, np.int64),
                     dur=np.full(n, _gemm_ns(m)), ready=r["end"], flops=2 * m**3)
     return sim.synchronize(PID, TID, int(start[-1] + 20_000), int(rc["end"][-1]))
@@ -593,18 +593,17 @@ def w_noisy_neighbour(sim: Sim, t: int, scale: int, good: bool) -> int:
     api0 = t + np.arange(n, dtype=np.int64) * period
     burst = np.zeros(n, bool)
     if not good:
-        burst = (np.arange(n) // 10) % 2 == 1  # every other block of 10 periods
+        burst = np.arange(n) < n // 2  # the neighbour streams during the first half
     dur = np.where(burst, xfer_ns(size, 0.5), solo)
     r = sim.submit(fid=1, queue=0, pid=PID, tid=TID, api_t0=api0, name="copy_h2d",
                    opcode=Opcode.COPY_H2D, nbytes=np.full(n, size), dur=dur)
     last = int(r["end"][-1])
     if not good:
         pid2 = PID + 100
-        bs = np.flatnonzero(burst[::10]) * 10
         big = 4 * MiB
-        for b in bs:
+        for b in (0,):
             tb0 = int(api0[b])
-            tb1 = int(api0[min(b + 9, n - 1)] + period)
+            tb1 = int(api0[n // 2 - 1] + period)
             k = max(int((tb1 - tb0) // int(xfer_ns(big, 0.5))), 1)
             a = tb0 + np.arange(k, dtype=np.int64) * 1000
             r2 = sim.submit(fid=2, queue=0, pid=pid2, tid=pid2, api_t0=a, name="copy_h2d",
@@ -640,7 +639,7 @@ EXPECTED: dict[str, set[str]] = {
     "tlb_thrash": {"tlb_thrash"},
     "link_saturation": {"link_saturation"},
     "host_bound": {"idle_gaps"},
-    "noisy_neighbour": {"link_saturation", "vf_contention"},
+    "noisy_neighbour": {"link_saturation", "vf_contention", "h2d_d2h_imbalance"},
     "mlp": set(),
 }
 

@@ -1,0 +1,174 @@
+"""What the rules read from a capture: columns in numpy, device times on CLOCK_MONOTONIC."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tacc.capture import Capture
+from tacc.capture.devinfo import Function
+from tacc.capture.schema import DriverKind, Opcode
+
+DRIVER_KEEP = (DriverKind.DMA_MAP, DriverKind.DMA_UNMAP, DriverKind.VM_BIND,
+               DriverKind.VM_UNBIND, DriverKind.BO_CREATE, DriverKind.BO_DESTROY,
+               DriverKind.SUBMIT)
+DRIVER_COLS = ["t_ns", "dur_ns", "kind", "fid", "pid", "tag", "addr", "size", "nsegs",
+               "page_size", "flags", "arg"]
+
+
+@dataclass
+class Cmds:
+    fid: np.ndarray
+    engine: np.ndarray
+    queue: np.ndarray
+    opcode: np.ndarray
+    tag: np.ndarray
+    bytes: np.ndarray
+    tlps: np.ndarray
+    tlb: np.ndarray
+    tf: np.ndarray
+    ts: np.ndarray
+    te: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def sel(self, m: np.ndarray) -> Cmds:
+        return Cmds(**{k: getattr(self, k)[m] for k in self.__dataclass_fields__})
+
+    @property
+    def dur(self) -> np.ndarray:
+        return self.te - self.ts
+
+    @property
+    def is_copy(self) -> np.ndarray:
+        return (self.opcode == Opcode.COPY_H2D) | (self.opcode == Opcode.COPY_D2H)
+
+
+@dataclass
+class Data:
+    cap: Capture
+    t0: int
+    t1: int
+    functions: list[Function]
+    cmds: Cmds
+    drv: np.ndarray
+    api: np.ndarray
+    host: np.ndarray
+    tlb_counts: dict[int, tuple[int, int]]  # fid -> (hits, misses) from counters
+
+    @property
+    def span(self) -> int:
+        return max(self.t1 - self.t0, 1)
+
+    def api_names(self, tags: np.ndarray, limit: int = 5) -> dict[str, int]:
+        """API call names (with counts) of the given correlation ids."""
+        if len(self.api) == 0 or len(tags) == 0:
+            return {}
+        m = np.isin(self.api["tag"], np.unique(tags))
+        ids, cnt = np.unique(self.api["name_id"][m], return_counts=True)
+        o = np.argsort(-cnt)[:limit]
+        s = self.cap.strings
+        return {s.get(int(i), f"#{i}"): int(c) for i, c in zip(ids[o], cnt[o], strict=True)}
+
+
+def load(cap: Capture) -> Data:
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in Cmds.__dataclass_fields__}
+    for ch in cap.chunks("device_trace"):
+        ts = np.empty(len(ch), np.int64)
+        te = np.empty(len(ch), np.int64)
+        tf = np.empty(len(ch), np.int64)
+        for fid in np.unique(ch["fid"]).tolist():
+            m = ch["fid"] == fid
+            clk = cap.device_clock(int(fid)) if fid < len(cap.functions) else None
+            if clk is None:
+                continue
+            ts[m], te[m], tf[m] = (clk.convert(ch[c][m]) for c in ("t_start", "t_end", "t_fetch"))
+        parts["fid"].append(ch["fid"].astype(np.int64))
+        parts["engine"].append(ch["engine"].astype(np.int64))
+        parts["queue"].append(ch["queue"].astype(np.int64))
+        parts["opcode"].append(ch["opcode"].astype(np.int64))
+        parts["tag"].append(ch["tag"].copy())
+        parts["bytes"].append(ch["bytes"].astype(np.int64))
+        parts["tlps"].append(ch["tlps"].astype(np.int64))
+        parts["tlb"].append(ch["tlb_misses"].astype(np.int64))
+        parts["tf"].append(tf)
+        parts["ts"].append(ts)
+        parts["te"].append(np.maximum(te, ts))
+    cmds = Cmds(**{k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in
+                   parts.items()})
+    keep = [int(k) for k in DRIVER_KEEP]
+    drv_parts = []
+    for ch in cap.chunks("driver"):
+        m = np.isin(ch["kind"], keep)
+        drv_parts.append(ch[DRIVER_COLS][m])
+    from tacc.capture.schema import DRIVER_DTYPE
+
+    drv = np.concatenate(drv_parts) if drv_parts else np.zeros(0, DRIVER_DTYPE)[DRIVER_COLS]
+    api = cap.read("api", ["t_start", "t_end", "tag", "name_id", "pid", "tid", "bytes"])
+    host = cap.read("host", ["t_ns", "dur_ns", "kind", "size", "tid"])
+    tlb: dict[int, tuple[int, int]] = {}
+    first: dict[int, np.ndarray] = {}
+    last: dict[int, np.ndarray] = {}
+    for ch in cap.chunks("counters", ["fid", "tlb_hits", "tlb_misses"]):
+        for fid in np.unique(ch["fid"]).tolist():
+            sub = ch[ch["fid"] == fid]
+            first.setdefault(int(fid), sub[0])
+            last[int(fid)] = sub[-1]
+    for fid, a in first.items():
+        b = last[fid]
+        tlb[fid] = (int(b["tlb_hits"]) - int(a["tlb_hits"]),
+                    int(b["tlb_misses"]) - int(a["tlb_misses"]))
+    t0, t1 = cap.time_range
+    return Data(cap, t0, t1, cap.functions, cmds, drv, api, host, tlb)
+
+
+# ---------------------------------------------------------------- helpers --
+def union_length(ts: np.ndarray, te: np.ndarray) -> int:
+    """Total length of the union of intervals."""
+    if len(ts) == 0:
+        return 0
+    o = np.argsort(ts, kind="stable")
+    s, e = ts[o], te[o]
+    run = np.maximum.accumulate(e)
+    prev = np.r_[np.iinfo(np.int64).min, run[:-1]]
+    return int(np.sum(np.maximum(e - np.maximum(s, prev), 0) * (e > prev)))
+
+
+def merged(ts: np.ndarray, te: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals into disjoint busy periods."""
+    if len(ts) == 0:
+        return ts, te
+    o = np.argsort(ts, kind="stable")
+    s, e = ts[o], te[o]
+    run = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] > run[:-1]]
+    starts = s[new]
+    grp = np.cumsum(new) - 1
+    ends = np.zeros(len(starts), np.int64)
+    np.maximum.at(ends, grp, e)
+    return starts, ends
+
+
+def window_amount(ts: np.ndarray, te: np.ndarray, amount: np.ndarray, edges: np.ndarray
+                  ) -> np.ndarray:
+    """Spread each interval's ``amount`` uniformly over [ts, te) and sum per window."""
+    if len(ts) == 0:
+        return np.zeros(len(edges) - 1)
+    dur = np.maximum(te - ts, 1).astype(np.float64)
+    rate = amount.astype(np.float64) / dur
+    pts = np.concatenate([ts, te])
+    dr = np.concatenate([rate, -rate])
+    o = np.argsort(pts, kind="stable")
+    pts, dr = pts[o], dr[o]
+    r = np.cumsum(dr)  # rate after each point
+    cum = np.r_[0.0, np.cumsum(r[:-1] * np.diff(pts).astype(np.float64))]
+    at = np.interp(edges.astype(np.float64), pts.astype(np.float64), cum)
+    return np.diff(at)
+
+
+def runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (exclusive) indices of runs of True."""
+    d = np.diff(np.r_[0, mask.astype(np.int8), 0])
+    return np.flatnonzero(d == 1), np.flatnonzero(d == -1)

@@ -1,0 +1,610 @@
+"""The analysis rules (docs/analysis.md documents each rule and its thresholds)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tacc.capture.devinfo import TLP_OVERHEAD_BYTES, link_raw_bw
+from tacc.capture.schema import DriverFlag, DriverKind, Engine, Opcode
+
+from .data import Data, merged, runs, union_length, window_amount
+
+
+@dataclass
+class Thresholds:
+    # common
+    severity_high: float = 0.10  # time lost / capture span
+    severity_medium: float = 0.03
+    max_ranges: int = 50
+    # link_saturation / imbalance / vf_contention
+    window_ns: int = 1_000_000
+    saturation_share: float = 0.85
+    saturation_min_run_windows: int = 3
+    saturation_min_total_ns: int = 10_000_000
+    saturation_min_idle_share: float = 0.2
+    imbalance_light_ratio: float = 0.05
+    contention_other_share: float = 0.10
+    contention_slowdown: float = 1.3
+    contention_min_transfers: int = 10
+    # small_transfers
+    small_bytes: int = 64 * 1024
+    small_min_count: int = 100
+    small_target_batch: int = 1 << 20
+    job_overhead_ns: int = 10_000
+    small_gap_cap_ns: int = 1_000_000
+    min_time_lost_ns: int = 100_000
+    # host_memory
+    extra_tlp_share: float = 0.01
+    bounce_bw: float = 8e9
+    # iommu_churn
+    churn_min_maps: int = 50
+    churn_maps_per_job: float = 0.2
+    churn_time_share: float = 0.02
+    # tlb_thrash
+    tlb_miss_ns: int = 250
+    tlb_lost_share: float = 0.05
+    # serialized_copies
+    serial_class_share: float = 0.10
+    serial_lost_share: float = 0.15
+    serial_wait_share: float = 0.3
+    # idle_gaps
+    idle_gap_ns: int = 500_000
+    idle_share: float = 0.10
+    idle_min_gaps: int = 3
+
+    def update(self, kv: dict[str, Any]) -> None:
+        for k, v in kv.items():
+            if k not in self.__dataclass_fields__:
+                raise KeyError(k)
+            typ = type(getattr(self, k))
+            setattr(self, k, typ(v))
+
+
+@dataclass
+class Finding:
+    rule: str
+    title: str
+    time_ranges: list[list[int]]
+    evidence: dict[str, Any]
+    time_lost_ns: int
+    suggestion: str
+    functions: list[str] = field(default_factory=list)
+    severity: str = "low"
+    id: str = ""
+    node: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Rule = Callable[[Data, Thresholds], list[Finding]]
+RULES: dict[str, Rule] = {}
+
+
+def rule(name: str) -> Callable[[Rule], Rule]:
+    def deco(fn: Rule) -> Rule:
+        RULES[name] = fn
+        return fn
+
+    return deco
+
+
+def _ranges(d: Data, starts: np.ndarray, ends: np.ndarray, th: Thresholds) -> list[list[int]]:
+    s = np.clip(starts, d.t0, d.t1)
+    e = np.clip(ends, d.t0, d.t1)
+    o = np.argsort(-(e - s), kind="stable")[: th.max_ranges]
+    o = np.sort(o)
+    return [[int(a), int(b)] for a, b in zip(s[o], e[o], strict=True) if b >= a]
+
+
+def _links(d: Data) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for f in d.functions:
+        out.setdefault(f.pf, []).append(f.fid)
+    return out
+
+
+def _top_tags(d: Data, tags: np.ndarray, weight: np.ndarray, n: int = 5) -> list[str]:
+    tags = tags[tags != 0]
+    if len(tags) == 0:
+        return []
+    u, inv = np.unique(tags, return_inverse=True)
+    w = np.bincount(inv, weights=weight[: len(inv)] if len(weight) == len(tags) else None)
+    o = np.argsort(-w)[:n]
+    return [f"0x{int(t):x}" for t in u[o]]
+
+
+def _edges(d: Data, th: Thresholds) -> np.ndarray:
+    n = int(np.ceil(d.span / th.window_ns))
+    return d.t0 + np.arange(n + 1, dtype=np.int64) * th.window_ns
+
+
+# ------------------------------------------------------- link saturation ---
+def _direction(d: Data, fids: list[int], op: int) -> np.ndarray:
+    c = d.cmds
+    return np.isin(c.fid, fids) & (c.opcode == op)
+
+
+@rule("link_saturation")
+def link_saturation(d: Data, th: Thresholds) -> list[Finding]:
+    out = []
+    edges = _edges(d, th)
+    for pf, fids in _links(d).items():
+        fn = d.functions[fids[0]]
+        bw = fn.max_payload_bw
+        cap_w = bw * th.window_ns / 1e9
+        comp = np.isin(d.cmds.fid, fids) & (d.cmds.engine >= Engine.COMPUTE0)
+        cbusy = window_amount(d.cmds.ts[comp], d.cmds.te[comp], d.cmds.dur[comp], edges)
+        for op, dname in ((Opcode.COPY_H2D, "H2D"), (Opcode.COPY_D2H, "D2H")):
+            m = _direction(d, fids, op)
+            if not m.any():
+                continue
+            c = d.cmds.sel(m)
+            wb = window_amount(c.ts, c.te, c.bytes, edges)
+            share = np.minimum(wb / cap_w, 1.0)
+            sat = share >= th.saturation_share
+            rs, re_ = runs(sat)
+            keep = (re_ - rs) >= th.saturation_min_run_windows
+            rs, re_ = rs[keep], re_[keep]
+            total = int(np.sum(re_ - rs)) * th.window_ns
+            if total < th.saturation_min_total_ns:
+                continue
+            mask = np.zeros(len(sat), bool)
+            for a, b in zip(rs.tolist(), re_.tolist(), strict=True):
+                mask[a:b] = True
+            mid = (c.ts + c.te) // 2
+            wi = np.clip((mid - d.t0) // th.window_ns, 0, len(mask) - 1)
+            inside = mask[wi]
+            by_f: dict[str, int] = {}
+            for f in np.unique(c.fid[inside]).tolist():
+                mm = inside & (c.fid == f)
+                by_f[d.functions[f].pci] = int(c.bytes[mm].sum())
+            by_q = {f"{d.functions[int(f)].pci} q{int(q)}": int(c.bytes[inside & (c.fid == f)
+                                                                         & (c.queue == q)].sum())
+                    for f, q in {(int(a), int(b)) for a, b in
+                                 zip(c.fid[inside], c.queue[inside], strict=True)}}
+            comp_share = float(np.clip(cbusy[mask].sum() / max(mask.sum() * th.window_ns, 1),
+                                       0, 1))
+            if 1.0 - comp_share < th.saturation_min_idle_share:
+                continue  # compute-bound anyway: the link is busy, not the bottleneck
+            lost = int(total * (1.0 - comp_share))
+            out.append(Finding(
+                rule="link_saturation",
+                title=f"PCIe {dname} saturated on {pf} for {total / 1e6:.1f} ms",
+                time_ranges=_ranges(d, edges[rs], edges[re_], th),
+                evidence={
+                    "direction": dname, "link": pf,
+                    "modelled_max_GBps": round(bw / 1e9, 3),
+                    "saturated_ns": total,
+                    "mean_share": float(share[mask].mean()),
+                    "peak_share": float(share.max()),
+                    "threshold_share": th.saturation_share,
+                    "bytes_by_function": by_f, "bytes_by_queue": by_q,
+                    "transfers": int(inside.sum()),
+                    "top_tags": _top_tags(d, c.tag[inside], c.bytes[inside].astype(np.float64)),
+                    "api_calls": d.api_names(c.tag[inside]),
+                    "compute_busy_share": comp_share,
+                },
+                time_lost_ns=lost,
+                suggestion=(f"The {dname} link ran at >= {th.saturation_share:.0%} of its "
+                            "modelled maximum while compute waited: move less data (keep "
+                            "weights/activations resident on the device, reuse staged inputs, "
+                            "use smaller dtypes) or spread transfers over time; queues shown "
+                            "in bytes_by_queue compete for the same link."),
+                functions=sorted(by_f),
+            ))
+    return out
+
+
+@rule("h2d_d2h_imbalance")
+def imbalance(d: Data, th: Thresholds) -> list[Finding]:
+    out = []
+    edges = _edges(d, th)
+    for pf, fids in _links(d).items():
+        fn = d.functions[fids[0]]
+        bw = fn.max_payload_bw
+        cap_w = bw * th.window_ns / 1e9
+        h = d.cmds.sel(_direction(d, fids, Opcode.COPY_H2D))
+        g = d.cmds.sel(_direction(d, fids, Opcode.COPY_D2H))
+        hb, gb = int(h.bytes.sum()), int(g.bytes.sum())
+        heavy, light, name = (h, g, "H2D") if hb >= gb else (g, h, "D2H")
+        hbytes, lbytes = max(hb, gb), min(hb, gb)
+        if hbytes == 0 or lbytes > th.imbalance_light_ratio * hbytes:
+            continue
+        share = np.minimum(window_amount(heavy.ts, heavy.te, heavy.bytes, edges) / cap_w, 1.0)
+        sat = share >= th.saturation_share
+        rs, re_ = runs(sat)
+        keep = (re_ - rs) >= th.saturation_min_run_windows
+        total = int(np.sum((re_ - rs)[keep])) * th.window_ns
+        if total < th.saturation_min_total_ns:
+            continue
+        lost = int((hbytes - lbytes) / 2 / bw * 1e9)
+        lost = min(lost, total)
+        out.append(Finding(
+            rule="h2d_d2h_imbalance",
+            title=f"{name} carries {hbytes / max(lbytes, 1):.0f}x the opposite direction on {pf}",
+            time_ranges=_ranges(d, edges[rs[keep]], edges[re_[keep]], th),
+            evidence={"link": pf, "heavy_direction": name, "heavy_bytes": hbytes,
+                      "light_bytes": lbytes, "heavy_saturated_ns": total,
+                      "api_calls": d.api_names(heavy.tag)},
+            time_lost_ns=lost,
+            suggestion=(f"The link is full duplex but only {name} is busy: the other "
+                        "direction has idle capacity. Keep results on the device or move "
+                        f"work so less data crosses {name} (upper bound of the saving: half "
+                        "the difference at the link maximum)."),
+            functions=[d.functions[f].pci for f in fids],
+        ))
+    return out
+
+
+@rule("vf_contention")
+def vf_contention(d: Data, th: Thresholds) -> list[Finding]:
+    out = []
+    edges = _edges(d, th)
+    for fids in _links(d).values():
+        if len(fids) < 2:
+            continue
+        bw = d.functions[fids[0]].max_payload_bw
+        cap_w = bw * th.window_ns / 1e9
+        for op, dname in ((Opcode.COPY_H2D, "H2D"), (Opcode.COPY_D2H, "D2H")):
+            m = _direction(d, fids, op)
+            c = d.cmds.sel(m)
+            if len(c) == 0 or len(np.unique(c.fid)) < 2:
+                continue
+            per = {f: window_amount(c.ts[c.fid == f], c.te[c.fid == f], c.bytes[c.fid == f],
+                                    edges) for f in np.unique(c.fid).tolist()}
+            total = sum(per.values())
+            for f in per:
+                mine = c.fid == f
+                other = (total - per[f]) / cap_w
+                wi = np.clip(((c.ts + c.te) // 2 - d.t0) // th.window_ns, 0, len(other) - 1)
+                cont = mine & (other[wi] >= th.contention_other_share)
+                solo = mine & (other[wi] < th.contention_other_share)
+                if cont.sum() < th.contention_min_transfers or solo.sum() < 3:
+                    continue
+                dur = np.maximum(c.dur, 1).astype(np.float64)
+                bws = c.bytes / dur
+                solo_bw = float(np.median(bws[solo]))
+                cont_bw = float(np.median(bws[cont]))
+                if cont_bw <= 0 or solo_bw / cont_bw < th.contention_slowdown:
+                    continue
+                ideal = c.bytes[cont] / solo_bw
+                lost = int(np.sum(np.maximum(dur[cont] - ideal, 0)))
+                if lost < th.min_time_lost_ns:
+                    continue
+                others = {d.functions[g].pci: int(per[g][np.unique(wi[cont])].sum())
+                          for g in per if g != f}
+                aggressor = max(others, key=lambda k: others[k])
+                s, e = merged(c.ts[cont], c.te[cont])
+                out.append(Finding(
+                    rule="vf_contention",
+                    title=f"{d.functions[f].pci} {dname} slowed {solo_bw / cont_bw:.1f}x "
+                          f"by {aggressor} sharing the link",
+                    time_ranges=_ranges(d, s, e, th),
+                    evidence={"victim": d.functions[f].pci, "aggressor": aggressor,
+                              "direction": dname, "solo_GBps": round(solo_bw, 3),
+                              "contended_GBps": round(cont_bw, 3),
+                              "contended_transfers": int(cont.sum()),
+                              "other_bytes_in_windows": others,
+                              "victim_tags": _top_tags(d, c.tag[cont],
+                                                       c.bytes[cont].astype(np.float64)),
+                              "api_calls": d.api_names(c.tag[cont])},
+                    time_lost_ns=lost,
+                    suggestion=("Noisy neighbour: another function on the same link takes "
+                                "its bandwidth. Set arbitration weights (TACC_REG_ARB_WEIGHT "
+                                "via sysfs), rate-limit the aggressor, or schedule the two "
+                                "workloads apart."),
+                    functions=[d.functions[f].pci, aggressor],
+                ))
+    return out
+
+
+# ------------------------------------------------------- small transfers ---
+@rule("small_transfers")
+def small_transfers(d: Data, th: Thresholds) -> list[Finding]:
+    out = []
+    c = d.cmds
+    for f in d.functions:
+        m = (c.fid == f.fid) & c.is_copy & (c.bytes > 0) & (c.bytes < th.small_bytes)
+        n = int(m.sum())
+        if n < th.small_min_count:
+            continue
+        s = c.sel(m)
+        o = np.lexsort((s.ts, s.queue, s.opcode))
+        s = s.sel(o)
+        nxt = np.r_[s.ts[1:], s.te[-1:]]
+        same = np.r_[(s.queue[1:] == s.queue[:-1]) & (s.opcode[1:] == s.opcode[:-1]), False]
+        gap = np.where(same, np.minimum(nxt - s.ts, th.small_gap_cap_ns), s.dur)
+        cost = np.maximum(s.dur, gap)
+        observed = int(cost.sum())
+        total = int(s.bytes.sum())
+        batches = int(np.ceil(total / th.small_target_batch))
+        ideal = int(total / f.max_payload_bw * 1e9) + batches * th.job_overhead_ns
+        lost = max(observed - ideal, 0)
+        if lost < th.min_time_lost_ns:
+            continue
+        tlp_over = int(s.tlps.sum()) * TLP_OVERHEAD_BYTES
+        st, en = merged(s.ts, s.te + np.minimum(gap, th.small_gap_cap_ns))
+        out.append(Finding(
+            rule="small_transfers",
+            title=f"{n} copies under {th.small_bytes // 1024} KiB on {f.pci}",
+            time_ranges=_ranges(d, st, en, th),
+            evidence={"transfers": n, "bytes": total,
+                      "median_bytes": int(np.median(s.bytes)),
+                      "share_of_copies": n / max(int((c.is_copy & (c.fid == f.fid)).sum()), 1),
+                      "tlp_header_bytes": tlp_over,
+                      "observed_ns": observed, "batched_estimate_ns": ideal,
+                      "batches_of_target": batches,
+                      "top_tags": _top_tags(d, s.tag, s.bytes.astype(np.float64)),
+                      "api_calls": d.api_names(s.tag)},
+            time_lost_ns=lost,
+            suggestion=(f"Batch the transfers: {n} copies of median {int(np.median(s.bytes))} B "
+                        f"cost {observed / 1e6:.1f} ms in per-call/per-job overhead; staging "
+                        f"them into {batches} copies of {th.small_target_batch >> 20} MiB "
+                        f"would take about {ideal / 1e6:.1f} ms."),
+            functions=[f.pci],
+        ))
+    return out
+
+
+# ------------------------------------------------------- host memory -------
+@rule("host_memory")
+def host_memory(d: Data, th: Thresholds) -> list[Finding]:
+    out = []
+    c = d.cmds
+    drv = d.drv
+    for f in d.functions:
+        m = (c.fid == f.fid) & c.is_copy & (c.bytes > 0)
+        if not m.any():
+            continue
+        s = c.sel(m)
+        ideal = (s.bytes + f.mps - 1) // f.mps
+        extra = np.maximum(s.tlps - ideal - 1, 0)
+        extra_total = int(extra.sum())
+        raw = link_raw_bw(f.gen, f.width)
+        lost_tlp = int(extra_total * (f.mps + TLP_OVERHEAD_BYTES) / raw * 1e9)
+        dm = drv[(drv["fid"] == f.fid) & (drv["kind"] == DriverKind.DMA_MAP)]
+        bounced = dm[(dm["flags"] & int(DriverFlag.BOUNCE)) != 0]
+        bounce_bytes = int(bounced["size"].sum())
+        lost_bounce = int(bounce_bytes / th.bounce_bw * 1e9)
+        bo = drv[(drv["fid"] == f.fid) & (drv["kind"] == DriverKind.BO_CREATE)
+                 & ((drv["flags"] & int(DriverFlag.USERPTR)) != 0)]
+        misaligned = bo[(bo["addr"] % 4096) != 0]
+        user = dm[(dm["flags"] & int(DriverFlag.USERPTR)) != 0]
+        unpinned = int(((user["flags"] & int(DriverFlag.PINNED)) == 0).sum())
+        share = extra_total / max(int(s.tlps.sum()), 1)
+        lost = lost_tlp + lost_bounce
+        if lost < th.min_time_lost_ns or (share < th.extra_tlp_share and bounce_bytes == 0):
+            continue
+        bad = extra > 0
+        st, en = merged(s.ts[bad], s.te[bad])
+        if len(bounced):
+            st = np.r_[st, bounced["t_ns"]]
+            en = np.r_[en, bounced["t_ns"] + bounced["dur_ns"]]
+        kinds = [k for k, v in (("unaligned", extra_total > 0), ("bounced", bounce_bytes > 0))
+                 if v]
+        out.append(Finding(
+            rule="host_memory",
+            title=f"{' and '.join(kinds)} host memory in copies on {f.pci}",
+            time_ranges=_ranges(d, st, en, th),
+            evidence={"extra_tlps": extra_total, "extra_tlp_share": share,
+                      "affected_transfers": int(bad.sum()),
+                      "affected_bytes": int(s.bytes[bad].sum()),
+                      "misaligned_userptr_buffers": int(len(misaligned)),
+                      "misaligned_addresses": [f"0x{int(a):x}" for a in
+                                               np.unique(misaligned["addr"])[:5]],
+                      "bounced_maps": int(len(bounced)), "bounced_bytes": bounce_bytes,
+                      "userptr_maps_not_pinned": unpinned,
+                      "top_tags": _top_tags(d, s.tag[bad], s.bytes[bad].astype(np.float64)),
+                      "api_calls": d.api_names(s.tag[bad])},
+            time_lost_ns=lost,
+            suggestion=("Allocate host buffers page-aligned (numpy arrays from the runtime's "
+                        "host allocator, or np.empty with 4 KiB alignment) and register them "
+                        "once (pinned userptr); a misaligned userptr splits every page into "
+                        "an extra TLP, and a bounce buffer adds a CPU copy."),
+            functions=[f.pci],
+        ))
+    return out
+
+
+# ------------------------------------------------------- IOMMU churn -------
+@rule("iommu_churn")
+def iommu_churn(d: Data, th: Thresholds) -> list[Finding]:
+    out = []
+    drv = d.drv
+    for f in d.functions:
+        fd = drv[drv["fid"] == f.fid]
+        maps = fd[fd["kind"] == DriverKind.DMA_MAP]
+        unmaps = fd[fd["kind"] == DriverKind.DMA_UNMAP]
+        jobs = int((fd["kind"] == DriverKind.SUBMIT).sum()) or int(
+            len(np.unique(d.cmds.tag[d.cmds.fid == f.fid])))
+        n = len(maps)
+        if n < th.churn_min_maps or n < th.churn_maps_per_job * max(jobs, 1):
+            continue
+        related = fd[np.isin(fd["kind"], [DriverKind.VM_BIND, DriverKind.VM_UNBIND,
+                                          DriverKind.BO_CREATE])]
+        t_map = int(maps["dur_ns"].sum() + unmaps["dur_ns"].sum())
+        t_rel = int(related["dur_ns"].sum())
+        if t_map < th.churn_time_share * d.span:
+            continue
+        key = maps["addr"].astype(np.uint64) ^ (maps["size"].astype(np.uint64) << np.uint64(40))
+        distinct = len(np.unique(key))
+        lost = int((t_map + t_rel) * (1.0 - distinct / n))
+        if lost < th.min_time_lost_ns:
+            continue
+        allm = np.concatenate([maps, unmaps])
+        out.append(Finding(
+            rule="iommu_churn",
+            title=f"{n} IOMMU maps for {jobs} jobs on {f.pci} ({n / max(jobs, 1):.2f} per job)",
+            time_ranges=_ranges(d, allm["t_ns"], allm["t_ns"] + allm["dur_ns"], th),
+            evidence={"maps": n, "unmaps": int(len(unmaps)), "jobs": jobs,
+                      "maps_per_job": n / max(jobs, 1), "distinct_buffers": distinct,
+                      "time_in_map_unmap_ns": t_map, "time_in_bind_create_ns": t_rel,
+                      "mapped_bytes": int(maps["size"].sum()),
+                      "pids": sorted({int(p) for p in np.unique(maps["pid"])}),
+                      "api_calls": d.api_names(d.cmds.tag[d.cmds.fid == f.fid])},
+            time_lost_ns=lost,
+            suggestion=("Register (pin and map) each host buffer once and reuse it: the same "
+                        f"{distinct} buffer(s) were mapped {n} times, costing "
+                        f"{(t_map + t_rel) / 1e6:.1f} ms in map/unmap/bind."),
+            functions=[f.pci],
+        ))
+    return out
+
+
+# ------------------------------------------------------- TLB thrash --------
+@rule("tlb_thrash")
+def tlb_thrash(d: Data, th: Thresholds) -> list[Finding]:
+    out = []
+    c = d.cmds
+    drv = d.drv
+    for f in d.functions:
+        m = c.fid == f.fid
+        misses = int(c.tlb[m].sum())
+        if misses == 0:
+            continue
+        binds = drv[(drv["fid"] == f.fid) & (drv["kind"] == DriverKind.VM_BIND)]
+        ps, cnt = np.unique(binds["page_size"], return_counts=True)
+        small = binds["page_size"] == 4096
+        small_bytes = int(binds["size"][small].sum())
+        if not small.any():
+            continue
+        busy = int(c.dur[m & (c.engine >= Engine.COMPUTE0)].sum()) or int(c.dur[m].sum())
+        walk = misses * th.tlb_miss_ns
+        if walk < th.tlb_lost_share * max(busy, 1):
+            continue
+        frac4k = small_bytes / max(int(binds["size"].sum()), 1)
+        lost = int(walk * frac4k * (1 - 1 / 512))
+        if lost < th.min_time_lost_ns:
+            continue
+        hits, cmiss = d.tlb_counts.get(f.fid, (0, 0))
+        rate = cmiss / (hits + cmiss) if hits + cmiss else None
+        hot = m & (c.tlb > 0)
+        st, en = merged(c.ts[hot], c.te[hot])
+        out.append(Finding(
+            rule="tlb_thrash",
+            title=f"device TLB thrash on {f.pci}: {misses} misses, 4 KiB pages",
+            time_ranges=_ranges(d, st, en, th),
+            evidence={"tlb_misses": misses, "miss_rate": rate,
+                      "page_sizes": {str(int(p)): int(n) for p, n in zip(ps, cnt, strict=True)},
+                      "bytes_in_4k_pages": small_bytes, "walk_ns_estimate": walk,
+                      "miss_cost_ns": th.tlb_miss_ns, "busy_ns": busy,
+                      "top_tags": _top_tags(d, c.tag[hot], c.tlb[hot].astype(np.float64)),
+                      "api_calls": d.api_names(c.tag[hot])},
+            time_lost_ns=lost,
+            suggestion=(f"Map the {small_bytes >> 20} MiB of device buffers with 2 MiB pages "
+                        "(huge-page aligned allocations): 512x fewer TLB entries, so the "
+                        f"{misses} page walks would nearly vanish."),
+            functions=[f.pci],
+        ))
+    return out
+
+
+# ------------------------------------------------------- serialized copies -
+@rule("serialized_copies")
+def serialized_copies(d: Data, th: Thresholds) -> list[Finding]:
+    out = []
+    c = d.cmds
+    for f in d.functions:
+        s = c.sel(c.fid == f.fid)
+        if len(s) == 0:
+            continue
+        is_copy = s.is_copy
+        is_comp = s.engine >= Engine.COMPUTE0
+        u = union_length(s.ts, s.te)
+        busy_c = union_length(s.ts[is_copy], s.te[is_copy])
+        busy_k = union_length(s.ts[is_comp], s.te[is_comp])
+        if min(busy_c, busy_k) < th.serial_class_share * u:
+            continue
+        cls = [union_length(s.ts[s.engine == e], s.te[s.engine == e]) for e in (0, 1)]
+        ideal = max(cls + [busy_k])
+        lost = u - ideal
+        if lost < th.serial_lost_share * u or lost < th.min_time_lost_ns:
+            continue
+        # commands that were ready while a command of the other class ran before them
+        # on the same queue: the overlap was possible and not taken
+        o = np.lexsort((s.ts, s.queue))
+        q, ts, te, tf, cp = s.queue[o], s.ts[o], s.te[o], s.tf[o], is_copy[o]
+        prev_same_q = np.r_[False, q[1:] == q[:-1]]
+        prev_end = np.r_[0, te[:-1]]
+        prev_cp = np.r_[False, cp[:-1]]
+        waited = prev_same_q & (prev_cp != cp) & (tf < prev_end) & (ts >= prev_end)
+        share = waited.sum() / max(len(s), 1)
+        if share < th.serial_wait_share:
+            continue
+        overlap = busy_c + busy_k - u
+        queues = sorted({int(x) for x in np.unique(s.queue)})
+        out.append(Finding(
+            rule="serialized_copies",
+            title=f"copies serialized with compute on {f.pci}",
+            time_ranges=_ranges(d, np.array([int(s.ts.min())]), np.array([int(s.te.max())]), th),
+            evidence={"busy_union_ns": u, "copy_busy_ns": busy_c, "compute_busy_ns": busy_k,
+                      "overlap_ns": int(overlap), "possible_overlap_ns": int(min(busy_c, busy_k)),
+                      "h2d_busy_ns": cls[0], "d2h_busy_ns": cls[1],
+                      "commands_waiting_on_other_class": int(waited.sum()),
+                      "queues_used": queues,
+                      "api_calls": d.api_names(s.tag[o][waited])},
+            time_lost_ns=int(lost),
+            suggestion=("Put copies and compute on different queues (streams) and double-"
+                        "buffer: upload batch i+1 while batch i computes, download i-1 at the "
+                        f"same time; the busiest engine class needs {ideal / 1e6:.1f} ms, the "
+                        f"serialized schedule took {u / 1e6:.1f} ms."),
+            functions=[f.pci],
+        ))
+    return out
+
+
+# ------------------------------------------------------- idle gaps ---------
+@rule("idle_gaps")
+def idle_gaps(d: Data, th: Thresholds) -> list[Finding]:
+    out = []
+    c = d.cmds
+    for f in d.functions:
+        s = c.sel(c.fid == f.fid)
+        if len(s) < 2:
+            continue
+        bs, be = merged(s.ts, s.te)
+        gs, ge = be[:-1], bs[1:]
+        long = (ge - gs) >= th.idle_gap_ns
+        active = int(be.max() - bs.min())
+        total = int((ge - gs)[long].sum())
+        if long.sum() < th.idle_min_gaps or total < th.idle_share * active:
+            continue
+        gs, ge = gs[long], ge[long]
+        # what the host did meanwhile
+        api = d.api
+        host_calls: dict[str, int] = {}
+        if len(api):
+            mid = (api["t_start"] + api["t_end"]) // 2
+            k = np.searchsorted(gs, mid, side="right") - 1
+            inside = (k >= 0) & (mid < ge[np.maximum(k, 0)])
+            ids, cnt = np.unique(api["name_id"][inside], return_counts=True)
+            host_calls = {d.cap.strings.get(int(i), f"#{i}"): int(n)
+                          for i, n in zip(ids, cnt, strict=True)}
+        h = d.host
+        blk = 0
+        if len(h):
+            k = np.searchsorted(gs, h["t_ns"], side="right") - 1
+            inside = (k >= 0) & (h["t_ns"] < ge[np.maximum(k, 0)])
+            blk = int(h["size"][inside & (h["kind"] == 4)].sum())
+        out.append(Finding(
+            rule="idle_gaps",
+            title=f"device {f.pci} idle {100 * total / active:.0f}% of its active time "
+                  f"({int(long.sum())} gaps >= {th.idle_gap_ns / 1e6:g} ms)",
+            time_ranges=_ranges(d, gs, ge, th),
+            evidence={"gaps": int(long.sum()), "idle_ns": total, "active_ns": active,
+                      "longest_gap_ns": int((ge - gs).max()),
+                      "median_gap_ns": int(np.median(ge - gs)),
+                      "host_api_calls_in_gaps": host_calls,
+                      "block_io_bytes_in_gaps": blk},
+            time_lost_ns=total,
+            suggestion=("The device starves while the host works (see host_api_calls_in_gaps "
+                        "and block I/O): prepare the next batch in a loader thread or process "
+                        "and keep at least two batches queued so the device never waits."),
+            functions=[f.pci],
+        ))
+    return out
