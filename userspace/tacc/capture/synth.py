@@ -644,9 +644,10 @@ EXPECTED: dict[str, set[str]] = {
 }
 
 
-def run(sim: Sim, plan: list[tuple[str, bool]], scale: int = 1, gap_ns: int = 5_000_000) -> int:
+def run(sim: Sim, plan: list[tuple[str, bool]], scale: int = 1, gap_ns: int = 5_000_000,
+        t_start: int = 10_000_000) -> int:
     """Run workloads one after the other; records each segment's time range in meta."""
-    t = 10_000_000
+    t = t_start
     for name, bad in plan:
         t0 = t
         sim.queue_end.clear()

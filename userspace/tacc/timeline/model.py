@@ -498,8 +498,12 @@ class Extractor:
                           np.full(len(i), n_sleep, np.int64))
                 yield self.nooverlap.fix(b)
             wk = k == HostKind.SCHED_WAKEUP
+            def make_wake(key: int) -> Track:
+                return self.tracks.get(("wake", src.node_idx, key), f"tid {key} wakeups", host,
+                                       node=src.node_idx)
+
             if wk.any():
-                yield Batch(self._lookup_tracks(ch["tid"][wk].astype(np.int64), make_cpu),
+                yield Batch(self._lookup_tracks(ch["tid"][wk].astype(np.int64), make_wake),
                             ts[wk], None, np.full(int(wk.sum()), n_wake, np.int64))
             bc = k == HostKind.BLOCK_COMPLETE
             if bc.any():
