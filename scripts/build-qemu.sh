@@ -30,6 +30,11 @@ JOBS=${TACC_QEMU_JOBS:-$(nproc)}
 
 log() { echo "build-qemu: $*"; }
 
+# one build at a time (make may run us from several places)
+mkdir -p "$B"
+exec 9>"$B/.qemu-build.lock"
+flock 9
+
 hash_of() {  # hash of the listed files/dirs' contents and names
     local p existing=()
     for p in "$@"; do [[ -e $ROOT/$p ]] && existing+=("$p"); done
@@ -76,7 +81,8 @@ fi
 # ------------------------------------------------------- prepare tree ----
 if [[ "$(cat "$B/.qemu-tree-stamp" 2>/dev/null)" != "$TREE_HASH:$(basename "$tarball")" || ! -f $SRC/VERSION ]]; then
     log "preparing $SRC from $(basename "$tarball")"
-    rm -rf "$SRC.tmp" && mkdir -p "$SRC.tmp"
+    rm -rf "$SRC.tmp"
+    mkdir -p "$SRC.tmp"
     tar -xf "$tarball" -C "$SRC.tmp" --strip-components=1
     s=$SRC.tmp
     # our device: a real dir of links so new files need only a re-run
@@ -107,7 +113,8 @@ PY
     if compgen -G "$ROOT/qemu/patches/*.patch" >/dev/null; then
         for p in "$ROOT"/qemu/patches/*.patch; do patch -d "$s" -p1 -s < "$p"; done
     fi
-    rm -rf "$SRC" && mv "$SRC.tmp" "$SRC"
+    rm -rf "$SRC"
+    mv "$SRC.tmp" "$SRC"
     rm -rf "$BLD"   # source path contents changed: configure afresh (ccache keeps it cheap)
     echo "$TREE_HASH:$(basename "$tarball")" > "$B/.qemu-tree-stamp"
 fi

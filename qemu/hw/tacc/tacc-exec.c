@@ -67,6 +67,7 @@ MemTxResult tacc_dma_write(TaccFunc *f, uint64_t iova, const void *buf,
 static uint16_t tacc_fault(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
                            int type, bool write, TaccResult *res)
 {
+    tacc_counters_begin(f->pf);
     f->cnt[TACC_CNT_mmu_faults]++;
     f->pf->gt.faults++;
     res->fault = true;
@@ -85,6 +86,7 @@ static uint16_t tacc_fault(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
 
 static uint16_t tacc_dma_fail(TaccFunc *f)
 {
+    tacc_counters_begin(f->pf);
     f->cnt[TACC_CNT_dma_errors]++;
     f->pf->gt.dma_errors++;
     tacc_irq_cause(f, TACC_IRQ_DMA_ERROR);

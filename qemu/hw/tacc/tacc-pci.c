@@ -96,6 +96,7 @@ void tacc_msix_notify(TaccFunc *f, unsigned vector)
 
     if (msix_enabled(pdev)) {
         msix_notify(pdev, vector);
+        tacc_counters_begin(f->pf);
         f->cnt[TACC_CNT_irqs]++;
         f->pf->gt.irqs++;
         trace_tacc_irq(f->fn, vector);
@@ -131,6 +132,7 @@ void tacc_func_reset(TaccFunc *f)
     f->sample_size = f->sample_period = f->sample_prod = f->sample_cons = 0;
     f->sample_dropped = 0;
     timer_del(&f->sample_timer);
+    tacc_counters_begin(s);
     memset(f->cnt, 0, sizeof(f->cnt));
     memset(f->busy_ps, 0, sizeof(f->busy_ps));
     f->stall_ps = 0;

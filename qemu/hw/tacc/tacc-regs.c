@@ -13,14 +13,23 @@
 #include "tacc.h"
 #include "trace.h"
 
+/*
+ * Counter generation: made odd before the first counter change of an
+ * update, even again when the update is complete.  It only moves when
+ * counters do, so a reader's "read gen, counters, gen" converges.
+ */
 void tacc_counters_begin(TaccState *s)
 {
-    s->cnt_gen++;           /* odd: update in progress */
+    if (!(s->cnt_gen & 1)) {
+        s->cnt_gen++;
+    }
 }
 
 void tacc_counters_end(TaccState *s)
 {
-    s->cnt_gen++;           /* even: consistent */
+    if (s->cnt_gen & 1) {
+        s->cnt_gen++;
+    }
 }
 
 /* Read a 64-bit register value (reg = aligned offset of its LO half). */
@@ -414,6 +423,7 @@ static uint64_t tacc_bar2_read(void *opaque, hwaddr addr, unsigned size)
     uint64_t v = 0;
 
     tacc_sched_run(s);
+    tacc_counters_end(s);
     if (slot == TACC_CNT_SLOT_HDR) {
         v = global ? (f->fn ? 0 : TACC_CNT_HDR(TACC_GLOBAL_CNT_END))
                    : TACC_CNT_HDR(TACC_FUNC_CNT_END);

@@ -89,6 +89,7 @@ static void tacc_fetch(TaccFunc *f, int qi, uint64_t t_ps)
         }
         /* little-endian host assumed for the descriptor layout */
         c->t_fetch_ps = t_ps;
+        tacc_counters_begin(f->pf);
         q->sq_head = (q->sq_head + 1) % q->sq_size;
         q->f_count++;
         if (!q->running && q->f_count == 1) {
@@ -153,6 +154,7 @@ static void tacc_charge_engine(TaccFunc *f, TaccUnit *u, uint64_t end_ps)
     if (u->engine >= TACC_NUM_ENGINES) {
         return;
     }
+    tacc_counters_begin(s);
     f->busy_ps[u->engine] += busy;
     f->cnt[TACC_CNT_busy_dma_h2d + u->engine] = f->busy_ps[u->engine] / PS_PER_NS;
     f->cnt[TACC_CNT_cmds_dma_h2d + u->engine]++;
@@ -171,6 +173,7 @@ static void tacc_unit_complete(TaccState *s, TaccUnit *u, uint64_t t)
         return;
     }
     q = &f->q[u->q];
+    tacc_counters_begin(s);
 
     if (r->post_write && r->status == TACC_ST_OK) {
         uint64_t v = c->d.opcode == TACC_OP_TIMESTAMP ? t / PS_PER_NS
@@ -470,7 +473,6 @@ void tacc_sched_run(TaccState *s)
     }
     s->in_run = true;
     now = tacc_now_ps(s);
-    tacc_counters_begin(s);
     for (;;) {
         u = tacc_next_event(s);
         if (u && u->next_ps <= now) {
@@ -613,7 +615,10 @@ void tacc_queue_cq_head(TaccFunc *f, int qi, uint32_t head)
 void tacc_func_abort_all(TaccFunc *f)
 {
     for (int q = 0; q < TACC_NUM_QUEUES; q++) {
+        TaccQueue *qq = &f->q[q];
         tacc_queue_reset(f, q);
-        f->q[q].ctrl = 0;
+        qq->ctrl = 0;
+        qq->sq_base = qq->cq_base = 0;
+        qq->sq_size = qq->cq_size = 0;
     }
 }

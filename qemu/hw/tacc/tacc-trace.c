@@ -64,6 +64,7 @@ void tacc_trace_record(TaccFunc *f, TaccUnit *u, uint64_t end_ps)
     r.status = cpu_to_le16(u->res.status);
     r.tlb_misses = cpu_to_le16(MIN(u->res.tlb_misses, UINT16_MAX));
 
+    tacc_counters_begin(s);
     used = f->trace_prod - f->trace_cons;
     if (used >= f->trace_size) {
         f->trace_dropped++;
@@ -119,6 +120,7 @@ void tacc_sample_timer(void *opaque)
         return;
     }
     tacc_sched_run(s);      /* bring counters up to now */
+    tacc_counters_end(s);
     memset(buf, 0, sizeof(buf));
     h.version = cpu_to_le32(TACC_CNT_VERSION);
     h.nslots = cpu_to_le32(f->fn ? TACC_SAMPLE_SLOTS : 2 * TACC_SAMPLE_SLOTS);

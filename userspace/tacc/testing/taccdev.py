@@ -1,0 +1,487 @@
+"""Drive the tacc device model under qtest (no guest kernel).
+
+The register map comes from kernel/include/tacc_hw.h (parsed, never copied):
+``HW.TACC_REG_ID``, ``HW.counters`` (name -> slot) ...  ``Tacc`` boots QEMU
+with ``-accel qtest``, maps the PF's BARs itself, and offers rings, page
+tables, descriptors and completions in guest RAM.  Used by tests/device and
+tools/bench/bench_link.py.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tacc.testing.qtest import QTest
+
+ROOT = Path(__file__).resolve().parents[3]
+HW_H = ROOT / "kernel" / "include" / "tacc_hw.h"
+
+
+class _HW:
+    """Constants of tacc_hw.h: #defines, enums and the counter X-macros."""
+
+    def __init__(self, path: Path = HW_H):
+        text = path.read_text()
+        text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+        self.defs: dict[str, int] = {}
+        self.counters: dict[str, int] = {}
+        self.global_counters: dict[str, int] = {}
+        section = None
+        for line in text.splitlines():
+            if "#define TACC_FUNC_COUNTERS" in line:
+                section = self.counters
+                continue
+            if "#define TACC_GLOBAL_COUNTERS" in line:
+                section = self.global_counters
+                continue
+            m = re.match(r"\s*X\((\w+),\s*(\d+),", line)
+            if m and section is not None:
+                section[m.group(1)] = int(m.group(2))
+                continue
+            if not line.rstrip().endswith("\\"):
+                section = None
+            m = re.match(r"\s*#define\s+(TACC_\w+)\s+(.+)$", line)
+            if m and "(" not in m.group(1):
+                self._eval(m.group(1), m.group(2))
+            m = re.match(r"\s*(TACC_\w+)\s*=\s*([^,]+),?", line)
+            if m:
+                self._eval(m.group(1), m.group(2))
+
+    def _eval(self, name: str, expr: str):
+        e = re.sub(r"(0x[0-9a-fA-F]+|\d+)(ull|ULL|u|U|ul|UL)\b", r"\1", expr.strip())
+        for k in sorted(self.defs, key=len, reverse=True):
+            e = re.sub(rf"\b{k}\b", str(self.defs[k]), e)
+        e = e.replace("(__u64)", "")
+        try:
+            self.defs[name] = int(eval(e, {"__builtins__": {}}))  # noqa: S307
+        except Exception:
+            pass
+
+    def __getattr__(self, name: str) -> int:
+        try:
+            return self.defs[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+HW = _HW()
+
+DESC = struct.Struct("<BBHHHIIQ")  # 24-byte header, then a 104-byte union
+CQE = struct.Struct("<IHBBQQQ")
+TRACE = struct.Struct("<BBBBHHIIQQQQIIHHHH")
+assert TRACE.size == HW.TACC_TRACE_REC_SIZE and CQE.size == HW.TACC_CQE_SIZE
+
+# Guest RAM layout (QEMU -m 512M)
+RING_BASE = 0x0010_0000  # per function 1 MiB: SQs, CQs, trace, samples
+MSI_BASE = 0x00F0_0000  # MSI-X messages land here (one u32 per fn/vector)
+PT_BASE = 0x0100_0000  # page-table pool (16 MiB)
+PT_END = 0x0200_0000
+DATA_BASE = 0x0200_0000  # test buffers
+DATA_END = 0x2000_0000
+DEVMEM_VA = 0x40_0000_0000  # device memory offset d is mapped at DEVMEM_VA + d
+
+# MMIO layout we assign (no firmware under qtest)
+PF_BARS = {0: 0xC000_0000, 2: 0xC001_0000, 4: 0xC002_0000}
+VF_BARS = {0: 0xC010_0000, 2: 0xC020_0000, 4: 0xC030_0000}
+
+
+def desc(op, *, flags=0, ctx=0, index=0, job=0, tag=0, payload=b"") -> bytes:
+    b = DESC.pack(op, flags, ctx, index, 0, job, 0, tag) + payload
+    return b.ljust(HW.TACC_DESC_SIZE, b"\0")[: HW.TACC_DESC_SIZE]
+
+
+def d_copy(op, src, dst, length, **kw):
+    return desc(op, payload=struct.pack("<QQQ", src, dst, length), **kw)
+
+
+def d_gemm(a, b, c, m, n, k, lda, ldb, ldc, alpha=1.0, beta=0.0, **kw):
+    return desc(HW.TACC_OP_GEMM, payload=struct.pack("<QQQIIIIIIff", a, b, c, m, n, k,
+                                                     lda, ldb, ldc, alpha, beta), **kw)
+
+
+def d_elt(op, a, b, c, n, scalar=0.0, **kw):
+    return desc(HW.TACC_OP_ELTWISE, payload=struct.pack("<QQQQIf", a, b, c, n, op, scalar), **kw)
+
+
+def d_fence(addr, value, **kw):
+    return desc(HW.TACC_OP_FENCE, payload=struct.pack("<QQ", addr, value), **kw)
+
+
+def d_ts(addr, **kw):
+    return desc(HW.TACC_OP_TIMESTAMP, payload=struct.pack("<Q", addr), **kw)
+
+
+@dataclass
+class Cqe:
+    job: int
+    status: int
+    queue: int
+    tag: int
+    start: int
+    end: int
+
+
+@dataclass
+class TraceRec:
+    version: int
+    opcode: int
+    engine: int
+    queue: int
+    func: int
+    ctx: int
+    seq: int
+    job: int
+    tag: int
+    t_fetch: int
+    t_start: int
+    t_end: int
+    bytes: int
+    tlps: int
+    index: int
+    status: int
+    tlb_misses: int
+
+
+class PageTables:
+    """Builds tacc page tables (3 levels, 4 KiB / 2 MiB) in guest RAM."""
+
+    def __init__(self, qt: QTest, pool: list[int]):
+        self.qt = qt
+        self.pool = pool  # [next free address]
+        self.tables: dict[int, bytearray] = {}
+        self.dirty: set[int] = set()
+
+    def _alloc(self) -> int:
+        a = self.pool[0]
+        assert a + 4096 <= PT_END, "page-table pool exhausted"
+        self.pool[0] += 4096
+        self.tables[a] = bytearray(4096)
+        self.dirty.add(a)
+        return a
+
+    def new_root(self) -> int:
+        return self._alloc()
+
+    def _entry(self, table: int, idx: int) -> int:
+        return struct.unpack_from("<Q", self.tables[table], idx * 8)[0]
+
+    def set_entry(self, table: int, idx: int, v: int):
+        struct.pack_into("<Q", self.tables[table], idx * 8, v)
+        self.dirty.add(table)
+
+    def _next(self, table: int, idx: int) -> int:
+        e = self._entry(table, idx)
+        if e & HW.TACC_PTE_VALID and not e & HW.TACC_PTE_HUGE:
+            return e & HW.TACC_PTE_ADDR_MASK
+        t = self._alloc()
+        self.set_entry(table, idx, t | HW.TACC_PTE_VALID)
+        return t
+
+    def map(self, root: int, va: int, pa: int, size: int, *, devmem=False, write=True,
+            huge=False):
+        flags = HW.TACC_PTE_VALID | (HW.TACC_PTE_WRITE if write else 0) | (
+            HW.TACC_PTE_DEVMEM if devmem else 0)
+        step = 1 << (21 if huge else 12)
+        assert va % step == 0 and pa % step == 0
+        end = va + size
+        while va < end:
+            l1 = self._next(root, (va >> 30) & 511)
+            if huge:
+                self.set_entry(l1, (va >> 21) & 511, pa | flags | HW.TACC_PTE_HUGE)
+            else:
+                l2 = self._next(l1, (va >> 21) & 511)
+                self.set_entry(l2, (va >> 12) & 511, pa | flags)
+            va += step
+            pa += step
+
+    def unmap(self, root: int, va: int):
+        l1 = self._entry(root, (va >> 30) & 511) & HW.TACC_PTE_ADDR_MASK
+        e1 = self._entry(l1, (va >> 21) & 511)
+        if e1 & HW.TACC_PTE_HUGE:
+            self.set_entry(l1, (va >> 21) & 511, 0)
+        else:
+            self.set_entry(e1 & HW.TACC_PTE_ADDR_MASK, (va >> 12) & 511, 0)
+
+    def flush(self):
+        for t in sorted(self.dirty):
+            self.qt.memwrite(t, bytes(self.tables[t]))
+        self.dirty.clear()
+
+
+@dataclass
+class Func:
+    """One PCI function (PF or VF) as seen through its BARs."""
+
+    dev: Tacc
+    fn: int
+    devfn: int
+    bar0: int
+    bar2: int
+    bar4: int
+    ring: int = 0
+    sq_size: int = 256
+    cq_size: int = 256
+    tail: list = field(default_factory=lambda: [0] * 4)
+    cq_head: list = field(default_factory=lambda: [0] * 4)
+    job: int = 0
+
+    # registers
+    def r32(self, off):
+        return self.dev.qt.readl(self.bar0 + off)
+
+    def r64(self, off):
+        return self.dev.qt.readq(self.bar0 + off)
+
+    def w32(self, off, v):
+        self.dev.qt.writel(self.bar0 + off, v)
+
+    def w64(self, off, v):
+        self.dev.qt.writeq(self.bar0 + off, v)
+
+    def set_ptbr(self, ctx, root, valid=True):
+        self.w64(0x100 + 8 * ctx, root | (HW.TACC_PTBR_VALID if valid else 0))
+
+    def cnt(self, name=None, slot=None) -> int:
+        slot = HW.counters[name] if name else slot
+        return self.dev.qt.readq(self.bar2 + 8 * slot)
+
+    def counters(self) -> dict[str, int]:
+        return {k: self.cnt(slot=v) for k, v in HW.counters.items()}
+
+    def gcnt(self, name) -> int:
+        return self.dev.qt.readq(self.bar2 + HW.TACC_CNT_GLOBAL_PAGE +
+                                 8 * HW.global_counters[name])
+
+    # rings
+    def sq_addr(self, q):
+        return self.ring + q * 0x20000
+
+    def cq_addr(self, q):
+        return self.ring + q * 0x20000 + 0x10000
+
+    def trace_addr(self):
+        return self.ring + 0x80000
+
+    def sample_addr(self):
+        return self.ring + 0xA0000
+
+    def reset(self, queues=4, irq=False):
+        """Function reset, then enable and set up the rings."""
+        self.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_RESET)
+        self.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_ENABLE)
+        for q in range(queues):
+            self.setup_queue(q, irq=irq)
+
+    def setup_queue(self, q, sq_size=None, cq_size=None, irq=False):
+        self.sq_size = sq_size or self.sq_size
+        self.cq_size = cq_size or self.cq_size
+        b = 0x1000 + q * 0x100
+        self.w64(b + HW.TACC_Q_SQ_BASE, self.sq_addr(q))
+        self.w32(b + HW.TACC_Q_SQ_SIZE, self.sq_size)
+        self.w64(b + HW.TACC_Q_CQ_BASE, self.cq_addr(q))
+        self.w32(b + HW.TACC_Q_CQ_SIZE, self.cq_size)
+        self.w32(b + HW.TACC_Q_CTRL, HW.TACC_Q_CTRL_ENABLE | (HW.TACC_Q_CTRL_IRQ if irq else 0))
+        self.tail[q] = 0
+        self.cq_head[q] = 0
+
+    def submit(self, q, descs: list[bytes]):
+        """Write descriptors at the SQ tail (wrapping) and ring the doorbell once."""
+        sq = self.sq_addr(q)
+        t = self.tail[q]
+        while descs:
+            n = min(len(descs), self.sq_size - t)
+            self.dev.qt.memwrite(sq + t * 128, b"".join(descs[:n]))
+            descs = descs[n:]
+            t = (t + n) % self.sq_size
+        self.tail[q] = t
+        self.w32(0x1000 + q * 0x100 + HW.TACC_Q_SQ_TAIL, t)
+
+    def cqes(self, q) -> list[Cqe]:
+        tail = self.r32(0x1000 + q * 0x100 + HW.TACC_Q_CQ_TAIL)
+        out = []
+        h = self.cq_head[q]
+        while h != tail:
+            n = (tail - h) if tail > h else self.cq_size - h
+            raw = self.dev.qt.memread(self.cq_addr(q) + h * 32, 32 * n)
+            for i in range(n):
+                job, st, qq, _, tag, s, e = CQE.unpack_from(raw, 32 * i)
+                out.append(Cqe(job, st, qq, tag, s, e))
+            h = (h + n) % self.cq_size
+        if out:
+            self.cq_head[q] = h
+            self.w32(0x1000 + q * 0x100 + HW.TACC_Q_CQ_HEAD, h)
+        return out
+
+    def qstatus(self, q):
+        return self.r32(0x1000 + q * 0x100 + HW.TACC_Q_STATUS)
+
+    def job_of(self, q, descs, tag=0):
+        """Stamp job number, indices and F_LAST on a list of descriptors."""
+        self.job += 1
+        out = []
+        for i, d in enumerate(descs):
+            b = bytearray(d)
+            struct.pack_into("<H", b, 4, i)
+            struct.pack_into("<I", b, 8, self.job)
+            if tag:
+                struct.pack_into("<Q", b, 16, tag)
+            if i == len(descs) - 1:
+                b[1] |= HW.TACC_DESC_F_LAST
+            out.append(bytes(b))
+        return self.job, out
+
+    def run_job(self, q, descs, tag=0, step=None) -> Cqe:
+        job, ds = self.job_of(q, descs, tag)
+        self.submit(q, ds)
+        self.dev.qt.clock_step(step or 10**9)
+        cq = self.cqes(q)
+        assert cq and cq[-1].job == job, (cq, job)
+        return cq[-1]
+
+    # trace ring
+    def trace_enable(self, size=256, wb=0):
+        self.w64(HW.TACC_REG_TRACE_BASE, self.trace_addr())
+        self.w32(HW.TACC_REG_TRACE_SIZE, size)
+        self.w64(HW.TACC_REG_TRACE_WB, wb)
+        self.w32(HW.TACC_REG_TRACE_CTRL, 1)
+
+    def trace_read(self, start, end, size=256) -> list[TraceRec]:
+        out = []
+        for i in range(start, end):
+            raw = self.dev.qt.memread(self.trace_addr() + (i % size) * 64, 64)
+            out.append(TraceRec(*TRACE.unpack(raw)[:-1]))
+        return out
+
+
+class Tacc:
+    """A QEMU (qtest accelerator) with one tacc PF at 00:01.0."""
+
+    def __init__(self, props: str = "", extra: list[str] | None = None):
+        dev = "tacc,id=tacc0,addr=01.0" + ("," + props if props else "")
+        self.qt = QTest(["-device", dev, *(extra or [])])
+        self.qt.ecam_enable()
+        self.pt_pool = [PT_BASE]
+        self.data_next = DATA_BASE
+        fns = self.qt.find_devices(HW.TACC_PCI_VENDOR_ID, HW.TACC_PCI_DEVICE_ID_PF)
+        assert fns == [0x08], fns
+        self.pf = self._setup_func(0, 0x08, PF_BARS, 64)
+        self.pt = PageTables(self.qt, self.pt_pool)
+        self.vfs: list[Func] = []
+
+    def _setup_func(self, fn, devfn, bars, bits):
+        for bar, addr in bars.items():
+            self.qt.set_bar(0, devfn, 0x10 + 4 * bar, addr, bits == 64)
+        self.qt.cfg_write(0, devfn, 0x04, 0x0006, 2)  # MEM | MASTER
+        f = Func(self, fn, devfn, bars[0], bars[2], bars[4])
+        f.ring = RING_BASE + fn * 0x10_0000 if fn < 5 else 0
+        return f
+
+    def enable_vfs(self, n: int) -> list[Func]:
+        """Enable n VFs through the PF's SR-IOV capability, map their BARs."""
+        sr = self.qt.find_ext_cap(0, self.pf.devfn, 0x10)
+        qt = self.qt
+        qt.cfg_write(0, 0x08, sr + 0x08, 0, 2)  # VF disable first
+        for bar, addr in VF_BARS.items():
+            qt.cfg_write(0, 0x08, sr + 0x24 + 4 * bar, addr)
+        qt.cfg_write(0, 0x08, sr + 0x10, n, 2)  # NumVFs
+        qt.cfg_write(0, 0x08, sr + 0x08, 0x9 if n else 0, 2)  # VF Enable | VF MSE
+        off = qt.cfg_read(0, 0x08, sr + 0x14, 2)
+        stride = qt.cfg_read(0, 0x08, sr + 0x16, 2)
+        sizes = {0: HW.TACC_BAR_REGS_SIZE, 2: HW.TACC_BAR_COUNTERS_SIZE, 4: 0x1000}
+        self.vfs = []
+        for i in range(n):
+            devfn = 0x08 + off + i * stride
+            f = Func(self, i + 1, devfn, VF_BARS[0] + i * sizes[0], VF_BARS[2] + i * sizes[2],
+                     VF_BARS[4] + i * sizes[4])
+            f.ring = RING_BASE + (i + 1) * 0x10_0000
+            qt.cfg_write(0, devfn, 0x04, 0x0006, 2)  # VFs decode only with their own MEM
+            self.vfs.append(f)
+        return self.vfs
+
+    def map_default(self, host: int = 0x2000_0000, devmem: int = 256 << 20) -> int:
+        """A context root mapping guest RAM 1:1 and device memory at DEVMEM_VA
+        (2 MiB pages)."""
+        root = self.pt.new_root()
+        self.pt.map(root, 0, 0, host, huge=True)
+        self.pt.map(root, DEVMEM_VA, 0, devmem, devmem=True, huge=True)
+        self.pt.flush()
+        return root
+
+    def alloc(self, size: int, align: int = 4096) -> int:
+        a = (self.data_next + align - 1) & ~(align - 1)
+        assert a + size <= DATA_END, "test data area exhausted"
+        self.data_next = a + size
+        return a
+
+    def reset_alloc(self):
+        self.data_next = DATA_BASE
+
+    def qom_get(self, prop):
+        return self.qt.qmp.cmd("qom-get", path="/machine/peripheral/tacc0",
+                               property=prop)
+
+    def qom_set(self, prop, value):
+        return self.qt.qmp.cmd("qom-set", path="/machine/peripheral/tacc0",
+                               property=prop, value=value)
+
+    def close(self):
+        self.qt.close()
+
+
+# ------------------------------------------------------------- link model --
+# Mirrors docs/hardware.md "Timing model" (and qemu/hw/tacc/tacc-model.c).
+RATE_GT = {3: 8, 4: 16, 5: 32}
+CHUNK = 64 * 1024
+
+
+@dataclass
+class LinkModel:
+    gen: int = 4
+    width: int = 16
+    mps: int = 256
+    mrrs: int = 512
+    cmd_ns: int = 100
+    rd_ns: int = 600
+    wr_ns: int = 200
+    walk_ns: int = 500
+
+    @property
+    def bw(self) -> float:
+        """Bytes per second, one direction."""
+        return self.width * RATE_GT[self.gen] * 1e9 * 128 / 130 / 8
+
+    def t_link_ps(self, nbytes: int) -> int:
+        den = self.width * RATE_GT[self.gen] * HW.TACC_LINK_ENC_NUM
+        return -(-nbytes * 8 * HW.TACC_LINK_ENC_DEN * 1000 // den)
+
+    def h2d_bytes(self, n):
+        """(down, up, tlps) link bytes of a host read of n bytes."""
+        cpl = -(-n // self.mps)
+        return n + cpl * HW.TACC_LINK_CPL_OVERHEAD, -(-n // self.mrrs) * HW.TACC_LINK_MRD_BYTES, cpl
+
+    def d2h_bytes(self, n):
+        tlps = -(-n // self.mps)
+        return n + tlps * HW.TACC_LINK_MWR_OVERHEAD, tlps
+
+    def copy_ps(self, n: int, h2d: bool, walks: int = 0) -> int:
+        """Modelled duration of an uncontended COPY_H2D / COPY_D2H of n bytes."""
+        t = (self.cmd_ns + self.walk_ns * walks) * 1000
+        left = n
+        while left:
+            c = min(left, CHUNK)
+            if h2d:
+                down, up, _ = self.h2d_bytes(c)
+                t += max(self.t_link_ps(down), self.t_link_ps(up))
+            else:
+                t += self.t_link_ps(self.d2h_bytes(c)[0])
+            left -= c
+        return t + (self.rd_ns if h2d else self.wr_ns) * 1000
+
+    def formula_bw(self, n: int, h2d: bool) -> float:
+        """Closed form (no steps): n / (T_cmd + T_lat + link bytes / BW), bytes/s."""
+        link = self.h2d_bytes(n)[0] if h2d else self.d2h_bytes(n)[0]
+        t = (self.cmd_ns + (self.rd_ns if h2d else self.wr_ns)) * 1e-9 + link / self.bw
+        return n / t
