@@ -172,3 +172,20 @@ def runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start and end (exclusive) indices of runs of True."""
     d = np.diff(np.r_[0, mask.astype(np.int8), 0])
     return np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+
+
+def union_by_group(g: np.ndarray, ts: np.ndarray, te: np.ndarray, ngroups: int) -> np.ndarray:
+    """Union length of the intervals of each group (vectorised, groups 0..ngroups-1)."""
+    if len(ts) == 0:
+        return np.zeros(ngroups, np.int64)
+    o = np.lexsort((ts, g))
+    g, s, e = g[o], ts[o], te[o]
+    base = int(s.min())
+    span = int(e.max()) - base + 1
+    key = (e - base) + g.astype(np.int64) * span
+    run = np.maximum.accumulate(key) - g.astype(np.int64) * span + base
+    prev = np.r_[np.iinfo(np.int64).min, run[:-1]]
+    first = np.r_[True, g[1:] != g[:-1]]
+    prev[first] = np.iinfo(np.int64).min
+    contrib = np.maximum(e - np.maximum(s, prev), 0)
+    return np.bincount(g, weights=contrib, minlength=ngroups).astype(np.int64)

@@ -11,7 +11,7 @@ import numpy as np
 from tacc.capture.devinfo import TLP_OVERHEAD_BYTES, link_raw_bw
 from tacc.capture.schema import DriverFlag, DriverKind, Engine, Opcode
 
-from .data import Data, merged, runs, union_length, window_amount
+from .data import Data, merged, runs, union_by_group, window_amount
 
 
 @dataclass
@@ -51,6 +51,7 @@ class Thresholds:
     serial_class_share: float = 0.10
     serial_lost_share: float = 0.15
     serial_wait_share: float = 0.3
+    phase_gap_ns: int = 2_000_000
     # idle_gaps
     idle_gap_ns: int = 500_000
     idle_share: float = 0.10
@@ -150,8 +151,8 @@ def link_saturation(d: Data, th: Thresholds) -> list[Finding]:
             rs, re_ = runs(sat)
             keep = (re_ - rs) >= th.saturation_min_run_windows
             rs, re_ = rs[keep], re_[keep]
-            total = int(np.sum(re_ - rs)) * th.window_ns
-            if total < th.saturation_min_total_ns:
+            total = int(np.sum(np.minimum(edges[re_], d.t1) - np.maximum(edges[rs], d.t0)))
+            if total <= 0 or total < th.saturation_min_total_ns:
                 continue
             mask = np.zeros(len(sat), bool)
             for a, b in zip(rs.tolist(), re_.tolist(), strict=True):
@@ -169,7 +170,7 @@ def link_saturation(d: Data, th: Thresholds) -> list[Finding]:
                                  zip(c.fid[inside], c.queue[inside], strict=True)}}
             comp_share = float(np.clip(cbusy[mask].sum() / max(mask.sum() * th.window_ns, 1),
                                        0, 1))
-            if 1.0 - comp_share < th.saturation_min_idle_share:
+            if not mask.any() or 1.0 - comp_share < th.saturation_min_idle_share:
                 continue  # compute-bound anyway: the link is busy, not the bottleneck
             lost = int(total * (1.0 - comp_share))
             out.append(Finding(
@@ -420,23 +421,28 @@ def iommu_churn(d: Data, th: Thresholds) -> list[Finding]:
         fd = drv[drv["fid"] == f.fid]
         maps = fd[fd["kind"] == DriverKind.DMA_MAP]
         unmaps = fd[fd["kind"] == DriverKind.DMA_UNMAP]
-        jobs = int((fd["kind"] == DriverKind.SUBMIT).sum()) or int(
-            len(np.unique(d.cmds.tag[d.cmds.fid == f.fid])))
         n = len(maps)
+        if n == 0:
+            continue
+        allm = np.concatenate([maps, unmaps])
+        lo, hi = int(allm["t_ns"].min()), int((allm["t_ns"] + allm["dur_ns"]).max())
+        sub = fd[(fd["kind"] == DriverKind.SUBMIT) & (fd["t_ns"] >= lo) & (fd["t_ns"] <= hi)]
+        cm = (d.cmds.fid == f.fid) & (d.cmds.ts >= lo) & (d.cmds.ts <= hi)
+        jobs = len(sub) or len(np.unique(d.cmds.tag[cm]))
         if n < th.churn_min_maps or n < th.churn_maps_per_job * max(jobs, 1):
             continue
         related = fd[np.isin(fd["kind"], [DriverKind.VM_BIND, DriverKind.VM_UNBIND,
                                           DriverKind.BO_CREATE])]
         t_map = int(maps["dur_ns"].sum() + unmaps["dur_ns"].sum())
         t_rel = int(related["dur_ns"].sum())
-        if t_map < th.churn_time_share * d.span:
+        active = hi - lo
+        if t_map < th.churn_time_share * max(active, 1):
             continue
         key = maps["addr"].astype(np.uint64) ^ (maps["size"].astype(np.uint64) << np.uint64(40))
         distinct = len(np.unique(key))
         lost = int((t_map + t_rel) * (1.0 - distinct / n))
         if lost < th.min_time_lost_ns:
             continue
-        allm = np.concatenate([maps, unmaps])
         out.append(Finding(
             rule="iommu_churn",
             title=f"{n} IOMMU maps for {jobs} jobs on {f.pci} ({n / max(jobs, 1):.2f} per job)",
@@ -507,52 +513,62 @@ def tlb_thrash(d: Data, th: Thresholds) -> list[Finding]:
 # ------------------------------------------------------- serialized copies -
 @rule("serialized_copies")
 def serialized_copies(d: Data, th: Thresholds) -> list[Finding]:
+    """Evaluated per phase (busy stretches separated by >= phase_gap_ns of idle)."""
     out = []
     c = d.cmds
     for f in d.functions:
         s = c.sel(c.fid == f.fid)
         if len(s) == 0:
             continue
+        s = s.sel(np.argsort(s.ts, kind="stable"))
+        run_end = np.maximum.accumulate(s.te)
+        ph = np.cumsum(np.r_[True, s.ts[1:] - run_end[:-1] >= th.phase_gap_ns]) - 1
+        nph = int(ph[-1]) + 1
         is_copy = s.is_copy
         is_comp = s.engine >= Engine.COMPUTE0
-        u = union_length(s.ts, s.te)
-        busy_c = union_length(s.ts[is_copy], s.te[is_copy])
-        busy_k = union_length(s.ts[is_comp], s.te[is_comp])
-        if min(busy_c, busy_k) < th.serial_class_share * u:
-            continue
-        cls = [union_length(s.ts[s.engine == e], s.te[s.engine == e]) for e in (0, 1)]
-        ideal = max(cls + [busy_k])
-        lost = u - ideal
-        if lost < th.serial_lost_share * u or lost < th.min_time_lost_ns:
-            continue
-        # commands that were ready while a command of the other class ran before them
-        # on the same queue: the overlap was possible and not taken
+        u = union_by_group(ph, s.ts, s.te, nph)
+        bc = union_by_group(ph[is_copy], s.ts[is_copy], s.te[is_copy], nph)
+        bk = union_by_group(ph[is_comp], s.ts[is_comp], s.te[is_comp], nph)
+        e0, e1 = s.engine == 0, s.engine == 1
+        h2d = union_by_group(ph[e0], s.ts[e0], s.te[e0], nph)
+        d2h = union_by_group(ph[e1], s.ts[e1], s.te[e1], nph)
+        lost = u - np.maximum(np.maximum(h2d, d2h), bk)
+        # commands that were ready while a command of the other class ran before them on
+        # the same queue: the overlap was possible and not taken
         o = np.lexsort((s.ts, s.queue))
         q, ts, te, tf, cp = s.queue[o], s.ts[o], s.te[o], s.tf[o], is_copy[o]
-        prev_same_q = np.r_[False, q[1:] == q[:-1]]
         prev_end = np.r_[0, te[:-1]]
-        prev_cp = np.r_[False, cp[:-1]]
-        waited = prev_same_q & (prev_cp != cp) & (tf < prev_end) & (ts >= prev_end)
-        share = waited.sum() / max(len(s), 1)
-        if share < th.serial_wait_share:
+        waited = (np.r_[False, q[1:] == q[:-1]] & (np.r_[False, cp[:-1]] != cp)
+                  & (tf < prev_end) & (ts >= prev_end))
+        nwait = np.bincount(ph[o][waited], minlength=nph)
+        ncmd = np.bincount(ph, minlength=nph)
+        ok = ((np.minimum(bc, bk) >= th.serial_class_share * u)
+              & (lost >= th.serial_lost_share * u) & (nwait >= th.serial_wait_share * ncmd))
+        total_lost = int(lost[ok].sum())
+        if not ok.any() or total_lost < th.min_time_lost_ns:
             continue
-        overlap = busy_c + busy_k - u
-        queues = sorted({int(x) for x in np.unique(s.queue)})
+        pst = np.zeros(nph, np.int64)
+        pen = np.zeros(nph, np.int64)
+        first = np.r_[True, ph[1:] != ph[:-1]]
+        pst[ph[first]] = s.ts[first]
+        np.maximum.at(pen, ph, s.te)
+        tags = s.tag[o][waited & ok[ph[o]]]
+        U, C, K = int(u[ok].sum()), int(bc[ok].sum()), int(bk[ok].sum())
         out.append(Finding(
             rule="serialized_copies",
             title=f"copies serialized with compute on {f.pci}",
-            time_ranges=_ranges(d, np.array([int(s.ts.min())]), np.array([int(s.te.max())]), th),
-            evidence={"busy_union_ns": u, "copy_busy_ns": busy_c, "compute_busy_ns": busy_k,
-                      "overlap_ns": int(overlap), "possible_overlap_ns": int(min(busy_c, busy_k)),
-                      "h2d_busy_ns": cls[0], "d2h_busy_ns": cls[1],
-                      "commands_waiting_on_other_class": int(waited.sum()),
-                      "queues_used": queues,
-                      "api_calls": d.api_names(s.tag[o][waited])},
-            time_lost_ns=int(lost),
+            time_ranges=_ranges(d, pst[ok], pen[ok], th),
+            evidence={"busy_union_ns": U, "copy_busy_ns": C, "compute_busy_ns": K,
+                      "overlap_ns": C + K - U, "possible_overlap_ns": min(C, K),
+                      "h2d_busy_ns": int(h2d[ok].sum()), "d2h_busy_ns": int(d2h[ok].sum()),
+                      "commands_waiting_on_other_class": int(nwait[ok].sum()),
+                      "queues_used": sorted({int(x) for x in np.unique(s.queue[ok[ph]])}),
+                      "phases": int(ok.sum()), "api_calls": d.api_names(tags)},
+            time_lost_ns=total_lost,
             suggestion=("Put copies and compute on different queues (streams) and double-"
                         "buffer: upload batch i+1 while batch i computes, download i-1 at the "
-                        f"same time; the busiest engine class needs {ideal / 1e6:.1f} ms, the "
-                        f"serialized schedule took {u / 1e6:.1f} ms."),
+                        f"same time; the serialized schedule took {U / 1e6:.1f} ms, the "
+                        f"busiest engine class alone needs {(U - total_lost) / 1e6:.1f} ms."),
             functions=[f.pci],
         ))
     return out
