@@ -15,20 +15,8 @@ TACC_VENDOR = "0x7acc"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "long: heavy tests run by `make test-long` only")
     if not os.environ.get("TACC_IN_VM"):
         pytest.exit("tests/vm runs inside the test VM: use `make test-vm`", returncode=4)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get("TACC_LONG"):
-        return
-    if "long" in (config.getoption("-m") or ""):
-        return
-    skip = pytest.mark.skip(reason="long test: make test-long")
-    for item in items:
-        if "long" in item.keywords:
-            item.add_marker(skip)
 
 
 def tacc_pci_devices() -> list[Path]:

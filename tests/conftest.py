@@ -1,0 +1,24 @@
+"""Shared by every test layer: the `long` marker.
+
+Tests marked ``@pytest.mark.long`` (5k-call fuzzing, reload loops, sweeps) run
+only under `make test-long` (TACC_LONG=1) or with ``-m long``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "long: heavy test, run by `make test-long` only")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("TACC_LONG") or "long" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="long test: make test-long")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
