@@ -28,6 +28,10 @@ unsigned int tacc_autosuspend_ms = 1000;
 module_param_named(autosuspend_ms, tacc_autosuspend_ms, uint, 0644);
 MODULE_PARM_DESC(autosuspend_ms, "Runtime PM autosuspend delay, ms (read at probe)");
 
+static bool tacc_test_warn;
+module_param_named(test_warn, tacc_test_warn, bool, 0444);
+MODULE_PARM_DESC(test_warn, "Test only: WARN once at probe, to show the harness catches it");
+
 static u32 tacc_devid(struct tacc_device *tdev)
 {
 	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
@@ -741,6 +745,7 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	drm_info(&tdev->drm, "tacc %s function %u: hw %u.%u, %u queues, %llu MiB device memory\n",
 		 tdev->is_vf ? "VF" : "PF", tdev->func, tdev->hw_version >> 16,
 		 tdev->hw_version & 0xffff, tdev->num_queues, tdev->devmem_size >> 20);
+	WARN(tacc_test_warn, "tacc: test_warn=1: deliberate warning for the test harness\n");
 	return 0;
 
 err_pm:
