@@ -63,6 +63,7 @@ def descriptor(draw):
 
 def expected_static(op, ctx, payload):
     """Statuses decided by the descriptor alone (None: depends on memory)."""
+    payload = payload.ljust(104, b"\0")
     if op >= HW.TACC_OP_MAX:
         return HW.TACC_ST_BAD_OPCODE
     if op in (HW.TACC_OP_NOP, HW.TACC_OP_BARRIER):

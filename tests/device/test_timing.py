@@ -44,10 +44,10 @@ def test_link_formula(dev, pf, n, h2d):
         assert d["h2d_link_bytes"] == down and d["d2h_link_bytes"] == up
         assert d["h2d_tlps"] == tlps
         assert abs(gbusy[0] * 1000 - lm.t_link_ps(down)) <= 1000 + 1000 * -(-n // (64 << 10))
-        assert d["busy_dma_h2d"] == dur
+        assert abs(d["busy_dma_h2d"] - dur) <= 1
     else:
         assert d["d2h_link_bytes"] == up and d["d2h_tlps"] == tlps
-        assert d["busy_dma_d2h"] == dur
+        assert abs(d["busy_dma_d2h"] - dur) <= 1
     assert d["link_stall_ticks"] == 0
 
 

@@ -52,9 +52,9 @@ def test_sampling(dev, pf):
     base = dev.alloc(64 * 1048)
     pf.w64(HW.TACC_REG_SAMPLE_BASE, base)
     pf.w32(HW.TACC_REG_SAMPLE_SIZE, 4)
+    pf.run_job(0, [desc(HW.TACC_OP_NOP)])
     t0 = dev.qt.clock()
     pf.w32(HW.TACC_REG_SAMPLE_PERIOD, 100_000)
-    pf.run_job(0, [desc(HW.TACC_OP_NOP)], step=1)
     dev.qt.clock_step(650_000)  # 6 periods, ring of 4: 2 dropped
     assert pf.r32(HW.TACC_REG_SAMPLE_PROD) == 4
     assert pf.r32(HW.TACC_REG_SAMPLE_DROPPED) == 2
@@ -63,7 +63,7 @@ def test_sampling(dev, pf):
         ver, nslots, seq, clk = struct.unpack_from("<IIQQ", raw)
         slots = struct.unpack_from("<128Q", raw, 24)
         assert ver == 1 and nslots == 128 and seq == i
-        assert clk == t0 + 1 + (i + 1) * 100_000 - 1 or clk % 100_000 == (t0 % 100_000)
+        assert clk == t0 + (i + 1) * 100_000
         assert slots[HW.counters["cmds_completed"]] == 1
         assert slots[64 + HW.global_counters["uptime_ticks"]] == clk
     pf.w32(HW.TACC_REG_SAMPLE_PERIOD, 0)

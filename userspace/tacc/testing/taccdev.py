@@ -30,6 +30,7 @@ class _HW:
         self.counters: dict[str, int] = {}
         self.global_counters: dict[str, int] = {}
         section = None
+        last = None
         for line in text.splitlines():
             if "#define TACC_FUNC_COUNTERS" in line:
                 section = self.counters
@@ -49,6 +50,14 @@ class _HW:
             m = re.match(r"\s*(TACC_\w+)\s*=\s*([^,]+),?", line)
             if m:
                 self._eval(m.group(1), m.group(2))
+                last = self.defs.get(m.group(1))
+                continue
+            m = re.match(r"\s*(TACC_\w+)\s*,?\s*$", line)
+            if m and last is not None:  # enum member without a value
+                last += 1
+                self.defs[m.group(1)] = last
+            if line.strip().startswith("}"):
+                last = None
 
     def _eval(self, name: str, expr: str):
         e = re.sub(r"(0x[0-9a-fA-F]+|\d+)(ull|ULL|u|U|ul|UL)\b", r"\1", expr.strip())
@@ -279,6 +288,7 @@ class Func:
         self.sq_size = sq_size or self.sq_size
         self.cq_size = cq_size or self.cq_size
         b = 0x1000 + q * 0x100
+        self.w32(b + HW.TACC_Q_CTRL, 0)
         self.w64(b + HW.TACC_Q_SQ_BASE, self.sq_addr(q))
         self.w32(b + HW.TACC_Q_SQ_SIZE, self.sq_size)
         self.w64(b + HW.TACC_Q_CQ_BASE, self.cq_addr(q))
