@@ -369,9 +369,11 @@ class Func:
 class Tacc:
     """A QEMU (qtest accelerator) with one tacc PF at 00:01.0."""
 
-    def __init__(self, props: str = "", extra: list[str] | None = None):
+    def __init__(self, props: str = "", extra: list[str] | None = None,
+                 pre: list[str] | None = None):
+        """pre: arguments before the device (an IOMMU must come first)."""
         dev = "tacc,id=tacc0,addr=01.0" + ("," + props if props else "")
-        self.qt = QTest(["-device", dev, *(extra or [])])
+        self.qt = QTest([*(pre or []), "-device", dev, *(extra or [])])
         self.qt.ecam_enable()
         self.pt_pool = [PT_BASE]
         self.data_next = DATA_BASE
