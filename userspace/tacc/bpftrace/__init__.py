@@ -1,0 +1,1 @@
+"""accel-bpftrace: live, software view of the tacc driver (bcc on the tacc tracepoints)."""

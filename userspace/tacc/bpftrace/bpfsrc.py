@@ -1,0 +1,775 @@
+"""C source of the one BPF program behind accel-bpftrace and taccd's capture mode.
+
+Every tacc tracepoint and host tracepoint has a handler; the tool attaches only the
+ones its mode needs, and filters (pid, comm, device) and modes live in an array map,
+so one compiled program serves every subcommand (compile once per process / test
+session).  Tracepoint record structs are generated from tracefs (tpformat.c_struct).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .tpformat import Format, c_struct, read_format
+
+# Mode bits of cfg[CFG_FLAGS]
+F_EMIT = 1  # driver events to the ring buffer
+F_LAT = 2  # latency histograms
+F_TOP = 4  # per-process job table
+F_DMA = 8  # per-process DMA table
+F_HOST = 16  # host events (sched, block, net) of traced processes to the ring buffer
+F_AUTOTRACE = 32  # processes calling tacc ioctls become traced
+F_BYTES = 64  # read submitted commands' copy sizes (kprobe on tacc_submit_ioctl)
+
+CFG_FLAGS, CFG_PID, CFG_DEV, CFG_HAS_DEV, CFG_HAS_COMM = 0, 1, 2, 3, 4
+
+# per-CPU stats slots
+ST_EMIT, ST_DROP, ST_HOST_EMIT, ST_HOST_DROP, ST_NOJOB = 0, 1, 2, 3, 4
+NSTATS = 8
+
+TACC_EVENTS = ("tacc_ioctl_enter", "tacc_ioctl_exit", "tacc_submit", "tacc_doorbell",
+               "tacc_irq", "tacc_job_start", "tacc_job_done", "tacc_bo_create",
+               "tacc_bo_destroy", "tacc_dma_map", "tacc_dma_unmap", "tacc_vm_bind",
+               "tacc_vm_unbind", "tacc_mmu_fault", "tacc_pm", "tacc_reset", "tacc_trace_drop")
+HOST_EVENTS = (("sched", "sched_switch"), ("sched", "sched_wakeup"),
+               ("block", "block_rq_issue"), ("block", "block_rq_complete"),
+               ("net", "net_dev_start_xmit"), ("net", "netif_receive_skb"))
+
+PRELUDE = r"""
+#include <uapi/linux/ptrace.h>
+#include <linux/sched.h>
+
+struct tacc_ev {
+	u64 ts, tag, a, b, c, d;
+	u32 pid, tid, dev, x, w, v;
+	s32 z;
+	u16 y;
+	u8 kind, cpu;
+	char comm[16];
+	char comm2[16];
+};
+
+struct comm_t { char c[16]; };
+struct ctxkey { u32 dev; u32 ctx; };
+struct owner_t { u32 pid; u32 tid; char comm[16]; };
+struct jobkey { u32 dev; u32 ctx; u64 seqno; };
+struct jobval { u64 t_submit; u64 t_start; u64 bytes; u32 pid; u32 ncmds; };
+struct hkey { u32 dev; u16 queue; u8 which; u8 slot; };
+struct topval { u64 jobs, cmds, bytes, busy_ticks, submits, errors, lat_ns; char comm[16]; };
+struct dmaval { u64 maps, unmaps, map_bytes, unmap_bytes, map_ns, unmap_ns, segs;
+		char comm[16]; };
+struct dkey { u32 pid; u8 dir; u8 slot; u16 pad; };
+struct blkkey { u32 dev; u32 pad; u64 sector; };
+struct blkval { u64 ts; u32 pid; u32 tid; u64 bytes; char comm[16]; };
+struct unmapval { u64 ts; u64 len; };
+
+BPF_RINGBUF_OUTPUT(events, RB_PAGES);
+BPF_ARRAY(cfg, u64, 8);
+BPF_ARRAY(cfg_comm, struct comm_t, 1);
+BPF_PERCPU_ARRAY(stats, u64, NSTATS);
+BPF_HASH(owners, struct ctxkey, struct owner_t, 4096);
+BPF_HASH(jobs, struct jobkey, struct jobval, 65536);
+BPF_HASH(ioctl_t0, u32, u64, 4096);
+BPF_HASH(submit_arg, u32, u64, 4096);
+BPF_HASH(traced_tgid, u32, u8, 4096);
+BPF_HASH(traced_tid, u32, u8, 16384);
+BPF_HASH(lat, struct hkey, u64, 4096);
+BPF_HASH(top, u32, struct topval, 4096);
+BPF_HASH(dma, u32, struct dmaval, 4096);
+BPF_HASH(dmahist, struct dkey, u64, 4096);
+BPF_HASH(dma_t0, u32, u64, 4096);
+BPF_HASH(unmap_t0, u32, struct unmapval, 4096);
+BPF_HASH(blk, struct blkkey, struct blkval, 4096);
+
+static __always_inline u64 cfgv(u32 i)
+{
+	u64 *v = cfg.lookup(&i);
+	return v ? *v : 0;
+}
+
+static __always_inline void stat_inc(u32 i)
+{
+	u64 *v = stats.lookup(&i);
+	if (v)
+		(*v)++;
+}
+
+static __always_inline int comm_eq(const char *a)
+{
+	u32 z = 0;
+	struct comm_t *want = cfg_comm.lookup(&z);
+	if (!want)
+		return 0;
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		if (a[i] != want->c[i])
+			return 0;
+		if (!a[i])
+			return 1;
+	}
+	return 1;
+}
+
+/* filter on a process: pid (tgid) and comm */
+static __always_inline int pass_proc(u32 pid, const char *comm)
+{
+	u64 want = cfgv(CFG_PID);
+	if (want && want != pid)
+		return 0;
+	if (cfgv(CFG_HAS_COMM) && !comm_eq(comm))
+		return 0;
+	return 1;
+}
+
+static __always_inline int pass_dev(u32 dev)
+{
+	return !cfgv(CFG_HAS_DEV) || cfgv(CFG_DEV) == dev;
+}
+
+static __always_inline int filtering_proc(void)
+{
+	return cfgv(CFG_PID) || cfgv(CFG_HAS_COMM);
+}
+
+static __always_inline void emit(struct tacc_ev *e)
+{
+	e->ts = bpf_ktime_get_ns();
+	e->cpu = bpf_get_smp_processor_id();
+	if (events.ringbuf_output(e, sizeof(*e), BPF_RB_NO_WAKEUP) < 0)
+		stat_inc(ST_DROP);
+	else
+		stat_inc(ST_EMIT);
+}
+
+static __always_inline void emit_host(struct tacc_ev *e)
+{
+	e->ts = bpf_ktime_get_ns();
+	e->cpu = bpf_get_smp_processor_id();
+	if (events.ringbuf_output(e, sizeof(*e), BPF_RB_NO_WAKEUP) < 0)
+		stat_inc(ST_HOST_DROP);
+	else
+		stat_inc(ST_HOST_EMIT);
+}
+
+/* the current task as the event's process */
+static __always_inline int cur_proc(struct tacc_ev *e, u32 dev)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	e->pid = id >> 32;
+	e->tid = (u32)id;
+	bpf_get_current_comm(&e->comm, sizeof(e->comm));
+	e->dev = dev;
+	return pass_dev(dev) && pass_proc(e->pid, e->comm);
+}
+
+/* the context's owner as the event's process (events in irq/worker context) */
+static __always_inline int owner_proc(struct tacc_ev *e, u32 dev, u32 ctx)
+{
+	struct ctxkey k = { .dev = dev, .ctx = ctx };
+	struct owner_t *o = owners.lookup(&k);
+	e->dev = dev;
+	e->x = ctx;
+	if (o) {
+		e->pid = o->pid;
+		e->tid = o->tid;
+		__builtin_memcpy(e->comm, o->comm, 16);
+	}
+	if (!pass_dev(dev))
+		return 0;
+	if (!o)
+		return !filtering_proc();
+	return pass_proc(e->pid, e->comm);
+}
+
+static __always_inline u8 log2l(u64 v)
+{
+	u8 r = 0;
+#pragma unroll
+	for (int i = 0; i < 63; i++) {
+		if (v <= 1)
+			break;
+		v >>= 1;
+		r++;
+	}
+	return r;
+}
+
+static __always_inline void hist(u32 dev, u32 queue, u8 which, u64 v)
+{
+	struct hkey k = { .dev = dev, .queue = queue, .which = which, .slot = log2l(v) };
+	lat.increment(k);
+}
+"""
+
+DRIVER_HANDLERS = r"""
+int on_ioctl_enter(struct tp_tacc_ioctl_enter *args)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tid = (u32)id, tgid = id >> 32;
+	u64 ts = bpf_ktime_get_ns();
+	u64 flags = cfgv(CFG_FLAGS);
+	if (args->ctx != 0xffffffff) {
+		struct ctxkey k = { .dev = args->dev, .ctx = args->ctx };
+		struct owner_t o = { .pid = tgid, .tid = tid };
+		bpf_get_current_comm(&o.comm, sizeof(o.comm));
+		owners.update(&k, &o);
+	}
+	if (flags & F_AUTOTRACE) {
+		u8 one = 1;
+		traced_tgid.update(&tgid, &one);
+		traced_tid.update(&tid, &one);
+	}
+	ioctl_t0.update(&tid, &ts);
+	return 0;
+}
+
+int on_ioctl_exit(struct tp_tacc_ioctl_exit *args)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u64 *t0 = ioctl_t0.lookup(&tid);
+	struct tacc_ev e = {};
+	if (!t0)
+		return 0;
+	e.d = bpf_ktime_get_ns() - *t0;
+	ioctl_t0.delete(&tid);
+	submit_arg.delete(&tid);
+	if (!(cfgv(CFG_FLAGS) & F_EMIT))
+		return 0;
+	e.kind = KIND_IOCTL;
+	e.a = args->nr;
+	e.x = args->ctx;
+	e.z = args->ret;
+	if (cur_proc(&e, args->dev))
+		emit(&e);
+	return 0;
+}
+
+int kp_submit_ioctl(struct pt_regs *ctx)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u64 data = PT_REGS_PARM2(ctx);
+	submit_arg.update(&tid, &data);
+	return 0;
+}
+
+static __always_inline u64 submit_bytes(void)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u64 *data = submit_arg.lookup(&tid);
+	u64 cmds = 0, bytes = 0;
+	u32 n = 0;
+	if (!data)
+		return 0;
+	bpf_probe_read_kernel(&cmds, 8, (void *)*data);
+	bpf_probe_read_kernel(&n, 4, (void *)(*data + 16));
+	for (int i = 0; i < MAX_SCAN_CMDS; i++) {
+		u32 op = 0;
+		u64 sz = 0;
+		if (i >= n)
+			break;
+		bpf_probe_read_user(&op, 4, (void *)(cmds + i * 128));
+		if (op >= 1 && op <= 3) {
+			bpf_probe_read_user(&sz, 8, (void *)(cmds + i * 128 + 64));
+			bytes += sz;
+		}
+	}
+	return bytes;
+}
+
+int on_submit(struct tp_tacc_submit *args)
+{
+	u64 flags = cfgv(CFG_FLAGS);
+	struct tacc_ev e = {};
+	struct jobkey k = { .dev = args->dev, .ctx = args->ctx, .seqno = args->seqno };
+	struct jobval j = { .t_submit = bpf_ktime_get_ns(), .ncmds = args->ncmds };
+	int pass = cur_proc(&e, args->dev);
+	j.pid = e.pid;
+	if (pass && (flags & F_BYTES))
+		j.bytes = submit_bytes();
+	jobs.update(&k, &j);
+	if (!pass)
+		return 0;
+	if (flags & F_TOP) {
+		struct topval zero = {}, *t;
+		__builtin_memcpy(zero.comm, e.comm, 16);
+		t = top.lookup_or_try_init(&e.pid, &zero);
+		if (t)
+			__sync_fetch_and_add(&t->submits, 1);
+	}
+	if (!(flags & F_EMIT))
+		return 0;
+	e.kind = KIND_SUBMIT;
+	e.tag = args->tag;
+	e.a = args->seqno;
+	e.b = j.bytes;
+	e.x = args->ctx;
+	e.y = args->queue;
+	e.v = args->ncmds;
+	emit(&e);
+	return 0;
+}
+
+int on_doorbell(struct tp_tacc_doorbell *args)
+{
+	struct tacc_ev e = { .kind = KIND_DOORBELL };
+	if (!(cfgv(CFG_FLAGS) & F_EMIT))
+		return 0;
+	if (!owner_proc(&e, args->dev, args->ctx))
+		return 0;
+	e.tag = args->tag;
+	e.a = args->seqno;
+	e.y = args->queue;
+	e.w = args->hw_job;
+	e.v = args->tail;
+	emit(&e);
+	return 0;
+}
+
+int on_irq(struct tp_tacc_irq *args)
+{
+	struct tacc_ev e = { .kind = KIND_IRQ };
+	if (!(cfgv(CFG_FLAGS) & F_EMIT) || filtering_proc() || !pass_dev(args->dev))
+		return 0;
+	e.dev = args->dev;
+	e.w = args->vector;
+	e.v = args->status;
+	emit(&e);
+	return 0;
+}
+
+int on_job_start(struct tp_tacc_job_start *args)
+{
+	u64 flags = cfgv(CFG_FLAGS);
+	struct tacc_ev e = { .kind = KIND_JOB_START };
+	struct jobkey k = { .dev = args->dev, .ctx = args->ctx, .seqno = args->seqno };
+	struct jobval *j = jobs.lookup(&k);
+	int pass = owner_proc(&e, args->dev, args->ctx);
+	u64 now = bpf_ktime_get_ns();
+	if (j) {
+		j->t_start = now;
+		e.d = now - j->t_submit;
+		if (pass && (flags & F_LAT))
+			hist(args->dev, args->queue, 1, e.d);
+	}
+	if (!pass || !(flags & F_EMIT))
+		return 0;
+	e.tag = args->tag;
+	e.a = args->seqno;
+	e.y = args->queue;
+	e.w = args->hw_job;
+	emit(&e);
+	return 0;
+}
+
+int on_job_done(struct tp_tacc_job_done *args)
+{
+	u64 flags = cfgv(CFG_FLAGS);
+	struct tacc_ev e = { .kind = KIND_JOB_DONE };
+	struct jobkey k = { .dev = args->dev, .ctx = args->ctx, .seqno = args->seqno };
+	struct jobval *j = jobs.lookup(&k);
+	int pass = owner_proc(&e, args->dev, args->ctx);
+	u64 now = bpf_ktime_get_ns(), bytes = 0, ticks = 0;
+	u32 ncmds = 0;
+	if (args->dev_end > args->dev_start)
+		ticks = args->dev_end - args->dev_start;
+	if (j) {
+		e.d = now - j->t_submit;
+		bytes = j->bytes;
+		ncmds = j->ncmds;
+		if (!e.pid)
+			e.pid = j->pid;
+		jobs.delete(&k);
+	} else {
+		stat_inc(ST_NOJOB);
+	}
+	if (!pass)
+		return 0;
+	if ((flags & F_LAT) && j) {
+		hist(args->dev, args->queue, 0, e.d);
+		hist(args->dev, args->queue, 2, ticks);
+	}
+	if (flags & F_TOP) {
+		struct topval zero = {}, *t;
+		__builtin_memcpy(zero.comm, e.comm, 16);
+		t = top.lookup_or_try_init(&e.pid, &zero);
+		if (t) {
+			__sync_fetch_and_add(&t->jobs, 1);
+			__sync_fetch_and_add(&t->cmds, ncmds);
+			__sync_fetch_and_add(&t->bytes, bytes);
+			__sync_fetch_and_add(&t->busy_ticks, ticks);
+			__sync_fetch_and_add(&t->lat_ns, e.d);
+			if (args->error)
+				__sync_fetch_and_add(&t->errors, 1);
+		}
+	}
+	if (!(flags & F_EMIT))
+		return 0;
+	e.tag = args->tag;
+	e.a = args->seqno;
+	e.b = args->dev_start;
+	e.c = args->dev_end;
+	e.y = args->queue;
+	e.w = args->hw_job;
+	e.v = args->status;
+	e.z = args->error;
+	emit(&e);
+	return 0;
+}
+
+int on_bo_create(struct tp_tacc_bo_create *args)
+{
+	struct tacc_ev e = { .kind = KIND_BO_CREATE };
+	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !cur_proc(&e, args->dev))
+		return 0;
+	e.a = args->bo;
+	e.b = args->size;
+	e.x = args->ctx;
+	e.w = args->type;
+	e.v = args->flags;
+	emit(&e);
+	return 0;
+}
+
+int on_bo_destroy(struct tp_tacc_bo_destroy *args)
+{
+	struct tacc_ev e = { .kind = KIND_BO_DESTROY };
+	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !cur_proc(&e, args->dev))
+		return 0;
+	e.a = args->bo;
+	e.b = args->size;
+	e.w = args->type;
+	emit(&e);
+	return 0;
+}
+
+static __always_inline void dma_account(struct tacc_ev *e, int unmap, u64 len, u64 ns,
+					u32 nents)
+{
+	struct dmaval zero = {}, *d;
+	struct dkey hk = { .pid = e->pid, .dir = unmap, .slot = log2l(len) };
+	__builtin_memcpy(zero.comm, e->comm, 16);
+	d = dma.lookup_or_try_init(&e->pid, &zero);
+	if (d) {
+		if (unmap) {
+			__sync_fetch_and_add(&d->unmaps, 1);
+			__sync_fetch_and_add(&d->unmap_bytes, len);
+			__sync_fetch_and_add(&d->unmap_ns, ns);
+		} else {
+			__sync_fetch_and_add(&d->maps, 1);
+			__sync_fetch_and_add(&d->map_bytes, len);
+			__sync_fetch_and_add(&d->map_ns, ns);
+		}
+		__sync_fetch_and_add(&d->segs, nents);
+	}
+	dmahist.increment(hk);
+}
+
+int kp_dma_map(struct pt_regs *ctx)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u64 ts = bpf_ktime_get_ns();
+	dma_t0.update(&tid, &ts);
+	return 0;
+}
+
+int on_dma_map(struct tp_tacc_dma_map *args)
+{
+	u64 flags = cfgv(CFG_FLAGS);
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u64 *t0 = dma_t0.lookup(&tid);
+	struct tacc_ev e = { .kind = KIND_DMA_MAP };
+	if (t0) {
+		e.d = bpf_ktime_get_ns() - *t0;
+		dma_t0.delete(&tid);
+	}
+	if (!cur_proc(&e, args->dev))
+		return 0;
+	if (flags & F_DMA)
+		dma_account(&e, 0, args->len, e.d, args->nents);
+	if (!(flags & F_EMIT))
+		return 0;
+	e.a = args->iova;
+	e.b = args->len;
+	e.c = args->bo;
+	e.w = args->nents;
+	e.v = args->dir;
+	emit(&e);
+	return 0;
+}
+
+int on_dma_unmap(struct tp_tacc_dma_unmap *args)
+{
+	u64 flags = cfgv(CFG_FLAGS);
+	struct tacc_ev e = { .kind = KIND_DMA_UNMAP };
+	if (!cur_proc(&e, args->dev))
+		return 0;
+	if (flags & F_DMA) {
+		struct unmapval u = { .ts = bpf_ktime_get_ns(), .len = args->len };
+		dma_account(&e, 1, args->len, 0, args->nents);
+		unmap_t0.update(&e.tid, &u);
+	}
+	if (!(flags & F_EMIT))
+		return 0;
+	e.a = args->iova;
+	e.b = args->len;
+	e.c = args->bo;
+	e.w = args->nents;
+	e.v = args->dir;
+	emit(&e);
+	return 0;
+}
+
+/* kretprobe of dma_unmap_sg_attrs: time of an unmap the tracepoint announced */
+int kr_dma_unmap(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tid = (u32)id, pid = id >> 32;
+	struct unmapval *u = unmap_t0.lookup(&tid);
+	struct dmaval *d;
+	if (!u)
+		return 0;
+	d = dma.lookup(&pid);
+	if (d)
+		__sync_fetch_and_add(&d->unmap_ns, bpf_ktime_get_ns() - u->ts);
+	unmap_t0.delete(&tid);
+	return 0;
+}
+
+static __always_inline int vm_ev(struct tacc_ev *e, u32 dev, u32 ctx, u64 bo, u64 va, u64 size,
+					u64 page_size)
+{
+	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !cur_proc(e, dev))
+		return 0;
+	e->x = ctx;
+	e->a = va;
+	e->b = size;
+	e->c = bo;
+	e->d = page_size;
+	emit(e);
+	return 0;
+}
+
+int on_vm_bind(struct tp_tacc_vm_bind *args)
+{
+	struct tacc_ev e = { .kind = KIND_VM_BIND };
+	return vm_ev(&e, args->dev, args->ctx, args->bo, args->va, args->size, args->page_size);
+}
+
+int on_vm_unbind(struct tp_tacc_vm_unbind *args)
+{
+	struct tacc_ev e = { .kind = KIND_VM_UNBIND };
+	return vm_ev(&e, args->dev, args->ctx, args->bo, args->va, args->size, args->page_size);
+}
+
+int on_mmu_fault(struct tp_tacc_mmu_fault *args)
+{
+	struct tacc_ev e = { .kind = KIND_MMU_FAULT };
+	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !owner_proc(&e, args->dev, args->ctx))
+		return 0;
+	e.tag = args->tag;
+	e.a = args->addr;
+	e.y = args->queue;
+	e.w = args->type;
+	e.v = args->write;
+	emit(&e);
+	return 0;
+}
+
+int on_pm(struct tp_tacc_pm *args)
+{
+	struct tacc_ev e = { .kind = KIND_PM };
+	if (!(cfgv(CFG_FLAGS) & F_EMIT) || filtering_proc() || !pass_dev(args->dev))
+		return 0;
+	e.dev = args->dev;
+	e.w = args->from;
+	e.v = args->to;
+	emit(&e);
+	return 0;
+}
+
+int on_reset(struct tp_tacc_reset *args)
+{
+	struct tacc_ev e = { .kind = KIND_RESET };
+	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !owner_proc(&e, args->dev, args->ctx))
+		return 0;
+	e.tag = args->tag;
+	e.a = args->seqno;
+	e.y = args->queue;
+	e.z = args->reason;
+	emit(&e);
+	return 0;
+}
+
+int on_trace_drop(struct tp_tacc_trace_drop *args)
+{
+	struct tacc_ev e = { .kind = KIND_TRACE_DROP };
+	if (!(cfgv(CFG_FLAGS) & F_EMIT) || filtering_proc() || !pass_dev(args->dev))
+		return 0;
+	e.dev = args->dev;
+	e.w = args->dropped;
+	e.v = args->total;
+	emit(&e);
+	return 0;
+}
+"""
+
+HOST_HANDLERS = r"""
+static __always_inline int traced_cur(void)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	return traced_tgid.lookup(&tgid) != NULL;
+}
+
+int on_sched_switch(struct tp_sched_switch *args)
+{
+	u32 next = args->next_pid;
+	int prev_t = traced_cur(), next_t = traced_tid.lookup(&next) != NULL;
+	struct tacc_ev e = { .kind = HOST_BASE + 1 };
+	if (!prev_t && !next_t)
+		return 0;
+	e.pid = bpf_get_current_pid_tgid() >> 32;
+	e.tid = args->prev_pid;
+	e.x = next;
+	e.z = args->prev_state;
+	__builtin_memcpy(e.comm, args->prev_comm, 16);
+	__builtin_memcpy(e.comm2, args->next_comm, 16);
+	emit_host(&e);
+	return 0;
+}
+
+int on_sched_wakeup(struct tp_sched_wakeup *args)
+{
+	u32 tid = args->pid;
+	struct tacc_ev e = { .kind = HOST_BASE + 2 };
+	if (!traced_tid.lookup(&tid))
+		return 0;
+	e.tid = tid;
+	e.y = args->target_cpu;
+	__builtin_memcpy(e.comm, args->comm, 16);
+	emit_host(&e);
+	return 0;
+}
+
+int on_block_rq_issue(struct tp_block_rq_issue *args)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	struct tacc_ev e = { .kind = HOST_BASE + 3 };
+	struct blkkey k = { .dev = args->dev, .sector = args->sector };
+	struct blkval v = {};
+	if (!traced_cur())
+		return 0;
+	v.ts = bpf_ktime_get_ns();
+	v.pid = id >> 32;
+	v.tid = (u32)id;
+	v.bytes = args->bytes;
+	bpf_get_current_comm(&v.comm, sizeof(v.comm));
+	blk.update(&k, &v);
+	e.pid = v.pid;
+	e.tid = v.tid;
+	e.x = args->dev;
+	e.a = args->sector;
+	e.b = args->bytes;
+	__builtin_memcpy(e.comm, v.comm, 16);
+	emit_host(&e);
+	return 0;
+}
+
+int on_block_rq_complete(struct tp_block_rq_complete *args)
+{
+	struct blkkey k = { .dev = args->dev, .sector = args->sector };
+	struct blkval *v = blk.lookup(&k);
+	struct tacc_ev e = { .kind = HOST_BASE + 4 };
+	if (!v)
+		return 0;
+	e.pid = v->pid;
+	e.tid = v->tid;
+	e.x = args->dev;
+	e.a = args->sector;
+	e.b = v->bytes;
+	e.d = bpf_ktime_get_ns() - v->ts;
+	e.z = args->error;
+	__builtin_memcpy(e.comm, v->comm, 16);
+	blk.delete(&k);
+	emit_host(&e);
+	return 0;
+}
+
+int on_net_dev_start_xmit(struct tp_net_dev_start_xmit *args)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	struct tacc_ev e = { .kind = HOST_BASE + 5 };
+	if (!traced_cur())
+		return 0;
+	e.pid = id >> 32;
+	e.tid = (u32)id;
+	e.b = args->len;
+	bpf_get_current_comm(&e.comm, sizeof(e.comm));
+	emit_host(&e);
+	return 0;
+}
+
+int on_netif_receive_skb(struct tp_netif_receive_skb *args)
+{
+	struct tacc_ev e = { .kind = HOST_BASE + 6 };
+	e.b = args->len;
+	emit_host(&e);
+	return 0;
+}
+"""
+
+
+def handler_name(event: str) -> str:
+    return "on_" + event.removeprefix("tacc_")
+
+
+def build_source(root: Path, rb_pages: int = 1024, max_scan_cmds: int = 32,
+                 host: bool = True) -> tuple[str, dict[str, Format]]:
+    """The program text for the loaded driver; returns (source, formats found)."""
+    from tacc.capture.schema import DriverKind
+
+    from .events import HOST_BASE
+
+    formats: dict[str, Format] = {}
+    structs = []
+    for ev in TACC_EVENTS:
+        fmt = read_format(root, "tacc", ev)
+        if fmt is None:
+            raise FileNotFoundError(f"tracepoint tacc:{ev} not found")
+        formats[f"tacc:{ev}"] = fmt
+        structs.append(c_struct(fmt, f"tp_{ev}"))
+    src_host = ""
+    if host:
+        parts = []
+        for system, ev in HOST_EVENTS:
+            fmt = read_format(root, system, ev)
+            if fmt is None:
+                continue
+            formats[f"{system}:{ev}"] = fmt
+            structs.append(c_struct(fmt, f"tp_{ev}"))
+            start = HOST_HANDLERS.find(f"int {handler_name(ev)}(")
+            parts.append((start, ev))
+        # keep the helper and the handlers whose tracepoint exists
+        body = HOST_HANDLERS
+        helper_end = body.find("int on_sched_switch(")
+        chunks = [body[:helper_end]]
+        names = [handler_name(ev) for _, ev in HOST_EVENTS]
+        for i, n in enumerate(names):
+            s = body.find(f"int {n}(")
+            e = body.find(f"int {names[i + 1]}(") if i + 1 < len(names) else len(body)
+            if any(handler_name(ev) == n for _, ev in parts):
+                chunks.append(body[s:e])
+        src_host = "".join(chunks)
+    defines = [f"#define RB_PAGES {rb_pages}", f"#define NSTATS {NSTATS}",
+               f"#define MAX_SCAN_CMDS {max_scan_cmds}", f"#define HOST_BASE {HOST_BASE}"]
+    for name, val in (("F_EMIT", F_EMIT), ("F_LAT", F_LAT), ("F_TOP", F_TOP), ("F_DMA", F_DMA),
+                      ("F_HOST", F_HOST), ("F_AUTOTRACE", F_AUTOTRACE), ("F_BYTES", F_BYTES),
+                      ("CFG_FLAGS", CFG_FLAGS), ("CFG_PID", CFG_PID), ("CFG_DEV", CFG_DEV),
+                      ("CFG_HAS_DEV", CFG_HAS_DEV), ("CFG_HAS_COMM", CFG_HAS_COMM),
+                      ("ST_EMIT", ST_EMIT), ("ST_DROP", ST_DROP), ("ST_HOST_EMIT", ST_HOST_EMIT),
+                      ("ST_HOST_DROP", ST_HOST_DROP), ("ST_NOJOB", ST_NOJOB)):
+        defines.append(f"#define {name} {val}")
+    for k in DriverKind:
+        defines.append(f"#define KIND_{k.name} {int(k)}")
+    src = "\n".join(defines) + "\n" + PRELUDE + "\n" + "\n\n".join(structs) + "\n" + \
+        DRIVER_HANDLERS + src_host
+    return src, formats

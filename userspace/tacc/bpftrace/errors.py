@@ -1,0 +1,11 @@
+"""One-line, non-zero-exit failures of the tracing tools."""
+
+from __future__ import annotations
+
+
+class ToolError(Exception):
+    """Printed as ``<prog>: <message>`` (one line); the process exits with ``status``."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(" ".join(message.split()))
+        self.status = status

@@ -1,0 +1,209 @@
+"""The compiled BPF program and what a tool attaches of it.
+
+``Program`` compiles once (bcc + clang, several seconds under TCG) and can be reused:
+``attach(mode)`` / ``detach()`` switch the probes, ``configure()`` sets the filters in
+the config map, ``drain()`` copies the ring buffer out in bulk, ``stats()`` returns the
+in-BPF emit/drop counts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import bpfsrc
+from .bpfsrc import (
+    CFG_DEV,
+    CFG_FLAGS,
+    CFG_HAS_COMM,
+    CFG_HAS_DEV,
+    CFG_PID,
+    F_AUTOTRACE,
+    F_BYTES,
+    F_DMA,
+    F_EMIT,
+    F_HOST,
+    F_LAT,
+    F_TOP,
+    HOST_EVENTS,
+    TACC_EVENTS,
+)
+from .events import EV_DTYPE
+from .ringbuf import RingReader
+
+# which tacc tracepoints each mode needs
+MODE_EVENTS: dict[str, tuple[str, ...]] = {
+    "snoop": ("tacc_ioctl_enter", "tacc_submit", "tacc_job_done"),
+    "latency": ("tacc_ioctl_enter", "tacc_submit", "tacc_job_start", "tacc_job_done"),
+    "top": ("tacc_ioctl_enter", "tacc_submit", "tacc_job_done"),
+    "dma": ("tacc_ioctl_enter", "tacc_dma_map", "tacc_dma_unmap"),
+    "record": TACC_EVENTS,
+}
+MODE_FLAGS = {
+    "snoop": F_EMIT | F_BYTES,
+    "latency": F_LAT,
+    "top": F_TOP | F_BYTES,
+    "dma": F_DMA,
+    "record": F_EMIT | F_BYTES,
+}
+
+
+@dataclass
+class Filters:
+    pid: int = 0
+    comm: str = ""
+    dev: int | None = None
+
+
+@dataclass
+class Stats:
+    emitted: int = 0
+    dropped: int = 0
+    host_emitted: int = 0
+    host_dropped: int = 0
+    unmatched_done: int = 0
+
+
+class Program:
+    def __init__(self, tracefs: Path, rb_pages: int = 1024, host: bool = True) -> None:
+        from bcc import BPF  # imported late: only /usr/bin/python3 (or the venv) has it
+
+        self.src, self.formats = bpfsrc.build_source(tracefs, rb_pages=rb_pages, host=host)
+        self.bpf = BPF(text=self.src)
+        self.rb_size = rb_pages * 4096
+        self.reader = RingReader.from_map_fd(self.bpf["events"].map_fd, self.rb_size, EV_DTYPE)
+        self.attached: list[tuple[str, str]] = []
+        self.kprobes: list[tuple[str, str]] = []
+        self.mode = ""
+        self.warnings: list[str] = []
+        self._stats_base = [0] * bpfsrc.NSTATS
+
+    # ------------------------------------------------------------ attach ---
+    def attach(self, mode: str, host: bool = False, autotrace: bool = False) -> None:
+        self.detach()
+        self.mode = mode
+        flags = MODE_FLAGS[mode] | (F_HOST if host else 0) | (F_AUTOTRACE if autotrace else 0)
+        self._set_cfg(CFG_FLAGS, flags)
+        if flags & F_BYTES:
+            self._kprobe("tacc_submit_ioctl", "kp_submit_ioctl", ret=False)
+        if flags & F_DMA:
+            self._kprobe("dma_map_sgtable", "kp_dma_map", ret=False)
+            self._kprobe("dma_unmap_sg_attrs", "kr_dma_unmap", ret=True)
+        for ev in MODE_EVENTS[mode]:
+            self._tp("tacc", ev)
+        if host:
+            for system, ev in HOST_EVENTS:
+                if f"{system}:{ev}" in self.formats:
+                    self._tp(system, ev)
+
+    def _tp(self, system: str, ev: str) -> None:
+        tp = f"{system}:{ev}"
+        self.bpf.attach_tracepoint(tp=tp, fn_name=bpfsrc.handler_name(ev))
+        self.attached.append((tp, bpfsrc.handler_name(ev)))
+
+    def _kprobe(self, sym: str, fn: str, ret: bool) -> None:
+        try:
+            if ret:
+                self.bpf.attach_kretprobe(event=sym, fn_name=fn)
+            else:
+                self.bpf.attach_kprobe(event=sym, fn_name=fn)
+            self.kprobes.append((sym, "r" if ret else "p"))
+        except Exception:  # noqa: BLE001 - bcc raises plain Exception
+            self.warnings.append(f"kprobe {sym} unavailable: its figures are 0")
+
+    def detach(self) -> None:
+        self._set_cfg(CFG_FLAGS, 0)
+        for tp, _fn in self.attached:
+            try:
+                self.bpf.detach_tracepoint(tp=tp)
+            except Exception:  # noqa: BLE001
+                pass
+        for sym, kind in self.kprobes:
+            try:
+                if kind == "r":
+                    self.bpf.detach_kretprobe(event=sym)
+                else:
+                    self.bpf.detach_kprobe(event=sym)
+            except Exception:  # noqa: BLE001
+                pass
+        self.attached, self.kprobes = [], []
+
+    # ------------------------------------------------------------ config ---
+    def _set_cfg(self, idx: int, value: int) -> None:
+        t = self.bpf["cfg"]
+        t[ctypes.c_int(idx)] = ctypes.c_uint64(value)
+
+    def configure(self, f: Filters) -> None:
+        self._set_cfg(CFG_PID, f.pid)
+        self._set_cfg(CFG_HAS_DEV, 1 if f.dev is not None else 0)
+        self._set_cfg(CFG_DEV, f.dev or 0)
+        self._set_cfg(CFG_HAS_COMM, 1 if f.comm else 0)
+        t = self.bpf["cfg_comm"]
+        leaf = t.Leaf()
+        raw = f.comm.encode()[:15]
+        ctypes.memmove(ctypes.addressof(leaf), raw + b"\0" * (16 - len(raw)), 16)
+        t[ctypes.c_int(0)] = leaf
+
+    def trace_pids(self, pids: list[int]) -> None:
+        t = self.bpf["traced_tgid"]
+        for p in pids:
+            t[t.Key(p)] = t.Leaf(1)
+
+    def reset(self) -> None:
+        """Clear aggregates and statistics (between test runs of one session)."""
+        for name in ("lat", "top", "dma", "dmahist", "jobs", "traced_tgid", "traced_tid",
+                     "blk", "unmap_t0", "dma_t0", "ioctl_t0", "submit_arg"):
+            self.bpf[name].clear()
+        self._stats_base = self._raw_stats()
+        self.drain()
+        self.reader.records = 0
+
+    # ------------------------------------------------------------- data ---
+    def drain(self) -> np.ndarray:
+        return self.reader.drain()
+
+    def _raw_stats(self) -> list[int]:
+        st = self.bpf["stats"]
+        return [int(sum(st[ctypes.c_int(i)])) for i in range(bpfsrc.NSTATS)]
+
+    def stats(self) -> Stats:
+        v = [a - b for a, b in zip(self._raw_stats(), self._stats_base, strict=True)]
+        return Stats(v[bpfsrc.ST_EMIT], v[bpfsrc.ST_DROP], v[bpfsrc.ST_HOST_EMIT],
+                     v[bpfsrc.ST_HOST_DROP], v[bpfsrc.ST_NOJOB])
+
+    def latency(self) -> dict[tuple[int, int, int], dict[int, int]]:
+        """{(dev, queue, which): {log2 slot: count}}; which 0 total, 1 queue wait, 2 device."""
+        out: dict[tuple[int, int, int], dict[int, int]] = {}
+        for k, v in self.bpf["lat"].items():
+            out.setdefault((k.dev, k.queue, k.which), {})[k.slot] = int(v.value)
+        return out
+
+    def top(self) -> dict[int, dict[str, Any]]:
+        out = {}
+        for k, v in self.bpf["top"].items():
+            out[int(k.value)] = {
+                "comm": bytes(v.comm).split(b"\0")[0].decode(errors="replace"),
+                "jobs": v.jobs, "cmds": v.cmds, "bytes": v.bytes, "busy_ticks": v.busy_ticks,
+                "submits": v.submits, "errors": v.errors, "lat_ns": v.lat_ns}
+        return out
+
+    def dma(self) -> tuple[dict[int, dict[str, Any]], dict[tuple[int, int], dict[int, int]]]:
+        per = {}
+        for k, v in self.bpf["dma"].items():
+            per[int(k.value)] = {
+                "comm": bytes(v.comm).split(b"\0")[0].decode(errors="replace"),
+                "maps": v.maps, "unmaps": v.unmaps, "map_bytes": v.map_bytes,
+                "unmap_bytes": v.unmap_bytes, "map_ns": v.map_ns, "unmap_ns": v.unmap_ns,
+                "segments": v.segs}
+        hist: dict[tuple[int, int], dict[int, int]] = {}
+        for k, v in self.bpf["dmahist"].items():
+            hist.setdefault((k.pid, k.dir), {})[k.slot] = int(v.value)
+        return per, hist
+
+    def close(self) -> None:
+        self.detach()
+        self.bpf.cleanup()

@@ -1,0 +1,103 @@
+"""``tacc trace start|stop|status``: control taccd over its UNIX socket."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from tacc.daemon import protocol
+
+
+def _fail(msg: str) -> Exception:
+    from tacc.cli import CommandError
+
+    return CommandError(msg)
+
+
+def _call(args: argparse.Namespace, req: dict[str, Any]) -> dict[str, Any]:
+    try:
+        rep = protocol.request(req, args.socket)
+    except protocol.ProtocolError as exc:
+        raise _fail(str(exc)) from None
+    if not rep.get("ok"):
+        raise _fail(str(rep.get("error", "taccd refused the request")))
+    return rep
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    opts: dict[str, Any] = {}
+    if args.pid:
+        opts["pids"] = args.pid
+    if args.device:
+        opts["device"] = args.device
+    if args.comm:
+        opts["comm"] = args.comm
+    if args.no_host:
+        opts["host_events"] = False
+    if args.counters_hz is not None:
+        opts["counters_hz"] = args.counters_hz
+    if args.duration:
+        opts["duration"] = args.duration
+    if args.max_bytes:
+        opts["max_bytes"] = args.max_bytes
+    rep = _call(args, {"cmd": "start", "output": args.output, "options": opts})
+    print(json.dumps(rep) if args.json else f"capturing to {rep['path']}")
+    for w in rep.get("warnings", []):
+        print(f"tacc: warning: {w}")
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    rep = _call(args, {"cmd": "stop"})
+    s = rep["summary"]
+    if args.json:
+        print(json.dumps(rep))
+    else:
+        recs = ", ".join(f"{k} {v}" for k, v in sorted(s["records"].items()))
+        drops = sum(s["drops"].values())
+        print(f"capture {s['path']}: {recs}; {drops} dropped")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    rep = _call(args, {"cmd": "status"})
+    if args.json:
+        print(json.dumps(rep, indent=1))
+        return 0
+    print(f"taccd pid {rep['pid']}: {rep['mode']}, devices {', '.join(rep['devices']) or '-'}")
+    cap = rep.get("capture")
+    if cap:
+        print(f"capture {cap['path']}: {cap['bytes']} bytes, records {cap['records']}, "
+              f"drops {cap['drops']}")
+    for pci, s in (rep.get("always_on") or {}).items():
+        r = s.get("rates", {})
+        print(f"  {pci}: {r.get('jobs_completed_per_s', 0):.1f} jobs/s, "
+              f"{r.get('h2d_bytes_per_s', 0):.0f} B/s h2d, "
+              f"{r.get('d2h_bytes_per_s', 0):.0f} B/s d2h")
+    for w in rep.get("warnings", []):
+        print(f"  warning: {w}")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("trace", help="taccd capture control (start|stop|status)")
+    p.add_argument("--socket", default=None, help="taccd control socket")
+    ts = p.add_subparsers(dest="trace_cmd", metavar="ACTION", required=True)
+    s = ts.add_parser("start", help="start a capture")
+    s.add_argument("-o", "--output", default=None, help="capture directory")
+    s.add_argument("-p", "--pid", type=int, action="append", default=[])
+    s.add_argument("-c", "--comm", default="")
+    s.add_argument("-d", "--device", default=None)
+    s.add_argument("--duration", type=float, default=None)
+    s.add_argument("--no-host", action="store_true", help="no sched/block/net events")
+    s.add_argument("--counters-hz", type=float, default=None)
+    s.add_argument("--max-bytes", type=int, default=None)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_start)
+    st = ts.add_parser("stop", help="stop the capture and close it")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_stop)
+    ss = ts.add_parser("status", help="taccd mode, devices, always-on figures")
+    ss.add_argument("--json", action="store_true")
+    ss.set_defaults(func=cmd_status)

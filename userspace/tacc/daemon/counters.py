@@ -1,0 +1,98 @@
+"""Counter samples of a function: the counter block mmap'd from the accel node (fast,
+seqlocked, wakes nothing extra while a trace ring holds the device powered) or sysfs
+(never wakes a suspended device; slow).  ``tacc.counters`` (being written in parallel)
+will replace this small reader when it lands.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+from tacc.capture.schema import COUNTERS_DTYPE, FUNC_COUNTERS, GLOBAL_COUNTERS
+
+from . import uapi
+from .devices import TaccFunction, read_counters_sysfs
+
+SLOT_HDR, SLOT_GEN = 0, 1
+GLOBAL_PAGE = 0x1000
+_FUNC_SLOTS = np.array([s for _, s in FUNC_COUNTERS])
+_GLOBAL_SLOTS = np.array([s for _, s in GLOBAL_COUNTERS])
+
+
+def sample_from_slots(func: np.ndarray, glob: np.ndarray | None, fid: int, seq: int,
+                      out: np.ndarray | None = None) -> np.ndarray:
+    """One COUNTERS_DTYPE record from raw u64 slot arrays of the two counter pages."""
+    rec = np.zeros(1, COUNTERS_DTYPE) if out is None else out
+    for (name, slot) in FUNC_COUNTERS:
+        rec[name] = func[slot]
+    if glob is not None:
+        for (name, slot) in GLOBAL_COUNTERS:
+            rec["g_" + name] = glob[slot]
+        rec["devclk"] = glob[8]  # uptime_ticks: device clock at the last update
+    rec["fid"], rec["seq"] = fid, seq
+    return rec
+
+
+class CounterBlock:
+    """The mmap'd counter block of one function (read-only)."""
+
+    def __init__(self, fn: TaccFunction, fid: int) -> None:
+        if fn.accel is None:
+            raise OSError(f"{fn.pci}: no accel node")
+        self.fid = fid
+        self.fd = uapi.open_node(fn.accel)
+        self.size = 8192 if not fn.is_vf and os.geteuid() == 0 else 4096
+        try:
+            self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ,
+                                offset=uapi.DRM_TACC_MMAP_COUNTERS)
+        except OSError:
+            self.size = 4096
+            self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ,
+                                offset=uapi.DRM_TACC_MMAP_COUNTERS)
+        self.seq = 0
+        self.retries = 0
+
+    def _slots(self, page: int) -> np.ndarray:
+        return np.frombuffer(self.mm, dtype="<u8", count=64, offset=page).copy()
+
+    def sample(self) -> np.ndarray:
+        for _ in range(8):
+            g0 = int(np.frombuffer(self.mm, "<u8", 1, 8)[0])
+            if g0 & 1:
+                self.retries += 1
+                continue
+            func = self._slots(0)
+            glob = self._slots(GLOBAL_PAGE) if self.size > 4096 else None
+            if int(np.frombuffer(self.mm, "<u8", 1, 8)[0]) == g0:
+                break
+            self.retries += 1
+        self.seq += 1
+        return sample_from_slots(func, glob, self.fid, self.seq)
+
+    def close(self) -> None:
+        try:
+            self.mm.close()
+        finally:
+            os.close(self.fd)
+
+
+class SysfsCounters:
+    def __init__(self, fn: TaccFunction, fid: int) -> None:
+        self.fn, self.fid, self.seq = fn, fid, 0
+
+    def sample(self) -> np.ndarray:
+        vals = read_counters_sysfs(self.fn)
+        rec = np.zeros(1, COUNTERS_DTYPE)
+        for k, v in vals.items():
+            if k in (COUNTERS_DTYPE.names or ()):
+                rec[k] = v
+        rec["devclk"] = vals.get("g_uptime_ticks", 0)
+        self.seq += 1
+        rec["fid"], rec["seq"] = self.fid, self.seq
+        return rec
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,155 @@
+"""Consumer of a function's device trace ring (DRM_IOCTL_TACC_TRACE_OPEN/ADVANCE/CLOSE).
+
+The driver owns the consumer index: one registered consumer per function maps the
+ring read-only and hands records back with ADVANCE.  Records are copied out in bulk
+as a numpy array; drops are the device's ``dropped`` count (cross-checked against
+gaps in the record sequence numbers).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tacc.capture.schema import DEVICE_TRACE_DTYPE, TRACE_REC_DTYPE
+
+from . import uapi
+
+HDR_SIZE = ctypes.sizeof(uapi.TraceHeader)
+
+
+class TraceRingError(Exception):
+    pass
+
+
+@dataclass
+class DrainResult:
+    records: np.ndarray  # DEVICE_TRACE_DTYPE
+    dropped: int  # newly dropped records (device count or sequence gaps, the larger)
+    seq_gaps: int
+
+
+class RingView:
+    """Parses a mapped ring (header + records) and tracks the consumer side.
+
+    ``advance(cons) -> (prod, dropped)`` hands records back; the default implementation
+    is the ioctl, tests pass a fake.
+    """
+
+    def __init__(self, buf: mmap.mmap | bytearray | memoryview, fid: int,
+                 advance: Callable[[int], tuple[int, int]]) -> None:
+        self.buf = buf
+        self.fid = fid
+        self.advance = advance
+        hdr = self.header()
+        if hdr.version != uapi.DRM_TACC_TRACE_HDR_VERSION:
+            raise TraceRingError(f"trace ring header version {hdr.version} is not supported")
+        if hdr.rec_size != TRACE_REC_DTYPE.itemsize:
+            raise TraceRingError(f"trace record size {hdr.rec_size} != 64")
+        self.entries = int(hdr.entries)
+        self.data_offset = int(hdr.data_offset)
+        self.cons = int(hdr.cons)
+        self.epoch = int(hdr.epoch)
+        self.dropped_seen = int(hdr.dropped)
+        self.next_seq: int | None = None
+        self.total_records = 0
+        self.total_dropped = 0
+        self.total_seq_gaps = 0
+
+    def header(self) -> uapi.TraceHeader:
+        return uapi.TraceHeader.from_buffer_copy(bytes(self.buf[:HDR_SIZE]))
+
+    def drain(self, max_records: int | None = None) -> DrainResult:
+        hdr = self.header()
+        if int(hdr.epoch) != self.epoch:  # function reset: indices restart at 0
+            self.epoch, self.cons, self.dropped_seen, self.next_seq = int(hdr.epoch), 0, 0, None
+        prod = int(hdr.prod)
+        n = (prod - self.cons) & 0xFFFFFFFF
+        if n > self.entries:  # cannot happen with a sane device; resynchronise
+            self.total_dropped += n - self.entries
+            self.cons = (prod - self.entries) & 0xFFFFFFFF
+            n = self.entries
+        if max_records is not None:
+            n = min(n, max_records)
+        out = np.zeros(n, DEVICE_TRACE_DTYPE)
+        if n:
+            ring = np.frombuffer(self.buf, dtype=TRACE_REC_DTYPE, count=self.entries,
+                                 offset=self.data_offset)
+            start = self.cons % self.entries
+            first = min(n, self.entries - start)
+            recs = np.concatenate([ring[start:start + first], ring[:n - first]])
+            for name in TRACE_REC_DTYPE.names or ():
+                out[name] = recs[name]
+            out["fid"] = self.fid
+        self.cons = (self.cons + n) & 0xFFFFFFFF
+        _prod, dropped = self.advance(self.cons)
+        new_drops = (dropped - self.dropped_seen) & 0xFFFFFFFF
+        self.dropped_seen = dropped
+        gaps = self._seq_gaps(out)
+        lost = max(new_drops, gaps)
+        self.total_records += n
+        self.total_dropped += lost
+        self.total_seq_gaps += gaps
+        return DrainResult(out, lost, gaps)
+
+    def _seq_gaps(self, recs: np.ndarray) -> int:
+        if not len(recs):
+            return 0
+        seq = recs["seq"].astype(np.int64)
+        gaps = int(np.sum(np.maximum((np.diff(seq) & 0xFFFFFFFF) - 1, 0)))
+        if self.next_seq is not None:
+            gaps += int((int(seq[0]) - self.next_seq) & 0xFFFFFFFF)
+        self.next_seq = (int(seq[-1]) + 1) & 0xFFFFFFFF
+        return gaps
+
+
+class DeviceTraceRing:
+    """The registered consumer of one function's trace ring (owns the accel fd)."""
+
+    def __init__(self, node: str, fid: int) -> None:
+        self.node = node
+        self.fd = uapi.open_node(node)
+        try:
+            op = uapi.TraceOpen()
+            try:
+                uapi.ioctl(self.fd, uapi.IOCTL_TRACE_OPEN, op)
+            except OSError as exc:
+                if exc.errno == errno.EBUSY:
+                    raise TraceRingError(
+                        f"{node}: trace ring already has a consumer (taccd or "
+                        f"accel-bpftrace record)") from None
+                raise TraceRingError(f"{node}: TRACE_OPEN failed: {exc.strerror}") from None
+            self.mm = mmap.mmap(self.fd, int(op.mmap_size), mmap.MAP_SHARED, mmap.PROT_READ,
+                                offset=int(op.mmap_offset))
+            self.view = RingView(self.mm, fid, self._advance)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def _advance(self, cons: int) -> tuple[int, int]:
+        a = uapi.TraceAdvance(cons=cons)
+        uapi.ioctl(self.fd, uapi.IOCTL_TRACE_ADVANCE, a)
+        return int(a.prod), int(a.dropped)
+
+    def drain(self) -> DrainResult:
+        return self.view.drain()
+
+    def close(self) -> None:
+        if self.fd < 0:
+            return
+        try:
+            self.mm.close()
+        except (BufferError, ValueError):
+            pass
+        try:
+            uapi.ioctl(self.fd, uapi.IOCTL_TRACE_CLOSE, uapi.TraceClose())
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = -1

@@ -1,0 +1,338 @@
+"""taccd: always-on low-cost collection plus on-demand captures (docs/taccd.md).
+
+One thread, one select loop: the control socket, the netlink event socket, the pyudev
+kernel monitor and a 50 ms tick that drains the capture's collectors in bulk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from . import protocol
+from .alwayson import AlwaysOn
+from .devices import DeviceError, TaccFunction, discover, find
+from .session import CaptureSession, Options
+
+log = logging.getLogger("taccd")
+TICK_S = 0.05
+
+
+class DaemonError(Exception):
+    pass
+
+
+class Daemon:
+    def __init__(self, sock_path: str, capture_root: Path, always_on: bool = True,
+                 interval: float = 1.0, max_bytes: int = 1 << 30, bpf: bool = True,
+                 sysroot: str = "/") -> None:
+        self.sock_path = sock_path
+        self.capture_root = capture_root
+        self.max_bytes = max_bytes
+        self.sysroot = sysroot
+        self.functions: list[TaccFunction] = discover(sysroot)
+        self.always_on = AlwaysOn(interval) if always_on else None
+        self.bpf_enabled = bpf
+        self.program: Any | None = None
+        self.program_error = ""
+        self.session: CaptureSession | None = None
+        self.deadline: float | None = None
+        self.events: deque[dict[str, Any]] = deque(maxlen=1000)
+        self.warnings: deque[str] = deque(maxlen=100)
+        self.sel = selectors.DefaultSelector()
+        self.stop_requested = False
+        self.started = time.time()
+        self.captures_done = 0
+        self._listen()
+        self.netlink = self._netlink()
+        self.monitor = self._udev()
+
+    # ------------------------------------------------------------ sources ---
+    def _listen(self) -> None:
+        p = Path(self.sock_path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if p.exists() or p.is_symlink():
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(str(p))
+                probe.close()
+                raise DaemonError(f"another taccd is listening on {p}")
+            except (ConnectionRefusedError, FileNotFoundError):
+                p.unlink(missing_ok=True)
+            finally:
+                probe.close()
+        self.lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.lsock.bind(str(p))
+        os.chmod(p, 0o660)
+        self.lsock.listen(8)
+        self.lsock.setblocking(False)
+        self.sel.register(self.lsock, selectors.EVENT_READ, self._accept)
+
+    def _netlink(self) -> Any | None:
+        try:
+            from .netlink import NetlinkEvents
+
+            nl = NetlinkEvents()
+        except Exception as exc:  # noqa: BLE001 - family absent without the module
+            self.warnings.append(f"netlink device events unavailable: {exc}")
+            return None
+        self.sel.register(nl.fileno(), selectors.EVENT_READ, self._on_netlink)
+        return nl
+
+    def _udev(self) -> Any | None:
+        try:
+            import pyudev
+
+            mon = pyudev.Monitor.from_netlink(pyudev.Context(), source="kernel")
+            mon.filter_by("pci")
+            mon.filter_by("accel")
+            mon.start()
+        except Exception as exc:  # noqa: BLE001
+            self.warnings.append(f"device hotplug not followed: {exc}")
+            return None
+        self.sel.register(mon.fileno(), selectors.EVENT_READ, self._on_udev)
+        return mon
+
+    # ----------------------------------------------------------- handlers ---
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.lsock.accept()
+        except BlockingIOError:
+            return
+        conn.settimeout(5.0)
+        try:
+            buf = b""
+            while not buf.endswith(b"\n") and len(buf) < protocol.MAX_LINE:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+            try:
+                reply = self.handle(protocol.decode(buf))
+            except (protocol.ProtocolError, DaemonError) as exc:
+                reply = {"ok": False, "error": str(exc)}
+            conn.sendall(protocol.encode(reply))
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def _on_netlink(self) -> None:
+        assert self.netlink is not None
+        for ev in self.netlink.read():
+            self.events.append(ev)
+            if self.session is not None:
+                self.session.device_events.append(ev)
+
+    def _on_udev(self) -> None:
+        assert self.monitor is not None
+        while True:
+            dev = self.monitor.poll(timeout=0)
+            if dev is None:
+                break
+            self.devices_changed(dev.action or "", dev.sys_name)
+
+    def devices_changed(self, action: str, name: str) -> None:
+        before = {f.pci for f in self.functions}
+        self.functions = discover(self.sysroot)
+        after = {f.pci for f in self.functions}
+        for pci in sorted(after - before):
+            log.info("device %s appeared", pci)
+            if self.session is not None:
+                self.session.add_function(find(self.functions, pci))
+        for pci in sorted(before - after):
+            log.info("device %s disappeared", pci)
+            if self.session is not None:
+                self.session.remove_function(pci)
+        # a driver bind creates the accel node after the PCI add: reopen what is missing
+        if self.session is not None and action in ("add", "bind"):
+            for f in self.functions:
+                fid = self.session.fid_of_pci.get(f.pci)
+                if fid is not None and f.accel and fid not in self.session.rings \
+                        and self.session.opts.device_trace:
+                    self.session.functions[fid] = f
+                    self.session._open_function(fid, f)
+
+    # ------------------------------------------------------------ requests ---
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        cmd = req.get("cmd")
+        if cmd == "ping":
+            return {"ok": True}
+        if cmd == "status":
+            return {"ok": True, **self.status()}
+        if cmd == "start":
+            return {"ok": True, **self.start_capture(req.get("output"),
+                                                      req.get("options") or {})}
+        if cmd == "stop":
+            return {"ok": True, **self.stop_capture()}
+        raise DaemonError(f"unknown command {cmd!r}")
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(), "uptime_s": time.time() - self.started,
+            "mode": "capture" if self.session else ("always-on" if self.always_on else "idle"),
+            "devices": [f.pci for f in self.functions],
+            "always_on": self.always_on.summary() if self.always_on else None,
+            "capture": self.session.status() if self.session else None,
+            "captures_done": self.captures_done,
+            "device_events": list(self.events)[-20:],
+            "warnings": list(self.warnings),
+            "bpf": "ready" if self.program is not None else (self.program_error or "not loaded"),
+        }
+
+    def _get_program(self) -> Any | None:
+        if not self.bpf_enabled:
+            return None
+        if self.program is None and not self.program_error:
+            try:
+                from tacc.bpftrace import preflight
+                from tacc.bpftrace.errors import ToolError
+                from tacc.bpftrace.program import Program
+
+                try:
+                    root = preflight.all_checks(bcc=True)
+                    self.program = Program(root, rb_pages=4096, host=True)
+                except ToolError as exc:
+                    self.program_error = str(exc)
+            except Exception as exc:  # noqa: BLE001 - bcc compile/load errors
+                self.program_error = f"BPF program failed: {str(exc).splitlines()[0]}"
+            if self.program_error:
+                self.warnings.append(f"driver events not captured: {self.program_error}")
+        return self.program
+
+    def start_capture(self, output: str | None, options: dict[str, Any]) -> dict[str, Any]:
+        if self.session is not None:
+            raise DaemonError(f"a capture is already running ({self.session.path})")
+        known = set(Options().__dict__)
+        bad = sorted(set(options) - known - {"duration"})
+        if bad:
+            raise DaemonError(f"unknown capture option(s): {', '.join(bad)}")
+        duration = options.pop("duration", None)
+        opts = Options(**{**options, "max_bytes": int(options.get("max_bytes",
+                                                                    self.max_bytes))})
+        fns = self.functions
+        if opts.device:
+            try:
+                fns = [find(self.functions, opts.device)]
+            except DeviceError as exc:
+                raise DaemonError(str(exc)) from None
+        if output is None:
+            output = str(self.capture_root / time.strftime("capture-%Y%m%d-%H%M%S"))
+        prog = self._get_program()
+        if prog is not None:
+            from tacc.bpftrace.program import Filters
+
+            prog.reset()
+            dev = fns[0].devid if opts.device and fns else None
+            prog.configure(Filters(pid=opts.pids[0] if len(opts.pids) == 1 else 0,
+                                   comm=opts.comm, dev=dev))
+        try:
+            self.session = CaptureSession(output, fns, opts, program=prog, tool="taccd")
+        except Exception as exc:  # noqa: BLE001 - CaptureError, OSError
+            raise DaemonError(f"cannot start capture: {exc}") from None
+        if prog is not None:
+            prog.attach("record", host=opts.host_events, autotrace=True)
+            if opts.pids:
+                prog.trace_pids(opts.pids)
+        self.deadline = time.monotonic() + float(duration) if duration else None
+        log.info("capture started: %s", output)
+        return {"path": output, "warnings": self.session.warnings}
+
+    def stop_capture(self) -> dict[str, Any]:
+        if self.session is None:
+            raise DaemonError("no capture is running")
+        if self.program is not None:
+            self.program.detach()
+        sess, self.session, self.deadline = self.session, None, None
+        summary = sess.close(complete=True)
+        self.captures_done += 1
+        log.info("capture stopped: %s", sess.path)
+        return {"summary": summary}
+
+    # ---------------------------------------------------------------- loop ---
+    def run(self) -> int:
+        def on_signal(*_a: object) -> None:
+            self.stop_requested = True
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        log.info("taccd listening on %s (%d devices)", self.sock_path, len(self.functions))
+        while not self.stop_requested:
+            for key, _ in self.sel.select(TICK_S):
+                key.data()
+            now = time.monotonic()
+            if self.session is not None:
+                self.session.tick(now)
+                if self.deadline is not None and now >= self.deadline:
+                    self.stop_capture()
+            if self.always_on is not None:
+                self.always_on.tick(self.functions, now)
+        if self.session is not None:
+            self.stop_capture()
+        self.close()
+        return 0
+
+    def close(self) -> None:
+        self.sel.close()
+        self.lsock.close()
+        Path(self.sock_path).unlink(missing_ok=True)
+        if self.netlink is not None:
+            self.netlink.close()
+        if self.program is not None:
+            self.program.close()
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"taccd: {message} (see 'taccd --help')", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="taccd", description="tacc tracing service")
+    p.add_argument("-f", "--foreground", action="store_true",
+                   help="stay in the foreground (systemd runs it so)")
+    p.add_argument("--socket", default=None, help=f"control socket ({protocol.DEFAULT_SOCKET})")
+    p.add_argument("--capture-root", default="/var/lib/taccd",
+                   help="where captures go when 'start' names no directory")
+    p.add_argument("--interval", type=float, default=1.0, help="always-on sampling period, s")
+    p.add_argument("--no-always-on", action="store_true", help="no always-on sampling")
+    p.add_argument("--no-bpf", action="store_true", help="captures without driver events")
+    p.add_argument("--max-bytes", type=int, default=1 << 30, help="disk bound per capture")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="taccd: %(message)s", stream=sys.stderr)
+    if os.geteuid() != 0 and not args.no_bpf:
+        print("taccd: must run as root (or pass --no-bpf)", file=sys.stderr)
+        return 1
+    try:
+        d = Daemon(protocol.socket_path(args.socket), Path(args.capture_root),
+                   always_on=not args.no_always_on, interval=args.interval,
+                   max_bytes=args.max_bytes, bpf=not args.no_bpf)
+    except (DaemonError, OSError) as exc:
+        print(f"taccd: {exc}", file=sys.stderr)
+        return 1
+    if not args.foreground:
+        if os.fork():
+            return 0
+        os.setsid()
+    return d.run()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,254 @@
+"""One capture: every collector into one capture directory (docs/taccd.md).
+
+Used by taccd's capture mode and by ``accel-bpftrace record``.  ``tick()`` is called by
+the owner's loop (every ~50 ms): it drains the BPF ring buffer, the device trace rings
+and the API rings in bulk, samples counters and clock pairs when due, and counts every
+drop into the ``drops`` stream.  Disk use is bounded by ``max_bytes``: past it, event
+records are counted as drops instead of written.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tacc.capture import CaptureWriter
+from tacc.capture.schema import DROPS_DTYPE, NO_FID, DropSource
+
+from .apiring import ApiRings
+from .apiring import available as api_available
+from .counters import CounterBlock, SysfsCounters
+from .devices import TaccFunction, kernel_release, machine_info, read_clock_sync
+from .devring import DeviceTraceRing, TraceRingError
+
+
+@dataclass
+class Options:
+    host_events: bool = True
+    device_trace: bool = True
+    api: bool = True
+    counters_hz: float = 100.0
+    clock_hz: float = 1.0
+    max_bytes: int = 1 << 30
+    pids: list[int] = field(default_factory=list)
+    comm: str = ""
+    device: str | None = None
+    flush_s: float = 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class CaptureSession:
+    def __init__(self, path: str | os.PathLike[str], functions: list[TaccFunction],
+                 opts: Options, program: Any | None = None, tool: str = "taccd",
+                 node: str | None = None) -> None:
+        self.path = Path(path)
+        self.opts = opts
+        self.program = program
+        self.functions = list(functions)
+        self.fid_of_dev = {f.devid: i for i, f in enumerate(self.functions)}
+        self.fid_of_pci = {f.pci: i for i, f in enumerate(self.functions)}
+        self.warnings: list[str] = []
+        self.device_events: list[dict[str, Any]] = []
+        self.added: list[dict[str, Any]] = []
+        meta = {
+            "node": node or socket.gethostname(),
+            "devices": [f.meta() for f in self.functions],
+            "kernel": kernel_release(),
+            "qemu": machine_info().get("product_version", ""),
+            "machine": machine_info(),
+            "icount": None,
+            "time_scale": float(self.functions[0].meta()["time_scale"]) if self.functions
+            else 1.0,
+            "clock_pairs": [],
+            "options": opts.to_json(),
+            "tool": tool,
+            "python": platform.python_version(),
+            "started_mono_ns": time.monotonic_ns(),
+        }
+        self.writer = CaptureWriter(self.path, meta, chunk_bytes=256 << 10)
+        self.bytes_written = 0
+        self.drops: dict[tuple[int, int], int] = {}
+        self.counts: dict[str, int] = {}
+        self.rings: dict[int, DeviceTraceRing] = {}
+        self.counters: dict[int, CounterBlock | SysfsCounters] = {}
+        self.api: ApiRings | None = None
+        self.t_counters = self.t_clock = self.t_flush = 0.0
+        self._open_collectors()
+        self.clock_sample()
+
+    # ---------------------------------------------------------- collectors ---
+    def _open_collectors(self) -> None:
+        for fid, fn in enumerate(self.functions):
+            self._open_function(fid, fn)
+        if self.opts.api:
+            ok, why = api_available()
+            if ok:
+                self.api = ApiRings(self.writer.string_id, self.fid_of_pci,
+                                    set(self.opts.pids) or None)
+            else:
+                self.warnings.append(f"runtime API rings not captured: {why}")
+
+    def _open_function(self, fid: int, fn: TaccFunction) -> None:
+        if self.opts.device_trace and fn.accel:
+            try:
+                self.rings[fid] = DeviceTraceRing(fn.accel, fid)
+            except (TraceRingError, OSError) as exc:
+                self.warnings.append(f"{fn.pci}: device trace not captured: {exc}")
+        if self.opts.counters_hz > 0:
+            try:
+                self.counters[fid] = CounterBlock(fn, fid)
+            except OSError:
+                self.counters[fid] = SysfsCounters(fn, fid)
+
+    def add_function(self, fn: TaccFunction) -> None:
+        """A function appeared (VF enabled) during the capture."""
+        if fn.pci in self.fid_of_pci:
+            return
+        fid = len(self.functions)
+        self.functions.append(fn)
+        self.fid_of_dev[fn.devid] = fid
+        self.fid_of_pci[fn.pci] = fid
+        self.added.append({"fid": fid, "t_ns": time.monotonic_ns(), **fn.meta()})
+        self._open_function(fid, fn)
+
+    def remove_function(self, pci: str) -> None:
+        fid = self.fid_of_pci.get(pci)
+        if fid is None:
+            return
+        ring = self.rings.pop(fid, None)
+        if ring is not None:
+            try:
+                self._write_ring(fid, ring)
+            except OSError:
+                pass
+            ring.close()
+        c = self.counters.pop(fid, None)
+        if c is not None:
+            c.close()
+
+    # --------------------------------------------------------------- data ---
+    def _append(self, stream: str, recs: np.ndarray, source: DropSource) -> None:
+        if not len(recs):
+            return
+        if self.bytes_written + recs.nbytes > self.opts.max_bytes:
+            self.drop(source, len(recs))
+            return
+        self.writer.append(stream, recs)
+        self.bytes_written += recs.nbytes
+        self.counts[stream] = self.counts.get(stream, 0) + len(recs)
+
+    def drop(self, source: DropSource, count: int, fid: int = NO_FID, pid: int = 0) -> None:
+        if count:
+            key = (int(source), fid)
+            self.drops[key] = self.drops.get(key, 0) + count
+            d = np.zeros(1, DROPS_DTYPE)
+            d["t_ns"], d["count"], d["pid"], d["fid"], d["source"] = (
+                time.monotonic_ns(), count, pid, fid, int(source))
+            self.writer.append("drops", d)
+
+    def _write_ring(self, fid: int, ring: DeviceTraceRing) -> None:
+        res = ring.drain()
+        self._append("device_trace", res.records, DropSource.DEVICE_TRACE)
+        self.drop(DropSource.DEVICE_TRACE, res.dropped, fid)
+
+    def drain_bpf(self, ev: np.ndarray) -> None:
+        from tacc.bpftrace.events import to_driver, to_host
+
+        self._append("driver", to_driver(ev, self.fid_of_dev), DropSource.DRIVER)
+        if self.opts.host_events:
+            self._append("host", to_host(ev), DropSource.HOST)
+
+    def clock_sample(self) -> None:
+        for fid, fn in enumerate(self.functions):
+            if fid in self.counters or fid in self.rings or fn.accel:
+                recs = read_clock_sync(fn, fid)
+                if not len(recs):
+                    self.drop(DropSource.CLOCK, 1, fid)
+                self._append("clock_sync", recs, DropSource.CLOCK)
+
+    def tick(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        if self.program is not None:
+            self.drain_bpf(self.program.drain())
+            self._bpf_drops()
+        for fid, ring in list(self.rings.items()):
+            try:
+                self._write_ring(fid, ring)
+            except OSError as exc:  # device gone
+                self.warnings.append(f"fid {fid}: trace ring: {exc}")
+                ring.close()
+                del self.rings[fid]
+        if self.api is not None:
+            self.api.scan()
+            recs, dropped = self.api.drain()
+            self._append("api", recs, DropSource.API)
+            self.drop(DropSource.API, dropped)
+        if self.opts.counters_hz > 0 and now - self.t_counters >= 1.0 / self.opts.counters_hz:
+            self.sample_counters(now)
+        if self.opts.clock_hz > 0 and now - self.t_clock >= 1.0 / self.opts.clock_hz:
+            self.t_clock = now
+            self.clock_sample()
+        if now - self.t_flush >= self.opts.flush_s:
+            self.t_flush = now
+            self.writer.flush()
+
+    def sample_counters(self, now: float) -> None:
+        if self.t_counters and self.opts.counters_hz > 0:
+            missed = int((now - self.t_counters) * self.opts.counters_hz) - 1
+            if missed > 0:  # the loop ran late: samples not taken are drops
+                self.drop(DropSource.COUNTERS, missed)
+        self.t_counters = now
+        for fid, c in list(self.counters.items()):
+            try:
+                self._append("counters", c.sample(), DropSource.COUNTERS)
+            except (OSError, ValueError):
+                self.drop(DropSource.COUNTERS, 1, fid)
+
+    _bpf_seen = (0, 0)
+
+    def _bpf_drops(self) -> None:
+        st = self.program.stats() if self.program is not None else None
+        if st is None:
+            return
+        d, h = st.dropped - self._bpf_seen[0], st.host_dropped - self._bpf_seen[1]
+        self._bpf_seen = (st.dropped, st.host_dropped)
+        self.drop(DropSource.DRIVER, d)
+        self.drop(DropSource.HOST, h)
+
+    def status(self) -> dict[str, Any]:
+        return {"path": str(self.path), "records": dict(self.counts),
+                "bytes": self.bytes_written,
+                "drops": {f"{DropSource(s).name.lower()}": n for (s, _f), n in
+                          self.drops.items()},
+                "warnings": list(self.warnings), "devices": len(self.functions)}
+
+    def close(self, complete: bool = True) -> dict[str, Any]:
+        now = time.monotonic()
+        self.t_counters = 0.0  # no late-sample accounting for the final sample
+        self.opts.flush_s = 3600.0
+        self.tick(now)
+        if self.opts.counters_hz > 0 and self.t_counters != now:
+            self.sample_counters(now)
+        if self.t_clock != now:
+            self.clock_sample()
+        for ring in self.rings.values():
+            ring.close()
+        for c in self.counters.values():
+            c.close()
+        if self.api is not None:
+            self.warnings.extend(self.api.errors)
+            self.api.close()
+        summary = self.status()
+        extra = {"tool_summary": summary, "device_events": self.device_events[:10000],
+                 "devices_added": self.added}
+        self.writer.close(complete=complete, extra=extra)
+        return summary
