@@ -72,6 +72,7 @@ def fetch(dev, pf, va, nbytes):
     (33, 17, 65, 3, 0.5, 0.0),
     (64, 48, 40, 5, 1.5, -2.0),
     (128, 128, 128, 0, 1.0, 1.0),
+    (256, 128, 96, 1, 1.0, 0.0),  # >= 2^21 MACs: computed on a worker thread
 ])
 def test_gemm(dev, pf, m, n, k, pad, alpha, beta):
     A = RNG.standard_normal((m, k + pad), dtype=np.float32)
@@ -150,3 +151,24 @@ def test_barrier_waits_for_other_queues(dev, pf):
     cq = pf.run_job(0, [desc(HW.TACC_OP_BARRIER)])
     other = pf.cqes(1)[0]
     assert cq.status == OK and cq.start == other.end  # the barrier waited for queue 1
+
+
+def test_gemm_result_lands_at_completion(dev, pf):
+    """A big GEMM's C appears at its modelled end, not at dispatch: a copy of C
+    that finishes before the GEMM still sees the old contents."""
+    m = n = k = 256
+    A = RNG.standard_normal((m, k), dtype=np.float32)
+    B = RNG.standard_normal((k, n), dtype=np.float32)
+    C = np.full((m, n), 7.0, np.float32)
+    va, vb, vc = load(dev, pf, A, 0), load(dev, pf, B, 1 << 20), load(dev, pf, C, 2 << 20)
+    out = dev.alloc(C.nbytes)
+    jg, dg = pf.job_of(2, [d_gemm(va, vb, vc, m, n, k, k, n, n)])
+    jc, dc = pf.job_of(0, [d_copy(HW.TACC_OP_COPY_D2H, vc, out, 4096)])
+    pf.submit(2, dg)
+    pf.submit(0, dc)
+    dev.qt.clock_step(10**8)
+    cg, cc = pf.cqes(2)[0], pf.cqes(0)[0]
+    assert cc.end < cg.end
+    assert np.all(np.frombuffer(dev.qt.memread(out, 4096), np.float32) == 7.0)
+    got = np.frombuffer(fetch(dev, pf, vc, C.nbytes), np.float32).reshape(m, n)
+    np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-3)

@@ -148,6 +148,37 @@ static uint16_t tacc_va_rw(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
     return TACC_ST_OK;
 }
 
+/* Translate [va, va+len) for a devmem write without moving data. */
+static uint16_t tacc_va_probe(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
+                              uint64_t len, TaccResult *res)
+{
+    uint64_t wbase, wsize;
+
+    tacc_window(f, &wbase, &wsize);
+    while (len) {
+        TaccXlate x;
+        uint64_t n;
+        int ft = tacc_mmu_translate(f, c->d.ctx, va, &x, res);
+
+        if (!ft && !x.writable) {
+            ft = TACC_FAULT_PERMISSION;
+        }
+        if (!ft && !x.devmem) {
+            ft = TACC_FAULT_MEM_KIND;
+        }
+        n = MIN(len, x.page_left);
+        if (!ft && (x.addr >= wsize || n > wsize - x.addr)) {
+            ft = TACC_FAULT_DEVMEM_RANGE;
+        }
+        if (ft) {
+            return tacc_fault(f, q, c, va, ft, true, res);
+        }
+        va += n;
+        len -= n;
+    }
+    return TACC_ST_OK;
+}
+
 static void tacc_exec_copy(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
 {
     TaccState *s = f->pf;
@@ -225,15 +256,81 @@ static float tacc_f32(uint32_t bits)
     return v;
 }
 
+/* Pure math, no device state: runs on the main loop or a worker thread. */
+static void tacc_gemm_compute(TaccGemmJob *j)
+{
+    g_autofree double *acc = g_malloc(j->n * sizeof(double));
+
+    for (uint64_t i = 0; i < j->m; i++) {
+        memset(acc, 0, j->n * sizeof(double));
+        for (uint64_t p = 0; p < j->k; p++) {
+            double a = j->A[i * j->lda + p];
+            const float *brow = &j->B[p * j->ldb];
+            for (uint64_t x = 0; x < j->n; x++) {
+                acc[x] += a * brow[x];
+            }
+        }
+        for (uint64_t x = 0; x < j->n; x++) {
+            float prev = j->beta != 0.0f ? j->C[i * j->ldc + x] : 0.0f;
+            j->C[i * j->ldc + x] = (float)(j->alpha * acc[x]) + j->beta * prev;
+        }
+    }
+}
+
+static void *tacc_gemm_thread(void *opaque)
+{
+    tacc_gemm_compute(opaque);
+    return NULL;
+}
+
+void tacc_gemm_job_free(TaccGemmJob *j)
+{
+    if (!j) {
+        return;
+    }
+    if (j->threaded) {
+        qemu_thread_join(&j->thread);
+    }
+    g_free(j->A);
+    g_free(j->B);
+    g_free(j->C);
+    g_free(j);
+}
+
+/* Write C back (at the command's modelled completion). */
+uint16_t tacc_gemm_finish(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+{
+    TaccGemmJob *j = res->gemm;
+    uint64_t done, wr0 = res->devmem_wr;
+    uint16_t st = TACC_ST_OK;
+
+    if (j->threaded) {
+        qemu_thread_join(&j->thread);       /* waits only if the host is slower */
+        j->threaded = false;
+    }
+    res->devmem_wr = 0;
+    for (uint64_t i = 0; i < j->m && st == TACC_ST_OK; i++) {
+        st = tacc_va_rw(f, q, c, c->d.gemm.c + i * j->ldc * 4, &j->C[i * j->ldc],
+                        j->n * 4, true, KIND_DEVMEM, res, &done);
+    }
+    res->devmem_wr = wr0;       /* already counted (and timed) at dispatch */
+    tacc_gemm_job_free(j);
+    res->gemm = NULL;
+    return st;
+}
+
+/*
+ * GEMM: validate, translate and gather the operands at dispatch (so faults
+ * and walks are timed), compute (a worker thread for big ones: host time is
+ * kept apart from modelled time), scatter C at the modelled completion.
+ */
 static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
 {
     TaccState *s = f->pf;
     uint64_t m = c->d.gemm.m, n = c->d.gemm.n, k = c->d.gemm.k;
     uint64_t lda = c->d.gemm.lda, ldb = c->d.gemm.ldb, ldc = c->d.gemm.ldc;
-    float alpha = tacc_f32(c->d.gemm.alpha), beta = tacc_f32(c->d.gemm.beta);
     uint64_t la, lb, lc, done, wbase, wsize;
-    g_autofree float *A = NULL, *B = NULL, *C = NULL;
-    g_autofree double *acc = NULL;
+    TaccGemmJob *j;
 
     if (!m || !n || !k || m > TACC_GEMM_MAX_DIM || n > TACC_GEMM_MAX_DIM ||
         k > TACC_GEMM_MAX_DIM || m * n * k > TACC_GEMM_MAX_MNK ||
@@ -255,40 +352,45 @@ static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
         res->status = TACC_ST_BAD_LENGTH;     /* cannot fit in device memory */
         return;
     }
-    A = g_malloc(la);
-    B = g_malloc(lb);
-    C = g_malloc0(lc);
-    res->status = tacc_va_rw(f, q, c, c->d.gemm.a, A, la, false, KIND_DEVMEM,
+    j = g_new0(TaccGemmJob, 1);
+    j->m = m;
+    j->n = n;
+    j->k = k;
+    j->lda = lda;
+    j->ldb = ldb;
+    j->ldc = ldc;
+    j->alpha = tacc_f32(c->d.gemm.alpha);
+    j->beta = tacc_f32(c->d.gemm.beta);
+    j->A = g_malloc(la);
+    j->B = g_malloc(lb);
+    j->C = g_malloc0(lc);
+    res->status = tacc_va_rw(f, q, c, c->d.gemm.a, j->A, la, false, KIND_DEVMEM,
                              res, &done);
     if (!res->status) {
-        res->status = tacc_va_rw(f, q, c, c->d.gemm.b, B, lb, false,
+        res->status = tacc_va_rw(f, q, c, c->d.gemm.b, j->B, lb, false,
                                  KIND_DEVMEM, res, &done);
     }
-    if (!res->status && beta != 0.0f) {
-        res->status = tacc_va_rw(f, q, c, c->d.gemm.c, C, lc, false,
+    if (!res->status && j->beta != 0.0f) {
+        res->status = tacc_va_rw(f, q, c, c->d.gemm.c, j->C, lc, false,
                                  KIND_DEVMEM, res, &done);
     }
-    if (!res->status) {
-        acc = g_malloc(n * sizeof(double));
-        for (uint64_t i = 0; i < m; i++) {
-            memset(acc, 0, n * sizeof(double));
-            for (uint64_t p = 0; p < k; p++) {
-                double a = A[i * lda + p];
-                const float *brow = &B[p * ldb];
-                for (uint64_t j = 0; j < n; j++) {
-                    acc[j] += a * brow[j];
-                }
-            }
-            for (uint64_t j = 0; j < n; j++) {
-                float prev = beta != 0.0f ? C[i * ldc + j] : 0.0f;
-                C[i * ldc + j] = (float)(alpha * acc[j]) + beta * prev;
-            }
-        }
+    /* translate (and permission-check) every row of C now */
+    for (uint64_t i = 0; i < m && !res->status; i++) {
+        res->status = tacc_va_probe(f, q, c, c->d.gemm.c + i * ldc * 4, n * 4,
+                                    res);
+    }
+    if (res->status) {
+        tacc_gemm_job_free(j);
+    } else {
         res->flops = 2 * m * n * k;
-        for (uint64_t i = 0; i < m && !res->status; i++) {
-            res->status = tacc_va_rw(f, q, c, c->d.gemm.c + i * ldc * 4,
-                                     &C[i * ldc], n * 4, true, KIND_DEVMEM,
-                                     res, &done);
+        res->devmem_wr = m * n * 4;
+        res->gemm = j;
+        if (m * n * k >= TACC_GEMM_THREAD_MNK) {
+            j->threaded = true;
+            qemu_thread_create(&j->thread, "tacc-gemm", tacc_gemm_thread, j,
+                               QEMU_THREAD_JOINABLE);
+        } else {
+            tacc_gemm_compute(j);
         }
     }
     res->bytes = res->devmem_rd + res->devmem_wr;

@@ -348,6 +348,8 @@ static void tacc_pf_exit(PCIDevice *pdev)
 
     for (int i = 0; i < TACC_NUM_UNITS; i++) {
         s->unit[i].busy = false;
+        tacc_gemm_job_free(s->unit[i].res.gemm);
+        s->unit[i].res.gemm = NULL;
     }
     timer_del(&s->timer);
     if (s->total_vfs) {

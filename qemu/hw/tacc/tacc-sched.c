@@ -143,6 +143,10 @@ static void tacc_queue_irq(TaccFunc *f, int qi)
 static void tacc_unit_free(TaccState *s, TaccUnit *u)
 {
     u->busy = false;
+    if (u->res.gemm) {          /* aborted: drop the result */
+        tacc_gemm_job_free(u->res.gemm);
+        u->res.gemm = NULL;
+    }
 }
 
 /* Engine busy time is charged to the function and to the ground truth. */
@@ -168,13 +172,17 @@ static void tacc_unit_complete(TaccState *s, TaccUnit *u, uint64_t t)
     TaccQueue *q;
     TaccCmd *c = &u->cmd;
 
-    tacc_unit_free(s, u);
     if (!f) {
+        tacc_unit_free(s, u);
         return;
     }
+    u->busy = false;
     q = &f->q[u->q];
     tacc_counters_begin(s);
 
+    if (r->gemm) {
+        r->status = tacc_gemm_finish(f, u->q, c, r);
+    }
     if (r->post_write && r->status == TACC_ST_OK) {
         uint64_t v = c->d.opcode == TACC_OP_TIMESTAMP ? t / PS_PER_NS
                                                        : r->post_value;

@@ -22,6 +22,7 @@
 
 #include "hw/pci/pci_device.h"
 #include "qemu/timer.h"
+#include "qemu/thread.h"
 #include "qom/object.h"
 #include "tacc_hw.h"
 
@@ -59,6 +60,16 @@ typedef struct TaccCmd {
     uint64_t t_fetch_ps;
 } TaccCmd;
 
+#define TACC_GEMM_THREAD_MNK    (1ull << 21)   /* bigger GEMMs: worker thread */
+
+typedef struct TaccGemmJob {
+    uint64_t m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    float *A, *B, *C;
+    bool threaded;
+    QemuThread thread;
+} TaccGemmJob;
+
 /* What executing one command did: filled by tacc-exec.c. */
 enum { TACC_LINK_NONE, TACC_LINK_H2D, TACC_LINK_D2H };
 
@@ -82,6 +93,7 @@ typedef struct TaccResult {
     bool post_write_devmem;
     uint64_t post_addr;
     uint64_t post_value;
+    TaccGemmJob *gemm;          /* GEMM result to write back at completion */
 } TaccResult;
 
 typedef struct TaccUnit {
@@ -233,6 +245,8 @@ bool tacc_func_idle(TaccFunc *f);
 enum tacc_engine_class tacc_op_class(uint8_t opcode);
 void tacc_exec(TaccFunc *f, int q, TaccCmd *cmd, uint64_t start_ps,
                TaccResult *res);
+uint16_t tacc_gemm_finish(TaccFunc *f, int q, TaccCmd *c, TaccResult *res);
+void tacc_gemm_job_free(TaccGemmJob *j);
 MemTxResult tacc_dma_read(TaccFunc *f, uint64_t iova, void *buf, uint64_t len);
 MemTxResult tacc_dma_write(TaccFunc *f, uint64_t iova, const void *buf,
                            uint64_t len);
