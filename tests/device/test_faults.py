@@ -98,6 +98,8 @@ def test_fatal(dev, pf):
     assert pf.r32(HW.TACC_REG_STATUS) & HW.TACC_STATUS_FATAL
     assert pf.r32(HW.TACC_REG_IRQ_STATUS) & HW.TACC_IRQ_FATAL
     assert pf.r32(0x1000 + HW.TACC_Q_CTRL) == 0  # queues stopped
+    aer = dev.qt.find_ext_cap(0, 0x08, 0x01)
+    assert aer and dev.qt.cfg_read(0, 0x08, aer + 4) & (1 << 22)  # AER: internal error
     dev.qom_set("fi-fatal", False)
     pf.reset()
     assert not pf.r32(HW.TACC_REG_STATUS) & HW.TACC_STATUS_FATAL

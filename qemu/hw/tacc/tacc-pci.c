@@ -26,6 +26,7 @@
 #include "qapi/visitor.h"
 #include "hw/pci/msix.h"
 #include "hw/pci/pcie.h"
+#include "hw/pci/pcie_aer.h"
 #include "hw/pci/pcie_sriov.h"
 #include "hw/qdev-properties.h"
 #include "tacc.h"
@@ -34,7 +35,8 @@
 #define TACC_PM_CAP         0x40
 #define TACC_MSIX_CAP       0x60
 #define TACC_EXP_CAP        0x80
-#define TACC_SRIOV_CAP      0x100
+#define TACC_AER_CAP        0x100
+#define TACC_SRIOV_CAP      0x148   /* after AER (PCI_ERR_SIZEOF) */
 
 /* ---------------------------------------------------------- helpers ---- */
 
@@ -165,6 +167,14 @@ static void tacc_fatal(TaccState *s)
         f->status_fatal = 1;
         tacc_irq_cause(f, TACC_IRQ_FATAL);
     }
+    /* and an AER uncorrectable internal error from the PF */
+    {
+        PCIEAERErr err = {
+            .status = PCI_ERR_UNC_INTN,
+            .source_id = pci_requester_id(PCI_DEVICE(s)),
+        };
+        pcie_aer_inject_error(PCI_DEVICE(s), &err);
+    }
     tacc_sched_run(s);
 }
 
@@ -177,6 +187,7 @@ static void tacc_write_config(PCIDevice *pdev, uint32_t addr, uint32_t val,
     uint8_t old = tacc_pm_state(pdev), new;
 
     pci_default_write_config(pdev, addr, val, len);
+    pcie_aer_write_config(pdev, addr, val, len);
     pcie_cap_flr_write_config(pdev, addr, val, len);
     new = tacc_pm_state(pdev);
     if (old != new) {
@@ -256,6 +267,10 @@ static bool tacc_init_func(TaccFunc *f, Error **errp)
                               QEMU_PCI_EXP_LNK_16GT);
     pcie_cap_flr_init(pdev);
     pcie_cap_deverr_init(pdev);
+    if (pcie_aer_init(pdev, PCI_ERR_VER, TACC_AER_CAP, PCI_ERR_SIZEOF,
+                      errp) < 0) {
+        return false;
+    }
 
     timer_init_ns(&f->sample_timer, QEMU_CLOCK_VIRTUAL, tacc_sample_timer, f);
     return true;
@@ -339,6 +354,7 @@ static void tacc_exit_func(TaccFunc *f)
     timer_del(&f->sample_timer);
     msix_unuse_all_vectors(pdev);
     msix_uninit(pdev, &f->bar4, &f->bar4);
+    pcie_aer_exit(pdev);
     pcie_cap_exit(pdev);
 }
 
