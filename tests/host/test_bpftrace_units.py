@@ -1,0 +1,171 @@
+"""accel-bpftrace pure-Python parts: tracefs formats, ring-buffer bulk drain, event
+conversion, rendering, one-line errors."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from tacc.bpftrace import cli, output
+from tacc.bpftrace.bpfsrc import PRELUDE
+from tacc.bpftrace.events import EV_DTYPE, HOST_BASE, to_driver, to_host
+from tacc.bpftrace.ringbuf import BUSY_BIT, DISCARD_BIT, RingReader, stride_of
+from tacc.bpftrace.tpformat import c_struct, parse_format
+from tacc.capture.schema import NO_FID, DriverKind, HostKind
+from tacc.daemon.devices import DeviceError, devid_to_pci, parse_pci
+
+FORMAT = """name: tacc_job_done
+ID: 1234
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:u32 dev;\toffset:8;\tsize:4;\tsigned:0;
+\tfield:u32 ctx;\toffset:12;\tsize:4;\tsigned:0;
+\tfield:u64 seqno;\toffset:24;\tsize:8;\tsigned:0;
+\tfield:int error;\toffset:36;\tsize:4;\tsigned:1;
+\tfield:const void * bo;\toffset:40;\tsize:8;\tsigned:0;
+\tfield:char comm[16];\toffset:48;\tsize:16;\tsigned:0;
+
+print fmt: "dev=%x", REC->dev
+"""
+
+
+def test_parse_format_and_struct() -> None:
+    f = parse_format(FORMAT, "tacc")
+    assert f.name == "tacc_job_done" and f.id == 1234
+    names = [x.name for x in f.fields if not x.common]
+    assert names == ["dev", "ctx", "seqno", "error", "bo", "comm"]
+    assert f.field("comm").array == 16 and f.field("error").signed
+    src = c_struct(f, "tp_x")
+    assert "u8 __pad1[4];" in src and "u64 seqno;" in src and "s32 error;" in src
+    assert "u64 bo;" in src and "u8 comm[16];" in src
+
+
+def test_ev_layout_matches_c() -> None:
+    # field order/sizes of struct tacc_ev in the BPF prelude == EV_DTYPE
+    assert "u64 ts, tag, a, b, c, d;" in PRELUDE
+    assert "u32 pid, tid, dev, x, w, v;" in PRELUDE
+    assert EV_DTYPE.itemsize == 112 and EV_DTYPE.fields["comm"][1] == 80
+
+
+def _ring(size: int = 4096, page: int = 4096) -> tuple[bytearray, bytearray, memoryview]:
+    cons = bytearray(page)
+    prod = bytearray(page + 2 * size)
+    return cons, prod, memoryview(prod)
+
+
+def _put(prod: bytearray, size: int, page: int, pos: int, rec: bytes, flags: int = 0) -> int:
+    """Write one record at producer position pos (both data mappings), return new pos."""
+    frame = struct.pack("<II", len(rec) | flags, 0) + rec
+    frame += b"\0" * (stride_of(len(rec)) - len(frame))
+    for i, b in enumerate(frame):
+        off = (pos + i) & (size - 1)
+        prod[page + off] = b
+        prod[page + size + off] = b
+    return pos + len(frame)
+
+
+def _ev(n: int, kind: int = int(DriverKind.SUBMIT)) -> np.ndarray:
+    e = np.zeros(n, EV_DTYPE)
+    e["ts"] = np.arange(n) + 1000
+    e["kind"] = kind
+    e["a"] = np.arange(n)
+    return e
+
+
+def test_ringbuf_bulk_drain_wrap_busy_discard() -> None:
+    size, page = 4096, 4096
+    cons, prod, _ = _ring(size, page)
+    r = RingReader(cons, prod, size, EV_DTYPE, page)
+    evs = _ev(60)
+    pos = 0
+    for i in range(30):
+        pos = _put(prod, size, page, pos, evs[i].tobytes())
+    struct.pack_into("<Q", prod, 0, pos)
+    got = r.drain()
+    assert len(got) == 30 and list(got["a"]) == list(range(30))
+    assert struct.unpack_from("<Q", cons, 0)[0] == pos
+    # wrap around the end of the data area; one discarded, the last one still busy
+    for i in range(30, 60):
+        flags = DISCARD_BIT if i == 40 else (BUSY_BIT if i == 59 else 0)
+        pos = _put(prod, size, page, pos, evs[i].tobytes(), flags)
+    struct.pack_into("<Q", prod, 0, pos)
+    got = r.drain()
+    assert list(got["a"]) == [i for i in range(30, 59) if i != 40]
+    assert r.discarded == 1
+    assert struct.unpack_from("<Q", cons, 0)[0] == pos - stride_of(EV_DTYPE.itemsize)
+
+
+def test_ringbuf_odd_size_record_slow_path() -> None:
+    size, page = 4096, 4096
+    cons, prod, _ = _ring(size, page)
+    r = RingReader(cons, prod, size, EV_DTYPE, page)
+    pos = _put(prod, size, page, 0, _ev(1)[0].tobytes())
+    pos = _put(prod, size, page, pos, b"x" * 20)
+    pos = _put(prod, size, page, pos, _ev(2)[1].tobytes())
+    struct.pack_into("<Q", prod, 0, pos)
+    got = r.drain()
+    assert list(got["a"]) == [0, 1] and r.odd == 1
+
+
+def test_to_driver_and_host() -> None:
+    e = _ev(4)
+    e["kind"] = [DriverKind.IOCTL, DriverKind.SUBMIT, DriverKind.JOB_DONE, HOST_BASE + 1]
+    e["dev"] = 0x108
+    e["d"] = [500, 0, 7000, 0]
+    e["b"] = [0, 4096, 10, 0]
+    e["c"] = [0, 0, 30, 0]
+    e["v"] = [0, 3, 0, 0]
+    e["x"] = [1, 1, 1, 77]
+    d = to_driver(e, {0x108: 0})
+    assert len(d) == 3 and list(d["fid"]) == [0, 0, 0]
+    assert d["t_ns"][0] == 1000 - 500 and d["dur_ns"][0] == 500
+    assert d["size"][1] == 4096 and d["ncmds"][1] == 3
+    assert d["dev_start"][2] == 10 and d["dev_end"][2] == 30 and d["dur_ns"][2] == 7000
+    assert to_driver(e, {})["fid"][0] == NO_FID
+    h = to_host(e)
+    assert len(h) == 1 and h["kind"][0] == HostKind.SCHED_SWITCH and h["next_pid"][0] == 77
+
+
+def test_snoop_rows_and_hist() -> None:
+    e = _ev(2)
+    e["kind"] = [DriverKind.SUBMIT, DriverKind.JOB_DONE]
+    e["comm"] = b"python3"
+    e["d"] = [0, 12000]
+    rows = output.snoop_rows(e, 1000)
+    assert [r["event"] for r in rows] == ["submit", "done"]
+    assert rows[1]["latency_us"] == 12.0
+    assert "python3" in output.snoop_line(rows[0])
+    lines = output.log2_hist({0: 1, 3: 4}, "nsecs")
+    assert len(lines) == 5 and "8 -> 15" in lines[4]
+
+
+def test_pci_parse() -> None:
+    assert parse_pci("0000:01:00.0") == ("0000:01:00.0", 0x100)
+    assert parse_pci("01:00.3")[1] == 0x103
+    assert devid_to_pci(0x10108) == "0001:01:01.0"
+    with pytest.raises(DeviceError):
+        parse_pci("zz")
+
+
+@pytest.mark.parametrize("argv", [["--bogus"], ["snoop", "-p", "x"], ["top", "--duration", "-1"],
+                                  ["frobnicate"], [], ["snoop", "-d", "nope"]])
+def test_bad_options_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith("accel-bpftrace: ")
+
+
+def test_console_script_not_root_or_no_module() -> None:
+    # whatever the host lacks (root, the module), one line and a non-zero status
+    p = subprocess.run([sys.executable, "-m", "tacc.bpftrace.cli", "snoop"], text=True,
+                       capture_output=True, timeout=60)
+    assert p.returncode == 1
+    assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("accel-bpftrace: ")

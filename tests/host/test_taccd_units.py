@@ -1,0 +1,266 @@
+"""taccd pure-Python parts: trace-ring draining, capture sessions (complete and killed),
+the control socket, tacc trace, the uAPI mirror, the systemd unit."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tacc.capture import open_capture
+from tacc.capture.schema import TRACE_REC_DTYPE, DropSource
+from tacc.daemon import uapi
+from tacc.daemon.devices import TaccFunction, discover, parse_clock_sync
+from tacc.daemon.devring import RingView
+from tacc.daemon.main import Daemon
+from tacc.daemon.protocol import request
+from tacc.daemon.session import CaptureSession, Options
+
+ROOT = Path(__file__).resolve().parents[2]
+TACC = str(Path(sys.executable).parent / "tacc")
+
+
+class FakeRing:
+    def __init__(self, entries: int = 8) -> None:
+        self.entries = entries
+        self.buf = bytearray(4096 + entries * 64)
+        self.prod = self.dropped = 0
+        self.seq = 0
+        self._hdr()
+
+    def _hdr(self, epoch: int = 1) -> None:
+        h = uapi.TraceHeader(version=1, rec_size=64, entries=self.entries, rec_version=1,
+                             data_offset=4096, prod=self.prod, dropped=self.dropped, epoch=epoch)
+        self.buf[:ctypes.sizeof(h)] = bytes(h)
+
+    def produce(self, n: int, skip: int = 0) -> None:
+        self.seq += skip
+        self.dropped += skip
+        for _ in range(n):
+            r = np.zeros(1, TRACE_REC_DTYPE)
+            r["seq"], r["version"], r["tag"] = self.seq, 1, 100 + self.seq
+            off = 4096 + (self.prod % self.entries) * 64
+            self.buf[off:off + 64] = r.tobytes()
+            self.prod += 1
+            self.seq += 1
+        self._hdr()
+
+    def advance(self, cons: int) -> tuple[int, int]:
+        return self.prod, self.dropped
+
+
+def test_ring_view_drains_wraps_and_counts_drops() -> None:
+    f = FakeRing()
+    v = RingView(f.buf, 3, f.advance)
+    f.produce(5)
+    r = v.drain()
+    assert list(r.records["seq"]) == [0, 1, 2, 3, 4] and r.dropped == 0
+    assert set(r.records["fid"]) == {3}
+    f.produce(6, skip=2)  # wraps; 2 records the device dropped
+    r = v.drain()
+    assert list(r.records["seq"]) == list(range(7, 13))
+    assert r.dropped == 2 and r.seq_gaps == 2
+    assert v.total_records == 11 and v.total_dropped == 2
+
+
+def test_clock_sync_parse() -> None:
+    c = parse_clock_sync("10 5000 20\n30 5020 41\n", 2)
+    assert list(c["devclk"]) == [5000, 5020] and list(c["fid"]) == [2, 2]
+
+
+def _fake_sysfs(tmp: Path) -> str:
+    d = tmp / "sys/bus/pci/devices/0000:01:00.0"
+    (d / "tacc").mkdir(parents=True)
+    (d / "counters").mkdir()
+    (d / "vendor").write_text("0x7acc\n")
+    for k, v in {"clock_hz": "1000000000", "link_speed": "16.0 GT/s PCIe", "link_width": "8",
+                 "time_scale": "1", "queue_stats": "# q\n0 5 0 0 0 5\n",
+                 "clock_sync": "100 7 110\n"}.items():
+        (d / "tacc" / k).write_text(v)
+    (d / "counters" / "jobs_completed").write_text("5\n")
+    return str(tmp)
+
+
+def test_discover_and_session_complete(tmp_path: Path) -> None:
+    fns = discover(_fake_sysfs(tmp_path))
+    assert [f.pci for f in fns] == ["0000:01:00.0"] and fns[0].devid == 0x100
+    assert fns[0].meta()["link"]["gen"] == 4
+    opts = Options(device_trace=False, api=False, counters_hz=1000.0)
+    s = CaptureSession(tmp_path / "cap", fns, opts, tool="test")
+    s.tick()
+    s.drop(DropSource.DRIVER, 3)
+    summary = s.close()
+    assert summary["drops"] == {"driver": 3}
+    cap = open_capture(tmp_path / "cap")
+    assert cap.complete and cap.count("clock_sync") >= 2 and cap.count("counters") >= 2
+    assert int(cap.read("drops")["count"].sum()) == 3
+    assert cap.read("counters")["jobs_completed"][0] == 5
+
+
+def test_session_disk_bound_counts_drops(tmp_path: Path) -> None:
+    fn = TaccFunction("0000:01:00.0", 0x100, tmp_path, False, 0, "0000:01:00.0", None)
+    s = CaptureSession(tmp_path / "cap", [fn], Options(device_trace=False, api=False,
+                                                       counters_hz=0, max_bytes=2000,
+                                                       host_events=False), tool="test")
+    from tacc.bpftrace.events import EV_DTYPE
+
+    ev = np.zeros(50, EV_DTYPE)
+    ev["kind"] = 2
+    ev["ts"] = 1
+    s.drain_bpf(ev[:10])  # 1040 bytes: kept
+    s.drain_bpf(ev[10:])  # over the bound: counted as dropped
+    s.close()
+    cap = open_capture(tmp_path / "cap")
+    assert cap.count("driver") == 10
+    assert int(cap.read("drops")["count"].sum()) == 40
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import sys, time, numpy as np
+    from tacc.daemon.session import CaptureSession, Options
+    from tacc.daemon.devices import TaccFunction
+    from tacc.bpftrace.events import EV_DTYPE
+    from pathlib import Path
+    fn = TaccFunction("0000:01:00.0", 0x100, Path("/nonexistent"), False, 0, "0000:01:00.0", None)
+    s = CaptureSession(sys.argv[1], [fn], Options(device_trace=False, api=False,
+                       counters_hz=0, host_events=False, flush_s=0.0), tool="test")
+    ev = np.zeros(100, EV_DTYPE); ev["kind"] = 2; ev["ts"] = 5
+    s.drain_bpf(ev); s.tick()
+    print("ready", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_killed_capture_is_readable_and_incomplete(tmp_path: Path) -> None:
+    p = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(tmp_path / "cap")],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    p.send_signal(signal.SIGKILL)
+    p.wait(10)
+    cap = open_capture(tmp_path / "cap")
+    assert not cap.complete and cap.count("driver") == 100
+    assert any("interrupted" in x for x in cap.problems)
+
+
+def test_daemon_control_socket_and_tacc_trace(tmp_path: Path) -> None:
+    sysroot = _fake_sysfs(tmp_path)
+    sock = str(tmp_path / "taccd.sock")
+    d = Daemon(sock, tmp_path / "caps", interval=0.01, bpf=False, sysroot=sysroot)
+    d.netlink = None
+    t = threading.Thread(target=d.run, daemon=True)
+    # signal handlers can only be set from the main thread: run the loop by hand
+    d.run = None  # type: ignore[assignment]
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            for key, _ in d.sel.select(0.02):
+                key.data()
+            if d.session is not None:
+                d.session.tick()
+            if d.always_on is not None:
+                d.always_on.tick(d.functions)
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        assert request({"cmd": "ping"}, sock)["ok"]
+        st = request({"cmd": "status"}, sock)
+        assert st["mode"] == "always-on" and st["devices"] == ["0000:01:00.0"]
+        out = tmp_path / "c1"
+        env = {**os.environ, "TACCD_SOCKET": sock}
+        r = subprocess.run([TACC, "trace", "start", "-o", str(out),
+                            "--no-host"], env=env, text=True, capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert f"capturing to {out}" in r.stdout
+        r2 = request({"cmd": "start", "output": str(tmp_path / "c2")}, sock)
+        assert not r2["ok"] and "already running" in r2["error"]
+        time.sleep(0.2)
+        r = subprocess.run([TACC, "trace", "stop"], env=env,
+                           text=True, capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert open_capture(out).complete
+        r = subprocess.run([TACC, "trace", "stop"], env=env,
+                           text=True, capture_output=True, timeout=60)
+        assert r.returncode == 2 and r.stderr.strip() == "tacc: error: no capture is running"
+        bad = request({"cmd": "start", "options": {"bogus": 1}}, sock)
+        assert not bad["ok"] and "bogus" in bad["error"]
+    finally:
+        stop.set()
+        t.join(5)
+        d.close()
+
+
+def test_tacc_trace_without_daemon(tmp_path: Path) -> None:
+    env = {**os.environ, "TACCD_SOCKET": str(tmp_path / "none.sock")}
+    r = subprocess.run([TACC, "trace", "status"], env=env,
+                       text=True, capture_output=True, timeout=60)
+    assert r.returncode == 2 and "taccd is not running" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+UAPI_C = """
+#include <stdio.h>
+#include <stddef.h>
+#include "drm/tacc_accel.h"
+#define P(s, f) printf(#s "." #f " %zu %zu\\n", offsetof(struct s, f), sizeof(((struct s *)0)->f));
+int main(void) {
+    P(drm_tacc_get_param, value) P(drm_tacc_trace_open, mmap_size)
+    P(drm_tacc_trace_header, data_offset) P(drm_tacc_trace_header, epoch)
+    P(drm_tacc_trace_advance, dropped) P(drm_tacc_submit, seqno) P(drm_tacc_submit, cmd_size)
+    P(drm_tacc_wait, status) P(drm_tacc_cmd, size) P(drm_tacc_cmd, rsvd)
+    printf("ioctl %lu %lu %lu %lu %lu\\n", (unsigned long)DRM_IOCTL_TACC_SUBMIT,
+           (unsigned long)DRM_IOCTL_TACC_WAIT, (unsigned long)DRM_IOCTL_TACC_TRACE_OPEN,
+           (unsigned long)DRM_IOCTL_TACC_TRACE_ADVANCE, (unsigned long)DRM_IOCTL_TACC_TRACE_CLOSE);
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_uapi_mirror_matches_header(tmp_path: Path) -> None:
+    src = tmp_path / "u.c"
+    src.write_text(UAPI_C)
+    exe = tmp_path / "u"
+    subprocess.run(["cc", "-I", str(ROOT / "kernel/include/uapi"), "-o", str(exe), str(src)],
+                   check=True, timeout=60)
+    out = subprocess.run([str(exe)], check=True, text=True, capture_output=True).stdout
+    m = {ln.split()[0]: ln.split()[1:] for ln in out.splitlines()}
+    cmap = {"drm_tacc_get_param": uapi.GetParam, "drm_tacc_trace_open": uapi.TraceOpen,
+            "drm_tacc_trace_header": uapi.TraceHeader, "drm_tacc_trace_advance": uapi.TraceAdvance,
+            "drm_tacc_submit": uapi.Submit, "drm_tacc_wait": uapi.Wait, "drm_tacc_cmd": uapi.Cmd}
+    for key, vals in m.items():
+        if key == "ioctl":
+            continue
+        off, size = vals
+        s, f = key.split(".")
+        fld = getattr(cmap[s], f)
+        assert (fld.offset, fld.size) == (int(off), int(size)), key
+    assert [int(x) for x in m["ioctl"]] == [uapi.IOCTL_SUBMIT, uapi.IOCTL_WAIT,
+                                            uapi.IOCTL_TRACE_OPEN, uapi.IOCTL_TRACE_ADVANCE,
+                                            uapi.IOCTL_TRACE_CLOSE]
+    assert ctypes.sizeof(uapi.Cmd) == 128
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+def test_systemd_unit_verifies(tmp_path: Path) -> None:
+    unit = tmp_path / "taccd.service"
+    text = (ROOT / "tools/systemd/taccd.service").read_text()
+    # verify needs the ExecStart binary to exist: point it at this venv's taccd
+    taccd = Path(sys.executable).parent / "taccd"
+    if taccd.exists():
+        text = text.replace("/usr/local/bin/taccd", str(taccd))
+    unit.write_text(text)
+    r = subprocess.run(["systemd-analyze", "verify", str(unit)], text=True,
+                       capture_output=True, timeout=60)
+    errs = [ln for ln in r.stderr.splitlines() if "taccd.service" in ln]
+    assert r.returncode == 0 and not errs, r.stderr

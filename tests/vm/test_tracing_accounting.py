@@ -1,0 +1,238 @@
+"""In-guest: snoop, record and a taccd capture each account for every job exactly once
+and agree with the device's counters; a killed taccd leaves a readable, incomplete
+capture; accel-bpftrace fails with one line when it cannot run.
+
+The BPF program is compiled once for the session (fixture ``program``) and reused by
+every test; taccd and the CLI runs compile their own (one each).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tacc.capture import open_capture
+from tacc.capture.schema import DriverKind
+from tacc.daemon import uapi
+from tacc.daemon.devices import discover
+
+NJOBS = 40
+BIN = Path(sys.executable).parent
+
+
+def _jobs_completed(pci: Path) -> int:
+    return int((pci / "counters" / "jobs_completed").read_text())
+
+
+def _workload(node: Path, njobs: int = NJOBS, tag_base: int = 0x5A5A0000) -> None:
+    fd = uapi.open_node(str(node))
+    try:
+        uapi.submit_nops(fd, njobs, ncmds=2, tag_base=tag_base)
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture(scope="session")
+def program() -> Iterator[object]:
+    from tacc.bpftrace import preflight
+    from tacc.bpftrace.program import Program
+
+    root = preflight.all_checks(bcc=True)
+    prog = Program(root, rb_pages=1024, host=True)
+    yield prog
+    prog.close()
+
+
+def test_snoop_program_counts_every_job(program: object, pf_accel: Path, pf_pci: Path) -> None:
+    from tacc.bpftrace.program import Filters
+
+    prog = program  # type: ignore[assignment]
+    prog.reset()
+    prog.configure(Filters(pid=os.getpid()))
+    prog.attach("snoop")
+    before = _jobs_completed(pf_pci)
+    try:
+        _workload(pf_accel)
+        time.sleep(0.2)
+        ev = prog.drain()
+    finally:
+        prog.detach()
+    st = prog.stats()
+    sub = ev[ev["kind"] == DriverKind.SUBMIT]
+    done = ev[ev["kind"] == DriverKind.JOB_DONE]
+    assert st.dropped == 0
+    assert len(sub) == NJOBS and len(done) == NJOBS
+    assert len(set(zip(done["x"].tolist(), done["a"].tolist(), strict=True))) == NJOBS
+    assert set(sub["pid"].tolist()) == {os.getpid()}
+    assert list(sub["v"]) == [2] * NJOBS
+    assert _jobs_completed(pf_pci) - before == NJOBS
+
+
+def test_latency_and_top_aggregate_in_kernel(program: object, pf_accel: Path) -> None:
+    from tacc.bpftrace.program import Filters
+
+    prog = program  # type: ignore[assignment]
+    prog.reset()
+    prog.configure(Filters(pid=os.getpid()))
+    prog.attach("latency")
+    try:
+        _workload(pf_accel, 10)
+        time.sleep(0.1)
+    finally:
+        prog.detach()
+    h = prog.latency()
+    totals = {which: sum(sum(s.values()) for (d, q, w), s in h.items() if w == which)
+              for which in (0, 1, 2)}
+    assert totals[0] == 10 and totals[2] == 10
+    prog.reset()
+    prog.attach("top")
+    try:
+        _workload(pf_accel, 10)
+        time.sleep(0.1)
+    finally:
+        prog.detach()
+    top = prog.top()
+    assert top[os.getpid()]["jobs"] == 10 and top[os.getpid()]["cmds"] == 20
+
+
+def test_snoop_cli_json_accounts_for_every_job(pf_accel: Path, pf_pci: Path) -> None:
+    p = subprocess.Popen([str(BIN / "accel-bpftrace"), "snoop", "--json", "--duration", "60",
+                          "-c", "python3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    time.sleep(15)  # compile + attach under TCG
+    before = _jobs_completed(pf_pci)
+    _workload(pf_accel)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    lines = [__import__("json").loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    rows = [r for r in lines if r.get("event") in ("submit", "done")]
+    summ = [r for r in lines if r.get("event") == "summary"]
+    assert summ and summ[0]["lost"] == 0, err
+    mine = [r for r in rows if r["tag"] >> 16 == 0x5A5A]
+    assert sum(r["event"] == "done" for r in mine) == NJOBS
+    assert sum(r["event"] == "submit" for r in mine) == NJOBS
+    assert _jobs_completed(pf_pci) - before == NJOBS
+
+
+def test_record_accounts_for_every_job(tmp_path: Path, pf_accel: Path, pf_pci: Path) -> None:
+    out = tmp_path / "rec"
+    p = subprocess.Popen([str(BIN / "accel-bpftrace"), "record", "-o", str(out),
+                          "--duration", "120"], stderr=subprocess.PIPE, text=True)
+    time.sleep(15)
+    before = _jobs_completed(pf_pci)
+    _workload(pf_accel)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    cap = open_capture(out)
+    assert cap.complete
+    drv = cap.read("driver")
+    mine = drv[(drv["tag"] >> 16) == 0x5A5A]
+    assert (mine["kind"] == DriverKind.JOB_DONE).sum() == NJOBS
+    assert (mine["kind"] == DriverKind.SUBMIT).sum() == NJOBS
+    dt = cap.read("device_trace")
+    dmine = dt[(dt["tag"] >> 16) == 0x5A5A]
+    assert len(dmine) == 2 * NJOBS  # one record per command
+    assert int(cap.read("drops")["count"].sum()) == 0
+    assert _jobs_completed(pf_pci) - before == NJOBS
+
+
+def _taccd(sock: Path, root: Path) -> subprocess.Popen[str]:
+    p = subprocess.Popen([str(BIN / "taccd"), "-f", "--socket", str(sock), "--capture-root",
+                          str(root)], stderr=subprocess.PIPE, text=True)
+    for _ in range(100):
+        if sock.exists():
+            break
+        time.sleep(0.1)
+    return p
+
+
+def _tacc(sock: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TACCD_SOCKET": str(sock)}
+    return subprocess.run([str(BIN / "tacc"), "trace", *args], env=env, text=True,
+                          capture_output=True, timeout=120)
+
+
+def test_taccd_capture_accounts_and_kill_leaves_incomplete(tmp_path: Path, pf_accel: Path,
+                                                          pf_pci: Path) -> None:
+    sock = tmp_path / "taccd.sock"
+    d = _taccd(sock, tmp_path)
+    try:
+        r = _tacc(sock, "start", "-o", str(tmp_path / "c1"))
+        assert r.returncode == 0, r.stderr
+        before = _jobs_completed(pf_pci)
+        _workload(pf_accel)
+        time.sleep(0.5)
+        r = _tacc(sock, "stop")
+        assert r.returncode == 0, r.stderr
+        cap = open_capture(tmp_path / "c1")
+        drv = cap.read("driver")
+        mine = drv[(drv["tag"] >> 16) == 0x5A5A]
+        assert (mine["kind"] == DriverKind.JOB_DONE).sum() == NJOBS
+        dt = cap.read("device_trace")
+        assert ((dt["tag"] >> 16) == 0x5A5A).sum() == 2 * NJOBS
+        c = cap.read("counters")
+        pf = c[c["fid"] == 0]
+        assert int(pf["jobs_completed"][-1]) - int(pf["jobs_completed"][0]) >= NJOBS
+        assert _jobs_completed(pf_pci) - before == NJOBS
+        assert cap.count("clock_sync") >= 2
+        # second capture, killed mid-way
+        r = _tacc(sock, "start", "-o", str(tmp_path / "c2"))
+        assert r.returncode == 0, r.stderr
+        _workload(pf_accel, 10, tag_base=0x6B6B0000)
+        time.sleep(1.5)  # > flush period
+        d.send_signal(signal.SIGKILL)
+        d.wait(10)
+        cap2 = open_capture(tmp_path / "c2")
+        assert not cap2.complete
+        assert any("interrupted" in x for x in cap2.problems)
+    finally:
+        if d.poll() is None:
+            d.kill()
+            d.wait(10)
+
+
+def test_bpftrace_one_line_failures() -> None:
+    exe = str(BIN / "accel-bpftrace")
+    r = subprocess.run([exe, "snoop", "--no-such-option"], text=True, capture_output=True,
+                       timeout=60)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    r = subprocess.run(["su", "tacc-user", "-c", f"{exe} snoop --duration 1"], text=True,
+                       capture_output=True, timeout=60)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert "root" in r.stderr
+    r = subprocess.run([exe, "snoop", "-d", "0000:7f:00.0"], text=True, capture_output=True,
+                       timeout=60)
+    assert r.returncode == 1 and "no tacc device" in r.stderr
+
+
+def test_stock_bpftrace_scripts_parse() -> None:
+    root = Path(__file__).resolve().parents[2] / "tools" / "bpftrace"
+    for bt in sorted(root.glob("*.bt")):
+        r = subprocess.run(["timeout", "-s", "INT", "5", "bpftrace", str(bt)], text=True,
+                           capture_output=True, timeout=60)
+        assert "ERROR" not in r.stderr, (bt.name, r.stderr)
+
+
+@pytest.mark.skipif(not discover(), reason="no tacc device")
+def test_without_module_one_line(tmp_path: Path) -> None:
+    # run last: unloads and reloads the module
+    exe = str(BIN / "accel-bpftrace")
+    r = subprocess.run(["modprobe", "-r", "tacc"], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        pytest.skip(f"cannot unload tacc: {r.stderr.strip()}")
+    try:
+        r = subprocess.run([exe, "snoop"], text=True, capture_output=True, timeout=60)
+        assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+            "accel-bpftrace: the tacc kernel module is not loaded (modprobe tacc)"]
+    finally:
+        subprocess.run(["modprobe", "tacc"], capture_output=True, timeout=60)
+        time.sleep(1)
