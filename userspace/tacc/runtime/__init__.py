@@ -1,0 +1,47 @@
+"""The tacc runtime ("CPU API"): devices, contexts, buffers, streams, events.
+
+    import numpy as np
+    from tacc.runtime import Context
+
+    with Context() as ctx:                    # the first PF; Context("0000:01:00.1") for a VF
+        a = ctx.to_device(np.random.rand(64, 64).astype(np.float32))
+        b = ctx.to_device(np.eye(64, dtype=np.float32))
+        c = ctx.device_buffer((64, 64))
+        s = ctx.stream()
+        s.gemm(a, b, c)
+        out = ctx.host_buffer((64, 64))       # out.array is a numpy view of pinned memory
+        s.copy_d2h(out, c)
+        s.synchronize()
+
+Every public call is traced into the per-thread API ring (see :mod:`tacc.runtime.apitrace`)
+when tracing is enabled, and carries a user tag (pid << 32 | seq) to the driver and device.
+See docs/runtime.md.
+"""
+
+from .buffers import Buffer, DeviceBuffer, HostBuffer, UserptrBuffer
+from .context import Context
+from .device import DeviceInfo, HotplugEvent, HotplugWatch, devices, find, watch
+from .errors import (
+    BufferKindError,
+    ContextClosedError,
+    DeviceError,
+    DeviceNotFoundError,
+    DevicePermissionError,
+    DeviceTimeoutError,
+    DriverError,
+    DtypeError,
+    OutOfMemoryError,
+    ShapeError,
+    TaccError,
+    UseAfterFreeError,
+    WrongDeviceError,
+)
+from .stream import Event, Stream
+
+__all__ = [
+    "Buffer", "BufferKindError", "Context", "ContextClosedError", "DeviceBuffer", "DeviceError",
+    "DeviceInfo", "DeviceNotFoundError", "DevicePermissionError", "DeviceTimeoutError",
+    "DriverError", "DtypeError", "Event", "HostBuffer", "HotplugEvent", "HotplugWatch",
+    "OutOfMemoryError", "ShapeError", "Stream", "TaccError", "UseAfterFreeError",
+    "UserptrBuffer", "WrongDeviceError", "devices", "find", "watch",
+]

@@ -1,0 +1,355 @@
+"""Runtime API tracing: one single-producer shared-memory ring per thread.
+
+``/dev/shm/tacc-api.<pid>`` (the process's first tracing thread, normally the main thread)
+and ``/dev/shm/tacc-api.<pid>.<tid>`` (other threads).  docs/runtime-api-ring.md is the
+format; this module is both the producer (the runtime) and a reader (tests, taccd).
+
+Off by default: a ring is created, disabled, on a thread's first API call so that a
+consumer can switch it on later by writing 1 to the header's ``enable`` word
+(:func:`set_enabled`).  ``TACC_API_TRACE=1`` creates rings enabled; ``TACC_API_TRACE=none``
+creates no ring at all.  When a ring is disabled an API call costs one byte read of the
+header.  A full ring drops the record and counts it in ``dropped``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = 0x49504154  # "TAPI" little endian
+VERSION = 1
+HEADER_SIZE = 4096
+REC_SIZE = 128
+ARGS_MAX = 72
+NAMES_OFFSET = 512
+DEFAULT_RECORDS = 4096
+NO_DEV = 0xFFFFFFFF
+NO_CTX = 0xFFFFFFFF
+FLAG_EXITED = 1 << 0
+
+# Header fields: (offset, struct format)
+OFF_MAGIC, OFF_VERSION, OFF_HDR_SIZE, OFF_REC_SIZE, OFF_CAPACITY = 0, 4, 8, 12, 16
+OFF_ENABLE, OFF_PID, OFF_TID = 20, 24, 28
+OFF_HEAD, OFF_TAIL, OFF_DROPPED, OFF_CREATED = 32, 40, 48, 56
+OFF_NAMES_OFF, OFF_NAMES_COUNT, OFF_NAMES_BYTES, OFF_FLAGS, OFF_COMM = 64, 68, 72, 76, 80
+
+HEADER_DTYPE = np.dtype([
+    ("magic", "<u4"), ("version", "<u4"), ("header_size", "<u4"), ("rec_size", "<u4"),
+    ("capacity", "<u4"), ("enable", "<u4"), ("pid", "<u4"), ("tid", "<u4"),
+    ("head", "<u8"), ("tail", "<u8"), ("dropped", "<u8"), ("created_ns", "<i8"),
+    ("names_offset", "<u4"), ("names_count", "<u4"), ("names_bytes", "<u4"), ("flags", "<u4"),
+    ("comm", "S16"),
+])
+assert HEADER_DTYPE.itemsize == 96
+
+RECORD_DTYPE = np.dtype([
+    ("t_start", "<i8"), ("t_end", "<i8"), ("tag", "<u8"), ("bytes", "<u8"),
+    ("pid", "<u4"), ("tid", "<u4"), ("dev", "<u4"), ("name_id", "<u2"), ("status", "<i2"),
+    ("ctx", "<u4"), ("args_len", "<u2"), ("rsvd", "<u2"), ("args", f"S{ARGS_MAX}"),
+])
+assert RECORD_DTYPE.itemsize == REC_SIZE
+
+# The API names, indexed by name_id. Append only (ids are ABI of the ring format).
+NAMES: tuple[str, ...] = (
+    "unknown", "context_open", "context_close", "host_buffer", "device_buffer", "wrap",
+    "free", "stream_create", "copy_h2d", "copy_d2h", "copy_d2d", "gemm", "eltwise",
+    "event_create", "event_record", "stream_wait_event", "event_synchronize",
+    "stream_synchronize", "synchronize", "event_query", "stream_query", "nop",
+    "host_preprocess",
+)
+NAME_ID: dict[str, int] = {n: i for i, n in enumerate(NAMES)}
+
+_REC = struct.Struct("<qqQQIIIHhIHH72s")
+_U64 = struct.Struct("<Q")
+assert _REC.size == REC_SIZE
+
+now_ns = time.monotonic_ns  # CLOCK_MONOTONIC
+
+
+def ring_dir() -> Path:
+    return Path(os.environ.get("TACC_API_DIR", "/dev/shm"))
+
+
+def _mode() -> str:
+    v = os.environ.get("TACC_API_TRACE", "").strip().lower()
+    if v in ("1", "on", "yes", "true"):
+        return "on"
+    if v in ("none", "never", "disabled"):
+        return "none"
+    return "off"
+
+
+class Ring:
+    """The producer side of one thread's ring."""
+
+    __slots__ = ("path", "mm", "capacity", "mask", "head", "pid", "tid", "_fd")
+
+    def __init__(self, path: Path, pid: int, tid: int, capacity: int, enabled: bool) -> None:
+        if capacity & (capacity - 1) or capacity < 2:
+            raise ValueError("ring capacity must be a power of two >= 2")
+        self.path, self.pid, self.tid = path, pid, tid
+        self.capacity, self.mask, self.head = capacity, capacity - 1, 0
+        size = HEADER_SIZE + capacity * REC_SIZE
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, size)
+            self.mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        names = b"\0".join(n.encode() for n in NAMES) + b"\0"
+        assert NAMES_OFFSET + len(names) <= HEADER_SIZE
+        try:
+            comm = Path(f"/proc/self/task/{tid}/comm").read_bytes().strip()[:15]
+        except OSError:
+            comm = b""
+        struct.pack_into("<IIIIIIIIQQQqIIII16s", self.mm, 0, MAGIC, VERSION, HEADER_SIZE,
+                         REC_SIZE, capacity, 1 if enabled else 0, pid, tid, 0, 0, 0, now_ns(),
+                         NAMES_OFFSET, len(NAMES), len(names), 0, comm)
+        self.mm[NAMES_OFFSET:NAMES_OFFSET + len(names)] = names
+        os.rename(tmp, path)  # readers never see a half-written header
+        self._fd = -1
+
+    @property
+    def enabled(self) -> bool:
+        return self.mm[OFF_ENABLE] != 0
+
+    def set_enabled(self, on: bool) -> None:
+        struct.pack_into("<I", self.mm, OFF_ENABLE, 1 if on else 0)
+
+    def emit(self, name_id: int, t_start: int, t_end: int, tag: int = 0, nbytes: int = 0,
+             dev: int = NO_DEV, ctx: int = NO_CTX, status: int = 0, args: str = "") -> bool:
+        """Appends one record; returns False (and counts a drop) when the ring is full."""
+        mm = self.mm
+        head = self.head
+        tail = _U64.unpack_from(mm, OFF_TAIL)[0]
+        if head - tail >= self.capacity:
+            _U64.pack_into(mm, OFF_DROPPED, _U64.unpack_from(mm, OFF_DROPPED)[0] + 1)
+            return False
+        a = args.encode("utf-8", "replace")[:ARGS_MAX]
+        _REC.pack_into(mm, HEADER_SIZE + (head & self.mask) * REC_SIZE, t_start, t_end, tag,
+                       nbytes, self.pid, self.tid, dev, name_id, status, ctx, len(a), 0, a)
+        self.head = head + 1
+        _U64.pack_into(mm, OFF_HEAD, head + 1)  # publish after the record (x86 TSO)
+        return True
+
+    def close(self) -> None:
+        """At thread/process exit: unlink when nothing is pending, else leave it to the
+        consumer (flag EXITED) so that the last records are not lost."""
+        try:
+            tail = _U64.unpack_from(self.mm, OFF_TAIL)[0]
+            if self.head == tail:
+                self.path.unlink(missing_ok=True)
+            else:
+                struct.pack_into("<I", self.mm, OFF_FLAGS, FLAG_EXITED)
+            self.mm.close()
+        except (ValueError, OSError):
+            pass
+
+
+class _Tracer:
+    """Process-wide state: the rings of this process's threads and the tag sequence."""
+
+    def __init__(self) -> None:
+        self.tls = threading.local()
+        self.rings: list[Ring] = []
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+        self.seq = 0
+        self.mode = _mode()
+        try:
+            self.capacity = int(os.environ.get("TACC_API_RING_RECORDS", DEFAULT_RECORDS))
+        except ValueError:
+            self.capacity = DEFAULT_RECORDS
+
+    def ring(self) -> Ring | None:
+        try:
+            return self.tls.ring  # type: ignore[no-any-return]
+        except AttributeError:
+            return self._open()
+
+    def _open(self) -> Ring | None:
+        r: Ring | None = None
+        if self.mode != "none":
+            tid = threading.get_native_id()
+            with self.lock:
+                first = not self.rings
+                name = f"tacc-api.{self.pid}" if first else f"tacc-api.{self.pid}.{tid}"
+                try:
+                    r = Ring(ring_dir() / name, self.pid, tid, self.capacity, self.mode == "on")
+                    self.rings.append(r)
+                except OSError:
+                    r = None
+        self.tls.ring = r
+        return r
+
+    def next_tag(self) -> int:
+        self.seq = s = (self.seq + 1) & 0xFFFFFFFF
+        return (self.pid << 32) | s
+
+    def close_all(self) -> None:
+        with self.lock:
+            for r in self.rings:
+                r.close()
+            self.rings.clear()
+
+
+_tracer = _Tracer()
+
+
+def _after_fork() -> None:
+    global _tracer
+    _tracer = _Tracer()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+atexit.register(lambda: _tracer.close_all())
+
+
+def next_tag() -> int:
+    """A new user tag: pid << 32 | per-process sequence (docs: design decisions)."""
+    return _tracer.next_tag()
+
+
+def current_ring() -> Ring | None:
+    return _tracer.ring()
+
+
+def begin() -> int:
+    """0 when tracing is off for this thread, else the call's start time (ns)."""
+    r = _tracer.ring()
+    if r is None or not r.mm[OFF_ENABLE]:
+        return 0
+    return now_ns()
+
+
+def end(t0: int, name_id: int, tag: int = 0, nbytes: int = 0, dev: int = NO_DEV,
+        ctx: int = NO_CTX, status: int = 0, args: str = "") -> None:
+    r = _tracer.ring()
+    if r is not None:
+        r.emit(name_id, t0, now_ns(), tag, nbytes, dev, ctx, status, args)
+
+
+def set_process_enabled(on: bool) -> None:
+    """Switch tracing on/off for every ring of this process (and future ones)."""
+    _tracer.mode = "on" if on else "off"
+    with _tracer.lock:
+        for r in _tracer.rings:
+            r.set_enabled(on)
+
+
+# ------------------------------------------------------------------ readers ---
+@dataclass
+class RingInfo:
+    path: Path
+    pid: int
+    tid: int
+    enabled: bool
+    head: int
+    tail: int
+    dropped: int
+    capacity: int
+    exited: bool
+    comm: str
+
+
+def list_rings(directory: Path | None = None, pid: int | None = None) -> list[Path]:
+    d = directory or ring_dir()
+    pat = f"tacc-api.{pid}" if pid is not None else "tacc-api.*"
+    out = sorted(p for p in d.glob(pat) if not p.name.endswith(".tmp"))
+    if pid is not None:
+        out += sorted(p for p in d.glob(f"tacc-api.{pid}.*") if not p.name.endswith(".tmp"))
+    return out
+
+
+class RingReader:
+    """Consumer side: maps a ring read/write (to advance ``tail`` and flip ``enable``)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            if size < HEADER_SIZE:
+                raise ValueError(f"{self.path}: not a tacc API ring (too short)")
+            self.mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        hdr = np.frombuffer(self.mm, HEADER_DTYPE, 1)[0]
+        if int(hdr["magic"]) != MAGIC:
+            self.mm.close()
+            raise ValueError(f"{self.path}: not a tacc API ring (bad magic)")
+        if int(hdr["version"]) != VERSION:
+            self.mm.close()
+            raise ValueError(f"{self.path}: API ring format version {int(hdr['version'])}, "
+                             f"this reader knows {VERSION}")
+        self.capacity = int(hdr["capacity"])
+        self.header_size = int(hdr["header_size"])
+        self.rec_size = int(hdr["rec_size"])
+        no, nb = int(hdr["names_offset"]), int(hdr["names_bytes"])
+        self.names = [s.decode() for s in bytes(self.mm[no:no + nb]).split(b"\0")][
+            : int(hdr["names_count"])]
+        self.records = np.frombuffer(self.mm, RECORD_DTYPE, self.capacity, self.header_size)
+
+    def info(self) -> RingInfo:
+        h = np.frombuffer(self.mm, HEADER_DTYPE, 1)[0]
+        return RingInfo(self.path, int(h["pid"]), int(h["tid"]), bool(h["enable"]),
+                        int(h["head"]), int(h["tail"]), int(h["dropped"]), self.capacity,
+                        bool(int(h["flags"]) & FLAG_EXITED), h["comm"].decode(errors="replace"))
+
+    def set_enabled(self, on: bool) -> None:
+        struct.pack_into("<I", self.mm, OFF_ENABLE, 1 if on else 0)
+
+    @property
+    def dropped(self) -> int:
+        return int(_U64.unpack_from(self.mm, OFF_DROPPED)[0])
+
+    def drain(self, max_records: int | None = None) -> np.ndarray:
+        """Copies out every record published since the last drain and frees their slots."""
+        head = _U64.unpack_from(self.mm, OFF_HEAD)[0]
+        tail = _U64.unpack_from(self.mm, OFF_TAIL)[0]
+        n = head - tail
+        if max_records is not None:
+            n = min(n, max_records)
+        if n <= 0:
+            return np.empty(0, RECORD_DTYPE)
+        idx = (np.arange(tail, tail + n, dtype=np.uint64) % np.uint64(self.capacity))
+        out = self.records[idx.astype(np.int64)].copy()
+        _U64.pack_into(self.mm, OFF_TAIL, tail + n)
+        return out
+
+    def close(self) -> None:
+        self.records = np.empty(0, RECORD_DTYPE)
+        try:
+            self.mm.close()
+        except BufferError:
+            pass
+
+
+def set_enabled(target: int | Path | str, on: bool = True) -> int:
+    """From another process: enable/disable every ring of a pid (or one ring file).
+    Returns the number of rings switched."""
+    paths = list_rings(pid=target) if isinstance(target, int) else [Path(target)]
+    for p in paths:
+        r = RingReader(p)
+        r.set_enabled(on)
+        r.close()
+    return len(paths)
+
+
+def iter_records(paths: list[Path]) -> Iterator[tuple[Path, np.ndarray, list[str]]]:
+    for p in paths:
+        r = RingReader(p)
+        try:
+            yield p, r.drain(), r.names
+        finally:
+            r.close()

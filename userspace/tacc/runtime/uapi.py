@@ -1,0 +1,199 @@
+"""ctypes mirror of ``kernel/include/uapi/drm/tacc_accel.h`` (the ioctl ABI).
+
+Hand-written from the header; ``tests/host/test_uapi_layout.py`` compiles a C program
+against the header and fails if any size, field offset or ioctl number differs.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+
+# --- ioctl encoding (asm-generic/ioctl.h, x86) ---
+_IOC_NRBITS, _IOC_TYPEBITS, _IOC_SIZEBITS = 8, 8, 14
+_IOC_NRSHIFT = 0
+_IOC_TYPESHIFT = _IOC_NRSHIFT + _IOC_NRBITS
+_IOC_SIZESHIFT = _IOC_TYPESHIFT + _IOC_TYPEBITS
+_IOC_DIRSHIFT = _IOC_SIZESHIFT + _IOC_SIZEBITS
+_IOC_WRITE, _IOC_READ = 1, 2
+
+DRM_IOCTL_BASE = ord("d")
+DRM_COMMAND_BASE = 0x40
+DRM_TACC_API_VERSION = 1
+
+
+def _ioc(direction: int, nr: int, size: int) -> int:
+    return ((direction << _IOC_DIRSHIFT) | (DRM_IOCTL_BASE << _IOC_TYPESHIFT)
+            | (nr << _IOC_NRSHIFT) | (size << _IOC_SIZESHIFT))
+
+
+def _iowr(nr: int, st: type[C.Structure]) -> int:
+    return _ioc(_IOC_READ | _IOC_WRITE, nr, C.sizeof(st))
+
+
+def _iow(nr: int, st: type[C.Structure]) -> int:
+    return _ioc(_IOC_WRITE, nr, C.sizeof(st))
+
+
+u32, u64, s32, s64 = C.c_uint32, C.c_uint64, C.c_int32, C.c_int64
+
+# params (enum drm_tacc_param)
+PARAM_API_VERSION = 0
+PARAM_HW_VERSION = 1
+PARAM_CAPS = 2
+PARAM_FUNC = 3
+PARAM_NUM_QUEUES = 4
+PARAM_NUM_CONTEXTS = 5
+PARAM_NUM_ENGINES = 6
+PARAM_DEVMEM_SIZE = 7
+PARAM_CLOCK_HZ = 8
+PARAM_CONTEXT_ID = 9
+PARAM_COUNTERS_MMAP_OFFSET = 10
+PARAM_COUNTERS_MMAP_SIZE = 11
+PARAM_MAX_CMDS = 12
+PARAM_MAX_INFLIGHT = 13
+PARAM_VA_START = 14
+PARAM_VA_END = 15
+PARAM_CTX_FAULTS = 16
+PARAM_CTX_FAULT_ADDR = 17
+PARAM_DEVCLK = 18
+PARAM_QUEUE_SIZE = 19
+PARAM_LAST_SEQNO = 20
+PARAM_CTX_RESETS = 21
+PARAM_TRACE_MMAP_OFFSET = 22
+PARAM_DEVMEM_FREE = 23
+
+BO_HOST, BO_DEVICE, BO_USERPTR = 0, 1, 2
+BO_F_NO_BIND = 1 << 0
+BO_F_READONLY = 1 << 1
+BIND_F_FIXED = 1 << 0
+BIND_F_READONLY = 1 << 1
+
+OP_NOP, OP_COPY_H2D, OP_COPY_D2H, OP_COPY_D2D = 0, 1, 2, 3
+OP_GEMM, OP_ELTWISE, OP_FENCE, OP_TIMESTAMP, OP_BARRIER = 4, 5, 6, 7, 8
+ELT_ADD, ELT_MUL, ELT_RELU, ELT_SCALE = 0, 1, 2, 3
+MAX_IN_SYNCOBJS = 16
+SYNCOBJ_WAIT_FLAGS_WAIT_ALL = 1
+
+
+class drm_tacc_get_param(C.Structure):  # noqa: N801
+    _fields_ = [("param", u32), ("index", u32), ("value", u64)]
+
+
+class drm_tacc_bo_create(C.Structure):  # noqa: N801
+    _fields_ = [("size", u64), ("userptr", u64), ("type", u32), ("flags", u32),
+                ("handle", u32), ("pad", u32), ("va", u64)]
+
+
+class drm_tacc_bo_info(C.Structure):  # noqa: N801
+    _fields_ = [("handle", u32), ("pad", u32), ("mmap_offset", u64), ("va", u64),
+                ("size", u64), ("bound_size", u64), ("type", u32), ("flags", u32)]
+
+
+class drm_tacc_vm_bind(C.Structure):  # noqa: N801
+    _fields_ = [("handle", u32), ("flags", u32), ("va", u64), ("bo_offset", u64),
+                ("size", u64), ("page_size", u64)]
+
+
+class drm_tacc_vm_unbind(C.Structure):  # noqa: N801
+    _fields_ = [("handle", u32), ("flags", u32)]
+
+
+class drm_tacc_operand(C.Structure):  # noqa: N801
+    _fields_ = [("handle", u32), ("pad", u32), ("offset", u64)]
+
+
+class drm_tacc_cmd(C.Structure):  # noqa: N801
+    _fields_ = [("opcode", u32), ("flags", u32), ("tag", u64),
+                ("a", drm_tacc_operand), ("b", drm_tacc_operand), ("c", drm_tacc_operand),
+                ("size", u64), ("value", u64),
+                ("m", u32), ("n", u32), ("k", u32), ("lda", u32), ("ldb", u32), ("ldc", u32),
+                ("alpha", u32), ("beta", u32), ("elt_op", u32), ("scalar", u32),
+                ("rsvd", u64)]
+
+
+class drm_tacc_submit(C.Structure):  # noqa: N801
+    _fields_ = [("cmds", u64), ("in_syncobjs", u64), ("num_cmds", u32),
+                ("num_in_syncobjs", u32), ("queue", u32), ("out_syncobj", u32),
+                ("flags", u32), ("cmd_size", u32), ("seqno", u64)]
+
+
+class drm_tacc_wait(C.Structure):  # noqa: N801
+    _fields_ = [("seqno", u64), ("timeout_ns", s64), ("flags", u32), ("status", s32)]
+
+
+class drm_tacc_trace_open(C.Structure):  # noqa: N801
+    _fields_ = [("flags", u32), ("entries", u32), ("mmap_offset", u64), ("mmap_size", u64)]
+
+
+class drm_tacc_trace_header(C.Structure):  # noqa: N801
+    _fields_ = [("version", u32), ("rec_size", u32), ("entries", u32), ("rec_version", u32),
+                ("data_offset", u64), ("prod", u32), ("dropped", u32), ("cons", u32),
+                ("epoch", u32)]
+
+
+class drm_tacc_trace_advance(C.Structure):  # noqa: N801
+    _fields_ = [("cons", u32), ("flags", u32), ("prod", u32), ("dropped", u32)]
+
+
+class drm_tacc_trace_close(C.Structure):  # noqa: N801
+    _fields_ = [("flags", u32), ("pad", u32)]
+
+
+class drm_tacc_gem_close(C.Structure):  # noqa: N801
+    _fields_ = [("handle", u32), ("pad", u32)]
+
+
+class drm_tacc_syncobj_create(C.Structure):  # noqa: N801
+    _fields_ = [("handle", u32), ("flags", u32)]
+
+
+class drm_tacc_syncobj_destroy(C.Structure):  # noqa: N801
+    _fields_ = [("handle", u32), ("pad", u32)]
+
+
+class drm_tacc_syncobj_wait(C.Structure):  # noqa: N801
+    _fields_ = [("handles", u64), ("timeout_nsec", s64), ("count_handles", u32),
+                ("flags", u32), ("first_signaled", u32), ("pad", u32),
+                ("deadline_nsec", u64)]
+
+
+DRM_IOCTL_TACC_GET_PARAM = _iowr(DRM_COMMAND_BASE + 0x00, drm_tacc_get_param)
+DRM_IOCTL_TACC_BO_CREATE = _iowr(DRM_COMMAND_BASE + 0x01, drm_tacc_bo_create)
+DRM_IOCTL_TACC_BO_INFO = _iowr(DRM_COMMAND_BASE + 0x02, drm_tacc_bo_info)
+DRM_IOCTL_TACC_VM_BIND = _iowr(DRM_COMMAND_BASE + 0x03, drm_tacc_vm_bind)
+DRM_IOCTL_TACC_VM_UNBIND = _iow(DRM_COMMAND_BASE + 0x04, drm_tacc_vm_unbind)
+DRM_IOCTL_TACC_SUBMIT = _iowr(DRM_COMMAND_BASE + 0x05, drm_tacc_submit)
+DRM_IOCTL_TACC_WAIT = _iowr(DRM_COMMAND_BASE + 0x06, drm_tacc_wait)
+DRM_IOCTL_TACC_TRACE_OPEN = _iowr(DRM_COMMAND_BASE + 0x07, drm_tacc_trace_open)
+DRM_IOCTL_TACC_TRACE_ADVANCE = _iowr(DRM_COMMAND_BASE + 0x08, drm_tacc_trace_advance)
+DRM_IOCTL_TACC_TRACE_CLOSE = _iow(DRM_COMMAND_BASE + 0x09, drm_tacc_trace_close)
+DRM_IOCTL_TACC_GEM_CLOSE = _iow(0x09, drm_tacc_gem_close)
+DRM_IOCTL_TACC_SYNCOBJ_CREATE = _iowr(0xBF, drm_tacc_syncobj_create)
+DRM_IOCTL_TACC_SYNCOBJ_DESTROY = _iowr(0xC0, drm_tacc_syncobj_destroy)
+DRM_IOCTL_TACC_SYNCOBJ_WAIT = _iowr(0xC3, drm_tacc_syncobj_wait)
+
+# Every structure and ioctl number the layout test compares with the C header.
+STRUCTS: tuple[type[C.Structure], ...] = (
+    drm_tacc_get_param, drm_tacc_bo_create, drm_tacc_bo_info, drm_tacc_vm_bind,
+    drm_tacc_vm_unbind, drm_tacc_operand, drm_tacc_cmd, drm_tacc_submit, drm_tacc_wait,
+    drm_tacc_trace_open, drm_tacc_trace_header, drm_tacc_trace_advance,
+    drm_tacc_trace_close, drm_tacc_gem_close, drm_tacc_syncobj_create,
+    drm_tacc_syncobj_destroy, drm_tacc_syncobj_wait,
+)
+IOCTLS: dict[str, int] = {k: v for k, v in globals().items() if k.startswith("DRM_IOCTL_TACC_")}
+CONSTANTS: dict[str, int] = {
+    "DRM_TACC_API_VERSION": DRM_TACC_API_VERSION,
+    "DRM_TACC_BO_HOST": BO_HOST, "DRM_TACC_BO_DEVICE": BO_DEVICE,
+    "DRM_TACC_BO_USERPTR": BO_USERPTR, "DRM_TACC_BO_F_NO_BIND": BO_F_NO_BIND,
+    "DRM_TACC_BO_F_READONLY": BO_F_READONLY, "DRM_TACC_BIND_F_FIXED": BIND_F_FIXED,
+    "DRM_TACC_BIND_F_READONLY": BIND_F_READONLY,
+    "DRM_TACC_OP_NOP": OP_NOP, "DRM_TACC_OP_COPY_H2D": OP_COPY_H2D,
+    "DRM_TACC_OP_COPY_D2H": OP_COPY_D2H, "DRM_TACC_OP_COPY_D2D": OP_COPY_D2D,
+    "DRM_TACC_OP_GEMM": OP_GEMM, "DRM_TACC_OP_ELTWISE": OP_ELTWISE,
+    "DRM_TACC_OP_FENCE": OP_FENCE, "DRM_TACC_OP_TIMESTAMP": OP_TIMESTAMP,
+    "DRM_TACC_OP_BARRIER": OP_BARRIER, "DRM_TACC_ELT_ADD": ELT_ADD,
+    "DRM_TACC_ELT_MUL": ELT_MUL, "DRM_TACC_ELT_RELU": ELT_RELU,
+    "DRM_TACC_ELT_SCALE": ELT_SCALE, "DRM_TACC_MAX_IN_SYNCOBJS": MAX_IN_SYNCOBJS,
+    "DRM_TACC_PARAM_DEVMEM_FREE": PARAM_DEVMEM_FREE,
+    "DRM_TACC_PARAM_VA_END": PARAM_VA_END, "DRM_TACC_PARAM_MAX_CMDS": PARAM_MAX_CMDS,
+}
