@@ -284,7 +284,7 @@ class RingReader:
             self.mm = mmap.mmap(fd, size)
         finally:
             os.close(fd)
-        hdr = np.frombuffer(self.mm, HEADER_DTYPE, 1)[0]
+        hdr = np.frombuffer(self.mm, HEADER_DTYPE, 1).copy()[0]
         if int(hdr["magic"]) != MAGIC:
             self.mm.close()
             raise ValueError(f"{self.path}: not a tacc API ring (bad magic)")
@@ -301,7 +301,7 @@ class RingReader:
         self.records = np.frombuffer(self.mm, RECORD_DTYPE, self.capacity, self.header_size)
 
     def info(self) -> RingInfo:
-        h = np.frombuffer(self.mm, HEADER_DTYPE, 1)[0]
+        h = np.frombuffer(self.mm, HEADER_DTYPE, 1).copy()[0]
         return RingInfo(self.path, int(h["pid"]), int(h["tid"]), bool(h["enable"]),
                         int(h["head"]), int(h["tail"]), int(h["dropped"]), self.capacity,
                         bool(int(h["flags"]) & FLAG_EXITED), h["comm"].decode(errors="replace"))

@@ -1,0 +1,163 @@
+"""The per-thread API trace rings: format, enable flag from another process, drops."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tacc.runtime import apitrace as tr
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(code: str, tmp: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    e = dict(os.environ, TACC_API_DIR=str(tmp), TACC_RUNTIME_SIM="1", **env)
+    return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
+                          timeout=60, check=True)
+
+
+def test_layouts() -> None:
+    assert tr.RECORD_DTYPE.itemsize == tr.REC_SIZE == 128
+    assert tr.HEADER_DTYPE.itemsize <= tr.NAMES_OFFSET
+    for name, off in (("enable", tr.OFF_ENABLE), ("head", tr.OFF_HEAD), ("tail", tr.OFF_TAIL),
+                      ("dropped", tr.OFF_DROPPED), ("flags", tr.OFF_FLAGS)):
+        assert tr.HEADER_DTYPE.fields[name][1] == off
+
+
+def test_ring_roundtrip_and_overflow(tmp_path: Path) -> None:
+    r = tr.Ring(tmp_path / "tacc-api.1", 1, 1, 8, enabled=True)
+    for i in range(10):
+        r.emit(tr.NAME_ID["gemm"], 100 + i, 200 + i, tag=(1 << 32) | i, nbytes=i, args=f"x{i}")
+    rd = tr.RingReader(tmp_path / "tacc-api.1")
+    assert rd.dropped == 2 and rd.names[tr.NAME_ID["gemm"]] == "gemm"
+    recs = rd.drain()
+    assert len(recs) == 8
+    assert list(recs["t_start"]) == list(range(100, 108))
+    assert recs["args"][3] == b"x3" and int(recs["tag"][7]) == (1 << 32) | 7
+    assert len(rd.drain()) == 0
+    r.emit(tr.NAME_ID["nop"], 1, 2)  # space again after the drain
+    assert len(rd.drain()) == 1 and rd.dropped == 2
+    rd.close()
+
+
+def test_reader_rejects_other_files(tmp_path: Path) -> None:
+    p = tmp_path / "tacc-api.5"
+    p.write_bytes(b"\0" * 8192)
+    with pytest.raises(ValueError, match="magic"):
+        tr.RingReader(p)
+    p.write_bytes(b"x")
+    with pytest.raises(ValueError):
+        tr.RingReader(p)
+
+
+def test_env_on_records_every_call(tmp_path: Path) -> None:
+    code = """
+import os, numpy as np
+from tacc.runtime import Context, apitrace
+with Context() as ctx:
+    s = ctx.stream(); d = ctx.device_buffer(64); s.copy_h2d(d, np.ones(64, np.float32))
+    s.relu(d, d); s.synchronize()
+if True:
+    print(os.getpid())
+    r = apitrace.RingReader(apitrace.list_rings(pid=os.getpid())[0])
+    recs = r.drain()
+    print(",".join(r.names[i] for i in recs["name_id"]))
+    print(int(recs[recs["name_id"] == apitrace.NAME_ID["eltwise"]]["tag"][0]) >> 32)
+"""
+    out = _run(code, tmp_path, TACC_API_TRACE="1").stdout.split()
+    pid, names, tagpid = int(out[0]), out[1].split(","), int(out[2])
+    assert names[:3] == ["context_open", "stream_create", "device_buffer"]
+    assert "copy_h2d" in names and "eltwise" in names and "stream_synchronize" in names
+    assert tagpid == pid
+    assert not list(tmp_path.glob(f"tacc-api.{pid}*")), "drained rings are removed at exit"
+
+
+def test_off_by_default_then_enabled_from_outside(tmp_path: Path) -> None:
+    code = """
+import os, sys, numpy as np
+from tacc.runtime import Context
+ctx = Context(); s = ctx.stream(); d = ctx.device_buffer(64)
+print(os.getpid(), flush=True)
+sys.stdin.readline()          # the test enables tracing here
+s.relu(d, d); s.relu(d, d)
+print("done", flush=True)
+sys.stdin.readline()
+"""
+    e = dict(os.environ, TACC_API_DIR=str(tmp_path), TACC_RUNTIME_SIM="1")
+    e.pop("TACC_API_TRACE", None)
+    p = subprocess.Popen([sys.executable, "-c", code], env=e, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdin is not None
+        pid = int(p.stdout.readline())
+        rings = tr.list_rings(tmp_path, pid)
+        assert len(rings) == 1
+        rd = tr.RingReader(rings[0])
+        assert not rd.info().enabled and len(rd.drain()) == 0  # off: nothing recorded
+        assert tr.set_enabled(rings[0], True) == 1
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "done"
+        recs = rd.drain()
+        assert [rd.names[i] for i in recs["name_id"]] == ["eltwise", "eltwise"]
+        assert np.all(recs["pid"] == pid) and np.all(recs["t_end"] >= recs["t_start"])
+        p.stdin.write("\n")
+        p.stdin.flush()
+        p.wait(timeout=30)
+        rd.close()
+    finally:
+        p.kill()
+
+
+def test_one_ring_per_thread(tmp_path: Path) -> None:
+    code = """
+import os, threading
+from tacc.runtime import Context, apitrace
+ctx = Context()
+def work():
+    s = ctx.stream(); d = ctx.device_buffer(16); s.relu(d, d); s.synchronize()
+ts = [threading.Thread(target=work) for _ in range(3)]
+[t.start() for t in ts]; [t.join() for t in ts]
+work()
+rings = apitrace.list_rings(pid=os.getpid())
+print(len(rings))
+tids = set()
+for p in rings:
+    r = apitrace.RingReader(p); recs = r.drain()
+    tids |= set(int(t) for t in recs["tid"])
+    assert len(set(int(t) for t in recs["tid"])) == 1
+print(len(tids))
+"""
+    out = _run(code, tmp_path, TACC_API_TRACE="1").stdout.split()
+    assert out == ["4", "4"]
+
+
+def test_none_mode_creates_nothing(tmp_path: Path) -> None:
+    code = """
+from tacc.runtime import Context
+with Context() as ctx:
+    ctx.device_buffer(16)
+import os; print(os.getpid())
+"""
+    _run(code, tmp_path, TACC_API_TRACE="none")
+    assert not list(tmp_path.glob("tacc-api.*"))
+
+
+def test_thread_safety_of_tags() -> None:
+    tags: list[int] = []
+
+    def take() -> None:
+        for _ in range(1000):
+            tags.append(tr.next_tag())
+
+    ts = [threading.Thread(target=take) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(set(tags)) == len(tags) == 4000

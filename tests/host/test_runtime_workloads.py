@@ -1,0 +1,56 @@
+"""Workloads and `tacc run` on the simulator backend: numerics and plumbing (no device)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tacc.cli import main as tacc_main
+from tacc.runtime import Context
+from tacc.workloads import WORKLOADS, run, run_twins
+
+
+@pytest.fixture(scope="module")
+def ctx() -> Context:
+    c = Context(sim=True)
+    yield c
+    c.close()
+
+
+def test_mlp_matches_numpy(ctx: Context) -> None:
+    r = run("mlp", ctx, batches=3, batch=32, d_in=64, d_hidden=96, d_out=16)
+    assert r.checked and r.max_abs_err < 1e-3 and r.device_ns > 0
+
+
+def test_mlp_serial_reference(ctx: Context) -> None:
+    r = run("mlp", ctx, True, batches=2, batch=16, d_in=32, d_hidden=32, d_out=8)
+    assert r.checked and r.variant == "serial"
+
+
+@pytest.mark.parametrize("name", ["tiny_transfers", "unaligned_userptr", "map_churn",
+                                  "link_saturation"])
+def test_twins_check_and_expectations(ctx: Context, name: str) -> None:
+    bad, good = run_twins(name, ctx)
+    assert bad.checked and good.checked
+    assert bad.expected_findings == list(WORKLOADS[name].expected) and not good.expected_findings
+    assert bad.variant == "bad" and good.variant == "good"
+
+
+def test_tiny_transfers_job_counts(ctx: Context) -> None:
+    bad, good = run_twins("tiny_transfers", ctx)
+    assert bad.jobs == 512 and good.jobs == 2
+
+
+def test_cli_list_and_run(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tacc_main(["run", "--list"]) == 0
+    assert "tiny_transfers" in capsys.readouterr().out
+    assert tacc_main(["run", "tiny_transfers", "--sim", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["variant"] for r in out["results"]] == ["bad", "good"]
+    assert out["bad_over_good_device_time"] > 1
+
+
+def test_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tacc_main(["run", "nope", "--sim"]) == 2
+    assert "unknown workload" in capsys.readouterr().err
+    assert tacc_main(["run", "mlp", "--sim", "--scale", "0"]) == 2

@@ -1,0 +1,87 @@
+"""Workloads of the tacc runtime: ``mlp`` and the bad/good twins of each inefficiency.
+
+    from tacc.runtime import Context
+    from tacc.workloads import WORKLOADS, run_twins
+
+    with Context() as ctx:
+        bad, good = run_twins("tiny_transfers", ctx)
+        print(bad.device_ns / good.device_ns)
+
+``tacc run NAME`` runs them from the command line.  docs/workloads.md documents each
+one and the findings ``tacc analyze`` must report for its bad twin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tacc.runtime import Context
+
+from .common import Result
+from .mlp import mlp
+from .twins import (
+    host_bound,
+    link_saturation,
+    map_churn,
+    serialized_copies,
+    tiny_transfers,
+    tlb_thrash,
+    unaligned_userptr,
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    fn: Callable[..., Result]
+    summary: str
+    expected: tuple[str, ...]  # analysis rules the bad twin must trigger (good: none)
+    twins: bool = True
+    multi_device: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (
+    Workload("mlp", mlp, "MLP block inference, double-buffered inputs, checked vs numpy",
+             (), twins=False),
+    Workload("tiny_transfers", tiny_transfers, "4 KiB copies vs 1 MiB copies",
+             ("small_transfers",)),
+    Workload("unaligned_userptr", unaligned_userptr,
+             "userptr of misaligned slices vs page-aligned arrays", ("host_memory",)),
+    Workload("map_churn", map_churn, "register/unregister user memory on every call",
+             ("iommu_churn",)),
+    Workload("serialized_copies", serialized_copies,
+             "upload, GEMM, download in turn on one stream vs overlapped on three",
+             ("serialized_copies",)),
+    Workload("tlb_thrash", tlb_thrash, "GEMM operands on 4 KiB device pages vs 2 MiB",
+             ("tlb_thrash",)),
+    Workload("link_saturation", link_saturation,
+             "four queues (and VFs) re-uploading inputs vs inputs kept resident",
+             ("link_saturation",), multi_device=True),
+    Workload("host_bound", host_bound,
+             "host preparation serialized with the device vs overlapped", ("idle_gaps",)),
+)}
+
+
+def get(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise KeyError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}") from None
+
+
+def run(name: str, ctx: Context, bad: bool = False, **kw: Any) -> Result:
+    w = get(name)
+    r = w.fn(ctx, bad, **kw)
+    r.expected_findings = list(w.expected) if bad and w.twins else []
+    return r
+
+
+def run_twins(name: str, ctx: Context, **kw: Any) -> tuple[Result, Result]:
+    """Runs the bad then the good twin; returns (bad, good)."""
+    return run(name, ctx, True, **kw), run(name, ctx, False, **kw)
+
+
+__all__ = ["WORKLOADS", "Result", "Workload", "get", "run", "run_twins"]
