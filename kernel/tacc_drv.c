@@ -741,6 +741,7 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (ret)
 		goto err_pm;
 	tacc_debugfs_init(tdev->drm.accel);
+	tacc_pmu_init(tdev);	/* not fatal: logs its own failure */
 
 	drm_info(&tdev->drm, "tacc %s function %u: hw %u.%u, %u queues, %llu MiB device memory\n",
 		 tdev->is_vf ? "VF" : "PF", tdev->func, tdev->hw_version >> 16,
@@ -758,6 +759,7 @@ static void tacc_remove(struct pci_dev *pdev)
 {
 	struct tacc_device *tdev = pci_get_drvdata(pdev);
 
+	tacc_pmu_fini(tdev);
 	if (!tdev->is_vf)
 		tacc_sriov_fini(tdev);
 	drm_dev_unplug(&tdev->drm);

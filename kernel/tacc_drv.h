@@ -338,6 +338,10 @@ void tacc_sriov_fini(struct tacc_device *tdev);
 extern const struct attribute_group *tacc_dev_groups[];
 u64 tacc_counter_read(struct tacc_device *tdev, bool global, u32 slot);
 
+/* tacc_pmu.c */
+int tacc_pmu_init(struct tacc_device *tdev);
+void tacc_pmu_fini(struct tacc_device *tdev);
+
 /* tacc_debugfs.c */
 void tacc_debugfs_init(struct drm_minor *minor);
 

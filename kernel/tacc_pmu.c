@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * tacc perf PMU: the device's hardware counters as uncore-style perf events
+ * (docs/counters.md), one PMU per PCI function, named tacc_<hex> with
+ * hex = domain << 16 | bus << 8 | devfn (as dwc_pcie_pmu does: perf PMU
+ * names cannot hold colons).
+ *
+ *   perf stat -a -e tacc_100/h2d_bytes/,tacc_100/d2h_bytes/ -- CMD
+ *
+ * Events are the counters of the TACC_FUNC_COUNTERS and (PF only)
+ * TACC_GLOBAL_COUNTERS X-lists of tacc_hw.h; config = slot | global << 8.
+ * Counting only: no sampling, no task context, no interrupt.  Reads go
+ * through tacc_counter_read(), the same source as the sysfs files: the
+ * counter block while the function is powered, the snapshot folded in at
+ * suspend otherwise, so a read never wakes the device.  Global counters
+ * need CAP_PERFMON (a side channel between functions).
+ */
+#include <linux/cpuhotplug.h>
+#include <linux/cpumask.h>
+#include <linux/kref.h>
+#include <linux/perf_event.h>
+#include <linux/pm_runtime.h>
+#include <linux/slab.h>
+
+#include "tacc_drv.h"
+
+#define TACC_PMU_SLOT_MASK	0xffull
+#define TACC_PMU_GLOBAL_BIT	8
+#define TACC_NUM_PMU_CNTS	(TACC_FUNC_CNT_END - 2 + TACC_GLOBAL_CNT_END - 2)
+
+struct tacc_pmu {
+	struct pmu pmu;
+	struct kref ref;		/* registration + one per event */
+	spinlock_t lock;		/* tdev: cleared at fini */
+	struct tacc_device *tdev;
+	struct hlist_node cpuhp_node;
+	int on_cpu;
+	struct list_head list;
+	char name[24];
+	/* sysfs: events/ built from the X-lists */
+	struct perf_pmu_events_attr *ev;
+	struct attribute **ev_ptrs;
+	struct attribute_group ev_group;
+	const struct attribute_group *groups[4];
+	char ev_str[TACC_NUM_PMU_CNTS][24];
+	char unit_name[TACC_NUM_PMU_CNTS][32];
+};
+
+static DEFINE_MUTEX(tacc_pmu_lock);	/* tacc_pmu_list, tacc_pmu_hp_state */
+static LIST_HEAD(tacc_pmu_list);
+static int tacc_pmu_hp_state = -1;
+
+#define to_tacc_pmu(p)	container_of(p, struct tacc_pmu, pmu)
+
+static u32 tacc_pmu_slot(struct perf_event *event)
+{
+	return event->attr.config & TACC_PMU_SLOT_MASK;
+}
+
+static bool tacc_pmu_global(struct perf_event *event)
+{
+	return event->attr.config & BIT_ULL(TACC_PMU_GLOBAL_BIT);
+}
+
+/* ------------------------------------------------------------ sysfs ---- */
+
+static ssize_t cpumask_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct tacc_pmu *tp = to_tacc_pmu(dev_get_drvdata(dev));
+
+	return cpumap_print_to_pagebuf(true, buf, cpumask_of(tp->on_cpu));
+}
+static DEVICE_ATTR_RO(cpumask);
+
+static struct attribute *tacc_pmu_cpumask_attrs[] = {
+	&dev_attr_cpumask.attr,
+	NULL
+};
+
+static const struct attribute_group tacc_pmu_cpumask_group = {
+	.attrs = tacc_pmu_cpumask_attrs,
+};
+
+PMU_FORMAT_ATTR(event, "config:0-7");
+PMU_FORMAT_ATTR(global, "config:8");
+
+static struct attribute *tacc_pmu_format_attrs[] = {
+	&format_attr_event.attr,
+	&format_attr_global.attr,
+	NULL
+};
+
+static const struct attribute_group tacc_pmu_format_group = {
+	.name = "format",
+	.attrs = tacc_pmu_format_attrs,
+};
+
+/*
+ * events/<name> = "event=0x<slot>[,global=1]" and events/<name>.unit = the
+ * X-list unit (perf stat prints it next to the count).  Built at probe from
+ * the X-lists; a VF gets no global events (its global page reads zero).
+ */
+struct tacc_pmu_cnt {
+	const char *name;
+	const char *unit;
+	const char *desc;
+	u8 slot;
+	bool global;
+};
+
+#define TACC_PMU_FCNT(name, idx, unit, desc)	{ #name, unit, desc, idx, false },
+#define TACC_PMU_GCNT(name, idx, unit, desc)	{ #name, unit, desc, idx, true },
+static const struct tacc_pmu_cnt tacc_pmu_cnts[] = {
+	TACC_FUNC_COUNTERS(TACC_PMU_FCNT)
+	TACC_GLOBAL_COUNTERS(TACC_PMU_GCNT)
+};
+
+static int tacc_pmu_build_events(struct tacc_pmu *tp)
+{
+	u32 i, n = 0, max = 2 * ARRAY_SIZE(tacc_pmu_cnts);
+
+	tp->ev = kcalloc(max, sizeof(*tp->ev), GFP_KERNEL);
+	tp->ev_ptrs = kcalloc(max + 1, sizeof(*tp->ev_ptrs), GFP_KERNEL);
+	if (!tp->ev || !tp->ev_ptrs)
+		return -ENOMEM;
+	for (i = 0; i < ARRAY_SIZE(tacc_pmu_cnts); i++) {
+		const struct tacc_pmu_cnt *c = &tacc_pmu_cnts[i];
+		struct perf_pmu_events_attr *ev = &tp->ev[n], *un = &tp->ev[n + 1];
+
+		if (c->global && tp->tdev->is_vf)
+			continue;
+		snprintf(tp->ev_str[i], sizeof(tp->ev_str[i]), "event=0x%02x%s", c->slot,
+			 c->global ? ",global=1" : "");
+		snprintf(tp->unit_name[i], sizeof(tp->unit_name[i]), "%s.unit", c->name);
+		sysfs_attr_init(&ev->attr.attr);
+		ev->attr.attr.name = c->name;
+		ev->attr.attr.mode = 0444;
+		ev->attr.show = perf_event_sysfs_show;
+		ev->event_str = tp->ev_str[i];
+		sysfs_attr_init(&un->attr.attr);
+		un->attr.attr.name = tp->unit_name[i];
+		un->attr.attr.mode = 0444;
+		un->attr.show = perf_event_sysfs_show;
+		un->event_str = c->unit;
+		tp->ev_ptrs[n] = &ev->attr.attr;
+		tp->ev_ptrs[n + 1] = &un->attr.attr;
+		n += 2;
+	}
+	tp->ev_group.name = "events";
+	tp->ev_group.attrs = tp->ev_ptrs;
+	tp->groups[0] = &tp->ev_group;
+	tp->groups[1] = &tacc_pmu_format_group;
+	tp->groups[2] = &tacc_pmu_cpumask_group;
+	tp->groups[3] = NULL;
+	return 0;
+}
+
+/* ----------------------------------------------------------- events ---- */
+
+static bool tacc_pmu_valid_slot(bool global, u32 slot)
+{
+	if (slot < 2)
+		return false;
+	return global ? slot < TACC_GLOBAL_CNT_END : slot < TACC_FUNC_CNT_END;
+}
+
+/*
+ * The counter value now, or false while the function is between D0 and
+ * D3hot: during a runtime suspend or resume the driver's snapshot base and
+ * the registers do not add up yet, so the caller keeps its last value.
+ */
+static bool tacc_pmu_value(struct tacc_pmu *tp, struct perf_event *event, u64 *val)
+{
+	struct tacc_device *tdev;
+	unsigned long flags;
+	bool ok = false;
+
+	spin_lock_irqsave(&tp->lock, flags);
+	tdev = tp->tdev;
+	if (tdev) {
+		struct device *dev = tacc_to_dev(tdev);
+		int active = pm_runtime_get_if_active(dev);
+
+		if (active > 0 || pm_runtime_status_suspended(dev)) {
+			*val = tacc_counter_read(tdev, tacc_pmu_global(event),
+						 tacc_pmu_slot(event));
+			ok = true;
+		}
+		if (active > 0)
+			pm_runtime_put_autosuspend(dev);
+	}
+	spin_unlock_irqrestore(&tp->lock, flags);
+	return ok;
+}
+
+static void tacc_pmu_update(struct perf_event *event)
+{
+	struct tacc_pmu *tp = to_tacc_pmu(event->pmu);
+	struct hw_perf_event *hwc = &event->hw;
+	u64 prev, now;
+
+	do {
+		prev = local64_read(&hwc->prev_count);
+		if (!tacc_pmu_value(tp, event, &now))
+			return;
+	} while (local64_cmpxchg(&hwc->prev_count, prev, now) != prev);
+
+	/*
+	 * A value below the previous one means the function was reset (FLR)
+	 * without the driver folding its counters: count from the new base.
+	 */
+	if (now >= prev)
+		local64_add(now - prev, &event->count);
+}
+
+static void tacc_pmu_free(struct tacc_pmu *tp)
+{
+	kfree(tp->ev_ptrs);
+	kfree(tp->ev);
+	kfree(tp);
+}
+
+static void tacc_pmu_release(struct kref *ref)
+{
+	tacc_pmu_free(container_of(ref, struct tacc_pmu, ref));
+}
+
+static void tacc_pmu_event_destroy(struct perf_event *event)
+{
+	kref_put(&to_tacc_pmu(event->pmu)->ref, tacc_pmu_release);
+}
+
+static int tacc_pmu_event_init(struct perf_event *event)
+{
+	struct tacc_pmu *tp = to_tacc_pmu(event->pmu);
+	bool global = tacc_pmu_global(event);
+	struct perf_event *sibling;
+
+	if (event->attr.type != event->pmu->type)
+		return -ENOENT;
+	if (is_sampling_event(event))
+		return -EOPNOTSUPP;
+	if (event->cpu < 0 || (event->attach_state & PERF_ATTACH_TASK))
+		return -EINVAL;
+	if (event->attr.config & ~(TACC_PMU_SLOT_MASK | BIT_ULL(TACC_PMU_GLOBAL_BIT)))
+		return -EINVAL;
+	if (!tacc_pmu_valid_slot(global, tacc_pmu_slot(event)))
+		return -EINVAL;
+	if (global && tp->tdev->is_vf)
+		return -EINVAL;
+	if (global && !perfmon_capable())
+		return -EACCES;	/* other functions' traffic: a side channel */
+
+	if (event->group_leader != event && event->group_leader->pmu != event->pmu &&
+	    !is_software_event(event->group_leader))
+		return -EINVAL;
+	for_each_sibling_event(sibling, event->group_leader) {
+		if (sibling->pmu != event->pmu && !is_software_event(sibling))
+			return -EINVAL;
+	}
+
+	event->cpu = tp->on_cpu;
+	kref_get(&tp->ref);
+	event->destroy = tacc_pmu_event_destroy;
+	return 0;
+}
+
+static void tacc_pmu_start(struct perf_event *event, int flags)
+{
+	struct tacc_pmu *tp = to_tacc_pmu(event->pmu);
+	u64 now = 0;
+
+	event->hw.state = 0;
+	if (!tacc_pmu_value(tp, event, &now))
+		now = 0;
+	local64_set(&event->hw.prev_count, now);
+}
+
+static void tacc_pmu_stop(struct perf_event *event, int flags)
+{
+	if (event->hw.state & PERF_HES_STOPPED)
+		return;
+	tacc_pmu_update(event);
+	event->hw.state |= PERF_HES_STOPPED | PERF_HES_UPTODATE;
+}
+
+static int tacc_pmu_add(struct perf_event *event, int flags)
+{
+	event->hw.state = PERF_HES_STOPPED | PERF_HES_UPTODATE;
+	if (flags & PERF_EF_START)
+		tacc_pmu_start(event, PERF_EF_RELOAD);
+	perf_event_update_userpage(event);
+	return 0;
+}
+
+static void tacc_pmu_del(struct perf_event *event, int flags)
+{
+	tacc_pmu_stop(event, PERF_EF_UPDATE);
+	perf_event_update_userpage(event);
+}
+
+/* ---------------------------------------------------------- hotplug ---- */
+
+static int tacc_pmu_online_cpu(unsigned int cpu, struct hlist_node *node)
+{
+	struct tacc_pmu *tp = hlist_entry_safe(node, struct tacc_pmu, cpuhp_node);
+
+	if (tp->on_cpu < 0)
+		tp->on_cpu = cpumask_local_spread(0, dev_to_node(tacc_to_dev(tp->tdev)));
+	return 0;
+}
+
+static int tacc_pmu_offline_cpu(unsigned int cpu, struct hlist_node *node)
+{
+	struct tacc_pmu *tp = hlist_entry_safe(node, struct tacc_pmu, cpuhp_node);
+	unsigned int target;
+
+	if (cpu != tp->on_cpu)
+		return 0;
+	target = cpumask_any_but(cpu_online_mask, cpu);
+	if (target >= nr_cpu_ids) {
+		tp->on_cpu = -1;
+		return 0;
+	}
+	perf_pmu_migrate_context(&tp->pmu, cpu, target);
+	tp->on_cpu = target;
+	return 0;
+}
+
+/* The multi-instance hotplug state lives while any tacc PMU does. */
+static int tacc_pmu_hp_get(void)
+{
+	int ret;
+
+	lockdep_assert_held(&tacc_pmu_lock);
+	if (tacc_pmu_hp_state >= 0)
+		return 0;
+	ret = cpuhp_setup_state_multi(CPUHP_AP_ONLINE_DYN, "perf/tacc:online",
+				      tacc_pmu_online_cpu, tacc_pmu_offline_cpu);
+	if (ret < 0)
+		return ret;
+	tacc_pmu_hp_state = ret;
+	return 0;
+}
+
+static void tacc_pmu_hp_put(void)
+{
+	lockdep_assert_held(&tacc_pmu_lock);
+	if (tacc_pmu_hp_state >= 0 && list_empty(&tacc_pmu_list)) {
+		cpuhp_remove_multi_state(tacc_pmu_hp_state);
+		tacc_pmu_hp_state = -1;
+	}
+}
+
+/* ------------------------------------------------------ probe/remove ---- */
+
+/**
+ * tacc_pmu_init - register the perf PMU of a function.
+ * @tdev: the function, probed far enough for tacc_counter_read().
+ *
+ * A PMU is an observability extra: failure is logged and not fatal.
+ */
+int tacc_pmu_init(struct tacc_device *tdev)
+{
+	struct pci_dev *pdev = tdev->pdev;
+	struct tacc_pmu *tp;
+	int ret;
+
+	tp = kzalloc(sizeof(*tp), GFP_KERNEL);
+	if (!tp)
+		return -ENOMEM;
+	kref_init(&tp->ref);
+	spin_lock_init(&tp->lock);
+	tp->tdev = tdev;
+	tp->on_cpu = -1;
+	snprintf(tp->name, sizeof(tp->name), "tacc_%x",
+		 pci_dev_id(pdev) | (pci_domain_nr(pdev->bus) << 16));
+	ret = tacc_pmu_build_events(tp);
+	if (ret) {
+		tacc_pmu_free(tp);
+		return ret;
+	}
+	tp->pmu = (struct pmu) {
+		.module		= THIS_MODULE,
+		.parent		= &pdev->dev,
+		.attr_groups	= tp->groups,
+		.capabilities	= PERF_PMU_CAP_NO_EXCLUDE | PERF_PMU_CAP_NO_INTERRUPT,
+		.task_ctx_nr	= perf_invalid_context,
+		.event_init	= tacc_pmu_event_init,
+		.add		= tacc_pmu_add,
+		.del		= tacc_pmu_del,
+		.start		= tacc_pmu_start,
+		.stop		= tacc_pmu_stop,
+		.read		= tacc_pmu_update,
+	};
+
+	mutex_lock(&tacc_pmu_lock);
+	ret = tacc_pmu_hp_get();
+	if (ret)
+		goto err_unlock;
+	ret = cpuhp_state_add_instance(tacc_pmu_hp_state, &tp->cpuhp_node);
+	if (ret)
+		goto err_hp;
+	ret = perf_pmu_register(&tp->pmu, tp->name, -1);
+	if (ret)
+		goto err_instance;
+	list_add(&tp->list, &tacc_pmu_list);
+	mutex_unlock(&tacc_pmu_lock);
+	return 0;
+
+err_instance:
+	cpuhp_state_remove_instance_nocalls(tacc_pmu_hp_state, &tp->cpuhp_node);
+err_hp:
+	tacc_pmu_hp_put();
+err_unlock:
+	mutex_unlock(&tacc_pmu_lock);
+	pci_warn(pdev, "perf PMU %s not registered: %d\n", tp->name, ret);
+	tacc_pmu_free(tp);
+	return ret;
+}
+
+/**
+ * tacc_pmu_fini - unregister the PMU of a function (no-op without one).
+ * @tdev: the function.
+ *
+ * Events still open keep the (detached) PMU structure alive; they read
+ * their last value from then on.
+ */
+void tacc_pmu_fini(struct tacc_device *tdev)
+{
+	struct tacc_pmu *tp, *found = NULL;
+	unsigned long flags;
+
+	mutex_lock(&tacc_pmu_lock);
+	list_for_each_entry(tp, &tacc_pmu_list, list) {
+		if (tp->tdev == tdev) {
+			found = tp;
+			break;
+		}
+	}
+	if (!found) {
+		mutex_unlock(&tacc_pmu_lock);
+		return;
+	}
+	list_del(&found->list);
+	perf_pmu_unregister(&found->pmu);
+	cpuhp_state_remove_instance_nocalls(tacc_pmu_hp_state, &found->cpuhp_node);
+	tacc_pmu_hp_put();
+	mutex_unlock(&tacc_pmu_lock);
+
+	spin_lock_irqsave(&found->lock, flags);
+	found->tdev = NULL;
+	spin_unlock_irqrestore(&found->lock, flags);
+	kref_put(&found->ref, tacc_pmu_release);
+}
