@@ -5,9 +5,8 @@ from a function reset and re-programs what it needs.
 """
 
 import pytest
-
 from tacc.testing.qtest import QEMU
-from tacc.testing.taccdev import DEVMEM_VA, HW, Tacc
+from tacc.testing.taccdev import Tacc
 
 HOST_MAP = 0x2000_0000  # identity-map guest RAM 0 .. 512 MiB in context 0
 DEVMEM = 256 << 20

@@ -3,7 +3,6 @@
 import struct
 
 import pytest
-
 from tacc.testing.taccdev import DEVMEM_VA, HW, d_copy, desc
 
 

@@ -9,7 +9,6 @@ import struct
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from tacc.testing.taccdev import DEVMEM_VA, HW
 
 BATCH = 20
@@ -106,7 +105,7 @@ def test_fuzz_descriptors(dev, pf):
         pf.dev.qt.clock_step(10**9)
         cq = pf.cqes(0)
         assert [c.job for c in cq] == jobs
-        for c, (op, _, ctx, tag, payload) in zip(cq, descs):
+        for c, (op, _, ctx, tag, payload) in zip(cq, descs, strict=False):
             assert c.status in STATUSES and c.tag == tag and c.queue == 0
             assert c.start <= c.end
             want = expected_static(op, ctx, payload)

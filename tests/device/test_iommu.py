@@ -6,7 +6,6 @@ with the function's requester ID; nothing is silently served."""
 import struct
 
 import pytest
-
 from tacc.testing.qtest import QEMU
 from tacc.testing.taccdev import DEVMEM_VA, HW, Tacc, d_copy
 

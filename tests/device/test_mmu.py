@@ -1,7 +1,6 @@
 """Device MMU: TLB hits/misses/walks, faults (unmapped, permission, ...)."""
 
 import pytest
-
 from tacc.testing.taccdev import DEVMEM_VA, HW, d_copy, d_fence, desc
 
 VA = 0x10_0000_0000  # a 4 KiB-page region of context 1

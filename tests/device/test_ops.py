@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from tacc.testing.taccdev import DEVMEM_VA, HW, d_copy, d_elt, d_fence, d_gemm, d_ts, desc
 
 OK = HW.TACC_ST_OK

@@ -1,10 +1,8 @@
 """The timing model: link formula, both directions, compute, contention."""
 
 import pytest
-
-from tacc.testing.taccdev import DEVMEM_VA, HW, LinkModel, Tacc, d_copy
-
 from conftest import map_ctx0
+from tacc.testing.taccdev import DEVMEM_VA, HW, LinkModel, Tacc, d_copy
 
 SIZES = [64, 256, 4096, 65536, 1 << 20, 8 << 20]
 
@@ -80,7 +78,7 @@ def test_directions_independent_and_shared(dev, pf):
     assert pf.cnt("link_stall_ticks") > s0  # they did contend for the upstream direction
     # two H2D copies on two queues: one engine, back to back
     jobs = [pf.job_of(q, [d_copy(HW.TACC_OP_COPY_H2D, a, DEVMEM_VA + q * n, n)]) for q in (2, 3)]
-    for q, (_, ds) in zip((2, 3), jobs):
+    for q, (_, ds) in zip((2, 3), jobs, strict=False):
         pf.submit(q, ds)
     dev.qt.clock_step(10**9)
     e2, e3 = pf.cqes(2)[0], pf.cqes(3)[0]

@@ -78,3 +78,4 @@ uint64_t tacc_compute_ps(TaccState *s, uint64_t flops, uint64_t devmem_bytes)
 
     return tacc_scale_ps(s, MAX(c, m));
 }
+/* timing model: see docs/hardware.md section 9 */

@@ -265,6 +265,20 @@ static bool tacc_init_func(TaccFunc *f, Error **errp)
                               s->link_gen == 3 ? QEMU_PCI_EXP_LNK_8GT :
                               s->link_gen == 5 ? QEMU_PCI_EXP_LNK_32GT :
                               QEMU_PCI_EXP_LNK_16GT);
+    /*
+     * Advertise the modelled MPS as supported and preset MPS/MRRS in DEVCTL.
+     * The timing model always uses the mps/mrrs properties (LINK_PARAMS).
+     */
+    {
+        uint8_t *exp = pdev->config + pdev->exp.exp_cap;
+        unsigned mps = ctz32(s->mps) - 7, mrrs = ctz32(s->mrrs) - 7;
+
+        pci_long_test_and_clear_mask(exp + PCI_EXP_DEVCAP, PCI_EXP_DEVCAP_PAYLOAD);
+        pci_long_test_and_set_mask(exp + PCI_EXP_DEVCAP, mps);
+        pci_word_test_and_clear_mask(exp + PCI_EXP_DEVCTL,
+                                     PCI_EXP_DEVCTL_PAYLOAD | PCI_EXP_DEVCTL_READRQ);
+        pci_word_test_and_set_mask(exp + PCI_EXP_DEVCTL, mps << 5 | mrrs << 12);
+    }
     pcie_cap_flr_init(pdev);
     pcie_cap_deverr_init(pdev);
     if (pcie_aer_init(pdev, PCI_ERR_VER, TACC_AER_CAP, PCI_ERR_SIZEOF,
