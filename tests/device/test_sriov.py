@@ -99,3 +99,19 @@ def test_vf_msix_and_irq(dev, pf):
     assert vf1.cnt("irqs") == 1
     qt.cfg_write(0, vf1.devfn, msix + 2, 0, 2)
     dev.enable_vfs(0)
+
+
+def test_global_counters_sum_functions(dev, pf):
+    (vf1,) = setup_vfs(dev, pf, 1)
+    g0 = {k: pf.gcnt(k) for k in ("link_h2d_payload", "link_d2h_payload", "link_h2d_bytes",
+                                  "link_d2h_bytes")}
+    a = dev.alloc(1 << 20)
+    for f, n in ((pf, 100_000), (vf1, 300_000)):
+        f.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, a, DEVMEM_VA, n),
+                      d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, a, n // 2)])
+    d = {k: pf.gcnt(k) - v for k, v in g0.items()}
+    assert d["link_h2d_payload"] == pf.cnt("h2d_bytes") + vf1.cnt("h2d_bytes") == 400_000
+    assert d["link_d2h_payload"] == pf.cnt("d2h_bytes") + vf1.cnt("d2h_bytes") == 200_000
+    assert d["link_h2d_bytes"] == pf.cnt("h2d_link_bytes") + vf1.cnt("h2d_link_bytes")
+    assert d["link_d2h_bytes"] == pf.cnt("d2h_link_bytes") + vf1.cnt("d2h_link_bytes")
+    dev.enable_vfs(0)

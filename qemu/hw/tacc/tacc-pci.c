@@ -29,6 +29,7 @@
 #include "hw/pci/pcie_aer.h"
 #include "hw/pci/pcie_sriov.h"
 #include "hw/qdev-properties.h"
+#include "migration/vmstate.h"
 #include "tacc.h"
 #include "trace.h"
 
@@ -561,6 +562,12 @@ static const Property tacc_props[] = {
     DEFINE_PROP_UINT8("sriov-max-vfs", TaccState, total_vfs, TACC_MAX_VFS),
 };
 
+/* Device memory, in-flight commands and host threads are not migrated. */
+static const VMStateDescription tacc_vmstate = {
+    .name = "tacc",
+    .unmigratable = 1,
+};
+
 static void tacc_func_class_init(ObjectClass *oc, void *data)
 {
     DeviceClass *dc = DEVICE_CLASS(oc);
@@ -570,6 +577,7 @@ static void tacc_func_class_init(ObjectClass *oc, void *data)
     pc->class_id = TACC_PCI_CLASS >> 8;
     pc->revision = TACC_PCI_REVISION;
     device_class_set_legacy_reset(dc, tacc_qdev_reset);
+    dc->vmsd = &tacc_vmstate;
     set_bit(DEVICE_CATEGORY_MISC, dc->categories);
 }
 
