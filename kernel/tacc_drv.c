@@ -574,6 +574,7 @@ static const struct file_operations tacc_fops = {
 	.read = drm_read,
 	.llseek = noop_llseek,
 	.mmap = tacc_mmap,
+	.show_fdinfo = drm_show_fdinfo,
 	.fop_flags = FOP_UNSIGNED_OFFSET,
 };
 
@@ -790,9 +791,9 @@ static struct pci_driver tacc_pci_driver = {
 	.remove = tacc_remove,
 	.shutdown = tacc_shutdown,
 	.sriov_configure = tacc_sriov_configure,
+	.dev_groups = tacc_dev_groups,
 	.driver = {
 		.pm = &tacc_pm_ops,
-		.dev_groups = tacc_dev_groups,
 	},
 };
 

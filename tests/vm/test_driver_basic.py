@@ -1,0 +1,528 @@
+"""tacc.ko in the guest: uAPI basics, memory types, compute results, observability.
+
+Plain os.open + fcntl.ioctl + ctypes against kernel/include/uapi/drm/tacc_accel.h.
+The helpers here are imported by the other test_driver_* files.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import errno
+import fcntl
+import mmap
+import os
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+# ------------------------------------------------------------------ uAPI ----
+u32, u64, s32, s64 = C.c_uint32, C.c_uint64, C.c_int32, C.c_int64
+
+
+def _ioc(d: int, nr: int, size: int) -> int:
+    return (d << 30) | (size << 16) | (ord("d") << 8) | nr
+
+
+def IOWR(nr: int, st) -> int:  # noqa: N802
+    return _ioc(3, nr, C.sizeof(st))
+
+
+def IOW(nr: int, st) -> int:  # noqa: N802
+    return _ioc(1, nr, C.sizeof(st))
+
+
+class S(C.Structure):
+    def __init__(self, **kw):
+        super().__init__()
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+class GetParam(S):
+    _fields_ = [("param", u32), ("index", u32), ("value", u64)]
+
+
+class BoCreate(S):
+    _fields_ = [("size", u64), ("userptr", u64), ("type", u32), ("flags", u32),
+                ("handle", u32), ("pad", u32), ("va", u64)]
+
+
+class BoInfo(S):
+    _fields_ = [("handle", u32), ("pad", u32), ("mmap_offset", u64), ("va", u64),
+                ("size", u64), ("bound_size", u64), ("type", u32), ("flags", u32)]
+
+
+class VmBind(S):
+    _fields_ = [("handle", u32), ("flags", u32), ("va", u64), ("bo_offset", u64),
+                ("size", u64), ("page_size", u64)]
+
+
+class VmUnbind(S):
+    _fields_ = [("handle", u32), ("flags", u32)]
+
+
+class Operand(S):
+    _fields_ = [("handle", u32), ("pad", u32), ("offset", u64)]
+
+
+class Cmd(S):
+    _fields_ = [("opcode", u32), ("flags", u32), ("tag", u64), ("a", Operand), ("b", Operand),
+                ("c", Operand), ("size", u64), ("value", u64), ("m", u32), ("n", u32),
+                ("k", u32), ("lda", u32), ("ldb", u32), ("ldc", u32), ("alpha", u32),
+                ("beta", u32), ("elt_op", u32), ("scalar", u32), ("rsvd", u64)]
+
+
+class Submit(S):
+    _fields_ = [("cmds", u64), ("in_syncobjs", u64), ("num_cmds", u32),
+                ("num_in_syncobjs", u32), ("queue", u32), ("out_syncobj", u32),
+                ("flags", u32), ("cmd_size", u32), ("seqno", u64)]
+
+
+class Wait(S):
+    _fields_ = [("seqno", u64), ("timeout_ns", s64), ("flags", u32), ("status", s32)]
+
+
+class TraceOpen(S):
+    _fields_ = [("flags", u32), ("entries", u32), ("mmap_offset", u64), ("mmap_size", u64)]
+
+
+class TraceHeader(S):
+    _fields_ = [("version", u32), ("rec_size", u32), ("entries", u32), ("rec_version", u32),
+                ("data_offset", u64), ("prod", u32), ("dropped", u32), ("cons", u32),
+                ("epoch", u32)]
+
+
+class TraceAdvance(S):
+    _fields_ = [("cons", u32), ("flags", u32), ("prod", u32), ("dropped", u32)]
+
+
+class TraceClose(S):
+    _fields_ = [("flags", u32), ("pad", u32)]
+
+
+class Pair(S):
+    _fields_ = [("handle", u32), ("flags", u32)]
+
+
+class SyncobjWait(S):
+    _fields_ = [("handles", u64), ("timeout_nsec", s64), ("count_handles", u32),
+                ("flags", u32), ("first_signaled", u32), ("pad", u32), ("deadline_nsec", u64)]
+
+
+B = 0x40
+GET_PARAM = IOWR(B + 0, GetParam)
+BO_CREATE = IOWR(B + 1, BoCreate)
+BO_INFO = IOWR(B + 2, BoInfo)
+VM_BIND = IOWR(B + 3, VmBind)
+VM_UNBIND = IOW(B + 4, VmUnbind)
+SUBMIT = IOWR(B + 5, Submit)
+WAIT = IOWR(B + 6, Wait)
+TRACE_OPEN = IOWR(B + 7, TraceOpen)
+TRACE_ADVANCE = IOWR(B + 8, TraceAdvance)
+TRACE_CLOSE = IOW(B + 9, TraceClose)
+GEM_CLOSE = IOW(0x09, Pair)
+SYNCOBJ_CREATE = IOWR(0xBF, Pair)
+SYNCOBJ_DESTROY = IOWR(0xC0, Pair)
+SYNCOBJ_WAIT = IOWR(0xC3, SyncobjWait)
+
+HOST, DEVICE, USERPTR = 0, 1, 2
+BO_NO_BIND, BO_READONLY = 1, 2
+BIND_FIXED, BIND_READONLY = 1, 2
+OP_NOP, OP_H2D, OP_D2H, OP_D2D, OP_GEMM, OP_ELT, OP_FENCE, OP_TS, OP_BARRIER = range(9)
+ELT_ADD, ELT_MUL, ELT_RELU, ELT_SCALE = range(4)
+P_API, P_HW, P_CAPS, P_FUNC, P_QUEUES, P_CTXS, P_ENGINES, P_DEVMEM, P_CLOCK, P_CTX = range(10)
+P_CNT_OFF, P_CNT_SIZE, P_MAX_CMDS, P_MAX_INFLIGHT = 10, 11, 12, 13
+P_CTX_FAULTS, P_CTX_FAULT_ADDR, P_DEVCLK, P_CTX_RESETS = 16, 17, 18, 21
+MMAP_COUNTERS, MMAP_TRACE = 0x10000000, 0x20000000
+
+
+def f32bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+class Dev:
+    """One open file of the accel node = one device context."""
+
+    def __init__(self, node: str | Path = "/dev/accel/accel0") -> None:
+        self.fd = os.open(str(node), os.O_RDWR | os.O_CLOEXEC)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> Dev:
+        return self
+
+    def __exit__(self, *a) -> None:
+        self.close()
+
+    def ioctl(self, req: int, arg):
+        fcntl.ioctl(self.fd, req, arg, True)
+        return arg
+
+    def param(self, p: int, index: int = 0) -> int:
+        return self.ioctl(GET_PARAM, GetParam(param=p, index=index)).value
+
+    def bo(self, size: int, type: int = HOST, flags: int = 0, userptr: int = 0) -> BoCreate:
+        return self.ioctl(BO_CREATE, BoCreate(size=size, type=type, flags=flags, userptr=userptr))
+
+    def info(self, handle: int) -> BoInfo:
+        return self.ioctl(BO_INFO, BoInfo(handle=handle))
+
+    def map(self, handle: int, size: int) -> mmap.mmap:
+        off = self.info(handle).mmap_offset
+        return mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
+                         offset=off)
+
+    def gem_close(self, handle: int) -> None:
+        self.ioctl(GEM_CLOSE, Pair(handle=handle))
+
+    def submit(self, cmds: list[Cmd], queue: int = 0, ins: list[int] = (), out: int = 0) -> int:
+        arr = (Cmd * len(cmds))(*cmds)
+        ins_arr = (u32 * max(1, len(ins)))(*ins)
+        s = Submit(cmds=C.addressof(arr), num_cmds=len(cmds), queue=queue, out_syncobj=out,
+                   in_syncobjs=C.addressof(ins_arr) if ins else 0, num_in_syncobjs=len(ins),
+                   cmd_size=C.sizeof(Cmd))
+        return self.ioctl(SUBMIT, s).seqno
+
+    def wait(self, seqno: int, timeout_s: float = 60.0) -> int:
+        return self.ioctl(WAIT, Wait(seqno=seqno, timeout_ns=int(timeout_s * 1e9))).status
+
+    def run(self, cmds: list[Cmd], queue: int = 0, timeout_s: float = 60.0) -> int:
+        return self.wait(self.submit(cmds, queue), timeout_s)
+
+    def syncobj(self) -> int:
+        return self.ioctl(SYNCOBJ_CREATE, Pair()).handle
+
+
+def op(handle: int = 0, offset: int = 0) -> Operand:
+    return Operand(handle=handle, offset=offset)
+
+
+def copy(opc: int, src: int, dst: int, size: int, soff: int = 0, doff: int = 0,
+         tag: int = 0) -> Cmd:
+    return Cmd(opcode=opc, a=op(src, soff), b=op(dst, doff), size=size, tag=tag)
+
+
+def nop(tag: int = 0) -> Cmd:
+    return Cmd(opcode=OP_NOP, tag=tag)
+
+
+def fence(h: int, off: int, value: int, tag: int = 0) -> Cmd:
+    return Cmd(opcode=OP_FENCE, a=op(h, off), value=value, tag=tag)
+
+
+def gemm(a: int, b: int, c: int, m: int, n: int, k: int, alpha=1.0, beta=0.0, tag=0) -> Cmd:
+    return Cmd(opcode=OP_GEMM, a=op(a), b=op(b), c=op(c), m=m, n=n, k=k, lda=k, ldb=n, ldc=n,
+               alpha=f32bits(alpha), beta=f32bits(beta), tag=tag)
+
+
+def pf_sysfs() -> Path:
+    for p in sorted(Path("/sys/bus/pci/devices").iterdir()):
+        if (p / "vendor").read_text().strip() == "0x7acc" and not (p / "physfn").exists():
+            return p
+    raise FileNotFoundError("no tacc PF")
+
+
+def live_objects(pci: Path | None = None) -> dict[str, int]:
+    txt = ((pci or pf_sysfs()) / "tacc/live_objects").read_text()
+    return {k: int(v) for k, v in (ln.split() for ln in txt.splitlines())}
+
+
+def dmesg_problems() -> list[str]:
+    out = os.popen("dmesg").read().splitlines()
+    bad = ("BUG:", "WARNING:", "Oops", "general protection", "Call Trace", "UBSAN", "refcount_t")
+    return [ln for ln in out if any(b in ln for b in bad)]
+
+
+class UserBuf:
+    """Page-aligned anonymous memory viewed as a numpy array (for userptr)."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.size = (nbytes + 4095) & ~4095
+        self.mm = mmap.mmap(-1, self.size)
+        self.addr = C.addressof(C.c_char.from_buffer(self.mm))
+
+    def array(self, dtype=np.float32, count: int = -1) -> np.ndarray:
+        return np.frombuffer(self.mm, dtype=dtype, count=count)
+
+
+# ----------------------------------------------------------------- fixtures ---
+@pytest.fixture
+def dev(pf_accel):
+    d = Dev(pf_accel)
+    yield d
+    d.close()
+
+
+# -------------------------------------------------------------------- tests ---
+def test_layouts():
+    assert C.sizeof(Cmd) == 128
+    assert C.sizeof(Submit) == 48
+    assert C.sizeof(BoCreate) == 40
+    assert C.sizeof(BoInfo) == 48
+    assert C.sizeof(VmBind) == 40
+    assert C.sizeof(TraceHeader) == 40
+
+
+def test_params(dev):
+    assert dev.param(P_API) == 1
+    assert dev.param(P_HW) >> 16 == 1
+    assert dev.param(P_QUEUES) == 4
+    assert dev.param(P_CTXS) == 16
+    assert dev.param(P_ENGINES) == 6
+    assert dev.param(P_DEVMEM) > 0
+    assert dev.param(P_CLOCK) == 1_000_000_000
+    assert 0 <= dev.param(P_CTX) < 16
+    t0 = dev.param(P_DEVCLK)
+    assert dev.param(P_DEVCLK) > t0
+    with pytest.raises(OSError) as e:
+        dev.param(999)
+    assert e.value.errno == errno.EINVAL
+
+
+def test_nop_fence_timestamp(dev):
+    b = dev.bo(4096)
+    m = dev.map(b.handle, 4096)
+    m[:] = b"\0" * 4096
+    st = dev.run([nop(tag=1), fence(b.handle, 8, 0x1122334455667788, tag=2),
+                  Cmd(opcode=OP_TS, a=op(b.handle, 16), tag=3)])
+    assert st == 0
+    v, ts = struct.unpack_from("<QQ", m, 8)
+    assert v == 0x1122334455667788
+    assert ts > 0
+    m.close()
+
+
+@pytest.mark.parametrize("kind", ["host", "userptr"])
+def test_copy_roundtrip(dev, kind):
+    n = 256 * 1024
+    data = np.random.default_rng(1).integers(0, 255, n, dtype=np.uint8)
+    d = dev.bo(n, DEVICE)
+    if kind == "host":
+        src, dst = dev.bo(n), dev.bo(n)
+        ms, md = dev.map(src.handle, n), dev.map(dst.handle, n)
+        np.frombuffer(ms, np.uint8)[:] = data
+        out = lambda: np.frombuffer(md, np.uint8).copy()  # noqa: E731
+    else:
+        us, ud = UserBuf(n), UserBuf(n)
+        us.array(np.uint8)[:] = data
+        src = dev.bo(n, USERPTR, userptr=us.addr)
+        dst = dev.bo(n, USERPTR, userptr=ud.addr)
+        out = lambda: ud.array(np.uint8).copy()  # noqa: E731
+    st = dev.run([copy(OP_H2D, src.handle, d.handle, n, tag=0x10),
+                  copy(OP_D2D, d.handle, d.handle, n // 2, 0, n // 2, tag=0x11),
+                  copy(OP_D2H, d.handle, dst.handle, n, tag=0x12)])
+    assert st == 0
+    got = out()
+    assert np.array_equal(got[: n // 2], data[: n // 2])
+    assert np.array_equal(got[n // 2:], data[: n // 2])
+
+
+@pytest.mark.parametrize("kind", ["host", "userptr"])
+def test_gemm_numpy(dev, kind):
+    rng = np.random.default_rng(7)
+    m, n, k = 32, 24, 40
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    c0 = rng.standard_normal((m, n), dtype=np.float32)
+    bos = {}
+    for name, arr in (("a", a), ("b", b), ("c", c0)):
+        if kind == "host":
+            h = dev.bo(arr.nbytes)
+            mm = dev.map(h.handle, (arr.nbytes + 4095) & ~4095)
+            np.frombuffer(mm, np.float32, count=arr.size)[:] = arr.ravel()
+            bos[name] = (h, mm)
+        else:
+            ub = UserBuf(arr.nbytes)
+            ub.array(count=arr.size)[:] = arr.ravel()
+            bos[name] = (dev.bo(ub.size, USERPTR, userptr=ub.addr), ub)
+    dv = {name: dev.bo(arr.nbytes, DEVICE) for name, arr in (("a", a), ("b", b), ("c", c0))}
+    cmds = [copy(OP_H2D, bos[x][0].handle, dv[x].handle, arr.nbytes)
+            for x, arr in (("a", a), ("b", b), ("c", c0))]
+    cmds.append(gemm(dv["a"].handle, dv["b"].handle, dv["c"].handle, m, n, k, 0.5, 2.0,
+                     tag=0x77))
+    cmds.append(copy(OP_D2H, dv["c"].handle, bos["c"][0].handle, c0.nbytes))
+    assert dev.run(cmds) == 0
+    if kind == "host":
+        got = np.frombuffer(bos["c"][1], np.float32, count=m * n).reshape(m, n)
+    else:
+        got = bos["c"][1].array(count=m * n).reshape(m, n)
+    np.testing.assert_allclose(got, 0.5 * (a @ b) + 2.0 * c0, rtol=1e-4, atol=1e-4)
+
+
+def test_eltwise(dev):
+    n = 1000
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    h = dev.bo(3 * 4096)
+    mm = dev.map(h.handle, 3 * 4096)
+    np.frombuffer(mm, np.float32, count=n)[:] = x
+    np.frombuffer(mm, np.float32, count=n, offset=4096)[:] = y
+    d = dev.bo(3 * 4096, DEVICE)
+    cmds = [copy(OP_H2D, h.handle, d.handle, 2 * 4096),
+            Cmd(opcode=OP_ELT, a=op(d.handle, 0), b=op(d.handle, 4096), c=op(d.handle, 8192),
+                size=n, elt_op=ELT_ADD),
+            Cmd(opcode=OP_ELT, a=op(d.handle, 8192), c=op(d.handle, 8192), size=n,
+                elt_op=ELT_RELU),
+            copy(OP_D2H, d.handle, h.handle, 4096, 8192, 8192)]
+    assert dev.run(cmds) == 0
+    got = np.frombuffer(mm, np.float32, count=n, offset=8192)
+    np.testing.assert_allclose(got, np.maximum(x + y, 0), rtol=1e-6)
+
+
+def test_huge_pages_devmem(dev, pf_accel):
+    b = dev.bo(4 << 20, DEVICE, flags=BO_NO_BIND)
+    r = dev.ioctl(VM_BIND, VmBind(handle=b.handle))
+    assert r.page_size == 2 << 20
+    assert r.va % (2 << 20) == 0
+    assert dev.info(b.handle).va == r.va
+    dev.ioctl(VM_UNBIND, VmUnbind(handle=b.handle))
+    assert dev.info(b.handle).va == 0
+    with pytest.raises(OSError) as e:
+        dev.ioctl(VM_UNBIND, VmUnbind(handle=b.handle))
+    assert e.value.errno == errno.EINVAL
+    # fixed VA, partial binding
+    r = dev.ioctl(VM_BIND, VmBind(handle=b.handle, flags=BIND_FIXED, va=0x40000000,
+                                  bo_offset=4096, size=8192))
+    assert r.va == 0x40000000 and r.page_size == 4096
+    assert dev.info(b.handle).bound_size == 8192
+
+
+def test_syncobj_chain(dev):
+    b = dev.bo(4096)
+    mm = dev.map(b.handle, 4096)
+    s1 = dev.syncobj()
+    dev.submit([fence(b.handle, 0, 1)], queue=1, out=s1)
+    seq = dev.submit([fence(b.handle, 8, 2)], queue=2, ins=[s1])
+    assert dev.wait(seq) == 0
+    handles = (u32 * 1)(s1)
+    dev.ioctl(SYNCOBJ_WAIT, SyncobjWait(handles=C.addressof(handles), count_handles=1,
+                                        timeout_nsec=time.clock_gettime_ns(1) + 10**10))
+    assert struct.unpack_from("<QQ", mm, 0) == (1, 2)
+    dev.ioctl(SYNCOBJ_DESTROY, Pair(handle=s1))
+
+
+def expect_errno(code, fn, *args):
+    with pytest.raises(OSError) as e:
+        fn(*args)
+    assert e.value.errno == code, f"{fn}{args}: {e.value}"
+
+
+def test_errors(dev):
+    h = dev.bo(4096)
+    d = dev.bo(8192, DEVICE)
+    expect_errno(errno.EINVAL, dev.bo, 0)
+    expect_errno(errno.EINVAL, dev.bo, 4096, 7)
+    expect_errno(errno.EINVAL, dev.bo, 4096, HOST, 0x80)
+    expect_errno(errno.EINVAL, dev.bo, 4096, HOST, 0, 0x1000)
+    expect_errno(errno.EINVAL, dev.bo, 4096, USERPTR, 0, 0x1001)
+    expect_errno(errno.EFAULT, dev.bo, 4096, USERPTR, 0, 0x1000)
+    expect_errno(errno.ENOENT, dev.info, 12345)
+    expect_errno(errno.EINVAL, dev.submit, [])
+    expect_errno(errno.EINVAL, dev.submit, [nop()], 9)
+    expect_errno(errno.EINVAL, dev.submit, [Cmd(opcode=99)])
+    expect_errno(errno.EINVAL, dev.submit, [Cmd(opcode=OP_NOP, flags=1)])
+    expect_errno(errno.EINVAL, dev.submit, [nop()] * 65)
+    expect_errno(errno.ENOENT, dev.submit, [copy(OP_H2D, 999, d.handle, 16)])
+    # wrong memory kinds, out of range, overflowing offsets
+    expect_errno(errno.EINVAL, dev.submit, [copy(OP_H2D, d.handle, h.handle, 16)])
+    expect_errno(errno.EINVAL, dev.submit, [copy(OP_H2D, h.handle, d.handle, 4097)])
+    expect_errno(errno.EINVAL, dev.submit, [copy(OP_H2D, h.handle, d.handle, 16, 2**64 - 8)])
+    expect_errno(errno.EINVAL, dev.submit, [copy(OP_D2H, d.handle, h.handle, 0)])
+    expect_errno(errno.EINVAL, dev.submit, [gemm(h.handle, h.handle, h.handle, 2, 2, 2)])
+    expect_errno(errno.EINVAL, dev.submit, [gemm(d.handle, d.handle, d.handle, 64, 64, 64)])
+    expect_errno(errno.EINVAL, dev.submit, [fence(h.handle, 4, 1)])
+    expect_errno(errno.ENOENT, dev.submit, [nop()], 0, [], 777)
+    expect_errno(errno.ENOENT, dev.submit, [nop()], 0, [777])
+    expect_errno(errno.EINVAL, dev.wait, 10**9)
+    s = Submit(cmds=8, num_cmds=1, cmd_size=128)
+    expect_errno(errno.EFAULT, dev.ioctl, SUBMIT, s)
+    s = Submit(cmds=0, num_cmds=1, cmd_size=64)
+    expect_errno(errno.EINVAL, dev.ioctl, SUBMIT, s)
+    expect_errno(errno.EBUSY, dev.ioctl, VM_BIND, VmBind(handle=h.handle))
+    expect_errno(errno.EINVAL, dev.ioctl, VM_BIND, VmBind(handle=h.handle, flags=0x10))
+    expect_errno(errno.EPERM, dev.ioctl, TRACE_ADVANCE, TraceAdvance())
+
+
+def test_fdinfo_sysfs_counters(dev, pf_accel):
+    d = dev.bo(1 << 20, DEVICE)
+    h = dev.bo(1 << 20)
+    assert dev.run([copy(OP_H2D, h.handle, d.handle, 1 << 20)]) == 0
+    info = Path(f"/proc/self/fdinfo/{dev.fd}").read_text()
+    assert "drm-driver:\ttacc" in info
+    assert "drm-engine-queue0:" in info
+    assert "drm-memory-device:\t1024 KiB" in info
+    pci = pf_sysfs()
+    t = pci / "tacc"
+    assert (t / "link_width").read_text().strip().isdigit()
+    assert "GT/s" in (t / "link_speed").read_text()
+    assert int((t / "devmem_bytes").read_text()) == dev.param(P_DEVMEM)
+    for ln in (t / "clock_sync").read_text().splitlines():
+        before, devclk, after = map(int, ln.split())
+        assert before <= after and devclk > 0
+    cat = (pci / "counters/catalogue").read_text().splitlines()
+    names = [ln.split()[0] for ln in cat if not ln.startswith("#") and " function " in ln]
+    assert "h2d_bytes" in names and len(names) >= 30
+    for nm in names:
+        assert (pci / "counters" / nm).read_text().strip().isdigit()
+    assert int((pci / "counters/h2d_bytes").read_text()) >= 1 << 20
+
+
+def test_counter_mmap(dev):
+    off = dev.param(P_CNT_OFF)
+    mm = mmap.mmap(dev.fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ, offset=off)
+    hdr = struct.unpack_from("<Q", mm, 0)[0]
+    assert hdr >> 32 == 1 and (hdr & 0xffffffff) >= 30
+    mm.close()
+    with pytest.raises(OSError):
+        mmap.mmap(dev.fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=off)
+
+
+def test_trace_ring(dev, pf_accel):
+    t = dev.ioctl(TRACE_OPEN, TraceOpen())
+    try:
+        with Dev(pf_accel) as other:
+            expect_errno(errno.EBUSY, other.ioctl, TRACE_OPEN, TraceOpen())
+        mm = mmap.mmap(dev.fd, t.mmap_size, mmap.MAP_SHARED, mmap.PROT_READ,
+                       offset=t.mmap_offset)
+        hdr = TraceHeader.from_buffer_copy(mm[: C.sizeof(TraceHeader)])
+        assert hdr.version == 1 and hdr.rec_size == 64 and hdr.entries == t.entries
+        start = hdr.prod
+        assert dev.run([nop(tag=0xabc0), nop(tag=0xabc1), nop(tag=0xabc2)]) == 0
+        hdr = TraceHeader.from_buffer_copy(mm[: C.sizeof(TraceHeader)])
+        assert hdr.prod - start >= 3
+        tags = []
+        for i in range(start, hdr.prod):
+            rec = mm[hdr.data_offset + (i % hdr.entries) * 64:][:64]
+            tags.append(struct.unpack_from("<Q", rec, 16)[0])
+        assert [0xabc0, 0xabc1, 0xabc2] == [x for x in tags if x >> 4 == 0xabc]
+        adv = dev.ioctl(TRACE_ADVANCE, TraceAdvance(cons=hdr.prod))
+        assert adv.prod == hdr.prod
+        expect_errno(errno.EINVAL, dev.ioctl, TRACE_ADVANCE, TraceAdvance(cons=hdr.prod + 100))
+        mm.close()
+    finally:
+        dev.ioctl(TRACE_CLOSE, TraceClose())
+
+
+def test_live_objects_back_to_zero(pf_accel):
+    with Dev(pf_accel) as d:
+        d.bo(8192)
+        d.bo(8192, DEVICE)
+        ub = UserBuf(8192)
+        d.bo(8192, USERPTR, userptr=ub.addr)
+        d.submit([nop()])
+        lo = live_objects()
+        assert lo["bos"] >= 3 and lo["contexts"] >= 1
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lo = live_objects()
+        if all(v == 0 for k, v in lo.items() if k != "pt_pages"):
+            break
+        time.sleep(0.1)
+    assert all(v == 0 for v in lo.values()), lo
+    assert not dmesg_problems()
