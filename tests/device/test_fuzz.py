@@ -5,8 +5,10 @@ Each example is a batch of descriptors behind one doorbell; >= 2,000
 descriptors in total.
 """
 
+import os
 import struct
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tacc.testing.taccdev import DEVMEM_VA, HW
@@ -80,6 +82,17 @@ def expected_static(op, ctx, payload):
 
 
 def test_fuzz_descriptors(dev, pf):
+    run_fuzz(dev, pf, EXAMPLES, derandomize=True)
+
+
+@pytest.mark.long
+@pytest.mark.skipif(not os.environ.get("TACC_LONG"), reason="make test-long")
+def test_fuzz_descriptors_long(dev, pf):
+    """>= 10,000 random descriptors (a new seed each run)."""
+    run_fuzz(dev, pf, 500, derandomize=False)
+
+
+def run_fuzz(dev, pf, examples, derandomize):
     root = dev.pt.new_root()
     host = dev.alloc(2 << 20, align=2 << 20)
     dev.pt.map(root, HOST_VA, host, 2 << 20, huge=True)
@@ -90,7 +103,7 @@ def test_fuzz_descriptors(dev, pf):
     pf.trace_enable(size=64)
     seen = {"n": 0, "status": {}}
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=examples, deadline=None, derandomize=derandomize, database=None,
               suppress_health_check=list(HealthCheck))
     @given(st.lists(descriptor(), min_size=BATCH, max_size=BATCH))
     def batch(descs):
@@ -120,7 +133,7 @@ def test_fuzz_descriptors(dev, pf):
         seen["n"] += BATCH
 
     batch()
-    assert seen["n"] >= 2000
+    assert seen["n"] >= min(2000, examples * BATCH)
     # every documented error class was reached
     for s in (HW.TACC_ST_OK, HW.TACC_ST_BAD_OPCODE, HW.TACC_ST_BAD_LENGTH,
               HW.TACC_ST_MMU_FAULT, HW.TACC_ST_BAD_CTX, HW.TACC_ST_BAD_ALIGN):
