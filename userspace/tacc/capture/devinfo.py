@@ -7,17 +7,23 @@ from typing import Any
 
 LINK_RATE_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
 TLP_OVERHEAD_BYTES = 24  # header + framing per TLP (the model's constant)
+# Per payload TLP, by direction (tacc_hw.h TACC_LINK_CPL_OVERHEAD / _MWR_OVERHEAD):
+# H2D payload arrives in completions (3 DW header), D2H leaves in memory writes (4 DW).
+TLP_OVERHEAD_BY_DIR = {"h2d": 20, "d2h": 24}
 
 
-def link_max_payload_bw(gen: int, width: int, mps: int) -> float:
+def link_max_payload_bw(gen: int, width: int, mps: int, direction: str | None = None) -> float:
     """Modelled maximum payload bandwidth of one link direction, bytes per second.
 
-    lanes * rate(GT/s) * 128/130 / 8 * MPS / (MPS + 24).  The one place to align with
-    docs/hardware.md's bandwidth formula.
+    lanes * rate(GT/s) * 128/130 / 8 * MPS / (MPS + overhead), overhead = 20 bytes per
+    completion (``direction="h2d"``) or 24 per memory write (``"d2h"``, and the default).
+    The one place to align with docs/hardware.md's bandwidth formula (also used by
+    tacc.counters for "share of the link's modelled max").
     """
     rate = LINK_RATE_GTS.get(int(gen), 16.0) * 1e9
     enc = 128.0 / 130.0 if int(gen) >= 3 else 8.0 / 10.0
-    return width * rate * enc / 8.0 * mps / (mps + TLP_OVERHEAD_BYTES)
+    over = TLP_OVERHEAD_BY_DIR[direction] if direction else TLP_OVERHEAD_BYTES
+    return width * rate * enc / 8.0 * mps / (mps + over)
 
 
 @dataclass(frozen=True)

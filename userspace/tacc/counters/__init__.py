@@ -1,0 +1,20 @@
+"""tacc.counters: hardware counters through sysfs, mmap and perf (docs/counters.md)."""
+
+from .backends import (
+    BACKENDS,
+    Backend,
+    MmapBackend,
+    PerfBackend,
+    Snapshot,
+    SysfsBackend,
+    default_catalogue,
+    open_backend,
+)
+from .catalogue import Catalogue, Counter, CounterError, Function, functions, select_functions
+from .derived import LinkInfo, deltas, derive
+
+__all__ = [
+    "BACKENDS", "Backend", "Catalogue", "Counter", "CounterError", "Function", "LinkInfo",
+    "MmapBackend", "PerfBackend", "Snapshot", "SysfsBackend", "default_catalogue", "deltas",
+    "derive", "functions", "open_backend", "select_functions",
+]

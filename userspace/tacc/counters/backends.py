@@ -1,0 +1,281 @@
+"""Three ways to read the counters of one function, behind one interface.
+
+``read()`` returns a :class:`Snapshot` of the selected counters (catalogue order).
+Only differences between two snapshots of the same backend are comparable across
+backends: sysfs gives the driver's totals (monotonic across runtime suspends),
+mmap the raw counter block (zeroed by every function reset), perf the counts since
+the events were opened.  See docs/counters.md.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import mmap
+import os
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+
+from . import uapi
+from .catalogue import (
+    GLOBAL_PAGE,
+    SLOT_GEN,
+    SLOT_HDR,
+    SYSFS_ROOT,
+    Catalogue,
+    CounterError,
+    Function,
+)
+
+ALL_ONES = 0xFFFF_FFFF_FFFF_FFFF
+SEQLOCK_TRIES = 16
+
+
+@dataclass
+class Snapshot:
+    values: np.ndarray  # uint64, one per counter of the backend's catalogue
+    t_ns: int  # CLOCK_MONOTONIC, middle of the read
+    valid: bool = True  # False: the source returned no defined value (see state)
+    state: str = "ok"  # ok | unavailable (function in D3hot or in reset) | torn
+    retries: int = 0  # seqlock retries (mmap)
+
+
+class Backend(ABC):
+    name = "?"
+
+    def __init__(self, fn: Function, catalogue: Catalogue | None = None) -> None:
+        self.fn = fn
+        self.catalogue = catalogue if catalogue is not None else fn.catalogue
+
+    @abstractmethod
+    def read(self) -> Snapshot: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        return None
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+# ------------------------------------------------------------------- sysfs ----
+class SysfsBackend(Backend):
+    """One file per counter (``counters/``, ``global_counters/`` root only)."""
+
+    name = "sysfs"
+
+    def __init__(self, fn: Function, catalogue: Catalogue | None = None) -> None:
+        super().__init__(fn, catalogue)
+        self.fds: list[int] = []
+        try:
+            for c in self.catalogue:
+                d = fn.global_dir() if c.is_global else fn.counters_dir
+                self.fds.append(os.open(d / c.name, os.O_RDONLY))
+        except PermissionError as exc:
+            self.close()
+            raise CounterError(f"{fn.pci}: {exc.filename}: global counters need root") from exc
+        except FileNotFoundError as exc:
+            self.close()
+            raise CounterError(f"{fn.pci}: {exc.filename} missing") from exc
+
+    def read(self) -> Snapshot:
+        t0 = time.monotonic_ns()
+        vals = np.fromiter((int(os.pread(fd, 32, 0)) for fd in self.fds), np.uint64,
+                           len(self.fds))
+        return Snapshot(vals, (t0 + time.monotonic_ns()) // 2)
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+# -------------------------------------------------------------------- mmap ----
+class MmapBackend(Backend):
+    """The BAR2 counter block mapped read-only through the accel node.
+
+    Page 0 (function counters) is open to the node's users; page 1 (global) needs
+    CAP_PERFMON.  A consistent snapshot reads gen, the counters, gen again and retries
+    while gen is odd or moved (tacc_hw.h).  In D3hot (BARs do not decode) or a
+    function reset the block reads all ones: the snapshot is then ``unavailable``.
+    """
+
+    name = "mmap"
+
+    def __init__(self, fn: Function, catalogue: Catalogue | None = None,
+                 node: Path | None = None) -> None:
+        super().__init__(fn, catalogue)
+        self.fd = os.open(node or fn.accel_node, os.O_RDWR)
+        try:
+            need_global = any(c.is_global for c in self.catalogue)
+            size = 2 * GLOBAL_PAGE if need_global else GLOBAL_PAGE
+            try:
+                self.mm = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ,
+                                    offset=uapi.COUNTERS_MMAP_OFFSET)
+            except PermissionError as exc:
+                raise CounterError(f"{fn.pci}: mmap of the global counter page needs "
+                                   "CAP_PERFMON") from exc
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.u64 = np.frombuffer(self.mm, dtype="<u8")
+        slots = np.array([c.offset // 8 for c in self.catalogue], dtype=np.intp)
+        # one contiguous copy per page (few MMIO exits), then a gather in RAM
+        self.spans: list[tuple[int, int]] = []
+        for page in (0, 1):
+            on = slots[(slots >= page * 512) & (slots < (page + 1) * 512)]
+            if len(on):
+                self.spans.append((int(on.min()), int(on.max()) + 1))
+        base = np.cumsum([0] + [hi - lo for lo, hi in self.spans])
+        pos = np.empty(len(slots), np.intp)
+        for (lo, hi), b in zip(self.spans, base, strict=False):
+            m = (slots >= lo) & (slots < hi)
+            pos[m] = slots[m] - lo + b
+        self.pos = pos
+        self.gens = [(lo // 512) * 512 + SLOT_GEN for lo, _ in self.spans]
+
+    def page_view(self, page: int = 0) -> np.ndarray:
+        """A numpy structured view (hdr, gen, counters by name) of one live page."""
+        cat = self.catalogue.select(scope="global" if page else "function")
+        dt = cat.page_dtype(2 * GLOBAL_PAGE if page else GLOBAL_PAGE)
+        return np.ndarray((), dtype=dt, buffer=self.mm, offset=page * GLOBAL_PAGE)
+
+    def header(self) -> int:
+        return int(self.u64[SLOT_HDR])
+
+    def read(self) -> Snapshot:
+        u64, gens, spans = self.u64, self.gens, self.spans
+        t0 = time.monotonic_ns()
+        tries = 0
+        for tries in range(SEQLOCK_TRIES):  # noqa: B007
+            g0 = [int(u64[g]) for g in gens]
+            if ALL_ONES in g0:
+                return Snapshot(np.zeros(len(self.pos), np.uint64), t0, False, "unavailable",
+                                tries)
+            parts = [u64[lo:hi].copy() for lo, hi in spans]
+            g1 = [int(u64[g]) for g in gens]
+            if g0 == g1 and not any(g & 1 for g in g0):
+                vals = (parts[0] if len(parts) == 1 else np.concatenate(parts))[self.pos]
+                return Snapshot(vals, (t0 + time.monotonic_ns()) // 2, True, "ok", tries)
+        gone = ALL_ONES in [int(u64[g]) for g in gens]
+        return Snapshot(np.zeros(len(self.pos), np.uint64), t0, False,
+                        "unavailable" if gone else "torn", SEQLOCK_TRIES)
+
+    def close(self) -> None:
+        if getattr(self, "mm", None) is not None:
+            del self.u64
+            self.mm.close()
+            self.mm = None  # type: ignore[assignment]
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+# -------------------------------------------------------------------- perf ----
+class PerfEventAttr(C.Structure):
+    _fields_ = [("type", C.c_uint32), ("size", C.c_uint32), ("config", C.c_uint64),
+                ("sample_period", C.c_uint64), ("sample_type", C.c_uint64),
+                ("read_format", C.c_uint64), ("flags", C.c_uint64),
+                ("wakeup_events", C.c_uint32), ("bp_type", C.c_uint32),
+                ("config1", C.c_uint64), ("config2", C.c_uint64), ("_rest", C.c_uint8 * 72)]
+
+
+PERF_ATTR_SIZE = 128  # PERF_ATTR_SIZE_VER7
+PERF_FORMAT_GROUP = 1 << 3
+NR_PERF_EVENT_OPEN = 298  # x86_64
+_libc = C.CDLL(None, use_errno=True)
+
+
+def pmu_dir(fn: Function) -> Path:
+    return SYSFS_ROOT / "bus" / "event_source" / "devices" / fn.pmu_name
+
+
+def perf_config(fn: Function, event: str) -> int:
+    """Encode an event of the PMU's events/ directory through its format/ fields."""
+    d = pmu_dir(fn)
+    spec = (d / "events" / event).read_text().strip()
+    config = 0
+    for term in spec.split(","):
+        key, _, val = term.partition("=")
+        fmt = (d / "format" / key).read_text().strip()  # e.g. config:0-7
+        target, _, bits = fmt.partition(":")
+        if target != "config":
+            raise CounterError(f"{fn.pmu_name}: format {key} uses {target}")
+        lo, _, hi = bits.partition("-")
+        width = int(hi or lo) - int(lo) + 1
+        config |= (int(val or "1", 0) & ((1 << width) - 1)) << int(lo)
+    return config
+
+
+def perf_event_open(attr: PerfEventAttr, pid: int, cpu: int, group_fd: int) -> int:
+    fd = _libc.syscall(NR_PERF_EVENT_OPEN, C.byref(attr), pid, cpu, group_fd, 0)
+    if fd < 0:
+        err = C.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(fd)
+
+
+class PerfBackend(Backend):
+    """The driver's perf PMU (tacc_<hex>), one counting group, read in one read(2)."""
+
+    name = "perf"
+
+    def __init__(self, fn: Function, catalogue: Catalogue | None = None) -> None:
+        super().__init__(fn, catalogue)
+        d = pmu_dir(fn)
+        if not d.exists():
+            raise CounterError(f"{fn.pci}: no perf PMU {fn.pmu_name}")
+        ptype = int((d / "type").read_text())
+        cpu = int((d / "cpumask").read_text().split(",")[0].split("-")[0])
+        self.fds: list[int] = []
+        try:
+            for c in self.catalogue:
+                attr = PerfEventAttr(type=ptype, size=PERF_ATTR_SIZE,
+                                     config=perf_config(fn, c.name),
+                                     read_format=PERF_FORMAT_GROUP)
+                leader = self.fds[0] if self.fds else -1
+                self.fds.append(perf_event_open(attr, -1, cpu, leader))
+        except OSError as exc:
+            self.close()
+            raise CounterError(f"{fn.pmu_name}: perf_event_open: {exc.strerror} "
+                               "(system-wide events need CAP_PERFMON; global ones always)") from exc
+        self.nbytes = 8 * (1 + len(self.fds))
+
+    def read(self) -> Snapshot:
+        t0 = time.monotonic_ns()
+        buf = os.read(self.fds[0], self.nbytes)
+        vals = np.frombuffer(buf, "<u8")[1:].copy()
+        return Snapshot(vals, (t0 + time.monotonic_ns()) // 2)
+
+    def close(self) -> None:
+        for fd in reversed(self.fds):
+            os.close(fd)
+        self.fds = []
+
+
+BACKENDS: dict[str, type[Backend]] = {
+    "sysfs": SysfsBackend, "mmap": MmapBackend, "perf": PerfBackend,
+}
+
+
+def open_backend(name: str, fn: Function, catalogue: Catalogue | None = None) -> Backend:
+    try:
+        cls = BACKENDS[name]
+    except KeyError:
+        raise CounterError(f"unknown backend {name!r} (have {', '.join(BACKENDS)})") from None
+    return cls(fn, catalogue)
+
+
+def default_catalogue(fn: Function) -> Catalogue:
+    """Function counters, plus the global ones when this process may read them."""
+    cat = fn.catalogue
+    if fn.vf or os.geteuid() != 0:
+        return cat.select(scope="function")
+    return cat

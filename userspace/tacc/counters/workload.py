@@ -1,0 +1,98 @@
+"""A copy of known size through the driver's ioctls, for tests and the benchmark.
+
+``copy(dev, size, "h2d")`` runs one job [TIMESTAMP, COPY, TIMESTAMP] on queue 0 and
+returns the two device timestamps: the ground truth that counter-derived bandwidth is
+checked against.  The two 8-byte timestamp writes are D2H payload too (16 bytes).
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import uapi
+
+TIMESTAMP_BYTES = 16  # two 8-byte TIMESTAMP writes to host memory per job
+
+
+@dataclass
+class CopyResult:
+    size: int
+    direction: str
+    t_start: int  # device ticks, first TIMESTAMP
+    t_end: int  # device ticks, second TIMESTAMP
+
+    @property
+    def ticks(self) -> int:
+        return self.t_end - self.t_start
+
+
+class Device:
+    def __init__(self, node: str | Path) -> None:
+        self.fd = os.open(node, os.O_RDWR)
+        self.handles: list[int] = []
+
+    def bo(self, size: int, kind: int) -> int:
+        a = uapi.ioctl(self.fd, uapi.IOCTL_BO_CREATE, uapi.BoCreate(size=size, type=kind))
+        self.handles.append(a.handle)  # type: ignore[attr-defined]
+        return int(a.handle)  # type: ignore[attr-defined]
+
+    def map_bo(self, handle: int, size: int) -> mmap.mmap:
+        info = uapi.ioctl(self.fd, uapi.IOCTL_BO_INFO, uapi.BoInfo(handle=handle))
+        return mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
+                         offset=info.mmap_offset)  # type: ignore[attr-defined]
+
+    def submit(self, cmds: list[uapi.Cmd], queue: int = 0, timeout_ns: int = 30_000_000_000) -> int:
+        arr = (uapi.Cmd * len(cmds))(*cmds)
+        s = uapi.Submit(cmds=C.addressof(arr), num_cmds=len(cmds), queue=queue,
+                        cmd_size=C.sizeof(uapi.Cmd))
+        uapi.ioctl(self.fd, uapi.IOCTL_SUBMIT, s)
+        w = uapi.ioctl(self.fd, uapi.IOCTL_WAIT, uapi.Wait(seqno=s.seqno, timeout_ns=timeout_ns))
+        return int(w.status)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        for h in self.handles:
+            try:
+                uapi.ioctl(self.fd, uapi.IOCTL_GEM_CLOSE, uapi.GemClose(handle=h))
+            except OSError:
+                pass
+        os.close(self.fd)
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class CopyWorkload:
+    """Buffers allocated once; ``run()`` may be called many times."""
+
+    def __init__(self, dev: Device, size: int) -> None:
+        self.dev = dev
+        self.size = size
+        self.host = dev.bo(size, uapi.BO_HOST)
+        self.devbo = dev.bo(size, uapi.BO_DEVICE)
+        self.ts = dev.bo(4096, uapi.BO_HOST)
+        self.ts_map = dev.map_bo(self.ts, 4096)
+
+    def run(self, direction: str = "h2d", tag: int = 0x7ACC) -> CopyResult:
+        op = uapi.OP_COPY_H2D if direction == "h2d" else uapi.OP_COPY_D2H
+        src, dst = (self.host, self.devbo) if direction == "h2d" else (self.devbo, self.host)
+        ts0 = uapi.Cmd(opcode=uapi.OP_TIMESTAMP, tag=tag, a=uapi.Operand(self.ts, 0, 0))
+        cp = uapi.Cmd(opcode=op, tag=tag, a=uapi.Operand(src, 0, 0), b=uapi.Operand(dst, 0, 0),
+                      size=self.size)
+        ts1 = uapi.Cmd(opcode=uapi.OP_TIMESTAMP, tag=tag, a=uapi.Operand(self.ts, 0, 8))
+        status = self.dev.submit([ts0, cp, ts1])
+        if status:
+            raise OSError(-status, f"copy job failed: {os.strerror(-status)}")
+        t = np.frombuffer(self.ts_map, "<u8", 2)
+        return CopyResult(self.size, direction, int(t[0]), int(t[1]))
+
+    def close(self) -> None:
+        self.ts_map.close()
