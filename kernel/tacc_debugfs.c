@@ -53,14 +53,16 @@ static int contexts_show(struct seq_file *m, void *unused)
 
 		if (!ctx)
 			continue;
-		seq_printf(m, "ctx %u: pid %d comm %s bos %d userptr_pages %ld last_seqno %llu faults %llu last_fault 0x%llx resets %llu%s\n",
+		seq_printf(m,
+			   "ctx %u: pid %d comm %s bos %d userptr_pages %ld last_seqno %llu faults %llu last_fault 0x%llx resets %llu%s\n",
 			   i, ctx->pid, ctx->comm, atomic_read(&ctx->nr_bos),
 			   atomic_long_read(&ctx->userptr_pages), ctx->last_seqno,
 			   (u64)atomic64_read(&ctx->faults), (u64)atomic64_read(&ctx->fault_addr),
 			   (u64)atomic64_read(&ctx->resets), ctx->file ? "" : " (closed)");
 		for (q = 0; q < tdev->num_queues; q++)
 			seq_printf(m, "  queue %u: inflight %d jobs %llu busy_ns %llu\n", q,
-				   atomic_read(&ctx->inflight[q]), (u64)atomic64_read(&ctx->jobs[q]),
+				   atomic_read(&ctx->inflight[q]),
+				   (u64)atomic64_read(&ctx->jobs[q]),
 				   (u64)atomic64_read(&ctx->busy_ns[q]));
 	}
 	mutex_unlock(&tdev->ctx_lock);

@@ -801,6 +801,7 @@ static int __init tacc_init(void)
 {
 	int ret;
 
+	tacc_sysfs_init();
 	ret = tacc_genl_init();
 	if (ret)
 		return ret;

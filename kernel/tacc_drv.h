@@ -34,9 +34,9 @@
 #define TACC_MAX_BOS		4096	/* per file */
 #define TACC_SEQNO_SLOTS	256	/* per file: remembered job fences */
 #define TACC_VA_START		0x200000ull
-#define TACC_VA_END		(1ull << TACC_VA_BITS)
+#define TACC_VA_END		BIT_ULL(TACC_VA_BITS)
 #define TACC_TRACE_ENTRIES	4096
-#define TACC_SZ_2M		(1ull << TACC_HUGE_SHIFT)
+#define TACC_SZ_2M		BIT_ULL(TACC_HUGE_SHIFT)
 
 #define TACC_NUM_FUNC_COUNTERS	(TACC_FUNC_CNT_END - 2)
 #define TACC_NUM_GLOBAL_COUNTERS (TACC_GLOBAL_CNT_END - 2)
@@ -178,7 +178,7 @@ struct tacc_job {
 };
 
 struct tacc_trace_ring {
-	struct mutex lock;
+	struct mutex lock;		/* owner, cons */
 	void *cpu;
 	dma_addr_t dma;
 	size_t size;
@@ -214,7 +214,7 @@ struct tacc_device {
 	struct mutex ctx_lock;		/* ctxs[], PTBR programming */
 	struct tacc_ctx *ctxs[TACC_NUM_CONTEXTS];
 
-	struct mutex devmem_lock;
+	struct mutex devmem_lock;	/* devmem_mm, devmem_used, vf_nodes */
 	struct drm_mm devmem_mm;
 	u64 devmem_used;
 
@@ -336,6 +336,7 @@ void tacc_sriov_fini(struct tacc_device *tdev);
 
 /* tacc_sysfs.c */
 extern const struct attribute_group *tacc_dev_groups[];
+void tacc_sysfs_init(void);
 u64 tacc_counter_read(struct tacc_device *tdev, bool global, u32 slot);
 
 /* tacc_pmu.c */

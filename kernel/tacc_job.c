@@ -21,7 +21,7 @@
 #include "tacc_drv.h"
 #include "tacc_trace.h"
 
-#define TACC_GEMM_MAX_LD	(1u << 20)
+#define TACC_GEMM_MAX_LD	BIT(20)
 
 enum { TACC_T_ANY, TACC_T_HOST, TACC_T_DEV };
 
@@ -594,7 +594,8 @@ static int tacc_translate(struct tacc_ctx *ctx, struct drm_file *file, struct ta
 	case DRM_TACC_OP_ELTWISE:
 		if (!c->size || c->size > TACC_ELT_MAX_N || c->elt_op >= TACC_ELT_MAX || c->value)
 			return -EINVAL;
-		ret = tacc_resolve(ctx, file, job, &c->a, c->size * 4, 4, TACC_T_DEV, &d->eltwise.a);
+		ret = tacc_resolve(ctx, file, job, &c->a, c->size * 4, 4, TACC_T_DEV,
+				   &d->eltwise.a);
 		if (ret)
 			return ret;
 		if (c->elt_op == DRM_TACC_ELT_ADD || c->elt_op == DRM_TACC_ELT_MUL)

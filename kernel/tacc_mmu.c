@@ -14,7 +14,7 @@
 #include "tacc_drv.h"
 #include "tacc_trace.h"
 
-#define TACC_SZ_1G	(1ull << 30)
+#define TACC_SZ_1G	BIT_ULL(30)
 
 static u32 tacc_vm_devid(struct tacc_device *tdev)
 {
@@ -313,7 +313,7 @@ void tacc_vm_unbind(struct tacc_ctx *ctx, struct tacc_bo *bo)
 	atomic_dec(&tdev->live.mappings);
 	mutex_unlock(&ctx->vm.lock);
 
-	wmb();
+	wmb();	/* cleared PTEs visible before the TLB invalidation */
 	tacc_tlb_invalidate(tdev, ctx->id);
 	trace_tacc_vm_unbind(tacc_vm_devid(tdev), ctx->id, bo, map->node.start, map->size,
 			     map->page_size);

@@ -94,7 +94,7 @@ static int tacc_system_suspend(struct device *dev)
 	/* let in-flight jobs drain: the device loses them in D3 */
 	for (i = 0; i < tdev->num_queues; i++) {
 		for (t = 0; t < 200 && !list_empty(&tdev->queues[i].inflight); t++)
-			msleep(10);
+			usleep_range(10000, 20000);
 		drm_sched_wqueue_stop(&tdev->queues[i].sched);
 	}
 	return pm_runtime_force_suspend(dev);

@@ -55,26 +55,19 @@ static ssize_t tacc_cnt_show(struct device *dev, struct device_attribute *attr, 
 }
 
 #define TACC_FCNT_DEF(_name, _idx, _unit, _desc)				\
-	static struct tacc_cnt_attr tacc_fcnt_##_name = {			\
-		.attr = __ATTR(_name, 0444, tacc_cnt_show, NULL),		\
-		.slot = _idx, .global = false, .unit = _unit, .desc = _desc,	\
-	};
+	{ .attr = __ATTR(_name, 0444, tacc_cnt_show, NULL), .slot = _idx,	\
+	  .global = false, .unit = _unit, .desc = _desc },
 #define TACC_GCNT_DEF(_name, _idx, _unit, _desc)				\
-	static struct tacc_cnt_attr tacc_gcnt_##_name = {			\
-		.attr = __ATTR(_name, 0400, tacc_cnt_show, NULL),		\
-		.slot = _idx, .global = true, .unit = _unit, .desc = _desc,	\
-	};
-TACC_FUNC_COUNTERS(TACC_FCNT_DEF)
-TACC_GLOBAL_COUNTERS(TACC_GCNT_DEF)
+	{ .attr = __ATTR(_name, 0400, tacc_cnt_show, NULL), .slot = _idx,	\
+	  .global = true, .unit = _unit, .desc = _desc },
 
-#define TACC_FCNT_PTR(_name, _idx, _unit, _desc)	&tacc_fcnt_##_name,
-#define TACC_GCNT_PTR(_name, _idx, _unit, _desc)	&tacc_gcnt_##_name,
-static const struct tacc_cnt_attr *const tacc_fcnt_list[] = {
-	TACC_FUNC_COUNTERS(TACC_FCNT_PTR)
+/* generated from the X-lists of tacc_hw.h: one file per counter */
+static struct tacc_cnt_attr tacc_fcnt_list[] = {
+	TACC_FUNC_COUNTERS(TACC_FCNT_DEF)
 };
 
-static const struct tacc_cnt_attr *const tacc_gcnt_list[] = {
-	TACC_GLOBAL_COUNTERS(TACC_GCNT_PTR)
+static struct tacc_cnt_attr tacc_gcnt_list[] = {
+	TACC_GLOBAL_COUNTERS(TACC_GCNT_DEF)
 };
 
 static ssize_t catalogue_show(struct device *dev, struct device_attribute *attr, char *buf)
@@ -86,13 +79,13 @@ static ssize_t catalogue_show(struct device *dev, struct device_attribute *attr,
 	len += sysfs_emit_at(buf, len, "# version %u: name slot unit scope description\n",
 			     TACC_CNT_VERSION);
 	for (i = 0; i < ARRAY_SIZE(tacc_fcnt_list); i++) {
-		const struct tacc_cnt_attr *ca = tacc_fcnt_list[i];
+		const struct tacc_cnt_attr *ca = &tacc_fcnt_list[i];
 
 		len += sysfs_emit_at(buf, len, "%s %u %s function %s\n", ca->attr.attr.name,
 				     ca->slot, ca->unit, ca->desc);
 	}
 	for (i = 0; !tdev->is_vf && i < ARRAY_SIZE(tacc_gcnt_list); i++) {
-		const struct tacc_cnt_attr *ca = tacc_gcnt_list[i];
+		const struct tacc_cnt_attr *ca = &tacc_gcnt_list[i];
 
 		len += sysfs_emit_at(buf, len, "%s %u %s global %s\n", ca->attr.attr.name,
 				     ca->slot, ca->unit, ca->desc);
@@ -101,18 +94,20 @@ static ssize_t catalogue_show(struct device *dev, struct device_attribute *attr,
 }
 static DEVICE_ATTR_RO(catalogue);
 
-#define TACC_FCNT_ATTR(_name, _idx, _unit, _desc)	&tacc_fcnt_##_name.attr.attr,
-#define TACC_GCNT_ATTR(_name, _idx, _unit, _desc)	&tacc_gcnt_##_name.attr.attr,
-static struct attribute *tacc_counter_attrs[] = {
-	TACC_FUNC_COUNTERS(TACC_FCNT_ATTR)
-	&dev_attr_catalogue.attr,
-	NULL
-};
+static struct attribute *tacc_counter_attrs[ARRAY_SIZE(tacc_fcnt_list) + 2];
+static struct attribute *tacc_global_counter_attrs[ARRAY_SIZE(tacc_gcnt_list) + 1];
 
-static struct attribute *tacc_global_counter_attrs[] = {
-	TACC_GLOBAL_COUNTERS(TACC_GCNT_ATTR)
-	NULL
-};
+/* Module init: fill the attribute arrays from the counter tables. */
+void tacc_sysfs_init(void)
+{
+	u32 i;
+
+	for (i = 0; i < ARRAY_SIZE(tacc_fcnt_list); i++)
+		tacc_counter_attrs[i] = &tacc_fcnt_list[i].attr.attr;
+	tacc_counter_attrs[i] = &dev_attr_catalogue.attr;
+	for (i = 0; i < ARRAY_SIZE(tacc_gcnt_list); i++)
+		tacc_global_counter_attrs[i] = &tacc_gcnt_list[i].attr.attr;
+}
 
 static umode_t tacc_global_visible(struct kobject *kobj, struct attribute *attr, int n)
 {

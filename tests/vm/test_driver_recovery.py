@@ -141,8 +141,8 @@ def test_hang_recovery(pf_accel):
     with Dev(pf_accel) as a, Dev(pf_accel) as b:
         h = a.bo(8192)
         d = a.bo(8192, DEVICE)
-        qmp.execute("qom-set", {"path": "/machine/peripheral/tacc0",
-                                "property": "fi-hang-engine", "value": 0})
+        qmp.execute("qom-set", path="/machine/peripheral/tacc0",
+                    property="fi-hang-engine", value=0)
         try:
             t0 = time.monotonic()
             hung = a.submit([copy(OP_H2D, h.handle, d.handle, 4096, tag=0xdead)], queue=0)
@@ -163,8 +163,8 @@ def test_hang_recovery(pf_accel):
             st = a.wait(hung, timeout_s=30)
             elapsed = time.monotonic() - t0
         finally:
-            qmp.execute("qom-set", {"path": "/machine/peripheral/tacc0",
-                                    "property": "fi-hang-engine", "value": -1})
+            qmp.execute("qom-set", path="/machine/peripheral/tacc0",
+                        property="fi-hang-engine", value=-1)
         assert st == -errno.ETIMEDOUT
         assert elapsed < timeout_ms / 1000 * 3 + 10
         assert a.param(P_CTX_RESETS) == 1

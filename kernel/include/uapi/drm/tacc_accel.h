@@ -380,16 +380,27 @@ struct drm_tacc_trace_close {
 #define DRM_TACC_MMAP_COUNTERS		0x10000000ull
 #define DRM_TACC_MMAP_TRACE		0x20000000ull
 
-#define DRM_IOCTL_TACC_GET_PARAM	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_GET_PARAM, struct drm_tacc_get_param)
-#define DRM_IOCTL_TACC_BO_CREATE	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_BO_CREATE, struct drm_tacc_bo_create)
-#define DRM_IOCTL_TACC_BO_INFO		_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_BO_INFO, struct drm_tacc_bo_info)
-#define DRM_IOCTL_TACC_VM_BIND		_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_VM_BIND, struct drm_tacc_vm_bind)
-#define DRM_IOCTL_TACC_VM_UNBIND	_IOW(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_VM_UNBIND, struct drm_tacc_vm_unbind)
-#define DRM_IOCTL_TACC_SUBMIT		_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_SUBMIT, struct drm_tacc_submit)
-#define DRM_IOCTL_TACC_WAIT		_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_WAIT, struct drm_tacc_wait)
-#define DRM_IOCTL_TACC_TRACE_OPEN	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_TRACE_OPEN, struct drm_tacc_trace_open)
-#define DRM_IOCTL_TACC_TRACE_ADVANCE	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_TRACE_ADVANCE, struct drm_tacc_trace_advance)
-#define DRM_IOCTL_TACC_TRACE_CLOSE	_IOW(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_TRACE_CLOSE, struct drm_tacc_trace_close)
+#define DRM_IOCTL_TACC_GET_PARAM \
+	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_GET_PARAM, struct drm_tacc_get_param)
+#define DRM_IOCTL_TACC_BO_CREATE \
+	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_BO_CREATE, struct drm_tacc_bo_create)
+#define DRM_IOCTL_TACC_BO_INFO \
+	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_BO_INFO, struct drm_tacc_bo_info)
+#define DRM_IOCTL_TACC_VM_BIND \
+	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_VM_BIND, struct drm_tacc_vm_bind)
+#define DRM_IOCTL_TACC_VM_UNBIND \
+	_IOW(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_VM_UNBIND, struct drm_tacc_vm_unbind)
+#define DRM_IOCTL_TACC_SUBMIT \
+	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_SUBMIT, struct drm_tacc_submit)
+#define DRM_IOCTL_TACC_WAIT \
+	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_WAIT, struct drm_tacc_wait)
+#define DRM_IOCTL_TACC_TRACE_OPEN \
+	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_TRACE_OPEN, struct drm_tacc_trace_open)
+#define DRM_IOCTL_TACC_TRACE_ADVANCE \
+	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_TRACE_ADVANCE, \
+	      struct drm_tacc_trace_advance)
+#define DRM_IOCTL_TACC_TRACE_CLOSE \
+	_IOW(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_TRACE_CLOSE, struct drm_tacc_trace_close)
 
 /*
  * DRM core ioctls usable on the accel node, mirrored with tacc names so
@@ -446,10 +457,14 @@ struct drm_tacc_syncobj_wait {
 	__u64 deadline_nsec;
 };
 
-#define DRM_IOCTL_TACC_GEM_CLOSE	_IOW(DRM_IOCTL_BASE, 0x09, struct drm_tacc_gem_close)
-#define DRM_IOCTL_TACC_SYNCOBJ_CREATE	_IOWR(DRM_IOCTL_BASE, 0xBF, struct drm_tacc_syncobj_create)
-#define DRM_IOCTL_TACC_SYNCOBJ_DESTROY	_IOWR(DRM_IOCTL_BASE, 0xC0, struct drm_tacc_syncobj_destroy)
-#define DRM_IOCTL_TACC_SYNCOBJ_WAIT	_IOWR(DRM_IOCTL_BASE, 0xC3, struct drm_tacc_syncobj_wait)
+#define DRM_IOCTL_TACC_GEM_CLOSE \
+	_IOW(DRM_IOCTL_BASE, 0x09, struct drm_tacc_gem_close)
+#define DRM_IOCTL_TACC_SYNCOBJ_CREATE \
+	_IOWR(DRM_IOCTL_BASE, 0xBF, struct drm_tacc_syncobj_create)
+#define DRM_IOCTL_TACC_SYNCOBJ_DESTROY \
+	_IOWR(DRM_IOCTL_BASE, 0xC0, struct drm_tacc_syncobj_destroy)
+#define DRM_IOCTL_TACC_SYNCOBJ_WAIT \
+	_IOWR(DRM_IOCTL_BASE, 0xC3, struct drm_tacc_syncobj_wait)
 
 /* ----------------------------------------------------- generic netlink ---- */
 #define TACC_GENL_NAME			"tacc"
