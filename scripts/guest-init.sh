@@ -49,12 +49,18 @@ finish() {
 	sleep 5
 }
 
-# Users and permissions: /dev/accel/* belong to group tacc (0660). No udevd runs
-# here, so a uevent helper fixes nodes that appear later (VFs, reloads).
+# Users and permissions: /dev/accel/* belong to group tacc (0660). No udevd
+# runs here and Debian's kernel has no uevent helper, so a tiny watcher fixes
+# nodes that appear later (VFs, module reloads) within a second.
 groupadd -f tacc
 id tacc-user >/dev/null 2>&1 || useradd -M -d /tmp -s /bin/bash -G tacc tacc-user
-install -m 0755 "$root/scripts/guest-uevent.sh" /run/tacc-uevent
-echo /run/tacc-uevent > /sys/kernel/uevent_helper
+fix_accel_nodes() {
+	local n
+	for n in /dev/accel/accel*; do
+		[ -c "$n" ] && [ -G "$n" ] && chgrp tacc "$n" && chmod 0660 "$n"
+	done
+}
+( while sleep 1; do fix_accel_nodes; done ) </dev/null >/dev/null 2>&1 &
 
 # The driver: dependencies through kmod (it reads .ko.xz), tacc.ko from the checkout.
 modprobe -a drm_shmem_helper gpu-sched drm_kms_helper 2>/dev/null
@@ -64,7 +70,7 @@ if [ -f "$ko" ]; then
 else
 	echo "guest-init: $ko missing (make setup builds it)"
 fi
-for n in /dev/accel/accel*; do [ -e "$n" ] && chgrp tacc "$n" && chmod 0660 "$n"; done
+fix_accel_nodes
 if [ "$vfs" -gt 0 ] 2>/dev/null; then
 	pf=$(grep -l 0x7acc /sys/bus/pci/devices/*/vendor 2>/dev/null | head -1)
 	if [ -n "$pf" ]; then

@@ -14,6 +14,9 @@ log() { [ "${SETUP_QUIET:-0}" = 1 ] || echo "setup: $*"; }
 die() { echo "setup: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root (apt, /boot); try: sudo make ..."
+# One set-up at a time (several `make` may start together); later ones find it done.
+exec 9>build/.setup.lock
+flock 9
 grep -q 'bookworm' /etc/os-release 2>/dev/null || log "warning: not Debian 12 (bookworm); untested"
 export DEBIAN_FRONTEND=noninteractive
 
