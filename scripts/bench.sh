@@ -1,0 +1,37 @@
+#!/bin/bash
+# make bench: every benchmark, JSON under build/bench/ plus a readable table each.
+#   host/device benchmarks: tools/bench/bench_*.py (run on the host)
+#   in-guest benchmarks:    tools/bench/vm_*.py (one VM boot runs them all)
+# BENCH='link timeline' limits the set; BENCH_EVENTS=N sizes the synthetic captures.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+out=build/bench
+mkdir -p "$out"
+py=.venv/bin/python
+want=${BENCH:-}
+events=${BENCH_EVENTS:-10000000}
+fail=0
+selected() { [ -z "$want" ] || [[ " $want " == *" $1 "* ]]; }
+for f in tools/bench/bench_*.py; do
+	name=$(basename "$f" .py); name=${name#bench_}
+	selected "$name" || continue
+	echo "==================== bench: $name ===================="
+	args=(--json "$out/$name.json")
+	case $name in timeline|analyze) args+=(--events "$events") ;; esac
+	$py "$f" "${args[@]}" || { echo "bench: $name FAILED" >&2; fail=1; }
+done
+vm=()
+for f in tools/bench/vm_*.py; do
+	[ -e "$f" ] || continue
+	name=$(basename "$f" .py); name=${name#vm_}
+	selected "$name" && vm+=("$f")
+done
+if [ ${#vm[@]} -gt 0 ]; then
+	echo "==================== bench (in the VM): ${vm[*]} ===================="
+	cmd="cd $root && rc=0; for f in ${vm[*]}; do n=\$(basename \$f .py); .venv/bin/python \$f --json \$TACC_VM_OUT/\${n#vm_}.json || rc=1; done; exit \$rc"
+	TACC_KEEP_RUNDIR=1 /usr/bin/python3 scripts/run-vm --cmd "$cmd" < /dev/null | tee "$out/vm.log" || fail=1
+	for d in $(ls -dt /tmp/tacc-vm-* 2>/dev/null | head -1); do cp "$d"/out/*.json "$out/" 2>/dev/null; rm -rf "$d"; done
+fi
+echo "bench: results in $out/"
+exit $fail
