@@ -348,6 +348,7 @@ void tacc_trace_hw_setup(struct tacc_device *tdev)
 	hdr->dropped = 0;
 	hdr->cons = 0;
 	tr->cons = 0;
+	tr->last_dropped = 0;
 	WRITE_ONCE(hdr->epoch, hdr->epoch + 1);
 	tacc_wr64(tdev, TACC_REG_TRACE_BASE, tr->dma + PAGE_SIZE);
 	tacc_wr(tdev, TACC_REG_TRACE_SIZE, TACC_TRACE_ENTRIES);
@@ -418,11 +419,11 @@ out:
 
 static void tacc_trace_check_drops(struct tacc_device *tdev, u32 dropped)
 {
-	static u32 last;
+	struct tacc_trace_ring *tr = &tdev->trace;
 
-	if (dropped != last) {
-		trace_tacc_trace_drop(tacc_devid(tdev), dropped - last, dropped);
-		last = dropped;
+	if (dropped != tr->last_dropped) {
+		trace_tacc_trace_drop(tacc_devid(tdev), dropped - tr->last_dropped, dropped);
+		tr->last_dropped = dropped;
 	}
 }
 

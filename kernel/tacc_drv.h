@@ -185,6 +185,7 @@ struct tacc_trace_ring {
 	struct drm_file *owner;
 	u32 cons;
 	u32 epoch;
+	u32 last_dropped;
 };
 
 struct tacc_device {
