@@ -14,6 +14,7 @@ header.  A full ring drops the record and counts it in ``dropped``.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import mmap
 import os
 import struct
@@ -91,7 +92,8 @@ def _mode() -> str:
 class Ring:
     """The producer side of one thread's ring."""
 
-    __slots__ = ("path", "mm", "capacity", "mask", "head", "pid", "tid", "_fd")
+    __slots__ = ("path", "mm", "capacity", "mask", "head", "tail", "pid", "tid", "_fd", "_head",
+                 "_tail", "_dropped")
 
     def __init__(self, path: Path, pid: int, tid: int, capacity: int, enabled: bool) -> None:
         if capacity & (capacity - 1) or capacity < 2:
@@ -118,6 +120,10 @@ class Ring:
         self.mm[NAMES_OFFSET:NAMES_OFFSET + len(names)] = names
         os.rename(tmp, path)  # readers never see a half-written header
         self._fd = -1
+        self.tail = 0  # last value of the consumer's tail seen by the producer
+        self._head = ctypes.c_uint64.from_buffer(self.mm, OFF_HEAD)
+        self._tail = ctypes.c_uint64.from_buffer(self.mm, OFF_TAIL)
+        self._dropped = ctypes.c_uint64.from_buffer(self.mm, OFF_DROPPED)
 
     @property
     def enabled(self) -> bool:
@@ -129,28 +135,29 @@ class Ring:
     def emit(self, name_id: int, t_start: int, t_end: int, tag: int = 0, nbytes: int = 0,
              dev: int = NO_DEV, ctx: int = NO_CTX, status: int = 0, args: str = "") -> bool:
         """Appends one record; returns False (and counts a drop) when the ring is full."""
-        mm = self.mm
         head = self.head
-        tail = _U64.unpack_from(mm, OFF_TAIL)[0]
-        if head - tail >= self.capacity:
-            _U64.pack_into(mm, OFF_DROPPED, _U64.unpack_from(mm, OFF_DROPPED)[0] + 1)
-            return False
+        if head - self.tail >= self.capacity:
+            self.tail = self._tail.value  # re-read the consumer index only when needed
+            if head - self.tail >= self.capacity:
+                self._dropped.value += 1
+                return False
         a = args.encode("utf-8", "replace")[:ARGS_MAX]
-        _REC.pack_into(mm, HEADER_SIZE + (head & self.mask) * REC_SIZE, t_start, t_end, tag,
-                       nbytes, self.pid, self.tid, dev, name_id, status, ctx, len(a), 0, a)
+        _REC.pack_into(self.mm, HEADER_SIZE + (head & self.mask) * REC_SIZE, t_start, t_end,
+                       tag, nbytes, self.pid, self.tid, dev, name_id, status, ctx, len(a), 0, a)
         self.head = head + 1
-        _U64.pack_into(mm, OFF_HEAD, head + 1)  # publish after the record (x86 TSO)
+        self._head.value = head + 1  # publish after the record (x86 TSO)
         return True
 
     def close(self) -> None:
         """At thread/process exit: unlink when nothing is pending, else leave it to the
         consumer (flag EXITED) so that the last records are not lost."""
         try:
-            tail = _U64.unpack_from(self.mm, OFF_TAIL)[0]
+            tail = self._tail.value
             if self.head == tail:
                 self.path.unlink(missing_ok=True)
             else:
                 struct.pack_into("<I", self.mm, OFF_FLAGS, FLAG_EXITED)
+            del self._head, self._tail, self._dropped
             self.mm.close()
         except (ValueError, OSError):
             pass
