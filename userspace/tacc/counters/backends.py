@@ -103,8 +103,9 @@ class MmapBackend(Backend):
 
     Page 0 (function counters) is open to the node's users; page 1 (global) needs
     CAP_PERFMON.  A consistent snapshot reads gen, the counters, gen again and retries
-    while gen is odd or moved (tacc_hw.h).  In D3hot (BARs do not decode) or a
-    function reset the block reads all ones: the snapshot is then ``unavailable``.
+    while gen is odd or moved (tacc_hw.h).  In D3hot the BAR does not decode (all
+    ones on hardware, zeros under QEMU): a page whose header slot is not
+    ``version << 32 | n`` gives an ``unavailable`` snapshot, never its values.
     """
 
     name = "mmap"
@@ -131,8 +132,8 @@ class MmapBackend(Backend):
         self.spans: list[tuple[int, int]] = []
         for page in (0, 1):
             on = slots[(slots >= page * 512) & (slots < (page + 1) * 512)]
-            if len(on):
-                self.spans.append((int(on.min()), int(on.max()) + 1))
+            if len(on):  # from the header slot: a read without it is undefined
+                self.spans.append((page * 512 + SLOT_HDR, int(on.max()) + 1))
         base = np.cumsum([0] + [hi - lo for lo, hi in self.spans])
         pos = np.empty(len(slots), np.intp)
         for (lo, hi), b in zip(self.spans, base, strict=False):
@@ -140,6 +141,7 @@ class MmapBackend(Backend):
             pos[m] = slots[m] - lo + b
         self.pos = pos
         self.gens = [(lo // 512) * 512 + SLOT_GEN for lo, _ in self.spans]
+        self.version = self.catalogue.version or 1  # TACC_CNT_VERSION, header bits 63:32
 
     def page_view(self, page: int = 0) -> np.ndarray:
         """A numpy structured view (hdr, gen, counters by name) of one live page."""
@@ -162,6 +164,10 @@ class MmapBackend(Backend):
             parts = [u64[lo:hi].copy() for lo, hi in spans]
             g1 = [int(u64[g]) for g in gens]
             if g0 == g1 and not any(g & 1 for g in g0):
+                if any(int(p[SLOT_HDR]) >> 32 != self.version for p in parts):
+                    # D3hot: the BAR does not decode (all ones on hardware, zero on QEMU)
+                    return Snapshot(np.zeros(len(self.pos), np.uint64), t0, False,
+                                    "unavailable", tries)
                 vals = (parts[0] if len(parts) == 1 else np.concatenate(parts))[self.pos]
                 return Snapshot(vals, (t0 + time.monotonic_ns()) // 2, True, "ok", tries)
         gone = ALL_ONES in [int(u64[g]) for g in gens]

@@ -201,18 +201,18 @@ class Sampler:
                     writer.append("counters", buf[:n].copy())
                 st.samples += n
                 n = 0
-            now = time.monotonic_ns()
             nxt = tick + 1
-            due = (now - t_start) // period + 1  # next tick not yet due
-            if due > nxt:
-                st.missed += due - nxt
-                drops.append((now, due - nxt))
-                nxt = due
-            tick = nxt
-            if ((t_end is not None and t_start + tick * period >= t_end)
+            if ((t_end is not None and t_start + nxt * period >= t_end)
                     or (max_ticks is not None and st.ticks >= max_ticks)
                     or (stop is not None and stop.is_set())):
                 break
+            now = time.monotonic_ns()
+            late = (now - t_start) // period  # newest tick whose deadline has passed
+            if late > nxt:  # skip the ticks we are too late for, and count them
+                st.missed += late - nxt
+                drops.append((now, late - nxt))
+                nxt = late
+            tick = nxt
             sleep_until(t_start + tick * period)
         st.wall_s = (time.monotonic_ns() - t_start) / 1e9
         ru1 = resource.getrusage(resource.RUSAGE_SELF)

@@ -96,3 +96,29 @@ class CopyWorkload:
 
     def close(self) -> None:
         self.ts_map.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m tacc.counters.workload [-d NODE] [--size N] [--dir h2d|d2h] [--count K]"""
+    import argparse
+    import json
+
+    from .catalogue import functions
+
+    p = argparse.ArgumentParser(prog="python -m tacc.counters.workload")
+    p.add_argument("-d", "--node", help="accel node (default: the first tacc function's)")
+    p.add_argument("--size", type=int, default=1 << 20)
+    p.add_argument("--dir", choices=("h2d", "d2h"), default="h2d")
+    p.add_argument("--count", type=int, default=1)
+    a = p.parse_args(argv)
+    node = a.node or str(functions()[0].accel_node)
+    with Device(node) as dev:
+        wl = CopyWorkload(dev, a.size)
+        res = [wl.run(a.dir) for _ in range(a.count)]
+        wl.close()
+    print(json.dumps({"size": a.size, "dir": a.dir, "ticks": [r.ticks for r in res]}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
