@@ -86,6 +86,7 @@ export PATH=$root/.venv/bin:$PATH
 cd "$root"
 
 if [ -n "$cmd" ]; then
+	echo "guest-init: ready after $(cut -d' ' -f1 /proc/uptime) s of guest time; running the command"
 	bash "$cmd" < /dev/null
 	finish $?
 else
