@@ -42,7 +42,6 @@ class Context:
     def __init__(self, device: str | int | DeviceInfo | None = None, *,
                  sim: bool | None = None, backend: Backend | None = None) -> None:
         t0 = tr.begin()
-        tag = tr.next_tag()
         self.closed = True
         self.device = find(device, sim)
         if backend is None:
@@ -75,7 +74,7 @@ class Context:
         self._ts_free = list(range(TS_SLOTS - 1, -1, -1))
         self._next_queue = 0
         if t0:
-            tr.end(t0, ID["context_open"], tag, 0, self.dev_id, self.hw_context, 0,
+            tr.end(t0, ID["context_open"], 0, 0, self.dev_id, self.hw_context, 0,
                    self.device.pci)
 
     def __repr__(self) -> str:

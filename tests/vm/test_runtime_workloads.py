@@ -1,0 +1,50 @@
+"""In-guest: every workload matches numpy and each good twin is faster in device time.
+
+Default sizes are modest for TCG; the full set at scale 1 is @pytest.mark.long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tacc.runtime import Context
+from tacc.workloads import run, run_twins
+
+
+@pytest.fixture(scope="module")
+def ctx() -> Iterator[Context]:
+    c = Context()
+    yield c
+    c.close()
+
+
+def test_mlp_matches_numpy(ctx: Context) -> None:
+    r = run("mlp", ctx, batches=4)
+    s = run("mlp", ctx, True, batches=4)
+    assert r.checked and s.checked and r.max_abs_err < 1e-3
+    assert r.device_ns < s.device_ns, "double buffering should beat the serial reference"
+
+
+@pytest.mark.parametrize("name,kw", [
+    ("tiny_transfers", {}),
+    ("map_churn", {}),
+    ("tlb_thrash", {"m": 256}),
+    ("serialized_copies", {"rows": 1024}),
+])
+def test_good_twin_faster(ctx: Context, name: str, kw: dict) -> None:
+    bad, good = run_twins(name, ctx, **kw)
+    assert bad.checked and good.checked
+    assert good.device_ns < bad.device_ns, f"{name}: good {good.device_ns} bad {bad.device_ns}"
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("name", ["tiny_transfers", "unaligned_userptr", "map_churn",
+                                  "tlb_thrash", "serialized_copies", "host_bound",
+                                  "link_saturation"])
+def test_twins_full_size(ctx: Context, name: str) -> None:
+    bad, good = run_twins(name, ctx)
+    assert bad.checked and good.checked
+    assert good.device_ns < bad.device_ns
+    print(f"{name}: bad/good device time {bad.device_ns / good.device_ns:.2f}x")
