@@ -161,3 +161,20 @@ def test_thread_safety_of_tags() -> None:
     for t in ts:
         t.join()
     assert len(set(tags)) == len(tags) == 4000
+
+
+def test_decoded_reader_for_taccd(tmp_path: Path) -> None:
+    from tacc.runtime.device import pci_id
+
+    r = tr.Ring(tmp_path / "tacc-api.7.9", 7, 9, 16, enabled=True)
+    r.emit(tr.NAME_ID["copy_h2d"], 5, 9, tag=(7 << 32) | 1, nbytes=4096,
+           dev=pci_id("0000:01:00.2"), args="h1->d2 4096")
+    r.emit(tr.NAME_ID["synchronize"], 10, 20)
+    rd = tr.open_reader(tmp_path / "tacc-api.7.9")
+    out = rd.drain()
+    assert list(out["name"]) == [b"copy_h2d", b"synchronize"]
+    assert list(out["device"]) == [b"0000:01:00.2", b""]
+    assert out["bytes"][0] == 4096 and out["args"][0] == b"h1->d2 4096"
+    assert rd.dropped == 0 and rd.pid == 7
+    assert tr.ring_pid(tmp_path / "tacc-api.7.9") == 7 == tr.ring_pid("tacc-api.7")
+    rd.close()

@@ -360,3 +360,65 @@ def iter_records(paths: list[Path]) -> Iterator[tuple[Path, np.ndarray, list[str
             yield p, r.drain(), r.names
         finally:
             r.close()
+
+
+# Decoded records for consumers that want strings (taccd's adapter: open_reader()).
+DECODED_DTYPE = np.dtype([
+    ("t_start", "<i8"), ("t_end", "<i8"), ("tag", "<u8"), ("bytes", "<u8"),
+    ("pid", "<u4"), ("tid", "<u4"), ("status", "<i2"), ("ctx", "<u4"), ("name", "S32"),
+    ("args", f"S{ARGS_MAX}"), ("device", "S12"),
+])
+
+
+def pci_name(dev: int) -> str:
+    """The inverse of the ``dev`` field encoding: ``0000:01:00.1``; '' for NO_DEV."""
+    if dev == NO_DEV:
+        return ""
+    return f"{dev >> 16:04x}:{(dev >> 8) & 0xFF:02x}:{(dev >> 3) & 0x1F:02x}.{dev & 7}"
+
+
+class DecodedReader:
+    """A :class:`RingReader` whose ``drain()`` returns :data:`DECODED_DTYPE` records:
+    the API name and the device's PCI address as strings."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.ring = RingReader(path)
+        self.path = self.ring.path
+        self._names = np.array([n.encode()[:32] for n in self.ring.names] + [b"?"], "S32")
+
+    @property
+    def dropped(self) -> int:
+        return self.ring.dropped
+
+    @property
+    def pid(self) -> int:
+        return self.ring.info().pid
+
+    def set_enabled(self, on: bool) -> None:
+        self.ring.set_enabled(on)
+
+    def drain(self, max_records: int | None = None) -> np.ndarray:
+        r = self.ring.drain(max_records)
+        out = np.zeros(len(r), DECODED_DTYPE)
+        if not len(r):
+            return out
+        for f in ("t_start", "t_end", "tag", "bytes", "pid", "tid", "status", "ctx", "args"):
+            out[f] = r[f]
+        ids = np.minimum(r["name_id"].astype(np.int64), len(self._names) - 1)
+        out["name"] = self._names[ids]
+        u, inv = np.unique(r["dev"], return_inverse=True)
+        out["device"] = np.array([pci_name(int(d)).encode() for d in u], "S12")[inv]
+        return out
+
+    def close(self) -> None:
+        self.ring.close()
+
+
+def open_reader(path: Path | str) -> DecodedReader:
+    """Opens one ring for draining (the interface taccd's API-ring adapter uses)."""
+    return DecodedReader(path)
+
+
+def ring_pid(path: Path | str) -> int:
+    """The pid of a ring file name: ``tacc-api.<pid>`` or ``tacc-api.<pid>.<tid>``."""
+    return int(Path(path).name.split(".")[1])
