@@ -14,7 +14,8 @@
 # patches) re-prepares the tree and reconfigures; a change to device
 # sources only runs ninja (incremental).  ccache makes a cold rebuild cheap.
 #
-# Env: TACC_QEMU_FORCE=1 rebuild unconditionally, TACC_QEMU_JOBS=N.
+# Env: TACC_QEMU_FORCE=1 rebuild unconditionally, TACC_QEMU_JOBS=N,
+# TACC_QEMU_TARBALL=path a local copy of the source tarball (checksum-verified).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,8 +61,9 @@ fi
 mkdir -p "$DL"
 tarball=$DL/$TARBALL
 if [[ ! -f $tarball ]]; then
-    if [[ -f /tmp/qsrc/$TARBALL ]]; then
-        cp /tmp/qsrc/$TARBALL "$tarball.part" && mv "$tarball.part" "$tarball"
+    if [[ -n ${TACC_QEMU_TARBALL:-} && -f $TACC_QEMU_TARBALL ]]; then
+        # a local copy (checked against the pinned sha256 below)
+        cp "$TACC_QEMU_TARBALL" "$tarball.part" && mv "$tarball.part" "$tarball"
     else
         log "downloading QEMU source (apt-get source qemu/bookworm-backports)"
         # the .dsc 404s, so apt-get exits non-zero: check for the tarball instead
