@@ -141,9 +141,10 @@ class Ring:
             if head - self.tail >= self.capacity:
                 self._dropped.value += 1
                 return False
-        a = args.encode("utf-8", "replace")[:ARGS_MAX]
+        a = args.encode("utf-8", "replace")  # "72s" truncates
         _REC.pack_into(self.mm, HEADER_SIZE + (head & self.mask) * REC_SIZE, t_start, t_end,
-                       tag, nbytes, self.pid, self.tid, dev, name_id, status, ctx, len(a), 0, a)
+                       tag, nbytes, self.pid, self.tid, dev, name_id, status, ctx,
+                       min(len(a), ARGS_MAX), 0, a)
         self.head = head + 1
         self._head.value = head + 1  # publish after the record (x86 TSO)
         return True
@@ -233,7 +234,11 @@ def current_ring() -> Ring | None:
 
 def begin() -> int:
     """0 when tracing is off for this thread, else the call's start time (ns)."""
-    r = _tracer.ring()
+    t = _tracer
+    try:
+        r = t.tls.ring
+    except AttributeError:
+        r = t._open()
     if r is None or not r.mm[OFF_ENABLE]:
         return 0
     return now_ns()
@@ -241,7 +246,11 @@ def begin() -> int:
 
 def end(t0: int, name_id: int, tag: int = 0, nbytes: int = 0, dev: int = NO_DEV,
         ctx: int = NO_CTX, status: int = 0, args: str = "") -> None:
-    r = _tracer.ring()
+    """Records a call that began with a non-zero :func:`begin` (same thread)."""
+    try:
+        r = _tracer.tls.ring
+    except AttributeError:
+        return
     if r is not None:
         r.emit(name_id, t0, now_ns(), tag, nbytes, dev, ctx, status, args)
 
