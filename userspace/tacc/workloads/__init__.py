@@ -25,6 +25,7 @@ from .twins import (
     host_bound,
     link_saturation,
     map_churn,
+    noisy_neighbour,
     serialized_copies,
     tiny_transfers,
     tlb_thrash,
@@ -60,6 +61,9 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("link_saturation", link_saturation,
              "four queues (and VFs) re-uploading inputs vs inputs kept resident",
              ("link_saturation",), multi_device=True),
+    Workload("noisy_neighbour", noisy_neighbour,
+             "victim uploads while a neighbour function streams (bad) or is quiet (good); "
+             "-d VICTIM -d NEIGHBOUR", ("vf_contention",), multi_device=True),
     Workload("host_bound", host_bound,
              "host preparation serialized with the device vs overlapped", ("idle_gaps",)),
 )}

@@ -295,3 +295,47 @@ def host_bound(ctx: Context, bad: bool, scale: int = 1, check: bool = True) -> R
     return _result("host_bound", bad, ctx, span, jobs=2 * iters, api_calls=3 * iters,
                    bytes_h2d=iters * m * k * 4, checked=ok, max_abs_err=err,
                    params={"iters": iters, "m": m, "k": k})
+
+
+def noisy_neighbour(ctx: Context, bad: bool, scale: int = 1, check: bool = True,
+                    extra: list[Context] | None = None) -> Result:
+    """A victim on this function uploads 8 MiB and waits, 20 x scale times.  bad: a
+    neighbour (the first ``extra`` context, ideally another VF; else a second context on
+    this function) streams 8 MiB uploads on four queues meanwhile, sharing the link;
+    good: the neighbour is quiet.  The result is the victim's device time."""
+    own = not extra
+    nb = extra[0] if extra else Context(ctx.device)
+    n = 2 * MiB  # float32: 8 MiB
+    iters = 20 * scale
+    h = ctx.host_buffer(n)
+    h.array[:] = 3.0
+    d = ctx.device_buffer(n)
+    s = ctx.stream()
+    lanes = []
+    if bad:
+        for _ in range(4):
+            hb = nb.host_buffer(n)
+            hb.array[:] = 1.0
+            lanes.append((nb.stream(), hb, nb.device_buffer(n)))
+    span = Span(ctx, [s])
+    if bad:  # queued at once: runs on the device while the victim loops
+        for _ in range(2 * scale * 4):
+            for ns, hb, db in lanes:
+                ns.copy_h2d(db, hb)
+    for _ in range(iters):
+        s.copy_h2d(d, h)
+        s.synchronize()
+    span.stop()
+    for ns, _hb, _db in lanes:
+        ns.synchronize()
+    ok = False
+    if check:
+        assert np.all(ctx.to_numpy(d) == 3.0), "noisy_neighbour: data differs"
+        ok = True
+    r = _result("noisy_neighbour", bad, ctx, span, jobs=iters, api_calls=2 * iters,
+                bytes_h2d=iters * n * 4, checked=ok,
+                params={"iters": iters, "bytes": n * 4, "neighbour": nb.device.pci,
+                        "neighbour_bytes": len(lanes) * 2 * scale * 4 * n * 4})
+    if own:
+        nb.close()
+    return r
