@@ -208,7 +208,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
     fns = select_functions(args.device)
     meta = capture_meta(fns, args.rate, args.backend)
-    with Sampler(fns, args.rate, args.backend) as s, CaptureWriter(
+    with Sampler(fns, args.rate, args.backend, spin_us=args.spin_us) as s, CaptureWriter(
             args.output, meta, streams=("counters", "clock_sync", "drops")) as w:
         st = s.run(duration_s=args.duration, writer=w)
         w.close(extra={"counters_sampler": st.as_dict()})
@@ -265,6 +265,8 @@ def add_parser(sub: Any) -> None:
     q.add_argument("-r", "--rate", type=float, default=1000.0, help="Hz, up to 10000")
     q.add_argument("-t", "--duration", type=float, default=1.0, help="seconds")
     q.add_argument("-b", "--backend", choices=backends, default="mmap")
+    q.add_argument("--spin-us", type=float, default=0.0,
+                   help="spin instead of sleeping for deadlines closer than this")
     q.set_defaults(func=_user_errors(cmd_sample))
 
 
