@@ -239,6 +239,42 @@ def dmesg_problems() -> list[str]:
     return [ln for ln in out if any(b in ln for b in bad)]
 
 
+def leak_snapshot() -> dict[str, int]:
+    """What a leak would move: pinned pages (FOLL_PIN), slab bytes, per-cache objects."""
+    vm = dict(ln.split() for ln in Path("/proc/vmstat").read_text().splitlines())
+    mi = {ln.split(":")[0]: int(ln.split()[1]) for ln in
+          Path("/proc/meminfo").read_text().splitlines()}
+    snap = {"nr_foll_pin_acquired": int(vm.get("nr_foll_pin_acquired", 0)),
+            "nr_foll_pin_released": int(vm.get("nr_foll_pin_released", 0)),
+            "slab_kib": mi.get("Slab", 0), "sunreclaim_kib": mi.get("SUnreclaim", 0)}
+    try:
+        for ln in Path("/proc/slabinfo").read_text().splitlines()[2:]:
+            f = ln.split()
+            snap[f"slab:{f[0]}"] = int(f[1])
+    except OSError:
+        pass
+    return snap
+
+
+def leak_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Deltas of the summary figures, plus slab caches that grew by 32+ objects."""
+    out = {k: after[k] - before[k] for k in before if not k.startswith("slab:")}
+    out["pins_outstanding"] = (out["nr_foll_pin_acquired"] - out["nr_foll_pin_released"])
+    grew = {k: after.get(k, 0) - v for k, v in before.items()
+            if k.startswith("slab:") and after.get(k, 0) - v >= 32}
+    out.update(sorted(grew.items(), key=lambda kv: -kv[1])[:8])
+    return out
+
+
+def record_figures(name: str, figures: dict) -> None:
+    """Print long-run figures and keep them in $TACC_VM_OUT/<name>.json."""
+    import json
+    print(f"\nFIGURES {name}: {json.dumps(figures)}")
+    out = os.environ.get("TACC_VM_OUT")
+    if out:
+        Path(out, f"{name}.json").write_text(json.dumps(figures, indent=1) + "\n")
+
+
 class UserBuf:
     """Page-aligned anonymous memory viewed as a numpy array (for userptr)."""
 

@@ -42,7 +42,10 @@ from test_driver_basic import (
     VmUnbind,
     Wait,
     dmesg_problems,
+    leak_delta,
+    leak_snapshot,
     live_objects,
+    record_figures,
 )
 
 E = errno
@@ -138,15 +141,19 @@ def do_call(dev: Dev, call) -> None:
         dev.ioctl(GEM_CLOSE, Pair(handle=call[1]))
 
 
-def run_fuzz(pf_accel, n_examples: int) -> None:
+def run_fuzz(pf_accel, n_examples: int, name: str = "fuzz") -> None:
+    before = leak_snapshot()
+    t0 = time.monotonic()
     dev = Dev(pf_accel)
     seen: dict[str, set[int]] = {}
+    ncalls = [0]
 
     @settings(max_examples=n_examples, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(st.lists(calls, min_size=1, max_size=10))
     def fuzz(seq):
         for call in seq:
+            ncalls[0] += 1
             try:
                 do_call(dev, call)
                 seen.setdefault(call[0], set()).add(0)
@@ -164,9 +171,15 @@ def run_fuzz(pf_accel, n_examples: int) -> None:
         if not any(lo.values()):
             break
         time.sleep(0.2)
+    wall = time.monotonic() - t0
+    record_figures(name, {"calls": ncalls[0], "examples": n_examples, "wall_s": round(wall, 1),
+                          "calls_per_s": round(ncalls[0] / wall, 1), "live_after": lo,
+                          "leak_delta": leak_delta(before, leak_snapshot()),
+                          "outcomes": {k: sorted(v) for k, v in seen.items()}})
     assert not any(lo.values()), lo
     assert not dmesg_problems()
     assert len(seen) >= 8, seen
+    assert ncalls[0] >= n_examples
 
 
 def test_fuzz_ioctls(pf_accel):
@@ -176,4 +189,4 @@ def test_fuzz_ioctls(pf_accel):
 @pytest.mark.long
 @pytest.mark.skipif(not os.environ.get("TACC_LONG"), reason="long run only (TACC_LONG=1)")
 def test_fuzz_ioctls_long(pf_accel):
-    run_fuzz(pf_accel, 1000)        # ~5,500 calls
+    run_fuzz(pf_accel, 1000, "fuzz-long")  # ~5,500 calls

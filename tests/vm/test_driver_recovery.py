@@ -84,7 +84,7 @@ class TaccEvents:
                         out.append(_attrs(data[i + 20:i + ln]))
                     i += (ln + 3) & ~3
                 self.s.settimeout(0.5)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             pass
         return out
 

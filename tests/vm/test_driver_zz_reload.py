@@ -12,9 +12,20 @@ import time
 from pathlib import Path
 
 import pytest
-from test_driver_basic import OP_NOP, Cmd, Dev, dmesg_problems, live_objects, pf_sysfs
+from test_driver_basic import (
+    OP_NOP,
+    Cmd,
+    Dev,
+    dmesg_problems,
+    leak_delta,
+    leak_snapshot,
+    live_objects,
+    pf_sysfs,
+    record_figures,
+)
 
-KO = Path(os.environ.get("TACC_ROOT", "/work/main")) / "build/modules" / os.uname().release / "tacc.ko"
+ROOT = Path(os.environ.get("TACC_ROOT", "/work/main"))
+KO = ROOT / "build/modules" / os.uname().release / "tacc.ko"
 
 
 def _sh(cmd: str) -> None:
@@ -38,6 +49,9 @@ def _rounds() -> int:
 @pytest.mark.skipif(not KO.exists(), reason=f"{KO} missing")
 def test_reload_with_vfs():
     pci = pf_sysfs()
+    before = leak_snapshot()
+    t0 = time.monotonic()
+    lives = []
     for _ in range(_rounds()):
         node = _wait_node(pci)
         with Dev(node) as d:
@@ -49,8 +63,14 @@ def test_reload_with_vfs():
             with Dev(_wait_node(vf)) as d:
                 assert d.run([Cmd(opcode=OP_NOP, tag=2)]) == 0
         (pci / "sriov_numvfs").write_text("0")
-        assert not any(live_objects(pci).values())
+        lo = live_objects(pci)
+        lives.append(sum(lo.values()))
+        assert not any(lo.values()), lo
         _sh("rmmod tacc")
         _sh(f"insmod {KO}")
     _wait_node(pci)
+    record_figures("reload-long" if _rounds() > 2 else "reload",
+                   {"rounds": _rounds(), "wall_s": round(time.monotonic() - t0, 1),
+                    "live_objects_max_after_vf_disable": max(lives),
+                    "leak_delta": leak_delta(before, leak_snapshot())})
     assert not dmesg_problems()
