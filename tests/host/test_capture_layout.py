@@ -78,3 +78,30 @@ def test_counter_xlists_match_c(c_layout: list[list[str]]) -> None:
         assert COUNTERS_DTYPE.fields[name][0].str == "<u8"
     for name, _ in GLOBAL_COUNTERS:
         assert "g_" + name in COUNTERS_DTYPE.names
+
+
+def test_link_model_single_source() -> None:
+    """docs/hardware.md section 9: one Python implementation (tacc.capture.devinfo), its
+    constants equal tacc_hw.h, and the test model (taccdev.LinkModel) delegates to it."""
+    import re
+    from pathlib import Path
+
+    from tacc.capture import devinfo as di
+    from tacc.testing.taccdev import LinkModel
+
+    hw = (Path(__file__).resolve().parents[2] / "kernel/include/tacc_hw.h").read_text()
+    const = {m[0]: int(m[1]) for m in re.findall(r"#define\s+(TACC_LINK_\w+)\s+(\d+)\b", hw)}
+    assert (const["TACC_LINK_ENC_NUM"], const["TACC_LINK_ENC_DEN"]) == (di.LINK_ENC_NUM,
+                                                                         di.LINK_ENC_DEN)
+    assert const["TACC_LINK_MWR_OVERHEAD"] == di.LINK_MWR_OVERHEAD
+    assert const["TACC_LINK_CPL_OVERHEAD"] == di.LINK_CPL_OVERHEAD
+    assert const["TACC_LINK_MRD_BYTES"] == di.LINK_MRD_BYTES
+    lm = LinkModel(gen=4, width=16, mps=256, mrrs=512)
+    assert lm.t_link_ps(32) == -(-32 * 8 * 130 * 1000 // (16 * 16 * 128))
+    assert lm.h2d_bytes(4096) == (4096 + 16 * 20, 8 * 24, 16)
+    assert lm.d2h_bytes(4096) == (4096 + 16 * 24, 16)
+    # the maximum is the large-transfer limit of the exact formula, per direction
+    n = 1 << 30
+    for dirn, link in (("h2d", lm.h2d_bytes(n)[0]), ("d2h", lm.d2h_bytes(n)[0])):
+        bw = n / (di.t_link_ps(link, 4, 16) * 1e-12)
+        assert abs(bw / di.link_max_payload_bw(4, 16, 256, dirn) - 1) < 1e-6

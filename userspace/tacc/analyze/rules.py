@@ -136,8 +136,6 @@ def link_saturation(d: Data, th: Thresholds) -> list[Finding]:
     edges = _edges(d, th)
     for pf, fids in _links(d).items():
         fn = d.functions[fids[0]]
-        bw = fn.max_payload_bw
-        cap_w = bw * th.window_ns / 1e9
         comp = np.isin(d.cmds.fid, fids) & (d.cmds.engine >= Engine.COMPUTE0)
         cbusy = window_amount(d.cmds.ts[comp], d.cmds.te[comp], d.cmds.dur[comp], edges)
         for op, dname in ((Opcode.COPY_H2D, "H2D"), (Opcode.COPY_D2H, "D2H")):
@@ -145,6 +143,8 @@ def link_saturation(d: Data, th: Thresholds) -> list[Finding]:
             if not m.any():
                 continue
             c = d.cmds.sel(m)
+            bw = fn.max_bw(dname.lower())  # docs/hardware.md section 9, per direction
+            cap_w = bw * th.window_ns / 1e9
             wb = window_amount(c.ts, c.te, c.bytes, edges)
             share = np.minimum(wb / cap_w, 1.0)
             sat = share >= th.saturation_share
@@ -207,13 +207,13 @@ def imbalance(d: Data, th: Thresholds) -> list[Finding]:
     edges = _edges(d, th)
     for pf, fids in _links(d).items():
         fn = d.functions[fids[0]]
-        bw = fn.max_payload_bw
-        cap_w = bw * th.window_ns / 1e9
         h = d.cmds.sel(_direction(d, fids, Opcode.COPY_H2D))
         g = d.cmds.sel(_direction(d, fids, Opcode.COPY_D2H))
         hb, gb = int(h.bytes.sum()), int(g.bytes.sum())
         heavy, light, name = (h, g, "H2D") if hb >= gb else (g, h, "D2H")
         hbytes, lbytes = max(hb, gb), min(hb, gb)
+        bw = fn.max_bw(name.lower())
+        cap_w = bw * th.window_ns / 1e9
         if hbytes == 0 or lbytes > th.imbalance_light_ratio * hbytes:
             continue
         share = np.minimum(window_amount(heavy.ts, heavy.te, heavy.bytes, edges) / cap_w, 1.0)
@@ -249,9 +249,9 @@ def vf_contention(d: Data, th: Thresholds) -> list[Finding]:
     for fids in _links(d).values():
         if len(fids) < 2:
             continue
-        bw = d.functions[fids[0]].max_payload_bw
-        cap_w = bw * th.window_ns / 1e9
         for op, dname in ((Opcode.COPY_H2D, "H2D"), (Opcode.COPY_D2H, "D2H")):
+            bw = d.functions[fids[0]].max_bw(dname.lower())
+            cap_w = bw * th.window_ns / 1e9
             m = _direction(d, fids, op)
             c = d.cmds.sel(m)
             if len(c) == 0 or len(np.unique(c.fid)) < 2:
@@ -324,7 +324,10 @@ def small_transfers(d: Data, th: Thresholds) -> list[Finding]:
         observed = int(cost.sum())
         total = int(s.bytes.sum())
         batches = int(np.ceil(total / th.small_target_batch))
-        ideal = int(total / f.max_payload_bw * 1e9) + batches * th.job_overhead_ns
+        h2d = s.opcode == Opcode.COPY_H2D
+        ideal = int((int(s.bytes[h2d].sum()) / f.max_bw("h2d") +
+                     int(s.bytes[~h2d].sum()) / f.max_bw("d2h")) * 1e9)
+        ideal += batches * th.job_overhead_ns
         lost = max(observed - ideal, 0)
         if lost < th.min_time_lost_ns:
             continue

@@ -5,25 +5,62 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 LINK_RATE_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
-TLP_OVERHEAD_BYTES = 24  # header + framing per TLP (the model's constant)
-# Per payload TLP, by direction (tacc_hw.h TACC_LINK_CPL_OVERHEAD / _MWR_OVERHEAD):
-# H2D payload arrives in completions (3 DW header), D2H leaves in memory writes (4 DW).
-TLP_OVERHEAD_BY_DIR = {"h2d": 20, "d2h": 24}
+# docs/hardware.md section 9 (kernel/include/tacc_hw.h TACC_LINK_*): the ONE Python
+# implementation of the device's PCIe link timing.  tacc.testing.taccdev.LinkModel,
+# tacc.counters (share of the link max), tacc analyze and tacc timeline all use it;
+# tests/host/test_capture_layout.py checks the constants against tacc_hw.h.
+LINK_ENC_NUM, LINK_ENC_DEN = 128, 130  # 128b/130b (Gen3+)
+LINK_MWR_OVERHEAD = 24  # per memory-write TLP (D2H payload): STP+seq 4, 4DW header, LCRC 4
+LINK_CPL_OVERHEAD = 20  # per completion-with-data TLP (H2D payload): 3DW header
+LINK_MRD_BYTES = 24  # per memory-read request TLP (upstream, H2D)
+TLP_OVERHEAD_BYTES = LINK_MWR_OVERHEAD  # the larger of the two (default when no direction)
+TLP_OVERHEAD_BY_DIR = {"h2d": LINK_CPL_OVERHEAD, "d2h": LINK_MWR_OVERHEAD}
+
+
+def _enc(gen: int) -> float:
+    return LINK_ENC_NUM / LINK_ENC_DEN if int(gen) >= 3 else 8.0 / 10.0
+
+
+def t_link_ps(nbytes: int, gen: int, width: int) -> int:
+    """Modelled time of ``nbytes`` link bytes on one direction, picoseconds (exact ceil):
+    ``ceil(bytes * 8 * 130 * 1000 / (lanes * rate_GT * 128))``."""
+    rate = LINK_RATE_GTS[int(gen)]
+    if int(gen) >= 3:
+        den = int(width) * int(rate) * LINK_ENC_NUM
+        return -(-int(nbytes) * 8 * LINK_ENC_DEN * 1000 // den)
+    return int(np.ceil(nbytes * 8 * 1000 / (width * rate * 0.8)))
+
+
+def h2d_link_bytes(n: int, mps: int, mrrs: int) -> tuple[int, int, int]:
+    """(down, up, tlps) link bytes of a host read of ``n`` payload bytes (COPY_H2D)."""
+    cpl = -(-int(n) // int(mps))
+    return int(n) + cpl * LINK_CPL_OVERHEAD, -(-int(n) // int(mrrs)) * LINK_MRD_BYTES, cpl
+
+
+def d2h_link_bytes(n: int, mps: int) -> tuple[int, int]:
+    """(up, tlps) link bytes of a host write of ``n`` payload bytes (COPY_D2H)."""
+    tlps = -(-int(n) // int(mps))
+    return int(n) + tlps * LINK_MWR_OVERHEAD, tlps
+
+
+def link_raw_bw(gen: int, width: int) -> float:
+    """Link bytes per second of one direction after line encoding (TLP headers included)."""
+    return width * LINK_RATE_GTS.get(int(gen), 16.0) * 1e9 * _enc(gen) / 8.0
 
 
 def link_max_payload_bw(gen: int, width: int, mps: int, direction: str | None = None) -> float:
     """Modelled maximum payload bandwidth of one link direction, bytes per second.
 
     lanes * rate(GT/s) * 128/130 / 8 * MPS / (MPS + overhead), overhead = 20 bytes per
-    completion (``direction="h2d"``) or 24 per memory write (``"d2h"``, and the default).
-    The one place to align with docs/hardware.md's bandwidth formula (also used by
-    tacc.counters for "share of the link's modelled max").
+    completion (``direction="h2d"``) or 24 per memory write (``"d2h"``, and the default):
+    the limit of ``t_link_ps`` of ``h2d_link_bytes`` / ``d2h_link_bytes`` for large
+    transfers (the read requests of H2D use the other direction).
     """
-    rate = LINK_RATE_GTS.get(int(gen), 16.0) * 1e9
-    enc = 128.0 / 130.0 if int(gen) >= 3 else 8.0 / 10.0
     over = TLP_OVERHEAD_BY_DIR[direction] if direction else TLP_OVERHEAD_BYTES
-    return width * rate * enc / 8.0 * mps / (mps + over)
+    return link_raw_bw(gen, width) * mps / (mps + over)
 
 
 @dataclass(frozen=True)
@@ -45,7 +82,12 @@ class Function:
 
     @property
     def max_payload_bw(self) -> float:
+        """The lower (D2H) of the two directions' maxima (see ``max_bw``)."""
         return link_max_payload_bw(self.gen, self.width, self.mps)
+
+    def max_bw(self, direction: str) -> float:
+        """Modelled maximum payload bandwidth of ``"h2d"`` or ``"d2h"``, bytes/s."""
+        return link_max_payload_bw(self.gen, self.width, self.mps, direction)
 
 
 def functions_from_meta(meta: dict[str, Any]) -> list[Function]:
@@ -68,9 +110,3 @@ def functions_from_meta(meta: dict[str, Any]) -> list[Function]:
         )
     return out
 
-
-def link_raw_bw(gen: int, width: int) -> float:
-    """Link bytes per second of one direction after line encoding (TLP headers included)."""
-    rate = LINK_RATE_GTS.get(int(gen), 16.0) * 1e9
-    enc = 128.0 / 130.0 if int(gen) >= 3 else 8.0 / 10.0
-    return width * rate * enc / 8.0

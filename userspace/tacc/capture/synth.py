@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .devinfo import TLP_OVERHEAD_BYTES, link_max_payload_bw, link_raw_bw
+from .devinfo import LINK_CPL_OVERHEAD, TLP_OVERHEAD_BYTES, link_max_payload_bw, link_raw_bw
 from .schema import (
     API_DTYPE,
     CLOCK_DTYPE,
@@ -62,7 +62,7 @@ GEMM_FLOP_PER_NS = 2000.0  # 2 TFLOP/s
 SAMPLE_NS = 100_000
 CLOCK_PERIOD_NS = 5_000_000
 
-MAX_BW = link_max_payload_bw(GEN, WIDTH, MPS)  # bytes / s
+MAX_BW = link_max_payload_bw(GEN, WIDTH, MPS, "h2d")  # bytes / s (D2H: 1.4 % less)
 RAW_BW = link_raw_bw(GEN, WIDTH)  # link bytes / s incl. TLP overhead
 
 
@@ -336,7 +336,7 @@ class Sim:
             c["d2h_bytes"] = cum(np.where(d, b, 0))
             c["h2d_tlps"] = cum(np.where(h, t, 0))
             c["d2h_tlps"] = cum(np.where(d, t, 0))
-            c["h2d_link_bytes"] = c["h2d_bytes"] + TLP_OVERHEAD_BYTES * c["h2d_tlps"]
+            c["h2d_link_bytes"] = c["h2d_bytes"] + LINK_CPL_OVERHEAD * c["h2d_tlps"]
             c["d2h_link_bytes"] = c["d2h_bytes"] + TLP_OVERHEAD_BYTES * c["d2h_tlps"]
             tlb = cmds["tlb"][sel].astype(np.int64)
             c["tlb_misses"] = cum(tlb)

@@ -14,6 +14,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tacc.capture import devinfo
 from tacc.testing.qtest import QTest
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -463,20 +464,19 @@ class LinkModel:
     @property
     def bw(self) -> float:
         """Bytes per second, one direction."""
-        return self.width * RATE_GT[self.gen] * 1e9 * 128 / 130 / 8
+        return devinfo.link_raw_bw(self.gen, self.width)
 
+    # The formulas live in tacc.capture.devinfo (one implementation, also used by the
+    # analysis' "modelled maximum" and the counters' share of the link).
     def t_link_ps(self, nbytes: int) -> int:
-        den = self.width * RATE_GT[self.gen] * HW.TACC_LINK_ENC_NUM
-        return -(-nbytes * 8 * HW.TACC_LINK_ENC_DEN * 1000 // den)
+        return devinfo.t_link_ps(nbytes, self.gen, self.width)
 
     def h2d_bytes(self, n):
         """(down, up, tlps) link bytes of a host read of n bytes."""
-        cpl = -(-n // self.mps)
-        return n + cpl * HW.TACC_LINK_CPL_OVERHEAD, -(-n // self.mrrs) * HW.TACC_LINK_MRD_BYTES, cpl
+        return devinfo.h2d_link_bytes(n, self.mps, self.mrrs)
 
     def d2h_bytes(self, n):
-        tlps = -(-n // self.mps)
-        return n + tlps * HW.TACC_LINK_MWR_OVERHEAD, tlps
+        return devinfo.d2h_link_bytes(n, self.mps)
 
     def copy_ps(self, n: int, h2d: bool, walks: int = 0) -> int:
         """Modelled duration of an uncontended COPY_H2D / COPY_D2H of n bytes."""

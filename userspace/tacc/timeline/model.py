@@ -425,7 +425,6 @@ class Extractor:
         dt = np.where(ok, dt, 1.0)
         ts = t[1:][ok]
         fn = src.cap.functions[fid] if fid < len(src.cap.functions) else None
-        bwmax = fn.max_payload_bw if fn else 0.0
 
         def d(col: str) -> np.ndarray:
             return np.diff(s[col].astype(np.int64)).astype(np.float64)[ok]
@@ -435,6 +434,7 @@ class Extractor:
         for dirn in ("h2d", "d2h"):
             rate = d(f"{dirn}_bytes") / dtt  # bytes/ns == GB/s
             series.append((f"{dirn.upper()} GB/s", "GB/s", rate))
+            bwmax = fn.max_bw(dirn) if fn else 0.0  # docs/hardware.md section 9
             if bwmax:
                 series.append((f"{dirn.upper()} % of link max", "%",
                                np.minimum(100.0 * rate * 1e9 / bwmax, 100.0)))
