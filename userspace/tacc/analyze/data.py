@@ -57,20 +57,44 @@ class Data:
     api: np.ndarray
     host: np.ndarray
     tlb_counts: dict[int, tuple[int, int]]  # fid -> (hits, misses) from counters
+    _api_sorted: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def span(self) -> int:
         return max(self.t1 - self.t0, 1)
 
     def api_names(self, tags: np.ndarray, limit: int = 5) -> dict[str, int]:
-        """API call names (with counts) of the given correlation ids."""
+        """API call names (with counts of calls) of the given correlation ids.
+
+        One binary search per tag into the API calls sorted by tag (built once) and a
+        scatter into a per-call mask: no sort of ``tags`` (millions of commands), no
+        per-id Python.
+        """
         if len(self.api) == 0 or len(tags) == 0:
             return {}
-        m = np.isin(self.api["tag"], np.unique(tags))
-        ids, cnt = np.unique(self.api["name_id"][m], return_counts=True)
-        o = np.argsort(-cnt)[:limit]
+        if self._api_sorted is None:
+            o = np.argsort(self.api["tag"], kind="stable")
+            self._api_sorted = (self.api["tag"][o], self.api["name_id"][o])
+        stags, snames = self._api_sorted
+        tags = np.asarray(tags, dtype=stags.dtype)
+        idx = np.searchsorted(stags, tags)
+        idx[idx >= len(stags)] = len(stags) - 1
+        hit = (stags[idx] == tags) & (tags != 0)
+        sel = np.zeros(len(stags), bool)
+        sel[idx[hit]] = True
+        # calls sharing a tag (one per API call in practice): all of them
+        if len(stags) > 1 and sel.any():
+            dup = np.r_[False, stags[1:] == stags[:-1]]
+            if dup.any():
+                grp = np.cumsum(~dup) - 1
+                gsel = np.zeros(int(grp[-1]) + 1, bool)
+                gsel[grp[sel]] = True
+                sel = gsel[grp]
+        cnt = np.bincount(snames[sel].astype(np.int64))
+        ids = np.flatnonzero(cnt)
+        o = ids[np.argsort(-cnt[ids], kind="stable")][:limit]
         s = self.cap.strings
-        return {s.get(int(i), f"#{i}"): int(c) for i, c in zip(ids[o], cnt[o], strict=True)}
+        return {s.get(int(i), f"#{i}"): int(cnt[i]) for i in o}
 
 
 def load(cap: Capture) -> Data:
