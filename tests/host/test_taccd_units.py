@@ -264,3 +264,34 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
                        capture_output=True, timeout=60)
     errs = [ln for ln in r.stderr.splitlines() if "taccd.service" in ln]
     assert r.returncode == 0 and not errs, r.stderr
+
+
+def test_api_rings_adapter_enables_drains_and_disables(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """taccd's adapter over the runtime's real ring reader (tacc.runtime.apitrace)."""
+    from tacc.capture.schema import API_DTYPE
+    from tacc.daemon.apiring import ApiRings, available
+    from tacc.runtime import apitrace
+
+    monkeypatch.setenv("TACC_API_DIR", str(tmp_path))
+    assert available() == (True, "")
+    ring = apitrace.Ring(tmp_path / "tacc-api.4242", 4242, 4243, 8, enabled=False)
+    other = apitrace.Ring(tmp_path / "tacc-api.77", 77, 77, 8, enabled=False)
+    strings: dict[str, int] = {}
+    api = ApiRings(lambda s: strings.setdefault(s, len(strings) + 1),
+                   {"0000:01:00.0": 0}, pids={4242})
+    api.scan()
+    assert ring.enabled and not other.enabled
+    dev = 1 << 8  # 0000:01:00.0
+    for i in range(10):  # 8 slots: 2 dropped
+        ring.emit(apitrace.NAME_ID["nop"], 100 + i, 200 + i, tag=i, dev=dev, args="q=0")
+    recs, dropped = api.drain()
+    assert recs.dtype == API_DTYPE and len(recs) == 8 and dropped == 2
+    assert recs["tag"].tolist() == list(range(8)) and set(recs["fid"].tolist()) == {0}
+    inv = {v: k for k, v in strings.items()}
+    assert {inv[int(x)] for x in recs["name_id"]} == {"nop"}
+    assert {inv[int(x)] for x in recs["args_id"]} == {"q=0"}
+    api.close()
+    assert not ring.enabled
+    ring.close()
+    other.close()

@@ -17,7 +17,8 @@ def _fail(msg: str) -> Exception:
 
 def _call(args: argparse.Namespace, req: dict[str, Any]) -> dict[str, Any]:
     try:
-        rep = protocol.request(req, args.socket)
+        # the first capture compiles taccd's BPF program: tens of seconds under TCG
+        rep = protocol.request(req, args.socket, timeout=300.0)
     except protocol.ProtocolError as exc:
         raise _fail(str(exc)) from None
     if not rep.get("ok"):

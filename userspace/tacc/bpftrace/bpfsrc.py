@@ -614,18 +614,22 @@ int on_trace_drop(struct tp_tacc_trace_drop *args)
 """
 
 HOST_HANDLERS = r"""
-static __always_inline int traced_cur(void)
+/* map values (1), not pointers, are combined: clang may OR two lookup results,
+ * which the verifier rejects ("pointer |= pointer prohibited") */
+static __always_inline u8 traced_cur(void)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	return traced_tgid.lookup(&tgid) != NULL;
+	u8 *v = traced_tgid.lookup(&tgid);
+	return v ? *v : 0;
 }
 
 int on_sched_switch(struct tp_sched_switch *args)
 {
 	u32 next = args->next_pid;
-	int prev_t = traced_cur(), next_t = traced_tid.lookup(&next) != NULL;
+	u8 *nv = traced_tid.lookup(&next);
+	u8 next_t = nv ? *nv : 0;
 	struct tacc_ev e = { .kind = HOST_BASE + 1 };
-	if (!prev_t && !next_t)
+	if (!(traced_cur() | next_t))
 		return 0;
 	e.pid = bpf_get_current_pid_tgid() >> 32;
 	e.tid = args->prev_pid;

@@ -112,6 +112,20 @@ def _program(root: Path, host: bool = False, rb_pages: int = 1024) -> Any:
         raise ToolError(f"BPF program failed to load: {str(exc).splitlines()[0]}") from None
 
 
+def _attach(prog: Any, mode: str) -> None:
+    from .program import AttachError
+
+    try:
+        prog.attach(mode)
+    except AttachError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def _ready(what: str) -> None:
+    """One line on stderr once the probes are attached (scripts and tests wait for it)."""
+    print(f"{PROG}: {what}... Ctrl-C to end", file=sys.stderr, flush=True)
+
+
 def _lost_line(prog: Any, as_json: bool, out: Any = None) -> None:
     st = prog.stats()
     if as_json:
@@ -149,8 +163,9 @@ def cmd_snoop(args: argparse.Namespace, root: Path) -> int:
     flt, _fn = _filters(args)
     prog = _program(root)
     prog.configure(flt)
-    prog.attach("snoop")
+    _attach(prog, "snoop")
     t0 = time.monotonic_ns()
+    _ready("tracing tacc submissions")
     if not args.json:
         print(SNOOP_HEADER, flush=True)
 
@@ -175,9 +190,8 @@ def cmd_latency(args: argparse.Namespace, root: Path) -> int:
     flt, _fn = _filters(args)
     prog = _program(root)
     prog.configure(flt)
-    prog.attach("latency")
-    if not args.json:
-        print(f"{PROG}: tracing tacc job latency... Ctrl-C to end", file=sys.stderr)
+    _attach(prog, "latency")
+    _ready("tracing tacc job latency")
     try:
         _loop(args.duration, lambda: None, 0.2)
     finally:
@@ -205,7 +219,8 @@ def cmd_top(args: argparse.Namespace, root: Path) -> int:
     hz = _clock_hz(fn)
     prog = _program(root)
     prog.configure(flt)
-    prog.attach("top")
+    _attach(prog, "top")
+    _ready("tracing tacc jobs per process")
     state: dict[str, Any] = {"prev": {}, "t": time.monotonic()}
     tty = sys.stdout.isatty() and not args.json
 
@@ -234,7 +249,8 @@ def cmd_dma(args: argparse.Namespace, root: Path) -> int:
     flt, _fn = _filters(args)
     prog = _program(root)
     prog.configure(flt)
-    prog.attach("dma")
+    _attach(prog, "dma")
+    _ready("tracing tacc DMA mappings")
     t0 = time.monotonic()
 
     def report() -> None:
@@ -278,9 +294,9 @@ def cmd_record(args: argparse.Namespace, root: Path) -> int:
         sess = CaptureSession(out, fns, opts, program=prog, tool=PROG)
     except (CaptureError, OSError) as exc:
         raise ToolError(f"cannot create capture: {exc}") from None
-    prog.attach("record")
-    print(f"{PROG}: recording to {out}... Ctrl-C to end", file=sys.stderr)
     try:
+        _attach(prog, "record")
+        _ready(f"recording to {out}")
         _loop(args.duration, sess.tick)
     finally:
         prog.detach()

@@ -52,6 +52,10 @@ MODE_FLAGS = {
 }
 
 
+class AttachError(Exception):
+    """A probe could not be attached (verifier, missing tracepoint); one line."""
+
+
 @dataclass
 class Filters:
     pid: int = 0
@@ -73,7 +77,8 @@ class Program:
         from bcc import BPF  # imported late: only /usr/bin/python3 (or the venv) has it
 
         self.src, self.formats = bpfsrc.build_source(tracefs, rb_pages=rb_pages, host=host)
-        self.bpf = BPF(text=self.src)
+        # -w: the distribution headers make clang warn (nocf_check, __seg_gs), not our code
+        self.bpf = BPF(text=self.src, cflags=["-w"])
         self.rb_size = rb_pages * 4096
         self.reader = RingReader.from_map_fd(self.bpf["events"].map_fd, self.rb_size, EV_DTYPE)
         self.attached: list[tuple[str, str]] = []
@@ -84,6 +89,16 @@ class Program:
 
     # ------------------------------------------------------------ attach ---
     def attach(self, mode: str, host: bool = False, autotrace: bool = False) -> None:
+        """Attach what ``mode`` needs; on failure nothing stays attached (AttachError)."""
+        try:
+            self._attach(mode, host, autotrace)
+        except Exception as exc:  # noqa: BLE001 - bcc raises plain Exception
+            self.detach()
+            lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+            raise AttachError(f"cannot attach {mode} probes: "
+                              f"{lines[0] if lines else type(exc).__name__}") from exc
+
+    def _attach(self, mode: str, host: bool, autotrace: bool) -> None:
         self.detach()
         self.mode = mode
         flags = MODE_FLAGS[mode] | (F_HOST if host else 0) | (F_AUTOTRACE if autotrace else 0)

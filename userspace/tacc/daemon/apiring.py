@@ -1,16 +1,14 @@
-"""Runtime API rings (``/dev/shm/tacc-api.<pid>``, written by tacc.runtime.apitrace).
+"""Runtime API rings (``/dev/shm/tacc-api.<pid>[.<tid>]``, written by tacc.runtime.apitrace).
 
-The ring layout belongs to the runtime; this adapter only uses the reader that module
-provides.  Until it exists (or if its API differs) API capture is reported unavailable.
-Expected reader API (documented in the report to the runtime engineer):
-``apitrace.open_reader(path) -> R`` with ``R.drain() -> np.ndarray`` (records with
-``t_start, t_end, tag, bytes, pid, tid, name, args, fid/device, status``), ``R.dropped``
-(int, the header's drop count) and ``R.close()``.
+The ring layout belongs to the runtime (docs/runtime-api-ring.md); this adapter only uses
+its reader: ``apitrace.open_reader(path)`` (``drain()`` -> records with ``t_start, t_end,
+tag, bytes, pid, tid, status, name, args, device``; ``dropped``; ``set_enabled()``;
+``close()``), ``apitrace.list_rings()`` and ``apitrace.ring_pid()``.  Rings are created
+disabled: a capture enables the rings it drains and disables them again when it ends.
 """
 
 from __future__ import annotations
 
-import glob
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -18,8 +16,6 @@ from typing import Any
 import numpy as np
 
 from tacc.capture.schema import API_DTYPE, NO_FID
-
-PATTERN = "/dev/shm/tacc-api.*"
 
 
 def _module() -> Any | None:
@@ -33,8 +29,9 @@ def available() -> tuple[bool, str]:
     mod = _module()
     if mod is None:
         return False, "tacc.runtime.apitrace not installed"
-    if not hasattr(mod, "open_reader"):
-        return False, "tacc.runtime.apitrace has no open_reader()"
+    for name in ("open_reader", "list_rings", "ring_pid"):
+        if not hasattr(mod, name):
+            return False, f"tacc.runtime.apitrace has no {name}()"
     return True, ""
 
 
@@ -50,23 +47,30 @@ class ApiRings:
         self.readers: dict[str, Any] = {}
         self.dropped_seen: dict[str, int] = {}
         self.errors: list[str] = []
+        self.bad: set[str] = set()
 
     def scan(self) -> None:
-        if self.mod is None or not hasattr(self.mod, "open_reader"):
+        ok, _why = available()
+        if not ok:
             return
-        for path in glob.glob(PATTERN):
-            if path in self.readers:
+        for p in self.mod.list_rings():
+            path = str(p)
+            if path in self.readers or path in self.bad:
                 continue
             try:
-                pid = int(path.rsplit(".", 1)[-1].split("-")[0])
-            except ValueError:
-                pid = -1
+                pid = int(self.mod.ring_pid(path))
+            except (ValueError, IndexError):
+                continue
             if self.pids and pid not in self.pids:
                 continue
             try:
-                self.readers[path] = self.mod.open_reader(path)
-                self.dropped_seen[path] = 0
+                r = self.mod.open_reader(path)
+                if hasattr(r, "set_enabled"):
+                    r.set_enabled(True)
+                self.readers[path] = r
+                self.dropped_seen[path] = int(getattr(r, "dropped", 0))
             except Exception as exc:  # noqa: BLE001 - a foreign ring must not kill taccd
+                self.bad.add(path)
                 self.errors.append(f"{path}: {exc}")
 
     def drain(self) -> tuple[np.ndarray, int]:
@@ -95,21 +99,30 @@ class ApiRings:
         for f in ("t_start", "t_end", "tag", "bytes", "pid", "tid", "status"):
             if f in names:
                 out[f] = recs[f]
-        if "name" in names:
-            out["name_id"] = [self.string_id(_s(x)) for x in recs["name"]]
-        if "args" in names:
-            out["args_id"] = [self.string_id(_s(x)) for x in recs["args"]]
+        for src, dst in (("name", "name_id"), ("args", "args_id")):
+            if src in names:
+                out[dst] = self._intern(recs[src])
         if "fid" in names:
             out["fid"] = recs["fid"]
         elif "device" in names:
-            out["fid"] = [self.fid_of_pci.get(_s(x), NO_FID) for x in recs["device"]]
+            u, inv = np.unique(recs["device"], return_inverse=True)
+            out["fid"] = np.array([self.fid_of_pci.get(_s(x), NO_FID) for x in u],
+                                  np.uint16)[inv]
         else:
             out["fid"] = NO_FID
         return out
 
+    def _intern(self, col: np.ndarray) -> np.ndarray:
+        """String ids of a column, one string-table lookup per distinct value."""
+        u, inv = np.unique(col, return_inverse=True)
+        ids = np.array([self.string_id(_s(x)) for x in u], np.uint32)
+        return ids[inv]
+
     def close(self) -> None:
         for r in self.readers.values():
             try:
+                if hasattr(r, "set_enabled"):
+                    r.set_enabled(False)
                 r.close()
             except Exception:  # noqa: BLE001
                 pass

@@ -121,6 +121,10 @@ class Daemon:
                 reply = self.handle(protocol.decode(buf))
             except (protocol.ProtocolError, DaemonError) as exc:
                 reply = {"ok": False, "error": str(exc)}
+            except Exception as exc:  # noqa: BLE001 - a bad request must not end taccd
+                log.exception("request failed")
+                first = (str(exc).splitlines() or [""])[0]
+                reply = {"ok": False, "error": f"internal error: {type(exc).__name__}: {first}"}
             conn.sendall(protocol.encode(reply))
         except OSError:
             pass
@@ -241,7 +245,14 @@ class Daemon:
         except Exception as exc:  # noqa: BLE001 - CaptureError, OSError
             raise DaemonError(f"cannot start capture: {exc}") from None
         if prog is not None:
-            prog.attach("record", host=opts.host_events, autotrace=True)
+            from tacc.bpftrace.program import AttachError
+
+            try:
+                prog.attach("record", host=opts.host_events, autotrace=True)
+            except AttachError as exc:
+                sess, self.session = self.session, None
+                sess.close(complete=False)
+                raise DaemonError(str(exc)) from None
             if opts.pids:
                 prog.trace_pids(opts.pids)
         self.deadline = time.monotonic() + float(duration) if duration else None
