@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from tacc.runtime import Context, HotplugWatch, devices
 from tacc.runtime.device import HotplugEvent
 

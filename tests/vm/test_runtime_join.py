@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from tacc.capture.schema import TRACE_REC_DTYPE
 from tacc.runtime import Context, apitrace
 from tacc.runtime import uapi as U

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from tacc.runtime import Context
 from tacc.workloads import run, run_twins
 
