@@ -4,6 +4,8 @@ loses nothing silently."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -122,24 +124,19 @@ def test_reads_during_function_reset(pf: Function) -> None:
 def _sample(fn: Function, tmp_path: Path, rate: float, seconds: float) -> None:
     (fn.path / "power" / "control").write_text("on")
     out = tmp_path / "cap"
-    stop = threading.Event()
-
-    def load() -> None:
-        with Device(fn.accel_node) as dev:
-            wl = CopyWorkload(dev, SIZE)
-            while not stop.is_set():
-                wl.run("h2d")
-            wl.close()
-
-    t = threading.Thread(target=load)
-    with Sampler([fn], rate, "mmap") as s, CaptureWriter(
-            out, capture_meta([fn], rate, "mmap"),
-            streams=("counters", "clock_sync", "drops")) as w:
-        t.start()
-        st = s.run(duration_s=seconds, writer=w)
-        stop.set()
-        t.join()
-        w.close(extra={"counters_sampler": st.as_dict()})
+    # copies from another process (not a thread: no GIL shared with the sampler)
+    load = subprocess.Popen([sys.executable, "-m", "tacc.counters.workload", "--size",
+                             str(SIZE), "--count", "1000000"], stdout=subprocess.DEVNULL)
+    try:
+        with Sampler([fn], rate, "mmap") as s, CaptureWriter(
+                out, capture_meta([fn], rate, "mmap"),
+                streams=("counters", "clock_sync", "drops")) as w:
+            time.sleep(0.5)
+            st = s.run(duration_s=seconds, writer=w)
+            w.close(extra={"counters_sampler": st.as_dict()})
+    finally:
+        load.terminate()
+        load.wait(timeout=30)
     print(f"\nsampler {rate:g} Hz x {seconds:g} s: {st.as_dict()}")
     cap = open_capture(out)
     rec = cap.read("counters")

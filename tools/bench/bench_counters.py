@@ -27,6 +27,7 @@ from tacc.counters import default_catalogue, functions, open_backend  # noqa: E4
 from tacc.counters.sampler import Sampler  # noqa: E402
 from tacc.counters.workload import CopyWorkload, Device  # noqa: E402
 
+NCPU = os.cpu_count() or 1
 BEGIN, END = "@@bench_counters_json_begin@@", "@@bench_counters_json_end@@"
 
 
@@ -35,11 +36,9 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _proc_stat_busy() -> tuple[float, float]:
-    """System-wide (busy, total) jiffies from /proc/stat."""
-    f = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-    idle = f[3] + f[4]
-    return float(sum(f) - idle), float(sum(f))
+def _idle_s() -> float:
+    """Idle seconds of all CPUs (/proc/uptime: the nohz idle clock, not tick-sampled)."""
+    return float(Path("/proc/uptime").read_text().split()[1])
 
 
 def bench_reads(reads: int) -> dict[str, dict[str, float]]:
@@ -65,11 +64,11 @@ def bench_reads(reads: int) -> dict[str, dict[str, float]]:
 
 
 def baseline_busy(seconds: float) -> float:
-    """System busy share while this process only sleeps (the guest's own noise)."""
-    b0, _ = _proc_stat_busy()
+    """Busy share of the CPUs while this process only sleeps (the guest's own noise)."""
+    i0, t0 = _idle_s(), time.monotonic()
     time.sleep(seconds)
-    b1, _ = _proc_stat_busy()
-    return (b1 - b0) / os.sysconf("SC_CLK_TCK") / seconds
+    wall = time.monotonic() - t0
+    return 1.0 - (_idle_s() - i0) / (wall * NCPU)
 
 
 def bench_sampler(seconds: float, rate: float, load: bool, spin_us: float = 0.0,
@@ -87,15 +86,14 @@ def bench_sampler(seconds: float, rate: float, load: bool, spin_us: float = 0.0,
     t = threading.Thread(target=work)
     if load:
         t.start()
-    b0, tot0 = _proc_stat_busy()
+    i0 = _idle_s()
     with Sampler([fn], rate, "mmap", spin_us=spin_us) as s:
         st = s.run(duration_s=seconds)
-    b1, tot1 = _proc_stat_busy()
+    i1 = _idle_s()
     stop.set()
     if load:
         t.join()
-    hz = os.sysconf("SC_CLK_TCK")
-    busy_s = (b1 - b0) / hz
+    busy_s = st.wall_s * NCPU - (i1 - i0)
     d = st.as_dict()
     res: dict[str, float | int | bool] = {k: v for k, v in d.items() if k != "unmapped"}
     res.update({"rate_target_hz": rate, "with_copy_load": load, "spin_us": spin_us,
