@@ -117,6 +117,7 @@ def run(calls: int, rounds: int, sim: bool) -> dict[str, Any]:
                         drained += n
                         drops += d
         apitrace.set_process_enabled(False)
+        _drain_own()  # nothing left pending: the rings are removed at exit
         device = ctx.device.pci + (" (sim)" if ctx.device.sim else "")
     out: dict[str, Any] = {"benchmark": "api_overhead", "device": device, "calls": calls,
                            "rounds": rounds, "reader_records": drained,

@@ -164,6 +164,26 @@ class Ring:
             pass
 
 
+STALE_S = 300.0
+
+
+def _remove_stale(d: Path) -> None:
+    """Rings of processes that died more than STALE_S ago with records nobody drained."""
+    now = time.time()
+    try:
+        paths = list(d.glob("tacc-api.*"))
+    except OSError:
+        return
+    for p in paths:
+        try:
+            pid = int(p.name.split(".")[1])
+            if Path(f"/proc/{pid}").exists() or now - p.stat().st_mtime < STALE_S:
+                continue
+            p.unlink()
+        except (ValueError, IndexError, OSError):
+            continue
+
+
 class _Tracer:
     """Process-wide state: the rings of this process's threads and the tag sequence."""
 
@@ -191,6 +211,8 @@ class _Tracer:
             tid = threading.get_native_id()
             with self.lock:
                 first = not self.rings
+                if first:
+                    _remove_stale(ring_dir())
                 name = f"tacc-api.{self.pid}" if first else f"tacc-api.{self.pid}.{tid}"
                 try:
                     r = Ring(ring_dir() / name, self.pid, tid, self.capacity, self.mode == "on")
