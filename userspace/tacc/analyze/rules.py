@@ -56,6 +56,7 @@ class Thresholds:
     idle_gap_ns: int = 500_000
     idle_share: float = 0.10
     idle_min_gaps: int = 3
+    idle_small_calls: int = 2  # gaps with this many small copy calls: small_transfers' time
 
     def update(self, kv: dict[str, Any]) -> None:
         for k, v in kv.items():
@@ -578,6 +579,20 @@ def serialized_copies(d: Data, th: Thresholds) -> list[Finding]:
 
 
 # ------------------------------------------------------- idle gaps ---------
+def _small_copy_calls_in(d: Data, gs: np.ndarray, ge: np.ndarray, th: Thresholds) -> np.ndarray:
+    """Per gap [gs, ge): API copy calls under ``small_bytes`` that started in it."""
+    api = d.api
+    if len(api) == 0 or len(gs) == 0:
+        return np.zeros(len(gs), np.int64)
+    ids = np.unique(api["name_id"])
+    copy_ids = [int(i) for i in ids if d.cap.strings.get(int(i), "").startswith("copy")]
+    m = np.isin(api["name_id"], copy_ids) & (api["bytes"] > 0) & (api["bytes"] < th.small_bytes)
+    t = api["t_start"][m].astype(np.int64)
+    k = np.searchsorted(gs, t, side="right") - 1
+    inside = (k >= 0) & (t < ge[np.maximum(k, 0)])
+    return np.bincount(k[inside], minlength=len(gs))
+
+
 @rule("idle_gaps")
 def idle_gaps(d: Data, th: Thresholds) -> list[Finding]:
     out = []
@@ -589,6 +604,9 @@ def idle_gaps(d: Data, th: Thresholds) -> list[Finding]:
         bs, be = merged(s.ts, s.te)
         gs, ge = be[:-1], bs[1:]
         long = (ge - gs) >= th.idle_gap_ns
+        # gaps in which the host was issuing small copies are the cost of those copies
+        # (small_transfers counts it): a finding explains its time once
+        long &= _small_copy_calls_in(d, gs, ge, th) < th.idle_small_calls
         active = int(be.max() - bs.min())
         total = int((ge - gs)[long].sum())
         if long.sum() < th.idle_min_gaps or total < th.idle_share * active:

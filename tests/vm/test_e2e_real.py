@@ -1,0 +1,478 @@
+"""In-guest end to end: real workloads under a real capture, then `tacc timeline` and
+`tacc analyze` on it (issues 8 and 9, acceptance on REAL captures).
+
+The capture is taken with taccd's capture engine (``tacc.daemon.session.CaptureSession``,
+the code behind ``taccd`` capture mode and ``accel-bpftrace record``) driven in this
+process by a 50 ms tick thread, with one BPF program compiled for the whole session
+(fixture ``program``).  The workloads run in one persistent worker process (this file run
+as ``--worker``: imports once, API tracing on), so every capture holds the runtime's API
+ring, the driver's tracepoints, the device trace ring, counters and clock pairs of a real
+process.
+
+Figures (findings, estimated vs measured time lost, clock errors, summaries) are written
+under ``$TACC_VM_OUT/e2e/`` for the host to read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+BIN = Path(sys.executable).parent
+OUT = Path(os.environ.get("TACC_VM_OUT") or "/tmp/tacc-e2e") / "e2e"
+
+# Twin workloads at the sizes used here (TCG: small, but big enough for the rules).
+# name -> (kwargs, expected findings of the bad twin)
+TWINS: dict[str, tuple[dict[str, Any], set[str]]] = {
+    "tiny_transfers": ({}, {"small_transfers"}),
+    "map_churn": ({}, {"iommu_churn"}),
+    "tlb_thrash": ({}, {"tlb_thrash"}),
+    "serialized_copies": ({}, {"serialized_copies"}),
+    "host_bound": ({}, {"idle_gaps"}),
+    "link_saturation": ({"scale": 2}, {"link_saturation"}),
+    "unaligned_userptr": ({}, {"host_memory"}),
+}
+QUICK_TWINS = ["tiny_transfers", "tlb_thrash", "map_churn", "serialized_copies"]
+
+# The mixed workload (as tacc.capture.synth.MIXED) and its exact expected findings.
+MIXED = [("mlp", False, {"batches": 4}), ("tiny_transfers", True, {}),
+         ("map_churn", True, {}), ("tlb_thrash", True, {}),
+         ("serialized_copies", True, {}), ("mlp", False, {"batches": 4})]
+# Under TCG the host's Python work between the segments (numpy checks, buffer set-up at
+# ~1 GIPS) leaves the device idle for most of the span: idle_gaps is a real finding here.
+MIXED_EXPECTED = {"small_transfers", "iommu_churn", "tlb_thrash", "serialized_copies",
+                  "idle_gaps"}
+
+
+# ------------------------------------------------------------------ worker --
+def _worker_main() -> int:
+    """One JSON request per stdin line: {"runs": [[name, bad, kw], ...]} -> results."""
+    os.environ["TACC_API_TRACE"] = "1"
+    from tacc.runtime import Context, apitrace
+    from tacc.workloads import run
+
+    apitrace.set_process_enabled(True)
+    print(json.dumps({"ready": os.getpid()}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        out: dict[str, Any] = {"results": []}
+        try:
+            with Context() as ctx:
+                for name, bad, kw in req["runs"]:
+                    r = run(name, ctx, bad, **kw)
+                    out["results"].append(r.to_json())
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            out["error"] = f"{type(exc).__name__}: {exc}"
+        print(json.dumps(out, default=str), flush=True)
+    return 0
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.p = subprocess.Popen([sys.executable, __file__, "--worker"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        self.pid = int(json.loads(self.p.stdout.readline())["ready"])  # type: ignore[union-attr]
+
+    def run(self, runs: list[tuple[str, bool, dict[str, Any]]]) -> list[dict[str, Any]]:
+        assert self.p.stdin and self.p.stdout
+        self.p.stdin.write(json.dumps({"runs": runs}) + "\n")
+        self.p.stdin.flush()
+        rep = json.loads(self.p.stdout.readline())
+        assert "error" not in rep, rep["error"]
+        return rep["results"]
+
+    def close(self) -> None:
+        if self.p.stdin:
+            self.p.stdin.close()
+        self.p.wait(60)
+
+
+# ---------------------------------------------------------------- recorder --
+class Recorder:
+    """taccd's capture engine in this process, around one worker request."""
+
+    def __init__(self, program: Any, worker: Worker, root: Path) -> None:
+        self.program = program
+        self.worker = worker
+        self.root = root
+        self.cache: dict[str, tuple[Path, list[dict[str, Any]], np.ndarray]] = {}
+
+    def capture(self, key: str, runs: list[tuple[str, bool, dict[str, Any]]]
+                ) -> tuple[Path, list[dict[str, Any]], np.ndarray]:
+        """(capture dir, worker results, hold-out clock pairs of the PF not in the capture)"""
+        if key in self.cache:
+            return self.cache[key]
+        from tacc.bpftrace.program import Filters
+        from tacc.daemon.devices import discover, read_clock_sync
+        from tacc.daemon.session import CaptureSession, Options
+
+        out = self.root / key
+        shutil.rmtree(out, ignore_errors=True)
+        fns = discover()
+        prog = self.program
+        prog.reset()
+        prog.configure(Filters())
+        # counters at 10 Hz: the session samples from its 50 ms tick; a higher rate counts
+        # the samples the tick cannot take as drops (reported to the tracing engineer)
+        sess = CaptureSession(out, fns, Options(counters_hz=10.0, clock_hz=4.0), program=prog,
+                              tool="test_e2e", node="e2e")
+        prog.attach("record", host=True, autotrace=True)
+        holdout: list[np.ndarray] = []
+        stop = threading.Event()
+        err: list[BaseException] = []
+
+        def loop() -> None:
+            n = 0
+            try:
+                while not stop.is_set():
+                    sess.tick()
+                    n += 1
+                    if n % 7 == 3:  # hold-out pairs, between the capture's own
+                        holdout.append(read_clock_sync(fns[0], 0))
+                    stop.wait(0.05)
+            except BaseException as exc:  # noqa: BLE001
+                err.append(exc)
+
+        th = threading.Thread(target=loop, daemon=True)
+        t = time.monotonic()
+        th.start()
+        try:
+            time.sleep(0.2)
+            results = self.worker.run(runs)
+            time.sleep(0.2)
+        finally:
+            stop.set()
+            th.join(30)
+            prog.detach()
+            summary = sess.close(complete=True)
+        assert not err, err
+        wall = time.monotonic() - t
+        hold = np.concatenate(holdout) if holdout else np.zeros(0)
+        _save(f"capture-{key}.json", {"runs": runs, "results": results, "summary": summary,
+                                      "wall_s": wall})
+        self.cache[key] = (out, results, hold)
+        return self.cache[key]
+
+
+def _save(name: str, data: Any) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    p = OUT / name
+    if isinstance(data, str):
+        p.write_text(data)
+    else:
+        p.write_text(json.dumps(data, indent=1, default=str) + "\n")
+
+
+@pytest.fixture(scope="session")
+def program() -> Iterator[Any]:
+    from tacc.bpftrace import preflight
+    from tacc.bpftrace.program import Program
+
+    root = preflight.all_checks(bcc=True)
+    prog = Program(root, rb_pages=4096, host=True)
+    yield prog
+    prog.close()
+
+
+def _set_power(pci: Path, value: str) -> str:
+    f = pci / "power" / "control"
+    old = f.read_text().strip()
+    f.write_text(value)
+    return old
+
+
+@pytest.fixture(scope="session")
+def recorder(program: Any, pf_pci: Path) -> Iterator[Recorder]:
+    # Keep the PF in D0 for the session: after a runtime suspend the next capture reads
+    # stale records from the trace ring (test_capture_after_runtime_suspend_* below).
+    old = _set_power(pf_pci, "on")
+    w = Worker()
+    root = OUT / "captures"
+    root.mkdir(parents=True, exist_ok=True)
+    yield Recorder(program, w, root)
+    w.close()
+    _set_power(pf_pci, old)
+
+
+def _findings(cap_path: Path, key: str) -> list[dict[str, Any]]:
+    from tacc.analyze.engine import analyze, to_json
+    from tacc.analyze.rules import Thresholds
+    from tacc.capture import open_capture
+
+    cap = open_capture(cap_path)
+    th = Thresholds()
+    f = analyze(cap, th)
+    doc = to_json(cap, f, th)
+    _save(f"findings-{key}.json", doc)
+    return doc["findings"]
+
+
+# -------------------------------------------------------------- timeline (8) --
+def test_timeline_real_capture_every_event_flow_monotonic(recorder: Recorder) -> None:
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+    from tacc.capture import open_capture
+    from tacc.capture.schema import DriverKind
+    from tacc.timeline.convert import convert
+
+    cap_path, results, _ = recorder.capture("mixed", MIXED)
+    cap = open_capture(cap_path)
+    assert cap.complete and not cap.problems, cap.problems
+    drops = cap.read("drops")
+    assert int(drops["count"].sum()) == 0, drops
+    st = _device_span_ok(cap_path, {})
+    assert st["before_capture_start"] == 0, st
+    api = cap.read("api")
+    dt = cap.read("device_trace")
+    drv = cap.read("driver")
+    wpid = recorder.worker.pid
+    assert len(api) and len(dt) and len(drv)
+    out = OUT / "mixed.pftrace"
+    OUT.mkdir(parents=True, exist_ok=True)
+    res = convert([cap_path], out, summary=True)
+    _save("summary-mixed.txt", res.summary)
+    tr = pb.Trace()
+    tr.ParseFromString(out.read_bytes())
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in tr.packet
+              if p.HasField("track_descriptor")}
+    te = [p for p in tr.packet if p.HasField("track_event")]
+    begins = [p for p in te if p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN]
+    ends = [p for p in te if p.track_event.type == pb.TrackEvent.TYPE_SLICE_END]
+    instants = [p for p in te if p.track_event.type == pb.TrackEvent.TYPE_INSTANT]
+    assert len(begins) == len(ends)
+
+    def name(p: pb.TracePacket) -> str:
+        return tracks[p.track_event.track_uuid].name
+
+    def parent(p: pb.TracePacket) -> str:
+        return tracks.get(tracks[p.track_event.track_uuid].parent_uuid, pb.TrackDescriptor()).name
+
+    # every event of the capture is in the trace
+    n_dev = sum(1 for p in begins if name(p).startswith(("PCIe", "compute", "dma", "copy",
+                                                          "misc")) or parent(p).startswith(
+        "device"))
+    assert n_dev == len(dt), (n_dev, len(dt))
+    assert sum(1 for p in begins if name(p).endswith("API")) == len(api)
+    span_kinds = np.isin(drv["kind"], [1, 7, 8, 9, 10, 11, 12])
+    assert sum(1 for p in begins if parent(p).startswith("driver")) == int(span_kinds.sum())
+    assert sum(1 for p in instants if parent(p).startswith("driver")) == int((~span_kinds).sum())
+    # every flow complete: API call -> submit -> device command(s) -> completion
+    starts: dict[int, int] = defaultdict(int)
+    terms: dict[int, int] = defaultdict(int)
+    where: dict[int, set[str]] = defaultdict(set)
+    for p in te:
+        for f in p.track_event.flow_ids:
+            starts[f] += 1
+            where[f].add(parent(p).split(" ")[0] if not name(p).endswith("API") else "api")
+        for f in p.track_event.terminating_flow_ids:
+            terms[f] += 1
+    mask = (1 << 56) - 1
+    sub_tags = {int(t) for t in drv["tag"][drv["kind"] == DriverKind.SUBMIT] if t}
+    api_tags = {int(t) for t in api["tag"] if t}
+    dev_tags = {int(t) for t in dt["tag"] if t}
+    mine = {t for t in sub_tags if t >> 32 == wpid}
+    assert mine and mine <= api_tags and mine <= dev_tags, "tags lost between layers"
+    flows = {f & mask: f for f in starts}
+    incomplete = []
+    for t in mine:
+        f = flows.get(t)
+        if f is None or terms[f] != 1 or not {"api", "driver", "device"} <= where[f]:
+            incomplete.append((hex(t), sorted(where.get(f, set())) if f else None))
+    assert not incomplete, incomplete[:10]
+    # timestamps monotonic per track
+    last: dict[int, int] = {}
+    for p in te:
+        u = p.track_event.track_uuid
+        assert p.timestamp >= last.get(u, 0), tracks[u].name
+        last[u] = p.timestamp
+    meta = [m for p in tr.packet for m in p.chrome_events.metadata if m.name == "tacc"]
+    tacc_meta = json.loads(meta[0].json_value)
+    _save("timeline-mixed.json", {"events": res.events, "tracks": res.tracks,
+                                  "capture_counts": {s: cap.count(s) for s in cap.streams},
+                                  "flows": len(mine), "metadata": tacc_meta})
+    out.unlink()  # large; the summary and metadata are kept
+
+
+# ------------------------------------------------------------------ clocks --
+def test_clock_conversion_within_2us_of_device(recorder: Recorder) -> None:
+    """Two ground truths the device gives: (a) hold-out clock_sync brackets read during
+    the workload and NOT used by the fit (the device clock read between two
+    CLOCK_MONOTONIC reads): |converted devclk - bracket midpoint|; (b) causality of every
+    job: the device cannot fetch a job before its doorbell, nor end it after the driver's
+    completion interrupt handler saw it."""
+    from tacc.capture import open_capture
+    from tacc.capture.schema import DriverKind
+
+    cap_path, _, hold = recorder.capture("mixed", MIXED)
+    cap = open_capture(cap_path)
+    clk = cap.device_clock(0)
+    assert len(hold) >= 4
+    hold = hold[hold["fid"] == 0]
+    mid = (hold["mono_before"].astype(np.int64) + hold["mono_after"].astype(np.int64)) // 2
+    half = (hold["mono_after"].astype(np.int64) - hold["mono_before"].astype(np.int64)) / 2
+    err = clk.convert(hold["devclk"]) - mid
+    drv = cap.read("driver")
+    db = drv[(drv["kind"] == DriverKind.DOORBELL) & (drv["fid"] == 0)]
+    done = drv[(drv["kind"] == DriverKind.JOB_DONE) & (drv["fid"] == 0)]
+    dt = cap.read("device_trace")
+    dt = dt[dt["fid"] == 0]
+    # first command of each tag: fetch time vs that tag's doorbell
+    first_fetch: dict[int, int] = {}
+    for t, f in zip(dt["tag"].tolist(), clk.convert(dt["t_fetch"]).tolist(), strict=True):
+        if t and (t not in first_fetch or f < first_fetch[t]):
+            first_fetch[t] = f
+    lead = np.array([first_fetch[t] - d for t, d in zip(db["tag"].tolist(),
+                                                        db["t_ns"].tolist(), strict=True)
+                     if t in first_fetch], np.int64)
+    lag = done["t_ns"].astype(np.int64) - clk.convert(done["dev_end"])
+    fig = {
+        "fit": clk.to_json(),
+        "holdout_pairs": int(len(hold)), "holdout_err_max_ns": float(np.abs(err).max()),
+        "holdout_err_rms_ns": float(np.sqrt(np.mean(err.astype(float) ** 2))),
+        "holdout_half_bracket_max_ns": float(half.max()),
+        "doorbell_to_fetch_ns": {"n": int(len(lead)), "min": int(lead.min()),
+                                 "median": float(np.median(lead)), "max": int(lead.max())},
+        "cqe_end_to_irq_ns": {"n": int(len(lag)), "min": int(lag.min()),
+                              "median": float(np.median(lag)), "max": int(lag.max())},
+    }
+    _save("clock-mixed.json", fig)
+    assert np.abs(err).max() <= 2000, fig
+    assert lead.min() >= -2000, fig  # device fetch never before the doorbell (± 2 us)
+    assert lag.min() >= -2000, fig  # completion seen by the driver after the device ended it
+
+
+# ---------------------------------------------------------------- analysis (9) --
+def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
+    kw, expected = TWINS[name]
+    pb, rb, _ = recorder.capture(f"{name}-bad", [(name, True, kw)])
+    pg, rg, _ = recorder.capture(f"{name}-good", [(name, False, kw)])
+    for p in (pb, pg):
+        st = _device_span_ok(p, {})
+        assert st["before_capture_start"] == 0, (p.name, st)
+    fb = _findings(pb, f"{name}-bad")
+    fg = _findings(pg, f"{name}-good")
+    bad_rules = {f["rule"] for f in fb}
+    lost = {f["rule"]: f["time_lost_ns"] for f in fb}
+    rep = {
+        "workload": name, "kw": kw, "expected": sorted(expected),
+        "bad_findings": sorted(bad_rules), "good_findings": sorted({f["rule"] for f in fg}),
+        "estimated_lost_ns": lost,
+        "measured_device_ns": {"bad": rb[0]["device_ns"], "good": rg[0]["device_ns"]},
+        "measured_wall_ns": {"bad": rb[0]["wall_ns"], "good": rg[0]["wall_ns"]},
+        "measured_diff_device_ns": rb[0]["device_ns"] - rg[0]["device_ns"],
+        "measured_diff_wall_ns": rb[0]["wall_ns"] - rg[0]["wall_ns"],
+    }
+    _save(f"twin-{name}.json", rep)
+    return rep
+
+
+@pytest.mark.parametrize("name", QUICK_TWINS)
+def test_rule_fires_on_bad_silent_on_good(recorder: Recorder, name: str) -> None:
+    rep = _twin(recorder, name)
+    assert set(rep["expected"]) <= set(rep["bad_findings"]), rep
+    assert not set(rep["expected"]) & set(rep["good_findings"]), rep
+    assert rep["good_findings"] == [], rep
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("name", [n for n in TWINS if n not in QUICK_TWINS])
+def test_rule_fires_on_bad_silent_on_good_long(recorder: Recorder, name: str) -> None:
+    test_rule_fires_on_bad_silent_on_good(recorder, name)
+
+
+def test_mixed_workload_exact_findings(recorder: Recorder) -> None:
+    cap_path, results, _ = recorder.capture("mixed", MIXED)
+    f = _findings(cap_path, "mixed")
+    got = {x["rule"] for x in f}
+    from tacc.capture import open_capture
+
+    t0, t1 = open_capture(cap_path).time_range
+    for x in f:
+        for a, b in x["time_ranges"]:
+            assert t0 <= a <= b <= t1
+    _save("mixed-table.json", [{"rule": x["rule"], "severity": x["severity"],
+                                "time_lost_ms": x["time_lost_ns"] / 1e6, "title": x["title"]}
+                               for x in f])
+    assert got == MIXED_EXPECTED, got
+
+
+# ----------------------------------------------- capture after a suspend --
+def _device_span_ok(cap_path: Path, info: dict[str, Any]) -> dict[str, Any]:
+    from tacc.capture import open_capture
+
+    cap = open_capture(cap_path)
+    dt = cap.read("device_trace")
+    meta = json.loads((cap_path / "meta.json").read_text())
+    t0 = int(meta["started_mono_ns"])
+    conv = cap.device_clock(0).convert(dt["t_start"]) if len(dt) else np.zeros(0, np.int64)
+    stale = int((conv < t0).sum())
+    return {**info, "records": int(len(dt)), "before_capture_start": stale,
+            "seq_first": int(dt["seq"][0]) if len(dt) else None,
+            "seq_last": int(dt["seq"][-1]) if len(dt) else None}
+
+
+@pytest.mark.xfail(strict=False, reason="trace ring: a capture opened after a runtime "
+                   "suspend reads stale records (reported to the driver/tracing engineers)")
+def test_capture_after_runtime_suspend_has_no_stale_records(recorder: Recorder,
+                                                            pf_pci: Path) -> None:
+    recorder.capture("suspend-a", [("tiny_transfers", False, {})])
+    _set_power(pf_pci, "auto")
+    try:
+        st = pf_pci / "power" / "runtime_status"
+        for _ in range(100):
+            if st.read_text().strip() == "suspended":
+                break
+            time.sleep(0.1)
+        status = st.read_text().strip()
+        p, _, _ = recorder.capture("suspend-b", [("tiny_transfers", False, {})])
+    finally:
+        _set_power(pf_pci, "on")
+    rep = _device_span_ok(p, {"runtime_status_before": status})
+    _save("suspend-stale.json", rep)
+    assert rep["before_capture_start"] == 0, rep
+
+
+# ---------------------------------------------------------------- errors --
+def test_damaged_real_captures_one_line(recorder: Recorder, tmp_path: Path) -> None:
+    src, _, _ = recorder.capture("tiny_transfers-good", [("tiny_transfers", False, {})])
+    cases: dict[str, Path] = {}
+    trunc = tmp_path / "truncated"
+    shutil.copytree(src, trunc)
+    f = trunc / "streams" / "device_trace.tcs"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    cases["truncated"] = trunc
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases["empty"] = empty
+    wrong = tmp_path / "wrong"
+    shutil.copytree(src, wrong)
+    meta = json.loads((wrong / "meta.json").read_text())
+    meta["version"] = 99
+    (wrong / "meta.json").write_text(json.dumps(meta))
+    cases["wrong_version"] = wrong
+    lines = {}
+    for what, p in cases.items():
+        for argv in (["timeline", str(p), "-o", str(tmp_path / "x.pftrace")],
+                     ["analyze", str(p)]):
+            r = subprocess.run([str(BIN / "tacc"), *argv], capture_output=True, text=True,
+                               timeout=300)
+            err = r.stderr.strip().splitlines()
+            lines[f"{what} {argv[0]}"] = err
+            assert r.returncode == 2 and len(err) == 1, (what, argv[0], r.stderr)
+            assert err[0].startswith("tacc: error:") and "Traceback" not in r.stderr
+    _save("errors.json", lines)
+
+
+if __name__ == "__main__" and "--worker" in sys.argv:
+    sys.exit(_worker_main())
