@@ -180,3 +180,30 @@ def machine_info(sysroot: str = "/") -> dict[str, str]:
     dmi = Path(sysroot, "sys/class/dmi/id")
     return {k: _read(dmi / k) for k in ("sys_vendor", "product_name", "product_version",
                                          "bios_version") if (dmi / k).exists()}
+
+
+def icount_info(timeout: float = 2.0) -> dict[str, object] | None:
+    """QEMU's -icount state, when the guest has a QMP channel to its own QEMU.
+
+    The test VM (scripts/run-vm) gives the guest a virtio-serial QMP port
+    (tacc.testing.guest_qmp).  QMP has no query for the -icount options: HMP ``info jit``
+    prints its "Host - Guest clock" drift line only with icount on, and ``query-replay``
+    reports the executed-instruction counter; the shift itself is not visible (null).
+    Without the port (a real machine, other VMs) the answer is None.
+    """
+    try:
+        from tacc.testing.guest_qmp import GuestQMP, find_port
+
+        port = find_port()
+    except (ImportError, OSError):
+        return None
+    try:
+        with GuestQMP(port, timeout=timeout) as q:
+            jit = str(q.execute("human-monitor-command", **{"command-line": "info jit"}))
+            enabled = "Host - Guest clock" in jit
+            rep = q.execute("query-replay") if enabled else {}
+    except Exception:  # noqa: BLE001 - QMP errors, timeouts: the figure is unknown
+        return None
+    return {"enabled": enabled, "shift": None, "sleep": None,
+            "instructions": (rep or {}).get("icount") if enabled else None,
+            "source": "guest QMP: info jit, query-replay"}

@@ -25,7 +25,13 @@ from tacc.capture.schema import DROPS_DTYPE, NO_FID, DropSource
 from .apiring import ApiRings
 from .apiring import available as api_available
 from .counters import CounterBlock, SysfsCounters
-from .devices import TaccFunction, kernel_release, machine_info, read_clock_sync
+from .devices import (
+    TaccFunction,
+    icount_info,
+    kernel_release,
+    machine_info,
+    read_clock_sync,
+)
 from .devring import DeviceTraceRing, TraceRingError
 
 
@@ -34,7 +40,7 @@ class Options:
     host_events: bool = True
     device_trace: bool = True
     api: bool = True
-    counters_hz: float = 100.0
+    counters_hz: float = 20.0  # sysfs/mmap reads from taccd's loop (one tick each)
     clock_hz: float = 1.0
     max_bytes: int = 1 << 30
     pids: list[int] = field(default_factory=list)
@@ -65,7 +71,7 @@ class CaptureSession:
             "kernel": kernel_release(),
             "qemu": machine_info().get("product_version", ""),
             "machine": machine_info(),
-            "icount": None,
+            "icount": icount_info(),
             "time_scale": float(self.functions[0].meta()["time_scale"]) if self.functions
             else 1.0,
             "clock_pairs": [],
@@ -203,8 +209,9 @@ class CaptureSession:
 
     def sample_counters(self, now: float) -> None:
         if self.t_counters and self.opts.counters_hz > 0:
-            missed = int((now - self.t_counters) * self.opts.counters_hz) - 1
-            if missed > 0:  # the loop ran late: samples not taken are drops
+            # the loop ran late: samples not taken are drops (half a period of jitter is not)
+            missed = int((now - self.t_counters) * self.opts.counters_hz + 0.5) - 1
+            if missed > 0:
                 self.drop(DropSource.COUNTERS, missed)
         self.t_counters = now
         for fid, c in list(self.counters.items()):
