@@ -78,13 +78,13 @@ def unaligned_userptr(ctx: Context, bad: bool, scale: int = 1, check: bool = Tru
 
 def map_churn(ctx: Context, bad: bool, scale: int = 1, check: bool = True) -> Result:
     """Per call: register (pin + map + bind) a 256 KiB array, copy, wait, unregister (bad);
-    or register it once (good). 40 x scale calls."""
+    or register it once (good). 64 x scale calls (the iommu_churn rule needs >= 50 maps)."""
     n = 64 * KiB  # float32: 256 KiB
     x = aligned_empty(n, np.float32)
     x[:] = 1.5
     d = ctx.device_buffer(n)
     s = ctx.stream()
-    iters = 40 * scale
+    iters = 64 * scale
     keep = None if bad else ctx.wrap(x)
     span = Span(ctx, [s])
     for i in range(iters):
