@@ -39,23 +39,34 @@ static u32 tacc_devid(struct tacc_device *tdev)
 
 /* ------------------------------------------------------------ hardware ---- */
 
+/* Files and BOs outlive an unplugged device: never touch its BARs then. */
 void tacc_tlb_invalidate(struct tacc_device *tdev, u32 ctx)
 {
-	if (pm_runtime_get_if_active(tacc_to_dev(tdev)) <= 0)
-		return;		/* suspended: resume invalidates everything */
-	tacc_wr(tdev, TACC_REG_TLB_INV, ctx);
-	pm_runtime_mark_last_busy(tacc_to_dev(tdev));
-	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+	int idx;
+
+	if (!drm_dev_enter(&tdev->drm, &idx))
+		return;
+	if (pm_runtime_get_if_active(tacc_to_dev(tdev)) > 0) {
+		tacc_wr(tdev, TACC_REG_TLB_INV, ctx);
+		pm_runtime_mark_last_busy(tacc_to_dev(tdev));
+		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+	}	/* else suspended: resume invalidates everything */
+	drm_dev_exit(idx);
 }
 
 void tacc_hw_program_ctx(struct tacc_device *tdev, u32 id, u64 ptbr)
 {
-	if (pm_runtime_get_if_active(tacc_to_dev(tdev)) <= 0)
+	int idx;
+
+	if (!drm_dev_enter(&tdev->drm, &idx))
 		return;
-	tacc_wr64(tdev, TACC_REG_CTX_PTBR(id), ptbr);
-	tacc_wr(tdev, TACC_REG_TLB_INV, id);
-	pm_runtime_mark_last_busy(tacc_to_dev(tdev));
-	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+	if (pm_runtime_get_if_active(tacc_to_dev(tdev)) > 0) {
+		tacc_wr64(tdev, TACC_REG_CTX_PTBR(id), ptbr);
+		tacc_wr(tdev, TACC_REG_TLB_INV, id);
+		pm_runtime_mark_last_busy(tacc_to_dev(tdev));
+		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+	}
+	drm_dev_exit(idx);
 }
 
 /*
@@ -463,8 +474,12 @@ out:
 static void tacc_trace_stop_locked(struct tacc_device *tdev)
 {
 	struct tacc_trace_ring *tr = &tdev->trace;
+	int idx;
 
-	tacc_wr(tdev, TACC_REG_TRACE_CTRL, 0);
+	if (drm_dev_enter(&tdev->drm, &idx)) {
+		tacc_wr(tdev, TACC_REG_TRACE_CTRL, 0);
+		drm_dev_exit(idx);
+	}
 	tr->owner = NULL;
 	pm_runtime_mark_last_busy(tacc_to_dev(tdev));
 	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
@@ -685,6 +700,7 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	mutex_init(&tdev->devmem_lock);
 	mutex_init(&tdev->trace.lock);
 	spin_lock_init(&tdev->cnt_lock);
+	tacc_reset_init(tdev);
 
 	ret = pcim_enable_device(pdev);
 	if (ret)
@@ -736,6 +752,8 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = tacc_hw_init(tdev);
 	if (ret)
 		return ret;
+	tacc_aer_init(tdev);
+	pci_save_state(pdev);	/* restored after AER and FLR resets */
 
 	tacc_pm_init(tdev);
 
@@ -765,9 +783,10 @@ static void tacc_remove(struct pci_dev *pdev)
 	if (!tdev->is_vf)
 		tacc_sriov_fini(tdev);
 	drm_dev_unplug(&tdev->drm);
+	tacc_reset_fini(tdev);
 	tacc_pm_fini(tdev);
 	tacc_hw_fini(tdev);
-	tacc_queues_unplug(tdev);
+	tacc_queues_fail(tdev, -ENODEV);
 }
 
 static void tacc_shutdown(struct pci_dev *pdev)
@@ -792,6 +811,7 @@ static struct pci_driver tacc_pci_driver = {
 	.remove = tacc_remove,
 	.shutdown = tacc_shutdown,
 	.sriov_configure = tacc_sriov_configure,
+	.err_handler = &tacc_err_handlers,
 	.dev_groups = tacc_dev_groups,
 	.driver = {
 		.pm = &tacc_pm_ops,

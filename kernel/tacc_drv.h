@@ -13,6 +13,7 @@
 #include <linux/mutex.h>
 #include <linux/pci.h>
 #include <linux/spinlock.h>
+#include <linux/workqueue.h>
 #include <linux/xarray.h>
 
 #include <drm/drm_device.h>
@@ -232,7 +233,12 @@ struct tacc_device {
 	u64 cnt_base[TACC_SAMPLE_SLOTS * 2];	/* sums over past resets */
 	spinlock_t cnt_lock;
 
-	/* errors */
+	/* errors and function-level recovery (tacc_reset.c) */
+	struct mutex reset_lock;	/* in_reset, hw_init by recovery */
+	bool in_reset;
+	bool aer_pending;		/* error_detected seen, resume not yet */
+	struct work_struct fatal_work;
+	atomic64_t dev_resets;
 	atomic64_t mmu_faults;
 	atomic64_t dma_errors;
 	atomic64_t fatal_errors;
@@ -311,7 +317,7 @@ void tacc_vm_dump(struct seq_file *m, struct tacc_vm *vm);
 
 /* tacc_job.c */
 int tacc_queues_init(struct tacc_device *tdev);
-void tacc_queues_unplug(struct tacc_device *tdev);
+void tacc_queues_fail(struct tacc_device *tdev, int error);
 void tacc_queue_hw_setup(struct tacc_queue *q);
 void tacc_queue_process_cq(struct tacc_queue *q);
 int tacc_ctx_entities_init(struct tacc_ctx *ctx);
@@ -323,6 +329,13 @@ int tacc_wait_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 
 /* tacc_irq.c */
 int tacc_irq_init(struct tacc_device *tdev);
+
+/* tacc_reset.c */
+extern const struct pci_error_handlers tacc_err_handlers;
+void tacc_aer_init(struct tacc_device *tdev);
+void tacc_reset_init(struct tacc_device *tdev);
+void tacc_reset_fini(struct tacc_device *tdev);
+void tacc_reset_fatal(struct tacc_device *tdev);
 
 /* tacc_pm.c */
 extern const struct dev_pm_ops tacc_pm_ops;

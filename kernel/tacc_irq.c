@@ -79,6 +79,7 @@ static irqreturn_t tacc_error_irq_thread(int irq, void *arg)
 		drm_err(&tdev->drm, "fatal device error, status 0x%x\n",
 			tacc_rd(tdev, TACC_REG_STATUS));
 		tacc_genl_event(tdev, TACC_EVENT_FATAL, NULL, 0, 0, status, 0, 0, GFP_KERNEL);
+		tacc_reset_fatal(tdev);	/* unless AER recovers it first */
 	}
 	if (status & TACC_IRQ_QUEUE_ERROR)
 		drm_err(&tdev->drm, "queue configuration error\n");

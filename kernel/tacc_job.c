@@ -145,7 +145,17 @@ static void tacc_queue_process_cq_locked(struct tacc_queue *q)
 			}
 		}
 		if (!found) {
+			/*
+			 * A corrupted completion (status 0xffff, job inverted
+			 * by fault injection, or garbage): the queue completes
+			 * in order, so it belongs to the oldest job in flight.
+			 * Fail that job now rather than letting it time out.
+			 */
 			q->bad_cqes++;
+			if (cqe.status != TACC_ST_CORRUPT || list_empty(&q->inflight))
+				continue;
+			found = list_first_entry(&q->inflight, struct tacc_job, node);
+			tacc_job_complete(q, found, cqe.status, -EIO, 0, 0);
 			continue;
 		}
 		/* in order per queue: earlier jobs lost their completion */
@@ -213,8 +223,10 @@ static struct dma_fence *tacc_run_job(struct drm_sched_job *sched_job)
 	struct tacc_device *tdev = q->tdev;
 	unsigned long flags;
 
-	if (unlikely(sched_job->s_fence->finished.error) || !tdev->hw_up)
+	if (unlikely(sched_job->s_fence->finished.error))
 		return NULL;
+	if (unlikely(!tdev->hw_up))
+		return ERR_PTR(-ENODEV);	/* unplugged: never ran */
 
 	spin_lock_irqsave(&q->lock, flags);
 	job->hw_job = q->next_hw_job++;
@@ -243,6 +255,15 @@ static enum drm_gpu_sched_stat tacc_timedout_job(struct drm_sched_job *sched_job
 	unsigned long flags;
 	bool guilty = false;
 
+	mutex_lock(&tdev->reset_lock);
+	if (tdev->in_reset) {
+		/* a function reset fails every job: put it back for it */
+		spin_lock(&q->sched.job_list_lock);
+		list_add(&sched_job->list, &q->sched.pending_list);
+		spin_unlock(&q->sched.job_list_lock);
+		mutex_unlock(&tdev->reset_lock);
+		return DRM_GPU_SCHED_STAT_NOMINAL;
+	}
 	drm_sched_stop(&q->sched, sched_job);
 
 	spin_lock_irqsave(&q->lock, flags);
@@ -278,6 +299,7 @@ static enum drm_gpu_sched_stat tacc_timedout_job(struct drm_sched_job *sched_job
 			s_job->s_fence->parent = dma_fence_get(&job->hw_fence->base);
 	}
 	drm_sched_start(&q->sched);
+	mutex_unlock(&tdev->reset_lock);
 
 	if (guilty) {
 		drm_warn(&tdev->drm, "queue %u: job %llu of context %u (pid %d) timed out, queue reset\n",
@@ -416,8 +438,11 @@ int tacc_queues_init(struct tacc_device *tdev)
 	return 0;
 }
 
-/* Surprise removal or unbind: fail everything in flight. */
-void tacc_queues_unplug(struct tacc_device *tdev)
+/*
+ * Unbind, surprise removal, function reset or AER: the device lost (or
+ * will lose) everything it fetched; fail those jobs with @error.
+ */
+void tacc_queues_fail(struct tacc_device *tdev, int error)
 {
 	unsigned long flags;
 	u32 i;
@@ -428,7 +453,7 @@ void tacc_queues_unplug(struct tacc_device *tdev)
 
 		spin_lock_irqsave(&q->lock, flags);
 		list_for_each_entry_safe(job, tmp, &q->inflight, node)
-			tacc_job_complete(q, job, TACC_ST_ABORTED, -ENODEV, 0, 0);
+			tacc_job_complete(q, job, TACC_ST_ABORTED, error, 0, 0);
 		spin_unlock_irqrestore(&q->lock, flags);
 	}
 }

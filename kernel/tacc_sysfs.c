@@ -175,6 +175,7 @@ TACC_INFO_ATTR(pm_resumes, "%llu", (u64)atomic64_read(&tdev->pm_resumes));
 TACC_INFO_ATTR(mmu_faults, "%llu", (u64)atomic64_read(&tdev->mmu_faults));
 TACC_INFO_ATTR(dma_errors, "%llu", (u64)atomic64_read(&tdev->dma_errors));
 TACC_INFO_ATTR(fatal_errors, "%llu", (u64)atomic64_read(&tdev->fatal_errors));
+TACC_INFO_ATTR(function_resets, "%llu", (u64)atomic64_read(&tdev->dev_resets));
 
 static ssize_t engine_names_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
@@ -282,6 +283,7 @@ static struct attribute *tacc_info_attrs[] = {
 	&dev_attr_mmu_faults.attr,
 	&dev_attr_dma_errors.attr,
 	&dev_attr_fatal_errors.attr,
+	&dev_attr_function_resets.attr,
 	&dev_attr_live_objects.attr,
 	&dev_attr_clock_sync.attr,
 	&dev_attr_queue_stats.attr,

@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * tacc function-level recovery: AER (pci_error_handlers), FLR through
+ * sysfs "reset" (reset_prepare/reset_done) and the driver's own recovery
+ * of a fatal device error when AER does not act.  All three stop the
+ * schedulers, fail every job the device held with an error fence, and
+ * reprogram the function after its reset.
+ */
+#include <linux/aer.h>
+#include <linux/delay.h>
+#include <linux/pci.h>
+#include <linux/pm_runtime.h>
+
+#include <drm/drm_drv.h>
+#include <drm/drm_print.h>
+
+#include "tacc_drv.h"
+#include "tacc_trace.h"
+
+static u32 tacc_reset_devid(struct tacc_device *tdev)
+{
+	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
+}
+
+/*
+ * The device reports its fatal error as an AER uncorrectable internal
+ * error, which the AER mask hides by default: unmask it (PF only: VFs
+ * share the PF's AER reporting).  pci_save_state() keeps the mask, so the
+ * restore after a reset keeps it too.
+ */
+void tacc_aer_init(struct tacc_device *tdev)
+{
+	struct pci_dev *pdev = tdev->pdev;
+	int aer = pci_find_ext_capability(pdev, PCI_EXT_CAP_ID_ERR);
+	u32 mask;
+
+	if (!aer || tdev->is_vf)
+		return;
+	pci_read_config_dword(pdev, aer + PCI_ERR_UNCOR_MASK, &mask);
+	if (mask & PCI_ERR_UNC_INTN)
+		pci_write_config_dword(pdev, aer + PCI_ERR_UNCOR_MASK, mask & ~PCI_ERR_UNC_INTN);
+}
+
+/* Stop submission and fail everything the function holds. */
+static void tacc_recover_begin(struct tacc_device *tdev, int error)
+{
+	u32 i;
+
+	mutex_lock(&tdev->reset_lock);
+	if (tdev->in_reset) {
+		mutex_unlock(&tdev->reset_lock);
+		return;
+	}
+	tdev->in_reset = true;
+	for (i = 0; i < tdev->num_queues; i++)
+		drm_sched_wqueue_stop(&tdev->queues[i].sched);
+	tdev->hw_up = false;
+	tacc_queues_fail(tdev, error);
+	mutex_unlock(&tdev->reset_lock);
+}
+
+/* The function was reset: reprogram it and restart submission. */
+static int tacc_recover_end(struct tacc_device *tdev, int reason)
+{
+	int ret = 0;
+	u32 i;
+
+	mutex_lock(&tdev->reset_lock);
+	if (!tdev->in_reset) {
+		mutex_unlock(&tdev->reset_lock);
+		return 0;
+	}
+	/* a suspended function is reprogrammed by its runtime resume */
+	if (pm_runtime_get_if_active(tacc_to_dev(tdev)) > 0) {
+		ret = tacc_hw_init(tdev);
+		pm_runtime_mark_last_busy(tacc_to_dev(tdev));
+		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+	}
+	for (i = 0; i < tdev->num_queues; i++)
+		drm_sched_wqueue_start(&tdev->queues[i].sched);
+	tdev->in_reset = false;
+	atomic64_inc(&tdev->dev_resets);
+	mutex_unlock(&tdev->reset_lock);
+
+	trace_tacc_reset(tacc_reset_devid(tdev), ~0u, ~0u, 0, 0, reason);
+	tacc_genl_event(tdev, TACC_EVENT_RESET, NULL, ~0u, 0, reason, 0, 0, GFP_KERNEL);
+	if (ret)
+		drm_err(&tdev->drm, "function reset: reinitialisation failed (%d)\n", ret);
+	else
+		drm_info(&tdev->drm, "function reset (%d): recovered\n", reason);
+	return ret;
+}
+
+/*
+ * A fatal error without AER recovery (AER not native, masked, or a VF),
+ * or an AER recovery that stopped after error_detected (seen with QEMU's
+ * root port: its secondary bus reset "fails" for want of Data Link Layer
+ * Link Active, and the core then calls neither slot_reset nor resume):
+ * the driver restores the function's config space and resets it itself.
+ */
+static void tacc_fatal_work(struct work_struct *work)
+{
+	struct tacc_device *tdev = container_of(work, struct tacc_device, fatal_work);
+	bool fatal, stuck;
+	int idx, t;
+
+	msleep(200);
+	for (t = 0; t < 30 && READ_ONCE(tdev->aer_pending); t++)
+		msleep(100);
+	if (!drm_dev_enter(&tdev->drm, &idx))
+		return;
+	mutex_lock(&tdev->reset_lock);
+	stuck = tdev->in_reset && tdev->aer_pending;
+	fatal = !tdev->in_reset && tdev->hw_up &&
+		(tacc_rd(tdev, TACC_REG_STATUS) & TACC_STATUS_FATAL);
+	mutex_unlock(&tdev->reset_lock);
+	if (stuck) {
+		drm_warn(&tdev->drm, "AER recovery did not complete: resetting the function\n");
+		pci_restore_state(tdev->pdev);
+		pci_save_state(tdev->pdev);
+		WRITE_ONCE(tdev->aer_pending, false);
+		tacc_recover_end(tdev, -EIO);
+	} else if (fatal) {
+		drm_warn(&tdev->drm, "fatal error not recovered by AER: resetting the function\n");
+		tacc_recover_begin(tdev, -EIO);
+		tacc_recover_end(tdev, -EIO);
+	}
+	drm_dev_exit(idx);
+}
+
+void tacc_reset_init(struct tacc_device *tdev)
+{
+	mutex_init(&tdev->reset_lock);
+	INIT_WORK(&tdev->fatal_work, tacc_fatal_work);
+}
+
+void tacc_reset_fini(struct tacc_device *tdev)
+{
+	cancel_work_sync(&tdev->fatal_work);
+}
+
+void tacc_reset_fatal(struct tacc_device *tdev)
+{
+	schedule_work(&tdev->fatal_work);
+}
+
+/* ------------------------------------------------------------------ AER ---- */
+
+static pci_ers_result_t tacc_error_detected(struct pci_dev *pdev, pci_channel_state_t state)
+{
+	struct tacc_device *tdev = pci_get_drvdata(pdev);
+
+	if (!tdev)
+		return PCI_ERS_RESULT_DISCONNECT;
+	drm_err(&tdev->drm, "PCI error detected, channel state %d\n", state);
+	if (state == pci_channel_io_normal)
+		return PCI_ERS_RESULT_CAN_RECOVER;
+	tacc_recover_begin(tdev, state == pci_channel_io_perm_failure ? -ENODEV : -EIO);
+	if (state == pci_channel_io_perm_failure)
+		return PCI_ERS_RESULT_DISCONNECT;
+	WRITE_ONCE(tdev->aer_pending, true);
+	schedule_work(&tdev->fatal_work);	/* in case the core gives up */
+	return PCI_ERS_RESULT_NEED_RESET;
+}
+
+static pci_ers_result_t tacc_mmio_enabled(struct pci_dev *pdev)
+{
+	struct tacc_device *tdev = pci_get_drvdata(pdev);
+
+	/* a non-fatal error: the function still works unless it says FATAL */
+	if (tdev && (tacc_rd(tdev, TACC_REG_STATUS) & TACC_STATUS_FATAL))
+		return PCI_ERS_RESULT_NEED_RESET;
+	return PCI_ERS_RESULT_RECOVERED;
+}
+
+static pci_ers_result_t tacc_slot_reset(struct pci_dev *pdev)
+{
+	struct tacc_device *tdev = pci_get_drvdata(pdev);
+
+	if (!tdev)
+		return PCI_ERS_RESULT_DISCONNECT;
+	pci_restore_state(pdev);
+	pci_save_state(pdev);
+	if (tacc_rd(tdev, TACC_REG_ID) != TACC_ID_MAGIC) {
+		drm_err(&tdev->drm, "slot reset: device does not answer\n");
+		return PCI_ERS_RESULT_DISCONNECT;
+	}
+	/* a reset without error_detected (e.g. AER of another function) */
+	tacc_recover_begin(tdev, -EIO);
+	return PCI_ERS_RESULT_RECOVERED;
+}
+
+static void tacc_resume(struct pci_dev *pdev)
+{
+	struct tacc_device *tdev = pci_get_drvdata(pdev);
+
+	if (tdev) {
+		WRITE_ONCE(tdev->aer_pending, false);
+		tacc_recover_end(tdev, -EIO);
+	}
+}
+
+/* ------------------------------------------------------------------ FLR ---- */
+
+static void tacc_reset_prepare(struct pci_dev *pdev)
+{
+	struct tacc_device *tdev = pci_get_drvdata(pdev);
+
+	if (tdev)
+		tacc_recover_begin(tdev, -EIO);
+}
+
+static void tacc_reset_done(struct pci_dev *pdev)
+{
+	struct tacc_device *tdev = pci_get_drvdata(pdev);
+
+	if (tdev)
+		tacc_recover_end(tdev, -EIO);
+}
+
+const struct pci_error_handlers tacc_err_handlers = {
+	.error_detected = tacc_error_detected,
+	.mmio_enabled = tacc_mmio_enabled,
+	.slot_reset = tacc_slot_reset,
+	.resume = tacc_resume,
+	.reset_prepare = tacc_reset_prepare,
+	.reset_done = tacc_reset_done,
+};
