@@ -121,6 +121,16 @@ def test_reads_during_function_reset(pf: Function) -> None:
     (drv / "bind").write_text(pf.pci)
 
 
+def _wait_copying(fn: Function, timeout: float = 60.0) -> None:
+    """Until the load process has moved bytes (its start-up is slow under TCG)."""
+    f = fn.counters_dir / "h2d_bytes"
+    v0 = int(f.read_text())
+    end = time.monotonic() + timeout
+    while int(f.read_text()) == v0:
+        assert time.monotonic() < end, "copy load did not start"
+        time.sleep(0.05)
+
+
 def _sample(fn: Function, tmp_path: Path, rate: float, seconds: float) -> None:
     (fn.path / "power" / "control").write_text("on")
     out = tmp_path / "cap"
@@ -131,7 +141,7 @@ def _sample(fn: Function, tmp_path: Path, rate: float, seconds: float) -> None:
         with Sampler([fn], rate, "mmap") as s, CaptureWriter(
                 out, capture_meta([fn], rate, "mmap"),
                 streams=("counters", "clock_sync", "drops")) as w:
-            time.sleep(0.5)
+            _wait_copying(fn)
             st = s.run(duration_s=seconds, writer=w)
             w.close(extra={"counters_sampler": st.as_dict()})
     finally:
