@@ -13,6 +13,9 @@ from tacc.capture.schema import DriverKind, Opcode
 DRIVER_KEEP = (DriverKind.DMA_MAP, DriverKind.DMA_UNMAP, DriverKind.VM_BIND,
                DriverKind.VM_UNBIND, DriverKind.BO_CREATE, DriverKind.BO_DESTROY,
                DriverKind.SUBMIT)
+# ioctl numbers (_IOC_NR) of buffer management: GEM_CLOSE, BO_CREATE (pin + IOMMU map of
+# user memory), VM_BIND, VM_UNBIND (uapi/drm/tacc_accel.h, DRM_COMMAND_BASE 0x40)
+BUFFER_IOCTLS = (0x09, 0x41, 0x43, 0x44)
 DRIVER_COLS = ["t_ns", "dur_ns", "kind", "fid", "pid", "tag", "addr", "size", "nsegs",
                "page_size", "flags", "arg"]
 
@@ -125,7 +128,8 @@ def load(cap: Capture) -> Data:
     keep = [int(k) for k in DRIVER_KEEP]
     drv_parts = []
     for ch in cap.chunks("driver"):
-        m = np.isin(ch["kind"], keep)
+        m = np.isin(ch["kind"], keep) | ((ch["kind"] == DriverKind.IOCTL) &
+                                         np.isin(ch["arg"], BUFFER_IOCTLS))
         drv_parts.append(ch[DRIVER_COLS][m])
     from tacc.capture.schema import DRIVER_DTYPE
 
