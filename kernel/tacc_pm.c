@@ -23,9 +23,11 @@ static bool tacc_counter_is_hwm(u32 page, u32 slot)
 }
 
 /*
- * The device zeroes its counters in every function reset (D3hot -> D0):
- * fold the values into a per-driver base so sysfs counters stay monotonic
- * and never need to wake a suspended device.
+ * The device zeroes a function's counters in every function reset (D3hot ->
+ * D0, FLR): fold the values into a per-driver base so sysfs counters stay
+ * monotonic and never need to wake a suspended device.  The global page is
+ * device-wide and never reset: keep its last snapshot, to be shown while
+ * suspended, instead of summing it.
  */
 void tacc_counters_cache(struct tacc_device *tdev)
 {
@@ -55,7 +57,9 @@ void tacc_counters_cache(struct tacc_device *tdev)
 
 			if (tacc_counter_is_hwm(p, i))
 				*b = max(*b, v);
-			else if (!(p == 1 && i == TACC_CNT_uptime_ticks))
+			else if (p == 1)
+				*b = v;	/* the global page survives function resets */
+			else
 				*b += v;
 		}
 	}

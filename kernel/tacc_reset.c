@@ -206,8 +206,14 @@ static void tacc_reset_prepare(struct pci_dev *pdev)
 {
 	struct tacc_device *tdev = pci_get_drvdata(pdev);
 
-	if (tdev)
-		tacc_recover_begin(tdev, -EIO);
+	if (!tdev)
+		return;
+	/* FLR zeroes the function's counters: fold them into the base first */
+	if (pm_runtime_get_if_active(&pdev->dev) > 0) {
+		tacc_counters_cache(tdev);
+		pm_runtime_put_noidle(&pdev->dev);
+	}
+	tacc_recover_begin(tdev, -EIO);
 }
 
 static void tacc_reset_done(struct pci_dev *pdev)

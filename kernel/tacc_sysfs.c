@@ -22,6 +22,7 @@ u64 tacc_counter_read(struct tacc_device *tdev, bool global, u32 slot)
 {
 	u32 page = global ? 1 : 0;
 	unsigned long flags;
+	bool live = false;
 	u64 base, v = 0;
 
 	spin_lock_irqsave(&tdev->cnt_lock, flags);
@@ -30,7 +31,10 @@ u64 tacc_counter_read(struct tacc_device *tdev, bool global, u32 slot)
 	if (pm_runtime_get_if_active(tacc_to_dev(tdev)) > 0) {
 		v = readq(tdev->cnt + page * TACC_CNT_GLOBAL_PAGE + 8 * slot);
 		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+		live = true;
 	}
+	if (global)	/* never reset: live value, or the snapshot of the last suspend */
+		return live ? v : base;
 	if (!global && slot >= TACC_CNT_queue0_depth_hwm && slot <= TACC_CNT_queue3_depth_hwm)
 		return max(base, v);
 	return base + v;
