@@ -388,7 +388,8 @@ class Extractor:
 
             def make(k: int) -> Track:
                 fid, eng, q = k >> 16, (k >> 8) & 0xFF, k & 0xFF
-                en = ENGINE_NAMES[eng] if eng < len(ENGINE_NAMES) else f"engine{eng}"
+                en = (ENGINE_NAMES[eng] if eng < len(ENGINE_NAMES) else
+                      "control" if eng == 255 else f"engine{eng}")  # 255: fence/timestamp/nop
                 return self._device_track(src, fid, f"{en} q{q}")
 
             dur = np.maximum(te - ts, 0)
