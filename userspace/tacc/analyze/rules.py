@@ -56,7 +56,7 @@ class Thresholds:
     # idle_gaps
     idle_gap_ns: int = 500_000
     idle_share: float = 0.10
-    idle_min_gaps: int = 3
+    idle_min_gaps: int = 5  # a workload's own phases (upload, run, download) leave 3-4
     idle_small_calls: int = 2  # gaps with this many small copy calls: small_transfers' time
 
     def update(self, kv: dict[str, Any]) -> None:
