@@ -19,6 +19,19 @@ def pytest_configure(config: pytest.Config) -> None:
         pytest.exit("tests/vm runs inside the test VM: use `make test-vm`", returncode=4)
 
 
+# Files that reload the module or remove the device run after everything else,
+# in this order (pytest would otherwise order files by name).
+LAST_FILES = ("test_driver_zz_reload.py", "test_driver_zzz_surprise.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def key(item: pytest.Item) -> int:
+        name = item.path.name
+        return LAST_FILES.index(name) + 1 if name in LAST_FILES else 0
+
+    items.sort(key=key)  # stable: the rest keeps pytest's order
+
+
 def tacc_pci_devices() -> list[Path]:
     """PCI functions of the tacc device (PF first, then VFs), from sysfs."""
     devs = [p for p in Path("/sys/bus/pci/devices").iterdir()
