@@ -421,7 +421,9 @@ def test_rule_fires_on_bad_silent_on_good(recorder: Recorder, name: str) -> None
     rep = _twin(recorder, name)
     assert set(rep["expected"]) <= set(rep["bad_findings"]), rep
     assert not set(rep["expected"]) & set(rep["good_findings"]), rep
-    assert rep["good_findings"] == [], rep
+    # anything the good twin reports is background both twins share (e.g. the 256 KiB
+    # GEMM weights of serialized_copies on 4 KiB pages in both variants), never new
+    assert set(rep["good_findings"]) <= set(rep["bad_findings"]), rep
 
 
 @pytest.mark.long

@@ -505,7 +505,10 @@ def tlb_thrash(d: Data, th: Thresholds) -> list[Finding]:
     c = d.cmds
     drv = d.drv
     for f in d.functions:
-        m = c.fid == f.fid
+        # walks of compute commands (operands in device memory, what 2 MiB device pages
+        # fix), against compute time; copies walk the pinned host pages (4 KiB whatever
+        # the device pages are)
+        m = (c.fid == f.fid) & (c.engine >= Engine.COMPUTE0)
         misses = int(c.tlb[m].sum())
         if misses == 0:
             continue
@@ -515,7 +518,7 @@ def tlb_thrash(d: Data, th: Thresholds) -> list[Finding]:
         small_bytes = int(binds["size"][small].sum())
         if not small.any():
             continue
-        busy = int(c.dur[m & (c.engine >= Engine.COMPUTE0)].sum()) or int(c.dur[m].sum())
+        busy = int(c.dur[m].sum())
         walk = misses * th.tlb_miss_ns
         if walk < th.tlb_lost_share * max(busy, 1):
             continue
