@@ -66,7 +66,8 @@ def test_good_values_accepted(iommu: str) -> None:
 def test_iommu_modes_reach_qemu_and_kernel(tmp_path: Path) -> None:
     for mode, dev, arg in [("strict", True, "iommu.strict=1"), ("lazy", True, "iommu.strict=0"),
                            ("pt", True, "iommu.passthrough=1"), ("off", False, "intel_iommu=off")]:
-        cfg = run_vm.VMConfig.from_env({"IOMMU": mode, "KERNEL": "6.12.117"}, require_installed=False)
+        cfg = run_vm.VMConfig.from_env({"IOMMU": mode, "KERNEL": "6.12.117"},
+                                       require_installed=False)
         argv = run_vm.qemu_argv(cfg, tmp_path, None, interactive=False)
         assert ("intel-iommu,intremap=on" in argv) == dev
         assert arg in argv[argv.index("-append") + 1]
@@ -90,6 +91,7 @@ def test_qemu_failure_is_never_success(sentinel: int | None) -> None:
 
 def test_module_importable_with_stdlib_only() -> None:
     # run-vm must work before the venv exists.
-    r = subprocess.run([sys.executable, "-S", "-c", "import ast,sys; ast.parse(open(sys.argv[1]).read())",
-                        str(ROOT / "scripts/run-vm")], capture_output=True, timeout=30)
+    code = "import ast,sys; ast.parse(open(sys.argv[1]).read())"
+    r = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT / "scripts/run-vm")],
+                       capture_output=True, timeout=30)
     assert r.returncode == 0
