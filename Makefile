@@ -18,6 +18,15 @@ KERNEL_ARGS ?=
 CMD ?=
 export IOMMU VFS MEM KERNEL SMP ICOUNT MODPARAMS QEMU_ARGS KERNEL_ARGS
 
+# Bad variable values stop here, before anything runs, with one line.
+ifeq ($(filter help clean distclean,$(MAKECMDGOALS)),)
+BAD_VARS := $(shell IOMMU='$(IOMMU)' VFS='$(VFS)' MEM='$(MEM)' KERNEL='$(KERNEL)' SMP='$(SMP)' \
+	ICOUNT='$(ICOUNT)' MODPARAMS='$(MODPARAMS)' /usr/bin/python3 scripts/run-vm --validate 2>&1)
+ifneq ($(BAD_VARS),)
+$(error $(BAD_VARS))
+endif
+endif
+
 .PHONY: all setup run-vm test test-host test-device test-vm test-long bench lint checkpatch module qemu clean distclean help
 
 all: setup
@@ -26,7 +35,6 @@ help:
 	@sed -n '1,/^$$/p' README.md | head -20; echo; grep -E '^[a-z-]+:' Makefile | cut -d: -f1 | tr '\n' ' '; echo
 
 setup:
-	@/usr/bin/python3 scripts/run-vm --validate
 	@scripts/setup.sh
 
 run-vm: setup

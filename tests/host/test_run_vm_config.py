@@ -95,3 +95,14 @@ def test_module_importable_with_stdlib_only() -> None:
     r = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT / "scripts/run-vm")],
                        capture_output=True, timeout=30)
     assert r.returncode == 0
+
+
+@pytest.mark.parametrize(("var", "value"), [("IOMMU", "bogus"), ("KERNEL", "9.9"), ("VFS", "7")])
+def test_make_run_vm_bad_value_stops_first(var: str, value: str) -> None:
+    # `make run-vm` checks the variables before any set-up step runs.
+    r = subprocess.run(["make", "-s", "run-vm", f"{var}={value}", "CMD=true"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{var}={value}" in lines[0] and "accepted" in lines[0], r.stderr
+    assert r.stdout == ""
