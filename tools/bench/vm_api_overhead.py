@@ -7,7 +7,7 @@ runtime bookkeeping, the worst case for relative overhead) and ``nop`` (``Stream
 a real submit ioctl; the stream is synchronized every 64 calls).  The reader is a separate
 process that drains every ring of this process in bulk every millisecond, as taccd does.
 
-    bench_api_overhead.py [--calls 5000] [--rounds 5] [--sim] [--json OUT]
+    vm_api_overhead.py [--calls 5000] [--rounds 5] [--sim] [--json OUT]
 """
 
 from __future__ import annotations
