@@ -378,6 +378,16 @@ static void tacc_trace_free(struct drm_device *dev, void *data)
 	tr->cpu = NULL;
 }
 
+/* Surprise removal: drm_dev_unplug() zapped the user mappings already. */
+void tacc_trace_release_dma(struct tacc_device *tdev)
+{
+	struct tacc_trace_ring *tr = &tdev->trace;
+
+	mutex_lock(&tr->lock);
+	tacc_trace_free(&tdev->drm, NULL);
+	mutex_unlock(&tr->lock);
+}
+
 static int tacc_trace_alloc(struct tacc_device *tdev)
 {
 	struct tacc_trace_ring *tr = &tdev->trace;
@@ -452,6 +462,10 @@ int tacc_trace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file
 	mutex_lock(&tr->lock);
 	if (tr->owner != file) {
 		ret = -EPERM;
+		goto out;
+	}
+	if (!tr->cpu) {
+		ret = -ENODEV;
 		goto out;
 	}
 	hdr = tacc_trace_hdr(tdev);
@@ -541,6 +555,10 @@ static int tacc_mmap_trace(struct tacc_device *tdev, struct drm_file *file,
 	if (size > tr->size)
 		return -EINVAL;
 	mutex_lock(&tr->lock);
+	if (!tr->cpu) {
+		ret = -ENODEV;
+		goto out;
+	}
 	if (tr->owner != file) {
 		ret = -EACCES;
 		goto out;
@@ -699,6 +717,8 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	mutex_init(&tdev->ctx_lock);
 	mutex_init(&tdev->devmem_lock);
 	mutex_init(&tdev->trace.lock);
+	mutex_init(&tdev->bo_dma_lock);
+	INIT_LIST_HEAD(&tdev->bo_dma_list);
 	spin_lock_init(&tdev->cnt_lock);
 	tacc_reset_init(tdev);
 
@@ -775,6 +795,28 @@ err_pm:
 	return ret;
 }
 
+/*
+ * Free or unmap every DMA buffer while the device is still there: once
+ * tacc_remove returns, a surprise-removed device loses its IOMMU DMA ops
+ * and files left open would free IOVAs as physical addresses.  After
+ * drm_dev_unplug() no ioctl maps anything new; the release paths (file
+ * close, BO free, drm release) skip what is freed here.
+ */
+static void tacc_release_dma(struct tacc_device *tdev)
+{
+	u32 i;
+
+	mutex_lock(&tdev->ctx_lock);
+	for (i = 0; i < tdev->num_contexts; i++) {
+		if (tdev->ctxs[i])
+			tacc_vm_release_dma(tdev, &tdev->ctxs[i]->vm);
+	}
+	mutex_unlock(&tdev->ctx_lock);
+	tacc_bo_release_dma(tdev);
+	tacc_queues_release_dma(tdev);
+	tacc_trace_release_dma(tdev);
+}
+
 static void tacc_remove(struct pci_dev *pdev)
 {
 	struct tacc_device *tdev = pci_get_drvdata(pdev);
@@ -787,6 +829,7 @@ static void tacc_remove(struct pci_dev *pdev)
 	tacc_pm_fini(tdev);
 	tacc_hw_fini(tdev);
 	tacc_queues_fail(tdev, -ENODEV);
+	tacc_release_dma(tdev);
 }
 
 static void tacc_shutdown(struct pci_dev *pdev)

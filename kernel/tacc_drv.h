@@ -146,6 +146,8 @@ struct tacc_bo {
 	struct tacc_ctx *uctx;		/* USERPTR: accounting */
 	/* binding in the owning file's VM (protected by vm->lock) */
 	struct tacc_mapping *map;
+	/* on tdev->bo_dma_list while sgt is DMA-mapped (tdev->bo_dma_lock) */
+	struct list_head dma_node;
 };
 
 struct tacc_mapping {
@@ -221,6 +223,11 @@ struct tacc_device {
 	u64 devmem_used;
 
 	struct tacc_trace_ring trace;
+
+	/* BOs with a DMA mapping: unmapped by tacc_remove, not at free */
+	struct mutex bo_dma_lock;	/* bo_dma_list, dma_released, bo->sgt */
+	struct list_head bo_dma_list;	/* struct tacc_bo.dma_node */
+	bool dma_released;
 
 	/* SR-IOV (PF) */
 	int num_vfs;
@@ -303,10 +310,12 @@ int tacc_bo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *fi
 int tacc_bo_info_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_bo_get_sgt(struct tacc_bo *bo, struct sg_table **sgt);
 int tacc_devmem_init(struct tacc_device *tdev);
+void tacc_bo_release_dma(struct tacc_device *tdev);
 
 /* tacc_mmu.c */
 int tacc_vm_init(struct tacc_device *tdev, struct tacc_vm *vm);
 void tacc_vm_fini(struct tacc_device *tdev, struct tacc_vm *vm);
+void tacc_vm_release_dma(struct tacc_device *tdev, struct tacc_vm *vm);
 int tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 bo_offset,
 		 u64 size, u32 flags, u64 *out_va, u64 *out_pgsz);
 void tacc_vm_unbind_locked(struct tacc_ctx *ctx, struct tacc_bo *bo);
@@ -318,6 +327,7 @@ void tacc_vm_dump(struct seq_file *m, struct tacc_vm *vm);
 /* tacc_job.c */
 int tacc_queues_init(struct tacc_device *tdev);
 void tacc_queues_fail(struct tacc_device *tdev, int error);
+void tacc_queues_release_dma(struct tacc_device *tdev);
 void tacc_queue_hw_setup(struct tacc_queue *q);
 void tacc_queue_process_cq(struct tacc_queue *q);
 int tacc_ctx_entities_init(struct tacc_ctx *ctx);
@@ -372,5 +382,6 @@ int tacc_trace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file
 int tacc_trace_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 void tacc_trace_hw_setup(struct tacc_device *tdev);
 void tacc_trace_release(struct tacc_device *tdev, struct drm_file *file);
+void tacc_trace_release_dma(struct tacc_device *tdev);
 
 #endif /* __TACC_DRV_H__ */

@@ -12,6 +12,7 @@
 #include <linux/slab.h>
 #include <linux/vmalloc.h>
 
+#include <drm/drm_drv.h>
 #include <drm/drm_gem.h>
 #include <drm/drm_managed.h>
 #include <drm/drm_print.h>
@@ -67,6 +68,63 @@ static void tacc_gem_close(struct drm_gem_object *obj, struct drm_file *file)
 		tacc_vm_unbind(ctx, to_tacc_bo(obj));
 }
 
+static enum dma_data_direction tacc_bo_userptr_dir(struct tacc_bo *bo)
+{
+	return (bo->flags & DRM_TACC_BO_F_READONLY) ? DMA_TO_DEVICE : DMA_BIDIRECTIONAL;
+}
+
+/* Called with tdev->bo_dma_lock held. */
+static void tacc_bo_unmap_userptr(struct tacc_device *tdev, struct tacc_bo *bo)
+{
+	enum dma_data_direction dir = tacc_bo_userptr_dir(bo);
+
+	tacc_trace_sgt(bo, bo->sgt, false, dir);
+	dma_unmap_sgtable(tacc_to_dev(tdev), bo->sgt, dir, 0);
+	sg_free_table(bo->sgt);
+	kfree(bo->sgt);
+	bo->sgt = NULL;
+}
+
+/* Called with tdev->bo_dma_lock held: drop the helper's DMA mapping. */
+static void tacc_bo_unmap_host(struct tacc_device *tdev, struct tacc_bo *bo)
+{
+	struct drm_gem_shmem_object *shmem = &bo->shmem;
+
+	tacc_trace_sgt(bo, bo->sgt, false, DMA_BIDIRECTIONAL);
+	dma_resv_lock(shmem->base.resv, NULL);
+	if (shmem->sgt) {
+		dma_unmap_sgtable(tacc_to_dev(tdev), shmem->sgt, DMA_BIDIRECTIONAL, 0);
+		sg_free_table(shmem->sgt);
+		kfree(shmem->sgt);
+		shmem->sgt = NULL;
+		if (shmem->pages)
+			drm_gem_shmem_put_pages(shmem);	/* the sgt's reference */
+	}
+	dma_resv_unlock(shmem->base.resv);
+	bo->sgt = NULL;
+}
+
+/*
+ * Surprise removal: unmap every BO while the device (and its IOMMU
+ * domain) still exists; tacc_gem_free then finds bo->sgt NULL.  No new
+ * mapping is made: creation and binding run under drm_dev_enter().
+ */
+void tacc_bo_release_dma(struct tacc_device *tdev)
+{
+	struct tacc_bo *bo, *tmp;
+
+	mutex_lock(&tdev->bo_dma_lock);
+	tdev->dma_released = true;
+	list_for_each_entry_safe(bo, tmp, &tdev->bo_dma_list, dma_node) {
+		list_del(&bo->dma_node);
+		if (bo->type == DRM_TACC_BO_USERPTR)
+			tacc_bo_unmap_userptr(tdev, bo);
+		else
+			tacc_bo_unmap_host(tdev, bo);
+	}
+	mutex_unlock(&tdev->bo_dma_lock);
+}
+
 static void tacc_gem_free(struct drm_gem_object *obj)
 {
 	struct tacc_bo *bo = to_tacc_bo(obj);
@@ -80,8 +138,13 @@ static void tacc_gem_free(struct drm_gem_object *obj)
 
 	switch (bo->type) {
 	case DRM_TACC_BO_HOST:
-		if (bo->sgt)
+		/* the helper unmaps shmem->sgt: NULL if tacc_remove did already */
+		mutex_lock(&tdev->bo_dma_lock);
+		if (bo->sgt) {
 			tacc_trace_sgt(bo, bo->sgt, false, DMA_BIDIRECTIONAL);
+			list_del(&bo->dma_node);
+		}
+		mutex_unlock(&tdev->bo_dma_lock);
 		drm_gem_shmem_free(&bo->shmem);
 		return;
 	case DRM_TACC_BO_DEVICE:
@@ -93,16 +156,13 @@ static void tacc_gem_free(struct drm_gem_object *obj)
 		mutex_unlock(&tdev->devmem_lock);
 		atomic_long_sub(obj->size, &tdev->live.devmem_bytes);
 		break;
-	case DRM_TACC_BO_USERPTR: {
-		enum dma_data_direction dir = (bo->flags & DRM_TACC_BO_F_READONLY) ?
-					      DMA_TO_DEVICE : DMA_BIDIRECTIONAL;
-
+	case DRM_TACC_BO_USERPTR:
+		mutex_lock(&tdev->bo_dma_lock);
 		if (bo->sgt) {
-			tacc_trace_sgt(bo, bo->sgt, false, dir);
-			dma_unmap_sgtable(tacc_to_dev(tdev), bo->sgt, dir, 0);
-			sg_free_table(bo->sgt);
-			kfree(bo->sgt);
+			list_del(&bo->dma_node);
+			tacc_bo_unmap_userptr(tdev, bo);
 		}
+		mutex_unlock(&tdev->bo_dma_lock);
 		if (bo->pages) {
 			unpin_user_pages_dirty_lock(bo->pages, bo->npages,
 						    !(bo->flags & DRM_TACC_BO_F_READONLY));
@@ -112,7 +172,6 @@ static void tacc_gem_free(struct drm_gem_object *obj)
 				atomic_long_sub(bo->npages, &bo->uctx->userptr_pages);
 		}
 		break;
-	}
 	}
 	drm_gem_object_release(obj);
 	kfree(bo);
@@ -153,6 +212,7 @@ struct drm_gem_object *tacc_gem_create_object(struct drm_device *dev, size_t siz
 /* DMA mapping of a host BO; created on first use, kept until free. */
 int tacc_bo_get_sgt(struct tacc_bo *bo, struct sg_table **sgtp)
 {
+	struct tacc_device *tdev = to_tacc_dev(bo->shmem.base.dev);
 	struct sg_table *sgt;
 
 	if (bo->type == DRM_TACC_BO_USERPTR) {
@@ -164,10 +224,13 @@ int tacc_bo_get_sgt(struct tacc_bo *bo, struct sg_table **sgtp)
 	sgt = drm_gem_shmem_get_pages_sgt(&bo->shmem);
 	if (IS_ERR(sgt))
 		return PTR_ERR(sgt);
+	mutex_lock(&tdev->bo_dma_lock);
 	if (!bo->sgt) {
 		bo->sgt = sgt;
+		list_add_tail(&bo->dma_node, &tdev->bo_dma_list);
 		tacc_trace_sgt(bo, sgt, true, DMA_BIDIRECTIONAL);
 	}
+	mutex_unlock(&tdev->bo_dma_lock);
 	*sgtp = sgt;
 	return 0;
 }
@@ -270,7 +333,10 @@ static struct tacc_bo *tacc_bo_create_userptr(struct tacc_device *tdev, struct t
 		goto err_table;
 
 	bo->npages = npages;
+	mutex_lock(&tdev->bo_dma_lock);
 	bo->sgt = sgt;
+	list_add_tail(&bo->dma_node, &tdev->bo_dma_list);
+	mutex_unlock(&tdev->bo_dma_lock);
 	bo->uctx = ctx;
 	atomic_long_add(npages, &ctx->userptr_pages);
 	atomic_long_add(npages, &tdev->live.userptr_pages);
@@ -292,7 +358,7 @@ err_obj:
 	return ERR_PTR(ret);
 }
 
-int tacc_bo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+static int __tacc_bo_create(struct drm_device *dev, void *data, struct drm_file *file)
 {
 	struct tacc_device *tdev = to_tacc_dev(dev);
 	struct tacc_ctx *ctx = file->driver_priv;
@@ -375,6 +441,18 @@ err_put:
 	return ret;
 err_count:
 	atomic_dec(&ctx->nr_bos);
+	return ret;
+}
+
+/* DMA mappings are made only while tacc_remove cannot release them. */
+int tacc_bo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	int ret, idx;
+
+	if (!drm_dev_enter(dev, &idx))
+		return -ENODEV;
+	ret = __tacc_bo_create(dev, data, file);
+	drm_dev_exit(idx);
 	return ret;
 }
 

@@ -225,10 +225,12 @@ static struct dma_fence *tacc_run_job(struct drm_sched_job *sched_job)
 
 	if (unlikely(sched_job->s_fence->finished.error))
 		return NULL;
-	if (unlikely(!tdev->hw_up))
-		return ERR_PTR(-ENODEV);	/* unplugged: never ran */
 
 	spin_lock_irqsave(&q->lock, flags);
+	if (unlikely(!tdev->hw_up || !q->sq)) {
+		spin_unlock_irqrestore(&q->lock, flags);
+		return ERR_PTR(-ENODEV);	/* unplugged: never ran */
+	}
 	job->hw_job = q->next_hw_job++;
 	dma_fence_init(&job->hw_fence->base, &tacc_fence_ops, &q->lock, q->fence_ctx,
 		       ++q->fence_seqno);
@@ -455,6 +457,35 @@ void tacc_queues_fail(struct tacc_device *tdev, int error)
 		list_for_each_entry_safe(job, tmp, &q->inflight, node)
 			tacc_job_complete(q, job, TACC_ST_ABORTED, error, 0, 0);
 		spin_unlock_irqrestore(&q->lock, flags);
+	}
+}
+
+/*
+ * Surprise removal, after tacc_hw_fini() and tacc_queues_fail(): free the
+ * rings while the device (and its IOMMU domain) still exists.  run_job
+ * and the CQ paths see hw_up false or sq NULL under q->lock.
+ */
+void tacc_queues_release_dma(struct tacc_device *tdev)
+{
+	struct device *dev = tacc_to_dev(tdev);
+	unsigned long flags;
+	u32 i;
+
+	for (i = 0; i < tdev->num_queues; i++) {
+		struct tacc_queue *q = &tdev->queues[i];
+		struct tacc_desc *sq;
+		struct tacc_cqe *cq;
+
+		spin_lock_irqsave(&q->lock, flags);
+		sq = q->sq;
+		cq = q->cq;
+		q->sq = NULL;
+		q->cq = NULL;
+		spin_unlock_irqrestore(&q->lock, flags);
+		if (sq)
+			dma_free_coherent(dev, TACC_SQ_ENTRIES * TACC_DESC_SIZE, sq, q->sq_dma);
+		if (cq)
+			dma_free_coherent(dev, TACC_CQ_ENTRIES * TACC_CQE_SIZE, cq, q->cq_dma);
 	}
 }
 

@@ -8,6 +8,7 @@
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 
+#include <drm/drm_drv.h>
 #include <drm/drm_gem.h>
 #include <drm/drm_print.h>
 
@@ -62,7 +63,11 @@ int tacc_vm_init(struct tacc_device *tdev, struct tacc_vm *vm)
 	return 0;
 }
 
-void tacc_vm_fini(struct tacc_device *tdev, struct tacc_vm *vm)
+/*
+ * Free every table's DMA memory; the root keeps its (now empty) child
+ * array so that unbinding later finds nothing to clear.
+ */
+static void tacc_vm_free_tables(struct tacc_device *tdev, struct tacc_vm *vm)
 {
 	struct tacc_pt *l1, *l2;
 	u32 i, j;
@@ -82,10 +87,33 @@ void tacc_vm_fini(struct tacc_device *tdev, struct tacc_vm *vm)
 		}
 		tacc_pt_free(tdev, l1);
 		kfree(l1);
+		vm->root.child[i] = NULL;
 	}
-	tacc_pt_free(tdev, &vm->root);
+	dma_free_coherent(tacc_to_dev(tdev), PAGE_SIZE, vm->root.cpu, vm->root.dma);
+	atomic_dec(&tdev->live.pt_pages);
+	vm->root.cpu = NULL;
+	vm->nr_tables = 0;
+}
+
+void tacc_vm_fini(struct tacc_device *tdev, struct tacc_vm *vm)
+{
+	tacc_vm_free_tables(tdev, vm);	/* nothing left after tacc_remove */
+	kfree(vm->root.child);
+	vm->root.child = NULL;
 	drm_mm_takedown(&vm->va_mm);
 	mutex_destroy(&vm->lock);
+}
+
+/*
+ * Surprise removal: the tables must go while the device (and its IOMMU
+ * domain) still exists.  Bindings stay in va_mm until their BOs close;
+ * binding anew is refused by drm_dev_enter() in tacc_vm_bind().
+ */
+void tacc_vm_release_dma(struct tacc_device *tdev, struct tacc_vm *vm)
+{
+	mutex_lock(&vm->lock);
+	tacc_vm_free_tables(tdev, vm);
+	mutex_unlock(&vm->lock);
 }
 
 static struct tacc_pt *tacc_pt_child(struct tacc_device *tdev, struct tacc_vm *vm,
@@ -205,8 +233,8 @@ static int tacc_map_bo(struct tacc_device *tdev, struct tacc_vm *vm, struct tacc
 	return left ? -EINVAL : 0;
 }
 
-int tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 bo_offset,
-		 u64 size, u32 flags, u64 *out_va, u64 *out_pgsz)
+static int __tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 bo_offset,
+			  u64 size, u32 flags, u64 *out_va, u64 *out_pgsz)
 {
 	struct tacc_device *tdev = ctx->tdev;
 	struct tacc_vm *vm = &ctx->vm;
@@ -293,6 +321,19 @@ err_unmap:
 err_unlock:
 	mutex_unlock(&vm->lock);
 	kfree(map);
+	return ret;
+}
+
+/* No new tables or DMA mappings once tacc_remove may have released them. */
+int tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 bo_offset,
+		 u64 size, u32 flags, u64 *out_va, u64 *out_pgsz)
+{
+	int ret, idx;
+
+	if (!drm_dev_enter(&ctx->tdev->drm, &idx))
+		return -ENODEV;
+	ret = __tacc_vm_bind(ctx, bo, va, bo_offset, size, flags, out_va, out_pgsz);
+	drm_dev_exit(idx);
 	return ret;
 }
 

@@ -29,10 +29,6 @@ from test_driver_basic import (
 )
 
 
-# Known bug: closing a file after device_del frees DMA memory through a device
-# whose IOMMU ops are gone (oops in __free_pages). Kept out of the default run
-# until tacc_remove releases DMA memory itself; `make test-long` shows it.
-@pytest.mark.long
 def test_surprise_removal(pf_accel):
     mod = pytest.importorskip("tacc.testing.guest_qmp")
     try:
