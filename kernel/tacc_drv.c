@@ -428,7 +428,12 @@ int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 	if (ret)
 		goto out;
 	tr->owner = file;
-	tacc_wr(tdev, TACC_REG_TRACE_CTRL, 1);
+	/*
+	 * The device restarts its indices at 0 when the ring is enabled:
+	 * forget the previous consumer's position, or this one reads the
+	 * whole stale ring and a bogus drop count.
+	 */
+	tacc_trace_hw_setup(tdev);
 	args->entries = TACC_TRACE_ENTRIES;
 	args->mmap_offset = DRM_TACC_MMAP_TRACE;
 	args->mmap_size = tr->size;

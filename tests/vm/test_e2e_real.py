@@ -463,13 +463,6 @@ def _device_span_ok(cap_path: Path, info: dict[str, Any]) -> dict[str, Any]:
             "seq_last": int(dt["seq"][-1]) if len(dt) else None}
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "driver/device: TRACE_OPEN enables tracing and the device restarts its producer and "
-    "consumer at 0 on the enable edge (qemu tacc-regs.c TRACE_CTRL), but the driver keeps "
-    "the previous consumer's index in tr->cons and the header (and the header's prod "
-    "write-back), so the next consumer reads the whole stale ring and a ~2^32 drop count; "
-    "fix: reset the header indices and tr->cons (as tacc_trace_hw_setup does) in "
-    "tacc_trace_open_ioctl before TRACE_CTRL=1"))
 def test_back_to_back_captures_have_no_stale_records(recorder: Recorder) -> None:
     recorder.capture("b2b-a", [("tiny_transfers", False, {})])
     recorder.fresh = False
