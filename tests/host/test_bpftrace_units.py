@@ -3,15 +3,18 @@ conversion, rendering, one-line errors."""
 
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from tacc.bpftrace import cli, output
-from tacc.bpftrace.bpfsrc import PRELUDE
+from tacc.bpftrace.bpfsrc import PRELUDE, RAW_ARGS, TACC_EVENTS, raw_wrapper
 from tacc.bpftrace.events import EV_DTYPE, HOST_BASE, to_driver, to_host
+from tacc.bpftrace.program import PROG_INFO_SIZE, RECURSION_MISSES_OFF
 from tacc.bpftrace.ringbuf import BUSY_BIT, DISCARD_BIT, RingReader, stride_of
 from tacc.bpftrace.tpformat import c_struct, parse_format
 from tacc.capture.schema import NO_FID, DriverKind, HostKind
@@ -45,6 +48,58 @@ def test_parse_format_and_struct() -> None:
     src = c_struct(f, "tp_x")
     assert "u8 __pad1[4];" in src and "u64 seqno;" in src and "s32 error;" in src
     assert "u64 bo;" in src and "u8 comm[16];" in src
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _header_protos() -> dict[str, tuple[str, ...]]:
+    """event -> record field filled from each TP_PROTO argument, from kernel/tacc_trace.h."""
+    text = (ROOT / "kernel" / "tacc_trace.h").read_text()
+    classes: dict[str, tuple[list[str], dict[str, str]]] = {}
+    out: dict[str, tuple[str, ...]] = {}
+    for m in re.finditer(r"(TRACE_EVENT|DECLARE_EVENT_CLASS|DEFINE_EVENT)\((.*?)\n\n", text,
+                         re.S):
+        kind, body = m.group(1), m.group(2)
+        if kind == "DEFINE_EVENT":
+            cls, name = re.match(r"\s*(\w+),\s*(\w+)", body).groups()
+            args, assign = classes[cls]
+        else:
+            name = re.match(r"\s*(\w+)", body).group(1)
+            proto = re.search(r"TP_PROTO\((.*?)\),\s*\n", body, re.S).group(1)
+            args = [re.findall(r"\w+", a)[-1] for a in proto.split(",")]
+            assign = {v: f for f, v in re.findall(r"__entry->(\w+) = (\w+);", body)}
+            classes[name] = (args, assign)
+        if kind != "DECLARE_EVENT_CLASS":
+            out[name] = tuple(assign[a] for a in args)
+    return out
+
+
+def test_raw_tracepoint_args_match_header() -> None:
+    # raw tracepoint programs read TP_PROTO arguments by position: the table must follow
+    # the header (argument order, and which record field each argument fills)
+    assert _header_protos() == RAW_ARGS
+    assert set(RAW_ARGS) == set(TACC_EVENTS)
+    src = raw_wrapper("tacc_job_done", parse_format(FORMAT.replace("\tfield:char comm", (
+        "\tfield:u32 queue;\toffset:16;\tsize:4;\tsigned:0;\n\tfield:u32 hw_job;\toffset:20;"
+        "\tsize:4;\tsigned:0;\n\tfield:u64 tag;\toffset:64;\tsize:8;\tsigned:0;\n"
+        "\tfield:u32 status;\toffset:72;\tsize:4;\tsigned:0;\n\tfield:u64 dev_start;"
+        "\toffset:80;\tsize:8;\tsigned:0;\n\tfield:u64 dev_end;\toffset:88;\tsize:8;"
+        "\tsigned:0;\n\tfield:char comm")), "tacc"))
+    assert "a.seqno = ctx->args[3];" in src and "return on_job_done(&a);" in src
+    with pytest.raises(ValueError, match="has no field queue"):
+        raw_wrapper("tacc_job_done", parse_format(FORMAT, "tacc"))
+
+
+def test_prog_info_offsets_match_system_header(tmp_path: Path) -> None:
+    c = tmp_path / "o.c"
+    c.write_text("#include <linux/bpf.h>\n#include <stddef.h>\n#include <stdio.h>\n"
+                 "int main(void) { printf(\"%zu %zu\", offsetof(struct bpf_prog_info, "
+                 "recursion_misses), sizeof(struct bpf_prog_info)); return 0; }\n")
+    subprocess.run(["gcc", "-o", str(tmp_path / "o"), str(c)], check=True)
+    off, size = map(int, subprocess.run([str(tmp_path / "o")], check=True, capture_output=True,
+                                         text=True).stdout.split())
+    assert off == RECURSION_MISSES_OFF and size >= PROG_INFO_SIZE
 
 
 def test_ev_layout_matches_c() -> None:

@@ -119,6 +119,7 @@ def test_snoop_program_counts_every_job(program: object, pf_accel: Path, pf_pci:
     sub = ev[ev["kind"] == DriverKind.SUBMIT]
     done = ev[ev["kind"] == DriverKind.JOB_DONE]
     assert st.dropped == 0
+    assert st.driver_missed == 0, "the kernel skipped driver handlers (BPF recursion guard)"
     assert len(sub) == NJOBS and len(done) == NJOBS
     assert len(set(zip(done["x"].tolist(), done["a"].tolist(), strict=True))) == NJOBS
     assert set(sub["pid"].tolist()) == {os.getpid()}

@@ -31,6 +31,34 @@ TACC_EVENTS = ("tacc_ioctl_enter", "tacc_ioctl_exit", "tacc_submit", "tacc_doorb
                "tacc_irq", "tacc_job_start", "tacc_job_done", "tacc_bo_create",
                "tacc_bo_destroy", "tacc_dma_map", "tacc_dma_unmap", "tacc_vm_bind",
                "tacc_vm_unbind", "tacc_mmu_fault", "tacc_pm", "tacc_reset", "tacc_trace_drop")
+# Driver tracepoints are attached as raw tracepoints: their handlers get the TP_PROTO
+# arguments (kernel/tacc_trace.h), in this order, as the record's same-named fields
+# (``cmd`` is stored as ``nr``).  Raw tracepoints guard recursion per program, whereas
+# classic tracepoints and kprobes share one per-CPU guard: a classic tacc_job_done
+# handler firing in the completion IRQ while any other handler ran on that CPU was
+# skipped by the kernel, and the job lost its completion event (issue 8).  They are
+# also cheaper (no trace record is built).  tests/host checks this table against the
+# header.
+RAW_ARGS: dict[str, tuple[str, ...]] = {
+    "tacc_ioctl_enter": ("dev", "ctx", "nr"),
+    "tacc_ioctl_exit": ("dev", "ctx", "nr", "ret"),
+    "tacc_submit": ("dev", "ctx", "queue", "seqno", "tag", "ncmds"),
+    "tacc_doorbell": ("dev", "ctx", "queue", "seqno", "tag", "hw_job", "tail"),
+    "tacc_irq": ("dev", "vector", "status"),
+    "tacc_job_start": ("dev", "ctx", "queue", "seqno", "tag", "hw_job"),
+    "tacc_job_done": ("dev", "ctx", "queue", "seqno", "tag", "hw_job", "status", "error",
+                      "dev_start", "dev_end"),
+    "tacc_bo_create": ("dev", "ctx", "bo", "type", "size", "flags"),
+    "tacc_bo_destroy": ("dev", "bo", "type", "size"),
+    "tacc_dma_map": ("dev", "bo", "iova", "len", "nents", "dir"),
+    "tacc_dma_unmap": ("dev", "bo", "iova", "len", "nents", "dir"),
+    "tacc_vm_bind": ("dev", "ctx", "bo", "va", "size", "page_size"),
+    "tacc_vm_unbind": ("dev", "ctx", "bo", "va", "size", "page_size"),
+    "tacc_mmu_fault": ("dev", "ctx", "queue", "tag", "addr", "type", "write"),
+    "tacc_pm": ("dev", "from", "to"),
+    "tacc_reset": ("dev", "ctx", "queue", "seqno", "tag", "reason"),
+    "tacc_trace_drop": ("dev", "dropped", "total"),
+}
 HOST_EVENTS = (("sched", "sched_switch"), ("sched", "sched_wakeup"),
                ("block", "block_rq_issue"), ("block", "block_rq_complete"),
                ("net", "net_dev_start_xmit"), ("net", "netif_receive_skb"))
@@ -202,7 +230,7 @@ static __always_inline void hist(u32 dev, u32 queue, u8 which, u64 v)
 """
 
 DRIVER_HANDLERS = r"""
-int on_ioctl_enter(struct tp_tacc_ioctl_enter *args)
+static __always_inline int on_ioctl_enter(struct tp_tacc_ioctl_enter *args)
 {
 	u64 id = bpf_get_current_pid_tgid();
 	u32 tid = (u32)id, tgid = id >> 32;
@@ -223,7 +251,7 @@ int on_ioctl_enter(struct tp_tacc_ioctl_enter *args)
 	return 0;
 }
 
-int on_ioctl_exit(struct tp_tacc_ioctl_exit *args)
+static __always_inline int on_ioctl_exit(struct tp_tacc_ioctl_exit *args)
 {
 	u32 tid = (u32)bpf_get_current_pid_tgid();
 	u64 *t0 = ioctl_t0.lookup(&tid);
@@ -276,7 +304,7 @@ static __always_inline u64 submit_bytes(void)
 	return bytes;
 }
 
-int on_submit(struct tp_tacc_submit *args)
+static __always_inline int on_submit(struct tp_tacc_submit *args)
 {
 	u64 flags = cfgv(CFG_FLAGS);
 	struct tacc_ev e = {};
@@ -309,7 +337,7 @@ int on_submit(struct tp_tacc_submit *args)
 	return 0;
 }
 
-int on_doorbell(struct tp_tacc_doorbell *args)
+static __always_inline int on_doorbell(struct tp_tacc_doorbell *args)
 {
 	struct tacc_ev e = { .kind = KIND_DOORBELL };
 	if (!(cfgv(CFG_FLAGS) & F_EMIT))
@@ -325,7 +353,7 @@ int on_doorbell(struct tp_tacc_doorbell *args)
 	return 0;
 }
 
-int on_irq(struct tp_tacc_irq *args)
+static __always_inline int on_irq(struct tp_tacc_irq *args)
 {
 	struct tacc_ev e = { .kind = KIND_IRQ };
 	if (!(cfgv(CFG_FLAGS) & F_EMIT) || filtering_proc() || !pass_dev(args->dev))
@@ -337,7 +365,7 @@ int on_irq(struct tp_tacc_irq *args)
 	return 0;
 }
 
-int on_job_start(struct tp_tacc_job_start *args)
+static __always_inline int on_job_start(struct tp_tacc_job_start *args)
 {
 	u64 flags = cfgv(CFG_FLAGS);
 	struct tacc_ev e = { .kind = KIND_JOB_START };
@@ -361,7 +389,7 @@ int on_job_start(struct tp_tacc_job_start *args)
 	return 0;
 }
 
-int on_job_done(struct tp_tacc_job_done *args)
+static __always_inline int on_job_done(struct tp_tacc_job_done *args)
 {
 	u64 flags = cfgv(CFG_FLAGS);
 	struct tacc_ev e = { .kind = KIND_JOB_DONE };
@@ -416,7 +444,7 @@ int on_job_done(struct tp_tacc_job_done *args)
 	return 0;
 }
 
-int on_bo_create(struct tp_tacc_bo_create *args)
+static __always_inline int on_bo_create(struct tp_tacc_bo_create *args)
 {
 	struct tacc_ev e = { .kind = KIND_BO_CREATE };
 	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !cur_proc(&e, args->dev))
@@ -430,7 +458,7 @@ int on_bo_create(struct tp_tacc_bo_create *args)
 	return 0;
 }
 
-int on_bo_destroy(struct tp_tacc_bo_destroy *args)
+static __always_inline int on_bo_destroy(struct tp_tacc_bo_destroy *args)
 {
 	struct tacc_ev e = { .kind = KIND_BO_DESTROY };
 	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !cur_proc(&e, args->dev))
@@ -472,7 +500,7 @@ int kp_dma_map(struct pt_regs *ctx)
 	return 0;
 }
 
-int on_dma_map(struct tp_tacc_dma_map *args)
+static __always_inline int on_dma_map(struct tp_tacc_dma_map *args)
 {
 	u64 flags = cfgv(CFG_FLAGS);
 	u32 tid = (u32)bpf_get_current_pid_tgid();
@@ -497,7 +525,7 @@ int on_dma_map(struct tp_tacc_dma_map *args)
 	return 0;
 }
 
-int on_dma_unmap(struct tp_tacc_dma_unmap *args)
+static __always_inline int on_dma_unmap(struct tp_tacc_dma_unmap *args)
 {
 	u64 flags = cfgv(CFG_FLAGS);
 	struct tacc_ev e = { .kind = KIND_DMA_UNMAP };
@@ -549,19 +577,19 @@ static __always_inline int vm_ev(struct tacc_ev *e, u32 dev, u32 ctx, u64 bo, u6
 	return 0;
 }
 
-int on_vm_bind(struct tp_tacc_vm_bind *args)
+static __always_inline int on_vm_bind(struct tp_tacc_vm_bind *args)
 {
 	struct tacc_ev e = { .kind = KIND_VM_BIND };
 	return vm_ev(&e, args->dev, args->ctx, args->bo, args->va, args->size, args->page_size);
 }
 
-int on_vm_unbind(struct tp_tacc_vm_unbind *args)
+static __always_inline int on_vm_unbind(struct tp_tacc_vm_unbind *args)
 {
 	struct tacc_ev e = { .kind = KIND_VM_UNBIND };
 	return vm_ev(&e, args->dev, args->ctx, args->bo, args->va, args->size, args->page_size);
 }
 
-int on_mmu_fault(struct tp_tacc_mmu_fault *args)
+static __always_inline int on_mmu_fault(struct tp_tacc_mmu_fault *args)
 {
 	struct tacc_ev e = { .kind = KIND_MMU_FAULT };
 	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !owner_proc(&e, args->dev, args->ctx))
@@ -575,7 +603,7 @@ int on_mmu_fault(struct tp_tacc_mmu_fault *args)
 	return 0;
 }
 
-int on_pm(struct tp_tacc_pm *args)
+static __always_inline int on_pm(struct tp_tacc_pm *args)
 {
 	struct tacc_ev e = { .kind = KIND_PM };
 	if (!(cfgv(CFG_FLAGS) & F_EMIT) || filtering_proc() || !pass_dev(args->dev))
@@ -587,7 +615,7 @@ int on_pm(struct tp_tacc_pm *args)
 	return 0;
 }
 
-int on_reset(struct tp_tacc_reset *args)
+static __always_inline int on_reset(struct tp_tacc_reset *args)
 {
 	struct tacc_ev e = { .kind = KIND_RESET };
 	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !owner_proc(&e, args->dev, args->ctx))
@@ -600,7 +628,7 @@ int on_reset(struct tp_tacc_reset *args)
 	return 0;
 }
 
-int on_trace_drop(struct tp_tacc_trace_drop *args)
+static __always_inline int on_trace_drop(struct tp_tacc_trace_drop *args)
 {
 	struct tacc_ev e = { .kind = KIND_TRACE_DROP };
 	if (!(cfgv(CFG_FLAGS) & F_EMIT) || filtering_proc() || !pass_dev(args->dev))
@@ -723,7 +751,24 @@ int on_netif_receive_skb(struct tp_netif_receive_skb *args)
 
 
 def handler_name(event: str) -> str:
-    return "on_" + event.removeprefix("tacc_")
+    """The BPF function attached to ``event`` (raw_* for driver events, on_* for host)."""
+    if event in RAW_ARGS:
+        return "raw_" + event.removeprefix("tacc_")
+    return "on_" + event
+
+
+def raw_wrapper(event: str, fmt: Format) -> str:
+    """A raw-tracepoint program filling the record struct from the TP_PROTO arguments."""
+    missing = [f for f in RAW_ARGS[event] if fmt.field(f) is None]
+    if missing:
+        raise ValueError(f"tracepoint tacc:{event} has no field {', '.join(missing)}: "
+                         "the loaded tacc.ko does not match this tool")
+    short = event.removeprefix("tacc_")
+    lines = [f"int raw_{short}(struct bpf_raw_tracepoint_args *ctx)", "{",
+             f"\tstruct tp_{event} a = {{}};"]
+    lines += [f"\ta.{f} = ctx->args[{i}];" for i, f in enumerate(RAW_ARGS[event])]
+    lines += [f"\treturn on_{short}(&a);", "}"]
+    return "\n".join(lines)
 
 
 def build_source(root: Path, rb_pages: int = 1024, max_scan_cmds: int = 32,
@@ -774,6 +819,7 @@ def build_source(root: Path, rb_pages: int = 1024, max_scan_cmds: int = 32,
         defines.append(f"#define {name} {val}")
     for k in DriverKind:
         defines.append(f"#define KIND_{k.name} {int(k)}")
+    wrappers = "\n\n".join(raw_wrapper(ev, formats[f"tacc:{ev}"]) for ev in TACC_EVENTS)
     src = "\n".join(defines) + "\n" + PRELUDE + "\n" + "\n\n".join(structs) + "\n" + \
-        DRIVER_HANDLERS + src_host
+        DRIVER_HANDLERS + "\n" + wrappers + "\n" + src_host
     return src, formats

@@ -106,7 +106,7 @@ def _program(root: Path, host: bool = False, rb_pages: int = 1024) -> Any:
 
     try:
         return Program(root, rb_pages=rb_pages, host=host)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # no tracepoint / tracepoint ABI mismatch
         raise ToolError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - bcc raises Exception on compile/load errors
         raise ToolError(f"BPF program failed to load: {str(exc).splitlines()[0]}") from None
@@ -129,10 +129,11 @@ def _ready(what: str) -> None:
 def _lost_line(prog: Any, as_json: bool, out: Any = None) -> None:
     st = prog.stats()
     if as_json:
-        print(json.dumps({"event": "summary", "events": st.emitted, "lost": st.dropped}),
-              flush=True)
+        print(json.dumps({"event": "summary", "events": st.emitted, "lost": st.dropped,
+                          "missed": st.missed}), flush=True)
     else:
-        print(f"{PROG}: {st.emitted} events, {st.dropped} lost", file=sys.stderr)
+        missed = f" ({st.missed} probe runs skipped by the kernel)" if st.missed else ""
+        print(f"{PROG}: {st.emitted} events, {st.dropped} lost{missed}", file=sys.stderr)
     for w in prog.warnings:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
 

@@ -52,6 +52,30 @@ MODE_FLAGS = {
 }
 
 
+# struct bpf_prog_info (include/uapi/linux/bpf.h): recursion_misses since Linux 5.12;
+# tests/host checks the offset against the system header
+PROG_INFO_SIZE = 232
+RECURSION_MISSES_OFF = 208
+_BPF_OBJ_GET_INFO_BY_FD = 15
+_NR_BPF = 321  # x86_64
+
+
+class _InfoAttr(ctypes.Structure):
+    _fields_ = [("bpf_fd", ctypes.c_uint32), ("info_len", ctypes.c_uint32),
+                ("info", ctypes.c_uint64)]
+
+
+def recursion_misses(prog_fd: int) -> int:
+    """How often the kernel skipped this program because a BPF program was running."""
+    buf = ctypes.create_string_buffer(PROG_INFO_SIZE)
+    attr = _InfoAttr(prog_fd, PROG_INFO_SIZE, ctypes.addressof(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(_NR_BPF, _BPF_OBJ_GET_INFO_BY_FD, ctypes.byref(attr),
+                    ctypes.sizeof(attr)) != 0 or attr.info_len < RECURSION_MISSES_OFF + 8:
+        return 0
+    return int.from_bytes(buf.raw[RECURSION_MISSES_OFF:RECURSION_MISSES_OFF + 8], "little")
+
+
 class AttachError(Exception):
     """A probe could not be attached (verifier, missing tracepoint); one line."""
 
@@ -70,6 +94,14 @@ class Stats:
     host_emitted: int = 0
     host_dropped: int = 0
     unmatched_done: int = 0
+    # runs of attached programs the kernel skipped (bpf_prog_info.recursion_misses): a
+    # handler that fired while another BPF program ran on the same CPU.  Counted as lost.
+    driver_missed: int = 0
+    host_missed: int = 0
+
+    @property
+    def missed(self) -> int:
+        return self.driver_missed + self.host_missed
 
 
 class Program:
@@ -86,6 +118,7 @@ class Program:
         self.mode = ""
         self.warnings: list[str] = []
         self._stats_base = [0] * bpfsrc.NSTATS
+        self._missed_base = (0, 0)
 
     # ------------------------------------------------------------ attach ---
     def attach(self, mode: str, host: bool = False, autotrace: bool = False) -> None:
@@ -116,9 +149,14 @@ class Program:
                     self._tp(system, ev)
 
     def _tp(self, system: str, ev: str) -> None:
-        tp = f"{system}:{ev}"
-        self.bpf.attach_tracepoint(tp=tp, fn_name=bpfsrc.handler_name(ev))
-        self.attached.append((tp, bpfsrc.handler_name(ev)))
+        fn = bpfsrc.handler_name(ev)
+        if ev in bpfsrc.RAW_ARGS:
+            self.bpf.attach_raw_tracepoint(tp=ev, fn_name=fn)
+            self.attached.append((ev, fn))
+        else:
+            tp = f"{system}:{ev}"
+            self.bpf.attach_tracepoint(tp=tp, fn_name=fn)
+            self.attached.append((tp, fn))
 
     def _kprobe(self, sym: str, fn: str, ret: bool) -> None:
         try:
@@ -134,7 +172,10 @@ class Program:
         self._set_cfg(CFG_FLAGS, 0)
         for tp, _fn in self.attached:
             try:
-                self.bpf.detach_tracepoint(tp=tp)
+                if ":" in tp:
+                    self.bpf.detach_tracepoint(tp=tp)
+                else:
+                    self.bpf.detach_raw_tracepoint(tp=tp)
             except Exception:  # noqa: BLE001
                 pass
         for sym, kind in self.kprobes:
@@ -174,6 +215,7 @@ class Program:
                      "blk", "unmap_t0", "dma_t0", "ioctl_t0", "submit_arg"):
             self.bpf[name].clear()
         self._stats_base = self._raw_stats()
+        self._missed_base = self._missed()
         self.drain()
         self.reader.records = 0
 
@@ -185,10 +227,24 @@ class Program:
         st = self.bpf["stats"]
         return [int(sum(st[ctypes.c_int(i)])) for i in range(bpfsrc.NSTATS)]
 
+    def _missed(self) -> tuple[int, int]:
+        """Recursion misses of the loaded programs: (driver handlers + kprobes, host)."""
+        host_fns = {bpfsrc.handler_name(ev) for _s, ev in HOST_EVENTS}
+        drv = host = 0
+        for name, fn in self.bpf.funcs.items():
+            n = recursion_misses(fn.fd)
+            if (name.decode() if isinstance(name, bytes) else name) in host_fns:
+                host += n
+            else:
+                drv += n
+        return drv, host
+
     def stats(self) -> Stats:
         v = [a - b for a, b in zip(self._raw_stats(), self._stats_base, strict=True)]
+        drv, host = self._missed()
         return Stats(v[bpfsrc.ST_EMIT], v[bpfsrc.ST_DROP], v[bpfsrc.ST_HOST_EMIT],
-                     v[bpfsrc.ST_HOST_DROP], v[bpfsrc.ST_NOJOB])
+                     v[bpfsrc.ST_HOST_DROP], v[bpfsrc.ST_NOJOB],
+                     drv - self._missed_base[0], host - self._missed_base[1])
 
     def latency(self) -> dict[tuple[int, int, int], dict[int, int]]:
         """{(dev, queue, which): {log2 slot: count}}; which 0 total, 1 queue wait, 2 device."""

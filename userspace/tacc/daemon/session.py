@@ -226,8 +226,10 @@ class CaptureSession:
         st = self.program.stats() if self.program is not None else None
         if st is None:
             return
-        d, h = st.dropped - self._bpf_seen[0], st.host_dropped - self._bpf_seen[1]
-        self._bpf_seen = (st.dropped, st.host_dropped)
+        # ring-buffer-full drops plus handler runs the kernel skipped (recursion misses)
+        drv, host = st.dropped + st.driver_missed, st.host_dropped + st.host_missed
+        d, h = drv - self._bpf_seen[0], host - self._bpf_seen[1]
+        self._bpf_seen = (drv, host)
         self.drop(DropSource.DRIVER, d)
         self.drop(DropSource.HOST, h)
 
