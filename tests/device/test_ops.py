@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from tacc.capture.devinfo import payload_tlps
 from tacc.testing.taccdev import DEVMEM_VA, HW, d_copy, d_elt, d_fence, d_gemm, d_ts, desc
 
 OK = HW.TACC_ST_OK
@@ -38,7 +39,9 @@ def test_copy_roundtrip(dev, pf, n):
     assert dev.qt.memread(dst, n) == data
     c = pf.counters()
     d = {k: c[k] - c0[k] for k in c}
-    cpl = -(-n // 256)
+    # host buffers page-aligned, device side at offset n % 64: TLPs are cut at MPS
+    # boundaries of both addresses (docs/hardware.md section 9)
+    cpl = payload_tlps(n, 256, host_off=0, dev_off=off)
     assert d["h2d_bytes"] == n and d["d2h_bytes"] == n
     assert d["h2d_tlps"] == cpl and d["d2h_tlps"] == cpl
     assert d["h2d_link_bytes"] == n + 20 * cpl

@@ -217,24 +217,36 @@ static void tacc_exec_copy(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     switch (c->d.opcode) {
     case TACC_OP_COPY_H2D: {
         uint64_t down, up, tlps;
-        tacc_link_h2d_cost(s, moved, &down, &up, &tlps);
-        res->h2d_bytes = moved;
-        res->h2d_tlps = moved ? tlps : 0;
-        res->h2d_link = moved ? down : 0;
-        res->d2h_link = moved ? up : 0;
+
+        /*
+         * Payload TLPs are cut at MPS boundaries of both the host-side (src)
+         * and the device-side (dst) address.  Device VAs map page to page
+         * (pages >= MPS), so a VA's offset modulo MPS is its bus address's.
+         */
         res->link_kind = TACC_LINK_H2D;
         res->link_payload = moved;
+        res->link_host_off = c->d.copy.src % s->mps;
+        res->link_dev_off = c->d.copy.dst % s->mps;
+        tacc_link_cost(s, res, 0, moved, &down, &up, &tlps);
+        res->h2d_bytes = moved;
+        res->h2d_tlps = tlps;
+        res->h2d_link = down;
+        res->d2h_link = up;
         res->post_ps = tacc_scale_ps(s, s->read_latency_ns * PS_PER_NS);
         break;
     }
     case TACC_OP_COPY_D2H: {
-        uint64_t up, tlps;
-        tacc_link_d2h_cost(s, moved, &up, &tlps);
-        res->d2h_bytes = moved;
-        res->d2h_tlps = moved ? tlps : 0;
-        res->d2h_link = moved ? up : 0;
+        uint64_t down, up, tlps;
+
+        /* host side: dst, device side: src */
         res->link_kind = TACC_LINK_D2H;
         res->link_payload = moved;
+        res->link_host_off = c->d.copy.dst % s->mps;
+        res->link_dev_off = c->d.copy.src % s->mps;
+        tacc_link_cost(s, res, 0, moved, &down, &up, &tlps);
+        res->d2h_bytes = moved;
+        res->d2h_tlps = tlps;
+        res->d2h_link = up;
         res->post_ps = tacc_scale_ps(s, s->write_latency_ns * PS_PER_NS);
         break;
     }
@@ -487,13 +499,17 @@ static void tacc_exec_write8(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     if (x.devmem) {
         res->devmem_wr = 8;
     } else {
-        uint64_t up, tlps;
-        tacc_link_d2h_cost(s, 8, &up, &tlps);
+        uint64_t down, up, tlps;
+
+        /* an aligned 8-byte write: one TLP (no device-side address) */
+        res->link_kind = TACC_LINK_D2H;
+        res->link_payload = 8;
+        res->link_host_off = va % s->mps;
+        res->link_dev_off = res->link_host_off;
+        tacc_link_cost(s, res, 0, 8, &down, &up, &tlps);
         res->d2h_bytes = 8;
         res->d2h_tlps = tlps;
         res->d2h_link = up;
-        res->link_kind = TACC_LINK_D2H;
-        res->link_payload = 8;
     }
     res->post_ps = tacc_scale_ps(s, s->write_latency_ns * PS_PER_NS);
 }

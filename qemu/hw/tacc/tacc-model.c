@@ -44,26 +44,60 @@ uint64_t tacc_link_ps(TaccState *s, uint64_t bytes)
     return tacc_scale_ps(s, (bytes * num + den - 1) / den);
 }
 
-/* A read of @len bytes: completions downstream, requests upstream. */
-void tacc_link_h2d_cost(TaccState *s, uint64_t len, uint64_t *down,
-                        uint64_t *up, uint64_t *tlps)
+/*
+ * Payload TLPs of the first @len bytes of a transfer whose host-side and
+ * device-side addresses start at offsets @host_off and @dev_off: the DMA
+ * engine moves bursts of at most MPS bytes that never cross an MPS boundary
+ * of the device-side address and splits each burst again at the MPS
+ * boundaries of the host-side address, so [0, len) is cut at every x in
+ * (0, len) where (dev_off + x) or (host_off + x) is a multiple of MPS:
+ *   cuts(o) = (o % MPS + len - 1) / MPS
+ *   tlps = 1 + cuts(dev_off) + (same offset mod MPS ? 0 : cuts(host_off))
+ * Aligned, this is ceil(len / MPS).
+ */
+uint64_t tacc_link_tlps(TaccState *s, uint64_t len, uint64_t host_off,
+                        uint64_t dev_off)
 {
-    uint64_t cpl = DIV_ROUND_UP(len, s->mps);
-    uint64_t req = DIV_ROUND_UP(len, s->mrrs);
+    uint64_t h = host_off % s->mps, d = dev_off % s->mps;
+    uint64_t n;
 
-    *tlps = cpl;
-    *down = len + cpl * TACC_LINK_CPL_OVERHEAD;
-    *up = req * TACC_LINK_MRD_BYTES;
+    if (!len) {
+        return 0;
+    }
+    n = 1 + (d + len - 1) / s->mps;
+    if (h != d) {
+        n += (h + len - 1) / s->mps;
+    }
+    return n;
 }
 
-/* A posted write of @len bytes upstream. */
-void tacc_link_d2h_cost(TaccState *s, uint64_t len, uint64_t *up,
-                        uint64_t *tlps)
+/*
+ * Link bytes of payload bytes [pos, pos + len) of the transfer described by
+ * @r (link_kind, link_host_off, link_dev_off).  A part is charged the TLPs
+ * that start in it (prefix differences), so the link steps of a transfer
+ * add up to the whole transfer's count and a step boundary that is not a
+ * cut costs nothing.
+ *   H2D: down = len + tlps * CPL overhead (completions),
+ *        up   = read requests of MRRS bytes
+ *   D2H: up   = len + tlps * MWr overhead (posted writes)
+ */
+void tacc_link_cost(TaccState *s, const TaccResult *r, uint64_t pos,
+                    uint64_t len, uint64_t *down, uint64_t *up,
+                    uint64_t *tlps)
 {
-    uint64_t n = DIV_ROUND_UP(len, s->mps);
+    uint64_t h = r->link_host_off, d = r->link_dev_off;
+    uint64_t n = tacc_link_tlps(s, pos + len, h, d) -
+                 tacc_link_tlps(s, pos, h, d);
 
     *tlps = n;
-    *up = len + n * TACC_LINK_MWR_OVERHEAD;
+    if (r->link_kind == TACC_LINK_H2D) {
+        *down = len + n * TACC_LINK_CPL_OVERHEAD;
+        *up = (DIV_ROUND_UP(pos + len, s->mrrs) - DIV_ROUND_UP(pos, s->mrrs)) *
+              TACC_LINK_MRD_BYTES;
+    } else {
+        *down = 0;
+        *up = len + n * TACC_LINK_MWR_OVERHEAD;
+    }
 }
 
 /*

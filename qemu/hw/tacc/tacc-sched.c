@@ -264,13 +264,11 @@ static void tacc_unit_complete(TaccState *s, TaccUnit *u, uint64_t t)
 static void tacc_unit_link_step(TaccState *s, TaccUnit *u, uint64_t t)
 {
     uint64_t c = MIN(u->link_left, TACC_CHUNK_BYTES);
+    uint64_t pos = u->res.link_payload - u->link_left;
     uint64_t need[2] = { 0, 0 }, tlps, st = t, end = t;
 
-    if (u->res.link_kind == TACC_LINK_H2D) {
-        tacc_link_h2d_cost(s, c, &need[0], &need[1], &tlps);
-    } else {
-        tacc_link_d2h_cost(s, c, &need[1], &tlps);
-    }
+    /* the TLPs that start in [pos, pos + c): see tacc_link_cost() */
+    tacc_link_cost(s, &u->res, pos, c, &need[0], &need[1], &tlps);
     for (int d = 0; d < 2; d++) {
         uint64_t b, e, dur;
         if (!need[d]) {

@@ -87,6 +87,7 @@ typedef struct TaccResult {
     uint64_t pre_ps;
     int link_kind;
     uint64_t link_payload;
+    uint32_t link_host_off, link_dev_off;  /* start offsets modulo MPS */
     uint64_t post_ps;
     /* deferred 8-byte write at completion (fence, timestamp) */
     bool post_write;
@@ -265,10 +266,11 @@ void tacc_tlb_invalidate(TaccState *s, int fn, int ctx);   /* ctx -1: all */
 /* tacc-model.c */
 uint64_t tacc_link_ps(TaccState *s, uint64_t bytes);
 uint64_t tacc_scale_ps(TaccState *s, uint64_t ps);
-void tacc_link_h2d_cost(TaccState *s, uint64_t len, uint64_t *down,
-                        uint64_t *up, uint64_t *tlps);
-void tacc_link_d2h_cost(TaccState *s, uint64_t len, uint64_t *up,
-                        uint64_t *tlps);
+uint64_t tacc_link_tlps(TaccState *s, uint64_t len, uint64_t host_off,
+                        uint64_t dev_off);
+void tacc_link_cost(TaccState *s, const TaccResult *r, uint64_t pos,
+                    uint64_t len, uint64_t *down, uint64_t *up,
+                    uint64_t *tlps);
 uint64_t tacc_compute_ps(TaccState *s, uint64_t flops, uint64_t devmem_bytes);
 unsigned tacc_link_rate_gt(TaccState *s);
 

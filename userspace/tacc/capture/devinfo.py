@@ -34,15 +34,43 @@ def t_link_ps(nbytes: int, gen: int, width: int) -> int:
     return int(np.ceil(nbytes * 8 * 1000 / (width * rate * 0.8)))
 
 
-def h2d_link_bytes(n: int, mps: int, mrrs: int) -> tuple[int, int, int]:
-    """(down, up, tlps) link bytes of a host read of ``n`` payload bytes (COPY_H2D)."""
-    cpl = -(-int(n) // int(mps))
+def payload_tlps(n, mps: int, host_off: int = 0, dev_off: int = 0):
+    """Payload TLPs of a transfer of ``n`` bytes (docs/hardware.md section 9, "PCIe link").
+
+    The DMA engine cuts ``[0, n)`` at every ``x`` in ``(0, n)`` where the device-side
+    address ``dev_off + x`` or the host-side address ``host_off + x`` is a multiple of
+    ``mps``; each piece is one TLP.  Only the offsets modulo ``mps`` matter.  Aligned
+    (both offsets 0 modulo ``mps``) this is ``ceil(n / mps)``.  ``n`` may be an int or
+    a numpy integer array (0 bytes = 0 TLPs).
+    """
+    mps = int(mps)
+    h, d = int(host_off) % mps, int(dev_off) % mps
+    if isinstance(n, np.ndarray):
+        m = np.maximum(n.astype(np.int64), 1)
+        t = 1 + (d + m - 1) // mps + (0 if h == d else (h + m - 1) // mps)
+        return np.where(n > 0, t, 0)
+    n = int(n)
+    if n <= 0:
+        return 0
+    # cuts(off) = #{x in (0, n): (off + x) % mps == 0} = (off + n - 1) // mps for off < mps;
+    # the two sets of cuts coincide when h == d and are disjoint otherwise
+    return 1 + (d + n - 1) // mps + (0 if h == d else (h + n - 1) // mps)
+
+
+def h2d_link_bytes(
+    n: int, mps: int, mrrs: int, host_off: int = 0, dev_off: int = 0
+) -> tuple[int, int, int]:
+    """(down, up, tlps) link bytes of a host read of ``n`` payload bytes (COPY_H2D) from
+    host-side offset ``host_off`` to device-side offset ``dev_off``: completions
+    (``payload_tlps``) downstream, read requests (``ceil(n / mrrs)``) upstream."""
+    cpl = payload_tlps(n, mps, host_off, dev_off)
     return int(n) + cpl * LINK_CPL_OVERHEAD, -(-int(n) // int(mrrs)) * LINK_MRD_BYTES, cpl
 
 
-def d2h_link_bytes(n: int, mps: int) -> tuple[int, int]:
-    """(up, tlps) link bytes of a host write of ``n`` payload bytes (COPY_D2H)."""
-    tlps = -(-int(n) // int(mps))
+def d2h_link_bytes(n: int, mps: int, host_off: int = 0, dev_off: int = 0) -> tuple[int, int]:
+    """(up, tlps) link bytes of a host write of ``n`` payload bytes (COPY_D2H) from
+    device-side offset ``dev_off`` to host-side offset ``host_off``."""
+    tlps = payload_tlps(n, mps, host_off, dev_off)
     return int(n) + tlps * LINK_MWR_OVERHEAD, tlps
 
 
@@ -80,14 +108,23 @@ class Function:
     def name(self) -> str:
         return self.pci if self.vf == 0 else f"{self.pci} (VF{self.vf})"
 
+    # time_scale: the device's modelled-time factor (QOM ``time-scale`` / 1000): every
+    # modelled duration is multiplied by it, so the link moves 1/time_scale of its
+    # nominal bandwidth per (virtual) second.  The maxima below are per second of the
+    # capture's clock, i.e. already divided by time_scale.
     @property
     def max_payload_bw(self) -> float:
         """The lower (D2H) of the two directions' maxima (see ``max_bw``)."""
-        return link_max_payload_bw(self.gen, self.width, self.mps)
+        return link_max_payload_bw(self.gen, self.width, self.mps) / self.time_scale
 
     def max_bw(self, direction: str) -> float:
         """Modelled maximum payload bandwidth of ``"h2d"`` or ``"d2h"``, bytes/s."""
-        return link_max_payload_bw(self.gen, self.width, self.mps, direction)
+        return link_max_payload_bw(self.gen, self.width, self.mps, direction) / self.time_scale
+
+    @property
+    def raw_bw(self) -> float:
+        """Link bytes per second of one direction (TLP headers included), time-scaled."""
+        return link_raw_bw(self.gen, self.width) / self.time_scale
 
 
 def functions_from_meta(meta: dict[str, Any]) -> list[Function]:
@@ -104,7 +141,7 @@ def functions_from_meta(meta: dict[str, Any]) -> list[Function]:
                 width=int(link.get("width", 16)),
                 mps=int(link.get("mps", 256)),
                 clock_hz=float(d.get("clock_hz", 1e9)),
-                time_scale=float(d.get("time_scale", meta.get("time_scale", 1.0))),
+                time_scale=float(d.get("time_scale", meta.get("time_scale", 1.0)) or 1.0),
                 devmem=int(d.get("devmem", 0)),
             )
         )

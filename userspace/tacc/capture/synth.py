@@ -21,7 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from .devinfo import LINK_CPL_OVERHEAD, TLP_OVERHEAD_BYTES, link_max_payload_bw, link_raw_bw
+from .devinfo import (
+    LINK_CPL_OVERHEAD,
+    TLP_OVERHEAD_BYTES,
+    link_max_payload_bw,
+    link_raw_bw,
+    payload_tlps,
+)
 from .schema import (
     API_DTYPE,
     CLOCK_DTYPE,
@@ -182,7 +188,7 @@ class Sim:
         self.queue_end[(fid, queue)] = int(end[-1]) if n else self.queue_end.get((fid, queue), 0)
         nbytes = np.broadcast_to(np.asarray(nbytes, np.int64), (n,))
         if tlps is None:
-            tlps = np.where(nbytes > 0, (nbytes + MPS - 1) // MPS, 0)
+            tlps = payload_tlps(nbytes, MPS)  # aligned buffers (devinfo, section 9)
         engine = {Opcode.COPY_H2D: Engine.DMA_H2D, Opcode.COPY_D2H: Engine.DMA_D2H}.get(
             Opcode(opcode), Engine.COMPUTE0 + queue % 4)
         self.cmds.append(dict(

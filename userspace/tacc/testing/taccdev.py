@@ -471,29 +471,43 @@ class LinkModel:
     def t_link_ps(self, nbytes: int) -> int:
         return devinfo.t_link_ps(nbytes, self.gen, self.width)
 
-    def h2d_bytes(self, n):
+    # host_off / dev_off: host-side and device-side start addresses (only their offset
+    # modulo MPS matters; 0 = aligned), see devinfo.payload_tlps.
+    def h2d_bytes(self, n, host_off: int = 0, dev_off: int = 0):
         """(down, up, tlps) link bytes of a host read of n bytes."""
-        return devinfo.h2d_link_bytes(n, self.mps, self.mrrs)
+        return devinfo.h2d_link_bytes(n, self.mps, self.mrrs, host_off, dev_off)
 
-    def d2h_bytes(self, n):
-        return devinfo.d2h_link_bytes(n, self.mps)
+    def d2h_bytes(self, n, host_off: int = 0, dev_off: int = 0):
+        """(up, tlps) link bytes of a host write of n bytes."""
+        return devinfo.d2h_link_bytes(n, self.mps, host_off, dev_off)
 
-    def copy_ps(self, n: int, h2d: bool, walks: int = 0) -> int:
+    def step_bytes(self, a: int, c: int, h2d: bool, host_off: int = 0,
+                   dev_off: int = 0) -> tuple[int, int]:
+        """(down, up) link bytes of the link step carrying payload [a, a + c) of a
+        transfer: the TLPs that start in it (prefix differences, so the steps add up
+        to the whole transfer's count)."""
+        if h2d:
+            d1, u1, _ = self.h2d_bytes(a + c, host_off, dev_off)
+            d0, u0, _ = self.h2d_bytes(a, host_off, dev_off)
+            return d1 - d0, u1 - u0
+        return 0, self.d2h_bytes(a + c, host_off, dev_off)[0] - self.d2h_bytes(
+            a, host_off, dev_off)[0]
+
+    def copy_ps(self, n: int, h2d: bool, walks: int = 0, host_off: int = 0,
+                dev_off: int = 0) -> int:
         """Modelled duration of an uncontended COPY_H2D / COPY_D2H of n bytes."""
         t = (self.cmd_ns + self.walk_ns * walks) * 1000
-        left = n
-        while left:
-            c = min(left, CHUNK)
-            if h2d:
-                down, up, _ = self.h2d_bytes(c)
-                t += max(self.t_link_ps(down), self.t_link_ps(up))
-            else:
-                t += self.t_link_ps(self.d2h_bytes(c)[0])
-            left -= c
+        a = 0
+        while a < n:
+            c = min(n - a, CHUNK)
+            down, up = self.step_bytes(a, c, h2d, host_off, dev_off)
+            t += max(self.t_link_ps(down), self.t_link_ps(up))
+            a += c
         return t + (self.rd_ns if h2d else self.wr_ns) * 1000
 
-    def formula_bw(self, n: int, h2d: bool) -> float:
+    def formula_bw(self, n: int, h2d: bool, host_off: int = 0, dev_off: int = 0) -> float:
         """Closed form (no steps): n / (T_cmd + T_lat + link bytes / BW), bytes/s."""
-        link = self.h2d_bytes(n)[0] if h2d else self.d2h_bytes(n)[0]
+        link = (self.h2d_bytes(n, host_off, dev_off)[0] if h2d
+                else self.d2h_bytes(n, host_off, dev_off)[0])
         t = (self.cmd_ns + (self.rd_ns if h2d else self.wr_ns)) * 1e-9 + link / self.bw
         return n / t
