@@ -23,6 +23,7 @@ import numpy as np
 
 from .devinfo import (
     LINK_CPL_OVERHEAD,
+    LINK_MWR_OVERHEAD,
     TLP_OVERHEAD_BYTES,
     link_max_payload_bw,
     link_raw_bw,
@@ -426,17 +427,19 @@ def w_unaligned_userptr(sim: Sim, t: int, scale: int, good: bool) -> int:
     n = 8 * scale
     align = 0 if good else 64
     t = sim.buffers(PID, TID, t, 0, [size, size // 4], userptr=True, align=align)
-    base = (size + MPS - 1) // MPS
-    extra = 0 if good else size // 4096 + 1  # one more TLP per page crossing
-    dur = xfer_ns(size) + int(extra * (MPS + TLP_OVERHEAD_BYTES) / RAW_BW * 1e9)
+    # docs/hardware.md section 9: the host side at offset `align`, the device side
+    # aligned; each extra TLP costs its header on the link
+    tlps = payload_tlps(size, MPS, host_off=align)
+    extra = tlps - payload_tlps(size, MPS)
+    dur = xfer_ns(size) + int(extra * LINK_CPL_OVERHEAD / RAW_BW * 1e9)
     t, _ = _async_stream(sim, t, n, name="copy_h2d", opcode=Opcode.COPY_H2D, nbytes=size,
-                         dur=np.full(n, dur), tlps=np.full(n, base + extra))
+                         dur=np.full(n, dur), tlps=np.full(n, tlps))
     d = size // 4
-    dbase = d // MPS
-    dextra = 0 if good else d // 4096 + 1
-    ddur = xfer_ns(d) + int(dextra * (MPS + TLP_OVERHEAD_BYTES) / RAW_BW * 1e9)
+    dtlps = payload_tlps(d, MPS, host_off=align)
+    dextra = dtlps - payload_tlps(d, MPS)
+    ddur = xfer_ns(d) + int(dextra * LINK_MWR_OVERHEAD / RAW_BW * 1e9)
     t, _ = _async_stream(sim, t, n, queue=1, name="copy_d2h", opcode=Opcode.COPY_D2H, nbytes=d,
-                         dur=np.full(n, ddur), tlps=np.full(n, dbase + dextra))
+                         dur=np.full(n, ddur), tlps=np.full(n, dtlps))
     return t
 
 
