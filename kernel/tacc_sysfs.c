@@ -171,8 +171,20 @@ TACC_INFO_ATTR(engines, "%u", tdev->num_engines);
 TACC_INFO_ATTR(queues, "%u", tdev->num_queues);
 TACC_INFO_ATTR(contexts, "%u", tdev->num_contexts);
 TACC_INFO_ATTR(clock_hz, "%u", tdev->clock_hz);
-TACC_INFO_ATTR(time_scale, "%u", tdev->time_scale);
 TACC_INFO_ATTR(tlb_entries, "%u", tdev->tlb_entries);
+
+/* The model's time scale can change at run time: read it live when powered. */
+static ssize_t time_scale_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct tacc_device *tdev = tacc_sysfs_dev(dev);
+
+	if (pm_runtime_get_if_active(dev) > 0) {
+		tdev->time_scale = tacc_rd(tdev, TACC_REG_TIME_SCALE);
+		pm_runtime_put_autosuspend(dev);
+	}
+	return sysfs_emit(buf, "%u\n", tdev->time_scale);
+}
+static DEVICE_ATTR_RO(time_scale);
 TACC_INFO_ATTR(num_vfs, "%d", tdev->num_vfs);
 TACC_INFO_ATTR(pm_suspends, "%llu", (u64)atomic64_read(&tdev->pm_suspends));
 TACC_INFO_ATTR(pm_resumes, "%llu", (u64)atomic64_read(&tdev->pm_resumes));

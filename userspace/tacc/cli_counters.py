@@ -34,7 +34,7 @@ def _err(msg: str) -> CounterError:
 
 
 def link_of(fn: Function) -> LinkInfo:
-    return LinkInfo(fn.gen, fn.width, fn.mps, float(fn.clock_hz), fn.sq_entries)
+    return LinkInfo(fn.gen, fn.width, fn.mps, float(fn.clock_hz), fn.sq_entries, fn.time_scale)
 
 
 def _catalogue(fn: Function, events: list[str] | None) -> Catalogue:

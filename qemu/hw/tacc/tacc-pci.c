@@ -523,11 +523,43 @@ static void tacc_get_link_busy(Object *obj, Visitor *v, const char *name,
     visit_type_uint64(v, name, &val, errp);
 }
 
+#define TACC_TIME_SCALE_MAX     10000000u  /* 10,000x slower than nominal */
+
+static void tacc_get_time_scale(Object *obj, Visitor *v, const char *name,
+                                void *opaque, Error **errp)
+{
+    visit_type_uint32(v, name, &TACC(obj)->time_scale, errp);
+}
+
+/*
+ * time-scale is settable at run time too (qom-set): commands already timed
+ * keep their times, later ones use the new scale.  Tests use it to give the
+ * device the host/device balance of real hardware for one workload.
+ */
+static void tacc_set_time_scale(Object *obj, Visitor *v, const char *name,
+                                void *opaque, Error **errp)
+{
+    uint32_t val;
+
+    if (!visit_type_uint32(v, name, &val, errp)) {
+        return;
+    }
+    if (val < 1 || val > TACC_TIME_SCALE_MAX) {
+        error_setg(errp, "time-scale: 1..%u (x 1000)", TACC_TIME_SCALE_MAX);
+        return;
+    }
+    trace_tacc_time_scale(val);
+    TACC(obj)->time_scale = val;
+}
+
 static void tacc_pf_instance_init(Object *obj)
 {
     TaccState *s = TACC(obj);
 
     s->fi_hang_engine = -1;
+    s->time_scale = 1000;
+    object_property_add(obj, "time-scale", "uint32", tacc_get_time_scale,
+                        tacc_set_time_scale, NULL, NULL);
     object_property_add(obj, "fi-hang-engine", "int32", tacc_get_hang,
                         tacc_set_hang, NULL, NULL);
     object_property_add_bool(obj, "fi-fail-next-dma", tacc_get_fail_dma,
@@ -552,7 +584,6 @@ static const Property tacc_props[] = {
     DEFINE_PROP_UINT32("mps", TaccState, mps, 256),
     DEFINE_PROP_UINT32("mrrs", TaccState, mrrs, 512),
     DEFINE_PROP_UINT32("tlb-entries", TaccState, tlb_entries, 128),
-    DEFINE_PROP_UINT32("time-scale", TaccState, time_scale, 1000),
     DEFINE_PROP_UINT32("cmd-latency-ns", TaccState, cmd_latency_ns, 100),
     DEFINE_PROP_UINT32("read-latency-ns", TaccState, read_latency_ns, 600),
     DEFINE_PROP_UINT32("write-latency-ns", TaccState, write_latency_ns, 200),

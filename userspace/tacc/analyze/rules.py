@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tacc.capture.devinfo import TLP_OVERHEAD_BYTES, link_raw_bw
+from tacc.capture.devinfo import LINK_CPL_OVERHEAD, LINK_MWR_OVERHEAD, TLP_OVERHEAD_BYTES
 from tacc.capture.schema import DriverFlag, DriverKind, Engine, Opcode
 
 from .data import Data, merged, runs, union_by_group, window_amount
@@ -28,7 +28,7 @@ class Thresholds:
     saturation_min_idle_share: float = 0.2
     imbalance_light_ratio: float = 0.05
     contention_other_share: float = 0.10
-    contention_slowdown: float = 1.3
+    contention_slowdown: float = 1.2
     contention_min_transfers: int = 10
     # small_transfers
     small_bytes: int = 64 * 1024
@@ -244,6 +244,33 @@ def imbalance(d: Data, th: Thresholds) -> list[Finding]:
     return out
 
 
+def _ready_ns(c: Any) -> np.ndarray:
+    """Per command: when it was ready to run (fetched by the device and its queue's
+    previous command done), never after its start."""
+    o = np.lexsort((c.ts, c.queue, c.fid))
+    te = c.te[o]
+    same = np.r_[False, (c.fid[o][1:] == c.fid[o][:-1]) & (c.queue[o][1:] == c.queue[o][:-1])]
+    prev_end = np.where(same, np.r_[0, te[:-1]], 0)
+    out = np.empty(len(o), np.int64)
+    out[o] = np.minimum(np.maximum(c.tf[o], prev_end), c.ts[o])
+    return out
+
+
+def _covered(s: np.ndarray, e: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Length of [a, b) covered by the disjoint sorted intervals [s, e), per element."""
+    if len(s) == 0:
+        return np.zeros(len(a), np.int64)
+    cum = np.r_[0, np.cumsum(e - s)]
+
+    def upto(x: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(s, x, side="right") - 1
+        kk = np.maximum(k, 0)
+        part = np.clip(x - s[kk], 0, e[kk] - s[kk])
+        return np.where(k >= 0, cum[kk] + part, 0)
+
+    return np.maximum(upto(b) - upto(a), 0)
+
+
 @rule("vf_contention")
 def vf_contention(d: Data, th: Thresholds) -> list[Finding]:
     out = []
@@ -260,6 +287,7 @@ def vf_contention(d: Data, th: Thresholds) -> list[Finding]:
                 continue
             per = {f: window_amount(c.ts[c.fid == f], c.te[c.fid == f], c.bytes[c.fid == f],
                                     edges) for f in np.unique(c.fid).tolist()}
+            ready = _ready_ns(c)
             total = sum(per.values())
             for f in per:
                 mine = c.fid == f
@@ -269,14 +297,26 @@ def vf_contention(d: Data, th: Thresholds) -> list[Finding]:
                 solo = mine & (other[wi] < th.contention_other_share)
                 if cont.sum() < th.contention_min_transfers or solo.sum() < 3:
                     continue
-                dur = np.maximum(c.dur, 1).astype(np.float64)
+                # service time: the transfer plus the time it was ready but waited while
+                # ANOTHER function's transfer held the shared engine/link (the device
+                # time-multiplexes its DMA engines between functions, docs/hardware.md
+                # section 4: a neighbour shows as queueing, not as a slower copy)
+                os_, oe_ = merged(c.ts[~mine], c.te[~mine])
+                wait = _covered(os_, oe_, ready, c.ts)
+                dur = (np.maximum(c.dur, 1) + wait).astype(np.float64)
                 bws = c.bytes / dur
                 solo_bw = float(np.median(bws[solo]))
                 cont_bw = float(np.median(bws[cont]))
                 if cont_bw <= 0 or solo_bw / cont_bw < th.contention_slowdown:
                     continue
+                # lost: the time the function's ready transfers waited behind the others
+                # (a union: several queued transfers waiting at once lose it once), plus
+                # transfers that ran slower than alone (a shared link)
+                ws, we = merged(ready[cont], c.ts[cont])
+                waited = int(_covered(os_, oe_, ws, we).sum())
                 ideal = c.bytes[cont] / solo_bw
-                lost = int(np.sum(np.maximum(dur[cont] - ideal, 0)))
+                slower = np.maximum(np.maximum(c.dur[cont], 1) - ideal, 0)
+                lost = waited + int(slower.sum())
                 if lost < th.min_time_lost_ns:
                     continue
                 others = {d.functions[g].pci: int(per[g][np.unique(wi[cont])].sum())
@@ -371,8 +411,9 @@ def host_memory(d: Data, th: Thresholds) -> list[Finding]:
         ideal = (s.bytes + f.mps - 1) // f.mps
         extra = np.maximum(s.tlps - ideal - 1, 0)
         extra_total = int(extra.sum())
-        raw = link_raw_bw(f.gen, f.width)
-        lost_tlp = int(extra_total * (f.mps + TLP_OVERHEAD_BYTES) / raw * 1e9)
+        # each extra TLP costs its header on the link (docs/hardware.md section 9)
+        over = np.where(s.opcode == Opcode.COPY_H2D, LINK_CPL_OVERHEAD, LINK_MWR_OVERHEAD)
+        lost_tlp = int(float((extra * over).sum()) / f.raw_bw * 1e9)
         dm = drv[(drv["fid"] == f.fid) & (drv["kind"] == DriverKind.DMA_MAP)]
         bounced = dm[(dm["flags"] & int(DriverFlag.BOUNCE)) != 0]
         bounce_bytes = int(bounced["size"].sum())
@@ -519,7 +560,7 @@ def tlb_thrash(d: Data, th: Thresholds) -> list[Finding]:
         if not small.any():
             continue
         busy = int(c.dur[m].sum())
-        walk = misses * th.tlb_miss_ns
+        walk = int(misses * th.tlb_miss_ns * f.time_scale)  # modelled time is scaled
         if walk < th.tlb_lost_share * max(busy, 1):
             continue
         frac4k = small_bytes / max(int(binds["size"].sum()), 1)
@@ -537,7 +578,7 @@ def tlb_thrash(d: Data, th: Thresholds) -> list[Finding]:
             evidence={"tlb_misses": misses, "miss_rate": rate,
                       "page_sizes": {str(int(p)): int(n) for p, n in zip(ps, cnt, strict=True)},
                       "bytes_in_4k_pages": small_bytes, "walk_ns_estimate": walk,
-                      "miss_cost_ns": th.tlb_miss_ns, "busy_ns": busy,
+                      "miss_cost_ns": th.tlb_miss_ns * f.time_scale, "busy_ns": busy,
                       "top_tags": _top_tags(d, c.tag[hot], c.tlb[hot].astype(np.float64)),
                       "api_calls": d.api_names(c.tag[hot])},
             time_lost_ns=lost,

@@ -141,6 +141,7 @@ class Function:
     mrrs: int = 512
     clock_hz: int = 1_000_000_000
     sq_entries: int = 256
+    time_scale: float = 1.0  # modelled-time factor (sysfs time_scale / 1000)
     _catalogue: Catalogue | None = field(default=None, repr=False)
 
     @property
@@ -201,6 +202,7 @@ def _function(path: Path) -> Function:
     f.mps = int(_read(info / "max_payload_bytes") or 256)
     f.mrrs = int(_read(info / "max_read_request_bytes") or 512)
     f.clock_hz = int(_read(info / "clock_hz") or 1_000_000_000)
+    f.time_scale = int(_read(info / "time_scale") or 1000) / 1000.0
     return f
 
 

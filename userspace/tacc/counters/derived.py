@@ -33,12 +33,13 @@ class LinkInfo:
     mps: int
     clock_hz: float = 1e9
     sq_entries: int = 256
+    time_scale: float = 1.0  # the device's modelled-time factor (docs/hardware.md)
 
     def max_bw(self, direction: str) -> float:
         """Modelled max payload bytes/s of one direction of the negotiated link."""
         if not self.gen or not self.width:
             return 0.0
-        return link_max_payload_bw(self.gen, self.width, self.mps, direction)
+        return link_max_payload_bw(self.gen, self.width, self.mps, direction) / self.time_scale
 
 
 def _ratio(a: Num, b: Num) -> Num:

@@ -247,6 +247,7 @@ def capture_meta(fns: list[Function], rate_hz: float, backend: str) -> dict[str,
         "node": os.uname().nodename,
         "kernel": os.uname().release,
         "devices": [{"pci": f.pci, "pf": f.pf, "vf": f.vf, "clock_hz": f.clock_hz,
+                     "time_scale": f.time_scale,
                      "link": {"gen": f.gen, "width": f.width, "mps": f.mps, "mrrs": f.mrrs}}
                     for f in fns],
         "options": {"counters": {"rate_hz": rate_hz, "backend": backend}},

@@ -75,7 +75,8 @@ class TaccFunction:
                      "mps": int(num("max_payload_bytes", 256)),
                      "mrrs": int(num("max_read_request_bytes", 512))},
             "devmem": int(num("devmem_bytes")), "clock_hz": num("clock_hz", 1e9),
-            "time_scale": num("time_scale", 1), "tlb_entries": int(num("tlb_entries")),
+            "time_scale": num("time_scale", 1000) / 1000.0,  # sysfs: x 1000
+            "tlb_entries": int(num("tlb_entries")),
             "hw_version": i.get("hw_version", ""), "engines": int(num("engines")),
             "queues": int(num("queues")),
         }

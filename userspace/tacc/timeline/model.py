@@ -262,7 +262,7 @@ class Extractor:
     CATEGORY = {
         DriverKind.IOCTL: "ioctl", DriverKind.SUBMIT: "submit", DriverKind.DOORBELL: "doorbell",
         DriverKind.IRQ: "irq", DriverKind.JOB_START: "jobs", DriverKind.JOB_DONE: "completion",
-        DriverKind.BO_CREATE: "bo", DriverKind.BO_DESTROY: "bo",
+        DriverKind.BO_CREATE: "bo", DriverKind.BO_DESTROY: "bo free",
         DriverKind.DMA_MAP: "dma map/unmap", DriverKind.DMA_UNMAP: "dma map/unmap",
         DriverKind.VM_BIND: "vm bind/unbind", DriverKind.VM_UNBIND: "vm bind/unbind",
         DriverKind.MMU_FAULT: "faults", DriverKind.PM: "pm", DriverKind.RESET: "reset",
@@ -278,6 +278,7 @@ class Extractor:
         "jobs": ("tag", "job"),
         "completion": ("tag", "job", "status", "dev_start", "dev_end"),
         "bo": ("arg", "size", "addr", "flags"),
+        "bo free": ("arg", "size", "addr", "flags"),
         "dma map/unmap": ("addr", "size", "nsegs", "dir", "flags"),
         "vm bind/unbind": ("addr", "size", "page_size"),
         "faults": ("addr", "status", "tag"),
@@ -297,15 +298,19 @@ class Extractor:
             ts_all = src.align.convert(ch["t_ns"].view(np.uint64)) if src.node_idx else \
                 ch["t_ns"].astype(np.int64)
             kinds = ch["kind"]
-            cats: dict[str, list[int]] = {}
+            # one batch per (category, span or instant): a track holds slices or instants,
+            # never both (BO_CREATE is a slice on "bo", BO_DESTROY an instant on "bo free"),
+            # whatever kinds a chunk happens to hold
+            span_kinds = {int(x) for x in self.SPAN_KINDS}
+            cats: dict[tuple[str, bool], list[int]] = {}
             for k in np.unique(kinds).tolist():
                 if k in DRIVER_NAMES:
-                    cats.setdefault(self.CATEGORY[DriverKind(k)], []).append(k)
-            for cat, ks in cats.items():
+                    cats.setdefault((self.CATEGORY[DriverKind(k)], k in span_kinds),
+                                    []).append(k)
+            for (cat, span), ks in cats.items():
                 sel = np.flatnonzero(np.isin(kinds, ks))
                 sub = ch[sel]
-                span = ks[0] in [int(x) for x in self.SPAN_KINDS]
-                per_tid = cat in ("ioctl", "dma map/unmap", "vm bind/unbind", "bo")
+                per_tid = cat in ("ioctl", "dma map/unmap", "vm bind/unbind", "bo", "bo free")
                 key = sub["fid"].astype(np.int64) << 32
                 if per_tid:
                     key = key | sub["tid"].astype(np.int64)
