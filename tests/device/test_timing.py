@@ -117,3 +117,27 @@ def test_time_scale():
         assert abs((cq.end - cq.start) * 1000 - 2.5 * LinkModel().copy_ps(n, True)) < 20_000
     finally:
         d.close()
+
+
+def test_time_scale_settable_at_run_time(dev, pf):
+    """qom-set time-scale stretches later commands by time-scale/1000; the register
+    follows; bad values are refused and change nothing."""
+    lm = LinkModel()
+    n = 1 << 20
+    cq, _, _ = timed_copy(dev, pf, n, True)
+    base = cq.end - cq.start
+    assert abs(base * 1000 - lm.copy_ps(n, True)) < 1000
+    try:
+        dev.qom_set("time-scale", 4000)
+        assert dev.qom_get("time-scale") == 4000
+        assert pf.r32(HW.TACC_REG_TIME_SCALE) == 4000
+        cq, _, _ = timed_copy(dev, pf, n, True)
+        assert abs((cq.end - cq.start) - 4 * base) <= 4
+        for bad in (0, 10_000_001):
+            with pytest.raises(Exception, match="time-scale"):
+                dev.qom_set("time-scale", bad)
+        assert dev.qom_get("time-scale") == 4000
+    finally:
+        dev.qom_set("time-scale", 1000)
+    cq, _, _ = timed_copy(dev, pf, n, True)
+    assert cq.end - cq.start == base
