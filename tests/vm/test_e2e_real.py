@@ -40,7 +40,8 @@ OUT = Path(os.environ.get("TACC_VM_OUT") or "/tmp/tacc-e2e") / "e2e"
 # qom-set for that capture only) so the device work per step outweighs the host's as on
 # real hardware: host_bound's per-batch numpy preparation takes ~20 ms of guest time
 # against ~1.6 ms of nominal device work (25x: the device then does ~40 ms per batch);
-# link_saturation's 4 queues must out-run the ~150 us a Python API call costs.  The analysis divides the link maximum by the scale.
+# link_saturation's 4 queues must out-run the ~150 us a Python API call costs.  The
+# analysis divides the link maximum by the scale.
 TWINS: dict[str, tuple[dict[str, Any], set[str], int]] = {
     "tiny_transfers": ({}, {"small_transfers"}, 1000),
     "map_churn": ({}, {"iommu_churn"}, 1000),
@@ -424,6 +425,13 @@ def test_clock_conversion_within_2us_of_device(recorder: Recorder) -> None:
 
 
 # ---------------------------------------------------------------- analysis (9) --
+def _busy_ns(cap_path: Path) -> int:
+    from tacc.capture import open_capture
+
+    dt = open_capture(cap_path).read("device_trace")
+    return int((dt["t_end"].astype(np.int64) - dt["t_start"].astype(np.int64)).sum())
+
+
 def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
     kw, expected, scale = TWINS[name]
     pb, rb, _ = recorder.capture(f"{name}-bad", [(name, True, kw)], scale)
@@ -443,24 +451,33 @@ def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
         "measured_wall_ns": {"bad": rb[0]["wall_ns"], "good": rg[0]["wall_ns"]},
         "measured_diff_device_ns": rb[0]["device_ns"] - rg[0]["device_ns"],
         "measured_diff_wall_ns": rb[0]["wall_ns"] - rg[0]["wall_ns"],
+        # the device's own busy time (sum of command durations in the trace): the figure
+        # for device-side losses (extra TLPs, TLB walks), free of the host's TCG noise
+        "measured_diff_device_busy_ns": _busy_ns(pb) - _busy_ns(pg),
     }
     _save(f"twin-{name}.json", rep)
     return rep
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(
-        reason="analysis: on real captures the serialized_copies rule fired on the good "
-               "twin too in one run of two (issue 9 open); not yet stable", strict=False))
-    if n == "serialized_copies" else n
-    for n in QUICK_TWINS])
+@pytest.mark.parametrize("name", QUICK_TWINS)
 def test_rule_fires_on_bad_silent_on_good(recorder: Recorder, name: str) -> None:
     rep = _twin(recorder, name)
     assert set(rep["expected"]) <= set(rep["bad_findings"]), rep
+    # the twin's rules stay silent on the good twin; other rules may report what is true
+    # of it (link_saturation's good twin, its uploads gone, waits on the host's API calls
+    # at TCG speed: idle_gaps), listed in twin-NAME.json
     assert not set(rep["expected"]) & set(rep["good_findings"]), rep
-    # anything the good twin reports is background both twins share (e.g. the 256 KiB
-    # GEMM weights of serialized_copies on 4 KiB pages in both variants), never new
-    assert set(rep["good_findings"]) <= set(rep["bad_findings"]), rep
+
+
+def _service_sum(cap_path: Path, pci: str) -> int:
+    from tacc.capture import open_capture
+
+    cap = open_capture(cap_path)
+    fid = [d["pci"] for d in json.loads((cap_path / "meta.json").read_text())["devices"]
+           ].index(pci)
+    dt = cap.read("device_trace")
+    dt = dt[(dt["fid"] == fid) & (dt["bytes"] > 0)]
+    return int((dt["t_end"].astype(np.int64) - dt["t_fetch"].astype(np.int64)).sum())
 
 
 @pytest.fixture
@@ -502,7 +519,11 @@ def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -
            "vf_contention": cont,
            "measured_device_ns": {"bad": rb[0]["device_ns"], "good": rg[0]["device_ns"]},
            "measured_diff_device_ns": rb[0]["device_ns"] - rg[0]["device_ns"],
-           "estimated_lost_ns": sum(f["time_lost_ns"] for f in cont)}
+           # the victim's transfers from ready (fetched) to done, summed: the device's
+           # own measure of what the neighbour cost it, free of the host's TCG noise
+           "measured_diff_victim_service_ns": (_service_sum(pb, two_vfs[0])
+                                               - _service_sum(pg, two_vfs[0])),
+           "estimated_lost_ns": {f["evidence"]["victim"]: f["time_lost_ns"] for f in cont}}
     _save("twin-noisy_neighbour.json", rep)
     assert cont, rep
     # the victim slowed by the aggressor (the aggressor's own transfers may be slowed by
@@ -510,7 +531,6 @@ def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -
     assert any(f["evidence"]["victim"] == two_vfs[0] and f["evidence"]["aggressor"] == two_vfs[1]
                for f in cont), rep
     assert "vf_contention" not in rep["good_findings"], rep
-    assert set(rep["good_findings"]) <= set(rep["bad_findings"]), rep
 
 
 def test_mixed_workload_exact_findings(recorder: Recorder) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 
 from tacc.capture import Capture
 from tacc.capture.devinfo import Function
-from tacc.capture.schema import DriverKind, Opcode
+from tacc.capture.schema import NUM_ENGINES, DriverKind, Engine, Opcode
 
 DRIVER_KEEP = (DriverKind.DMA_MAP, DriverKind.DMA_UNMAP, DriverKind.VM_BIND,
                DriverKind.VM_UNBIND, DriverKind.BO_CREATE, DriverKind.BO_DESTROY,
@@ -47,6 +47,11 @@ class Cmds:
     @property
     def is_copy(self) -> np.ndarray:
         return (self.opcode == Opcode.COPY_H2D) | (self.opcode == Opcode.COPY_D2H)
+
+    @property
+    def is_compute(self) -> np.ndarray:
+        """Ran on a compute engine (fences and timestamps have engine 255: none)."""
+        return (self.engine >= Engine.COMPUTE0) & (self.engine < NUM_ENGINES)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from tacc.capture.devinfo import LINK_CPL_OVERHEAD, LINK_MWR_OVERHEAD, TLP_OVERHEAD_BYTES
-from tacc.capture.schema import DriverFlag, DriverKind, Engine, Opcode
+from tacc.capture.schema import DriverFlag, DriverKind, Opcode
 
 from .data import Data, merged, runs, union_by_group, window_amount
 
@@ -138,7 +138,7 @@ def link_saturation(d: Data, th: Thresholds) -> list[Finding]:
     edges = _edges(d, th)
     for pf, fids in _links(d).items():
         fn = d.functions[fids[0]]
-        comp = np.isin(d.cmds.fid, fids) & (d.cmds.engine >= Engine.COMPUTE0)
+        comp = np.isin(d.cmds.fid, fids) & d.cmds.is_compute
         cbusy = window_amount(d.cmds.ts[comp], d.cmds.te[comp], d.cmds.dur[comp], edges)
         for op, dname in ((Opcode.COPY_H2D, "H2D"), (Opcode.COPY_D2H, "D2H")):
             m = _direction(d, fids, op)
@@ -479,6 +479,17 @@ def iommu_churn(d: Data, th: Thresholds) -> list[Finding]:
     return out
 
 
+def _api_time(d: Data, names: tuple[str, ...], lo: int, hi: int) -> int:
+    """Summed duration of the API calls named ``names`` that overlap [lo, hi]."""
+    api = d.api
+    if len(api) == 0:
+        return 0
+    ids = [int(i) for i in np.unique(api["name_id"]) if d.cap.strings.get(int(i), "") in names]
+    m = (np.isin(api["name_id"], ids) & (api["t_end"].astype(np.int64) >= lo)
+         & (api["t_start"].astype(np.int64) <= hi))
+    return int((api["t_end"][m].astype(np.int64) - api["t_start"][m].astype(np.int64)).sum())
+
+
 def _churn_burst(d: Data, th: Thresholds, f: Any, fd: np.ndarray, maps_all: np.ndarray,
                  unmaps_all: np.ndarray, a: int, b: int) -> list[Finding]:
     out: list[Finding] = []
@@ -502,7 +513,10 @@ def _churn_burst(d: Data, th: Thresholds, f: Any, fd: np.ndarray, maps_all: np.n
     # are not captured (kprobes off) or do not cover unpin/unbind
     bio = fd[(fd["kind"] == DriverKind.IOCTL) & (fd["t_ns"] >= lo) & (fd["t_ns"] <= hi)]
     t_ioctl = int(bio["dur_ns"].sum())
-    t_cost = max(t_map + t_rel, t_ioctl)
+    # and the runtime's own calls that register and release the buffers (pin + map +
+    # bind plus the library's work around them), when the API ring was captured
+    t_api = _api_time(d, ("wrap", "host_buffer", "free"), lo, hi)
+    t_cost = max(t_map + t_rel, t_ioctl, t_api)
     active = hi - lo
     if t_cost < th.churn_time_share * max(active, 1):
         return out
@@ -526,7 +540,7 @@ def _churn_burst(d: Data, th: Thresholds, f: Any, fd: np.ndarray, maps_all: np.n
                   "maps_per_job": n / max(jobs, 1), "distinct_buffers": distinct,
                   "peak_live_mappings": peak,
                   "time_in_map_unmap_ns": t_map, "time_in_bind_create_ns": t_rel,
-                  "time_in_buffer_ioctls_ns": t_ioctl,
+                  "time_in_buffer_ioctls_ns": t_ioctl, "time_in_buffer_api_calls_ns": t_api,
                   "mapped_bytes": int(maps["size"].sum()),
                   "pids": sorted({int(p) for p in np.unique(maps["pid"])}),
                   "api_calls": d.api_names(d.cmds.tag[d.cmds.fid == f.fid])},
@@ -549,7 +563,7 @@ def tlb_thrash(d: Data, th: Thresholds) -> list[Finding]:
         # walks of compute commands (operands in device memory, what 2 MiB device pages
         # fix), against compute time; copies walk the pinned host pages (4 KiB whatever
         # the device pages are)
-        m = (c.fid == f.fid) & (c.engine >= Engine.COMPUTE0)
+        m = (c.fid == f.fid) & c.is_compute
         misses = int(c.tlb[m].sum())
         if misses == 0:
             continue
@@ -605,7 +619,7 @@ def serialized_copies(d: Data, th: Thresholds) -> list[Finding]:
         ph = np.cumsum(np.r_[True, s.ts[1:] - run_end[:-1] >= th.phase_gap_ns]) - 1
         nph = int(ph[-1]) + 1
         is_copy = s.is_copy
-        is_comp = s.engine >= Engine.COMPUTE0
+        is_comp = s.is_compute
         u = union_by_group(ph, s.ts, s.te, nph)
         bc = union_by_group(ph[is_copy], s.ts[is_copy], s.te[is_copy], nph)
         bk = union_by_group(ph[is_comp], s.ts[is_comp], s.te[is_comp], nph)
@@ -615,11 +629,14 @@ def serialized_copies(d: Data, th: Thresholds) -> list[Finding]:
         lost = u - np.maximum(np.maximum(h2d, d2h), bk)
         # commands that were ready while a command of the other class ran before them on
         # the same queue: the overlap was possible and not taken
+        # (classes: 1 copy, 2 compute; timestamps and fences (0) belong to neither)
         o = np.lexsort((s.ts, s.queue))
-        q, ts, te, tf, cp = s.queue[o], s.ts[o], s.te[o], s.tf[o], is_copy[o]
+        cls = np.where(is_copy, 1, np.where(is_comp, 2, 0))[o]
+        q, ts, te, tf = s.queue[o], s.ts[o], s.te[o], s.tf[o]
         prev_end = np.r_[0, te[:-1]]
-        waited = (np.r_[False, q[1:] == q[:-1]] & (np.r_[False, cp[:-1]] != cp)
-                  & (tf < prev_end) & (ts >= prev_end))
+        prev_cls = np.r_[0, cls[:-1]]
+        waited = (np.r_[False, q[1:] == q[:-1]] & (cls > 0) & (prev_cls > 0)
+                  & (prev_cls != cls) & (tf < prev_end) & (ts >= prev_end))
         nwait = np.bincount(ph[o][waited], minlength=nph)
         ncmd = np.bincount(ph, minlength=nph)
         ok = ((np.minimum(bc, bk) >= th.serial_class_share * u)
