@@ -212,3 +212,77 @@ def test_header_garbage(blob: bytes) -> None:
         framing.read_file_header(io.BytesIO(blob), "x")
     except CaptureError:
         pass
+
+
+# ------------------------------------------------------------ device events --
+def _dev_events(n: int) -> np.ndarray:
+    from tacc.capture.schema import DEVICE_EVENTS_DTYPE, DeviceEventKind
+
+    e = np.zeros(n, DEVICE_EVENTS_DTYPE)
+    e["t_ns"] = np.arange(n) * 1000 + 7
+    e["fid"] = np.arange(n) % 2
+    e["kind"] = np.where(np.arange(n) % 2, int(DeviceEventKind.PM), int(DeviceEventKind.MMU_FAULT))
+    e["ctx"], e["queue"], e["tag"] = 3, 1, np.arange(n) + 100
+    e["addr"], e["arg"], e["status"] = 0xDEAD_0000, 3, -5
+    return e
+
+
+def test_device_events_layout() -> None:
+    from tacc.capture.schema import DEVICE_EVENTS_DTYPE, STREAMS
+
+    assert STREAMS["device_events"] == (1, DEVICE_EVENTS_DTYPE)
+    assert DEVICE_EVENTS_DTYPE.itemsize == 64
+    off = {k: v[1] for k, v in DEVICE_EVENTS_DTYPE.fields.items()}
+    assert off["t_ns"] == 0 and off["tag"] % 8 == 0 and off["addr"] % 8 == 0
+    assert off["ctx"] % 4 == 0 and off["status"] % 4 == 0 and off["name_id"] % 4 == 0
+
+
+def test_device_events_round_trip(tmp_path: Path) -> None:
+    ev = _dev_events(300)
+    with CaptureWriter(tmp_path / "c", META, chunk_bytes=64 * 50) as w:
+        sid = w.string_id("mmu_fault 0000:01:00.0 unmapped read")
+        ev["name_id"] = sid
+        for i in range(0, 300, 7):  # as they arrive: many small appends
+            w.append("device_events", ev[i:i + 7])
+    cap = open_capture(tmp_path / "c")
+    assert cap.complete and cap.problems == []
+    got = cap.read("device_events")
+    assert np.array_equal(got, ev)
+    assert [len(c) for c in cap.chunks("device_events")] == [50] * 6
+    assert cap.strings[int(got["name_id"][0])].startswith("mmu_fault")
+    assert cap.count("device_events") == 300
+    assert json.loads((tmp_path / "c" / "complete").read_text())["streams"][
+        "device_events"]["records"] == 300
+    assert cap.time_range == (7, 299 * 1000 + 7)
+
+
+def test_device_events_truncated_chunk(tmp_path: Path) -> None:
+    ev = _dev_events(200)
+    with CaptureWriter(tmp_path / "c", META, chunk_bytes=64 * 50) as w:
+        w.append("driver", _driver(10))
+        w.append("device_events", ev)
+    p = tmp_path / "c" / "streams" / "device_events.tcs"
+    os.truncate(p, p.stat().st_size - 30)
+    with pytest.raises(CaptureTruncatedError, match="device_events"):
+        open_capture(tmp_path / "c")
+    (tmp_path / "c" / "complete").unlink()  # as a killed writer leaves it
+    cap = open_capture(tmp_path / "c")
+    assert not cap.complete
+    assert np.array_equal(cap.read("device_events"), ev[:150])
+    assert any("device_events" in m for m in cap.problems)
+
+
+def test_old_capture_without_device_events_reads_empty(tmp_path: Path) -> None:
+    """A capture written before the stream existed: no file, no marker entry."""
+    _write(tmp_path / "c")
+    (tmp_path / "c" / "streams" / "device_events.tcs").unlink()
+    for f in ("meta.json", "complete"):
+        doc = json.loads((tmp_path / "c" / f).read_text())
+        del doc["streams"]["device_events"]
+        (tmp_path / "c" / f).write_text(json.dumps(doc))
+    cap = open_capture(tmp_path / "c")
+    assert cap.complete and cap.problems == []
+    assert "device_events" not in cap.streams and cap.count("device_events") == 0
+    e = cap.read("device_events")
+    assert len(e) == 0 and e.dtype.names is not None and "kind" in e.dtype.names
+    assert cap.count("driver") == 1000

@@ -4,6 +4,7 @@ the control socket, tacc trace, the uAPI mirror, the systemd unit."""
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 import signal
@@ -295,3 +296,202 @@ def test_api_rings_adapter_enables_drains_and_disables(tmp_path: Path,
     assert not ring.enabled
     ring.close()
     other.close()
+
+
+# ------------------------------------------------------------ device events --
+PCI0 = "0000:01:00.0"
+
+
+def _nl(event: int, **kw: object) -> dict[str, object]:
+    """An event as tacc.daemon.netlink.decode returns it."""
+    from tacc.daemon.netlink import EVENT_NAMES
+
+    return {"recv_mono_ns": time.monotonic_ns(), "event": event, "device": PCI0, "minor": 0,
+            "queue": 0, "info": 0, "addr": 0, "tag": 0, "seqno": 0,
+            "timestamp": time.monotonic_ns(), "name": EVENT_NAMES.get(event, f"event{event}"),
+            **kw}
+
+
+def _session(tmp_path: Path, name: str = "cap", **kw: object) -> CaptureSession:
+    fn = TaccFunction(PCI0, 0x100, tmp_path, False, 0, PCI0, None)
+    opts = Options(device_trace=False, api=False, counters_hz=0, clock_hz=0,
+                   host_events=False, **kw)  # type: ignore[arg-type]
+    return CaptureSession(tmp_path / name, [fn], opts, tool="test")
+
+
+def test_device_event_kinds_match_uapi() -> None:
+    import re
+
+    from tacc.capture.schema import DeviceEventKind
+    from tacc.daemon.netlink import EVENT_NAMES
+
+    hdr = (ROOT / "kernel/include/uapi/drm/tacc_accel.h").read_text()
+    enum = {m[1]: int(m[2]) for m in re.finditer(r"TACC_EVENT_(\w+)\s*=\s*(\d+)", hdr)}
+    assert len(enum) == 8
+    for name, num in enum.items():
+        assert DeviceEventKind[name] == num
+        assert EVENT_NAMES[num] == name.lower()
+    assert {k.value for k in DeviceEventKind} - set(enum.values()) == {9, 10, 255}
+
+
+def test_session_writes_device_events_as_they_arrive(tmp_path: Path) -> None:
+    from tacc.capture.schema import NO_CTX, NO_FID, NO_QUEUE
+    from tacc.capture.schema import DeviceEventKind as K
+
+    s = _session(tmp_path)
+    info = (1 << 31) | (1 << 28) | (1 << 24) | (2 << 16) | 7  # valid write unmapped q2 ctx 7
+    t0 = time.monotonic_ns()
+    s.device_event(_nl(1, queue=2, info=info, addr=0xBAD000, tag=0x5A5A0001, timestamp=t0))
+    s.device_event(_nl(5, info=3, timestamp=t0 + 1))  # runtime suspend
+    s.device_event(_nl(5, info=0, timestamp=t0 + 2))  # resume
+    s.device_event(_nl(3, queue=0xFFFFFFFF, info=2, timestamp=t0 + 3))  # function reset
+    s.device_event(_nl(2, ctx=4, pid=99, queue=1, tag=5, seqno=17, timestamp=t0 + 4))
+    s.device_event(_nl(42, timestamp=t0 + 5))  # a newer driver's event
+    s.device_event(_nl(5, device="0000:02:00.0", info=3, timestamp=t0 + 6))  # unknown fn
+    vf = TaccFunction("0000:01:00.1", 0x101, tmp_path, True, 1, PCI0, None)
+    s.add_function(vf)
+    s.remove_function("0000:01:00.1")
+    s.remove_function("0000:01:00.1")  # once only
+    assert s.status()["records"]["device_events"] == 9
+    s.close()
+    cap = open_capture(tmp_path / "cap")
+    assert cap.complete
+    marker = json.loads((tmp_path / "cap" / "complete").read_text())
+    assert "device_events" not in marker and len(marker["devices_added"]) == 1
+    assert marker["tool_summary"]["records"]["device_events"] == 9
+    e = cap.read("device_events")
+    assert e["kind"].tolist() == [K.MMU_FAULT, K.PM, K.PM, K.RESET, K.HANG, K.OTHER, K.PM,
+                                  K.HOTPLUG_ADD, K.HOTPLUG_REMOVE]
+    assert e["fid"].tolist() == [0] * 6 + [NO_FID, 1, 1]
+    f = e[0]
+    assert (f["t_ns"], f["ctx"], f["queue"], f["addr"], f["tag"], f["arg"], f["status"]) == (
+        t0, 7, 2, 0xBAD000, 0x5A5A0001, info, 1)  # ctx from FAULT_INFO, status = type
+    assert e["arg"][1:3].tolist() == [3, 0] and e["queue"][1] == NO_QUEUE
+    assert e["ctx"][1] == NO_CTX
+    assert e["queue"][3] == NO_QUEUE and e["arg"][3] == 2
+    assert (e["ctx"][4], e["pid"][4], e["queue"][4], e["seqno"][4]) == (4, 99, 1, 17)
+    assert e["arg"][5] == 42
+    assert e["arg"][7] == 1  # VF number
+    detail = [cap.strings[int(i)] for i in e["name_id"]]
+    assert detail[0] == f"mmu_fault {PCI0} unmapped write"
+    assert detail[1] == f"pm {PCI0} D3 (suspended)" and detail[2] == f"pm {PCI0} D0 (resumed)"
+    assert detail[6] == "pm 0000:02:00.0 D3 (suspended)"
+    assert detail[7:] == ["hotplug add 0000:01:00.1 VF 1", "hotplug remove 0000:01:00.1 VF 1"]
+    assert np.all(np.diff(e["t_ns"][:7]) > 0)
+
+
+def test_device_filtered_capture_skips_other_functions(tmp_path: Path) -> None:
+    s = _session(tmp_path, device=PCI0)
+    s.device_event(_nl(5, device="0000:02:00.0", info=3))
+    s.device_event(_nl(5, info=3))
+    s.close()
+    e = open_capture(tmp_path / "cap").read("device_events")
+    assert e["fid"].tolist() == [0]
+
+
+def test_killed_capture_keeps_flushed_device_events(tmp_path: Path) -> None:
+    """Nothing is closed (as after kill -9): events flushed by a tick are on disk; one
+    that arrived after the last flush is not."""
+    s = _session(tmp_path, flush_s=0.0)
+    s.device_event(_nl(1, info=(1 << 31) | (1 << 24) | 3, addr=0x1000))
+    s.device_event(_nl(5, info=3))
+    s.tick()  # the loop's tick: flushes every stream (flush_s = 0)
+    s.opts.flush_s = 3600.0
+    s.device_event(_nl(5, info=0))  # after the last flush
+    s.tick()
+    cap = open_capture(tmp_path / "cap")  # no close(): no complete marker
+    assert not cap.complete and any("interrupted" in p for p in cap.problems)
+    e = cap.read("device_events")
+    assert e["kind"].tolist() == [1, 5] and e["arg"].tolist()[1] == 3
+    assert cap.strings[int(e["name_id"][1])].startswith("pm ")
+
+
+KILL_EVENTS_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from tacc.daemon.session import CaptureSession, Options
+    from tacc.daemon.devices import TaccFunction
+    fn = TaccFunction("0000:01:00.0", 0x100, Path("/nonexistent"), False, 0, "0000:01:00.0",
+                      None)
+    s = CaptureSession(sys.argv[1], [fn], Options(device_trace=False, api=False,
+                       counters_hz=0, clock_hz=0, host_events=False, flush_s=0.0), tool="test")
+    for ev in (1, 5, 3):
+        s.device_event({"event": ev, "device": "0000:01:00.0", "info": 3, "queue": 0,
+                        "timestamp": time.monotonic_ns(), "name": "x"})
+    s.tick()
+    print("ready", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_kill_9_keeps_device_events(tmp_path: Path) -> None:
+    p = subprocess.Popen([sys.executable, "-c", KILL_EVENTS_SCRIPT, str(tmp_path / "cap")],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    p.send_signal(signal.SIGKILL)
+    p.wait(10)
+    cap = open_capture(tmp_path / "cap")
+    assert not cap.complete
+    assert cap.read("device_events")["kind"].tolist() == [1, 5, 3]
+
+
+def test_device_events_disk_bound_counts_drops(tmp_path: Path) -> None:
+    s = _session(tmp_path, max_bytes=64 * 2)
+    for _ in range(5):
+        s.device_event(_nl(5, info=3))
+    st = s.status()
+    assert st["records"]["device_events"] == 2 and st["drops"] == {"device_events": 3}
+    s.close()
+    cap = open_capture(tmp_path / "cap")
+    assert cap.count("device_events") == 2
+    d = cap.read("drops")
+    assert d["source"].tolist() == [int(DropSource.DEVICE_EVENTS)] * 3
+
+
+def test_daemon_routes_netlink_events_to_capture(tmp_path: Path) -> None:
+    sysroot = _fake_sysfs(tmp_path)
+
+    class FakeNetlink:
+        errors = 0
+        overflows = 0
+        pending: list[dict[str, object]] = []
+
+        def read(self) -> list[dict[str, object]]:
+            out, self.pending = self.pending, []
+            self.errors += self.overflows  # ENOBUFS seen while reading
+            self.overflows = 0
+            return out
+
+        def close(self) -> None:
+            pass
+
+    d = Daemon(str(tmp_path / "s.sock"), tmp_path / "caps", always_on=False, bpf=False,
+               sysroot=sysroot)
+    if d.netlink is not None:
+        d.netlink.close()
+    nl = FakeNetlink()
+    d.netlink = nl
+    try:
+        nl.pending = [_nl(5, info=3)]
+        d._on_netlink()  # no capture: kept for status only
+        d.start_capture(str(tmp_path / "c"), {"device_trace": False, "api": False,
+                                              "host_events": False, "counters_hz": 0})
+        nl.pending = [_nl(5, info=0), _nl(1, info=(1 << 31) | 5, addr=0x2000)]
+        nl.overflows = 2
+        d._on_netlink()
+        assert d.status()["capture"]["records"]["device_events"] == 2
+        assert len(d.status()["device_events"]) == 3
+        # a function probed after taccd looked, its event read before its uevent
+        d2 = Path(sysroot, "sys/bus/pci/devices/0000:02:00.0")
+        (d2 / "tacc").mkdir(parents=True)
+        (d2 / "vendor").write_text("0x7acc\n")
+        nl.pending = [_nl(5, device="0000:02:00.0", info=0)]
+        d._on_netlink()
+        summary = d.stop_capture()["summary"]
+        assert summary["drops"] == {"device_events": 2}
+    finally:
+        d.close()
+    cap = open_capture(tmp_path / "c")
+    e = cap.read("device_events")
+    assert e["kind"].tolist() == [5, 1, 9, 5] and e["fid"].tolist() == [0, 0, 1, 1]
+    assert cap.strings[int(e["name_id"][2])] == "hotplug add 0000:02:00.0 PF"

@@ -223,3 +223,90 @@ def test_clear_error_line(tmp_path: Path, damage: str,
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tacc: error: "), r.stderr
     assert "Traceback" not in err
+
+
+def test_device_events_are_instants_on_events_track(mixed: tuple[Path, dict],
+                                                    tmp_path: Path) -> None:
+    cap_path, _ = mixed
+    cap = open_capture(cap_path)
+    ev = cap.read("device_events")
+    assert len(ev) == 3  # synth: PF resume, an MMU fault, PF suspend
+    out = tmp_path / "t.pftrace"
+    convert([cap_path], out)
+    tr = _decode(out)
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in tr.packet
+              if p.HasField("track_descriptor")}
+    names = {e.iid: e.name for p in tr.packet for e in p.interned_data.event_names}
+    ann = {e.iid: e.name for p in tr.packet for e in p.interned_data.debug_annotation_names}
+    evt = [u for u, d in tracks.items() if d.name == "events"]
+    assert len(evt) == 1
+    assert tracks[tracks[evt[0]].parent_uuid].name == "device 0000:01:00.0"
+    got = [p for p in tr.packet if p.HasField("track_event")
+           and p.track_event.track_uuid == evt[0]]
+    assert all(p.track_event.type == pb.TrackEvent.TYPE_INSTANT for p in got)
+    assert all(not p.track_event.flow_ids and not p.track_event.terminating_flow_ids
+               for p in got)
+    assert [names[p.track_event.name_iid] for p in got] == ["pm", "mmu_fault", "pm"]
+    ts = [p.timestamp for p in got]
+    assert ts == sorted(ts) and ts == sorted(ev["t_ns"].tolist())
+    fault = {ann[a.name_iid]: a.uint_value for a in got[1].track_event.debug_annotations}
+    assert set(fault) == {"ctx", "queue", "tag", "addr", "arg", "status"}
+    assert fault["addr"] == 0xDEAD_0000 and fault["ctx"] == 1 and fault["status"] == 1
+    pm = [{ann[a.name_iid]: a.uint_value for a in p.track_event.debug_annotations}["arg"]
+          for p in (got[0], got[2])]
+    assert pm == [0, 3]  # resumed (D0), then suspended (D3hot)
+
+
+def test_device_events_monotonic_across_chunks(tmp_path: Path) -> None:
+    """taccd writes events in arrival order (hot-plug time vs driver timestamps), across
+    chunks: per-track times stay monotonic, every event is kept, output is deterministic."""
+    from tacc.capture import CaptureWriter
+    from tacc.capture.schema import DEVICE_EVENTS_DTYPE, DRIVER_DTYPE, DeviceEventKind
+
+    meta = {"node": "n0", "devices": [{"pci": f"0000:01:00.{i}", "vf": i} for i in range(3)]}
+    cap = tmp_path / "c"
+    times = [50_000, 10_000, 30_000, 20_000, 40_000, 5_000, 60_000, 1_000]
+    with CaptureWriter(cap, meta, chunk_bytes=64 * 3) as w:  # 3 events per chunk
+        w.append("driver", np.zeros(1, DRIVER_DTYPE))
+        for i, t in enumerate(times):
+            e = np.zeros(1, DEVICE_EVENTS_DTYPE)
+            e["t_ns"], e["fid"], e["arg"] = t, i % 3, i
+            e["kind"] = int(DeviceEventKind.PM if i % 2 else DeviceEventKind.HOTPLUG_ADD)
+            w.append("device_events", e)
+    assert len(list(open_capture(cap).chunks("device_events"))) == 3
+    outs = []
+    for k in range(2):
+        res = convert([cap], tmp_path / f"t{k}.pftrace", summary=True)
+        outs.append((tmp_path / f"t{k}.pftrace").read_bytes())
+        assert res.device_events == {"hotplug_add": 4, "pm": 4}
+        assert "device events: 8 (hotplug_add 4, pm 4)" in res.summary
+    assert outs[0] == outs[1]
+    tr = _decode(tmp_path / "t0.pftrace")
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in tr.packet
+              if p.HasField("track_descriptor")}
+    per: dict[int, list[int]] = defaultdict(list)
+    for p in tr.packet:
+        if p.HasField("track_event") and tracks[p.track_event.track_uuid].name == "events":
+            per[p.track_event.track_uuid].append(p.timestamp)
+    assert len(per) == 3 and sum(len(v) for v in per.values()) == 8
+    for v in per.values():
+        assert v == sorted(v)
+    # fid 0: 50k (chunk 1), 20k (chunk 2), 60k (chunk 3); fid 1: 10k, 40k, 1k; fid 2: 30k,
+    # 5k: an event older than the last one of its track in an earlier chunk is drawn at
+    # that time
+    by_parent = {tracks[tracks[u].parent_uuid].name: v for u, v in per.items()}
+    assert by_parent["device 0000:01:00.0"] == [50_000, 50_000, 60_000]
+    assert by_parent["device 0000:01:00.1 (VF1)"] == [10_000, 40_000, 40_000]
+    assert by_parent["device 0000:01:00.2 (VF2)"] == [30_000, 30_000]
+
+
+def test_capture_without_device_events_stream(tmp_path: Path) -> None:
+    p = tmp_path / "c"
+    generate(p, "tiny_transfers", "good")
+    (p / "streams" / "device_events.tcs").unlink()
+    (p / "complete").unlink()
+    res = convert([p], tmp_path / "t.pftrace", summary=True)
+    assert res.device_events == {} and "device events: 0" in res.summary
+    tr = _decode(tmp_path / "t.pftrace")
+    assert not any(p.track_descriptor.name == "events" for p in tr.packet
+                   if p.HasField("track_descriptor"))

@@ -228,7 +228,8 @@ class Capture:
         """(first, last) CLOCK_MONOTONIC ns over every event of the capture."""
         lo, hi = np.iinfo(np.int64).max, np.iinfo(np.int64).min
         for name, cols in (("api", ("t_start", "t_end")), ("driver", ("t_ns",)),
-                           ("host", ("t_ns",)), ("drops", ("t_ns",))):
+                           ("host", ("t_ns",)), ("drops", ("t_ns",)),
+                           ("device_events", ("t_ns",))):
             for ch in self.chunks(name):
                 if len(ch):
                     lo = min(lo, int(ch[cols[0]].min()))

@@ -171,12 +171,47 @@ class DropSource(IntEnum):
     COUNTERS = 4
     HOST = 5
     CLOCK = 6
+    DEVICE_EVENTS = 7  # past max_bytes, or the netlink socket overflowed (ENOBUFS)
 
 
 DROPS_DTYPE = np.dtype(
     [("t_ns", "<i8"), ("count", "<u8"), ("pid", "<u4"), ("fid", "<u2"), ("source", "u1"),
      ("_pad", "V1")]
 )
+
+class DeviceEventKind(IntEnum):
+    """``device_events.kind``: 1-8 are the driver's netlink events (``enum tacc_genl_event``
+    in tacc_accel.h, same numbers), 9-10 the functions taccd saw appear or disappear."""
+
+    MMU_FAULT = 1  # ctx, queue, tag, addr = faulting VA, arg = FAULT_INFO, status = type
+    HANG = 2  # a job timed out: ctx, queue, tag, seqno
+    RESET = 3  # queue reset (ctx, queue, tag, seqno) or function reset (queue 0xFFFF,
+    #            arg = reason)
+    FATAL = 4  # arg = IRQ status
+    PM = 5  # runtime PM transition: arg = new PCI state (0 D0 resumed, 3 D3hot suspended)
+    VF_ENABLE = 6  # on the PF: arg = number of VFs
+    VF_DISABLE = 7  # on the PF
+    DMA_ERROR = 8  # arg = IRQ status
+    HOTPLUG_ADD = 9  # a function appeared during the capture (new fid)
+    HOTPLUG_REMOVE = 10  # a function of the capture disappeared
+    OTHER = 255  # a netlink event this tacc does not know: arg = its event number
+
+
+NO_CTX = 0xFFFFFFFF
+NO_QUEUE = 0xFFFF
+
+# Asynchronous device events (driver netlink group "events", taccd's hot-plug monitor),
+# one record each, written as they arrive.  t_ns is CLOCK_MONOTONIC (the driver's
+# timestamp of the event); ctx is NO_CTX and queue NO_QUEUE when the event names none;
+# name_id indexes the strings stream (free-text detail, 0 = none).
+DEVICE_EVENTS_DTYPE = np.dtype(
+    [
+        ("t_ns", "<i8"), ("tag", "<u8"), ("addr", "<u8"), ("arg", "<u8"), ("seqno", "<u8"),
+        ("ctx", "<u4"), ("pid", "<u4"), ("status", "<i4"), ("name_id", "<u4"),
+        ("fid", "<u2"), ("queue", "<u2"), ("kind", "u1"), ("_pad", "V3"),
+    ]
+)
+assert DEVICE_EVENTS_DTYPE.itemsize == 64
 
 # name -> (schema version, dtype)
 STREAMS: dict[str, tuple[int, np.dtype]] = {
@@ -188,6 +223,8 @@ STREAMS: dict[str, tuple[int, np.dtype]] = {
     "clock_sync": (1, CLOCK_DTYPE),
     "host": (1, HOST_DTYPE),
     "drops": (1, DROPS_DTYPE),
+    # added after the others: older captures have no file for it (read as empty)
+    "device_events": (1, DEVICE_EVENTS_DTYPE),
 }
 
 

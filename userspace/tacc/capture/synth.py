@@ -33,12 +33,16 @@ from .schema import (
     API_DTYPE,
     CLOCK_DTYPE,
     COUNTERS_DTYPE,
+    DEVICE_EVENTS_DTYPE,
     DEVICE_TRACE_DTYPE,
     DRIVER_DTYPE,
     DROPS_DTYPE,
     FUNC_COUNTERS,
     HOST_DTYPE,
+    NO_CTX,
     NO_FID,
+    NO_QUEUE,
+    DeviceEventKind,
     DmaDir,
     DriverFlag,
     DriverKind,
@@ -115,6 +119,8 @@ class Sim:
     job_seq: dict[int, int] = field(default_factory=dict)
     queue_end: dict[tuple[int, int], int] = field(default_factory=dict)
     segments: list[dict[str, Any]] = field(default_factory=list)
+    dev_events: list[np.ndarray] = field(default_factory=list)
+    device_events: bool = True  # write() adds a PM resume, an MMU fault and a PM suspend
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -167,6 +173,32 @@ class Sim:
         for k, v in cols.items():
             h[k] = v
         self.host.append(h)
+
+    def add_device_event(self, kind: DeviceEventKind, t: int, fid: int = 0,
+                         detail: str = "", **cols: Any) -> None:
+        d = np.zeros(1, DEVICE_EVENTS_DTYPE)
+        d["t_ns"], d["kind"], d["fid"] = t, int(kind), fid
+        d["ctx"], d["queue"] = NO_CTX, NO_QUEUE
+        d["name_id"] = self.sid(detail) if detail else 0
+        for k, v in cols.items():
+            d[k] = v
+        self.dev_events.append(d)
+
+    def default_device_events(self) -> None:
+        """What a real capture of the workload would see: the PF resumes before the first
+        call, one MMU fault (a stray VA, no job of the workload) mid-run, and the PF
+        suspends after the last call.  They are not in the driver stream (the analysis
+        does not look at them)."""
+        lo = min(int(a["t_start"].min()) for a in self.api)
+        hi = max(int(a["t_end"].max()) for a in self.api)
+        pf = self.funcs[0].pci
+        self.add_device_event(DeviceEventKind.PM, lo, arg=0, detail=f"pm {pf} D0 (resumed)")
+        info = (1 << 31) | (1 << 24) | (0 << 16) | 1  # valid, unmapped, queue 0, ctx 1
+        self.add_device_event(DeviceEventKind.MMU_FAULT, (lo + hi) // 2, ctx=1, queue=0,
+                              tag=(PID << 32) | 0xFFFFFF, addr=0xDEAD_0000, arg=info,
+                              status=1, pid=PID,
+                              detail=f"mmu_fault {pf} unmapped read")
+        self.add_device_event(DeviceEventKind.PM, hi, arg=3, detail=f"pm {pf} D3 (suspended)")
 
     # ------------------------------------------------------------- submit ---
     def submit(
@@ -277,6 +309,8 @@ class Sim:
         }
         meta.update(extra_meta or {})
         counts: dict[str, int] = {}
+        if self.device_events and not self.dev_events and self.api:
+            self.default_device_events()
         with CaptureWriter(path, meta, chunk_bytes=chunk_bytes) as w:
             for text, sid in self.strings.items():
                 assert w.string_id(text) == sid
@@ -297,7 +331,8 @@ class Sim:
             w.append("device_trace", rec)
             counts["device_trace"] = n
             for name, parts, key in (("api", self.api, "t_start"), ("driver", self.driver, "t_ns"),
-                                     ("host", self.host, "t_ns")):
+                                     ("host", self.host, "t_ns"),
+                                     ("device_events", self.dev_events, "t_ns")):
                 if parts:
                     arr = np.concatenate(parts)
                     arr = arr[np.argsort(arr[key], kind="stable")]

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from tacc.capture.schema import DropSource
+
 from . import protocol
 from .alwayson import AlwaysOn
 from .devices import DeviceError, TaccFunction, discover, find
@@ -133,10 +135,18 @@ class Daemon:
 
     def _on_netlink(self) -> None:
         assert self.netlink is not None
+        lost = self.netlink.errors
         for ev in self.netlink.read():
             self.events.append(ev)
             if self.session is not None:
-                self.session.device_events.append(ev)
+                pci = ev.get("device")
+                if pci and pci not in self.session.fid_of_pci and not self.session.opts.device:
+                    # a function probed after taccd's last look (its uevent not read yet)
+                    self.devices_changed("add", str(pci))
+                self.session.device_event(ev)
+        if self.session is not None and self.netlink.errors > lost:
+            # ENOBUFS: the socket overflowed; at least one event per overflow was lost
+            self.session.drop(DropSource.DEVICE_EVENTS, self.netlink.errors - lost)
 
     def _on_udev(self) -> None:
         assert self.monitor is not None

@@ -3,8 +3,11 @@
 Used by taccd's capture mode and by ``accel-bpftrace record``.  ``tick()`` is called by
 the owner's loop (every ~50 ms): it drains the BPF ring buffer, the device trace rings
 and the API rings in bulk, samples counters and clock pairs when due, and counts every
-drop into the ``drops`` stream.  Disk use is bounded by ``max_bytes``: past it, event
-records are counted as drops instead of written.
+drop into the ``drops`` stream.  Device events (driver netlink, functions appearing or
+disappearing) are written to the ``device_events`` stream as they arrive
+(``device_event``, ``add_function``, ``remove_function``) and flushed with the rest.  Disk
+use is bounded by ``max_bytes``: past it, event records are counted as drops instead of
+written.
 """
 
 from __future__ import annotations
@@ -20,7 +23,15 @@ from typing import Any
 import numpy as np
 
 from tacc.capture import CaptureWriter
-from tacc.capture.schema import DROPS_DTYPE, NO_FID, DropSource
+from tacc.capture.schema import (
+    DEVICE_EVENTS_DTYPE,
+    DROPS_DTYPE,
+    NO_CTX,
+    NO_FID,
+    NO_QUEUE,
+    DeviceEventKind,
+    DropSource,
+)
 
 from .apiring import ApiRings
 from .apiring import available as api_available
@@ -33,6 +44,14 @@ from .devices import (
     read_clock_sync,
 )
 from .devring import DeviceTraceRing, TraceRingError
+
+# TACC_REG_FAULT_INFO (kernel/include/tacc_hw.h)
+FAULT_CTX_MASK = 0x0000FFFF
+FAULT_TYPE_SHIFT = 24
+FAULT_TYPE_MASK = 0x0F000000
+FAULT_WRITE = 1 << 28
+FAULT_TYPES = {0: "none", 1: "unmapped", 2: "permission", 3: "walk_dma", 4: "devmem_range",
+               5: "bad_ctx", 6: "mem_kind"}
 
 
 @dataclass
@@ -63,8 +82,8 @@ class CaptureSession:
         self.fid_of_dev = {f.devid: i for i, f in enumerate(self.functions)}
         self.fid_of_pci = {f.pci: i for i, f in enumerate(self.functions)}
         self.warnings: list[str] = []
-        self.device_events: list[dict[str, Any]] = []
         self.added: list[dict[str, Any]] = []
+        self.removed: set[int] = set()
         meta = {
             "node": node or socket.gethostname(),
             "devices": [f.meta() for f in self.functions],
@@ -118,18 +137,29 @@ class CaptureSession:
     def add_function(self, fn: TaccFunction) -> None:
         """A function appeared (VF enabled) during the capture."""
         if fn.pci in self.fid_of_pci:
+            fid = self.fid_of_pci[fn.pci]
+            if fid in self.removed:  # came back (VFs re-enabled, device re-plugged)
+                self.removed.discard(fid)
+                self.functions[fid] = fn
+                self._hotplug(DeviceEventKind.HOTPLUG_ADD, fid, fn, time.monotonic_ns())
+                self._open_function(fid, fn)
             return
         fid = len(self.functions)
         self.functions.append(fn)
         self.fid_of_dev[fn.devid] = fid
         self.fid_of_pci[fn.pci] = fid
-        self.added.append({"fid": fid, "t_ns": time.monotonic_ns(), **fn.meta()})
+        t_ns = time.monotonic_ns()
+        self.added.append({"fid": fid, "t_ns": t_ns, **fn.meta()})
+        self._hotplug(DeviceEventKind.HOTPLUG_ADD, fid, fn, t_ns)
         self._open_function(fid, fn)
 
     def remove_function(self, pci: str) -> None:
         fid = self.fid_of_pci.get(pci)
-        if fid is None:
+        if fid is None or fid in self.removed:
             return
+        self.removed.add(fid)
+        self._hotplug(DeviceEventKind.HOTPLUG_REMOVE, fid, self.functions[fid],
+                      time.monotonic_ns())
         ring = self.rings.pop(fid, None)
         if ring is not None:
             try:
@@ -140,6 +170,72 @@ class CaptureSession:
         c = self.counters.pop(fid, None)
         if c is not None:
             c.close()
+
+    # ------------------------------------------------------- device events ---
+    def device_event(self, ev: dict[str, Any]) -> None:
+        """One decoded netlink event (``netlink.decode``) -> a ``device_events`` record.
+
+        Events of functions outside the capture (``--device``) are not recorded; with no
+        device filter, an event of a function taccd has not seen yet keeps fid NO_FID
+        (taccd rediscovers devices first, see main.py)."""
+        pci = str(ev.get("device", ""))
+        fid = self.fid_of_pci.get(pci)
+        if fid is None and self.opts.device:
+            return
+        num = int(ev.get("event", 0) or 0)
+        try:
+            kind = DeviceEventKind(num)
+        except ValueError:
+            kind = DeviceEventKind.OTHER
+        if kind in (DeviceEventKind.HOTPLUG_ADD, DeviceEventKind.HOTPLUG_REMOVE):
+            kind = DeviceEventKind.OTHER  # not a netlink number
+        info = int(ev.get("info", 0) or 0)
+        r = np.zeros(1, DEVICE_EVENTS_DTYPE)
+        t = ev.get("timestamp") or ev.get("recv_mono_ns") or time.monotonic_ns()
+        r["t_ns"] = int(t)
+        r["fid"] = NO_FID if fid is None else fid
+        r["kind"] = int(kind)
+        r["tag"] = int(ev.get("tag", 0) or 0)
+        r["addr"] = int(ev.get("addr", 0) or 0)
+        r["seqno"] = int(ev.get("seqno", 0) or 0)
+        r["pid"] = int(ev.get("pid", 0) or 0)
+        r["arg"] = num if kind == DeviceEventKind.OTHER else info
+        ctx = ev.get("ctx")
+        if ctx is None and kind == DeviceEventKind.MMU_FAULT:
+            ctx = info & FAULT_CTX_MASK  # the context was gone when the driver looked
+        r["ctx"] = NO_CTX if ctx is None else int(ctx) & 0xFFFFFFFF
+        queue = int(ev.get("queue", 0) or 0)
+        queued = kind in (DeviceEventKind.MMU_FAULT, DeviceEventKind.HANG,
+                          DeviceEventKind.RESET, DeviceEventKind.OTHER)
+        r["queue"] = NO_QUEUE if not queued or queue >= NO_QUEUE else queue
+        detail = f"{ev.get('name') or kind.name.lower()} {pci}".strip()
+        if kind == DeviceEventKind.MMU_FAULT:
+            ftype = (info & FAULT_TYPE_MASK) >> FAULT_TYPE_SHIFT
+            r["status"] = ftype
+            detail += (f" {FAULT_TYPES.get(ftype, f'type {ftype}')}"
+                       f" {'write' if info & FAULT_WRITE else 'read'}")
+        elif kind == DeviceEventKind.PM:
+            detail += f" D{info} ({'suspended' if info else 'resumed'})"
+        elif kind == DeviceEventKind.RESET and queue >= NO_QUEUE:
+            detail += f" function reset, reason {info}"
+        elif kind == DeviceEventKind.VF_ENABLE:
+            detail += f" {info} VFs"
+        self._device_record(r, detail)
+
+    def _hotplug(self, kind: DeviceEventKind, fid: int, fn: TaccFunction, t_ns: int) -> None:
+        r = np.zeros(1, DEVICE_EVENTS_DTYPE)
+        r["t_ns"], r["fid"], r["kind"] = t_ns, fid, int(kind)
+        r["ctx"], r["queue"] = NO_CTX, NO_QUEUE
+        r["arg"] = fn.vf
+        what = "add" if kind == DeviceEventKind.HOTPLUG_ADD else "remove"
+        self._device_record(r, f"hotplug {what} {fn.pci} " + (f"VF {fn.vf}" if fn.vf else "PF"))
+
+    def _device_record(self, r: np.ndarray, detail: str) -> None:
+        if self.bytes_written + r.nbytes > self.opts.max_bytes:
+            self.drop(DropSource.DEVICE_EVENTS, 1, int(r["fid"][0]))
+            return
+        r["name_id"] = self.writer.string_id(detail) if detail else 0
+        self._append("device_events", r, DropSource.DEVICE_EVENTS)
 
     # --------------------------------------------------------------- data ---
     def _append(self, stream: str, recs: np.ndarray, source: DropSource) -> None:
@@ -257,7 +353,8 @@ class CaptureSession:
             self.warnings.extend(self.api.errors)
             self.api.close()
         summary = self.status()
-        extra = {"tool_summary": summary, "device_events": self.device_events[:10000],
-                 "devices_added": self.added}
+        # device events are the device_events stream; the marker keeps the full description
+        # of functions added mid-capture (meta.json is written once)
+        extra = {"tool_summary": summary, "devices_added": self.added}
         self.writer.close(complete=complete, extra=extra)
         return summary

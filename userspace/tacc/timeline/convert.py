@@ -29,6 +29,7 @@ class Result:
     outputs: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     summary: str = ""
+    device_events: dict[str, int] = field(default_factory=dict)  # kind name -> instants
 
 
 def load_findings(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -121,11 +122,15 @@ def convert(
         if fh is not None:
             fh.close()
     res.tracks = len(ex.tracks.tracks)
+    res.device_events = dict(sorted(ex.device_event_counts.items()))
     res.problems = [f"{c.path}: {p}" for c in caps for p in c.problems]
     if out is not None:
         res.outputs.append(str(out))
     if sm:
         buf = io.StringIO()
         sm.write(buf, ex.tracks.tracks, ex.names.lookup(), res.problems)
+        n = sum(res.device_events.values())
+        kinds = ", ".join(f"{k} {v}" for k, v in res.device_events.items())
+        buf.write(f"\ndevice events: {n}" + (f" ({kinds})" if kinds else "") + "\n")
         res.summary = buf.getvalue()
     return res

@@ -18,6 +18,8 @@ import numpy as np
 from tacc.capture import Capture, LinearClock
 from tacc.capture.clock import IDENTITY, compose
 from tacc.capture.schema import (
+    NO_FID,
+    DeviceEventKind,
     DriverFlag,
     DriverKind,
     HostKind,
@@ -27,6 +29,8 @@ from tacc.capture.schema import (
 ENGINE_NAMES = ("PCIe H2D", "PCIe D2H", "compute0", "compute1", "compute2", "compute3")
 OPCODE_NAMES = {int(o): o.name.lower() for o in Opcode}
 DRIVER_NAMES = {int(k): k.name.lower() for k in DriverKind}
+DEVICE_EVENT_NAMES = {int(k): k.name.lower() for k in DeviceEventKind}
+DEVICE_EVENT_ARGS = ("ctx", "queue", "tag", "addr", "arg", "status")
 FLOW_NODE_SHIFT = 56
 TAG_MASK = np.uint64((1 << FLOW_NODE_SHIFT) - 1)
 
@@ -216,6 +220,7 @@ class Extractor:
         self.names = Names()
         self.nooverlap = NoOverlap()
         self.counter_carry: dict[tuple[Any, ...], Any] = {}
+        self.device_event_counts: dict[str, int] = {}  # kind name -> instants (--summary)
 
     # -------------------------------------------------------------- tracks --
     def node_track(self, src: Source) -> Track:
@@ -410,6 +415,49 @@ class Extractor:
                        "status": ch["status"].astype(np.uint64)})
             yield self.nooverlap.fix(b)
 
+    # ------------------------------------------------------- device events --
+    def device_events(self, src: Source) -> Iterator[Batch]:
+        """Netlink device events and hot-plug: instants on ``device <pci>`` / ``events``
+        (name = kind, args = ctx, queue, tag, addr, arg, status); events of a function
+        the capture does not describe go on the node's ``device events`` track.  The
+        stream is in arrival order: each chunk is sorted, and an instant earlier than the
+        last one of its track (previous chunk) is moved to that time, so per-track times
+        stay monotonic."""
+        node = self.node_track(src)
+        kind_iid = np.zeros(256, np.int64)
+
+        def make(fid: int) -> Track:
+            if fid == NO_FID:
+                return self.tracks.get(("devevents", src.node_idx), "device events", node,
+                                       node=src.node_idx)
+            return self._device_track(src, fid, "events")
+
+        for ch in src.cap.chunks("device_events"):
+            if not len(ch):
+                continue
+            ts = src.align.convert(ch["t_ns"].view(np.uint64)) if src.node_idx else \
+                ch["t_ns"].astype(np.int64)
+            # a fid added mid-capture (beyond meta.json's devices) gets its own group too
+            tr = self._lookup_tracks(ch["fid"].astype(np.int64), make)
+            o = np.lexsort((ts, tr))
+            tr, ts, sub = tr[o], ts[o], ch[o]
+            carry = self.counter_carry.setdefault(("devevents", src.node_idx), {})
+            floor = np.array([carry.get(int(t), np.iinfo(np.int64).min) for t in tr.tolist()],
+                             np.int64)
+            ts = np.maximum(ts, floor)
+            last = np.r_[tr[1:] != tr[:-1], True]
+            for t, v in zip(tr[last].tolist(), ts[last].tolist(), strict=True):
+                carry[int(t)] = int(v)
+            kinds, cnt = np.unique(sub["kind"], return_counts=True)
+            for k, c in zip(kinds.tolist(), cnt.tolist(), strict=True):
+                n = DEVICE_EVENT_NAMES.get(k, f"event{k}")
+                kind_iid[k] = self.names.iid(n)
+                self.device_event_counts[n] = self.device_event_counts.get(n, 0) + c
+            names = kind_iid[sub["kind"]]
+            args = {a: sub[a].astype(np.uint64) for a in DEVICE_EVENT_ARGS}
+            b = Batch(tr, ts, None, names, None, None, args)
+            yield b.take(np.argsort(ts, kind="stable"))
+
     # ------------------------------------------------------------ counters --
     def counters(self, src: Source) -> Iterator[CounterBatch]:
         for ch in src.cap.chunks("counters"):
@@ -555,6 +603,7 @@ class Extractor:
             yield from self.api(src)
             yield from self.driver(src)
             yield from self.device(src)
+            yield from self.device_events(src)
             yield from self.counters(src)
             yield from self.host(src)
             yield from self.drops(src)

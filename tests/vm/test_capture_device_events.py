@@ -1,0 +1,128 @@
+"""In-guest: a real device event reaches a taccd capture's ``device_events`` stream and
+survives ``kill -9`` of taccd.
+
+The event is a runtime-PM suspend/resume cycle of the PF: the driver reports both
+transitions on its ``tacc`` netlink group (TACC_EVENT_PM, info = new PCI state).  The
+capture runs without the device trace ring (its consumer keeps the device powered) and
+without periodic clock-sync reads (each read resumes the device).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tacc.capture import open_capture
+from tacc.capture.schema import DeviceEventKind, DriverKind
+from tacc.daemon.protocol import request
+from tacc.timeline.convert import convert
+
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _taccd(sock: Path, root: Path) -> subprocess.Popen[str]:
+    # as tests/vm/test_tracing_accounting.py: stderr to a file, wait for the socket
+    log = (root / "taccd.log").open("w")
+    p = subprocess.Popen([str(BIN / "taccd"), "-f", "-v", "--socket", str(sock),
+                          "--capture-root", str(root)], stderr=log, text=True)
+    log.close()
+    for _ in range(100):
+        if sock.exists():
+            break
+        time.sleep(0.1)
+    return p
+
+
+def _wait_rpm(pci: Path, want: str, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while (pci / "power/runtime_status").read_text().strip() != want:
+        assert time.monotonic() < end, f"{pci.name}: runtime_status never {want}"
+        time.sleep(0.05)
+
+
+def _pm_counts(pci: Path) -> tuple[int, int]:
+    return (int((pci / "tacc/pm_suspends").read_text()),
+            int((pci / "tacc/pm_resumes").read_text()))
+
+
+def test_pm_cycle_is_a_device_event_and_survives_kill(tmp_path: Path, pf_pci: Path) -> None:
+    sock = tmp_path / "taccd.sock"
+    out = tmp_path / "cap"
+    power = pf_pci / "power"
+    old = {k: (power / k).read_text().strip() for k in ("control", "autosuspend_delay_ms")}
+    d = _taccd(sock, tmp_path)
+    try:
+        st = request({"cmd": "status"}, str(sock))
+        assert st["ok"], st
+        assert not [w for w in st["warnings"] if "netlink" in w], st["warnings"]
+        rep = request({"cmd": "start", "output": str(out),
+                       "options": {"device_trace": False, "clock_hz": 0.0,
+                                   "host_events": False}}, str(sock), timeout=300.0)
+        assert rep["ok"], f"{rep}\n{(tmp_path / 'taccd.log').read_text()}"
+        bpf = request({"cmd": "status"}, str(sock))["bpf"] == "ready"
+        devices = json.loads((out / "meta.json").read_text())["devices"]
+        fid = [x["pci"] for x in devices].index(pf_pci.name)
+        # a stable start: the PF active and kept so (no spontaneous autosuspend)
+        (power / "control").write_text("on")
+        _wait_rpm(pf_pci, "active")
+        s0, r0 = _pm_counts(pf_pci)
+        t0 = time.monotonic_ns()
+        (power / "autosuspend_delay_ms").write_text("0")
+        (power / "control").write_text("auto")
+        _wait_rpm(pf_pci, "suspended")
+        (power / "control").write_text("on")
+        _wait_rpm(pf_pci, "active")
+        t1 = time.monotonic_ns()
+        assert _pm_counts(pf_pci) == (s0 + 1, r0 + 1)
+
+        def mine(cap_path: Path) -> tuple[np.ndarray, np.ndarray]:
+            cap = open_capture(cap_path)
+            ev = cap.read("device_events")
+            ev = ev[(ev["fid"] == fid) & (ev["t_ns"] >= t0) & (ev["t_ns"] <= t1)]
+            drv = cap.read("driver")
+            drv = drv[(drv["kind"] == DriverKind.PM) & (drv["fid"] == fid)
+                      & (drv["t_ns"] >= t0) & (drv["t_ns"] <= t1)]
+            return ev, drv
+
+        # taccd flushes every second: wait until both transitions are on disk, then kill
+        for _ in range(100):
+            ev, drv = mine(out)
+            if len(ev) >= 2 and (not bpf or len(drv) >= 2):
+                break
+            time.sleep(0.2)
+        st = request({"cmd": "status"}, str(sock))["capture"]
+        assert st["records"].get("device_events", 0) >= 2, st
+        d.send_signal(signal.SIGKILL)
+        d.wait(10)
+    finally:
+        if d.poll() is None:
+            d.kill()
+            d.wait(10)
+        (power / "autosuspend_delay_ms").write_text(old["autosuspend_delay_ms"])
+        (power / "control").write_text(old["control"])
+
+    cap = open_capture(out)
+    assert not cap.complete and any("interrupted" in p for p in cap.problems), cap.problems
+    ev, drv = mine(out)
+    # exactly the cycle: suspended (D3hot) then resumed (D0), on the PF, in order
+    assert ev["kind"].tolist() == [DeviceEventKind.PM] * 2, ev
+    assert ev["arg"].tolist() == [3, 0]
+    assert ev["t_ns"][0] < ev["t_ns"][1]
+    assert (ev["ctx"] == 0xFFFFFFFF).all() and (ev["queue"] == 0xFFFF).all()
+    assert [cap.strings[int(i)] for i in ev["name_id"]] == [
+        f"pm {pf_pci.name} D3 (suspended)", f"pm {pf_pci.name} D0 (resumed)"]
+    if bpf:  # the driver's tacc_pm tracepoint saw the same transitions
+        assert drv["arg"].tolist() == [3, 0]
+        assert np.abs(drv["t_ns"] - ev["t_ns"]).max() < 5_000_000
+    res = convert([out], None, summary=True)
+    assert res.device_events.get("pm", 0) >= 2, res.device_events
+    print(f"device_events fid {fid}: {ev[['t_ns', 'kind', 'arg']].tolist()}; "
+          f"driver PM: {drv[['t_ns', 'arg']].tolist()}; bpf {bpf}; "
+          f"capture {cap.count('device_events')} device events; timeline {res.device_events}")
