@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tacc.capture import open_capture
-from tacc.capture.schema import DeviceEventKind, DriverKind
+from tacc.capture.schema import DeviceEventKind
 from tacc.daemon.protocol import request
 from tacc.timeline.convert import convert
 
@@ -30,7 +30,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def _taccd(sock: Path, root: Path) -> subprocess.Popen[str]:
     # as tests/vm/test_tracing_accounting.py: stderr to a file, wait for the socket
     log = (root / "taccd.log").open("w")
-    p = subprocess.Popen([str(BIN / "taccd"), "-f", "-v", "--socket", str(sock),
+    # --no-bpf: device events come over netlink; a BPF compile would cost ~30 s of the
+    # VM layer (the driver's tacc_pm tracepoint is checked against sysfs elsewhere)
+    p = subprocess.Popen([str(BIN / "taccd"), "-f", "-v", "--no-bpf", "--socket", str(sock),
                           "--capture-root", str(root)], stderr=log, text=True)
     log.close()
     for _ in range(100):
@@ -66,7 +68,6 @@ def test_pm_cycle_is_a_device_event_and_survives_kill(tmp_path: Path, pf_pci: Pa
                        "options": {"device_trace": False, "clock_hz": 0.0,
                                    "host_events": False}}, str(sock), timeout=300.0)
         assert rep["ok"], f"{rep}\n{(tmp_path / 'taccd.log').read_text()}"
-        bpf = request({"cmd": "status"}, str(sock))["bpf"] == "ready"
         devices = json.loads((out / "meta.json").read_text())["devices"]
         fid = [x["pci"] for x in devices].index(pf_pci.name)
         # a stable start: the PF active and kept so (no spontaneous autosuspend)
@@ -82,19 +83,16 @@ def test_pm_cycle_is_a_device_event_and_survives_kill(tmp_path: Path, pf_pci: Pa
         t1 = time.monotonic_ns()
         assert _pm_counts(pf_pci) == (s0 + 1, r0 + 1)
 
-        def mine(cap_path: Path) -> tuple[np.ndarray, np.ndarray]:
+        def mine(cap_path: Path) -> np.ndarray:
             cap = open_capture(cap_path)
             ev = cap.read("device_events")
             ev = ev[(ev["fid"] == fid) & (ev["t_ns"] >= t0) & (ev["t_ns"] <= t1)]
-            drv = cap.read("driver")
-            drv = drv[(drv["kind"] == DriverKind.PM) & (drv["fid"] == fid)
-                      & (drv["t_ns"] >= t0) & (drv["t_ns"] <= t1)]
-            return ev, drv
+            return ev
 
         # taccd flushes every second: wait until both transitions are on disk, then kill
         for _ in range(100):
-            ev, drv = mine(out)
-            if len(ev) >= 2 and (not bpf or len(drv) >= 2):
+            ev = mine(out)
+            if len(ev) >= 2:
                 break
             time.sleep(0.2)
         st = request({"cmd": "status"}, str(sock))["capture"]
@@ -110,7 +108,7 @@ def test_pm_cycle_is_a_device_event_and_survives_kill(tmp_path: Path, pf_pci: Pa
 
     cap = open_capture(out)
     assert not cap.complete and any("interrupted" in p for p in cap.problems), cap.problems
-    ev, drv = mine(out)
+    ev = mine(out)
     # exactly the cycle: suspended (D3hot) then resumed (D0), on the PF, in order
     assert ev["kind"].tolist() == [DeviceEventKind.PM] * 2, ev
     assert ev["arg"].tolist() == [3, 0]
@@ -118,11 +116,7 @@ def test_pm_cycle_is_a_device_event_and_survives_kill(tmp_path: Path, pf_pci: Pa
     assert (ev["ctx"] == 0xFFFFFFFF).all() and (ev["queue"] == 0xFFFF).all()
     assert [cap.strings[int(i)] for i in ev["name_id"]] == [
         f"pm {pf_pci.name} D3 (suspended)", f"pm {pf_pci.name} D0 (resumed)"]
-    if bpf:  # the driver's tacc_pm tracepoint saw the same transitions
-        assert drv["arg"].tolist() == [3, 0]
-        assert np.abs(drv["t_ns"] - ev["t_ns"]).max() < 5_000_000
     res = convert([out], None, summary=True)
     assert res.device_events.get("pm", 0) >= 2, res.device_events
     print(f"device_events fid {fid}: {ev[['t_ns', 'kind', 'arg']].tolist()}; "
-          f"driver PM: {drv[['t_ns', 'arg']].tolist()}; bpf {bpf}; "
           f"capture {cap.count('device_events')} device events; timeline {res.device_events}")
