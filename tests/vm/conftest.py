@@ -7,7 +7,9 @@ directory in sysfs, and the VM configuration name (strict, pt, lazy, off).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,3 +58,17 @@ def pf_accel(pf_pci: Path) -> Path:
     nodes = sorted((pf_pci / "accel").glob("accel*")) if (pf_pci / "accel").exists() else []
     assert nodes, f"{pf_pci.name}: tacc.ko did not create an accel node"
     return Path("/dev/accel") / nodes[0].name
+
+
+@pytest.fixture(scope="session")
+def program() -> Iterator[Any]:
+    """The one BPF program (accel-bpftrace / taccd capture engine) of the session: a bcc
+    compile costs ~15 s of guest time, so tracing and end-to-end tests share it (each
+    test re-attaches and resets it)."""
+    from tacc.bpftrace import preflight
+    from tacc.bpftrace.program import Program
+
+    root = preflight.all_checks(bcc=True)
+    prog = Program(root, rb_pages=4096, host=True)
+    yield prog
+    prog.close()

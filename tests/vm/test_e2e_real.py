@@ -214,17 +214,6 @@ def _save(name: str, data: Any) -> None:
         p.write_text(json.dumps(data, indent=1, default=str) + "\n")
 
 
-@pytest.fixture(scope="session")
-def program() -> Iterator[Any]:
-    from tacc.bpftrace import preflight
-    from tacc.bpftrace.program import Program
-
-    root = preflight.all_checks(bcc=True)
-    prog = Program(root, rb_pages=4096, host=True)
-    yield prog
-    prog.close()
-
-
 def _suspend_resume(pci: Path) -> str:
     """Runtime-suspend the PF and resume it: the driver then restarts the trace ring's
     indices (tacc_trace_hw_setup).  Works around the back-to-back capture bug (see

@@ -2,8 +2,8 @@
 and agree with the device's counters; a killed taccd leaves a readable, incomplete
 capture; accel-bpftrace fails with one line when it cannot run.
 
-The BPF program is compiled once for the session (fixture ``program``) and reused by
-every test; taccd and the CLI runs compile their own (one each).
+The BPF program is compiled once for the session (fixture ``program`` in conftest.py,
+shared with test_e2e_real.py) and reused; taccd and the CLI runs compile their own.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -88,17 +87,6 @@ def _workload(node: Path, njobs: int = NJOBS, tag_base: int = 0x5A5A0000) -> Non
         uapi.submit_nops(fd, njobs, ncmds=2, tag_base=tag_base)
     finally:
         os.close(fd)
-
-
-@pytest.fixture(scope="session")
-def program() -> Iterator[object]:
-    from tacc.bpftrace import preflight
-    from tacc.bpftrace.program import Program
-
-    root = preflight.all_checks(bcc=True)
-    prog = Program(root, rb_pages=1024, host=True)
-    yield prog
-    prog.close()
 
 
 def test_snoop_program_counts_every_job(program: object, pf_accel: Path, pf_pci: Path) -> None:
