@@ -576,17 +576,29 @@ out:
 	return ret;
 }
 
+/*
+ * The counter BAR and the trace ring belong to the device: once it is
+ * unplugged (surprise removal) they are gone, so new mappings fail with
+ * -ENODEV (drm_dev_unplug() zapped the existing ones).  BO mappings are
+ * shmem pages and stay valid.
+ */
 static int tacc_mmap(struct file *filp, struct vm_area_struct *vma)
 {
 	struct drm_file *file = filp->private_data;
 	struct tacc_device *tdev = to_tacc_dev(file->minor->dev);
 	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
+	int idx, ret;
 
+	if (off != DRM_TACC_MMAP_COUNTERS && off != DRM_TACC_MMAP_TRACE)
+		return drm_gem_mmap(filp, vma);
+	if (!drm_dev_enter(&tdev->drm, &idx))
+		return -ENODEV;
 	if (off == DRM_TACC_MMAP_COUNTERS)
-		return tacc_mmap_counters(tdev, vma);
-	if (off == DRM_TACC_MMAP_TRACE)
-		return tacc_mmap_trace(tdev, file, vma);
-	return drm_gem_mmap(filp, vma);
+		ret = tacc_mmap_counters(tdev, vma);
+	else
+		ret = tacc_mmap_trace(tdev, file, vma);
+	drm_dev_exit(idx);
+	return ret;
 }
 
 static long tacc_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)

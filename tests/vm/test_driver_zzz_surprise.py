@@ -61,8 +61,13 @@ def test_surprise_removal(pf_accel):
             call()
         assert e.value.errno == errno.ENODEV
     # mappings: BO pages stay readable (shmem); the BAR and ring mappings were
-    # zapped by drm_dev_unplug and are not touched; munmap is safe
+    # zapped by drm_dev_unplug and are not touched; munmap is safe; new mappings of
+    # the (gone) counter BAR and trace ring fail with ENODEV
     assert bo_map[:4] == b"tacc"
+    for off, size in ((MMAP_COUNTERS, 4096), (MMAP_TRACE, tr.mmap_size)):
+        with pytest.raises(OSError) as e:
+            mmap.mmap(d.fd, size, mmap.MAP_SHARED, mmap.PROT_READ, offset=off)
+        assert e.value.errno == errno.ENODEV
     bo_map.close()
     cnt_map.close()
     tr_map.close()
