@@ -196,6 +196,18 @@ def test_streaming_memory_bounded(tmp_path: Path) -> None:
     assert rss[1] < rss[0] + 20_000, rss  # KiB: 4x the capture, same peak
 
 
+@pytest.mark.parametrize("out", ["no/such/dir/x.pftrace", "."])
+def test_unwritable_output_one_line(tmp_path: Path, out: str,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "c"
+    generate(p, "tiny_transfers", "good")
+    code = main(["timeline", str(p), "-o", str(tmp_path / out)])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"tacc: error: {tmp_path / out}: ")
+
+
 @pytest.mark.parametrize("damage", ["empty", "version", "truncated", "missing"])
 def test_clear_error_line(tmp_path: Path, damage: str,
                           capsys: pytest.CaptureFixture[str]) -> None:

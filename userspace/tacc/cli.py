@@ -95,6 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+    except OSError as exc:  # a file the user named: missing, unwritable, a directory
+        if exc.filename is None:
+            raise
+        print(f"tacc: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
