@@ -116,6 +116,7 @@ int tacc_hw_init(struct tacc_device *tdev)
 		tacc_queue_hw_setup(&tdev->queues[i]);
 
 	tacc_trace_hw_setup(tdev);
+	tacc_sample_hw_setup(tdev);
 	if (!tdev->is_vf)
 		tacc_sriov_restore(tdev);
 	tdev->hw_up = true;
@@ -130,6 +131,7 @@ void tacc_hw_fini(struct tacc_device *tdev)
 	for (i = 0; i < tdev->num_queues; i++)
 		tacc_qwr(&tdev->queues[i], TACC_Q_CTRL, 0);
 	tacc_wr(tdev, TACC_REG_TRACE_CTRL, 0);
+	tacc_wr(tdev, TACC_REG_SAMPLE_PERIOD, 0);
 	tacc_wr(tdev, TACC_REG_IRQ_MASK, 0);
 	tacc_wr(tdev, TACC_REG_CTRL, 0);
 }
@@ -227,6 +229,7 @@ static void tacc_postclose(struct drm_device *dev, struct drm_file *file)
 	struct tacc_ctx *ctx = file->driver_priv;
 
 	tacc_trace_release(tdev, file);
+	tacc_sample_release(tdev, file);
 	tacc_ctx_entities_fini(ctx);
 	ctx->file = NULL;
 	file->driver_priv = NULL;
@@ -529,6 +532,206 @@ void tacc_trace_release(struct tacc_device *tdev, struct drm_file *file)
 	mutex_unlock(&tdev->trace.lock);
 }
 
+/* ---------------------------------------------------------- sample ring ---- */
+
+/*
+ * Device-side counter sampling.  The ring is allocated per consumer by
+ * SAMPLE_OPEN (its size is the consumer's choice): one header page (struct
+ * drm_tacc_sample_header; the device writes prod/dropped at SAMPLE_WB) then
+ * the entries.  The consumer holds a runtime PM reference, so the device
+ * stays in D0 and keeps sampling; a system suspend or a function reset
+ * stops it, and tacc_hw_init() restarts it with indices at 0 and a new
+ * epoch.
+ */
+#define TACC_SAMPLE_WB_OFFSET	offsetof(struct drm_tacc_sample_header, prod)
+
+static_assert(DRM_TACC_SAMPLE_MIN_PERIOD_NS == TACC_SAMPLE_MIN_PERIOD_NS);
+
+/* Called with the ring lock held, or from tacc_hw_init() (probe, resume, reset). */
+void tacc_sample_hw_setup(struct tacc_device *tdev)
+{
+	struct tacc_sample_ring *sr = &tdev->sample;
+	struct drm_tacc_sample_header *hdr = sr->cpu;
+	u32 mask;
+
+	if (!hdr || !sr->owner) {
+		tacc_wr(tdev, TACC_REG_SAMPLE_PERIOD, 0);
+		return;
+	}
+	tacc_wr(tdev, TACC_REG_SAMPLE_PERIOD, 0);
+	hdr->prod = 0;
+	hdr->cons = 0;
+	hdr->dropped = tacc_rd(tdev, TACC_REG_SAMPLE_DROPPED);
+	WRITE_ONCE(hdr->dropped_base, hdr->dropped);
+	sr->cons = 0;
+	WRITE_ONCE(hdr->epoch, hdr->epoch + 1);
+	tacc_wr64(tdev, TACC_REG_SAMPLE_BASE, sr->dma + PAGE_SIZE);
+	tacc_wr(tdev, TACC_REG_SAMPLE_SIZE, sr->entries);
+	tacc_wr64(tdev, TACC_REG_SAMPLE_WB, sr->dma + TACC_SAMPLE_WB_OFFSET);
+	tacc_wr(tdev, TACC_REG_SAMPLE_CONS, 0);
+	mask = tacc_rd(tdev, TACC_REG_IRQ_MASK);
+	tacc_wr(tdev, TACC_REG_IRQ_MASK, mask | TACC_IRQ_SAMPLE);
+	/* starting zeroes the device's PROD and CONS */
+	tacc_wr(tdev, TACC_REG_SAMPLE_PERIOD, sr->period_ns);
+}
+
+static void tacc_sample_free_locked(struct tacc_device *tdev)
+{
+	struct tacc_sample_ring *sr = &tdev->sample;
+
+	if (sr->cpu)
+		dma_free_coherent(tacc_to_dev(tdev), sr->size, sr->cpu, sr->dma);
+	sr->cpu = NULL;
+}
+
+/* Surprise removal: drm_dev_unplug() zapped the user mappings already. */
+void tacc_sample_release_dma(struct tacc_device *tdev)
+{
+	mutex_lock(&tdev->sample.lock);
+	tacc_sample_free_locked(tdev);
+	mutex_unlock(&tdev->sample.lock);
+}
+
+int tacc_sample_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_sample_ring *sr = &tdev->sample;
+	struct drm_tacc_sample_open *args = data;
+	struct drm_tacc_sample_header *hdr;
+	int idx, ret;
+
+	if (args->flags || args->pad)
+		return -EINVAL;
+	if (args->period_ns < DRM_TACC_SAMPLE_MIN_PERIOD_NS)
+		return -EINVAL;
+	if (args->entries < 2 || args->entries > DRM_TACC_SAMPLE_MAX_ENTRIES ||
+	    !is_power_of_2(args->entries))
+		return -EINVAL;
+	if (!(tdev->caps & TACC_CAP_SAMPLING))
+		return -EOPNOTSUPP;
+	if (!drm_dev_enter(dev, &idx))
+		return -ENODEV;
+
+	mutex_lock(&sr->lock);
+	if (sr->owner) {
+		ret = sr->owner == file ? -EALREADY : -EBUSY;
+		goto out;
+	}
+	/* the consumer keeps the device powered: D3hot would reset the ring */
+	ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
+	if (ret)
+		goto out;
+	sr->size = PAGE_ALIGN(PAGE_SIZE + (size_t)args->entries * TACC_SAMPLE_SIZE);
+	sr->cpu = dma_alloc_coherent(tacc_to_dev(tdev), sr->size, &sr->dma, GFP_KERNEL);
+	if (!sr->cpu) {
+		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+		ret = -ENOMEM;
+		goto out;
+	}
+	hdr = sr->cpu;
+	hdr->version = DRM_TACC_SAMPLE_HDR_VERSION;
+	hdr->entry_size = TACC_SAMPLE_SIZE;
+	hdr->entries = args->entries;
+	hdr->period_ns = args->period_ns;
+	hdr->data_offset = PAGE_SIZE;
+	sr->entries = args->entries;
+	sr->period_ns = args->period_ns;
+	sr->owner = file;
+	tacc_sample_hw_setup(tdev);
+	args->mmap_offset = DRM_TACC_MMAP_SAMPLE;
+	args->mmap_size = sr->size;
+	ret = 0;
+out:
+	mutex_unlock(&sr->lock);
+	drm_dev_exit(idx);
+	return ret;
+}
+
+int tacc_sample_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_sample_ring *sr = &tdev->sample;
+	struct drm_tacc_sample_advance *args = data;
+	struct drm_tacc_sample_header *hdr;
+	int idx, ret = 0;
+	u32 prod;
+
+	if (args->flags)
+		return -EINVAL;
+	mutex_lock(&sr->lock);
+	if (sr->owner != file) {
+		ret = -EPERM;
+		goto out;
+	}
+	if (!sr->cpu || !drm_dev_enter(dev, &idx)) {
+		ret = -ENODEV;
+		goto out;
+	}
+	hdr = sr->cpu;
+	prod = READ_ONCE(hdr->prod);
+	if (args->cons - sr->cons > prod - sr->cons) {
+		ret = -EINVAL;
+	} else {
+		sr->cons = args->cons;
+		WRITE_ONCE(hdr->cons, sr->cons);
+		tacc_wr(tdev, TACC_REG_SAMPLE_CONS, sr->cons);
+		args->prod = prod;
+		args->dropped = READ_ONCE(hdr->dropped) - READ_ONCE(hdr->dropped_base);
+	}
+	drm_dev_exit(idx);
+out:
+	mutex_unlock(&sr->lock);
+	return ret;
+}
+
+static void tacc_sample_stop_locked(struct tacc_device *tdev)
+{
+	struct tacc_sample_ring *sr = &tdev->sample;
+	struct drm_device *dev = &tdev->drm;
+	int idx;
+
+	if (drm_dev_enter(dev, &idx)) {
+		tacc_wr(tdev, TACC_REG_SAMPLE_PERIOD, 0);
+		tacc_wr(tdev, TACC_REG_IRQ_MASK,
+			tacc_rd(tdev, TACC_REG_IRQ_MASK) & ~TACC_IRQ_SAMPLE);
+		tacc_wr64(tdev, TACC_REG_SAMPLE_WB, 0);
+		tacc_wr64(tdev, TACC_REG_SAMPLE_BASE, 0);
+		/* a mapping left behind by SAMPLE_CLOSE faults (SIGBUS) from now on */
+		unmap_mapping_range(dev->anon_inode->i_mapping, DRM_TACC_MMAP_SAMPLE,
+				    sr->size, 1);
+		tacc_sample_free_locked(tdev);
+		drm_dev_exit(idx);
+	}
+	sr->owner = NULL;
+	pm_runtime_mark_last_busy(tacc_to_dev(tdev));
+	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+}
+
+int tacc_sample_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct drm_tacc_sample_close *args = data;
+	int ret = 0;
+
+	if (args->flags || args->pad)
+		return -EINVAL;
+	mutex_lock(&tdev->sample.lock);
+	if (tdev->sample.owner != file)
+		ret = -EPERM;
+	else
+		tacc_sample_stop_locked(tdev);
+	mutex_unlock(&tdev->sample.lock);
+	return ret;
+}
+
+void tacc_sample_release(struct tacc_device *tdev, struct drm_file *file)
+{
+	mutex_lock(&tdev->sample.lock);
+	if (tdev->sample.owner == file)
+		tacc_sample_stop_locked(tdev);
+	mutex_unlock(&tdev->sample.lock);
+}
+
 /* ----------------------------------------------------------------- mmap ---- */
 
 static int tacc_mmap_counters(struct tacc_device *tdev, struct vm_area_struct *vma)
@@ -576,8 +779,34 @@ out:
 	return ret;
 }
 
+static int tacc_mmap_sample(struct tacc_device *tdev, struct drm_file *file,
+			    struct vm_area_struct *vma)
+{
+	struct tacc_sample_ring *sr = &tdev->sample;
+	unsigned long size = vma->vm_end - vma->vm_start;
+	int ret;
+
+	if (vma->vm_flags & VM_WRITE)
+		return -EACCES;
+	mutex_lock(&sr->lock);
+	if (!sr->cpu || sr->owner != file) {
+		ret = sr->owner == file ? -ENODEV : -EACCES;
+		goto out;
+	}
+	if (size > sr->size) {
+		ret = -EINVAL;
+		goto out;
+	}
+	vm_flags_mod(vma, VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE);
+	vma->vm_pgoff = 0;
+	ret = dma_mmap_coherent(tacc_to_dev(tdev), vma, sr->cpu, sr->dma, size);
+out:
+	mutex_unlock(&sr->lock);
+	return ret;
+}
+
 /*
- * The counter BAR and the trace ring belong to the device: once it is
+ * The counter BAR and the trace and sample rings belong to the device: once it is
  * unplugged (surprise removal) they are gone, so new mappings fail with
  * -ENODEV (drm_dev_unplug() zapped the existing ones).  BO mappings are
  * shmem pages and stay valid.
@@ -589,14 +818,17 @@ static int tacc_mmap(struct file *filp, struct vm_area_struct *vma)
 	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
 	int idx, ret;
 
-	if (off != DRM_TACC_MMAP_COUNTERS && off != DRM_TACC_MMAP_TRACE)
+	if (off != DRM_TACC_MMAP_COUNTERS && off != DRM_TACC_MMAP_TRACE &&
+	    off != DRM_TACC_MMAP_SAMPLE)
 		return drm_gem_mmap(filp, vma);
 	if (!drm_dev_enter(&tdev->drm, &idx))
 		return -ENODEV;
 	if (off == DRM_TACC_MMAP_COUNTERS)
 		ret = tacc_mmap_counters(tdev, vma);
-	else
+	else if (off == DRM_TACC_MMAP_TRACE)
 		ret = tacc_mmap_trace(tdev, file, vma);
+	else
+		ret = tacc_mmap_sample(tdev, file, vma);
 	drm_dev_exit(idx);
 	return ret;
 }
@@ -680,6 +912,9 @@ static const struct drm_ioctl_desc tacc_ioctls[] = {
 	DRM_IOCTL_DEF_DRV(TACC_TRACE_OPEN, tacc_trace_open_ioctl, 0),
 	DRM_IOCTL_DEF_DRV(TACC_TRACE_ADVANCE, tacc_trace_advance_ioctl, 0),
 	DRM_IOCTL_DEF_DRV(TACC_TRACE_CLOSE, tacc_trace_close_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_OPEN, tacc_sample_open_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_ADVANCE, tacc_sample_advance_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_CLOSE, tacc_sample_close_ioctl, 0),
 };
 
 static const struct drm_driver tacc_driver = {
@@ -734,6 +969,7 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	mutex_init(&tdev->ctx_lock);
 	mutex_init(&tdev->devmem_lock);
 	mutex_init(&tdev->trace.lock);
+	mutex_init(&tdev->sample.lock);
 	mutex_init(&tdev->bo_dma_lock);
 	INIT_LIST_HEAD(&tdev->bo_dma_list);
 	spin_lock_init(&tdev->cnt_lock);
@@ -832,6 +1068,7 @@ static void tacc_release_dma(struct tacc_device *tdev)
 	tacc_bo_release_dma(tdev);
 	tacc_queues_release_dma(tdev);
 	tacc_trace_release_dma(tdev);
+	tacc_sample_release_dma(tdev);
 }
 
 static void tacc_remove(struct pci_dev *pdev)

@@ -191,6 +191,21 @@ struct tacc_trace_ring {
 	u32 last_dropped;
 };
 
+/*
+ * Device-side counter sampling ring: allocated by SAMPLE_OPEN for its one
+ * consumer, freed by SAMPLE_CLOSE / file release / surprise removal.
+ */
+struct tacc_sample_ring {
+	struct mutex lock;		/* everything below */
+	void *cpu;			/* header page, then the entries */
+	dma_addr_t dma;
+	size_t size;
+	struct drm_file *owner;
+	u32 entries;
+	u32 period_ns;
+	u32 cons;
+};
+
 struct tacc_device {
 	struct drm_device drm;
 	struct pci_dev *pdev;
@@ -223,6 +238,7 @@ struct tacc_device {
 	u64 devmem_used;
 
 	struct tacc_trace_ring trace;
+	struct tacc_sample_ring sample;
 
 	/* BOs with a DMA mapping: unmapped by tacc_remove, not at free */
 	struct mutex bo_dma_lock;	/* bo_dma_list, dma_released, bo->sgt */
@@ -383,5 +399,13 @@ int tacc_trace_close_ioctl(struct drm_device *dev, void *data, struct drm_file *
 void tacc_trace_hw_setup(struct tacc_device *tdev);
 void tacc_trace_release(struct tacc_device *tdev, struct drm_file *file);
 void tacc_trace_release_dma(struct tacc_device *tdev);
+
+/* device-side counter sampling ring (tacc_drv.c) */
+int tacc_sample_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_sample_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_sample_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+void tacc_sample_hw_setup(struct tacc_device *tdev);
+void tacc_sample_release(struct tacc_device *tdev, struct drm_file *file);
+void tacc_sample_release_dma(struct tacc_device *tdev);
 
 #endif /* __TACC_DRV_H__ */

@@ -86,11 +86,22 @@ static irqreturn_t tacc_error_irq_thread(int irq, void *arg)
 	return IRQ_HANDLED;
 }
 
+/*
+ * Trace/sample vector.  The trace cause stays masked; the SAMPLE cause
+ * (sample ring half full) is unmasked while a sample consumer exists.  The
+ * consumer polls the ring's mapped header, so acking is all there is to do.
+ */
 static irqreturn_t tacc_trace_irq(int irq, void *arg)
 {
 	struct tacc_device *tdev = arg;
+	u32 status = tacc_rd(tdev, TACC_REG_IRQ_STATUS);
 
-	trace_tacc_irq(tacc_irq_devid(tdev), TACC_MSIX_TRACE, 0);
+	if (status == ~0u)
+		status = 0;
+	status &= TACC_IRQ_TRACE | TACC_IRQ_SAMPLE;
+	if (status)
+		tacc_wr(tdev, TACC_REG_IRQ_STATUS, status);
+	trace_tacc_irq(tacc_irq_devid(tdev), TACC_MSIX_TRACE, status);
 	return IRQ_HANDLED;
 }
 

@@ -80,3 +80,17 @@ def test_ioctl_numbers(c_layout: dict[str, int]) -> None:
 def test_constants(c_layout: dict[str, int]) -> None:
     for name, val in uapi.CONSTANTS.items():
         assert val == c_layout[f"const {name}"], name
+
+
+def test_sample_ring_uapi() -> None:
+    """The sample-ring ioctls follow the trace ring's and its structs are mirrored."""
+    nr = {n: (v & 0xFF) - uapi.DRM_COMMAND_BASE for n, v in uapi.IOCTLS.items()
+          if "SAMPLE" in n or "TRACE" in n}
+    assert nr["DRM_IOCTL_TACC_SAMPLE_OPEN"] == nr["DRM_IOCTL_TACC_TRACE_CLOSE"] + 1
+    assert nr["DRM_IOCTL_TACC_SAMPLE_ADVANCE"] == nr["DRM_IOCTL_TACC_SAMPLE_OPEN"] + 1
+    assert nr["DRM_IOCTL_TACC_SAMPLE_CLOSE"] == nr["DRM_IOCTL_TACC_SAMPLE_ADVANCE"] + 1
+    for st in (uapi.drm_tacc_sample_open, uapi.drm_tacc_sample_header,
+               uapi.drm_tacc_sample_advance, uapi.drm_tacc_sample_close):
+        assert st in uapi.STRUCTS
+    # the device's write-back (struct tacc_ring_wb {prod, dropped}) lands on prod
+    assert uapi.drm_tacc_sample_header.dropped.offset == uapi.drm_tacc_sample_header.prod.offset + 4

@@ -74,6 +74,12 @@ ELT_ADD, ELT_MUL, ELT_RELU, ELT_SCALE = 0, 1, 2, 3
 MAX_IN_SYNCOBJS = 16
 SYNCOBJ_WAIT_FLAGS_WAIT_ALL = 1
 
+# device-side counter sampling ring
+MMAP_SAMPLE = 0x30000000
+SAMPLE_MIN_PERIOD_NS = 100_000
+SAMPLE_MAX_ENTRIES = 2048
+SAMPLE_HDR_VERSION = 1
+
 
 class drm_tacc_get_param(C.Structure):  # noqa: N801
     _fields_ = [("param", u32), ("index", u32), ("value", u64)]
@@ -139,6 +145,25 @@ class drm_tacc_trace_close(C.Structure):  # noqa: N801
     _fields_ = [("flags", u32), ("pad", u32)]
 
 
+class drm_tacc_sample_open(C.Structure):  # noqa: N801
+    _fields_ = [("period_ns", u32), ("entries", u32), ("flags", u32), ("pad", u32),
+                ("mmap_offset", u64), ("mmap_size", u64)]
+
+
+class drm_tacc_sample_header(C.Structure):  # noqa: N801
+    _fields_ = [("version", u32), ("entry_size", u32), ("entries", u32), ("period_ns", u32),
+                ("data_offset", u64), ("prod", u32), ("dropped", u32), ("cons", u32),
+                ("epoch", u32), ("dropped_base", u32), ("pad", u32)]
+
+
+class drm_tacc_sample_advance(C.Structure):  # noqa: N801
+    _fields_ = [("cons", u32), ("flags", u32), ("prod", u32), ("dropped", u32)]
+
+
+class drm_tacc_sample_close(C.Structure):  # noqa: N801
+    _fields_ = [("flags", u32), ("pad", u32)]
+
+
 class drm_tacc_gem_close(C.Structure):  # noqa: N801
     _fields_ = [("handle", u32), ("pad", u32)]
 
@@ -167,6 +192,9 @@ DRM_IOCTL_TACC_WAIT = _iowr(DRM_COMMAND_BASE + 0x06, drm_tacc_wait)
 DRM_IOCTL_TACC_TRACE_OPEN = _iowr(DRM_COMMAND_BASE + 0x07, drm_tacc_trace_open)
 DRM_IOCTL_TACC_TRACE_ADVANCE = _iowr(DRM_COMMAND_BASE + 0x08, drm_tacc_trace_advance)
 DRM_IOCTL_TACC_TRACE_CLOSE = _iow(DRM_COMMAND_BASE + 0x09, drm_tacc_trace_close)
+DRM_IOCTL_TACC_SAMPLE_OPEN = _iowr(DRM_COMMAND_BASE + 0x0A, drm_tacc_sample_open)
+DRM_IOCTL_TACC_SAMPLE_ADVANCE = _iowr(DRM_COMMAND_BASE + 0x0B, drm_tacc_sample_advance)
+DRM_IOCTL_TACC_SAMPLE_CLOSE = _iow(DRM_COMMAND_BASE + 0x0C, drm_tacc_sample_close)
 DRM_IOCTL_TACC_GEM_CLOSE = _iow(0x09, drm_tacc_gem_close)
 DRM_IOCTL_TACC_SYNCOBJ_CREATE = _iowr(0xBF, drm_tacc_syncobj_create)
 DRM_IOCTL_TACC_SYNCOBJ_DESTROY = _iowr(0xC0, drm_tacc_syncobj_destroy)
@@ -177,7 +205,8 @@ STRUCTS: tuple[type[C.Structure], ...] = (
     drm_tacc_get_param, drm_tacc_bo_create, drm_tacc_bo_info, drm_tacc_vm_bind,
     drm_tacc_vm_unbind, drm_tacc_operand, drm_tacc_cmd, drm_tacc_submit, drm_tacc_wait,
     drm_tacc_trace_open, drm_tacc_trace_header, drm_tacc_trace_advance,
-    drm_tacc_trace_close, drm_tacc_gem_close, drm_tacc_syncobj_create,
+    drm_tacc_trace_close, drm_tacc_sample_open, drm_tacc_sample_header,
+    drm_tacc_sample_advance, drm_tacc_sample_close, drm_tacc_gem_close, drm_tacc_syncobj_create,
     drm_tacc_syncobj_destroy, drm_tacc_syncobj_wait,
 )
 IOCTLS: dict[str, int] = {k: v for k, v in globals().items() if k.startswith("DRM_IOCTL_TACC_")}
@@ -196,4 +225,7 @@ CONSTANTS: dict[str, int] = {
     "DRM_TACC_ELT_SCALE": ELT_SCALE, "DRM_TACC_MAX_IN_SYNCOBJS": MAX_IN_SYNCOBJS,
     "DRM_TACC_PARAM_DEVMEM_FREE": PARAM_DEVMEM_FREE,
     "DRM_TACC_PARAM_VA_END": PARAM_VA_END, "DRM_TACC_PARAM_MAX_CMDS": PARAM_MAX_CMDS,
+    "DRM_TACC_MMAP_SAMPLE": MMAP_SAMPLE, "DRM_TACC_SAMPLE_MIN_PERIOD_NS": SAMPLE_MIN_PERIOD_NS,
+    "DRM_TACC_SAMPLE_MAX_ENTRIES": SAMPLE_MAX_ENTRIES,
+    "DRM_TACC_SAMPLE_HDR_VERSION": SAMPLE_HDR_VERSION,
 }

@@ -43,6 +43,9 @@ extern "C" {
 #define DRM_TACC_TRACE_OPEN		0x07
 #define DRM_TACC_TRACE_ADVANCE		0x08
 #define DRM_TACC_TRACE_CLOSE		0x09
+#define DRM_TACC_SAMPLE_OPEN		0x0a
+#define DRM_TACC_SAMPLE_ADVANCE		0x0b
+#define DRM_TACC_SAMPLE_CLOSE		0x0c
 
 /* ------------------------------------------------------------ params ---- */
 enum drm_tacc_param {
@@ -376,9 +379,101 @@ struct drm_tacc_trace_close {
 	__u32 pad;
 };
 
+/* ------------------------------------------------------- sample ring ---- */
+/**
+ * struct drm_tacc_sample_open - DRM_IOCTL_TACC_SAMPLE_OPEN argument.
+ *
+ * Registers the calling file as the one consumer of the function's
+ * device-side counter sampling ring, allocates a ring of @entries entries
+ * and starts sampling every @period_ns ns of device time.  mmap()
+ * @mmap_size bytes at @mmap_offset (read-only) to see struct
+ * drm_tacc_sample_header then the entries (struct tacc_sample_hdr of
+ * tacc_hw.h followed by 2 * TACC_SAMPLE_SLOTS u64 counter slots,
+ * header.entry_size bytes each) at header.data_offset.
+ *
+ * @period_ns: sampling period, >= DRM_TACC_SAMPLE_MIN_PERIOD_NS.
+ * @entries: ring entries, a power of two between 2 and
+ *           DRM_TACC_SAMPLE_MAX_ENTRIES.
+ * @flags: must be 0.
+ * @pad: must be 0.
+ * @mmap_offset: out.
+ * @mmap_size: out.
+ */
+struct drm_tacc_sample_open {
+	__u32 period_ns;
+	__u32 entries;
+	__u32 flags;
+	__u32 pad;
+	__u64 mmap_offset;
+	__u64 mmap_size;
+};
+
+#define DRM_TACC_SAMPLE_MIN_PERIOD_NS	100000
+#define DRM_TACC_SAMPLE_MAX_ENTRIES	2048
+
+/**
+ * struct drm_tacc_sample_header - first page of the mapped sample ring.
+ * @version: DRM_TACC_SAMPLE_HDR_VERSION.
+ * @entry_size: bytes per entry (TACC_SAMPLE_SIZE, 1048).
+ * @entries: entries in the ring.
+ * @period_ns: sampling period.
+ * @data_offset: offset of entry 0 from the start of the mapping.
+ * @prod: free-running producer index (written by the device).
+ * @dropped: samples the device dropped because the ring was full
+ *           (SAMPLE_DROPPED, written by the device; zeroed only by a
+ *           function reset).
+ * @cons: free-running consumer index (written by the driver on ADVANCE).
+ * @epoch: incremented when the ring is reset (indices restart at 0).
+ * @dropped_base: value of @dropped when the ring was (re)started; the
+ *                samples dropped since then are @dropped - @dropped_base.
+ * @pad: 0.
+ */
+struct drm_tacc_sample_header {
+	__u32 version;
+	__u32 entry_size;
+	__u32 entries;
+	__u32 period_ns;
+	__u64 data_offset;
+	__u32 prod;
+	__u32 dropped;
+	__u32 cons;
+	__u32 epoch;
+	__u32 dropped_base;
+	__u32 pad;
+};
+
+#define DRM_TACC_SAMPLE_HDR_VERSION	1
+
+/**
+ * struct drm_tacc_sample_advance - DRM_IOCTL_TACC_SAMPLE_ADVANCE argument.
+ * @cons: new free-running consumer index (between the current consumer
+ *        index and the producer index).
+ * @flags: must be 0.
+ * @prod: out: producer index.
+ * @dropped: out: samples dropped since SAMPLE_OPEN or the last ring reset
+ *           (header.dropped - header.dropped_base).
+ */
+struct drm_tacc_sample_advance {
+	__u32 cons;
+	__u32 flags;
+	__u32 prod;
+	__u32 dropped;
+};
+
+/**
+ * struct drm_tacc_sample_close - DRM_IOCTL_TACC_SAMPLE_CLOSE argument.
+ * @flags: must be 0.
+ * @pad: must be 0.
+ */
+struct drm_tacc_sample_close {
+	__u32 flags;
+	__u32 pad;
+};
+
 /* Fixed mmap() offsets of the DRM fd (below DRM's GEM offset range). */
 #define DRM_TACC_MMAP_COUNTERS		0x10000000ull
 #define DRM_TACC_MMAP_TRACE		0x20000000ull
+#define DRM_TACC_MMAP_SAMPLE		0x30000000ull
 
 #define DRM_IOCTL_TACC_GET_PARAM \
 	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_GET_PARAM, struct drm_tacc_get_param)
@@ -401,6 +496,14 @@ struct drm_tacc_trace_close {
 	      struct drm_tacc_trace_advance)
 #define DRM_IOCTL_TACC_TRACE_CLOSE \
 	_IOW(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_TRACE_CLOSE, struct drm_tacc_trace_close)
+#define DRM_IOCTL_TACC_SAMPLE_OPEN \
+	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_SAMPLE_OPEN, struct drm_tacc_sample_open)
+#define DRM_IOCTL_TACC_SAMPLE_ADVANCE \
+	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_SAMPLE_ADVANCE, \
+	      struct drm_tacc_sample_advance)
+#define DRM_IOCTL_TACC_SAMPLE_CLOSE \
+	_IOW(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_SAMPLE_CLOSE, \
+	     struct drm_tacc_sample_close)
 
 /*
  * DRM core ioctls usable on the accel node, mirrored with tacc names so
