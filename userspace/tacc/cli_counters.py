@@ -262,9 +262,11 @@ def add_parser(sub: Any) -> None:
     q = csub.add_parser("sample", help="sample at a fixed rate into a capture directory")
     dev(q)
     q.add_argument("-o", "--output", required=True)
-    q.add_argument("-r", "--rate", type=float, default=1000.0, help="Hz, up to 10000")
+    q.add_argument("-r", "--rate", type=float, default=1000.0,
+                   help="Hz, up to 10000 (device: the sampling period is 1/rate, >= 100 us)")
     q.add_argument("-t", "--duration", type=float, default=1.0, help="seconds")
-    q.add_argument("-b", "--backend", choices=backends, default="mmap")
+    q.add_argument("-b", "--backend", choices=(*backends, "device"), default="mmap",
+                   help="device: the device samples into the driver's sample ring")
     q.add_argument("--spin-us", type=float, default=0.0,
                    help="spin instead of sleeping for deadlines closer than this")
     q.set_defaults(func=_user_errors(cmd_sample))

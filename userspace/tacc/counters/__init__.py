@@ -1,8 +1,10 @@
-"""tacc.counters: hardware counters through sysfs, mmap and perf (docs/counters.md)."""
+"""tacc.counters: hardware counters through sysfs, mmap, perf and the device's sample ring
+(docs/counters.md)."""
 
 from .backends import (
     BACKENDS,
     Backend,
+    DeviceBackend,
     MmapBackend,
     PerfBackend,
     Snapshot,
@@ -14,7 +16,8 @@ from .catalogue import Catalogue, Counter, CounterError, Function, functions, se
 from .derived import LinkInfo, deltas, derive
 
 __all__ = [
-    "BACKENDS", "Backend", "Catalogue", "Counter", "CounterError", "Function", "LinkInfo",
+    "BACKENDS", "Backend", "Catalogue", "Counter", "CounterError", "DeviceBackend", "Function",
+    "LinkInfo",
     "MmapBackend", "PerfBackend", "Snapshot", "SysfsBackend", "default_catalogue", "deltas",
     "derive", "functions", "open_backend", "select_functions",
 ]

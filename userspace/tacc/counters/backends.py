@@ -1,10 +1,11 @@
-"""Three ways to read the counters of one function, behind one interface.
+"""Four ways to read the counters of one function, behind one interface.
 
 ``read()`` returns a :class:`Snapshot` of the selected counters (catalogue order).
 Only differences between two snapshots of the same backend are comparable across
 backends: sysfs gives the driver's totals (monotonic across runtime suspends),
 mmap the raw counter block (zeroed by every function reset), perf the counts since
-the events were opened.  See docs/counters.md.
+the events were opened, device the raw counter block as the device sampled it into
+the driver's sample ring (device.py).  See docs/counters.md.
 """
 
 from __future__ import annotations
@@ -266,17 +267,21 @@ class PerfBackend(Backend):
         self.fds = []
 
 
+from .device import DeviceBackend  # noqa: E402 - device.py builds on Backend above
+
 BACKENDS: dict[str, type[Backend]] = {
-    "sysfs": SysfsBackend, "mmap": MmapBackend, "perf": PerfBackend,
+    "sysfs": SysfsBackend, "mmap": MmapBackend, "perf": PerfBackend, "device": DeviceBackend,
 }
 
 
-def open_backend(name: str, fn: Function, catalogue: Catalogue | None = None) -> Backend:
+def open_backend(name: str, fn: Function, catalogue: Catalogue | None = None,
+                 **kwargs: object) -> Backend:
+    """``kwargs`` go to the backend (``device``: ``period_ns``, ``entries``)."""
     try:
         cls = BACKENDS[name]
     except KeyError:
         raise CounterError(f"unknown backend {name!r} (have {', '.join(BACKENDS)})") from None
-    return cls(fn, catalogue)
+    return cls(fn, catalogue, **kwargs)  # type: ignore[arg-type]
 
 
 def default_catalogue(fn: Function) -> Catalogue:

@@ -1,4 +1,4 @@
-"""Sample counters at a fixed rate (up to 10 kHz with mmap) into a capture.
+"""Sample counters at a fixed rate (up to 10 kHz with mmap or device) into a capture.
 
 Each tick reads every function once and appends one ``counters`` record per function
 (``devclk, seq, fid`` + one u64 column per counter, raw cumulative values; the columns
@@ -125,12 +125,17 @@ class Sampler:
         self.fns = fns
         self.rate_hz = rate_hz
         self.period_ns = int(round(1e9 / rate_hz))
+        if backend == "device" and self.period_ns > 0xFFFF_FFFF:
+            raise ValueError("device sampling: rate must be >= 0.25 Hz (u32 period in ns)")
         self.stats = SamplerStats()
+        self.backend_name = backend
         self.sources: list[_Source] = []
+        kw: dict[str, object] = {"period_ns": self.period_ns} if backend == "device" else {}
         try:
             for fid, fn in enumerate(fns):
                 cat = (catalogues or {}).get(fn.pci) or default_catalogue(fn)
-                self.sources.append(_Source(fid, fn, open_backend(backend, fn, cat), self.stats))
+                self.sources.append(_Source(fid, fn, open_backend(backend, fn, cat, **kw),
+                                            self.stats))
         except BaseException:
             self.close()
             raise
@@ -157,6 +162,8 @@ class Sampler:
     def run(self, duration_s: float | None = None, writer: CaptureWriter | None = None,
             stop: Event | None = None, max_ticks: int | None = None) -> SamplerStats:
         """Sample until ``duration_s``, ``max_ticks`` or ``stop``; returns the statistics."""
+        if self.backend_name == "device":
+            return self._run_device(duration_s, writer, stop, max_ticks)
         try:
             _libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
         except AttributeError:
@@ -229,6 +236,78 @@ class Sampler:
         st.samples += n
         if writer is not None:
             writer.append("counters", buf[:n].copy())
+            self._clock(writer)
+            if drops:
+                d = np.zeros(len(drops), DROPS_DTYPE)
+                d["t_ns"] = [t for t, _ in drops]
+                d["count"] = [c for _, c in drops]
+                d["source"] = int(DropSource.COUNTERS)
+                d["fid"] = 0xFFFF
+                d["pid"] = os.getpid()
+                writer.append("drops", d)
+        return st
+
+
+    def _run_device(self, duration_s: float | None, writer: CaptureWriter | None,
+                    stop: Event | None, max_ticks: int | None) -> SamplerStats:
+        """The device samples; this loop only drains the rings, a few times per ring.
+
+        One record per device sample: ``seq`` is the device's sample number relative
+        to the first one of the function (a gap is a drop), ``devclk`` the device's
+        timestamp.  Drops are counted from SAMPLE_DROPPED (``missed`` and ``drops``
+        records); ``ticks`` counts the samples of the first function.
+        """
+        from .device import DeviceBackend
+
+        st = self.stats
+        self._clock(writer)
+        backends = [s.backend for s in self.sources]
+        assert all(isinstance(b, DeviceBackend) for b in backends)
+        entries = min(b.entries for b in backends)  # type: ignore[attr-defined]
+        # come back at a quarter of the ring (device SAMPLE irq is at half), <= 50 ms
+        poll_ns = max(1_000_000, min(50_000_000, entries * self.period_ns // 4))
+        seq0: list[int | None] = [None] * len(self.sources)
+        dropped0 = [b.dropped for b in backends]  # type: ignore[attr-defined]
+        drops: list[tuple[int, int]] = []
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        t_start = time.monotonic_ns()
+        t_end = t_start + int(duration_s * 1e9) if duration_s else None
+        done = False
+        while not done:
+            now = time.monotonic_ns()
+            if ((t_end is not None and now >= t_end) or (stop is not None and stop.is_set())
+                    or (max_ticks is not None and st.ticks >= max_ticks)):
+                done = True  # one last drain
+            for s in self.sources:
+                b = s.backend.drain()  # type: ignore[attr-defined]
+                n = len(b)
+                if s.fid == 0 and max_ticks is not None:
+                    n = min(n, max(0, max_ticks - st.ticks))
+                if b.dropped != dropped0[s.fid]:
+                    st.missed += b.dropped - dropped0[s.fid]
+                    drops.append((now, b.dropped - dropped0[s.fid]))
+                    dropped0[s.fid] = b.dropped
+                if not n:
+                    continue
+                if seq0[s.fid] is None:
+                    seq0[s.fid] = int(b.seq[0])
+                rows = np.zeros(n, COUNTERS_DTYPE)
+                w = rows.view("<u8").reshape(n, self.itemsize_words)
+                w[:, s.cols] = b.values[:n][:, s.sel]
+                w[:, s.w_seq] = b.seq[:n] - np.uint64(seq0[s.fid])
+                w[:, s.w_fid] = s.fid
+                w[:, s.w_devclk] = b.devclk[:n]
+                if writer is not None:
+                    writer.append("counters", rows)
+                st.samples += n
+                if s.fid == 0:
+                    st.ticks += n
+            if not done:
+                sleep_until(time.monotonic_ns() + poll_ns)
+        st.wall_s = (time.monotonic_ns() - t_start) / 1e9
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        st.cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+        if writer is not None:
             self._clock(writer)
             if drops:
                 d = np.zeros(len(drops), DROPS_DTYPE)
