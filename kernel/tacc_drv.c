@@ -547,8 +547,7 @@ void tacc_trace_release(struct tacc_device *tdev, struct drm_file *file)
 
 static_assert(DRM_TACC_SAMPLE_MIN_PERIOD_NS == TACC_SAMPLE_MIN_PERIOD_NS);
 
-/* Called with the ring lock held, or from tacc_hw_init() (probe, resume, reset). */
-void tacc_sample_hw_setup(struct tacc_device *tdev)
+static void tacc_sample_hw_setup_locked(struct tacc_device *tdev)
 {
 	struct tacc_sample_ring *sr = &tdev->sample;
 	struct drm_tacc_sample_header *hdr = sr->cpu;
@@ -573,6 +572,17 @@ void tacc_sample_hw_setup(struct tacc_device *tdev)
 	tacc_wr(tdev, TACC_REG_IRQ_MASK, mask | TACC_IRQ_SAMPLE);
 	/* starting zeroes the device's PROD and CONS */
 	tacc_wr(tdev, TACC_REG_SAMPLE_PERIOD, sr->period_ns);
+}
+
+/*
+ * From tacc_hw_init() (probe, runtime/system resume, reset recovery), never
+ * with the ring lock held: SAMPLE_OPEN takes its PM reference before the lock.
+ */
+void tacc_sample_hw_setup(struct tacc_device *tdev)
+{
+	mutex_lock(&tdev->sample.lock);
+	tacc_sample_hw_setup_locked(tdev);
+	mutex_unlock(&tdev->sample.lock);
 }
 
 static void tacc_sample_free_locked(struct tacc_device *tdev)
@@ -611,22 +621,24 @@ int tacc_sample_open_ioctl(struct drm_device *dev, void *data, struct drm_file *
 		return -EOPNOTSUPP;
 	if (!drm_dev_enter(dev, &idx))
 		return -ENODEV;
+	/*
+	 * The consumer keeps the device powered (D3hot would reset the ring).
+	 * Taken before the lock: the resume reprograms the ring under it.
+	 */
+	ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
+	if (ret)
+		goto out_exit;
 
 	mutex_lock(&sr->lock);
 	if (sr->owner) {
 		ret = sr->owner == file ? -EALREADY : -EBUSY;
-		goto out;
+		goto out_put;
 	}
-	/* the consumer keeps the device powered: D3hot would reset the ring */
-	ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
-	if (ret)
-		goto out;
 	sr->size = PAGE_ALIGN(PAGE_SIZE + (size_t)args->entries * TACC_SAMPLE_SIZE);
 	sr->cpu = dma_alloc_coherent(tacc_to_dev(tdev), sr->size, &sr->dma, GFP_KERNEL);
 	if (!sr->cpu) {
-		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
 		ret = -ENOMEM;
-		goto out;
+		goto out_put;
 	}
 	hdr = sr->cpu;
 	hdr->version = DRM_TACC_SAMPLE_HDR_VERSION;
@@ -637,12 +649,17 @@ int tacc_sample_open_ioctl(struct drm_device *dev, void *data, struct drm_file *
 	sr->entries = args->entries;
 	sr->period_ns = args->period_ns;
 	sr->owner = file;
-	tacc_sample_hw_setup(tdev);
+	tacc_sample_hw_setup_locked(tdev);
 	args->mmap_offset = DRM_TACC_MMAP_SAMPLE;
 	args->mmap_size = sr->size;
-	ret = 0;
-out:
 	mutex_unlock(&sr->lock);
+	drm_dev_exit(idx);
+	return 0;
+
+out_put:
+	mutex_unlock(&sr->lock);
+	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+out_exit:
 	drm_dev_exit(idx);
 	return ret;
 }

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * tacc power management: runtime PM with autosuspend (jobs and the trace
- * consumer hold references), full reprogramming after D3hot, which loses
- * the queue state; system sleep through the runtime callbacks.
+ * and sample ring consumers hold references), full reprogramming after
+ * D3hot, which loses the queue state; system sleep through the runtime
+ * callbacks (suspend stops the sample ring in tacc_hw_fini(), resume
+ * restarts it with a new epoch in tacc_hw_init()).
  */
 #include <linux/delay.h>
 #include <linux/pm_runtime.h>
