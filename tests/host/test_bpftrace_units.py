@@ -224,3 +224,113 @@ def test_console_script_not_root_or_no_module() -> None:
                        capture_output=True, timeout=60)
     assert p.returncode == 1
     assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("accel-bpftrace: ")
+
+
+def _ref_driver_row(e: np.void, fid_of_dev: dict[int, int]) -> dict[str, int]:
+    """One event -> its driver record, per the table in tacc.bpftrace.events, record by
+    record (the reference the vectorised to_driver must match)."""
+    K = DriverKind
+    k = int(e["kind"])
+    a, b, c, d = (int(e[f]) for f in "abcd")
+    x, w, v, z, y = int(e["x"]), int(e["w"]), int(e["v"]), int(e["z"]), int(e["y"])
+    r = {"t_ns": int(e["ts"]), "tag": int(e["tag"]), "pid": int(e["pid"]),
+         "tid": int(e["tid"]), "kind": k, "cpu": int(e["cpu"]), "ctx": x & 0xFFFF,
+         "queue": y & 0xFF, "fid": fid_of_dev.get(int(e["dev"]), NO_FID)}
+    if k == K.IOCTL:
+        r.update(dur_ns=d, arg=a, status=z, t_ns=int(e["ts"]) - d)
+    elif k == K.SUBMIT:
+        r.update(job=a, size=b, ncmds=v)
+    elif k == K.DOORBELL:
+        r.update(job=a, arg=w, nsegs=v)
+    elif k == K.IRQ:
+        r.update(arg=w, status=v)
+    elif k == K.JOB_START:
+        r.update(job=a, arg=w, dur_ns=d)
+    elif k == K.JOB_DONE:
+        r.update(job=a, dev_start=b, dev_end=c, arg=w, status=z, flags=v, dur_ns=d)
+    elif k in (K.BO_CREATE, K.BO_DESTROY):
+        r.update(arg=a, size=b, nsegs=w, flags=(1 if w == 2 else 0) | (8 if w == 1 else 0))
+    elif k in (K.DMA_MAP, K.DMA_UNMAP):
+        r.update(addr=a, size=b, arg=c, nsegs=w, dir=v, dur_ns=d, t_ns=int(e["ts"]) - d,
+                 ctx=0)
+    elif k in (K.VM_BIND, K.VM_UNBIND):
+        r.update(addr=a, size=b, arg=c, page_size=d)
+    elif k == K.MMU_FAULT:
+        r.update(addr=a, status=w, arg=v)
+    elif k == K.PM:
+        r.update(arg=v, nsegs=w)
+    elif k == K.RESET:
+        r.update(job=a, status=z)
+    elif k == K.TRACE_DROP:
+        r.update(size=w, arg=v)
+    return r
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_to_driver_matches_per_record_reference(seed: int) -> None:
+    from tacc.capture.schema import DRIVER_DTYPE
+
+    rng = np.random.default_rng(seed)
+    n = 600
+    e = rng.integers(0, 1 << 8, n * EV_DTYPE.itemsize, dtype=np.uint8).view(EV_DTYPE).copy()
+    e["ts"] = rng.integers(1 << 40, 1 << 50, n)  # spans subtract d: keep t_ns meaningful
+    e["d"] = rng.integers(0, 1 << 30, n)
+    kinds = [int(k) for k in DriverKind] + [0, 17, 31] + [HOST_BASE + int(k) for k in HostKind]
+    e["kind"] = rng.choice(kinds, n)
+    e["dev"] = rng.choice([0x100, 0x101, 0x200], n)
+    fid_of_dev = [{0x100: 0, 0x101: 1}, {0x100: 4}, {}, {0x100: 0, 0x101: 1, 0x200: 2}][seed]
+    got = to_driver(e, fid_of_dev)
+    drv = e[e["kind"] < HOST_BASE]
+    assert len(got) == len(drv)
+    want = np.zeros(len(drv), DRIVER_DTYPE)
+    for i, row in enumerate(drv):
+        for f, val in _ref_driver_row(row, fid_of_dev).items():
+            want[f][i] = np.array(val).astype(np.int64).astype(want.dtype[f])
+    for f in DRIVER_DTYPE.names or ():
+        assert np.array_equal(got[f], want[f]), f
+    assert got.tobytes() == want.tobytes()
+    # one device, every event on it: the shortcut gives the same fids
+    e["dev"] = 0x100
+    assert set(to_driver(e, {0x100: 3})["fid"].tolist()) == {3}
+    # the caller's mask gives the same records
+    m = e["kind"] < HOST_BASE
+    assert to_driver(e, {0x100: 3}, m).tobytes() == to_driver(e, {0x100: 3}).tobytes()
+    assert to_host(e, m).tobytes() == to_host(e).tobytes()
+
+
+def test_ringbuf_drains_in_slices() -> None:
+    size, page = 1 << 15, 4096
+    cons, prod, _ = _ring(size, page)
+    r = RingReader(cons, prod, size, EV_DTYPE, page)
+    evs = _ev(250)
+    pos = 0
+    for i in range(250):  # wraps the 32 KiB data area
+        if i == 100:
+            struct.pack_into("<Q", prod, 0, pos)
+            assert len(r.drain()) == 100
+        pos = _put(prod, size, page, pos, evs[i].tobytes(), DISCARD_BIT if i == 170 else 0)
+    struct.pack_into("<Q", prod, 0, pos)
+    assert r.pending_bytes() == 150 * stride_of(EV_DTYPE.itemsize)
+    got = [r.drain(40) for _ in range(4)]
+    assert [len(g) for g in got] == [40, 39, 40, 30]  # the discarded one is skipped
+    a = np.concatenate([g["a"] for g in got]).tolist()
+    assert a == [i for i in range(100, 250) if i != 170]
+    assert r.pending_bytes() == 0 and r.records == 249 and r.discarded == 1
+    assert len(r.drain()) == 0
+
+
+def test_to_host_fields_per_kind() -> None:
+    e = _ev(5)
+    e["kind"] = [HOST_BASE + int(k) for k in (HostKind.SCHED_SWITCH, HostKind.BLOCK_COMPLETE,
+                                              HostKind.NET_RX, HostKind.SCHED_WAKEUP)] + [
+        int(DriverKind.SUBMIT)]
+    e["x"], e["z"] = [77, 8, 3, 9, 1], [-1, 5, 5, 5, 5]
+    e["a"], e["b"], e["d"] = [1, 4096, 9, 9, 9], [2, 512, 1500, 9, 9], [3, 700, 9, 9, 9]
+    e["comm"] = b"python3"
+    h = to_host(e)
+    assert h["kind"].tolist() == [1, 4, 6, 2]
+    assert h["next_pid"].tolist() == [77, 0, 0, 0] and h["prev_state"].tolist() == [-1, 0, 0, 0]
+    assert h["dev"].tolist() == [0, 8, 3, 0] and h["size"].tolist() == [0, 512, 1500, 0]
+    assert h["sector"].tolist() == [0, 4096, 0, 0] and h["dur_ns"].tolist() == [0, 700, 0, 0]
+    assert h["t_ns"].tolist() == [1000, 1001, 1002, 1003]
+    assert set(h["comm"].tolist()) == {b"python3"} and h.tobytes().count(b"python3") == 4

@@ -495,3 +495,257 @@ def test_daemon_routes_netlink_events_to_capture(tmp_path: Path) -> None:
     e = cap.read("device_events")
     assert e["kind"].tolist() == [5, 1, 9, 5] and e["fid"].tolist() == [0, 0, 1, 1]
     assert cap.strings[int(e["name_id"][2])] == "hotplug add 0000:02:00.0 PF"
+
+
+def test_ring_view_device_drops_from_before_the_capture_are_not_counted() -> None:
+    # the device counts drops since its last reset; TRACE_OPEN zeroes the header's copy
+    # until the device's first write-back, which then reports the old total as well
+    f = FakeRing()
+    f.dropped = 500  # an earlier consumer's drops: the header still says 0
+    calls = []
+
+    def advance(cons: int) -> tuple[int, int]:
+        calls.append(cons)
+        return f.advance(cons)
+
+    v = RingView(f.buf, 0, advance, dropped_base=500)
+    r = v.drain()
+    assert len(r.records) == 0 and r.dropped == 0 and calls == []  # empty: no ioctl
+    f.produce(3)  # first write-back: dropped = 500
+    r = v.drain()
+    assert len(r.records) == 3 and r.dropped == 0 and calls == [3]
+    f.produce(2, skip=4)  # 4 new drops
+    r = v.drain()
+    assert r.dropped == 4 and r.seq_gaps == 4 and v.total_dropped == 4
+    assert v.drain().dropped == 0 and calls == [3, 5]
+    # without the base (the header's count at open) the old drops were counted
+    g = FakeRing()
+    g.dropped = 500
+    old = RingView(g.buf, 0, g.advance)
+    g.produce(1)
+    assert old.drain().dropped == 500
+
+
+class _FakeProgram:
+    """A Program as the session uses it: ``reader`` (a RingReader over a bytearray ring,
+    filled by ``produce``), ``drain``, ``stats``."""
+
+    def __init__(self, events: np.ndarray, size: int = 1 << 22) -> None:
+        from tacc.bpftrace.ringbuf import RingReader, stride_of
+
+        self.dtype, self.size = events.dtype, size
+        self.stride = stride_of(events.dtype.itemsize)
+        self.cons, self.prod = bytearray(4096), bytearray(4096 + 2 * size)
+        self.pos = 0
+        self.reader = RingReader(self.cons, self.prod, size, events.dtype, 4096)
+        self.stats_calls = 0
+        self.produce(events)
+
+    def produce(self, events: np.ndarray) -> None:
+        it = self.dtype.itemsize
+        fr = np.zeros(len(events), np.dtype({"names": ["len", "pg", "rec"],
+                                             "formats": ["<u4", "<u4", self.dtype],
+                                             "offsets": [0, 4, 8], "itemsize": self.stride}))
+        fr["len"], fr["rec"] = it, events
+        raw = fr.tobytes()
+        off = self.pos & (self.size - 1)
+        assert off + len(raw) <= self.size  # the fake does not wrap
+        for base in (4096, 4096 + self.size):  # the data area is mapped twice
+            self.prod[base + off:base + off + len(raw)] = raw
+        self.pos += len(raw)
+        self.prod[0:8] = self.pos.to_bytes(8, "little")
+
+    def drain(self) -> np.ndarray:
+        return self.reader.drain()
+
+    def stats(self) -> object:
+        from tacc.bpftrace.program import Stats
+
+        self.stats_calls += 1
+        return Stats(dropped=7, host_dropped=1, driver_missed=2)
+
+
+def test_session_drains_bpf_in_slices_keeps_every_record(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    from tacc.bpftrace.events import EV_DTYPE, HOST_BASE
+    from tacc.daemon import session as smod
+    from tacc.daemon.devring import DrainResult
+
+    monkeypatch.setattr(smod, "BPF_SLICE", 1000)
+    n = 3500
+    ev = np.zeros(n, EV_DTYPE)
+    ev["ts"] = np.arange(n) + 10**9
+    ev["kind"] = 2
+    ev["kind"][::10] = HOST_BASE + 1
+    ev["dev"] = 0x100
+    prog = _FakeProgram(ev)
+    fn = TaccFunction("0000:01:00.0", 0x100, tmp_path, False, 0, "0000:01:00.0", None)
+    s = CaptureSession(tmp_path / "cap", [fn], Options(device_trace=False, api=False,
+                                                       counters_hz=0), program=prog,
+                       tool="test")
+
+    class Ring:
+        drains = 0
+
+        def drain(self) -> DrainResult:
+            Ring.drains += 1
+            return DrainResult(np.zeros(0, s.writer._streams["device_trace"].dtype), 0, 0)
+
+        def close(self) -> None:
+            pass
+
+    s.rings[0] = Ring()  # type: ignore[assignment]
+    s.tick(100.0)
+    assert Ring.drains == 5  # before the first slice, between the four, after the last
+    assert prog.reader.pending_bytes() == 0 and prog.stats_calls == 1
+    s.tick(100.5)  # less than a second later: the drop counters are not read
+    assert prog.stats_calls == 1
+    summary = s.close()  # reads them once more
+    assert prog.stats_calls == 2
+    assert {k: summary["drops"][k] for k in ("driver", "host")} == {"driver": 9, "host": 1}
+    assert {k: summary["records"][k] for k in ("driver", "host")} == {"driver": 3150,
+                                                                       "host": 350}
+    cap = open_capture(tmp_path / "cap")
+    assert cap.read("driver")["t_ns"].tolist() == ev["ts"][ev["kind"] < HOST_BASE].tolist()
+    assert len(cap.read("host")) == 350
+
+
+def test_api_rings_scan_lists_the_directory_only_when_it_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tacc.daemon.apiring import ApiRings
+    from tacc.runtime import apitrace
+
+    monkeypatch.setenv("TACC_API_DIR", str(tmp_path))
+    api = ApiRings(lambda s: 1, {})
+    listed = []
+    real = api.mod.list_rings
+    monkeypatch.setattr(api.mod, "list_rings", lambda: listed.append(1) or real())
+    old = time.time() - 60
+    os.utime(tmp_path, (old, old))
+    api.scan()
+    api.scan()  # unchanged for long: not listed again
+    assert len(listed) == 1
+    ring = apitrace.Ring(tmp_path / "tacc-api.4242", 4242, 4242, 8, enabled=False)
+    api.scan()  # the directory changed: listed, the new ring enabled
+    api.scan()  # changed less than SETTLE_NS ago: listed again (coarse timestamps)
+    assert len(listed) == 3 and ring.enabled
+    os.utime(tmp_path, (old, old))
+    api.scan()
+    api.scan()
+    assert len(listed) == 4
+    api.close()
+    ring.close()
+
+
+def test_writer_chunks_from_pieces_are_byte_identical(tmp_path: Path) -> None:
+    """The writer frames chunks from slices of the appended arrays (crc32 piece by piece,
+    one writev): the file is what encode_chunk of the concatenated records gives."""
+    from tacc.capture import CaptureWriter, framing
+    from tacc.capture.schema import DRIVER_DTYPE, DROPS_DTYPE
+
+    rng = np.random.default_rng(3)
+    per = 4096 // DRIVER_DTYPE.itemsize
+    w = CaptureWriter(tmp_path / "c", {"node": "n", "devices": []}, chunk_bytes=4096,
+                      streams=("driver",))
+    batches: list[list[np.ndarray]] = [[]]
+    for i in range(120):
+        n = int(rng.integers(0, 90)) if i % 7 else 0
+        recs = rng.integers(0, 256, n * DRIVER_DTYPE.itemsize, np.uint8).view(DRIVER_DTYPE)
+        w.append("driver", recs)
+        batches[-1].append(recs)
+        if i % 25 == 24:
+            w.flush()
+            batches.append([])
+    for _ in range(70):  # many tiny appends
+        w.append("driver", np.zeros(1, DRIVER_DTYPE))
+        batches[-1].append(np.zeros(1, DRIVER_DTYPE))
+    w.close()
+    want = b""
+    seq = 0
+    pend = np.zeros(0, DRIVER_DTYPE)
+    for b in batches:  # whole chunks as records arrive, the rest at each flush
+        pend = np.concatenate([pend, *b])
+        while len(pend):
+            take = pend[:per]
+            want += framing.encode_chunk(seq, len(take), take.tobytes())
+            seq += 1
+            pend = pend[per:]
+    path = tmp_path / "c" / "streams" / "driver.tcs"
+    with open(path, "rb") as f:
+        _info, start = framing.read_file_header(f, "driver")
+    assert path.read_bytes()[start:] == want
+    assert open_capture(tmp_path / "c").count("driver") == sum(
+        len(x) for b in batches for x in b)
+    # one-record appends of a small record: more pieces per chunk than one writev takes
+    w = CaptureWriter(tmp_path / "d", {"node": "n", "devices": []}, chunk_bytes=4096,
+                      streams=("drops",))
+    d = np.zeros(400, DROPS_DTYPE)
+    d["count"] = np.arange(400)
+    for i in range(400):
+        w.append("drops", d[i:i + 1].copy())
+    w.close()
+    per = 4096 // DROPS_DTYPE.itemsize
+    want = b"".join(framing.encode_chunk(i, len(d[j:j + per]), d[j:j + per].tobytes())
+                    for i, j in enumerate(range(0, 400, per)))
+    path = tmp_path / "d" / "streams" / "drops.tcs"
+    with open(path, "rb") as f:
+        _info, start = framing.read_file_header(f, "drops")
+    assert path.read_bytes()[start:] == want
+
+
+def test_session_bpf_drains_when_quiet_batched_when_busy(tmp_path: Path) -> None:
+    from tacc.bpftrace.events import EV_DTYPE
+    from tacc.daemon import session as smod
+
+    def evs(n: int, t0: int) -> np.ndarray:
+        e = np.zeros(n, EV_DTYPE)
+        e["ts"], e["kind"], e["dev"] = np.arange(n) + t0, 2, 0x100
+        return e
+
+    prog = _FakeProgram(evs(0, 0))
+    fn = TaccFunction("0000:01:00.0", 0x100, tmp_path, False, 0, "0000:01:00.0", None)
+    s = CaptureSession(tmp_path / "cap", [fn], Options(device_trace=False, api=False,
+                                                       counters_hz=0, clock_hz=0,
+                                                       flush_s=100.0), program=prog,
+                       tool="test")
+    s.t_flush = 100.0
+    t = 100.0
+    prog.produce(evs(smod.BPF_IDLE, 0))  # quiet: drained at the next tick
+    s.tick(t)
+    assert s.counts["driver"] == smod.BPF_IDLE
+    prog.produce(evs(1000, 10_000))  # busier: waits for the batch size or the age
+    s.tick(t + 0.05)
+    s.tick(t + 0.10)
+    assert s.counts["driver"] == smod.BPF_IDLE
+    s.tick(t + smod.BPF_MAX_AGE_S)
+    assert s.counts["driver"] == smod.BPF_IDLE + 1000
+    prog.produce(evs(smod.BPF_BATCH, 20_000))  # a batch's worth: drained at once
+    s.tick(t + smod.BPF_MAX_AGE_S + 0.05)
+    assert s.counts["driver"] == smod.BPF_IDLE + 1000 + smod.BPF_BATCH
+    prog.produce(evs(500, 40_000))
+    s.tick(t + smod.BPF_MAX_AGE_S + 0.10)  # not due; the end drains everything
+    summary = s.close()
+    assert summary["records"]["driver"] == smod.BPF_IDLE + 1500 + smod.BPF_BATCH
+    assert prog.reader.pending_bytes() == 0
+
+
+def test_counter_samples_on_a_grid_late_slots_are_drops(tmp_path: Path) -> None:
+    fn = TaccFunction("0000:01:00.0", 0x100, tmp_path, False, 0, "0000:01:00.0", None)
+    s = CaptureSession(tmp_path / "cap", [fn], Options(device_trace=False, api=False,
+                                                       counters_hz=20, clock_hz=0,
+                                                       host_events=False, flush_s=100.0),
+                       tool="test")
+    s.t_flush = 100.0
+    # first sample; one a little early (the 50 ms loop's jitter); one 30 ms late: no drop
+    for t in (100.0, 100.049, 100.13):
+        s.tick(t)
+    key = (int(DropSource.COUNTERS), 0xFFFF)
+    assert s.counts["counters"] == 3 and key not in s.drops
+    s.tick(100.115)  # not due (the next slot, .15, is more than half a period away)
+    s.tick(100.36)  # the slots at .15 .20 .25 .30 .35 passed: one sample, four missed
+    assert s.counts["counters"] == 4 and s.drops[key] == 4
+    s.tick(100.39)  # due at .40, taken up to half a period early
+    assert s.counts["counters"] == 5
+    summary = s.close()
+    assert summary["drops"]["counters"] == 4 and summary["records"]["counters"] == 6

@@ -12,10 +12,17 @@ sampling), for "capture" a capture is started and stopped around the phase (its 
 program is compiled on the first capture only).  ``snoop`` is one process started once
 (one compile), measured after the interleaved rounds, bracketed by two "nothing" phases.
 
-Where the cost goes: the CPU time the tracer process used during each phase (utime +
-stime from /proc), the events it recorded and the drops.
+A realistic row besides the NOP flood: the ``mlp`` workload (tacc.workloads, double-
+buffered MLP inference through the runtime: API calls, copies, GEMMs), the same number of
+batches in every phase (calibrated once to last about ``--seconds``), throughput in
+batches/s (the workload's measured section, ``Result.wall_ns``) with nothing vs a capture,
+interleaved in the same rounds.
 
-    vm_tracing.py [--seconds 2] [--rounds 3] [--batch 64] [--json OUT]
+Where the cost goes: the CPU time the tracer process used during each phase (utime +
+stime from /proc), the events it recorded and the drops (tools/bench/prof_capture.py
+breaks taccd's time down by stage).
+
+    vm_tracing.py [--seconds 2] [--rounds 3] [--batch 64] [--no-mlp] [--json OUT]
 """
 
 from __future__ import annotations
@@ -50,6 +57,30 @@ def cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return sum(int(x) for x in f[11:15]) / CLK_TCK
+
+
+class Mlp:
+    """The ``mlp`` workload on one runtime context, a fixed number of batches per run."""
+
+    def __init__(self, seconds: float) -> None:
+        from tacc.runtime import Context
+
+        self.ctx = Context()
+        self.run(8)  # warm: first-call costs (imports, BO caches)
+        per = self.run(16)[1] / 16
+        self.batches = max(16, int(seconds / per) // 8 * 8)
+
+    def run(self, batches: int | None = None) -> tuple[float, float]:
+        """(batches/s over the measured section, its wall seconds)."""
+        from tacc.workloads import run
+
+        nb = batches or self.batches
+        r = run("mlp", self.ctx, False, batches=nb, check=False)
+        wall = r.wall_ns / 1e9
+        return nb / wall, wall
+
+    def close(self) -> None:
+        self.ctx.close()
 
 
 def jobs_completed(fn_sysfs: Path) -> int:
@@ -126,6 +157,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=2.0, help="per phase")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64, help="jobs between waits")
+    ap.add_argument("--no-mlp", action="store_true", help="NOP flood only")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -138,9 +170,14 @@ def main() -> int:
     node, sysfs = fns[0].accel, fns[0].sysfs
     res: dict[str, list[float]] = {"nothing": [], "always-on": [], "capture": [], "snoop": []}
     cpu: dict[str, list[float]] = {k: [] for k in res}
-    extra: dict[str, Any] = {"captures": []}
+    mres: dict[str, list[float]] = {"nothing": [], "capture": []}
+    mcpu: dict[str, list[float]] = {k: [] for k in mres}
+    extra: dict[str, Any] = {"captures": [], "mlp_captures": []}
     tmp = Path(tempfile.mkdtemp(prefix="vm-tracing-"))
     d = Taccd(tmp)
+    mlp = None if args.no_mlp else Mlp(args.seconds)
+    if mlp is not None:
+        extra["mlp_batches"] = mlp.batches
     try:
         # compile the capture program once, outside any measured phase
         t = time.monotonic()
@@ -168,6 +205,24 @@ def main() -> int:
                                               "drops": s.get("drops", {})})
                 res[mode].append(rate)
                 print(f"  round {r + 1} {mode:<10} {rate:10.0f} jobs/s", flush=True)
+            for mode in ("nothing", "capture") if mlp is not None else ():
+                assert mlp is not None
+                if mode == "nothing":
+                    d.pause()
+                else:
+                    d.start()
+                c0, t0 = cpu_s(d.p.pid), time.monotonic()
+                rate, _wall = mlp.run()
+                mcpu[mode].append((cpu_s(d.p.pid) - c0) / (time.monotonic() - t0))
+                if mode == "nothing":
+                    d.resume()
+                else:
+                    s = d.stop()
+                    extra["mlp_captures"].append({"batches": mlp.batches,
+                                                  "records": s.get("records", {}),
+                                                  "drops": s.get("drops", {})})
+                mres[mode].append(rate)
+                print(f"  round {r + 1} mlp {mode:<6} {rate:10.1f} batches/s", flush=True)
         # snoop: started once, bracketed by "nothing"
         d.pause()
         rate, _ = measure(node, args.seconds, args.batch)
@@ -216,6 +271,8 @@ def main() -> int:
         res["nothing"].append(rate)
     finally:
         d.close()
+        if mlp is not None:
+            mlp.close()
     base = statistics.median(res["nothing"])
     rows = []
     for mode, rates in res.items():
@@ -232,10 +289,27 @@ def main() -> int:
     for c in extra["captures"]:
         print(f"capture: {c['jobs']} jobs, records {c['records']}, drops {c['drops']}")
     print(f"snoop: {extra['snoop_lines']} lines; {extra['snoop_summary']}")
+    mrows = []
+    if mlp is not None and mres["nothing"]:
+        mbase = statistics.median(mres["nothing"])
+        for mode, rates in mres.items():
+            med = statistics.median(rates)
+            mrows.append({"mode": mode, "batches_per_s": med, "ratio": med / mbase,
+                          "runs": rates, "tracer_cpu_share": statistics.median(mcpu[mode])})
+        print(f"\nmlp throughput (tacc.workloads mlp, {mlp.batches} batches of 256 per "
+              f"phase), medians of {args.rounds} rounds")
+        print(f"{'mode':<10} {'batches/s':>10} {'x nothing':>10} {'tracer CPU':>11}")
+        for row in mrows:
+            print(f"{row['mode']:<10} {row['batches_per_s']:10.1f} {row['ratio']:10.3f} "
+                  f"{row['tracer_cpu_share'] * 100:10.1f}%")
+        for c in extra["mlp_captures"]:
+            print(f"mlp capture: {c['batches']} batches, records {c['records']}, "
+                  f"drops {c['drops']}")
     if args.json:
         Path(args.json).write_text(json.dumps({"bench": "tracing", "seconds": args.seconds,
                                                "rounds": args.rounds, "batch": args.batch,
-                                               "results": rows, **extra}, indent=1))
+                                               "results": rows, "mlp_results": mrows,
+                                               **extra}, indent=1))
     return 0
 
 

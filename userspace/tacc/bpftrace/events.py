@@ -59,88 +59,126 @@ def driver_mask(ev: np.ndarray) -> np.ndarray:
     return ev["kind"] < HOST_BASE
 
 
-def to_driver(ev: np.ndarray, fid_of_dev: dict[int, int]) -> np.ndarray:
-    """Driver-kind events -> DRIVER_DTYPE records (t_ns CLOCK_MONOTONIC)."""
-    ev = ev[driver_mask(ev)]
-    out = np.zeros(len(ev), DRIVER_DTYPE)
-    if not len(ev):
-        return out
-    k = ev["kind"]
-    out["t_ns"] = ev["ts"].astype(np.int64)
-    out["tag"] = ev["tag"]
-    out["pid"], out["tid"] = ev["pid"], ev["tid"]
-    out["kind"] = k
-    out["cpu"] = ev["cpu"]
-    out["ctx"] = ev["x"].astype(np.uint16)
-    out["queue"] = ev["y"].astype(np.uint8)
-    fid = np.full(len(ev), NO_FID, np.uint16)
-    for dev, f in fid_of_dev.items():
-        fid[ev["dev"] == dev] = f
-    out["fid"] = fid
-
-    def sel(kind: DriverKind | tuple[DriverKind, ...]) -> np.ndarray:
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        return np.isin(k, [int(x) for x in kinds])
-
-    s = sel(DriverKind.IOCTL)  # a span: t_ns is the start
-    out["dur_ns"][s] = ev["d"][s].astype(np.int64)
-    out["t_ns"][s] -= out["dur_ns"][s]
-    out["arg"][s], out["status"][s] = ev["a"][s], ev["z"][s]
-    s = sel(DriverKind.SUBMIT)
-    out["job"][s], out["size"][s], out["ncmds"][s] = ev["a"][s], ev["b"][s], ev["v"][s]
-    s = sel(DriverKind.DOORBELL)
-    out["job"][s], out["arg"][s] = ev["a"][s], ev["w"][s]
-    out["nsegs"][s] = ev["v"][s]  # SQ tail
-    s = sel(DriverKind.IRQ)
-    out["arg"][s], out["status"][s] = ev["w"][s], ev["v"][s].astype(np.int32)
-    s = sel(DriverKind.JOB_START)
-    out["job"][s], out["arg"][s] = ev["a"][s], ev["w"][s]
-    out["dur_ns"][s] = ev["d"][s].astype(np.int64)  # queue wait since submit
-    s = sel(DriverKind.JOB_DONE)
-    out["job"][s], out["dev_start"][s], out["dev_end"][s] = ev["a"][s], ev["b"][s], ev["c"][s]
-    out["arg"][s], out["status"][s] = ev["w"][s], ev["z"][s]
-    out["flags"][s] = ev["v"][s]  # hardware completion status
-    out["dur_ns"][s] = ev["d"][s].astype(np.int64)  # submit -> completion
-    s = sel((DriverKind.BO_CREATE, DriverKind.BO_DESTROY))
+# Per driver kind: (capture field, event field) copies; the table above, as data.  Every
+# column not named stays zero, except the common ones (t_ns, tag, pid, tid, kind, cpu, ctx,
+# queue, fid) and the adjustments in to_driver (span starts, BO flags, DMA ctx).
+_K = DriverKind
+FIELD_MAP: dict[int, tuple[tuple[str, str], ...]] = {int(k): m for k, m in {
+    _K.IOCTL: (("dur_ns", "d"), ("arg", "a"), ("status", "z")),
+    _K.SUBMIT: (("job", "a"), ("size", "b"), ("ncmds", "v")),
+    _K.DOORBELL: (("job", "a"), ("arg", "w"), ("nsegs", "v")),  # nsegs = SQ tail
+    _K.IRQ: (("arg", "w"), ("status", "v")),
+    _K.JOB_START: (("job", "a"), ("arg", "w"), ("dur_ns", "d")),  # dur = queue wait
+    # flags = hardware completion status, dur = submit -> completion
+    _K.JOB_DONE: (("job", "a"), ("dev_start", "b"), ("dev_end", "c"), ("arg", "w"),
+                  ("status", "z"), ("flags", "v"), ("dur_ns", "d")),
     # arg = the BO's kernel address (its identity across create/map/destroy)
-    out["arg"][s], out["size"][s], out["nsegs"][s] = ev["a"][s], ev["b"][s], ev["w"][s]
-    out["flags"][s] = np.where(ev["w"][s] == 2, 1, 0) | np.where(ev["w"][s] == 1, 8, 0)
-    s = sel((DriverKind.DMA_MAP, DriverKind.DMA_UNMAP))
-    out["addr"][s], out["size"][s], out["arg"][s] = ev["a"][s], ev["b"][s], ev["c"][s]
-    out["nsegs"][s], out["dir"][s] = ev["w"][s], ev["v"][s].astype(np.uint8)
-    out["dur_ns"][s] = ev["d"][s].astype(np.int64)
-    out["t_ns"][s] -= out["dur_ns"][s]
-    out["ctx"][s] = 0
-    s = sel((DriverKind.VM_BIND, DriverKind.VM_UNBIND))
-    out["addr"][s], out["size"][s], out["arg"][s] = ev["a"][s], ev["b"][s], ev["c"][s]
-    out["page_size"][s] = ev["d"][s].astype(np.uint32)
-    s = sel(DriverKind.MMU_FAULT)
-    out["addr"][s], out["status"][s], out["arg"][s] = ev["a"][s], ev["w"][s], ev["v"][s]
-    s = sel(DriverKind.PM)
-    out["arg"][s], out["nsegs"][s] = ev["v"][s], ev["w"][s]  # arg = new state, nsegs = old
-    s = sel(DriverKind.RESET)
-    out["job"][s], out["status"][s] = ev["a"][s], ev["z"][s]
-    s = sel(DriverKind.TRACE_DROP)
-    out["size"][s], out["arg"][s] = ev["w"][s], ev["v"][s]
+    _K.BO_CREATE: (("arg", "a"), ("size", "b"), ("nsegs", "w")),
+    _K.BO_DESTROY: (("arg", "a"), ("size", "b"), ("nsegs", "w")),
+    _K.DMA_MAP: (("addr", "a"), ("size", "b"), ("arg", "c"), ("nsegs", "w"), ("dir", "v"),
+                 ("dur_ns", "d")),
+    _K.DMA_UNMAP: (("addr", "a"), ("size", "b"), ("arg", "c"), ("nsegs", "w"), ("dir", "v"),
+                   ("dur_ns", "d")),
+    _K.VM_BIND: (("addr", "a"), ("size", "b"), ("arg", "c"), ("page_size", "d")),
+    _K.VM_UNBIND: (("addr", "a"), ("size", "b"), ("arg", "c"), ("page_size", "d")),
+    _K.MMU_FAULT: (("addr", "a"), ("status", "w"), ("arg", "v")),
+    _K.PM: (("arg", "v"), ("nsegs", "w")),  # arg = new state, nsegs = old
+    _K.RESET: (("job", "a"), ("status", "z")),
+    _K.TRACE_DROP: (("size", "w"), ("arg", "v")),
+}.items()}
+_SPANS = frozenset(int(k) for k in (_K.IOCTL, _K.DMA_MAP, _K.DMA_UNMAP))  # t_ns = start
+_BO = frozenset(int(k) for k in (_K.BO_CREATE, _K.BO_DESTROY))
+_DMA = frozenset(int(k) for k in (_K.DMA_MAP, _K.DMA_UNMAP))
+# common columns: (capture field, event field)
+_COMMON = (("t_ns", "ts"), ("tag", "tag"), ("pid", "pid"), ("tid", "tid"), ("kind", "kind"),
+           ("cpu", "cpu"), ("ctx", "x"), ("queue", "y"))
+
+
+_V_EV = np.dtype(f"V{EV_DTYPE.itemsize}")  # a record as one opaque item (row copies)
+_V_DRIVER = np.dtype(f"V{DRIVER_DTYPE.itemsize}")
+
+
+def to_driver(ev: np.ndarray, fid_of_dev: dict[int, int],
+              mask: np.ndarray | None = None) -> np.ndarray:
+    """Driver-kind events -> DRIVER_DTYPE records (t_ns CLOCK_MONOTONIC), in order.
+
+    The driver events are put in kind order (a stable sort of the u8 kind column: one
+    radix pass; host kinds sort last and are left out) by one row copy, converted column
+    by column on contiguous per-kind slices (the common fields, then only the fields
+    ``FIELD_MAP`` names for each kind present), and put back in arrival order by one row
+    scatter: a few numpy calls per kind present, no per-field gathers or scatters.
+    Integer columns are cast as numpy casts (wrapping; u64 -> i64, u32 -> u16/u8 keep
+    the low bits).  ``mask`` (``driver_mask(ev)``), if given, saves recomputing it."""
+    k_all = ev["kind"]
+    counts = np.bincount(k_all, minlength=256)[:HOST_BASE]
+    n = int(counts.sum())
+    out = np.empty(n, DRIVER_DTYPE)
+    if not n:
+        return out
+    order = np.argsort(k_all, kind="stable")[:n]  # event index of each sorted position
+    ev_s = np.ascontiguousarray(ev).view(_V_EV)[order].view(EV_DTYPE)
+    srt = np.zeros(n, DRIVER_DTYPE)
+    for dst, src in _COMMON:
+        srt[dst] = ev_s[src]
+    devs = ev_s["dev"]
+    if len(fid_of_dev) == 1 and bool((devs == next(iter(fid_of_dev))).all()):
+        srt["fid"] = next(iter(fid_of_dev.values()))
+    else:
+        fid = np.full(n, NO_FID, np.uint16)
+        for dev, f in fid_of_dev.items():
+            fid[devs == dev] = f
+        srt["fid"] = fid
+    ends = np.cumsum(counts).tolist()
+    for kind in np.flatnonzero(counts).tolist():
+        a, b = ends[kind] - int(counts[kind]), ends[kind]
+        o, e = srt[a:b], ev_s[a:b]
+        for dst, src in FIELD_MAP.get(kind, ()):
+            o[dst] = e[src]
+        if kind in _SPANS:
+            o["t_ns"] -= o["dur_ns"]
+        if kind in _BO:
+            w = e["w"]
+            o["flags"] = np.where(w == 2, 1, 0) | np.where(w == 1, 8, 0)
+        if kind in _DMA:
+            o["ctx"] = 0
+    if n == len(ev):
+        pos = order
+    else:  # output position = rank among the driver events
+        if mask is None:
+            mask = driver_mask(ev)
+        pos = (np.cumsum(mask) - 1)[order]
+    out.view(_V_DRIVER)[pos] = srt.view(_V_DRIVER)
     return out
 
 
-def to_host(ev: np.ndarray) -> np.ndarray:
-    """Host-kind events -> HOST_DTYPE records."""
-    ev = ev[~driver_mask(ev)]
-    out = np.zeros(len(ev), HOST_DTYPE)
-    if not len(ev):
+_HOST_PAD = (HOST_DTYPE.fields or {})["_pad"][1]
+
+
+def to_host(ev: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Host-kind events -> HOST_DTYPE records (``mask``: ``driver_mask(ev)`` if known).
+
+    Every column written once over all the host events (kind-specific ones with
+    ``np.where``): no zero-fill of the records, no masked assignments."""
+    sel = np.flatnonzero(~(driver_mask(ev) if mask is None else mask))
+    n = len(sel)
+    out = np.empty(n, HOST_DTYPE)
+    if not n:
         return out
-    out["t_ns"] = ev["ts"].astype(np.int64)
+    if n != len(ev):  # the host events' bytes, gathered by row
+        ev = np.ascontiguousarray(ev).view(_V_EV)[sel].view(EV_DTYPE)
+    out["t_ns"] = ev["ts"]
     out["kind"] = ev["kind"] - HOST_BASE
     out["pid"], out["tid"], out["cpu"] = ev["pid"], ev["tid"], ev["cpu"]
     out["comm"], out["next_comm"] = ev["comm"], ev["comm2"]
+    out.view(np.uint8).reshape(n, HOST_DTYPE.itemsize)[:, _HOST_PAD] = 0
     k = out["kind"]
-    s = k == HostKind.SCHED_SWITCH
-    out["next_pid"][s], out["prev_state"][s] = ev["x"][s], ev["z"][s]
-    s = np.isin(k, [HostKind.BLOCK_ISSUE, HostKind.BLOCK_COMPLETE])
-    out["dev"][s], out["sector"][s], out["size"][s] = ev["x"][s], ev["a"][s], ev["b"][s]
-    out["dur_ns"][s] = ev["d"][s].astype(np.int64)
-    s = np.isin(k, [HostKind.NET_TX, HostKind.NET_RX])
-    out["size"][s], out["dev"][s] = ev["b"][s], ev["x"][s]
+    sw = k == HostKind.SCHED_SWITCH
+    blk = (k == HostKind.BLOCK_ISSUE) | (k == HostKind.BLOCK_COMPLETE)
+    io = blk | (k == HostKind.NET_TX) | (k == HostKind.NET_RX)
+    out["next_pid"] = np.where(sw, ev["x"], 0)
+    out["prev_state"] = np.where(sw, ev["z"], 0)
+    out["dev"] = np.where(io, ev["x"], 0)  # block device, or the net ifindex
+    out["size"] = np.where(io, ev["b"], 0)
+    out["sector"] = np.where(blk, ev["a"], 0)
+    out["dur_ns"] = np.where(blk, ev["d"], 0)
     return out

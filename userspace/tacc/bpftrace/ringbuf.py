@@ -53,6 +53,10 @@ class RingReader:
         self.frame = np.dtype({"names": ["len", "pg_off", "rec"],
                                "formats": ["<u4", "<u4", dtype],
                                "offsets": [0, 4, HDR_SIZE], "itemsize": self.stride})
+        self.vrec = np.dtype(f"V{dtype.itemsize}")
+        self.vframe = np.dtype({"names": ["len", "pg_off", "rec"],
+                                "formats": ["<u4", "<u4", self.vrec],
+                                "offsets": [0, 4, HDR_SIZE], "itemsize": self.stride})
         self._raw = np.frombuffer(prod_buf, dtype=np.uint8)  # type: ignore[call-overload]
         self.records = 0
         self.discarded = 0
@@ -86,18 +90,25 @@ class RingReader:
         if n <= 0:
             return np.zeros(0, self.dtype)
         start = self.page + (cons & (self.size - 1))
-        frames = self._raw[start:start + n * self.stride].view(self.frame)
+        # The frames as items of (u32 len, u32 page offset, opaque payload): headers read
+        # as a column, payloads copied out as whole items (one small memcpy each; a
+        # structured-dtype copy costs ~20 times more per record under TCG)
+        frames = self._raw[start:start + n * self.stride].view(self.vframe)
         lens = frames["len"]
-        busy = np.nonzero(lens & BUSY_BIT)[0]
+        busy = np.flatnonzero(lens & BUSY_BIT)
         if len(busy):  # not yet committed: stop before it
             n = int(busy[0])
             frames, lens = frames[:n], lens[:n]
-        odd = np.nonzero((lens & ~np.uint32(DISCARD_BIT)) != self.dtype.itemsize)[0]
-        if len(odd):  # a record of another size: take what precedes it, walk past it
-            return self._drain_slow(cons, prod, max_records)
-        keep = (lens & DISCARD_BIT) == 0
-        out = frames["rec"][keep].copy()
-        self.discarded += int(n - int(keep.sum()))
+        if n and int(lens.min()) == int(lens.max()) == self.dtype.itemsize:
+            body = frames["rec"]  # the usual case: all committed, none discarded
+        else:
+            odd = np.flatnonzero((lens & ~np.uint32(DISCARD_BIT)) != self.dtype.itemsize)
+            if len(odd):  # a record of another size: take what precedes it, walk past it
+                return self._drain_slow(cons, prod, max_records)
+            body = frames["rec"][(lens & DISCARD_BIT) == 0]
+        out = np.empty(len(body), self.dtype)
+        out.view(self.vrec)[...] = body
+        self.discarded += n - len(out)
         self.records += len(out)
         self._set_cons(cons + n * self.stride)
         return out

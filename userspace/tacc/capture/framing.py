@@ -35,9 +35,15 @@ def encode_file_header(info: dict) -> bytes:
     return _FILE_HDR.pack(FILE_MAGIC, FILE_VERSION, 0, len(body), zlib.crc32(body)) + body
 
 
+def encode_chunk_header(seq: int, nrecords: int, nbytes: int, payload_crc: int) -> bytes:
+    """The 24-byte chunk header of a payload of ``nbytes`` whose crc32 is ``payload_crc``
+    (a writer that has the payload in pieces crcs them in turn and writes them after it)."""
+    head = struct.pack("<4sIIII", CHUNK_MAGIC, seq, nrecords, nbytes, payload_crc)
+    return head + struct.pack("<I", zlib.crc32(head))
+
+
 def encode_chunk(seq: int, nrecords: int, payload: bytes | memoryview) -> bytes:
-    head = struct.pack("<4sIIII", CHUNK_MAGIC, seq, nrecords, len(payload), zlib.crc32(payload))
-    return head + struct.pack("<I", zlib.crc32(head)) + bytes(payload)
+    return encode_chunk_header(seq, nrecords, len(payload), zlib.crc32(payload)) + bytes(payload)
 
 
 def read_file_header(f: BinaryIO, what: str) -> tuple[dict, int]:

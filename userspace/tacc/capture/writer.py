@@ -1,10 +1,10 @@
 """Streaming, crash-safe capture writer.
 
 Each stream is an append-only file; records are buffered per stream up to
-``chunk_bytes`` and written as one framed chunk with a single ``write(2)``, so a
-``kill -9`` leaves every chunk written before it whole (the last one may be cut;
-readers stop before it).  ``close()`` writes the ``complete`` marker; a capture
-without it is read as incomplete.
+``chunk_bytes`` and written as one framed chunk with a single ``writev(2)`` (header
+and slices of the buffered arrays, nothing copied), so a ``kill -9`` leaves every
+chunk written before it whole (the last one may be cut; readers stop before it).
+``close()`` writes the ``complete`` marker; a capture without it is read as incomplete.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import time
+import zlib
+from collections import deque
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -23,6 +25,7 @@ from .errors import CaptureError
 from .schema import FORMAT_NAME, FORMAT_VERSION, STREAMS, STRING_MAX, STRINGS_DTYPE, dtype_to_json
 
 DEFAULT_CHUNK_BYTES = 1 << 20
+MAX_PIECES = 64  # arrays gathered by one writev(2) before they are concatenated
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -46,15 +49,27 @@ class _Stream:
         self.seq = 0
         self.records = 0
 
-    def write_chunk(self, data: np.ndarray) -> None:
-        payload = np.ascontiguousarray(data).view(np.uint8).data
-        buf = framing.encode_chunk(self.seq, len(data), payload)
-        view = memoryview(buf)
-        while view:
-            n = os.write(self.fd, view)
-            view = view[n:]
+    def write_chunk(self, data: np.ndarray | list[np.ndarray]) -> None:
+        """One chunk of ``data`` (records, or consecutive pieces of records) with one
+        ``writev(2)``: the payload is not copied (crc32 taken piece by piece)."""
+        pieces = data if isinstance(data, list) else [data]
+        if len(pieces) > MAX_PIECES:  # many tiny appends (strings, drops): one small copy
+            pieces = [np.concatenate(pieces)]
+        bufs = [np.ascontiguousarray(p).view(np.uint8) for p in pieces]
+        crc = 0
+        for b in bufs:
+            crc = zlib.crc32(b, crc)
+        nrec = sum(len(p) for p in pieces)
+        nbytes = sum(b.nbytes for b in bufs)
+        head = framing.encode_chunk_header(self.seq, nrec, nbytes, crc)
+        total = len(head) + nbytes
+        n = os.writev(self.fd, [head, *bufs])
+        if n < total:  # short write (signal, disk nearly full): write the rest in turn
+            rest = memoryview(b"".join([head, *(b.tobytes() for b in bufs)]))[n:]
+            while rest:
+                rest = rest[os.write(self.fd, rest):]
         self.seq += 1
-        self.records += len(data)
+        self.records += nrec
 
 
 class CaptureWriter:
@@ -117,16 +132,32 @@ class CaptureWriter:
             self._drain(st, final=False)
 
     def _drain(self, st: _Stream, final: bool) -> None:
+        """Write whole chunks (every record if ``final``) from the pending arrays, as
+        slices of them (no concatenation); what is left stays pending as views."""
         if not st.pending:
             return
-        data = np.concatenate(st.pending) if len(st.pending) > 1 else st.pending[0]
         per = max(self.chunk_bytes // st.dtype.itemsize, 1)
-        whole = len(data) if final else (len(data) // per) * per
-        for i in range(0, whole, per):
-            st.write_chunk(data[i : min(i + per, whole)])
-        rest = data[whole:]
-        st.pending = [rest.copy()] if len(rest) else []
-        st.pending_bytes = rest.nbytes
+        total = sum(len(p) for p in st.pending)
+        whole = total if final else (total // per) * per
+        pending = deque(st.pending)
+        done = 0
+        while done < whole:
+            need = min(per, whole - done)
+            pieces: list[np.ndarray] = []
+            got = 0
+            while got < need:
+                p = pending[0]
+                take = min(len(p), need - got)
+                pieces.append(p[:take])
+                got += take
+                if take == len(p):
+                    pending.popleft()
+                else:
+                    pending[0] = p[take:]
+            st.write_chunk(pieces)
+            done += got
+        st.pending = list(pending)
+        st.pending_bytes = sum(p.nbytes for p in st.pending)
 
     def string_id(self, text: str) -> int:
         """Intern a string into the strings stream; returns its id (0 is reserved for '')."""

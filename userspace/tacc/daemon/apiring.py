@@ -10,12 +10,16 @@ disabled: a capture enables the rings it drains and disables them again when it 
 from __future__ import annotations
 
 import importlib
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from tacc.capture.schema import API_DTYPE, NO_FID
+
+SETTLE_NS = 2_000_000_000
 
 
 def _module() -> Any | None:
@@ -48,11 +52,26 @@ class ApiRings:
         self.dropped_seen: dict[str, int] = {}
         self.errors: list[str] = []
         self.bad: set[str] = set()
+        self._dir_mtime: int | None = None
+        self._sid_cache: dict[object, int] = {}  # raw column value -> string id
+        self._fid_cache: dict[object, int] = {}  # raw device value -> fid
 
     def scan(self) -> None:
-        ok, _why = available()
-        if not ok:
+        """Open the rings that appeared since the last scan.  The directory is listed only
+        when its mtime changed, or changed less than ``SETTLE_NS`` ago (timestamps are
+        coarse: a ring created in the same clock tick as the last listing)."""
+        if self.mod is None or not hasattr(self.mod, "list_rings"):
             return
+        ring_dir = getattr(self.mod, "ring_dir", None)
+        if ring_dir is not None:
+            try:
+                mtime = os.stat(ring_dir()).st_mtime_ns
+            except OSError:
+                mtime = None
+            if mtime is not None and mtime == self._dir_mtime \
+                    and time.time_ns() - mtime > SETTLE_NS:
+                return
+            self._dir_mtime = mtime
         for p in self.mod.list_rings():
             path = str(p)
             if path in self.readers or path in self.bad:
@@ -105,18 +124,19 @@ class ApiRings:
         if "fid" in names:
             out["fid"] = recs["fid"]
         elif "device" in names:
-            u, inv = np.unique(recs["device"], return_inverse=True)
-            out["fid"] = np.array([self.fid_of_pci.get(_s(x), NO_FID) for x in u],
-                                  np.uint16)[inv]
+            fids = self._fid_cache
+            out["fid"] = [fids[d] if d in fids else fids.setdefault(
+                d, self.fid_of_pci.get(_s(d), NO_FID)) for d in recs["device"].tolist()]
         else:
             out["fid"] = NO_FID
         return out
 
     def _intern(self, col: np.ndarray) -> np.ndarray:
-        """String ids of a column, one string-table lookup per distinct value."""
-        u, inv = np.unique(col, return_inverse=True)
-        ids = np.array([self.string_id(_s(x)) for x in u], np.uint32)
-        return ids[inv]
+        """String ids of a column: a dict lookup per record, the string table only for a
+        value not seen before (cheaper than sorting the column for its unique values)."""
+        sids = self._sid_cache
+        return np.array([sids[v] if v in sids else sids.setdefault(v, self.string_id(_s(v)))
+                         for v in col.tolist()], np.uint32)
 
     def close(self) -> None:
         for r in self.readers.values():

@@ -20,17 +20,23 @@ SLOT_HDR, SLOT_GEN = 0, 1
 GLOBAL_PAGE = 0x1000
 _FUNC_SLOTS = np.array([s for _, s in FUNC_COUNTERS])
 _GLOBAL_SLOTS = np.array([s for _, s in GLOBAL_COUNTERS])
+# u64 word of each counter column in a COUNTERS_DTYPE record (every counter is a u64)
+_F = COUNTERS_DTYPE.fields or {}
+_FUNC_WORDS = np.array([_F[n][1] // 8 for n, _ in FUNC_COUNTERS])
+_GLOBAL_WORDS = np.array([_F["g_" + n][1] // 8 for n, _ in GLOBAL_COUNTERS])
+assert COUNTERS_DTYPE.itemsize % 8 == 0 and all(
+    _F[n][0] == np.dtype("<u8") and _F[n][1] % 8 == 0
+    for n in [c for c, _ in FUNC_COUNTERS] + ["g_" + c for c, _ in GLOBAL_COUNTERS])
 
 
 def sample_from_slots(func: np.ndarray, glob: np.ndarray | None, fid: int, seq: int,
                       out: np.ndarray | None = None) -> np.ndarray:
     """One COUNTERS_DTYPE record from raw u64 slot arrays of the two counter pages."""
     rec = np.zeros(1, COUNTERS_DTYPE) if out is None else out
-    for (name, slot) in FUNC_COUNTERS:
-        rec[name] = func[slot]
+    words = rec.view("<u8")
+    words[_FUNC_WORDS] = func[_FUNC_SLOTS]
     if glob is not None:
-        for (name, slot) in GLOBAL_COUNTERS:
-            rec["g_" + name] = glob[slot]
+        words[_GLOBAL_WORDS] = glob[_GLOBAL_SLOTS]
         rec["devclk"] = glob[8]  # uptime_ticks: device clock at the last update
     rec["fid"], rec["seq"] = fid, seq
     return rec

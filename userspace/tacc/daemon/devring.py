@@ -12,16 +12,23 @@ import ctypes
 import errno
 import mmap
 import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from tacc.capture.schema import DEVICE_TRACE_DTYPE, TRACE_REC_DTYPE
+from tacc.capture.schema import DEVICE_TRACE_DTYPE, FUNC_COUNTERS, TRACE_REC_DTYPE
 
 from . import uapi
 
 HDR_SIZE = ctypes.sizeof(uapi.TraceHeader)
+REC = TRACE_REC_DTYPE.itemsize  # 64
+OUT_REC = DEVICE_TRACE_DTYPE.itemsize  # 72: the record, fid, pad
+assert DEVICE_TRACE_DTYPE.fields is not None and DEVICE_TRACE_DTYPE.fields["fid"][1] == REC
+_V_REC = np.dtype(f"V{REC}")
+_PAD = slice(DEVICE_TRACE_DTYPE.fields["_pad"][1], OUT_REC)
+_V_OUT = np.dtype({"names": ["rec"], "formats": [_V_REC], "offsets": [0], "itemsize": OUT_REC})
 
 
 class TraceRingError(Exception):
@@ -43,7 +50,8 @@ class RingView:
     """
 
     def __init__(self, buf: mmap.mmap | bytearray | memoryview, fid: int,
-                 advance: Callable[[int], tuple[int, int]]) -> None:
+                 advance: Callable[[int], tuple[int, int]],
+                 dropped_base: int | None = None) -> None:
         self.buf = buf
         self.fid = fid
         self.advance = advance
@@ -56,7 +64,12 @@ class RingView:
         self.data_offset = int(hdr.data_offset)
         self.cons = int(hdr.cons)
         self.epoch = int(hdr.epoch)
-        self.dropped_seen = int(hdr.dropped)
+        # The device's drop count is cumulative since its last reset, but TRACE_OPEN
+        # zeroes the header's copy: until the device's first write-back (with its first
+        # record) the header says 0, afterwards everything the device ever dropped.  The
+        # caller passes the device's count at open (counter block) as the base.
+        self.dropped_seen = int(hdr.dropped) if dropped_base is None else int(dropped_base)
+        self.wb_pending = dropped_base is not None and int(hdr.prod) == 0
         self.next_seq: int | None = None
         self.total_records = 0
         self.total_dropped = 0
@@ -69,6 +82,7 @@ class RingView:
         hdr = self.header()
         if int(hdr.epoch) != self.epoch:  # function reset: indices restart at 0
             self.epoch, self.cons, self.dropped_seen, self.next_seq = int(hdr.epoch), 0, 0, None
+            self.wb_pending = False
         prod = int(hdr.prod)
         n = (prod - self.cons) & 0xFFFFFFFF
         if n > self.entries:  # cannot happen with a sane device; resynchronise
@@ -77,18 +91,31 @@ class RingView:
             n = self.entries
         if max_records is not None:
             n = min(n, max_records)
-        out = np.zeros(n, DEVICE_TRACE_DTYPE)
+        out = np.empty(n, DEVICE_TRACE_DTYPE)  # every byte written below
         if n:
-            ring = np.frombuffer(self.buf, dtype=TRACE_REC_DTYPE, count=self.entries,
+            # the records copied as opaque 64-byte items (a memcpy each) into the first 64
+            # bytes of the stream's records; the ring may wrap once
+            ring = np.frombuffer(self.buf, dtype=_V_REC, count=self.entries,
                                  offset=self.data_offset)
+            dst = out.view(_V_OUT)["rec"]
             start = self.cons % self.entries
             first = min(n, self.entries - start)
-            recs = np.concatenate([ring[start:start + first], ring[:n - first]])
-            for name in TRACE_REC_DTYPE.names or ():
-                out[name] = recs[name]
+            dst[:first] = ring[start:start + first]
+            dst[first:] = ring[:n - first]
             out["fid"] = self.fid
-        self.cons = (self.cons + n) & 0xFFFFFFFF
-        _prod, dropped = self.advance(self.cons)
+            out.view(np.uint8).reshape(n, OUT_REC)[:, _PAD] = 0
+        if n:
+            self.cons = (self.cons + n) & 0xFFFFFFFF
+            _prod, dropped = self.advance(self.cons)
+        else:
+            # nothing to hand back: no ioctl.  The device drops only into a full ring (n > 0
+            # then), so the header's count cannot have moved since the last ADVANCE.
+            dropped = int(hdr.dropped)
+        if self.wb_pending:
+            if prod == 0 and dropped == 0:
+                dropped = self.dropped_seen  # no write-back yet: the header's 0 is stale
+            else:
+                self.wb_pending = False
         new_drops = (dropped - self.dropped_seen) & 0xFFFFFFFF
         self.dropped_seen = dropped
         gaps = self._seq_gaps(out)
@@ -109,6 +136,29 @@ class RingView:
         return gaps
 
 
+_TRACE_DROPPED_SLOT = dict(FUNC_COUNTERS)["trace_dropped"]
+
+
+def device_dropped(fd: int) -> int | None:
+    """The function's raw ``trace_dropped`` counter (counter block, seqlocked): what the
+    device's trace-ring write-back will report as ``dropped`` before any new drop.  None
+    when the counter block cannot be mapped (the header's count is used then)."""
+    try:
+        mm = mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ,
+                       offset=uapi.DRM_TACC_MMAP_COUNTERS)
+    except OSError:
+        return None
+    try:
+        for _ in range(100):
+            g0 = struct.unpack_from("<Q", mm, 8)[0]
+            v = struct.unpack_from("<Q", mm, 8 * _TRACE_DROPPED_SLOT)[0]
+            if not g0 & 1 and struct.unpack_from("<Q", mm, 8)[0] == g0:
+                return int(v) & 0xFFFFFFFF
+        return None
+    finally:
+        mm.close()
+
+
 class DeviceTraceRing:
     """The registered consumer of one function's trace ring (owns the accel fd)."""
 
@@ -127,7 +177,7 @@ class DeviceTraceRing:
                 raise TraceRingError(f"{node}: TRACE_OPEN failed: {exc.strerror}") from None
             self.mm = mmap.mmap(self.fd, int(op.mmap_size), mmap.MAP_SHARED, mmap.PROT_READ,
                                 offset=int(op.mmap_offset))
-            self.view = RingView(self.mm, fid, self._advance)
+            self.view = RingView(self.mm, fid, self._advance, device_dropped(self.fd))
         except BaseException:
             os.close(self.fd)
             raise

@@ -28,6 +28,7 @@ from .session import CaptureSession, Options
 
 log = logging.getLogger("taccd")
 TICK_S = 0.05
+MIN_GAP_S = 0.01  # after a tick that overran its period
 
 
 class DaemonError(Exception):
@@ -55,6 +56,7 @@ class Daemon:
         self.stop_requested = False
         self.started = time.time()
         self.captures_done = 0
+        self.next_tick = 0.0
         self._listen()
         self.netlink = self._netlink()
         self.monitor = self._udev()
@@ -287,6 +289,30 @@ class Daemon:
             return min(TICK_S, 1.0 / self.session.opts.counters_hz)
         return TICK_S
 
+    def loop_once(self) -> None:
+        """One pass of the loop: wait for a request, an event or the tick; tick when due.
+
+        Ticks are on a fixed schedule (every ``tick_s()`` from the previous one, not
+        after it: a tick that takes 20 ms does not stretch the period to 70 ms, which
+        would make the 20 Hz counter samples late); one that ends past the next due time
+        leaves at least ``MIN_GAP_S`` before the next."""
+        for key, _ in self.sel.select(max(0.0, self.next_tick - time.monotonic())):
+            key.data()
+        now = time.monotonic()
+        if now < self.next_tick:
+            return
+        self.next_tick = max(self.next_tick + self.tick_s(), now)
+        self._tick(now)
+        self.next_tick = max(self.next_tick, time.monotonic() + MIN_GAP_S)
+
+    def _tick(self, now: float) -> None:
+        if self.session is not None:
+            self.session.tick(now)
+            if self.deadline is not None and now >= self.deadline:
+                self.stop_capture()
+        if self.always_on is not None:
+            self.always_on.tick(self.functions, now)
+
     def run(self) -> int:
         def on_signal(*_a: object) -> None:
             self.stop_requested = True
@@ -295,15 +321,7 @@ class Daemon:
         signal.signal(signal.SIGINT, on_signal)
         log.info("taccd listening on %s (%d devices)", self.sock_path, len(self.functions))
         while not self.stop_requested:
-            for key, _ in self.sel.select(self.tick_s()):
-                key.data()
-            now = time.monotonic()
-            if self.session is not None:
-                self.session.tick(now)
-                if self.deadline is not None and now >= self.deadline:
-                    self.stop_capture()
-            if self.always_on is not None:
-                self.always_on.tick(self.functions, now)
+            self.loop_once()
         if self.session is not None:
             self.stop_capture()
         self.close()

@@ -54,6 +54,57 @@ FAULT_TYPES = {0: "none", 1: "unmapped", 2: "permission", 3: "walk_dma", 4: "dev
                5: "bad_ctx", 6: "mem_kind"}
 
 
+# BPF events converted per slice of a tick (the device trace rings are drained between
+# slices) and how often the program's cumulative drop counters are read
+BPF_SLICE = 8192
+BPF_STATS_S = 1.0
+# When the BPF ring is drained: at every tick while it is quiet (at most BPF_IDLE events
+# pending: a 50 ms latency, as before); busier, once BPF_BATCH events are pending or
+# BPF_MAX_AGE_S after the last drain, so that a drain's fixed cost (tens of numpy calls,
+# ~1 ms under TCG) is spread over more events.  The ring (16 MiB, ~140k events) holds
+# more than a second of the heaviest load measured; a full ring's drops are counted.
+BPF_IDLE = 256
+BPF_BATCH = 8192
+BPF_MAX_AGE_S = 0.2
+
+
+# glibc malloc: M_TRIM_THRESHOLD, M_MMAP_THRESHOLD (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_malloc_tuned = False
+
+
+def _libc() -> Any | None:
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:  # not glibc
+        return None
+
+
+def tune_malloc() -> None:
+    """Keep freed memory for reuse while capturing.  Every tick allocates and frees
+    arrays of up to a few MB; by default glibc serves blocks that size with mmap (or trims
+    the heap after them), so every tick page-faults its arrays in again and the kernel
+    zeroes each page: under TCG that doubled the cost of converting an event.  Blocks
+    up to 32 MiB now come from the heap, which shrinks only past 128 MiB free
+    (``release_memory`` gives it back when a capture ends)."""
+    global _malloc_tuned
+    if _malloc_tuned:
+        return
+    libc = _libc()
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 128 << 20)
+    _malloc_tuned = True
+
+
+def release_memory() -> None:
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
 @dataclass
 class Options:
     host_events: bool = True
@@ -75,6 +126,7 @@ class CaptureSession:
     def __init__(self, path: str | os.PathLike[str], functions: list[TaccFunction],
                  opts: Options, program: Any | None = None, tool: str = "taccd",
                  node: str | None = None) -> None:
+        tune_malloc()
         self.path = Path(path)
         self.opts = opts
         self.program = program
@@ -106,7 +158,8 @@ class CaptureSession:
         self.rings: dict[int, DeviceTraceRing] = {}
         self.counters: dict[int, CounterBlock | SysfsCounters] = {}
         self.api: ApiRings | None = None
-        self.t_counters = self.t_clock = self.t_flush = 0.0
+        self.t_counters = self.t_clock = self.t_flush = self.t_bpf_stats = self.t_bpf = 0.0
+        self.counters_due: float | None = None  # next slot of the counter sample grid
         self._open_collectors()
         self.clock_sample()
 
@@ -263,11 +316,52 @@ class CaptureSession:
         self.drop(DropSource.DEVICE_TRACE, res.dropped, fid)
 
     def drain_bpf(self, ev: np.ndarray) -> None:
-        from tacc.bpftrace.events import to_driver, to_host
+        from tacc.bpftrace.events import HOST_BASE, to_driver, to_host
 
-        self._append("driver", to_driver(ev, self.fid_of_dev), DropSource.DRIVER)
+        if not len(ev):
+            return
+        mask = ev["kind"] < HOST_BASE
+        self._append("driver", to_driver(ev, self.fid_of_dev, mask), DropSource.DRIVER)
         if self.opts.host_events:
-            self._append("host", to_host(ev), DropSource.HOST)
+            self._append("host", to_host(ev, mask), DropSource.HOST)
+
+    def _drain_devices(self) -> None:
+        for fid, ring in list(self.rings.items()):
+            try:
+                self._write_ring(fid, ring)
+            except OSError as exc:  # device gone
+                self.warnings.append(f"fid {fid}: trace ring: {exc}")
+                ring.close()
+                del self.rings[fid]
+
+    def _drain_program(self) -> None:
+        """The BPF ring in slices of at most ``BPF_SLICE`` events, the device trace rings
+        drained between slices: a busy tick (tens of thousands of events, slowed further by
+        the traced workload sharing the CPU) must not leave a device ring to overflow."""
+        assert self.program is not None
+        reader = getattr(self.program, "reader", None)
+        if reader is None or not hasattr(reader, "pending_bytes"):
+            self.drain_bpf(self.program.drain())
+            return
+        # what is pending now, at most: events arriving meanwhile wait for the next tick
+        budget = max(reader.pending_bytes() // reader.stride, 0)
+        while True:
+            ev = reader.drain(min(BPF_SLICE, max(budget, 1)))
+            self.drain_bpf(ev)
+            budget -= len(ev)
+            if len(ev) < BPF_SLICE or budget <= 0:
+                break
+            self._between_slices()
+
+    def _between_slices(self) -> None:
+        """What must not wait for a long tick to end: the device trace rings (4096
+        entries) and a counter sample that has come due."""
+        self._drain_devices()
+        hz = self.opts.counters_hz
+        if hz > 0 and self.counters_due is not None:
+            now = time.monotonic()
+            if now >= self.counters_due - 0.5 / hz:
+                self.sample_counters(now)
 
     def clock_sample(self) -> None:
         for fid, fn in enumerate(self.functions):
@@ -277,38 +371,60 @@ class CaptureSession:
                     self.drop(DropSource.CLOCK, 1, fid)
                 self._append("clock_sync", recs, DropSource.CLOCK)
 
-    def tick(self, now: float | None = None) -> None:
+    def _bpf_due(self, now: float) -> bool:
+        reader = getattr(self.program, "reader", None)
+        if reader is None or not hasattr(reader, "pending_bytes"):
+            return True
+        pending = reader.pending_bytes() // reader.stride
+        return pending > 0 and (pending <= BPF_IDLE or pending >= BPF_BATCH
+                                or now - self.t_bpf >= BPF_MAX_AGE_S)
+
+    def tick(self, now: float | None = None, final: bool = False) -> None:
+        """Drain and sample what is due (``final``: everything, the capture ends)."""
         now = time.monotonic() if now is None else now
+        flush = now - self.t_flush >= self.opts.flush_s
+        self._drain_devices()
         if self.program is not None:
-            self.drain_bpf(self.program.drain())
-            self._bpf_drops()
-        for fid, ring in list(self.rings.items()):
-            try:
-                self._write_ring(fid, ring)
-            except OSError as exc:  # device gone
-                self.warnings.append(f"fid {fid}: trace ring: {exc}")
-                ring.close()
-                del self.rings[fid]
+            # before a flush too: what is on disk is at most one flush period old
+            if final or flush or self._bpf_due(now):
+                self.t_bpf = now
+                self._drain_program()
+                self._drain_devices()
+            if final or now - self.t_bpf_stats >= BPF_STATS_S:
+                # cumulative counters (ring-full drops, skipped handler runs): read once a
+                # second and at the end; every drop is counted, its record <= 1 s late
+                self.t_bpf_stats = now
+                self._bpf_drops()
         if self.api is not None:
             self.api.scan()
             recs, dropped = self.api.drain()
             self._append("api", recs, DropSource.API)
             self.drop(DropSource.API, dropped)
-        if self.opts.counters_hz > 0 and now - self.t_counters >= 1.0 / self.opts.counters_hz:
+        hz = self.opts.counters_hz
+        if hz > 0 and (self.counters_due is None or now >= self.counters_due - 0.5 / hz):
             self.sample_counters(now)
         if self.opts.clock_hz > 0 and now - self.t_clock >= 1.0 / self.opts.clock_hz:
             self.t_clock = now
             self.clock_sample()
-        if now - self.t_flush >= self.opts.flush_s:
+        if flush:
             self.t_flush = now
             self.writer.flush()
 
     def sample_counters(self, now: float) -> None:
-        if self.t_counters and self.opts.counters_hz > 0:
-            # the loop ran late: samples not taken are drops (half a period of jitter is not)
-            missed = int((now - self.t_counters) * self.opts.counters_hz + 0.5) - 1
-            if missed > 0:
-                self.drop(DropSource.COUNTERS, missed)
+        """One sample per function.  Samples are due on a 1/counters_hz grid (a tick up to
+        half a period early takes the next one); grid slots that passed without a sample
+        (the loop ran a whole period late) are counted as ``counters`` drops."""
+        hz = self.opts.counters_hz
+        if hz > 0:
+            period = 1.0 / hz
+            if self.counters_due is None:
+                self.counters_due = now + period
+            else:
+                missed = int((now - self.counters_due) / period) \
+                    if now > self.counters_due else 0
+                if missed > 0:
+                    self.drop(DropSource.COUNTERS, missed)
+                self.counters_due += (missed + 1) * period
         self.t_counters = now
         for fid, c in list(self.counters.items()):
             try:
@@ -330,17 +446,20 @@ class CaptureSession:
         self.drop(DropSource.HOST, h)
 
     def status(self) -> dict[str, Any]:
+        drops: dict[str, int] = {}
+        for (src, _fid), n in self.drops.items():  # summed over functions
+            name = DropSource(src).name.lower()
+            drops[name] = drops.get(name, 0) + n
         return {"path": str(self.path), "records": dict(self.counts),
                 "bytes": self.bytes_written,
-                "drops": {f"{DropSource(s).name.lower()}": n for (s, _f), n in
-                          self.drops.items()},
+                "drops": drops,
                 "warnings": list(self.warnings), "devices": len(self.functions)}
 
     def close(self, complete: bool = True) -> dict[str, Any]:
         now = time.monotonic()
-        self.t_counters = 0.0  # no late-sample accounting for the final sample
+        self.counters_due = None  # the final sample: no late-sample accounting
         self.opts.flush_s = 3600.0
-        self.tick(now)
+        self.tick(now, final=True)
         if self.opts.counters_hz > 0 and self.t_counters != now:
             self.sample_counters(now)
         if self.t_clock != now:
@@ -357,4 +476,5 @@ class CaptureSession:
         # of functions added mid-capture (meta.json is written once)
         extra = {"tool_summary": summary, "devices_added": self.added}
         self.writer.close(complete=complete, extra=extra)
+        release_memory()
         return summary
