@@ -299,7 +299,7 @@ def host_bound(ctx: Context, bad: bool, scale: int = 1, check: bool = True) -> R
 
 def noisy_neighbour(ctx: Context, bad: bool, scale: int = 1, check: bool = True,
                     extra: list[Context] | None = None) -> Result:
-    """A victim on this function uploads 8 MiB and waits, 20 x scale times.  bad: a
+    """A victim on this function uploads 8 MiB and waits, 40 x scale times.  bad: a
     neighbour (the first ``extra`` context, ideally another VF; else a second context on
     this function) has 32 x scale 8 MiB uploads queued on four queues, sharing the DMA
     engine and the link; good: the neighbour is quiet.  The result is the victim's device
@@ -308,7 +308,7 @@ def noisy_neighbour(ctx: Context, bad: bool, scale: int = 1, check: bool = True,
     own = not extra
     nb = extra[0] if extra else Context(ctx.device)
     n = 2 * MiB  # float32: 8 MiB
-    iters = 20 * scale
+    iters = 40 * scale
     h = ctx.host_buffer(n)
     h.array[:] = 3.0
     d = ctx.device_buffer(n)
@@ -319,9 +319,10 @@ def noisy_neighbour(ctx: Context, bad: bool, scale: int = 1, check: bool = True,
             hb = nb.host_buffer(n)
             hb.array[:] = 1.0
             lanes.append((nb.stream(), hb, nb.device_buffer(n)))
-    # 32 x scale uploads: about 40 % of them are still queued when the victim starts
-    # (the host queues one in ~170 us, the device moves one in ~290 us), so roughly the
-    # first 13 of the victim's 20 uploads share the engine and the rest run alone
+    # 32 x scale uploads, queued before the victim starts: with the device's time-scale
+    # at 4x (an upload ~1.15 ms, the host queues one in ~0.25 ms) most of them are still
+    # queued, so roughly the first 20-28 of the victim's 40 uploads share the engine and
+    # the rest run alone, over a 2x range of host speed
     nb_rounds = 8 * scale
     if bad:  # queued at once: runs on the device while the victim loops
         for _ in range(nb_rounds):
