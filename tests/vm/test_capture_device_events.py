@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,23 +22,15 @@ from tacc.capture.schema import DeviceEventKind
 from tacc.daemon.protocol import request
 from tacc.timeline.convert import convert
 
-BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 def _taccd(sock: Path, root: Path) -> subprocess.Popen[str]:
-    # as tests/vm/test_tracing_accounting.py: stderr to a file, wait for the socket
-    log = (root / "taccd.log").open("w")
+    from tacc.testing.taccd import start_taccd
+
     # --no-bpf: device events come over netlink; a BPF compile would cost ~30 s of the
     # VM layer (the driver's tacc_pm tracepoint is checked against sysfs elsewhere)
-    p = subprocess.Popen([str(BIN / "taccd"), "-f", "-v", "--no-bpf", "--socket", str(sock),
-                          "--capture-root", str(root)], stderr=log, text=True)
-    log.close()
-    for _ in range(100):
-        if sock.exists():
-            break
-        time.sleep(0.1)
-    return p
+    return start_taccd(sock, root, "--no-bpf")
 
 
 def _wait_rpm(pci: Path, want: str, timeout: float = 20.0) -> None:

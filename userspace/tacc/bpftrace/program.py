@@ -65,11 +65,13 @@ class _InfoAttr(ctypes.Structure):
                 ("info", ctypes.c_uint64)]
 
 
+libc = ctypes.CDLL(None, use_errno=True)
+
+
 def recursion_misses(prog_fd: int) -> int:
     """How often the kernel skipped this program because a BPF program was running."""
     buf = ctypes.create_string_buffer(PROG_INFO_SIZE)
     attr = _InfoAttr(prog_fd, PROG_INFO_SIZE, ctypes.addressof(buf))
-    libc = ctypes.CDLL(None, use_errno=True)
     if libc.syscall(_NR_BPF, _BPF_OBJ_GET_INFO_BY_FD, ctypes.byref(attr),
                     ctypes.sizeof(attr)) != 0 or attr.info_len < RECURSION_MISSES_OFF + 8:
         return 0

@@ -236,15 +236,7 @@ class Sampler:
         st.samples += n
         if writer is not None:
             writer.append("counters", buf[:n].copy())
-            self._clock(writer)
-            if drops:
-                d = np.zeros(len(drops), DROPS_DTYPE)
-                d["t_ns"] = [t for t, _ in drops]
-                d["count"] = [c for _, c in drops]
-                d["source"] = int(DropSource.COUNTERS)
-                d["fid"] = 0xFFFF
-                d["pid"] = os.getpid()
-                writer.append("drops", d)
+            self._finish(writer, drops)
         return st
 
 
@@ -308,16 +300,20 @@ class Sampler:
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         st.cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
         if writer is not None:
-            self._clock(writer)
-            if drops:
-                d = np.zeros(len(drops), DROPS_DTYPE)
-                d["t_ns"] = [t for t, _ in drops]
-                d["count"] = [c for _, c in drops]
-                d["source"] = int(DropSource.COUNTERS)
-                d["fid"] = 0xFFFF
-                d["pid"] = os.getpid()
-                writer.append("drops", d)
+            self._finish(writer, drops)
         return st
+
+    def _finish(self, writer: CaptureWriter, drops: list[tuple[int, int]]) -> None:
+        """End of a run: the closing clock pairs and the missed samples as drops."""
+        self._clock(writer)
+        if drops:
+            d = np.zeros(len(drops), DROPS_DTYPE)
+            d["t_ns"] = [t for t, _ in drops]
+            d["count"] = [c for _, c in drops]
+            d["source"] = int(DropSource.COUNTERS)
+            d["fid"] = 0xFFFF
+            d["pid"] = os.getpid()
+            writer.append("drops", d)
 
 
 def capture_meta(fns: list[Function], rate_hz: float, backend: str) -> dict[str, object]:
