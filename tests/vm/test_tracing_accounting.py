@@ -177,21 +177,18 @@ def test_record_accounts_for_every_job(tmp_path: Path, pf_accel: Path, pf_pci: P
     dt = cap.read("device_trace")
     dmine = dt[(dt["tag"] >> 16) == 0x5A5A]
     assert len(dmine) == 2 * NJOBS  # one record per command
-    assert int(cap.read("drops")["count"].sum()) == 0
+    drops = cap.read("drops")
+    # host sched events may be skipped by the kernel (a sched_wakeup handler nested in
+    # another BPF program): counted as HOST drops since the recursion-miss accounting;
+    # nothing of the driver, the device or the API may be lost
+    assert int(drops["count"][drops["source"] != int(DropSource.HOST)].sum()) == 0, drops
     truth.check(NJOBS, 2)
 
 
 def _taccd(sock: Path, root: Path) -> subprocess.Popen[str]:
-    # stderr to a file: a pipe nobody reads until the end could block taccd
-    log = (root / "taccd.log").open("w")
-    p = subprocess.Popen([str(BIN / "taccd"), "-f", "-v", "--socket", str(sock),
-                          "--capture-root", str(root)], stderr=log, text=True)
-    log.close()
-    for _ in range(100):
-        if sock.exists():
-            break
-        time.sleep(0.1)
-    return p
+    from tacc.testing.taccd import start_taccd
+
+    return start_taccd(sock, root)
 
 
 def _tacc(sock: Path, *args: str) -> subprocess.CompletedProcess[str]:
