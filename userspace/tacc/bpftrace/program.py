@@ -152,7 +152,7 @@ class Program:
 
     def _tp(self, system: str, ev: str) -> None:
         fn = bpfsrc.handler_name(ev)
-        if ev in bpfsrc.RAW_ARGS:
+        if bpfsrc.is_raw(ev):
             self.bpf.attach_raw_tracepoint(tp=ev, fn_name=fn)
             self.attached.append((ev, fn))
         else:
