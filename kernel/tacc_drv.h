@@ -180,30 +180,22 @@ struct tacc_job {
 	bool pm_ref;
 };
 
-struct tacc_trace_ring {
-	struct mutex lock;		/* owner, cons */
-	void *cpu;
-	dma_addr_t dma;
-	size_t size;
-	struct drm_file *owner;
-	u32 cons;
-	u32 epoch;
-	u32 last_dropped;
-};
-
 /*
- * Device-side counter sampling ring: allocated by SAMPLE_OPEN for its one
- * consumer, freed by SAMPLE_CLOSE / file release / surprise removal.
+ * A device ring towards one user-space consumer (tacc_ring.c): the trace ring
+ * (allocated at probe, lives with the device) and the counter sample ring
+ * (allocated by SAMPLE_OPEN for its consumer, freed by SAMPLE_CLOSE, file
+ * release or surprise removal).
  */
-struct tacc_sample_ring {
+struct tacc_ring {
 	struct mutex lock;		/* everything below */
 	void *cpu;			/* header page, then the entries */
 	dma_addr_t dma;
 	size_t size;
-	struct drm_file *owner;
+	struct drm_file *owner;		/* the one registered consumer */
 	u32 entries;
-	u32 period_ns;
-	u32 cons;
+	u32 cons;			/* consumer index, as ADVANCE set it */
+	u32 period_ns;			/* sample ring: sampling period */
+	u32 last_dropped;		/* trace ring: drops already reported */
 };
 
 struct tacc_device {
@@ -237,8 +229,8 @@ struct tacc_device {
 	struct drm_mm devmem_mm;
 	u64 devmem_used;
 
-	struct tacc_trace_ring trace;
-	struct tacc_sample_ring sample;
+	struct tacc_ring trace;
+	struct tacc_ring sample;
 
 	/* BOs with a DMA mapping: unmapped by tacc_remove, not at free */
 	struct mutex bo_dma_lock;	/* bo_dma_list, dma_released, bo->sgt */
@@ -303,6 +295,17 @@ static inline u32 tacc_qrd(struct tacc_queue *q, u32 reg)
 static inline void tacc_qwr(struct tacc_queue *q, u32 reg, u32 val)
 {
 	tacc_wr(q->tdev, TACC_QUEUE_BASE(q->idx) + reg, val);
+}
+
+/**
+ * tacc_devid() - the function's id in tracepoints and netlink events.
+ * @tdev: the function.
+ *
+ * Return: PCI domain << 16 | bus << 8 | devfn.
+ */
+static inline u32 tacc_devid(struct tacc_device *tdev)
+{
+	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
 }
 
 static inline struct device *tacc_to_dev(struct tacc_device *tdev)
@@ -392,18 +395,23 @@ void tacc_genl_fini(void);
 void tacc_genl_event(struct tacc_device *tdev, u32 event, struct tacc_ctx *ctx,
 		     u32 queue, u64 addr, u32 info, u64 tag, u64 seqno, gfp_t gfp);
 
-/* tacc_trace ring (tacc_drv.c) */
+/* tacc_ring.c: the trace ring */
+int tacc_trace_alloc(struct tacc_device *tdev);
 int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_trace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_trace_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_trace_mmap(struct tacc_device *tdev, struct drm_file *file,
+		    struct vm_area_struct *vma);
 void tacc_trace_hw_setup(struct tacc_device *tdev);
 void tacc_trace_release(struct tacc_device *tdev, struct drm_file *file);
 void tacc_trace_release_dma(struct tacc_device *tdev);
 
-/* device-side counter sampling ring (tacc_drv.c) */
+/* tacc_ring.c: the device-side counter sampling ring */
 int tacc_sample_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_sample_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_sample_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_sample_mmap(struct tacc_device *tdev, struct drm_file *file,
+		     struct vm_area_struct *vma);
 void tacc_sample_hw_setup(struct tacc_device *tdev);
 void tacc_sample_release(struct tacc_device *tdev, struct drm_file *file);
 void tacc_sample_release_dma(struct tacc_device *tdev);

@@ -31,9 +31,7 @@ MODULE_PARM_DESC(max_userptr_mib, "Pinned userptr memory per file, MiB");
 
 static u32 tacc_bo_devid(struct tacc_bo *bo)
 {
-	struct tacc_device *tdev = to_tacc_dev(bo->shmem.base.dev);
-
-	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
+	return tacc_devid(to_tacc_dev(bo->shmem.base.dev));
 }
 
 static void tacc_trace_sgt(struct tacc_bo *bo, struct sg_table *sgt, bool map, u32 dir)

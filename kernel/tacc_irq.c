@@ -11,16 +11,11 @@
 #include "tacc_drv.h"
 #include "tacc_trace.h"
 
-static u32 tacc_irq_devid(struct tacc_device *tdev)
-{
-	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
-}
-
 static irqreturn_t tacc_queue_irq(int irq, void *arg)
 {
 	struct tacc_queue *q = arg;
 
-	trace_tacc_irq(tacc_irq_devid(q->tdev), TACC_MSIX_QUEUE(q->idx), 0);
+	trace_tacc_irq(tacc_devid(q->tdev), TACC_MSIX_QUEUE(q->idx), 0);
 	tacc_queue_process_cq(q);
 	return IRQ_HANDLED;
 }
@@ -45,7 +40,7 @@ static void tacc_handle_mmu_fault(struct tacc_device *tdev)
 		ctx = tacc_ctx_get(tdev->ctxs[id]);
 	mutex_unlock(&tdev->ctx_lock);
 
-	trace_tacc_mmu_fault(tacc_irq_devid(tdev), id, queue, tag, addr, type,
+	trace_tacc_mmu_fault(tacc_devid(tdev), id, queue, tag, addr, type,
 			     !!(info & TACC_FAULT_WRITE));
 	if (ctx) {
 		atomic64_inc(&ctx->faults);
@@ -63,7 +58,7 @@ static irqreturn_t tacc_error_irq_thread(int irq, void *arg)
 	struct tacc_device *tdev = arg;
 	u32 status = tacc_rd(tdev, TACC_REG_IRQ_STATUS);
 
-	trace_tacc_irq(tacc_irq_devid(tdev), TACC_MSIX_ERROR, status);
+	trace_tacc_irq(tacc_devid(tdev), TACC_MSIX_ERROR, status);
 	if (!status || status == ~0u)
 		return IRQ_NONE;
 	tacc_wr(tdev, TACC_REG_IRQ_STATUS, status);
@@ -101,7 +96,7 @@ static irqreturn_t tacc_trace_irq(int irq, void *arg)
 	status &= TACC_IRQ_TRACE | TACC_IRQ_SAMPLE;
 	if (status)
 		tacc_wr(tdev, TACC_REG_IRQ_STATUS, status);
-	trace_tacc_irq(tacc_irq_devid(tdev), TACC_MSIX_TRACE, status);
+	trace_tacc_irq(tacc_devid(tdev), TACC_MSIX_TRACE, status);
 	return IRQ_HANDLED;
 }
 

@@ -25,11 +25,6 @@
 
 enum { TACC_T_ANY, TACC_T_HOST, TACC_T_DEV };
 
-static u32 tacc_job_devid(struct tacc_device *tdev)
-{
-	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
-}
-
 /* ---------------------------------------------------------- hw fences ---- */
 
 static const char *tacc_fence_driver_name(struct dma_fence *f)
@@ -115,7 +110,7 @@ static void tacc_job_complete(struct tacc_queue *q, struct tacc_job *job, u32 st
 		q->jobs_failed++;
 	}
 	q->jobs_done++;
-	trace_tacc_job_done(tacc_job_devid(tdev), ctx->id, q->idx, job->seqno, job->tag,
+	trace_tacc_job_done(tacc_devid(tdev), ctx->id, q->idx, job->seqno, job->tag,
 			    job->hw_job, status, error, start, end);
 	dma_fence_signal_locked(&job->hw_fence->base);
 }
@@ -238,10 +233,10 @@ static struct dma_fence *tacc_run_job(struct drm_sched_job *sched_job)
 	atomic_inc(&tdev->live.fences);
 	tacc_queue_write_job(q, job);
 	list_add_tail(&job->node, &q->inflight);
-	trace_tacc_job_start(tacc_job_devid(tdev), job->ctx->id, q->idx, job->seqno,
+	trace_tacc_job_start(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
 			     job->tag, job->hw_job);
 	tacc_queue_ring(q);
-	trace_tacc_doorbell(tacc_job_devid(tdev), job->ctx->id, q->idx, job->seqno,
+	trace_tacc_doorbell(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
 			    job->tag, job->hw_job, q->sq_tail);
 	spin_unlock_irqrestore(&q->lock, flags);
 
@@ -273,7 +268,7 @@ static enum drm_gpu_sched_stat tacc_timedout_job(struct drm_sched_job *sched_job
 		tacc_queue_process_cq_locked(q);
 	if (bad->hw_fence_init && !list_empty(&bad->node)) {
 		guilty = true;
-		trace_tacc_reset(tacc_job_devid(tdev), bad->ctx->id, q->idx, bad->seqno,
+		trace_tacc_reset(tacc_devid(tdev), bad->ctx->id, q->idx, bad->seqno,
 				 bad->tag, -ETIMEDOUT);
 		tacc_job_complete(q, bad, TACC_ST_ABORTED, -ETIMEDOUT, 0, 0);
 		q->resets++;
@@ -792,7 +787,7 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 		drm_syncobj_replace_fence(out_sync, finished);
 	tacc_ctx_get(ctx);
 	atomic_inc(&tdev->live.jobs);
-	trace_tacc_submit(tacc_job_devid(tdev), ctx->id, args->queue, job->seqno, job->tag,
+	trace_tacc_submit(tacc_devid(tdev), ctx->id, args->queue, job->seqno, job->tag,
 			  job->num_cmds);
 	args->seqno = job->seqno;
 	drm_sched_entity_push_job(&job->base);

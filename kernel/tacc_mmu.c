@@ -17,11 +17,6 @@
 
 #define TACC_SZ_1G	BIT_ULL(30)
 
-static u32 tacc_vm_devid(struct tacc_device *tdev)
-{
-	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
-}
-
 static int tacc_pt_alloc(struct tacc_device *tdev, struct tacc_pt *pt, bool with_children)
 {
 	pt->cpu = dma_alloc_coherent(tacc_to_dev(tdev), PAGE_SIZE, &pt->dma, GFP_KERNEL);
@@ -310,7 +305,7 @@ static int __tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 
 
 	wmb();	/* PTEs visible before the device is told */
 	tacc_tlb_invalidate(tdev, ctx->id);
-	trace_tacc_vm_bind(tacc_vm_devid(tdev), ctx->id, bo, map->node.start, size, pgsz);
+	trace_tacc_vm_bind(tacc_devid(tdev), ctx->id, bo, map->node.start, size, pgsz);
 	*out_va = map->node.start;
 	*out_pgsz = pgsz;
 	return 0;
@@ -356,7 +351,7 @@ void tacc_vm_unbind(struct tacc_ctx *ctx, struct tacc_bo *bo)
 
 	wmb();	/* cleared PTEs visible before the TLB invalidation */
 	tacc_tlb_invalidate(tdev, ctx->id);
-	trace_tacc_vm_unbind(tacc_vm_devid(tdev), ctx->id, bo, map->node.start, map->size,
+	trace_tacc_vm_unbind(tacc_devid(tdev), ctx->id, bo, map->node.start, map->size,
 			     map->page_size);
 	kfree(map);
 }

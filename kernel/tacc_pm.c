@@ -14,11 +14,6 @@
 #include "tacc_drv.h"
 #include "tacc_trace.h"
 
-static u32 tacc_pm_devid(struct tacc_device *tdev)
-{
-	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
-}
-
 static bool tacc_counter_is_hwm(u32 page, u32 slot)
 {
 	return !page && slot >= TACC_CNT_queue0_depth_hwm && slot <= TACC_CNT_queue3_depth_hwm;
@@ -75,7 +70,7 @@ static int tacc_runtime_suspend(struct device *dev)
 	tacc_counters_cache(tdev);
 	tacc_hw_fini(tdev);
 	atomic64_inc(&tdev->pm_suspends);
-	trace_tacc_pm(tacc_pm_devid(tdev), 0, 3);
+	trace_tacc_pm(tacc_devid(tdev), 0, 3);
 	tacc_genl_event(tdev, TACC_EVENT_PM, NULL, 0, 0, 3, 0, 0, GFP_KERNEL);
 	return 0;
 }
@@ -87,7 +82,7 @@ static int tacc_runtime_resume(struct device *dev)
 
 	ret = tacc_hw_init(tdev);
 	atomic64_inc(&tdev->pm_resumes);
-	trace_tacc_pm(tacc_pm_devid(tdev), 3, 0);
+	trace_tacc_pm(tacc_devid(tdev), 3, 0);
 	tacc_genl_event(tdev, TACC_EVENT_PM, NULL, 0, 0, 0, 0, 0, GFP_KERNEL);
 	return ret;
 }

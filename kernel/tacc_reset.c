@@ -17,11 +17,6 @@
 #include "tacc_drv.h"
 #include "tacc_trace.h"
 
-static u32 tacc_reset_devid(struct tacc_device *tdev)
-{
-	return pci_dev_id(tdev->pdev) | (pci_domain_nr(tdev->pdev->bus) << 16);
-}
-
 /*
  * The device reports its fatal error as an AER uncorrectable internal
  * error, which the AER mask hides by default: unmask it (PF only: VFs
@@ -82,7 +77,7 @@ static int tacc_recover_end(struct tacc_device *tdev, int reason)
 	atomic64_inc(&tdev->dev_resets);
 	mutex_unlock(&tdev->reset_lock);
 
-	trace_tacc_reset(tacc_reset_devid(tdev), ~0u, ~0u, 0, 0, reason);
+	trace_tacc_reset(tacc_devid(tdev), ~0u, ~0u, 0, 0, reason);
 	tacc_genl_event(tdev, TACC_EVENT_RESET, NULL, ~0u, 0, reason, 0, 0, GFP_KERNEL);
 	if (ret)
 		drm_err(&tdev->drm, "function reset: reinitialisation failed (%d)\n", ret);

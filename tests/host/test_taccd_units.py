@@ -36,11 +36,13 @@ class FakeRing:
         self.buf = bytearray(4096 + entries * 64)
         self.prod = self.dropped = 0
         self.seq = 0
+        self.epoch = 1
         self._hdr()
 
-    def _hdr(self, epoch: int = 1) -> None:
+    def _hdr(self) -> None:
         h = uapi.TraceHeader(version=1, rec_size=64, entries=self.entries, rec_version=1,
-                             data_offset=4096, prod=self.prod, dropped=self.dropped, epoch=epoch)
+                             data_offset=4096, prod=self.prod, dropped=self.dropped,
+                             epoch=self.epoch)
         self.buf[:ctypes.sizeof(h)] = bytes(h)
 
     def produce(self, n: int, skip: int = 0) -> None:
@@ -498,32 +500,33 @@ def test_daemon_routes_netlink_events_to_capture(tmp_path: Path) -> None:
 
 
 def test_ring_view_device_drops_from_before_the_capture_are_not_counted() -> None:
-    # the device counts drops since its last reset; TRACE_OPEN zeroes the header's copy
-    # until the device's first write-back, which then reports the old total as well
+    # the device counts drops since the function's last reset and every write-back
+    # reports that total; TRACE_OPEN seeds the header with it (tacc_trace_hw_setup)
     f = FakeRing()
-    f.dropped = 500  # an earlier consumer's drops: the header still says 0
+    f.dropped = 500  # an earlier consumer's drops, in the header from the open on
+    f._hdr()
     calls = []
 
     def advance(cons: int) -> tuple[int, int]:
         calls.append(cons)
         return f.advance(cons)
 
-    v = RingView(f.buf, 0, advance, dropped_base=500)
+    v = RingView(f.buf, 0, advance)
     r = v.drain()
     assert len(r.records) == 0 and r.dropped == 0 and calls == []  # empty: no ioctl
-    f.produce(3)  # first write-back: dropped = 500
+    f.produce(3)  # first write-back: dropped = 500 still
     r = v.drain()
     assert len(r.records) == 3 and r.dropped == 0 and calls == [3]
     f.produce(2, skip=4)  # 4 new drops
     r = v.drain()
     assert r.dropped == 4 and r.seq_gaps == 4 and v.total_dropped == 4
     assert v.drain().dropped == 0 and calls == [3, 5]
-    # without the base (the header's count at open) the old drops were counted
-    g = FakeRing()
-    g.dropped = 500
-    old = RingView(g.buf, 0, g.advance)
-    g.produce(1)
-    assert old.drain().dropped == 500
+    # a function reset (epoch + 1): indices restart, the base is the header's count again
+    f.prod, f.dropped, f.seq, f.epoch = 0, 7, 0, 2
+    f._hdr()
+    f.produce(2)
+    r = v.drain()
+    assert len(r.records) == 2 and r.dropped == 0 and v.total_dropped == 4
 
 
 class _FakeProgram:

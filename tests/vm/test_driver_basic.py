@@ -545,6 +545,41 @@ def test_trace_ring(dev, pf_accel):
         dev.ioctl(TRACE_CLOSE, TraceClose())
 
 
+def test_trace_drops_belong_to_the_consumer_that_saw_them(pf_accel):
+    """The device's drop count is cumulative (since the function's last reset); TRACE_OPEN
+    seeds the header with it, so a consumer counts exactly the drops of its own run and
+    the next consumer starts at 0 new drops, not at the last one's total."""
+    from tacc.daemon import uapi
+    from tacc.daemon.devring import DeviceTraceRing
+
+    ring = DeviceTraceRing(str(pf_accel), 0)
+    fd = uapi.open_node(str(pf_accel))
+    try:
+        entries = ring.view.entries
+        base = int(ring.view.header().dropped)
+        assert int(ring.view.header().prod) == 0
+        jobs = entries // 64 + 2  # 128 records more than the ring holds, none drained
+        uapi.submit_nops(fd, jobs, ncmds=64)
+        hdr = ring.view.header()
+        assert int(hdr.prod) == entries
+        assert (int(hdr.dropped) - base) & 0xFFFFFFFF == jobs * 64 - entries
+        r = ring.drain()
+        assert len(r.records) == entries and r.dropped == jobs * 64 - entries
+        total = int(hdr.dropped)
+    finally:
+        ring.close()
+    ring = DeviceTraceRing(str(pf_accel), 0)
+    try:
+        hdr = ring.view.header()
+        assert int(hdr.prod) == 0 and int(hdr.dropped) == total  # seeded, not a stale 0
+        uapi.submit_nops(fd, 1, ncmds=2)
+        r = ring.drain()
+        assert len(r.records) == 2 and r.dropped == 0 and ring.view.total_dropped == 0
+    finally:
+        ring.close()
+        os.close(fd)
+
+
 def test_live_objects_back_to_zero(pf_accel):
     with Dev(pf_accel) as d:
         d.bo(8192)

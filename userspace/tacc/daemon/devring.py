@@ -12,13 +12,12 @@ import ctypes
 import errno
 import mmap
 import os
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from tacc.capture.schema import DEVICE_TRACE_DTYPE, FUNC_COUNTERS, TRACE_REC_DTYPE
+from tacc.capture.schema import DEVICE_TRACE_DTYPE, TRACE_REC_DTYPE
 
 from . import uapi
 
@@ -50,8 +49,7 @@ class RingView:
     """
 
     def __init__(self, buf: mmap.mmap | bytearray | memoryview, fid: int,
-                 advance: Callable[[int], tuple[int, int]],
-                 dropped_base: int | None = None) -> None:
+                 advance: Callable[[int], tuple[int, int]]) -> None:
         self.buf = buf
         self.fid = fid
         self.advance = advance
@@ -64,12 +62,10 @@ class RingView:
         self.data_offset = int(hdr.data_offset)
         self.cons = int(hdr.cons)
         self.epoch = int(hdr.epoch)
-        # The device's drop count is cumulative since its last reset, but TRACE_OPEN
-        # zeroes the header's copy: until the device's first write-back (with its first
-        # record) the header says 0, afterwards everything the device ever dropped.  The
-        # caller passes the device's count at open (counter block) as the base.
-        self.dropped_seen = int(hdr.dropped) if dropped_base is None else int(dropped_base)
-        self.wb_pending = dropped_base is not None and int(hdr.prod) == 0
+        # The device's drop count is cumulative since the function's last reset; the
+        # driver seeds the header with it at TRACE_OPEN (and after a reset), so only
+        # drops of this consumer's run count.
+        self.dropped_seen = int(hdr.dropped)
         self.next_seq: int | None = None
         self.total_records = 0
         self.total_dropped = 0
@@ -81,8 +77,8 @@ class RingView:
     def drain(self, max_records: int | None = None) -> DrainResult:
         hdr = self.header()
         if int(hdr.epoch) != self.epoch:  # function reset: indices restart at 0
-            self.epoch, self.cons, self.dropped_seen, self.next_seq = int(hdr.epoch), 0, 0, None
-            self.wb_pending = False
+            self.epoch, self.cons, self.next_seq = int(hdr.epoch), 0, None
+            self.dropped_seen = int(hdr.dropped)
         prod = int(hdr.prod)
         n = (prod - self.cons) & 0xFFFFFFFF
         if n > self.entries:  # cannot happen with a sane device; resynchronise
@@ -111,11 +107,6 @@ class RingView:
             # nothing to hand back: no ioctl.  The device drops only into a full ring (n > 0
             # then), so the header's count cannot have moved since the last ADVANCE.
             dropped = int(hdr.dropped)
-        if self.wb_pending:
-            if prod == 0 and dropped == 0:
-                dropped = self.dropped_seen  # no write-back yet: the header's 0 is stale
-            else:
-                self.wb_pending = False
         new_drops = (dropped - self.dropped_seen) & 0xFFFFFFFF
         self.dropped_seen = dropped
         gaps = self._seq_gaps(out)
@@ -136,29 +127,6 @@ class RingView:
         return gaps
 
 
-_TRACE_DROPPED_SLOT = dict(FUNC_COUNTERS)["trace_dropped"]
-
-
-def device_dropped(fd: int) -> int | None:
-    """The function's raw ``trace_dropped`` counter (counter block, seqlocked): what the
-    device's trace-ring write-back will report as ``dropped`` before any new drop.  None
-    when the counter block cannot be mapped (the header's count is used then)."""
-    try:
-        mm = mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ,
-                       offset=uapi.DRM_TACC_MMAP_COUNTERS)
-    except OSError:
-        return None
-    try:
-        for _ in range(100):
-            g0 = struct.unpack_from("<Q", mm, 8)[0]
-            v = struct.unpack_from("<Q", mm, 8 * _TRACE_DROPPED_SLOT)[0]
-            if not g0 & 1 and struct.unpack_from("<Q", mm, 8)[0] == g0:
-                return int(v) & 0xFFFFFFFF
-        return None
-    finally:
-        mm.close()
-
-
 class DeviceTraceRing:
     """The registered consumer of one function's trace ring (owns the accel fd)."""
 
@@ -177,7 +145,7 @@ class DeviceTraceRing:
                 raise TraceRingError(f"{node}: TRACE_OPEN failed: {exc.strerror}") from None
             self.mm = mmap.mmap(self.fd, int(op.mmap_size), mmap.MAP_SHARED, mmap.PROT_READ,
                                 offset=int(op.mmap_offset))
-            self.view = RingView(self.mm, fid, self._advance, device_dropped(self.fd))
+            self.view = RingView(self.mm, fid, self._advance)
         except BaseException:
             os.close(self.fd)
             raise

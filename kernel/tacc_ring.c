@@ -1,0 +1,478 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * tacc - the device's two rings towards one user-space consumer: the trace
+ * ring (one record per command, docs/hardware.md section 6) and the counter
+ * sample ring (section 7).
+ *
+ * Both are DMA-coherent buffers the device writes and the consumer maps
+ * read-only: a header page (the device writes prod/dropped there by DMA) then
+ * the entries.  One registered consumer per function; it returns consumed
+ * entries with an ADVANCE ioctl and keeps the device in D0 (a D3hot would
+ * reset the ring).  A function reset or a resume re-programs the ring with
+ * indices at 0 and a new epoch (tacc_hw_init()).  The trace ring lives as
+ * long as the device; the sample ring is sized and allocated by each
+ * SAMPLE_OPEN.
+ */
+#include <linux/dma-mapping.h>
+#include <linux/mm.h>
+#include <linux/pm_runtime.h>
+
+#include <drm/drm_drv.h>
+#include <drm/drm_file.h>
+#include <drm/drm_managed.h>
+
+#include "tacc_drv.h"
+#include "tacc_trace.h"
+
+/* ---------------------------------------------------------- both rings ---- */
+
+/*
+ * ADVANCE: @cons must lie between the consumer's index and the device's
+ * producer index (free-running u32 indices).
+ */
+static int tacc_ring_advance_locked(struct tacc_ring *r, const u32 *hdr_prod, u32 *hdr_cons,
+				    u32 cons, u32 *prod)
+{
+	u32 p = READ_ONCE(*hdr_prod);
+
+	if (cons - r->cons > p - r->cons)
+		return -EINVAL;
+	r->cons = cons;
+	WRITE_ONCE(*hdr_cons, cons);
+	*prod = p;
+	return 0;
+}
+
+/* Only the registered consumer may map its ring, read-only. */
+static int tacc_ring_mmap(struct tacc_device *tdev, struct tacc_ring *r,
+			  struct drm_file *file, struct vm_area_struct *vma)
+{
+	unsigned long size = vma->vm_end - vma->vm_start;
+	int ret;
+
+	if (vma->vm_flags & VM_WRITE)
+		return -EACCES;
+	mutex_lock(&r->lock);
+	if (r->owner != file)
+		ret = -EACCES;
+	else if (!r->cpu)
+		ret = -ENODEV;
+	else if (size > r->size)
+		ret = -EINVAL;
+	else
+		ret = 0;
+	if (!ret) {
+		vm_flags_mod(vma, VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE);
+		vma->vm_pgoff = 0;
+		ret = dma_mmap_coherent(tacc_to_dev(tdev), vma, r->cpu, r->dma, size);
+	}
+	mutex_unlock(&r->lock);
+	return ret;
+}
+
+static void tacc_ring_free_locked(struct tacc_device *tdev, struct tacc_ring *r)
+{
+	if (r->cpu)
+		dma_free_coherent(tacc_to_dev(tdev), r->size, r->cpu, r->dma);
+	r->cpu = NULL;
+}
+
+/* Surprise removal: drm_dev_unplug() zapped the user mappings already. */
+static void tacc_ring_release_dma(struct tacc_device *tdev, struct tacc_ring *r)
+{
+	mutex_lock(&r->lock);
+	tacc_ring_free_locked(tdev, r);
+	mutex_unlock(&r->lock);
+}
+
+/* The consumer's end: @stop disables the ring and drops the PM reference. */
+static int tacc_ring_close(struct tacc_device *tdev, struct tacc_ring *r,
+			   struct drm_file *file,
+			   void (*stop)(struct tacc_device *tdev))
+{
+	int ret = 0;
+
+	mutex_lock(&r->lock);
+	if (r->owner != file)
+		ret = -EPERM;
+	else
+		stop(tdev);
+	mutex_unlock(&r->lock);
+	return ret;
+}
+
+static void tacc_ring_put_pm(struct tacc_device *tdev, struct tacc_ring *r)
+{
+	r->owner = NULL;
+	pm_runtime_mark_last_busy(tacc_to_dev(tdev));
+	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+}
+
+/* ----------------------------------------------------------- trace ring ---- */
+
+static struct drm_tacc_trace_header *tacc_trace_hdr(struct tacc_device *tdev)
+{
+	return tdev->trace.cpu;
+}
+
+/* The device's producer write-back sits right after the header. */
+#define TACC_TRACE_WB_OFFSET	offsetof(struct drm_tacc_trace_header, prod)
+
+void tacc_trace_hw_setup(struct tacc_device *tdev)
+{
+	struct tacc_ring *tr = &tdev->trace;
+	struct drm_tacc_trace_header *hdr;
+
+	if (!tr->cpu)
+		return;
+	hdr = tacc_trace_hdr(tdev);
+	/*
+	 * Indices restart at 0 after a reset of the function, but the device's
+	 * drop count is cumulative since the last function reset and its next
+	 * write-back reports all of it: seed the header with it, so that a new
+	 * consumer sees no stale 0 and counts only the drops of its own run.
+	 */
+	hdr->prod = 0;
+	hdr->cons = 0;
+	tr->cons = 0;
+	tr->last_dropped = tacc_rd(tdev, TACC_REG_TRACE_DROPPED);
+	hdr->dropped = tr->last_dropped;
+	WRITE_ONCE(hdr->epoch, hdr->epoch + 1);
+	tacc_wr64(tdev, TACC_REG_TRACE_BASE, tr->dma + PAGE_SIZE);
+	tacc_wr(tdev, TACC_REG_TRACE_SIZE, TACC_TRACE_ENTRIES);
+	tacc_wr64(tdev, TACC_REG_TRACE_WB, tr->dma + TACC_TRACE_WB_OFFSET);
+	tacc_wr(tdev, TACC_REG_TRACE_CONS, 0);
+	tacc_wr(tdev, TACC_REG_TRACE_CTRL, tr->owner ? 1 : 0);
+}
+
+static void tacc_trace_free(struct drm_device *dev, void *data)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+
+	tacc_ring_free_locked(tdev, &tdev->trace);
+}
+
+void tacc_trace_release_dma(struct tacc_device *tdev)
+{
+	tacc_ring_release_dma(tdev, &tdev->trace);
+}
+
+int tacc_trace_alloc(struct tacc_device *tdev)
+{
+	struct tacc_ring *tr = &tdev->trace;
+	struct drm_tacc_trace_header *hdr;
+
+	tr->size = PAGE_SIZE + TACC_TRACE_ENTRIES * TACC_TRACE_REC_SIZE;
+	tr->entries = TACC_TRACE_ENTRIES;
+	tr->cpu = dma_alloc_coherent(tacc_to_dev(tdev), tr->size, &tr->dma, GFP_KERNEL);
+	if (!tr->cpu)
+		return -ENOMEM;
+	hdr = tr->cpu;
+	hdr->version = DRM_TACC_TRACE_HDR_VERSION;
+	hdr->rec_size = TACC_TRACE_REC_SIZE;
+	hdr->entries = TACC_TRACE_ENTRIES;
+	hdr->rec_version = TACC_TRACE_VERSION;
+	hdr->data_offset = PAGE_SIZE;
+	return drmm_add_action_or_reset(&tdev->drm, tacc_trace_free, NULL);
+}
+
+int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_ring *tr = &tdev->trace;
+	struct drm_tacc_trace_open *args = data;
+	int ret;
+
+	if (args->flags)
+		return -EINVAL;
+	if (!tr->cpu)
+		return -EOPNOTSUPP;
+
+	mutex_lock(&tr->lock);
+	if (tr->owner) {
+		ret = tr->owner == file ? -EALREADY : -EBUSY;
+		goto out;
+	}
+	/* the consumer keeps the device powered: D3hot would reset the ring */
+	ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
+	if (ret)
+		goto out;
+	tr->owner = file;
+	/*
+	 * The device restarts its indices at 0 when the ring is enabled:
+	 * forget the previous consumer's position, or this one reads the
+	 * whole stale ring and a bogus drop count.
+	 */
+	tacc_trace_hw_setup(tdev);
+	args->entries = TACC_TRACE_ENTRIES;
+	args->mmap_offset = DRM_TACC_MMAP_TRACE;
+	args->mmap_size = tr->size;
+	ret = 0;
+out:
+	mutex_unlock(&tr->lock);
+	return ret;
+}
+
+static void tacc_trace_check_drops(struct tacc_device *tdev, u32 dropped)
+{
+	struct tacc_ring *tr = &tdev->trace;
+
+	if (dropped != tr->last_dropped) {
+		trace_tacc_trace_drop(tacc_devid(tdev), dropped - tr->last_dropped, dropped);
+		tr->last_dropped = dropped;
+	}
+}
+
+int tacc_trace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_ring *tr = &tdev->trace;
+	struct drm_tacc_trace_advance *args = data;
+	struct drm_tacc_trace_header *hdr;
+	int ret;
+
+	if (args->flags)
+		return -EINVAL;
+	mutex_lock(&tr->lock);
+	if (tr->owner != file) {
+		ret = -EPERM;
+		goto out;
+	}
+	if (!tr->cpu) {
+		ret = -ENODEV;
+		goto out;
+	}
+	hdr = tacc_trace_hdr(tdev);
+	ret = tacc_ring_advance_locked(tr, &hdr->prod, &hdr->cons, args->cons, &args->prod);
+	if (ret)
+		goto out;
+	tacc_wr(tdev, TACC_REG_TRACE_CONS, tr->cons);
+	args->dropped = READ_ONCE(hdr->dropped);
+	tacc_trace_check_drops(tdev, args->dropped);
+out:
+	mutex_unlock(&tr->lock);
+	return ret;
+}
+
+static void tacc_trace_stop_locked(struct tacc_device *tdev)
+{
+	int idx;
+
+	if (drm_dev_enter(&tdev->drm, &idx)) {
+		tacc_wr(tdev, TACC_REG_TRACE_CTRL, 0);
+		drm_dev_exit(idx);
+	}
+	tacc_ring_put_pm(tdev, &tdev->trace);
+}
+
+int tacc_trace_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct drm_tacc_trace_close *args = data;
+
+	if (args->flags || args->pad)
+		return -EINVAL;
+	return tacc_ring_close(tdev, &tdev->trace, file, tacc_trace_stop_locked);
+}
+
+void tacc_trace_release(struct tacc_device *tdev, struct drm_file *file)
+{
+	tacc_ring_close(tdev, &tdev->trace, file, tacc_trace_stop_locked);
+}
+
+int tacc_trace_mmap(struct tacc_device *tdev, struct drm_file *file,
+		    struct vm_area_struct *vma)
+{
+	return tacc_ring_mmap(tdev, &tdev->trace, file, vma);
+}
+
+/* ---------------------------------------------------------- sample ring ---- */
+
+#define TACC_SAMPLE_WB_OFFSET	offsetof(struct drm_tacc_sample_header, prod)
+
+static_assert(DRM_TACC_SAMPLE_MIN_PERIOD_NS == TACC_SAMPLE_MIN_PERIOD_NS);
+
+static void tacc_sample_hw_setup_locked(struct tacc_device *tdev)
+{
+	struct tacc_ring *sr = &tdev->sample;
+	struct drm_tacc_sample_header *hdr = sr->cpu;
+	u32 mask;
+
+	tacc_wr(tdev, TACC_REG_SAMPLE_PERIOD, 0);
+	if (!hdr || !sr->owner)
+		return;
+	hdr->prod = 0;
+	hdr->cons = 0;
+	hdr->dropped = tacc_rd(tdev, TACC_REG_SAMPLE_DROPPED);
+	WRITE_ONCE(hdr->dropped_base, hdr->dropped);
+	sr->cons = 0;
+	WRITE_ONCE(hdr->epoch, hdr->epoch + 1);
+	tacc_wr64(tdev, TACC_REG_SAMPLE_BASE, sr->dma + PAGE_SIZE);
+	tacc_wr(tdev, TACC_REG_SAMPLE_SIZE, sr->entries);
+	tacc_wr64(tdev, TACC_REG_SAMPLE_WB, sr->dma + TACC_SAMPLE_WB_OFFSET);
+	tacc_wr(tdev, TACC_REG_SAMPLE_CONS, 0);
+	mask = tacc_rd(tdev, TACC_REG_IRQ_MASK);
+	tacc_wr(tdev, TACC_REG_IRQ_MASK, mask | TACC_IRQ_SAMPLE);
+	/* starting zeroes the device's PROD and CONS */
+	tacc_wr(tdev, TACC_REG_SAMPLE_PERIOD, sr->period_ns);
+}
+
+/*
+ * From tacc_hw_init() (probe, runtime/system resume, reset recovery), never
+ * with the ring lock held: SAMPLE_OPEN takes its PM reference before the lock.
+ */
+void tacc_sample_hw_setup(struct tacc_device *tdev)
+{
+	mutex_lock(&tdev->sample.lock);
+	tacc_sample_hw_setup_locked(tdev);
+	mutex_unlock(&tdev->sample.lock);
+}
+
+void tacc_sample_release_dma(struct tacc_device *tdev)
+{
+	tacc_ring_release_dma(tdev, &tdev->sample);
+}
+
+static int tacc_sample_open_check(struct tacc_device *tdev,
+				  const struct drm_tacc_sample_open *args)
+{
+	if (args->flags || args->pad)
+		return -EINVAL;
+	if (args->period_ns < DRM_TACC_SAMPLE_MIN_PERIOD_NS)
+		return -EINVAL;
+	if (args->entries < 2 || args->entries > DRM_TACC_SAMPLE_MAX_ENTRIES ||
+	    !is_power_of_2(args->entries))
+		return -EINVAL;
+	if (!(tdev->caps & TACC_CAP_SAMPLING))
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+int tacc_sample_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_ring *sr = &tdev->sample;
+	struct drm_tacc_sample_open *args = data;
+	struct drm_tacc_sample_header *hdr;
+	int idx, ret;
+
+	ret = tacc_sample_open_check(tdev, args);
+	if (ret)
+		return ret;
+	if (!drm_dev_enter(dev, &idx))
+		return -ENODEV;
+	/*
+	 * The consumer keeps the device powered (D3hot would reset the ring).
+	 * Taken before the lock: the resume reprograms the ring under it.
+	 */
+	ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
+	if (ret)
+		goto out_exit;
+
+	mutex_lock(&sr->lock);
+	if (sr->owner) {
+		ret = sr->owner == file ? -EALREADY : -EBUSY;
+		goto out_put;
+	}
+	sr->size = PAGE_ALIGN(PAGE_SIZE + (size_t)args->entries * TACC_SAMPLE_SIZE);
+	sr->cpu = dma_alloc_coherent(tacc_to_dev(tdev), sr->size, &sr->dma, GFP_KERNEL);
+	if (!sr->cpu) {
+		ret = -ENOMEM;
+		goto out_put;
+	}
+	hdr = sr->cpu;
+	hdr->version = DRM_TACC_SAMPLE_HDR_VERSION;
+	hdr->entry_size = TACC_SAMPLE_SIZE;
+	hdr->entries = args->entries;
+	hdr->period_ns = args->period_ns;
+	hdr->data_offset = PAGE_SIZE;
+	sr->entries = args->entries;
+	sr->period_ns = args->period_ns;
+	sr->owner = file;
+	tacc_sample_hw_setup_locked(tdev);
+	args->mmap_offset = DRM_TACC_MMAP_SAMPLE;
+	args->mmap_size = sr->size;
+	mutex_unlock(&sr->lock);
+	drm_dev_exit(idx);
+	return 0;
+
+out_put:
+	mutex_unlock(&sr->lock);
+	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+out_exit:
+	drm_dev_exit(idx);
+	return ret;
+}
+
+int tacc_sample_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_ring *sr = &tdev->sample;
+	struct drm_tacc_sample_advance *args = data;
+	struct drm_tacc_sample_header *hdr;
+	int idx, ret;
+
+	if (args->flags)
+		return -EINVAL;
+	mutex_lock(&sr->lock);
+	if (sr->owner != file) {
+		ret = -EPERM;
+		goto out;
+	}
+	if (!sr->cpu || !drm_dev_enter(dev, &idx)) {
+		ret = -ENODEV;
+		goto out;
+	}
+	hdr = sr->cpu;
+	ret = tacc_ring_advance_locked(sr, &hdr->prod, &hdr->cons, args->cons, &args->prod);
+	if (!ret) {
+		tacc_wr(tdev, TACC_REG_SAMPLE_CONS, sr->cons);
+		args->dropped = READ_ONCE(hdr->dropped) - READ_ONCE(hdr->dropped_base);
+	}
+	drm_dev_exit(idx);
+out:
+	mutex_unlock(&sr->lock);
+	return ret;
+}
+
+static void tacc_sample_stop_locked(struct tacc_device *tdev)
+{
+	struct tacc_ring *sr = &tdev->sample;
+	struct drm_device *dev = &tdev->drm;
+	int idx;
+
+	if (drm_dev_enter(dev, &idx)) {
+		tacc_wr(tdev, TACC_REG_SAMPLE_PERIOD, 0);
+		tacc_wr(tdev, TACC_REG_IRQ_MASK,
+			tacc_rd(tdev, TACC_REG_IRQ_MASK) & ~TACC_IRQ_SAMPLE);
+		tacc_wr64(tdev, TACC_REG_SAMPLE_WB, 0);
+		tacc_wr64(tdev, TACC_REG_SAMPLE_BASE, 0);
+		/* a mapping left behind by SAMPLE_CLOSE faults (SIGBUS) from now on */
+		unmap_mapping_range(dev->anon_inode->i_mapping, DRM_TACC_MMAP_SAMPLE,
+				    sr->size, 1);
+		tacc_ring_free_locked(tdev, sr);
+		drm_dev_exit(idx);
+	}
+	tacc_ring_put_pm(tdev, sr);
+}
+
+int tacc_sample_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct drm_tacc_sample_close *args = data;
+
+	if (args->flags || args->pad)
+		return -EINVAL;
+	return tacc_ring_close(tdev, &tdev->sample, file, tacc_sample_stop_locked);
+}
+
+void tacc_sample_release(struct tacc_device *tdev, struct drm_file *file)
+{
+	tacc_ring_close(tdev, &tdev->sample, file, tacc_sample_stop_locked);
+}
+
+int tacc_sample_mmap(struct tacc_device *tdev, struct drm_file *file,
+		     struct vm_area_struct *vma)
+{
+	return tacc_ring_mmap(tdev, &tdev->sample, file, vma);
+}
