@@ -64,7 +64,7 @@ class Data:
     drv: np.ndarray
     api: np.ndarray
     host: np.ndarray
-    tlb_counts: dict[int, tuple[int, int]]  # fid -> (hits, misses) from counters
+    tlb_counts: dict[int, tuple[int, int, int]]  # fid -> (hits, misses, walk reads), counters
     _api_sorted: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
@@ -141,10 +141,10 @@ def load(cap: Capture) -> Data:
     drv = np.concatenate(drv_parts) if drv_parts else np.zeros(0, DRIVER_DTYPE)[DRIVER_COLS]
     api = cap.read("api", ["t_start", "t_end", "tag", "name_id", "pid", "tid", "bytes"])
     host = cap.read("host", ["t_ns", "dur_ns", "kind", "size", "tid"])
-    tlb: dict[int, tuple[int, int]] = {}
+    tlb: dict[int, tuple[int, int, int]] = {}
     first: dict[int, np.ndarray] = {}
     last: dict[int, np.ndarray] = {}
-    for ch in cap.chunks("counters", ["fid", "tlb_hits", "tlb_misses"]):
+    for ch in cap.chunks("counters", ["fid", "tlb_hits", "tlb_misses", "tlb_walk_reads"]):
         for fid in np.unique(ch["fid"]).tolist():
             sub = ch[ch["fid"] == fid]
             first.setdefault(int(fid), sub[0])
@@ -152,7 +152,8 @@ def load(cap: Capture) -> Data:
     for fid, a in first.items():
         b = last[fid]
         tlb[fid] = (int(b["tlb_hits"]) - int(a["tlb_hits"]),
-                    int(b["tlb_misses"]) - int(a["tlb_misses"]))
+                    int(b["tlb_misses"]) - int(a["tlb_misses"]),
+                    int(b["tlb_walk_reads"]) - int(a["tlb_walk_reads"]))
     t0, t1 = cap.time_range
     return Data(cap, t0, t1, cap.functions, cmds, drv, api, host, tlb)
 

@@ -46,7 +46,11 @@ class Thresholds:
     churn_maps_per_job: float = 0.2
     churn_time_share: float = 0.02
     # tlb_thrash
-    tlb_miss_ns: int = 250
+    # a miss walks the page table, one PTE read per level (3 for 4 KiB pages, 2 for
+    # 2 MiB), each read a host round trip: the device's `walk-latency-ns` (docs/
+    # hardware.md section 1); reads per miss come from the tlb_walk_reads counter
+    walk_read_ns: int = 500
+    walk_reads_per_miss: float = 3.0  # without counters: 4 KiB pages
     tlb_lost_share: float = 0.05
     # serialized_copies
     serial_class_share: float = 0.10
@@ -574,14 +578,17 @@ def tlb_thrash(d: Data, th: Thresholds) -> list[Finding]:
         if not small.any():
             continue
         busy = int(c.dur[m].sum())
-        walk = int(misses * th.tlb_miss_ns * f.time_scale)  # modelled time is scaled
+        hits, cmiss, creads = d.tlb_counts.get(f.fid, (0, 0, 0))
+        per_miss = creads / cmiss if cmiss and creads else th.walk_reads_per_miss
+        miss_ns = per_miss * th.walk_read_ns * f.time_scale  # modelled time is scaled
+        walk = int(misses * miss_ns)
         if walk < th.tlb_lost_share * max(busy, 1):
             continue
         frac4k = small_bytes / max(int(binds["size"].sum()), 1)
-        lost = int(walk * frac4k * (1 - 1 / 512))
+        # walks are inside the commands' time: never more than that
+        lost = min(int(walk * frac4k * (1 - 1 / 512)), busy)
         if lost < th.min_time_lost_ns:
             continue
-        hits, cmiss = d.tlb_counts.get(f.fid, (0, 0))
         rate = cmiss / (hits + cmiss) if hits + cmiss else None
         hot = m & (c.tlb > 0)
         st, en = merged(c.ts[hot], c.te[hot])
@@ -592,7 +599,8 @@ def tlb_thrash(d: Data, th: Thresholds) -> list[Finding]:
             evidence={"tlb_misses": misses, "miss_rate": rate,
                       "page_sizes": {str(int(p)): int(n) for p, n in zip(ps, cnt, strict=True)},
                       "bytes_in_4k_pages": small_bytes, "walk_ns_estimate": walk,
-                      "miss_cost_ns": th.tlb_miss_ns * f.time_scale, "busy_ns": busy,
+                      "walk_reads_per_miss": per_miss, "miss_cost_ns": miss_ns,
+                      "busy_ns": busy,
                       "top_tags": _top_tags(d, c.tag[hot], c.tlb[hot].astype(np.float64)),
                       "api_calls": d.api_names(c.tag[hot])},
             time_lost_ns=lost,
