@@ -382,6 +382,29 @@ def test_session_writes_device_events_as_they_arrive(tmp_path: Path) -> None:
     assert np.all(np.diff(e["t_ns"][:7]) > 0)
 
 
+def test_function_added_mid_capture_is_described(tmp_path: Path) -> None:
+    """A VF enabled during the capture gets fid 1; the reader describes it from the
+    marker, or, when taccd was killed, from its hotplug event with the PF's link."""
+    import shutil
+
+    s = _session(tmp_path)
+    vf = TaccFunction("0000:01:00.1", 0x101, tmp_path, True, 1, PCI0, None)
+    s.add_function(vf)
+    s.writer.flush()  # what a killed taccd leaves: the chunks, no marker
+    shutil.copytree(tmp_path / "cap", tmp_path / "killed")
+    (tmp_path / "killed" / "complete").unlink(missing_ok=True)
+    s.close()
+    for name, complete in (("cap", True), ("killed", False)):
+        cap = open_capture(tmp_path / name)
+        assert cap.complete is complete
+        assert [(f.fid, f.pci, f.vf) for f in cap.functions] == [
+            (0, PCI0, 0), (1, "0000:01:00.1", 1)], name
+        pf, v = cap.functions
+        assert v.pf == PCI0 and (v.gen, v.width, v.mps) == (pf.gen, pf.width, pf.mps)
+        assert v.time_scale == pf.time_scale and v.clock_hz == pf.clock_hz
+        assert not [p for p in cap.problems if "not described" in p]
+
+
 def test_device_filtered_capture_skips_other_functions(tmp_path: Path) -> None:
     s = _session(tmp_path, device=PCI0)
     s.device_event(_nl(5, device="0000:02:00.0", info=3))

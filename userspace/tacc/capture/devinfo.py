@@ -127,23 +127,23 @@ class Function:
         return link_raw_bw(self.gen, self.width) / self.time_scale
 
 
+def function_from_desc(fid: int, d: dict[str, Any], meta: dict[str, Any]) -> Function:
+    """One function from its description (a ``devices`` entry of meta.json)."""
+    link = d.get("link", {})
+    return Function(
+        fid=fid,
+        pci=str(d.get("pci", f"func{fid}")),
+        pf=str(d.get("pf", d.get("pci", f"func{fid}"))),
+        vf=int(d.get("vf", 0)),
+        gen=int(link.get("gen", 4)),
+        width=int(link.get("width", 16)),
+        mps=int(link.get("mps", 256)),
+        clock_hz=float(d.get("clock_hz", 1e9)),
+        time_scale=float(d.get("time_scale", meta.get("time_scale", 1.0)) or 1.0),
+        devmem=int(d.get("devmem", 0)),
+    )
+
+
 def functions_from_meta(meta: dict[str, Any]) -> list[Function]:
-    out = []
-    for i, d in enumerate(meta.get("devices", [])):
-        link = d.get("link", {})
-        out.append(
-            Function(
-                fid=i,
-                pci=str(d.get("pci", f"func{i}")),
-                pf=str(d.get("pf", d.get("pci", f"func{i}"))),
-                vf=int(d.get("vf", 0)),
-                gen=int(link.get("gen", 4)),
-                width=int(link.get("width", 16)),
-                mps=int(link.get("mps", 256)),
-                clock_hz=float(d.get("clock_hz", 1e9)),
-                time_scale=float(d.get("time_scale", meta.get("time_scale", 1.0)) or 1.0),
-                devmem=int(d.get("devmem", 0)),
-            )
-        )
-    return out
+    return [function_from_desc(i, d, meta) for i, d in enumerate(meta.get("devices", []))]
 

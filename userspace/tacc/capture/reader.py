@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import numpy as np
 
 from . import framing
 from .clock import LinearClock, fit_pairs
-from .devinfo import Function, functions_from_meta
+from .devinfo import Function, function_from_desc, functions_from_meta
 from .errors import (
     CaptureEmptyError,
     CaptureError,
@@ -23,7 +24,7 @@ from .errors import (
     CaptureVersionError,
     FramingError,
 )
-from .schema import FORMAT_NAME, FORMAT_VERSION, STREAMS, dtype_from_json
+from .schema import FORMAT_NAME, FORMAT_VERSION, STREAMS, DeviceEventKind, dtype_from_json
 
 
 @dataclass
@@ -55,6 +56,7 @@ class Capture:
         self._scan_streams()
         if sum(s.records for s in self._streams.values()) == 0:
             raise CaptureEmptyError(f"{path}: capture holds no records")
+        self.functions += self._functions_added()
         if not self.complete:
             self.problems.insert(0, "no 'complete' marker (capture was interrupted)")
 
@@ -93,6 +95,44 @@ class Capture:
         except ValueError:
             raise CaptureTruncatedError(f"{self.path}: 'complete' marker is damaged") from None
         return marker if isinstance(marker, dict) else {}
+
+    def _functions_added(self) -> list[Function]:
+        """Functions that appeared during the capture (VFs enabled), fids after meta.json's.
+
+        A complete capture describes them in its marker (``devices_added``); an
+        interrupted one has their hotplug-add device events: PCI address and VF number,
+        with the link, clock and time scale of their PF (VFs share the PF's link)."""
+        n = len(self.functions)
+        out: dict[int, Function] = {}
+        for d in (self.marker or {}).get("devices_added") or []:
+            if isinstance(d, dict) and isinstance(d.get("fid"), int) and d["fid"] >= n:
+                out[int(d["fid"])] = function_from_desc(int(d["fid"]), d, self.meta)
+        ev = self.read("device_events", ["fid", "kind", "arg", "name_id"])
+        ev = ev[(ev["kind"] == DeviceEventKind.HOTPLUG_ADD) & (ev["fid"] >= n)]
+        pfs = [f for f in self.functions if f.vf == 0] or self.functions
+        for fid, arg, sid in zip(ev["fid"].tolist(), ev["arg"].tolist(),
+                                 ev["name_id"].tolist(), strict=True):
+            if fid not in out:
+                words = self.strings.get(int(sid), "").split()  # hotplug add <pci> VF <n>
+                pci = words[2] if len(words) > 2 else f"func{fid}"
+                out[fid] = self._like_pf(pfs, fid, pci, int(arg))
+        res = []
+        for fid in range(n, max(out, default=n - 1) + 1):
+            if fid not in out:
+                self.problems.append(f"function {fid} is not described (no marker entry and "
+                                     f"no hotplug event): shown as func{fid}")
+                out[fid] = self._like_pf(pfs, fid, f"func{fid}", 0)
+            res.append(out[fid])
+        return res
+
+    @staticmethod
+    def _like_pf(pfs: list[Function], fid: int, pci: str, vf: int) -> Function:
+        """A function sharing the link, clock and time scale of its PF (same bus)."""
+        bus = pci.rsplit(":", 1)[0]
+        pf = next((f for f in pfs if f.pci.rsplit(":", 1)[0] == bus), pfs[0] if pfs else None)
+        if pf is None:
+            return Function(fid, pci, pci, vf, 4, 16, 256, 1e9, 1.0, 0)
+        return dataclasses.replace(pf, fid=fid, pci=pci, pf=pf.pci, vf=vf)
 
     def _scan_streams(self) -> None:
         sdir = self.path / "streams"
