@@ -111,3 +111,78 @@ def test_pm_cycle_is_a_device_event_and_survives_kill(tmp_path: Path, pf_pci: Pa
     assert res.device_events.get("pm", 0) >= 2, res.device_events
     print(f"device_events fid {fid}: {ev[['t_ns', 'kind', 'arg']].tolist()}; "
           f"capture {cap.count('device_events')} device events; timeline {res.device_events}")
+
+
+def _accel_node(pci: Path, timeout: float = 60.0) -> Path:
+    end = time.monotonic() + timeout
+    while True:
+        nodes = list((pci / "accel").glob("accel*")) if (pci / "accel").exists() else []
+        if nodes:
+            return Path("/dev/accel") / nodes[0].name
+        assert time.monotonic() < end, f"{pci.name}: no accel node"
+        time.sleep(0.1)
+
+
+def test_vf_enabled_mid_capture_is_described_and_drawn(tmp_path: Path, pf_pci: Path) -> None:
+    """A VF enabled during a taccd capture gets the next fid: its commands are in the
+    device trace under that fid, the reader describes it (from the marker, and from its
+    hotplug event when taccd was killed) and the timeline and the analysis take it."""
+    import os
+    import shutil
+
+    from tacc.analyze.engine import analyze
+    from tacc.daemon import uapi
+
+    numvfs = pf_pci / "sriov_numvfs"
+    if int(numvfs.read_text() or 0):
+        pytest.skip("VFs already enabled by the VM configuration")
+    sock, out, killed = tmp_path / "taccd.sock", tmp_path / "cap", tmp_path / "killed"
+    d = _taccd(sock, tmp_path)
+    try:
+        rep = request({"cmd": "start", "output": str(out),
+                       "options": {"host_events": False}}, str(sock), timeout=300.0)
+        assert rep["ok"], rep
+        numvfs.write_text("1")
+        try:
+            vf = (pf_pci / "virtfn0").resolve()
+            fd = uapi.open_node(str(_accel_node(vf)))
+            try:
+                end = time.monotonic() + 60
+                while request({"cmd": "status"}, str(sock))["capture"]["devices"] < 2:
+                    assert time.monotonic() < end, "taccd never took the VF"
+                    time.sleep(0.1)
+                uapi.submit_nops(fd, 5, ncmds=2, tag_base=0x7F7F0000)
+            finally:
+                os.close(fd)
+            end = time.monotonic() + 60
+            while True:  # flushed every second: on disk before the copy a kill leaves
+                dt = open_capture(out).read("device_trace")
+                if ((dt["tag"] >> 16) == 0x7F7F).sum() == 10:
+                    break
+                assert time.monotonic() < end, "the VF's trace records never reached disk"
+                time.sleep(0.2)
+            shutil.copytree(out, killed)
+            (killed / "complete").unlink(missing_ok=True)
+            rep = request({"cmd": "stop"}, str(sock), timeout=300.0)
+            assert rep["ok"], rep
+        finally:
+            numvfs.write_text("0")
+    finally:
+        if d.poll() is None:
+            d.kill()
+            d.wait(10)
+    for path, complete in ((out, True), (killed, False)):
+        cap = open_capture(path)
+        assert cap.complete is complete
+        assert [(f.fid, f.pci, f.vf) for f in cap.functions] == [
+            (0, pf_pci.name, 0), (1, vf.name, 1)], path.name
+        assert cap.functions[1].pf == pf_pci.name
+        dt = cap.read("device_trace")
+        mine = dt[(dt["tag"] >> 16) == 0x7F7F]
+        assert len(mine) == 10 and set(mine["fid"].tolist()) == {1}
+        t = cap.device_clock(1).convert(mine["t_start"])
+        t0, t1 = cap.time_range
+        assert ((t >= t0) & (t <= t1)).all()
+        res = convert([path], tmp_path / f"{path.name}.pftrace", summary=True)
+        assert f"device {vf.name} (VF1)" in res.summary, res.summary
+        analyze(cap)  # takes every function; raises on a fid it cannot describe
