@@ -561,9 +561,6 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = tacc_devmem_init(tdev);
 	if (ret)
 		return ret;
-	ret = tacc_trace_alloc(tdev);
-	if (ret)
-		return ret;
 	ret = tacc_queues_init(tdev);
 	if (ret)
 		return ret;

@@ -36,7 +36,6 @@
 #define TACC_SEQNO_SLOTS	256	/* per file: remembered job fences */
 #define TACC_VA_START		0x200000ull
 #define TACC_VA_END		BIT_ULL(TACC_VA_BITS)
-#define TACC_TRACE_ENTRIES	4096
 #define TACC_SZ_2M		BIT_ULL(TACC_HUGE_SHIFT)
 
 #define TACC_NUM_FUNC_COUNTERS	(TACC_FUNC_CNT_END - 2)
@@ -396,7 +395,6 @@ void tacc_genl_event(struct tacc_device *tdev, u32 event, struct tacc_ctx *ctx,
 		     u32 queue, u64 addr, u32 info, u64 tag, u64 seqno, gfp_t gfp);
 
 /* tacc_ring.c: the trace ring */
-int tacc_trace_alloc(struct tacc_device *tdev);
 int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_trace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_trace_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file);

@@ -9,9 +9,9 @@
  * the entries.  One registered consumer per function; it returns consumed
  * entries with an ADVANCE ioctl and keeps the device in D0 (a D3hot would
  * reset the ring).  A function reset or a resume re-programs the ring with
- * indices at 0 and a new epoch (tacc_hw_init()).  The trace ring lives as
- * long as the device; the sample ring is sized and allocated by each
- * SAMPLE_OPEN.
+ * indices at 0 and a new epoch (tacc_hw_init()).  Each OPEN sizes and
+ * allocates its ring; CLOSE (or the file's release) stops the device
+ * writing to it, zaps the consumer's mapping and frees it.
  */
 #include <linux/dma-mapping.h>
 #include <linux/mm.h>
@@ -19,7 +19,6 @@
 
 #include <drm/drm_drv.h>
 #include <drm/drm_file.h>
-#include <drm/drm_managed.h>
 
 #include "tacc_drv.h"
 #include "tacc_trace.h"
@@ -108,24 +107,54 @@ static void tacc_ring_put_pm(struct tacc_device *tdev, struct tacc_ring *r)
 	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
 }
 
-/* ----------------------------------------------------------- trace ring ---- */
-
-static struct drm_tacc_trace_header *tacc_trace_hdr(struct tacc_device *tdev)
+/* OPEN: @file becomes the consumer of a new ring of @size bytes. */
+static int tacc_ring_claim_locked(struct tacc_device *tdev, struct tacc_ring *r,
+				  struct drm_file *file, size_t size)
 {
-	return tdev->trace.cpu;
+	if (r->owner)
+		return r->owner == file ? -EALREADY : -EBUSY;
+	r->size = size;
+	r->cpu = dma_alloc_coherent(tacc_to_dev(tdev), size, &r->dma, GFP_KERNEL);
+	if (!r->cpu)
+		return -ENOMEM;
+	r->owner = file;
+	return 0;
 }
+
+/*
+ * CLOSE or release, the device no longer writing to the ring: a mapping left
+ * behind faults (SIGBUS) from now on, the memory is freed, the device may
+ * suspend again.  After a surprise removal the memory is gone already.
+ */
+static void tacc_ring_retire_locked(struct tacc_device *tdev, struct tacc_ring *r,
+				    u64 mmap_offset)
+{
+	struct drm_device *dev = &tdev->drm;
+	int idx;
+
+	if (drm_dev_enter(dev, &idx)) {
+		unmap_mapping_range(dev->anon_inode->i_mapping, mmap_offset, r->size, 1);
+		tacc_ring_free_locked(tdev, r);
+		drm_dev_exit(idx);
+	}
+	tacc_ring_put_pm(tdev, r);
+}
+
+/* ----------------------------------------------------------- trace ring ---- */
 
 /* The device's producer write-back sits right after the header. */
 #define TACC_TRACE_WB_OFFSET	offsetof(struct drm_tacc_trace_header, prod)
 
-void tacc_trace_hw_setup(struct tacc_device *tdev)
+static_assert(TACC_TRACE_REC_SIZE == 64);
+
+static void tacc_trace_hw_setup_locked(struct tacc_device *tdev)
 {
 	struct tacc_ring *tr = &tdev->trace;
-	struct drm_tacc_trace_header *hdr;
+	struct drm_tacc_trace_header *hdr = tr->cpu;
 
-	if (!tr->cpu)
+	tacc_wr(tdev, TACC_REG_TRACE_CTRL, 0);
+	if (!hdr || !tr->owner)
 		return;
-	hdr = tacc_trace_hdr(tdev);
 	/*
 	 * Indices restart at 0 after a reset of the function, but the device's
 	 * drop count is cumulative since the last function reset and its next
@@ -139,17 +168,22 @@ void tacc_trace_hw_setup(struct tacc_device *tdev)
 	hdr->dropped = tr->last_dropped;
 	WRITE_ONCE(hdr->epoch, hdr->epoch + 1);
 	tacc_wr64(tdev, TACC_REG_TRACE_BASE, tr->dma + PAGE_SIZE);
-	tacc_wr(tdev, TACC_REG_TRACE_SIZE, TACC_TRACE_ENTRIES);
+	tacc_wr(tdev, TACC_REG_TRACE_SIZE, tr->entries);
 	tacc_wr64(tdev, TACC_REG_TRACE_WB, tr->dma + TACC_TRACE_WB_OFFSET);
 	tacc_wr(tdev, TACC_REG_TRACE_CONS, 0);
-	tacc_wr(tdev, TACC_REG_TRACE_CTRL, tr->owner ? 1 : 0);
+	/* enabling zeroes the device's PROD and CONS */
+	tacc_wr(tdev, TACC_REG_TRACE_CTRL, 1);
 }
 
-static void tacc_trace_free(struct drm_device *dev, void *data)
+/*
+ * From tacc_hw_init() (probe, runtime/system resume, reset recovery), never
+ * with the ring lock held: TRACE_OPEN takes its PM reference before the lock.
+ */
+void tacc_trace_hw_setup(struct tacc_device *tdev)
 {
-	struct tacc_device *tdev = to_tacc_dev(dev);
-
-	tacc_ring_free_locked(tdev, &tdev->trace);
+	mutex_lock(&tdev->trace.lock);
+	tacc_trace_hw_setup_locked(tdev);
+	mutex_unlock(&tdev->trace.lock);
 }
 
 void tacc_trace_release_dma(struct tacc_device *tdev)
@@ -157,23 +191,14 @@ void tacc_trace_release_dma(struct tacc_device *tdev)
 	tacc_ring_release_dma(tdev, &tdev->trace);
 }
 
-int tacc_trace_alloc(struct tacc_device *tdev)
+static int tacc_trace_entries(u32 want)
 {
-	struct tacc_ring *tr = &tdev->trace;
-	struct drm_tacc_trace_header *hdr;
-
-	tr->size = PAGE_SIZE + TACC_TRACE_ENTRIES * TACC_TRACE_REC_SIZE;
-	tr->entries = TACC_TRACE_ENTRIES;
-	tr->cpu = dma_alloc_coherent(tacc_to_dev(tdev), tr->size, &tr->dma, GFP_KERNEL);
-	if (!tr->cpu)
-		return -ENOMEM;
-	hdr = tr->cpu;
-	hdr->version = DRM_TACC_TRACE_HDR_VERSION;
-	hdr->rec_size = TACC_TRACE_REC_SIZE;
-	hdr->entries = TACC_TRACE_ENTRIES;
-	hdr->rec_version = TACC_TRACE_VERSION;
-	hdr->data_offset = PAGE_SIZE;
-	return drmm_add_action_or_reset(&tdev->drm, tacc_trace_free, NULL);
+	if (!want)
+		return DRM_TACC_TRACE_DEFAULT_ENTRIES;
+	if (want < DRM_TACC_TRACE_MIN_ENTRIES || want > DRM_TACC_TRACE_MAX_ENTRIES ||
+	    !is_power_of_2(want))
+		return -EINVAL;
+	return want;
 }
 
 int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
@@ -181,35 +206,49 @@ int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 	struct tacc_device *tdev = to_tacc_dev(dev);
 	struct tacc_ring *tr = &tdev->trace;
 	struct drm_tacc_trace_open *args = data;
-	int ret;
+	struct drm_tacc_trace_header *hdr;
+	int entries, idx, ret;
 
 	if (args->flags)
 		return -EINVAL;
-	if (!tr->cpu)
-		return -EOPNOTSUPP;
-
-	mutex_lock(&tr->lock);
-	if (tr->owner) {
-		ret = tr->owner == file ? -EALREADY : -EBUSY;
-		goto out;
-	}
-	/* the consumer keeps the device powered: D3hot would reset the ring */
+	entries = tacc_trace_entries(args->entries);
+	if (entries < 0)
+		return entries;
+	if (!drm_dev_enter(dev, &idx))
+		return -ENODEV;
+	/*
+	 * The consumer keeps the device powered (D3hot would reset the ring).
+	 * Taken before the lock: the resume reprograms the ring under it.
+	 */
 	ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
 	if (ret)
-		goto out;
-	tr->owner = file;
-	/*
-	 * The device restarts its indices at 0 when the ring is enabled:
-	 * forget the previous consumer's position, or this one reads the
-	 * whole stale ring and a bogus drop count.
-	 */
-	tacc_trace_hw_setup(tdev);
-	args->entries = TACC_TRACE_ENTRIES;
+		goto out_exit;
+
+	mutex_lock(&tr->lock);
+	ret = tacc_ring_claim_locked(tdev, tr, file,
+				     PAGE_SIZE + (size_t)entries * TACC_TRACE_REC_SIZE);
+	if (ret)
+		goto out_put;
+	hdr = tr->cpu;
+	hdr->version = DRM_TACC_TRACE_HDR_VERSION;
+	hdr->rec_size = TACC_TRACE_REC_SIZE;
+	hdr->entries = entries;
+	hdr->rec_version = TACC_TRACE_VERSION;
+	hdr->data_offset = PAGE_SIZE;
+	tr->entries = entries;
+	tacc_trace_hw_setup_locked(tdev);
+	args->entries = entries;
 	args->mmap_offset = DRM_TACC_MMAP_TRACE;
 	args->mmap_size = tr->size;
-	ret = 0;
-out:
 	mutex_unlock(&tr->lock);
+	drm_dev_exit(idx);
+	return 0;
+
+out_put:
+	mutex_unlock(&tr->lock);
+	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+out_exit:
+	drm_dev_exit(idx);
 	return ret;
 }
 
@@ -229,7 +268,7 @@ int tacc_trace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file
 	struct tacc_ring *tr = &tdev->trace;
 	struct drm_tacc_trace_advance *args = data;
 	struct drm_tacc_trace_header *hdr;
-	int ret;
+	int idx, ret;
 
 	if (args->flags)
 		return -EINVAL;
@@ -238,17 +277,18 @@ int tacc_trace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file
 		ret = -EPERM;
 		goto out;
 	}
-	if (!tr->cpu) {
+	if (!tr->cpu || !drm_dev_enter(dev, &idx)) {
 		ret = -ENODEV;
 		goto out;
 	}
-	hdr = tacc_trace_hdr(tdev);
+	hdr = tr->cpu;
 	ret = tacc_ring_advance_locked(tr, &hdr->prod, &hdr->cons, args->cons, &args->prod);
-	if (ret)
-		goto out;
-	tacc_wr(tdev, TACC_REG_TRACE_CONS, tr->cons);
-	args->dropped = READ_ONCE(hdr->dropped);
-	tacc_trace_check_drops(tdev, args->dropped);
+	if (!ret) {
+		tacc_wr(tdev, TACC_REG_TRACE_CONS, tr->cons);
+		args->dropped = READ_ONCE(hdr->dropped);
+		tacc_trace_check_drops(tdev, args->dropped);
+	}
+	drm_dev_exit(idx);
 out:
 	mutex_unlock(&tr->lock);
 	return ret;
@@ -260,9 +300,12 @@ static void tacc_trace_stop_locked(struct tacc_device *tdev)
 
 	if (drm_dev_enter(&tdev->drm, &idx)) {
 		tacc_wr(tdev, TACC_REG_TRACE_CTRL, 0);
+		tacc_wr64(tdev, TACC_REG_TRACE_WB, 0);
+		tacc_wr64(tdev, TACC_REG_TRACE_BASE, 0);
+		tacc_rd(tdev, TACC_REG_TRACE_CTRL);	/* flush: no DMA to the ring after this */
 		drm_dev_exit(idx);
 	}
-	tacc_ring_put_pm(tdev, &tdev->trace);
+	tacc_ring_retire_locked(tdev, &tdev->trace, DRM_TACC_MMAP_TRACE);
 }
 
 int tacc_trace_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
@@ -370,16 +413,11 @@ int tacc_sample_open_ioctl(struct drm_device *dev, void *data, struct drm_file *
 		goto out_exit;
 
 	mutex_lock(&sr->lock);
-	if (sr->owner) {
-		ret = sr->owner == file ? -EALREADY : -EBUSY;
+	ret = tacc_ring_claim_locked(tdev, sr, file,
+				     PAGE_ALIGN(PAGE_SIZE + (size_t)args->entries *
+						TACC_SAMPLE_SIZE));
+	if (ret)
 		goto out_put;
-	}
-	sr->size = PAGE_ALIGN(PAGE_SIZE + (size_t)args->entries * TACC_SAMPLE_SIZE);
-	sr->cpu = dma_alloc_coherent(tacc_to_dev(tdev), sr->size, &sr->dma, GFP_KERNEL);
-	if (!sr->cpu) {
-		ret = -ENOMEM;
-		goto out_put;
-	}
 	hdr = sr->cpu;
 	hdr->version = DRM_TACC_SAMPLE_HDR_VERSION;
 	hdr->entry_size = TACC_SAMPLE_SIZE;
@@ -388,7 +426,6 @@ int tacc_sample_open_ioctl(struct drm_device *dev, void *data, struct drm_file *
 	hdr->data_offset = PAGE_SIZE;
 	sr->entries = args->entries;
 	sr->period_ns = args->period_ns;
-	sr->owner = file;
 	tacc_sample_hw_setup_locked(tdev);
 	args->mmap_offset = DRM_TACC_MMAP_SAMPLE;
 	args->mmap_size = sr->size;
@@ -437,23 +474,17 @@ out:
 
 static void tacc_sample_stop_locked(struct tacc_device *tdev)
 {
-	struct tacc_ring *sr = &tdev->sample;
-	struct drm_device *dev = &tdev->drm;
 	int idx;
 
-	if (drm_dev_enter(dev, &idx)) {
+	if (drm_dev_enter(&tdev->drm, &idx)) {
 		tacc_wr(tdev, TACC_REG_SAMPLE_PERIOD, 0);
 		tacc_wr(tdev, TACC_REG_IRQ_MASK,
 			tacc_rd(tdev, TACC_REG_IRQ_MASK) & ~TACC_IRQ_SAMPLE);
 		tacc_wr64(tdev, TACC_REG_SAMPLE_WB, 0);
 		tacc_wr64(tdev, TACC_REG_SAMPLE_BASE, 0);
-		/* a mapping left behind by SAMPLE_CLOSE faults (SIGBUS) from now on */
-		unmap_mapping_range(dev->anon_inode->i_mapping, DRM_TACC_MMAP_SAMPLE,
-				    sr->size, 1);
-		tacc_ring_free_locked(tdev, sr);
 		drm_dev_exit(idx);
 	}
-	tacc_ring_put_pm(tdev, sr);
+	tacc_ring_retire_locked(tdev, &tdev->sample, DRM_TACC_MMAP_SAMPLE);
 }
 
 int tacc_sample_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file)

@@ -527,7 +527,7 @@ def test_trace_ring(dev, pf_accel):
         mm = mmap.mmap(dev.fd, t.mmap_size, mmap.MAP_SHARED, mmap.PROT_READ,
                        offset=t.mmap_offset)
         hdr = TraceHeader.from_buffer_copy(mm[: C.sizeof(TraceHeader)])
-        assert hdr.version == 1 and hdr.rec_size == 64 and hdr.entries == t.entries
+        assert hdr.version == 1 and hdr.rec_size == 64 and hdr.entries == t.entries == 4096
         start = hdr.prod
         assert dev.run([nop(tag=0xabc0), nop(tag=0xabc1), nop(tag=0xabc2)]) == 0
         hdr = TraceHeader.from_buffer_copy(mm[: C.sizeof(TraceHeader)])
@@ -545,32 +545,38 @@ def test_trace_ring(dev, pf_accel):
         dev.ioctl(TRACE_CLOSE, TraceClose())
 
 
-def test_trace_drops_belong_to_the_consumer_that_saw_them(pf_accel):
-    """The device's drop count is cumulative (since the function's last reset); TRACE_OPEN
-    seeds the header with it, so a consumer counts exactly the drops of its own run and
-    the next consumer starts at 0 new drops, not at the last one's total."""
+def test_trace_ring_sized_at_open_and_drops_belong_to_their_consumer(pf_accel):
+    """TRACE_OPEN sizes the ring (power of two, 64..32768, 0 = 4096).  The device's drop
+    count is cumulative (since the function's last reset); TRACE_OPEN seeds the header
+    with it, so a consumer counts exactly the drops of its own run and the next consumer
+    starts at 0 new drops, not at the last one's total."""
     from tacc.daemon import uapi
-    from tacc.daemon.devring import DeviceTraceRing
+    from tacc.daemon.devring import DeviceTraceRing, TraceRingError
 
-    ring = DeviceTraceRing(str(pf_accel), 0)
+    for bad in (32, 100, 65536):
+        with pytest.raises(TraceRingError, match="Invalid argument"):
+            DeviceTraceRing(str(pf_accel), 0, bad)
+    ring = DeviceTraceRing(str(pf_accel), 0, 64)
     fd = uapi.open_node(str(pf_accel))
     try:
-        entries = ring.view.entries
-        base = int(ring.view.header().dropped)
-        assert int(ring.view.header().prod) == 0
-        jobs = entries // 64 + 2  # 128 records more than the ring holds, none drained
-        uapi.submit_nops(fd, jobs, ncmds=64)
         hdr = ring.view.header()
-        assert int(hdr.prod) == entries
-        assert (int(hdr.dropped) - base) & 0xFFFFFFFF == jobs * 64 - entries
+        assert ring.view.entries == int(hdr.entries) == 64
+        assert len(ring.mm) == 4096 + 64 * 64
+        base = int(hdr.dropped)
+        assert int(hdr.prod) == 0
+        uapi.submit_nops(fd, 3, ncmds=64)  # 192 records into 64 slots, none drained
+        hdr = ring.view.header()
+        assert int(hdr.prod) == 64
+        assert (int(hdr.dropped) - base) & 0xFFFFFFFF == 128
         r = ring.drain()
-        assert len(r.records) == entries and r.dropped == jobs * 64 - entries
+        assert len(r.records) == 64 and r.dropped == 128
         total = int(hdr.dropped)
     finally:
         ring.close()
-    ring = DeviceTraceRing(str(pf_accel), 0)
+    ring = DeviceTraceRing(str(pf_accel), 0, 128)
     try:
         hdr = ring.view.header()
+        assert int(hdr.entries) == 128 and len(ring.mm) == 4096 + 128 * 64
         assert int(hdr.prod) == 0 and int(hdr.dropped) == total  # seeded, not a stale 0
         uapi.submit_nops(fd, 1, ncmds=2)
         r = ring.drain()

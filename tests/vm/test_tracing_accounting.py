@@ -284,6 +284,11 @@ def test_bpftrace_one_line_failures() -> None:
     r = subprocess.run([exe, "snoop", "-d", "0000:7f:00.0"], text=True, capture_output=True,
                        timeout=300)
     assert r.returncode == 1 and "no tacc device" in r.stderr
+    r = subprocess.run([exe, "record", "-o", "/tmp/never", "--trace-entries", "100"],
+                       text=True, capture_output=True, timeout=300)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "accel-bpftrace: trace ring entries 100: a power of two from 64 to 32768"], r.stderr
+    assert not Path("/tmp/never").exists()
 
 
 BT_DIR = Path(__file__).resolve().parents[2] / "tools" / "bpftrace"

@@ -42,6 +42,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         opts["duration"] = args.duration
     if args.max_bytes:
         opts["max_bytes"] = args.max_bytes
+    if args.trace_entries is not None:
+        opts["trace_entries"] = args.trace_entries
     rep = _call(args, {"cmd": "start", "output": args.output, "options": opts})
     print(json.dumps(rep) if args.json else f"capturing to {rep['path']}")
     for w in rep.get("warnings", []):
@@ -94,6 +96,9 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--no-host", action="store_true", help="no sched/block/net events")
     s.add_argument("--counters-hz", type=float, default=None)
     s.add_argument("--max-bytes", type=int, default=None)
+    s.add_argument("--trace-entries", type=int, default=None, metavar="N",
+                   help="device trace ring records per function, a power of two 64..32768 "
+                        "(default: the driver's, 4096); more absorbs longer bursts")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_start)
     st = ts.add_parser("stop", help="stop the capture and close it")

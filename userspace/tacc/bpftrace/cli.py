@@ -65,6 +65,9 @@ def build_parser() -> OneLineParser:
     r.add_argument("-o", "--output", required=True, help="capture directory to create")
     r.add_argument("--no-device-trace", action="store_true",
                    help="do not consume the device trace ring")
+    r.add_argument("--trace-entries", type=int, default=0, metavar="N",
+                   help="device trace ring records per function, a power of two "
+                        "64..32768 (default: the driver's, 4096)")
     sub.add_parser("list", parents=[common], help="the tacc tracepoints and their fields")
     return p
 
@@ -279,7 +282,12 @@ def cmd_dma(args: argparse.Namespace, root: Path) -> int:
 def cmd_record(args: argparse.Namespace, root: Path) -> int:
     from tacc.capture.errors import CaptureError
     from tacc.daemon.devices import discover
-    from tacc.daemon.session import CaptureSession, Options
+    from tacc.daemon.session import CaptureSession, Options, check_trace_entries
+
+    try:
+        check_trace_entries(args.trace_entries)
+    except ValueError as exc:
+        raise ToolError(str(exc)) from None
 
     flt, fn = _filters(args)
     fns = [fn] if fn else discover()
@@ -290,7 +298,7 @@ def cmd_record(args: argparse.Namespace, root: Path) -> int:
     prog.configure(flt)
     opts = Options(host_events=False, device_trace=not args.no_device_trace, api=False,
                    counters_hz=10.0, pids=[args.pid] if args.pid else [], comm=args.comm,
-                   device=args.device)
+                   device=args.device, trace_entries=args.trace_entries)
     try:
         sess = CaptureSession(out, fns, opts, program=prog, tool=PROG)
     except (CaptureError, OSError) as exc:

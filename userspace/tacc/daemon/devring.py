@@ -130,11 +130,12 @@ class RingView:
 class DeviceTraceRing:
     """The registered consumer of one function's trace ring (owns the accel fd)."""
 
-    def __init__(self, node: str, fid: int) -> None:
+    def __init__(self, node: str, fid: int, entries: int = 0) -> None:
+        """``entries``: ring size asked of TRACE_OPEN (0 = the driver's default)."""
         self.node = node
         self.fd = uapi.open_node(node)
         try:
-            op = uapi.TraceOpen()
+            op = uapi.TraceOpen(entries=entries)
             try:
                 uapi.ioctl(self.fd, uapi.IOCTL_TRACE_OPEN, op)
             except OSError as exc:

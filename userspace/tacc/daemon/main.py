@@ -24,7 +24,7 @@ from tacc.capture.schema import DropSource
 from . import protocol
 from .alwayson import AlwaysOn
 from .devices import DeviceError, TaccFunction, discover, find
-from .session import CaptureSession, Options
+from .session import CaptureSession, Options, check_trace_entries
 
 log = logging.getLogger("taccd")
 TICK_S = 0.05
@@ -236,6 +236,10 @@ class Daemon:
         duration = options.pop("duration", None)
         opts = Options(**{**options, "max_bytes": int(options.get("max_bytes",
                                                                     self.max_bytes))})
+        try:
+            check_trace_entries(int(opts.trace_entries))
+        except (TypeError, ValueError) as exc:
+            raise DaemonError(str(exc)) from None
         fns = self.functions
         if opts.device:
             try:

@@ -117,9 +117,19 @@ class Options:
     comm: str = ""
     device: str | None = None
     flush_s: float = 1.0
+    trace_entries: int = 0  # device trace ring records per function (0 = driver default)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def check_trace_entries(n: int) -> None:
+    """A device trace ring size TRACE_OPEN accepts (0 = the driver's default)."""
+    from tacc.runtime.uapi import TRACE_MAX_ENTRIES, TRACE_MIN_ENTRIES
+
+    if n and not (TRACE_MIN_ENTRIES <= n <= TRACE_MAX_ENTRIES and n & (n - 1) == 0):
+        raise ValueError(f"trace ring entries {n}: a power of two from {TRACE_MIN_ENTRIES} "
+                         f"to {TRACE_MAX_ENTRIES}")
 
 
 class CaptureSession:
@@ -178,7 +188,7 @@ class CaptureSession:
     def _open_function(self, fid: int, fn: TaccFunction) -> None:
         if self.opts.device_trace and fn.accel:
             try:
-                self.rings[fid] = DeviceTraceRing(fn.accel, fid)
+                self.rings[fid] = DeviceTraceRing(fn.accel, fid, self.opts.trace_entries)
             except (TraceRingError, OSError) as exc:
                 self.warnings.append(f"{fn.pci}: device trace not captured: {exc}")
         if self.opts.counters_hz > 0:

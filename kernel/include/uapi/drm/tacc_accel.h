@@ -311,13 +311,15 @@ struct drm_tacc_wait {
 /**
  * struct drm_tacc_trace_open - DRM_IOCTL_TACC_TRACE_OPEN argument.
  *
- * Registers the calling file as the one consumer of the device trace ring
- * and enables device tracing.  mmap() @mmap_size bytes at @mmap_offset
- * (read-only) to see struct drm_tacc_trace_header then the records
- * (struct tacc_trace_rec of tacc_hw.h) at header.data_offset.
+ * Registers the calling file as the one consumer of the device trace ring,
+ * allocates the ring and enables device tracing.  mmap() @mmap_size bytes at
+ * @mmap_offset (read-only) to see struct drm_tacc_trace_header then the
+ * records (struct tacc_trace_rec of tacc_hw.h) at header.data_offset.
  *
  * @flags: must be 0.
- * @entries: out: records in the ring (power of two).
+ * @entries: in: records wanted, a power of two between
+ *           DRM_TACC_TRACE_MIN_ENTRIES and DRM_TACC_TRACE_MAX_ENTRIES, or 0
+ *           for DRM_TACC_TRACE_DEFAULT_ENTRIES; out: records in the ring.
  * @mmap_offset: out.
  * @mmap_size: out.
  */
@@ -327,6 +329,10 @@ struct drm_tacc_trace_open {
 	__u64 mmap_offset;
 	__u64 mmap_size;
 };
+
+#define DRM_TACC_TRACE_MIN_ENTRIES	64
+#define DRM_TACC_TRACE_MAX_ENTRIES	32768
+#define DRM_TACC_TRACE_DEFAULT_ENTRIES	4096
 
 /**
  * struct drm_tacc_trace_header - first page of the mapped trace ring.
