@@ -1,7 +1,7 @@
-"""ctypes mirror of the parts of ``kernel/include/uapi/drm/tacc_accel.h`` the tracing tools use.
-
-A host test compiles the header and checks every size and offset against these
-structures (tests/host/test_taccd_uapi.py).
+"""The tacc uAPI as the tracing tools use it: the ctypes layouts and numbers of
+:mod:`tacc.runtime.uapi` (the one Python definition of the uAPI, checked against
+``kernel/include/uapi/drm/tacc_accel.h`` by tests/host/test_uapi_layout.py) under the
+names these tools use, and the few helpers they need (NOP jobs, waits).
 """
 
 from __future__ import annotations
@@ -10,96 +10,37 @@ import ctypes
 import fcntl
 import os
 
-DRM_IOCTL_BASE = ord("d")
-DRM_COMMAND_BASE = 0x40
+from tacc.runtime import uapi as _u
 
-_IOC_WRITE = 1
-_IOC_READ = 2
+GetParam = _u.drm_tacc_get_param
+TraceOpen = _u.drm_tacc_trace_open
+TraceHeader = _u.drm_tacc_trace_header
+TraceAdvance = _u.drm_tacc_trace_advance
+TraceClose = _u.drm_tacc_trace_close
+Cmd = _u.drm_tacc_cmd
+Submit = _u.drm_tacc_submit
+Wait = _u.drm_tacc_wait
 
+PARAM_FUNC = _u.PARAM_FUNC
+PARAM_NUM_QUEUES = _u.PARAM_NUM_QUEUES
+PARAM_CLOCK_HZ = _u.PARAM_CLOCK_HZ
+PARAM_CONTEXT_ID = _u.PARAM_CONTEXT_ID
+PARAM_MAX_CMDS = _u.PARAM_MAX_CMDS
 
-def _ioc(direction: int, nr: int, size: int) -> int:
-    return (direction << 30) | (size << 16) | (DRM_IOCTL_BASE << 8) | nr
+OP_NOP = _u.OP_NOP
+OP_COPY_H2D = _u.OP_COPY_H2D
+OP_COPY_D2H = _u.OP_COPY_D2H
 
+DRM_TACC_TRACE_HDR_VERSION = _u.TRACE_HDR_VERSION
+DRM_TACC_MMAP_COUNTERS = _u.MMAP_COUNTERS
+DRM_TACC_MMAP_TRACE = _u.MMAP_TRACE
 
-class GetParam(ctypes.Structure):
-    _fields_ = [("param", ctypes.c_uint32), ("index", ctypes.c_uint32),
-                ("value", ctypes.c_uint64)]
-
-
-class TraceOpen(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint32), ("entries", ctypes.c_uint32),
-                ("mmap_offset", ctypes.c_uint64), ("mmap_size", ctypes.c_uint64)]
-
-
-class TraceHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("rec_size", ctypes.c_uint32),
-                ("entries", ctypes.c_uint32), ("rec_version", ctypes.c_uint32),
-                ("data_offset", ctypes.c_uint64), ("prod", ctypes.c_uint32),
-                ("dropped", ctypes.c_uint32), ("cons", ctypes.c_uint32),
-                ("epoch", ctypes.c_uint32)]
-
-
-class TraceAdvance(ctypes.Structure):
-    _fields_ = [("cons", ctypes.c_uint32), ("flags", ctypes.c_uint32),
-                ("prod", ctypes.c_uint32), ("dropped", ctypes.c_uint32)]
-
-
-class TraceClose(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
-
-
-class Cmd(ctypes.Structure):
-    _fields_ = [("opcode", ctypes.c_uint32), ("flags", ctypes.c_uint32),
-                ("tag", ctypes.c_uint64),
-                ("a_handle", ctypes.c_uint32), ("a_pad", ctypes.c_uint32),
-                ("a_offset", ctypes.c_uint64),
-                ("b_handle", ctypes.c_uint32), ("b_pad", ctypes.c_uint32),
-                ("b_offset", ctypes.c_uint64),
-                ("c_handle", ctypes.c_uint32), ("c_pad", ctypes.c_uint32),
-                ("c_offset", ctypes.c_uint64),
-                ("size", ctypes.c_uint64), ("value", ctypes.c_uint64),
-                ("m", ctypes.c_uint32), ("n", ctypes.c_uint32), ("k", ctypes.c_uint32),
-                ("lda", ctypes.c_uint32), ("ldb", ctypes.c_uint32), ("ldc", ctypes.c_uint32),
-                ("alpha", ctypes.c_uint32), ("beta", ctypes.c_uint32),
-                ("elt_op", ctypes.c_uint32), ("scalar", ctypes.c_uint32),
-                ("rsvd", ctypes.c_uint64)]
-
-
-class Submit(ctypes.Structure):
-    _fields_ = [("cmds", ctypes.c_uint64), ("in_syncobjs", ctypes.c_uint64),
-                ("num_cmds", ctypes.c_uint32), ("num_in_syncobjs", ctypes.c_uint32),
-                ("queue", ctypes.c_uint32), ("out_syncobj", ctypes.c_uint32),
-                ("flags", ctypes.c_uint32), ("cmd_size", ctypes.c_uint32),
-                ("seqno", ctypes.c_uint64)]
-
-
-class Wait(ctypes.Structure):
-    _fields_ = [("seqno", ctypes.c_uint64), ("timeout_ns", ctypes.c_int64),
-                ("flags", ctypes.c_uint32), ("status", ctypes.c_int32)]
-
-
-PARAM_FUNC = 3
-PARAM_NUM_QUEUES = 4
-PARAM_CLOCK_HZ = 8
-PARAM_CONTEXT_ID = 9
-PARAM_MAX_CMDS = 12
-
-OP_NOP = 0
-OP_COPY_H2D = 1
-OP_COPY_D2H = 2
-
-DRM_TACC_TRACE_HDR_VERSION = 1
-DRM_TACC_MMAP_COUNTERS = 0x10000000
-DRM_TACC_MMAP_TRACE = 0x20000000
-
-IOCTL_GET_PARAM = _ioc(_IOC_READ | _IOC_WRITE, DRM_COMMAND_BASE + 0x00, ctypes.sizeof(GetParam))
-IOCTL_SUBMIT = _ioc(_IOC_READ | _IOC_WRITE, DRM_COMMAND_BASE + 0x05, ctypes.sizeof(Submit))
-IOCTL_WAIT = _ioc(_IOC_READ | _IOC_WRITE, DRM_COMMAND_BASE + 0x06, ctypes.sizeof(Wait))
-IOCTL_TRACE_OPEN = _ioc(_IOC_READ | _IOC_WRITE, DRM_COMMAND_BASE + 0x07,
-                        ctypes.sizeof(TraceOpen))
-IOCTL_TRACE_ADVANCE = _ioc(_IOC_READ | _IOC_WRITE, DRM_COMMAND_BASE + 0x08,
-                           ctypes.sizeof(TraceAdvance))
-IOCTL_TRACE_CLOSE = _ioc(_IOC_WRITE, DRM_COMMAND_BASE + 0x09, ctypes.sizeof(TraceClose))
+IOCTL_GET_PARAM = _u.DRM_IOCTL_TACC_GET_PARAM
+IOCTL_SUBMIT = _u.DRM_IOCTL_TACC_SUBMIT
+IOCTL_WAIT = _u.DRM_IOCTL_TACC_WAIT
+IOCTL_TRACE_OPEN = _u.DRM_IOCTL_TACC_TRACE_OPEN
+IOCTL_TRACE_ADVANCE = _u.DRM_IOCTL_TACC_TRACE_ADVANCE
+IOCTL_TRACE_CLOSE = _u.DRM_IOCTL_TACC_TRACE_CLOSE
 
 # _IOC_NR values the tacc_ioctl_* tracepoints report (nr field).
 IOCTL_NAMES = {
