@@ -138,3 +138,36 @@ def test_first_fault_is_kept(pf, ctx1):
         pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, VA + off, VA + (1 << 30), 64, ctx=1)])
     assert pf.r64(HW.TACC_REG_FAULT_ADDR) == VA + (40 << 10)
     assert pf.cnt("mmu_faults") == 2
+
+
+def test_gemm_write_back_walks_are_neither_timed_nor_counted():
+    """A GEMM translates A, B and every row of C at dispatch (timed: walk-latency-ns per
+    PTE read) and writes C back at completion.  With a TLB too small to keep C's pages,
+    the write-back walks again; those walks are not timed, so they must not be counted
+    either: the command's tlb_misses/tlb_walk_reads are what its time paid for."""
+    from tacc.testing.taccdev import Tacc, d_gemm
+    d = Tacc("tlb-entries=4,sriov-max-vfs=0")
+    try:
+        root = d.pt.new_root()
+        d.pt.map(root, VA + (1 << 30), 0, 64 << 10, devmem=True)  # 4 KiB device pages
+        d.pt.flush()
+        pf = d.pf
+        pf.reset()
+        pf.set_ptbr(0, root)
+        # A 128x32 (4 pages), B 32x64 (2 pages), C 128x64 (8 pages: more than the TLB)
+        m, n, k = 128, 64, 32
+        base = VA + (1 << 30)
+        va, vb, vc = base, base + (16 << 10), base + (32 << 10)
+        c0 = pf.counters()
+        cq = pf.run_job(2, [d_gemm(va, vb, vc, m, n, k, k, n, n, 1.0, 0.0)])
+        assert cq.status == 0
+        c1 = pf.counters()
+        # 4 pages of A + 2 of B + 8 of C (its rows probed in page order), 3 reads each;
+        # the write-back misses all 8 of C again (LRU of 4) and counts none of them
+        assert c1["tlb_misses"] - c0["tlb_misses"] == 14
+        assert c1["tlb_walk_reads"] - c0["tlb_walk_reads"] == 42
+        busy = sum(c1[f"busy_compute{i}"] - c0[f"busy_compute{i}"] for i in range(4))
+        comp_ps = max(2 * m * n * k * 1000 // 4000, (m * k + k * n + m * n) * 4 * 1000 // 800)
+        assert busy == cq.end - cq.start == (100_000 + 500_000 * 42 + comp_ps) // 1000
+    finally:
+        d.close()
