@@ -65,7 +65,7 @@ def test_good_twin_faster(ctx: Context, stretched: None, name: str, kw: dict) ->
 @pytest.mark.parametrize("name", ["tiny_transfers", "unaligned_userptr", "map_churn",
                                   "tlb_thrash", "serialized_copies", "host_bound",
                                   "link_saturation", "noisy_neighbour"])
-def test_twins_full_size(ctx: Context, name: str) -> None:
+def test_twins_full_size(ctx: Context, stretched: None, name: str) -> None:
     bad, good = run_twins(name, ctx)
     assert bad.checked and good.checked
     assert good.device_ns < bad.device_ns
