@@ -181,9 +181,8 @@ struct tacc_job {
 
 /*
  * A device ring towards one user-space consumer (tacc_ring.c): the trace ring
- * (allocated at probe, lives with the device) and the counter sample ring
- * (allocated by SAMPLE_OPEN for its consumer, freed by SAMPLE_CLOSE, file
- * release or surprise removal).
+ * and the counter sample ring, each allocated by its OPEN ioctl for its
+ * consumer and freed by CLOSE, file release or surprise removal.
  */
 struct tacc_ring {
 	struct mutex lock;		/* everything below */

@@ -373,8 +373,7 @@ int tacc_pmu_init(struct tacc_device *tdev)
 	spin_lock_init(&tp->lock);
 	tp->tdev = tdev;
 	tp->on_cpu = -1;
-	snprintf(tp->name, sizeof(tp->name), "tacc_%x",
-		 pci_dev_id(pdev) | (pci_domain_nr(pdev->bus) << 16));
+	snprintf(tp->name, sizeof(tp->name), "tacc_%x", tacc_devid(tdev));
 	ret = tacc_pmu_build_events(tp);
 	if (ret) {
 		tacc_pmu_free(tp);

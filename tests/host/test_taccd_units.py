@@ -778,10 +778,8 @@ def test_counter_samples_on_a_grid_late_slots_are_drops(tmp_path: Path) -> None:
 
 
 def test_trace_ring_size_is_checked_before_any_device_is_touched() -> None:
-    from tacc.daemon.session import check_trace_entries
-
     for ok in (0, 64, 4096, 32768):
-        check_trace_entries(ok)
+        assert Options(trace_entries=ok).trace_entries == ok
     for bad in (1, 32, 100, 65536, -64):
         with pytest.raises(ValueError, match="power of two from 64 to 32768"):
-            check_trace_entries(bad)
+            Options(trace_entries=bad)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tacc.testing.guest_qmp import PF_QOM
 from test_driver_basic import (
     BIND_READONLY,
     BO_NO_BIND,
@@ -141,7 +142,7 @@ def test_hang_recovery(pf_accel):
     with Dev(pf_accel) as a, Dev(pf_accel) as b:
         h = a.bo(8192)
         d = a.bo(8192, DEVICE)
-        qmp.execute("qom-set", path="/machine/peripheral/tacc0",
+        qmp.execute("qom-set", path=PF_QOM,
                     property="fi-hang-engine", value=0)
         try:
             t0 = time.monotonic()
@@ -163,7 +164,7 @@ def test_hang_recovery(pf_accel):
             st = a.wait(hung, timeout_s=30)
             elapsed = time.monotonic() - t0
         finally:
-            qmp.execute("qom-set", path="/machine/peripheral/tacc0",
+            qmp.execute("qom-set", path=PF_QOM,
                         property="fi-hang-engine", value=-1)
         assert st == -errno.ETIMEDOUT
         assert elapsed < timeout_ms / 1000 * 3 + 10

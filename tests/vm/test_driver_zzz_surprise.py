@@ -14,6 +14,7 @@ import subprocess
 import time
 
 import pytest
+from tacc.testing.guest_qmp import PF_QOM
 from test_driver_basic import (
     DEVICE,
     MMAP_COUNTERS,
@@ -47,7 +48,7 @@ def test_surprise_removal(pf_accel):
     tr = d.ioctl(TRACE_OPEN, TraceOpen())
     tr_map = mmap.mmap(d.fd, tr.mmap_size, mmap.MAP_SHARED, mmap.PROT_READ, offset=MMAP_TRACE)
     assert d.run([nop()]) == 0
-    qmp.qom_set("/machine/peripheral/tacc0", "fi-hang-engine", 0)
+    qmp.qom_set(PF_QOM, "fi-hang-engine", 0)
     stuck = d.submit([copy(OP_H2D, h.handle, dv.handle, 4096, tag=0x5e)], queue=0)
     qmp.execute("device_del", id="tacc0")
     deadline = time.monotonic() + 60

@@ -54,7 +54,6 @@ TWINS: dict[str, tuple[dict[str, Any], set[str], int]] = {
     # 100 us minimum of time lost
     "unaligned_userptr": ({"scale": 4}, {"host_memory"}, 1000),
 }
-PF_QOM = "/machine/peripheral/tacc0"
 QUICK_TWINS = ["tiny_transfers", "tlb_thrash", "map_churn", "serialized_copies", "host_bound",
                "link_saturation", "unaligned_userptr"]
 
@@ -138,15 +137,10 @@ class Recorder:
         if key in self.cache:
             return self.cache[key]
         if time_scale != 1000:
-            from tacc.testing.guest_qmp import GuestQMP
+            from tacc.testing.guest_qmp import device_time_scale
 
-            with GuestQMP() as q:
-                q.qom_set(PF_QOM, "time-scale", time_scale)
-            try:
+            with device_time_scale(time_scale):
                 return self._capture(key, runs, devices)
-            finally:
-                with GuestQMP() as q:
-                    q.qom_set(PF_QOM, "time-scale", 1000)
         return self._capture(key, runs, devices)
 
     def _capture(self, key: str, runs: list[tuple[str, bool, dict[str, Any]]],

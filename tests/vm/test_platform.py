@@ -61,9 +61,9 @@ def test_guest_kernel_is_612() -> None:
 
 
 def test_guest_qmp_channel() -> None:
-    from tacc.testing.guest_qmp import GuestQMP
+    from tacc.testing.guest_qmp import PF_QOM, GuestQMP
     with GuestQMP() as q:
         status = q.execute("query-status")
         assert status["status"] == "running"
         # The tacc device is reachable by its QOM path (id=tacc0 in run-vm).
-        assert q.qom_get("/machine/peripheral/tacc0", "type") == "tacc"
+        assert q.qom_get(PF_QOM, "type") == "tacc"

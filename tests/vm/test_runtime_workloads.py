@@ -17,7 +17,6 @@ import pytest
 from tacc.runtime import Context
 from tacc.workloads import run, run_twins
 
-PF_QOM = "/machine/peripheral/tacc0"
 STRETCH = 10_000  # time-scale x 1000
 
 
@@ -31,15 +30,10 @@ def ctx() -> Iterator[Context]:
 @pytest.fixture
 def stretched() -> Iterator[None]:
     """The device's modelled time x10 for one test (restored after it)."""
-    from tacc.testing.guest_qmp import GuestQMP
+    from tacc.testing.guest_qmp import device_time_scale
 
-    with GuestQMP() as q:
-        q.qom_set(PF_QOM, "time-scale", STRETCH)
-    try:
+    with device_time_scale(STRETCH):
         yield
-    finally:
-        with GuestQMP() as q:
-            q.qom_set(PF_QOM, "time-scale", 1000)
 
 
 def test_mlp_matches_numpy(ctx: Context, stretched: None) -> None:

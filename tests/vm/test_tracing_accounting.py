@@ -60,11 +60,11 @@ def _jobs_completed(pci: Path) -> int:
 
 def _gt() -> tuple[int, int]:
     """The device model's own totals (jobs, commands) over all functions, via QMP."""
-    from tacc.testing.guest_qmp import GuestQMP
+    from tacc.testing.guest_qmp import PF_QOM, GuestQMP
 
     with GuestQMP() as q:
-        return (int(q.qom_get("/machine/peripheral/tacc0", "gt-jobs")),
-                int(q.qom_get("/machine/peripheral/tacc0", "gt-cmds")))
+        return (int(q.qom_get(PF_QOM, "gt-jobs")),
+                int(q.qom_get(PF_QOM, "gt-cmds")))
 
 
 class Truth:

@@ -104,20 +104,35 @@ def measure(node: str, seconds: float, batch: int) -> tuple[float, int]:
     return n / dt, n
 
 
+def table(res: dict[str, list[float]], cpu: dict[str, list[float]], key: str, unit: str,
+          fmt: str, title: str) -> list[dict[str, Any]]:
+    """Median rate per mode, its ratio to "nothing" and the tracer's CPU share: rows for
+    the JSON output, printed as a table under ``title``."""
+    base = statistics.median(res["nothing"])
+    rows = []
+    for mode, rates in res.items():
+        med = statistics.median(rates) if rates else 0.0
+        rows.append({"mode": mode, key: med, "ratio": med / base if base else 0.0,
+                     "runs": rates,
+                     "tracer_cpu_share": statistics.median(cpu[mode]) if cpu[mode] else 0.0})
+    print(f"\n{title}")
+    print(f"{'mode':<10} {unit:>10} {'x nothing':>10} {'tracer CPU':>11}")
+    for row in rows:
+        print(f"{row['mode']:<10} {row[key]:10{fmt}} {row['ratio']:10.3f} "
+              f"{row['tracer_cpu_share'] * 100:10.1f}%")
+    return rows
+
+
 class Taccd:
     def __init__(self, tmp: Path) -> None:
+        from tacc.testing.taccd import start_taccd
+
         self.sock = str(tmp / "taccd.sock")
         self.tmp = tmp
-        self.log = tmp / "taccd.log"
-        with self.log.open("w") as log:  # a file: an unread pipe could block taccd
-            self.p = subprocess.Popen([str(BIN / "taccd"), "-f", "--socket", self.sock,
-                                       "--capture-root", str(tmp)], stderr=log)
-        for _ in range(600):
-            if Path(self.sock).exists():
-                break
-            if self.p.poll() is not None:
-                raise SystemExit(f"vm_tracing: taccd exited: {self.log.read_text()}")
-            time.sleep(0.1)
+        try:  # not verbose: its log lines would be part of the cost measured
+            self.p = start_taccd(Path(self.sock), tmp, timeout=60.0, verbose=False)
+        except RuntimeError as exc:
+            raise SystemExit(f"vm_tracing: {exc}") from None
         self.ncap = 0
 
     def req(self, obj: dict[str, Any], timeout: float = 300.0) -> dict[str, Any]:
@@ -273,35 +288,17 @@ def main() -> int:
         d.close()
         if mlp is not None:
             mlp.close()
-    base = statistics.median(res["nothing"])
-    rows = []
-    for mode, rates in res.items():
-        med = statistics.median(rates) if rates else 0.0
-        rows.append({"mode": mode, "jobs_per_s": med, "ratio": med / base if base else 0.0,
-                     "runs": rates, "tracer_cpu_share": statistics.median(cpu[mode])
-                     if cpu[mode] else 0.0})
-    print(f"\nNOP-job throughput, {args.seconds:g} s per phase, medians of "
-          f"{args.rounds}+ rounds (1 NOP per job, wait every {args.batch})")
-    print(f"{'mode':<10} {'jobs/s':>10} {'x nothing':>10} {'tracer CPU':>11}")
-    for row in rows:
-        print(f"{row['mode']:<10} {row['jobs_per_s']:10.0f} {row['ratio']:10.3f} "
-              f"{row['tracer_cpu_share'] * 100:10.1f}%")
+    rows = table(res, cpu, "jobs_per_s", "jobs/s", ".0f",
+                 f"NOP-job throughput, {args.seconds:g} s per phase, medians of "
+                 f"{args.rounds}+ rounds (1 NOP per job, wait every {args.batch})")
     for c in extra["captures"]:
         print(f"capture: {c['jobs']} jobs, records {c['records']}, drops {c['drops']}")
     print(f"snoop: {extra['snoop_lines']} lines; {extra['snoop_summary']}")
     mrows = []
     if mlp is not None and mres["nothing"]:
-        mbase = statistics.median(mres["nothing"])
-        for mode, rates in mres.items():
-            med = statistics.median(rates)
-            mrows.append({"mode": mode, "batches_per_s": med, "ratio": med / mbase,
-                          "runs": rates, "tracer_cpu_share": statistics.median(mcpu[mode])})
-        print(f"\nmlp throughput (tacc.workloads mlp, {mlp.batches} batches of 256 per "
-              f"phase), medians of {args.rounds} rounds")
-        print(f"{'mode':<10} {'batches/s':>10} {'x nothing':>10} {'tracer CPU':>11}")
-        for row in mrows:
-            print(f"{row['mode']:<10} {row['batches_per_s']:10.1f} {row['ratio']:10.3f} "
-                  f"{row['tracer_cpu_share'] * 100:10.1f}%")
+        mrows = table(mres, mcpu, "batches_per_s", "batches/s", ".1f",
+                      f"mlp throughput (tacc.workloads mlp, {mlp.batches} batches of 256 per "
+                      f"phase), medians of {args.rounds} rounds")
         for c in extra["mlp_captures"]:
             print(f"mlp capture: {c['batches']} batches, records {c['records']}, "
                   f"drops {c['drops']}")

@@ -282,13 +282,14 @@ def cmd_dma(args: argparse.Namespace, root: Path) -> int:
 def cmd_record(args: argparse.Namespace, root: Path) -> int:
     from tacc.capture.errors import CaptureError
     from tacc.daemon.devices import discover
-    from tacc.daemon.session import CaptureSession, Options, check_trace_entries
+    from tacc.daemon.session import CaptureSession, Options
 
-    try:
-        check_trace_entries(args.trace_entries)
+    try:  # before any device is touched or the program compiled
+        opts = Options(host_events=False, device_trace=not args.no_device_trace, api=False,
+                       counters_hz=10.0, pids=[args.pid] if args.pid else [],
+                       comm=args.comm, device=args.device, trace_entries=args.trace_entries)
     except ValueError as exc:
         raise ToolError(str(exc)) from None
-
     flt, fn = _filters(args)
     fns = [fn] if fn else discover()
     out = Path(args.output)
@@ -296,9 +297,6 @@ def cmd_record(args: argparse.Namespace, root: Path) -> int:
         raise ToolError(f"{out}: exists and is not an empty directory")
     prog = _program(root, rb_pages=4096)
     prog.configure(flt)
-    opts = Options(host_events=False, device_trace=not args.no_device_trace, api=False,
-                   counters_hz=10.0, pids=[args.pid] if args.pid else [], comm=args.comm,
-                   device=args.device, trace_entries=args.trace_entries)
     try:
         sess = CaptureSession(out, fns, opts, program=prog, tool=PROG)
     except (CaptureError, OSError) as exc:

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from tacc.libc import libc
+
 from . import bpfsrc
 from .bpfsrc import (
     CFG_DEV,
@@ -65,7 +67,6 @@ class _InfoAttr(ctypes.Structure):
                 ("info", ctypes.c_uint64)]
 
 
-libc = ctypes.CDLL(None, use_errno=True)
 
 
 def recursion_misses(prog_fd: int) -> int:

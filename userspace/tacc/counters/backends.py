@@ -21,6 +21,8 @@ from types import TracebackType
 
 import numpy as np
 
+from tacc.libc import libc
+
 from . import uapi
 from .catalogue import (
     GLOBAL_PAGE,
@@ -197,7 +199,6 @@ class PerfEventAttr(C.Structure):
 PERF_ATTR_SIZE = 128  # PERF_ATTR_SIZE_VER7
 PERF_FORMAT_GROUP = 1 << 3
 NR_PERF_EVENT_OPEN = 298  # x86_64
-_libc = C.CDLL(None, use_errno=True)
 
 
 def pmu_dir(fn: Function) -> Path:
@@ -222,7 +223,7 @@ def perf_config(fn: Function, event: str) -> int:
 
 
 def perf_event_open(attr: PerfEventAttr, pid: int, cpu: int, group_fd: int) -> int:
-    fd = _libc.syscall(NR_PERF_EVENT_OPEN, C.byref(attr), pid, cpu, group_fd, 0)
+    fd = libc.syscall(NR_PERF_EVENT_OPEN, C.byref(attr), pid, cpu, group_fd, 0)
     if fd < 0:
         err = C.get_errno()
         raise OSError(err, os.strerror(err))

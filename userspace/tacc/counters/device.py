@@ -16,9 +16,7 @@ u64 devclk}`` then 128 u64 slots: function page slots 0..63, global page slots 0
 
 from __future__ import annotations
 
-import ctypes as C
 import errno
-import fcntl
 import mmap
 import os
 import time
@@ -31,6 +29,7 @@ from tacc.runtime import uapi as ru
 
 from .backends import Backend, Snapshot
 from .catalogue import GLOBAL_PAGE, Catalogue, CounterError, Function
+from .uapi import ioctl as _ioctl
 
 SAMPLE_SLOTS = 64  # TACC_SAMPLE_SLOTS
 CNT_VERSION = 1  # TACC_CNT_VERSION
@@ -82,11 +81,6 @@ def parse_entries(buf: bytes | bytearray | memoryview | np.ndarray, slots: np.nd
         bad = int(ents["version"][ents["version"] != CNT_VERSION][0])
         raise CounterError(f"sample entry version {bad}, expected {CNT_VERSION}")
     return ents["seq"].copy(), ents["devclk"].copy(), ents["slots"][:, slots]
-
-
-def _ioctl(fd: int, req: int, arg: C.Structure) -> C.Structure:
-    fcntl.ioctl(fd, req, arg, True)
-    return arg
 
 
 class DeviceBackend(Backend):

@@ -20,13 +20,13 @@ import numpy as np
 
 from tacc.capture import CaptureWriter
 from tacc.capture.schema import CLOCK_DTYPE, COUNTERS_DTYPE, DROPS_DTYPE, DropSource
+from tacc.libc import libc
 
 from .backends import Backend, default_catalogue, open_backend
 from .catalogue import Catalogue, Function
 
 MAX_RATE_HZ = 10_000.0
 BATCH = 1024
-_libc = C.CDLL(None, use_errno=True)
 CLOCK_MONOTONIC = 1
 TIMER_ABSTIME = 1
 PR_SET_TIMERSLACK = 29
@@ -38,7 +38,7 @@ class _Timespec(C.Structure):
 
 def sleep_until(t_ns: int) -> None:
     ts = _Timespec(t_ns // 1_000_000_000, t_ns % 1_000_000_000)
-    _libc.clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, C.byref(ts), None)
+    libc.clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, C.byref(ts), None)
 
 
 @dataclass
@@ -165,7 +165,7 @@ class Sampler:
         if self.backend_name == "device":
             return self._run_device(duration_s, writer, stop, max_ticks)
         try:
-            _libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
+            libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
         except AttributeError:
             pass
         st = self.stats

@@ -24,7 +24,7 @@ from tacc.capture.schema import DropSource
 from . import protocol
 from .alwayson import AlwaysOn
 from .devices import DeviceError, TaccFunction, discover, find
-from .session import CaptureSession, Options, check_trace_entries
+from .session import CaptureSession, Options
 
 log = logging.getLogger("taccd")
 TICK_S = 0.05
@@ -234,10 +234,9 @@ class Daemon:
         if bad:
             raise DaemonError(f"unknown capture option(s): {', '.join(bad)}")
         duration = options.pop("duration", None)
-        opts = Options(**{**options, "max_bytes": int(options.get("max_bytes",
-                                                                    self.max_bytes))})
         try:
-            check_trace_entries(int(opts.trace_entries))
+            opts = Options(**{**options, "max_bytes": int(options.get("max_bytes",
+                                                                        self.max_bytes))})
         except (TypeError, ValueError) as exc:
             raise DaemonError(str(exc)) from None
         fns = self.functions

@@ -32,6 +32,7 @@ from tacc.capture.schema import (
     DeviceEventKind,
     DropSource,
 )
+from tacc.libc import libc
 
 from .apiring import ApiRings
 from .apiring import available as api_available
@@ -73,15 +74,6 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _malloc_tuned = False
 
 
-def _libc() -> Any | None:
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:  # not glibc
-        return None
-
-
 def tune_malloc() -> None:
     """Keep freed memory for reuse while capturing.  Every tick allocates and frees
     arrays of up to a few MB; by default glibc serves blocks that size with mmap (or trims
@@ -92,16 +84,14 @@ def tune_malloc() -> None:
     global _malloc_tuned
     if _malloc_tuned:
         return
-    libc = _libc()
-    if libc is not None and hasattr(libc, "mallopt"):
+    if hasattr(libc, "mallopt"):  # glibc
         libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
         libc.mallopt(_M_TRIM_THRESHOLD, 128 << 20)
     _malloc_tuned = True
 
 
 def release_memory() -> None:
-    libc = _libc()
-    if libc is not None and hasattr(libc, "malloc_trim"):
+    if hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
 
 
@@ -119,17 +109,19 @@ class Options:
     flush_s: float = 1.0
     trace_entries: int = 0  # device trace ring records per function (0 = driver default)
 
+    def __post_init__(self) -> None:
+        """Options a device would refuse are refused here, before any device is touched
+        (ValueError, one line)."""
+        from tacc.runtime.uapi import TRACE_MAX_ENTRIES, TRACE_MIN_ENTRIES
+
+        n = self.trace_entries
+        if not isinstance(n, int) or n < 0 or (n and not (
+                TRACE_MIN_ENTRIES <= n <= TRACE_MAX_ENTRIES and n & (n - 1) == 0)):
+            raise ValueError(f"trace ring entries {n}: a power of two from "
+                             f"{TRACE_MIN_ENTRIES} to {TRACE_MAX_ENTRIES}")
+
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def check_trace_entries(n: int) -> None:
-    """A device trace ring size TRACE_OPEN accepts (0 = the driver's default)."""
-    from tacc.runtime.uapi import TRACE_MAX_ENTRIES, TRACE_MIN_ENTRIES
-
-    if n and not (TRACE_MIN_ENTRIES <= n <= TRACE_MAX_ENTRIES and n & (n - 1) == 0):
-        raise ValueError(f"trace ring entries {n}: a power of two from {TRACE_MIN_ENTRIES} "
-                         f"to {TRACE_MAX_ENTRIES}")
 
 
 class CaptureSession:
@@ -349,10 +341,7 @@ class CaptureSession:
         drained between slices: a busy tick (tens of thousands of events, slowed further by
         the traced workload sharing the CPU) must not leave a device ring to overflow."""
         assert self.program is not None
-        reader = getattr(self.program, "reader", None)
-        if reader is None or not hasattr(reader, "pending_bytes"):
-            self.drain_bpf(self.program.drain())
-            return
+        reader = self.program.reader
         # what is pending now, at most: events arriving meanwhile wait for the next tick
         budget = max(reader.pending_bytes() // reader.stride, 0)
         while True:
@@ -365,7 +354,7 @@ class CaptureSession:
 
     def _between_slices(self) -> None:
         """What must not wait for a long tick to end: the device trace rings (4096
-        entries) and a counter sample that has come due."""
+        records by default) and a counter sample that has come due."""
         self._drain_devices()
         hz = self.opts.counters_hz
         if hz > 0 and self.counters_due is not None:
@@ -382,9 +371,7 @@ class CaptureSession:
                 self._append("clock_sync", recs, DropSource.CLOCK)
 
     def _bpf_due(self, now: float) -> bool:
-        reader = getattr(self.program, "reader", None)
-        if reader is None or not hasattr(reader, "pending_bytes"):
-            return True
+        reader = self.program.reader  # type: ignore[union-attr]
         pending = reader.pending_bytes() // reader.stride
         return pending > 0 and (pending <= BPF_IDLE or pending >= BPF_BATCH
                                 or now - self.t_bpf >= BPF_MAX_AGE_S)

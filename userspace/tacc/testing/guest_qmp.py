@@ -14,10 +14,13 @@ import json
 import os
 import select
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 PORT_NAME = "org.tacc.qmp"
+PF_QOM = "/machine/peripheral/tacc0"  # the PF's QOM path (scripts/run-vm: id=tacc0)
 
 
 class QMPError(Exception):
@@ -100,3 +103,16 @@ class GuestQMP:
 
     def qom_set(self, path: str, prop: str, value: Any) -> None:
         self.execute("qom-set", path=path, property=prop, value=value)
+
+
+@contextmanager
+def device_time_scale(scale: int) -> Iterator[None]:
+    """Every modelled duration of the device x ``scale``/1000 (QOM ``time-scale``,
+    docs/hardware.md section 1) inside the block, 1x after it."""
+    with GuestQMP() as q:
+        q.qom_set(PF_QOM, "time-scale", scale)
+    try:
+        yield
+    finally:
+        with GuestQMP() as q:
+            q.qom_set(PF_QOM, "time-scale", 1000)

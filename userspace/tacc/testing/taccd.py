@@ -10,9 +10,9 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 
 
-def start_taccd(sock: Path, root: Path, *extra: str,
-                timeout: float = 300.0) -> subprocess.Popen[str]:
-    """taccd -f -v with ``extra`` options; returns once its control socket exists.
+def start_taccd(sock: Path, root: Path, *extra: str, timeout: float = 300.0,
+                verbose: bool = True) -> subprocess.Popen[str]:
+    """taccd -f [-v] with ``extra`` options; returns once its control socket exists.
 
     stderr goes to ``root/taccd.log``: a pipe nobody reads until the end could block it.
     The wait is long (its imports are 9p reads: with -icount sleep=off the guest clock
@@ -20,8 +20,9 @@ def start_taccd(sock: Path, root: Path, *extra: str,
     the log, if taccd exits."""
     log_path = root / "taccd.log"
     with log_path.open("w") as log:
-        p = subprocess.Popen([str(BIN / "taccd"), "-f", "-v", *extra, "--socket", str(sock),
-                              "--capture-root", str(root)], stderr=log, text=True)
+        p = subprocess.Popen([str(BIN / "taccd"), "-f", *(["-v"] if verbose else []), *extra,
+                              "--socket", str(sock), "--capture-root", str(root)],
+                             stderr=log, text=True)
     end = time.monotonic() + timeout
     while not sock.exists():
         if p.poll() is not None:
