@@ -54,6 +54,10 @@ finish() {
 # nodes that appear later (VFs, module reloads) within a second.
 groupadd -f tacc
 id tacc-user >/dev/null 2>&1 || useradd -M -d /tmp -s /bin/bash -G tacc tacc-user
+# tacc-user runs this checkout's venv tools: a checkout made in a 0700 directory
+# (git clone into "$(mktemp -d)", as CI does) must be traversable by others. / is an
+# overlay on a read-only share: this changes the guest's view only, never the host's.
+chmod o+x "$root"
 fix_accel_nodes() {
 	local n
 	for n in /dev/accel/accel*; do
