@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -104,16 +105,31 @@ class QTest:
         finally:
             srv.close()
         self.rf = self.sock.makefile("rb")
+        self.reply_timeout: float | None = None  # seconds per reply (None: wait)
         self._clock = 0
         self.qmp = QMP(msock)
 
     # ------------------------------------------------------------ protocol --
+    def died(self) -> str:
+        """How QEMU ended ("" while it runs), e.g. "QEMU died with SIGFPE"."""
+        try:
+            rc = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return ""
+        if rc < 0:
+            return f"QEMU died with {signal.Signals(-rc).name}"
+        return f"QEMU exited with status {rc}"
+
     def cmd(self, line: str) -> str:
+        self.sock.settimeout(self.reply_timeout)
         self.sock.sendall(line.encode() + b"\n")
         while True:
-            rsp = self.rf.readline()
+            try:
+                rsp = self.rf.readline()
+            except TimeoutError as e:
+                raise QTestError(f"no qtest reply within {self.reply_timeout} s to {line!r}") from e
             if not rsp:
-                raise QTestError(f"qtest connection closed after {line!r}: {self.log()}")
+                raise QTestError(f"qtest socket closed after {line!r}: {self.died()}: {self.log()}")
             rsp = rsp.decode().strip()
             if rsp.startswith("IRQ"):
                 continue
