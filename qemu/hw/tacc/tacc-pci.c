@@ -106,13 +106,53 @@ void tacc_msix_notify(TaccFunc *f, unsigned vector)
     }
 }
 
+/* Raise the vectors of @causes (already set in IRQ_STATUS and unmasked). */
+void tacc_irq_fire(TaccFunc *f, uint32_t causes)
+{
+    if (causes & ~(TACC_IRQ_TRACE | TACC_IRQ_SAMPLE)) {
+        tacc_msix_notify(f, TACC_MSIX_ERROR);
+    }
+    if (causes & (TACC_IRQ_TRACE | TACC_IRQ_SAMPLE)) {
+        tacc_msix_notify(f, TACC_MSIX_TRACE);
+    }
+}
+
 void tacc_irq_cause(TaccFunc *f, uint32_t cause)
 {
     f->irq_status |= cause;
-    if (cause & f->irq_mask) {
-        tacc_msix_notify(f, (cause & (TACC_IRQ_TRACE | TACC_IRQ_SAMPLE))
-                            ? TACC_MSIX_TRACE : TACC_MSIX_ERROR);
+    tacc_irq_fire(f, cause & f->irq_mask);
+}
+
+/*
+ * Re-entrancy.  The guest chooses where the device's DMA, write-backs and
+ * MSI-X messages go, and may aim them at the registers (or the config space
+ * through ECAM) of any function of this very device, which would then change
+ * queues, contexts or resets under a command in progress.  QEMU's
+ * MemReentrancyGuard only covers the function whose MMIO is being
+ * dispatched; tacc work also runs from timers and crosses functions (PF and
+ * VFs share engines).  So every entry point (BAR accesses, config writes,
+ * timers, QOM actions) counts itself in the PF's state, the scheduler counts
+ * too (in_run), and an access that arrives while one is active can only be
+ * the device's own: it is refused (writes dropped, reads return 0).
+ */
+bool tacc_enter(TaccState *s, TaccFunc *f, const char *what)
+{
+    if (s->depth || s->in_run) {
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: fn%d: re-entrant %s refused (the device's own "
+                      "DMA or MSI-X aimed at its registers)\n", f->fn, what);
+        trace_tacc_reentrant(f->fn, what);
+        s->reentrant_refused++;
+        return false;
     }
+    s->depth++;
+    return true;
+}
+
+void tacc_leave(TaccState *s)
+{
+    assert(s->depth);
+    s->depth--;
 }
 
 /* Function reset: CTRL.RESET, FLR, D3hot->D0, VF enable/disable. */
@@ -181,8 +221,8 @@ static void tacc_fatal(TaccState *s)
 
 /* ------------------------------------------------------ config space ---- */
 
-static void tacc_write_config(PCIDevice *pdev, uint32_t addr, uint32_t val,
-                              int len)
+static void tacc_write_config_locked(PCIDevice *pdev, uint32_t addr,
+                                     uint32_t val, int len)
 {
     TaccFunc *f = TACC_FUNC(pdev);
     uint8_t old = tacc_pm_state(pdev), new;
@@ -202,6 +242,18 @@ static void tacc_write_config(PCIDevice *pdev, uint32_t addr, uint32_t val,
             tacc_func_reset(f);     /* No_Soft_Reset = 0 */
         }
     }
+}
+
+static void tacc_write_config(PCIDevice *pdev, uint32_t addr, uint32_t val,
+                              int len)
+{
+    TaccFunc *f = TACC_FUNC(pdev);
+
+    if (!tacc_enter(f->pf, f, "config write")) {
+        return;
+    }
+    tacc_write_config_locked(pdev, addr, val, len);
+    tacc_leave(f->pf);
 }
 
 static void tacc_qdev_reset(DeviceState *dev)
@@ -462,9 +514,10 @@ static void tacc_set_fatal(Object *obj, bool v, Error **errp)
     TaccState *s = TACC(obj);
 
     s->fi_fatal = v;
-    if (v && qdev_is_realized(DEVICE(obj))) {
+    if (v && qdev_is_realized(DEVICE(obj)) && tacc_enter(s, &s->func, "fi-fatal")) {
         trace_tacc_fi_fatal();
         tacc_fatal(s);
+        tacc_leave(s);
     }
 }
 

@@ -193,11 +193,18 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
     return 0;
 }
 
-static uint64_t tacc_bar0_read(void *opaque, hwaddr addr, unsigned size)
+/* DEVCLK and HOSTCLK: a LO read latches HI, one latch per register */
+static uint32_t *tacc_clk_latch(TaccFunc *f, hwaddr reg)
 {
-    TaccFunc *f = opaque;
+    return reg == TACC_REG_DEVCLK ? &f->clk_latch[0] :
+           reg == TACC_REG_HOSTCLK ? &f->clk_latch[1] : NULL;
+}
+
+static uint64_t tacc_bar0_read_locked(TaccFunc *f, hwaddr addr, unsigned size)
+{
     uint64_t v = 0, v64;
     hwaddr reg = addr & ~7ull;
+    uint32_t *latch = tacc_clk_latch(f, reg);
     bool ok;
 
     tacc_sched_run(f->pf);      /* registers reflect the modelled "now" */
@@ -205,11 +212,12 @@ static uint64_t tacc_bar0_read(void *opaque, hwaddr addr, unsigned size)
         if (size == 8) {
             v = v64;
         } else if (addr & 4) {
-            v = (reg == TACC_REG_DEVCLK || reg == TACC_REG_HOSTCLK)
-                ? f->clk_latch : v64 >> 32;
+            v = latch ? *latch : v64 >> 32;
         } else {
             v = (uint32_t)v64;
-            f->clk_latch = v64 >> 32;
+            if (latch) {
+                *latch = v64 >> 32;
+            }
         }
     } else if (size == 4) {
         v = tacc_reg32(f, addr, &ok);
@@ -227,6 +235,19 @@ static uint64_t tacc_bar0_read(void *opaque, hwaddr addr, unsigned size)
     return v;
 }
 
+static uint64_t tacc_bar0_read(void *opaque, hwaddr addr, unsigned size)
+{
+    TaccFunc *f = opaque;
+    uint64_t v;
+
+    if (!tacc_enter(f->pf, f, "register read")) {
+        return 0;
+    }
+    v = tacc_bar0_read_locked(f, addr, size);
+    tacc_leave(f->pf);
+    return v;
+}
+
 static void tacc_set64(uint64_t *r, hwaddr addr, uint64_t val, unsigned size)
 {
     if (size == 8) {
@@ -238,10 +259,39 @@ static void tacc_set64(uint64_t *r, hwaddr addr, uint64_t val, unsigned size)
     }
 }
 
-static void tacc_bar0_write(void *opaque, hwaddr addr, uint64_t val,
-                            unsigned size)
+/*
+ * Write-back addresses (struct tacc_ring_wb, 8 bytes) must be 8-byte
+ * aligned: a misaligned one is refused (the register keeps its value) with
+ * the DMA_ERROR cause.
+ */
+static void tacc_set_wb(TaccFunc *f, uint64_t *r, hwaddr addr, uint64_t val,
+                        unsigned size, const char *name)
 {
-    TaccFunc *f = opaque;
+    uint64_t v = *r;
+
+    tacc_set64(&v, addr, val, size);
+    if (v & 7) {
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: fn%d: %s 0x%" PRIx64 " not 8-byte aligned: "
+                      "refused\n", f->fn, name, v);
+        tacc_irq_cause(f, TACC_IRQ_DMA_ERROR);
+        return;
+    }
+    *r = v;
+}
+
+/* IRQ_MASK: a cause that is pending when it gets unmasked fires now. */
+static void tacc_set_irq_mask(TaccFunc *f, uint32_t val)
+{
+    uint32_t fire = val & ~f->irq_mask & f->irq_status;
+
+    f->irq_mask = val;
+    tacc_irq_fire(f, fire);
+}
+
+static void tacc_bar0_write_locked(TaccFunc *f, hwaddr addr, uint64_t val,
+                                   unsigned size)
+{
     TaccState *s = f->pf;
     hwaddr reg = addr & ~7ull;
 
@@ -317,13 +367,13 @@ static void tacc_bar0_write(void *opaque, hwaddr addr, uint64_t val,
         tacc_set64(&f->trace_base, addr, val, size);
         return;
     case TACC_REG_TRACE_WB:
-        tacc_set64(&f->trace_wb, addr, val, size);
+        tacc_set_wb(f, &f->trace_wb, addr, val, size, "TRACE_WB");
         return;
     case TACC_REG_SAMPLE_BASE:
         tacc_set64(&f->sample_base, addr, val, size);
         return;
     case TACC_REG_SAMPLE_WB:
-        tacc_set64(&f->sample_wb, addr, val, size);
+        tacc_set_wb(f, &f->sample_wb, addr, val, size, "SAMPLE_WB");
         return;
     }
     if (size != 4) {
@@ -341,7 +391,7 @@ static void tacc_bar0_write(void *opaque, hwaddr addr, uint64_t val,
         f->irq_status &= ~val;
         return;
     case TACC_REG_IRQ_MASK:
-        f->irq_mask = val;
+        tacc_set_irq_mask(f, val);
         return;
     case TACC_REG_SCRATCH:
         f->scratch = val;
@@ -399,6 +449,18 @@ busy:
                   " written while the queue is enabled\n", f->fn, addr);
 }
 
+static void tacc_bar0_write(void *opaque, hwaddr addr, uint64_t val,
+                            unsigned size)
+{
+    TaccFunc *f = opaque;
+
+    if (!tacc_enter(f->pf, f, "register write")) {
+        return;
+    }
+    tacc_bar0_write_locked(f, addr, val, size);
+    tacc_leave(f->pf);
+}
+
 const MemoryRegionOps tacc_bar0_ops = {
     .read = tacc_bar0_read,
     .write = tacc_bar0_write,
@@ -422,6 +484,9 @@ static uint64_t tacc_bar2_read(void *opaque, hwaddr addr, unsigned size)
     unsigned slot = (addr & (TACC_CNT_GLOBAL_PAGE - 1)) / 8;
     uint64_t v = 0;
 
+    if (!tacc_enter(s, f, "counter read")) {
+        return 0;
+    }
     tacc_sched_run(s);
     tacc_counters_end(s);
     if (slot == TACC_CNT_SLOT_HDR) {
@@ -440,6 +505,7 @@ static uint64_t tacc_bar2_read(void *opaque, hwaddr addr, unsigned size)
     if (size == 4) {
         v = (addr & 4) ? v >> 32 : (uint32_t)v;
     }
+    tacc_leave(s);
     return v;
 }
 

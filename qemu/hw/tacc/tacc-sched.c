@@ -75,6 +75,9 @@ static void tacc_fetch(TaccFunc *f, int qi, uint64_t t_ps)
 {
     TaccQueue *q = &f->q[qi];
 
+    if (!q->sq_size) {
+        return;                         /* never enabled with it; belt and braces */
+    }
     while (tacc_queue_on(f, q) && q->f_count < TACC_FIFO_DEPTH &&
            q->sq_head != q->sq_tail) {
         TaccCmd *c = &q->fifo[(q->f_head + q->f_count) % TACC_FIFO_DEPTH];
@@ -89,6 +92,7 @@ static void tacc_fetch(TaccFunc *f, int qi, uint64_t t_ps)
         }
         /* little-endian host assumed for the descriptor layout */
         c->t_fetch_ps = t_ps;
+        c->seq = ++f->pf->fetch_seq;
         tacc_counters_begin(f->pf);
         q->sq_head = (q->sq_head + 1) % q->sq_size;
         q->f_count++;
@@ -109,6 +113,10 @@ static bool tacc_cq_write(TaccFunc *f, int qi, struct tacc_cqe *cqe)
     TaccState *s = f->pf;
     struct tacc_cqe out = *cqe;
 
+    if (!q->cq_size) {
+        tacc_queue_error(f, qi, "completion with no CQ");
+        return true;
+    }
     if ((q->cq_tail + 1) % q->cq_size == q->cq_head) {
         return false;                   /* full: retried on CQ_HEAD write */
     }
@@ -307,17 +315,28 @@ static void tacc_unit_step(TaccState *s, TaccUnit *u, uint64_t t)
 
 /* ---------------------------------------------------------- dispatch ---- */
 
-static bool tacc_barrier_ok(TaccFunc *f, int qi)
+static TaccCmd *tacc_queue_head(TaccFunc *f, int qi, uint64_t t);
+
+/*
+ * A BARRIER of queue qi starts when every command the function's other
+ * enabled queues fetched before it has completed (docs/hardware.md section
+ * 3).  A queue runs in order, so its oldest command is its head (running or
+ * not); barriers wait only for older commands, so two queues' barriers never
+ * wait for each other.
+ */
+static bool tacc_barrier_ok(TaccFunc *f, int qi, uint64_t t)
 {
+    uint64_t seq = f->q[qi].fifo[f->q[qi].f_head].seq;
+
     for (int o = 0; o < TACC_NUM_QUEUES; o++) {
         TaccQueue *q = &f->q[o];
         if (o == qi || !tacc_queue_on(f, q)) {
             continue;
         }
-        if (q->running) {
-            return false;
+        if (!q->running) {
+            tacc_queue_head(f, o, t);   /* drops what a failed job skips */
         }
-        if (q->f_count && q->fifo[q->f_head].d.opcode != TACC_OP_BARRIER) {
+        if (q->f_count && q->fifo[q->f_head].seq < seq) {
             return false;
         }
     }
@@ -429,7 +448,7 @@ static void tacc_dispatch(TaccState *s, uint64_t t)
                 if (!c || tacc_op_class(c->d.opcode) != TACC_CLASS_LOCAL) {
                     continue;
                 }
-                if (c->d.opcode == TACC_OP_BARRIER && !tacc_barrier_ok(f, qi)) {
+                if (c->d.opcode == TACC_OP_BARRIER && !tacc_barrier_ok(f, qi, t)) {
                     continue;
                 }
                 tacc_start(s, f, qi, TACC_UNIT_LOCAL(fn, qi), t);
@@ -505,9 +524,24 @@ void tacc_sched_run(TaccState *s)
     s->in_run = false;
 }
 
+/*
+ * The scheduler's timer is an entry point like an MMIO access: it engages
+ * the PF's MemReentrancyGuard (QEMU refuses the PF's own DMA into its BARs)
+ * and the device-wide guard (tacc_enter: all functions, config space).
+ */
 void tacc_sched_timer(void *opaque)
 {
-    tacc_sched_run(opaque);
+    TaccState *s = opaque;
+    MemReentrancyGuard *g = &DEVICE(s)->mem_reentrancy_guard;
+    bool engaged = g->engaged_in_io;
+
+    if (!tacc_enter(s, &s->func, "scheduler timer")) {
+        return;
+    }
+    g->engaged_in_io = true;
+    tacc_sched_run(s);
+    g->engaged_in_io = engaged;
+    tacc_leave(s);
 }
 
 /* ------------------------------------------------- register actions ---- */
@@ -528,7 +562,7 @@ void tacc_queue_doorbell(TaccFunc *f, int qi, uint32_t tail)
                       f->fn, qi);
         return;
     }
-    if (tail >= q->sq_size) {
+    if (!q->sq_size || tail >= q->sq_size) {
         tacc_queue_error(f, qi, "SQ tail beyond the ring");
         return;
     }
@@ -568,29 +602,45 @@ void tacc_queue_reset(TaccFunc *f, int qi)
     trace_tacc_queue_reset(f->fn, qi);
 }
 
+/* The ring registers an enable checks; NULL if they are good. */
+static const char *tacc_queue_bad_ring(TaccQueue *q)
+{
+    if ((q->sq_base & 0xfff) || (q->cq_base & 0xfff)) {
+        return "ring base not 4 KiB aligned";
+    }
+    if (!tacc_pow2_in(q->sq_size, 2, 4096) ||
+        !tacc_pow2_in(q->cq_size, 2, 4096)) {
+        return "ring size not a power of two in 2..4096";
+    }
+    return NULL;
+}
+
+/*
+ * Every enable (also ENABLE | RESET of a queue that was on) validates the
+ * ring; a refused enable leaves ENABLE clear and STATUS.ERROR set, so no
+ * queue ever runs with a ring that failed validation.
+ */
 void tacc_queue_ctrl(TaccFunc *f, int qi, uint32_t val)
 {
     TaccQueue *q = &f->q[qi];
     bool was_on = q->ctrl & TACC_Q_CTRL_ENABLE;
+    const char *bad;
 
     if (val & TACC_Q_CTRL_RESET) {
         tacc_queue_reset(f, qi);
         val &= ~TACC_Q_CTRL_RESET;
+        was_on = false;                 /* RESET | ENABLE enables afresh */
+        q->ctrl = 0;
     }
     if (!(val & TACC_Q_CTRL_ENABLE) && was_on) {
         tacc_queue_reset(f, qi);        /* disabling aborts like RESET */
     }
     if ((val & TACC_Q_CTRL_ENABLE) && !was_on) {
         tacc_queue_reset(f, qi);
-        if ((q->sq_base & 0xfff) || (q->cq_base & 0xfff)) {
-            q->ctrl = val;
-            tacc_queue_error(f, qi, "ring base not 4 KiB aligned");
-            return;
-        }
-        if (!tacc_pow2_in(q->sq_size, 2, 4096) ||
-            !tacc_pow2_in(q->cq_size, 2, 4096)) {
-            q->ctrl = val;
-            tacc_queue_error(f, qi, "ring size not a power of two in 2..4096");
+        bad = tacc_queue_bad_ring(q);
+        if (bad) {
+            q->ctrl = val & TACC_Q_CTRL_IRQ;
+            tacc_queue_error(f, qi, bad);
             return;
         }
     }

@@ -25,7 +25,7 @@ void tacc_ring_wb(TaccFunc *f, uint64_t wb, uint32_t prod, uint32_t dropped)
         .dropped = cpu_to_le32(dropped),
     };
 
-    if (wb) {
+    if (wb && !(wb & 7)) {
         pci_dma_write(PCI_DEVICE(f), wb, &w, sizeof(w));
     }
 }
@@ -106,9 +106,8 @@ void tacc_sample_rearm(TaccFunc *f)
     }
 }
 
-void tacc_sample_timer(void *opaque)
+static void tacc_sample_timer_locked(TaccFunc *f)
 {
-    TaccFunc *f = opaque;
     TaccState *s = f->pf;
     uint8_t buf[TACC_SAMPLE_SIZE];
     struct tacc_sample_hdr h;
@@ -167,4 +166,20 @@ void tacc_sample_timer(void *opaque)
     tacc_ring_wb(f, f->sample_wb, f->sample_prod, f->sample_dropped);
     trace_tacc_sample(f->fn, f->sample_prod, f->sample_dropped);
     timer_mod(&f->sample_timer, now + f->sample_period);
+}
+
+/* An entry point: engages the function's MemReentrancyGuard and tacc_enter. */
+void tacc_sample_timer(void *opaque)
+{
+    TaccFunc *f = opaque;
+    MemReentrancyGuard *g = &DEVICE(f)->mem_reentrancy_guard;
+    bool engaged = g->engaged_in_io;
+
+    if (!tacc_enter(f->pf, f, "sample timer")) {
+        return;
+    }
+    g->engaged_in_io = true;
+    tacc_sample_timer_locked(f);
+    g->engaged_in_io = engaged;
+    tacc_leave(f->pf);
 }

@@ -58,6 +58,7 @@ enum tacc_engine_class {
 typedef struct TaccCmd {
     struct tacc_desc d;
     uint64_t t_fetch_ps;
+    uint64_t seq;               /* fetch order (device-wide): BARRIER waits */
 } TaccCmd;
 
 #define TACC_GEMM_THREAD_MNK    (1ull << 21)   /* bigger GEMMs: worker thread */
@@ -149,7 +150,7 @@ struct TaccFunc {
     uint64_t ptbr[TACC_NUM_CONTEXTS];
     uint64_t fault_addr, fault_tag;
     uint32_t fault_info;
-    uint32_t clk_latch;         /* HI half latched by a LO read */
+    uint32_t clk_latch[2];      /* HI halves latched by LO reads: DEVCLK, HOSTCLK */
 
     uint64_t trace_base, trace_wb;
     uint32_t trace_size, trace_ctrl, trace_prod, trace_cons, trace_dropped;
@@ -214,12 +215,20 @@ struct TaccState {
     bool in_run;
 
     TaccGroundTruth gt;
+
+    /* re-entrancy guard (tacc_enter): device entry points now active */
+    uint32_t depth;
+    uint64_t reentrant_refused;
+    uint64_t fetch_seq;
 };
 
 /* tacc-pci.c */
 TaccFunc *tacc_func(TaccState *s, int fn);     /* NULL if not enabled */
 void tacc_func_reset(TaccFunc *f);
 void tacc_irq_cause(TaccFunc *f, uint32_t cause);
+void tacc_irq_fire(TaccFunc *f, uint32_t causes);
+bool tacc_enter(TaccState *s, TaccFunc *f, const char *what);
+void tacc_leave(TaccState *s);
 void tacc_msix_notify(TaccFunc *f, unsigned vector);
 bool tacc_func_active(TaccFunc *f);
 uint64_t tacc_now_ps(TaccState *s);
