@@ -271,9 +271,9 @@ static float tacc_f32(uint32_t bits)
 /* Pure math, no device state: runs on the main loop or a worker thread. */
 static void tacc_gemm_compute(TaccGemmJob *j)
 {
-    g_autofree double *acc = g_malloc(j->n * sizeof(double));
+    double *acc = j->acc;
 
-    for (uint64_t i = 0; i < j->m; i++) {
+    for (uint64_t i = 0; i < j->m && !qatomic_read(&j->cancel); i++) {
         memset(acc, 0, j->n * sizeof(double));
         for (uint64_t p = 0; p < j->k; p++) {
             double a = j->A[i * j->lda + p];
@@ -291,22 +291,60 @@ static void tacc_gemm_compute(TaccGemmJob *j)
 
 static void *tacc_gemm_thread(void *opaque)
 {
-    tacc_gemm_compute(opaque);
+    TaccGemmJob *j = opaque;
+
+    tacc_gemm_compute(j);
+    qatomic_store_release(&j->done, true);
     return NULL;
 }
 
-void tacc_gemm_job_free(TaccGemmJob *j)
+static void tacc_gemm_free_bufs(TaccGemmJob *j)
+{
+    g_free(j->A);
+    g_free(j->B);
+    g_free(j->C);
+    g_free(j->acc);
+    g_free(j);
+}
+
+/*
+ * Drop a GEMM (reset, abort, unplug).  A worker still computing is never
+ * joined here (that would hold the BQL for as long as the GEMM takes): it is
+ * told to stop at its next row and parked on s->orphans; tacc_gemm_reap()
+ * joins it once it has finished (then joining is immediate).
+ */
+void tacc_gemm_job_free(TaccState *s, TaccGemmJob *j)
 {
     if (!j) {
         return;
     }
-    if (j->threaded) {
-        qemu_thread_join(&j->thread);
+    if (j->threaded && !qatomic_load_acquire(&j->done)) {
+        qatomic_set(&j->cancel, true);
+        j->next = s->orphans;
+        s->orphans = j;
+        return;
     }
-    g_free(j->A);
-    g_free(j->B);
-    g_free(j->C);
-    g_free(j);
+    if (j->threaded) {
+        qemu_thread_join(&j->thread);   /* finished: does not block */
+    }
+    tacc_gemm_free_bufs(j);
+}
+
+/* Join and free the parked workers that have finished (all, if @wait). */
+void tacc_gemm_reap(TaccState *s, bool wait)
+{
+    TaccGemmJob **pp = &s->orphans;
+
+    while (*pp) {
+        TaccGemmJob *j = *pp;
+        if (!wait && !qatomic_load_acquire(&j->done)) {
+            pp = &j->next;
+            continue;
+        }
+        *pp = j->next;
+        qemu_thread_join(&j->thread);   /* cancelled: at most one row left */
+        tacc_gemm_free_bufs(j);
+    }
 }
 
 /* Write C back (at the command's modelled completion). */
@@ -338,7 +376,7 @@ uint16_t tacc_gemm_finish(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     res->tlb_hits = hits0;
     res->tlb_misses = misses0;
     res->walk_reads = walks0;
-    tacc_gemm_job_free(j);
+    tacc_gemm_job_free(f->pf, j);
     res->gemm = NULL;
     return st;
 }
@@ -385,9 +423,19 @@ static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     j->ldc = ldc;
     j->alpha = tacc_f32(c->d.gemm.alpha);
     j->beta = tacc_f32(c->d.gemm.beta);
-    j->A = g_malloc(la);
-    j->B = g_malloc(lb);
-    j->C = g_malloc0(lc);
+    /* guest-sized host buffers: a refused allocation fails the command */
+    j->A = g_try_malloc(la);
+    j->B = g_try_malloc(lb);
+    j->C = g_try_malloc0(lc);
+    j->acc = g_try_new(double, n);
+    if (!j->A || !j->B || !j->C || !j->acc) {
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: GEMM operands (%" PRIu64
+                      " bytes) do not fit in host memory\n", f->fn, q,
+                      la + lb + lc);
+        tacc_gemm_free_bufs(j);
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
     res->status = tacc_va_rw(f, q, c, c->d.gemm.a, j->A, la, false, KIND_DEVMEM,
                              res, &done);
     if (!res->status) {
@@ -404,7 +452,7 @@ static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
                                     res);
     }
     if (res->status) {
-        tacc_gemm_job_free(j);
+        tacc_gemm_job_free(s, j);
     } else {
         res->flops = 2 * m * n * k;
         res->devmem_wr = m * n * 4;
@@ -445,11 +493,17 @@ static void tacc_exec_eltwise(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
         res->status = TACC_ST_BAD_ALIGN;
         return;
     }
-    a = g_malloc(n * 4);
+    a = g_try_malloc(n * 4);
+    b = two ? g_try_malloc(n * 4) : NULL;
+    if (!a || (two && !b)) {
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: eltwise operands do not "
+                      "fit in host memory\n", f->fn, q);
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
     res->status = tacc_va_rw(f, q, c, c->d.eltwise.a, a, n * 4, false,
                              KIND_DEVMEM, res, &done);
     if (!res->status && two) {
-        b = g_malloc(n * 4);
         res->status = tacc_va_rw(f, q, c, c->d.eltwise.b, b, n * 4, false,
                                  KIND_DEVMEM, res, &done);
     }

@@ -431,9 +431,10 @@ static void tacc_pf_exit(PCIDevice *pdev)
 
     for (int i = 0; i < TACC_NUM_UNITS; i++) {
         s->unit[i].busy = false;
-        tacc_gemm_job_free(s->unit[i].res.gemm);
+        tacc_gemm_job_free(s, s->unit[i].res.gemm);
         s->unit[i].res.gemm = NULL;
     }
+    tacc_gemm_reap(s, true);        /* cancelled workers: at most a row each */
     timer_del(&s->timer);
     if (s->total_vfs) {
         pcie_sriov_pf_exit(pdev);

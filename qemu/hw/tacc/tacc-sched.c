@@ -152,7 +152,7 @@ static void tacc_unit_free(TaccState *s, TaccUnit *u)
 {
     u->busy = false;
     if (u->res.gemm) {          /* aborted: drop the result */
-        tacc_gemm_job_free(u->res.gemm);
+        tacc_gemm_job_free(s, u->res.gemm);
         u->res.gemm = NULL;
     }
 }
@@ -497,6 +497,9 @@ void tacc_sched_run(TaccState *s)
         return;
     }
     s->in_run = true;
+    if (s->orphans) {
+        tacc_gemm_reap(s, false);
+    }
     now = tacc_now_ps(s);
     for (;;) {
         u = tacc_next_event(s);

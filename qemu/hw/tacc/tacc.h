@@ -67,8 +67,12 @@ typedef struct TaccGemmJob {
     uint64_t m, n, k, lda, ldb, ldc;
     float alpha, beta;
     float *A, *B, *C;
+    double *acc;                /* one row of accumulators */
     bool threaded;
     QemuThread thread;
+    bool cancel;                /* atomic: an aborted job stops at the next row */
+    bool done;                  /* atomic: set by the worker as its last act */
+    struct TaccGemmJob *next;   /* TaccState.orphans */
 } TaccGemmJob;
 
 /* What executing one command did: filled by tacc-exec.c. */
@@ -220,6 +224,7 @@ struct TaccState {
     uint32_t depth;
     uint64_t reentrant_refused;
     uint64_t fetch_seq;
+    TaccGemmJob *orphans;       /* aborted GEMMs whose worker is still running */
 };
 
 /* tacc-pci.c */
@@ -256,7 +261,8 @@ enum tacc_engine_class tacc_op_class(uint8_t opcode);
 void tacc_exec(TaccFunc *f, int q, TaccCmd *cmd, uint64_t start_ps,
                TaccResult *res);
 uint16_t tacc_gemm_finish(TaccFunc *f, int q, TaccCmd *c, TaccResult *res);
-void tacc_gemm_job_free(TaccGemmJob *j);
+void tacc_gemm_job_free(TaccState *s, TaccGemmJob *j);
+void tacc_gemm_reap(TaccState *s, bool wait);
 MemTxResult tacc_dma_read(TaccFunc *f, uint64_t iova, void *buf, uint64_t len);
 MemTxResult tacc_dma_write(TaccFunc *f, uint64_t iova, const void *buf,
                            uint64_t len);

@@ -12,6 +12,7 @@ firmware runs under qtest) and a small BAR allocator.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -106,6 +107,8 @@ class QTest:
             srv.close()
         self.rf = self.sock.makefile("rb")
         self.reply_timeout: float | None = None  # seconds per reply (None: wait)
+        self._defer = 0
+        self._deferred: list[str] = []
         self._clock = 0
         self.qmp = QMP(msock)
 
@@ -121,8 +124,43 @@ class QTest:
         return f"QEMU exited with status {rc}"
 
     def cmd(self, line: str) -> str:
+        if self._deferred:  # pending writes go first, in the same round trip
+            lines, self._deferred = [*self._deferred, line], []
+            return self.batch(lines)[-1]
+        return self.batch([line])[0]
+
+    def _write(self, line: str):
+        if self._defer:
+            self._deferred.append(line)
+        else:
+            self.cmd(line)
+
+    def flush(self):
+        """Send the queued writes now."""
+        if self._deferred:
+            lines, self._deferred = self._deferred, []
+            self.batch(lines)
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Queue writes (and send them with the next read, or at the end):
+        one round trip instead of one per write.  Errors surface late."""
+        self._defer += 1
+        try:
+            yield
+        finally:
+            self._defer -= 1
+            if not self._defer:
+                self.flush()
+
+    def batch(self, lines: list[str]) -> list[str]:
+        """Send several commands in one write (one round trip), return their
+        replies in order."""
         self.sock.settimeout(self.reply_timeout)
-        self.sock.sendall(line.encode() + b"\n")
+        self.sock.sendall("".join(f"{line}\n" for line in lines).encode())
+        return [self._reply(line) for line in lines]
+
+    def _reply(self, line: str) -> str:
         while True:
             try:
                 rsp = self.rf.readline()
@@ -159,7 +197,7 @@ class QTest:
 
     # ---------------------------------------------------------------- I/O --
     def outl(self, port: int, v: int):
-        self.cmd(f"outl {port:#x} {v:#x}")
+        self._write(f"outl {port:#x} {v:#x}")
 
     def inl(self, port: int) -> int:
         return int(self.cmd(f"inl {port:#x}"), 0)
@@ -177,20 +215,20 @@ class QTest:
         return int(self.cmd(f"readb {a:#x}"), 0)
 
     def writel(self, a: int, v: int):
-        self.cmd(f"writel {a:#x} {v & 0xFFFFFFFF:#x}")
+        self._write(f"writel {a:#x} {v & 0xFFFFFFFF:#x}")
 
     def writeq(self, a: int, v: int):
-        self.cmd(f"writeq {a:#x} {v & 0xFFFFFFFFFFFFFFFF:#x}")
+        self._write(f"writeq {a:#x} {v & 0xFFFFFFFFFFFFFFFF:#x}")
 
     def writew(self, a: int, v: int):
-        self.cmd(f"writew {a:#x} {v & 0xFFFF:#x}")
+        self._write(f"writew {a:#x} {v & 0xFFFF:#x}")
 
     def writeb(self, a: int, v: int):
-        self.cmd(f"writeb {a:#x} {v & 0xFF:#x}")
+        self._write(f"writeb {a:#x} {v & 0xFF:#x}")
 
     def memwrite(self, a: int, data: bytes):
         if data:
-            self.cmd(f"b64write {a:#x} {len(data):#x} {base64.b64encode(data).decode()}")
+            self._write(f"b64write {a:#x} {len(data):#x} {base64.b64encode(data).decode()}")
 
     def memread(self, a: int, n: int) -> bytes:
         if n == 0:
@@ -198,7 +236,7 @@ class QTest:
         return base64.b64decode(self.cmd(f"b64read {a:#x} {n:#x}"))
 
     def memset(self, a: int, n: int, v: int = 0):
-        self.cmd(f"memset {a:#x} {n:#x} {v:#x}")
+        self._write(f"memset {a:#x} {n:#x} {v:#x}")
 
     def clock_step(self, ns: int | None = None) -> int:
         """Advance the virtual clock by ns (or to the next timer); returns it."""
