@@ -9,10 +9,14 @@ fails that test only.
 
 from __future__ import annotations
 
+import re
+import resource
 import struct
+import time
+from pathlib import Path
 
 import pytest
-from tacc.testing.taccdev import DEVMEM_VA, HW, Tacc, d_copy, desc
+from tacc.testing.taccdev import DEVMEM_VA, HW, Tacc, d_copy, d_gemm, desc
 
 Q0 = 0x1000
 SRIOV_CTRL, SRIOV_NUM_VF, SRIOV_TOTAL_VF = 0x08, 0x10, 0x0E
@@ -282,3 +286,69 @@ def test_pf_ctrl_reset_keeps_sriov_flr_disables(fresh):
     assert qt.cfg_read(0, 0x09, 8) == 0xFFFFFFFF
     assert struct.pack("<I", qt.cfg_read(0, 0x08, 0)) == struct.pack(
         "<HH", HW.TACC_PCI_VENDOR_ID, HW.TACC_PCI_DEVICE_ID_PF)
+
+
+# ----------------------------------------------------------- item 14 ----
+def gemm_threads(pid: int) -> int:
+    n = 0
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            n += (t / "comm").read_text().strip() == "tacc-gemm"
+        except OSError:
+            pass
+    return n
+
+
+def test_queue_reset_does_not_wait_for_gemm_worker():
+    """A GEMM of 2^30 multiply-adds computes on a worker thread for seconds;
+    resetting its queue must not join that worker under the BQL: the reset
+    and a register read come back at once, and the worker stops soon after."""
+    d = Tacc("", extra=["-name", "debug-threads=on"])
+    try:
+        pf = d.pf
+        root = d.map_default()
+        pf.reset()
+        pf.set_ptbr(0, root)
+        m, n, k = 4096, 64, 4096
+        _, ds = pf.job_of(0, [d_gemm(DEVMEM_VA, DEVMEM_VA + (64 << 20), DEVMEM_VA + (66 << 20),
+                                     m, n, k, k, n, n)])
+        pf.submit(0, ds)  # dispatched now: operands gathered, worker started
+        pid = d.qt.proc.pid
+        assert gemm_threads(pid) == 1
+        t0 = time.monotonic()
+        pf.w32(Q0 + HW.TACC_Q_CTRL, HW.TACC_Q_CTRL_RESET)
+        assert_alive(d)
+        dt = time.monotonic() - t0
+        assert dt < 0.5, f"queue reset took {dt:.2f} s (joined the GEMM worker)"
+        assert gemm_threads(pid) == 1  # still computing: the reset did not wait
+        deadline = time.monotonic() + 5
+        while gemm_threads(pid) and time.monotonic() < deadline:
+            d.qt.clock_step(1000)  # the scheduler reaps finished workers
+            time.sleep(0.02)
+        assert gemm_threads(pid) == 0, "cancelled GEMM worker still running"
+        pf.setup_queue(0)
+        assert pf.run_job(0, [desc(HW.TACC_OP_NOP)]).status == HW.TACC_ST_OK
+    finally:
+        d.close()
+
+
+def test_gemm_host_allocation_failure_fails_cleanly():
+    """GEMM operands of 3 x 1 GiB (valid: they fit a 4 GiB device memory) in a
+    QEMU whose address space is capped: the allocation fails and the command
+    ends with BAD_LENGTH, QEMU stays up (g_malloc aborted it before)."""
+    d = Tacc("devmem-size=4G")
+    try:
+        pf = d.pf
+        pf.reset()
+        pf.set_ptbr(0, d.map_default(devmem=256 << 20))
+        pid = d.qt.proc.pid
+        vm = int(re.search(r"VmSize:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())[1])
+        limit = vm * 1024 + (3 << 29)  # 1.5 GiB more than QEMU has mapped
+        resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
+        m, n, k, ld = 4096, 64, 4096, 65536
+        cq = pf.run_job(0, [d_gemm(DEVMEM_VA, DEVMEM_VA, DEVMEM_VA, m, n, k, ld, ld, ld)])
+        assert cq.status == HW.TACC_ST_BAD_LENGTH
+        assert_alive(d)
+        assert pf.run_job(0, [desc(HW.TACC_OP_NOP)]).status == HW.TACC_ST_OK
+    finally:
+        d.close()
