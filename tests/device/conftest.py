@@ -4,6 +4,8 @@ One QEMU per session (plus one per extra configuration); each test starts
 from a function reset and re-programs what it needs.
 """
 
+import os
+
 import pytest
 from tacc.testing.qtest import QEMU
 from tacc.testing.taccdev import Tacc
@@ -20,7 +22,10 @@ def map_ctx0(d: Tacc):
 def dev():
     if not QEMU.exists():
         pytest.skip(f"{QEMU} not built (make qemu)")
-    d = Tacc("sriov-max-vfs=4")
+    # TACC_DEVICE_PROPS=host-slice=65536: every copy/eltwise above 64 KiB takes
+    # the sliced host-work path; the suite must give identical results
+    extra = os.environ.get("TACC_DEVICE_PROPS", "")
+    d = Tacc("sriov-max-vfs=4" + ("," + extra if extra else ""))
     d.root0 = map_ctx0(d)
     yield d
     d.close()

@@ -301,6 +301,6 @@ def test_fuzz_device_state(fuzzdev):
 
 @pytest.mark.long
 def test_fuzz_device_state_long(fuzzdev):
-    n, secs = run(fuzzdev, examples=2300, steps=100)
+    n, secs = run(fuzzdev, examples=2700, steps=100)  # ~80 steps/example
     print(f"device state fuzz (long): {n} steps in {secs:.1f} s")
     assert n >= 200_000

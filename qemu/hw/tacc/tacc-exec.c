@@ -179,39 +179,52 @@ static uint16_t tacc_va_probe(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
     return TACC_ST_OK;
 }
 
-static void tacc_exec_copy(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+/*
+ * Copies and eltwise run at dispatch, but at most @budget bytes of host work
+ * at a time: what is left is continued by tacc_exec_continue() (from the
+ * host-work bottom half, one slice per main-loop turn).  The order of every
+ * access (translations, faults, DMA) is the one a single pass makes, so
+ * results and modelled time do not depend on the slicing.
+ */
+static bool tacc_copy_run(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
+                          uint64_t budget)
 {
-    TaccState *s = f->pf;
-    uint64_t len = c->d.copy.len, moved = 0;
+    uint64_t len = c->d.copy.len;
     int skind = KIND_DEVMEM, dkind = KIND_DEVMEM;
-    g_autofree uint8_t *buf = NULL;
 
-    if (len == 0 || len >= TACC_COPY_MAX_LEN) {
-        res->status = TACC_ST_BAD_LENGTH;
-        return;
-    }
     if (c->d.opcode == TACC_OP_COPY_H2D) {
         skind = KIND_HOST;
     } else if (c->d.opcode == TACC_OP_COPY_D2H) {
         dkind = KIND_HOST;
     }
-    buf = g_malloc(MIN(len, TACC_XFER_BUF));
-    while (moved < len) {
+    while (res->work_pos < len) {
+        uint64_t moved = res->work_pos;
         uint64_t n = MIN(len - moved, TACC_XFER_BUF), got, put;
 
-        res->status = tacc_va_rw(f, q, c, c->d.copy.src + moved, buf, n,
-                                 false, skind, res, &got);
+        if (!budget) {
+            return false;
+        }
+        budget -= MIN(budget, n);
+        res->status = tacc_va_rw(f, q, c, c->d.copy.src + moved, res->work_buf,
+                                 n, false, skind, res, &got);
         if (res->status == TACC_ST_OK) {
-            res->status = tacc_va_rw(f, q, c, c->d.copy.dst + moved, buf, n,
-                                     true, dkind, res, &put);
+            res->status = tacc_va_rw(f, q, c, c->d.copy.dst + moved,
+                                     res->work_buf, n, true, dkind, res, &put);
         } else {
             put = 0;
         }
-        moved += put;
+        res->work_pos += put;
         if (res->status != TACC_ST_OK) {
             break;
         }
     }
+    return true;
+}
+
+static void tacc_copy_finish(TaccFunc *f, TaccCmd *c, TaccResult *res)
+{
+    TaccState *s = f->pf;
+    uint64_t moved = res->work_pos;
 
     res->bytes = moved;
     switch (c->d.opcode) {
@@ -256,6 +269,18 @@ static void tacc_exec_copy(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     }
 }
 
+static void tacc_exec_copy(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+{
+    uint64_t len = c->d.copy.len;
+
+    if (len == 0 || len >= TACC_COPY_MAX_LEN) {
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
+    res->work = TACC_WORK_COPY;
+    res->work_buf = g_malloc(MIN(len, TACC_XFER_BUF));
+}
+
 static bool tacc_f32_aligned(uint64_t a)
 {
     return !(a & 3);
@@ -292,9 +317,11 @@ static void tacc_gemm_compute(TaccGemmJob *j)
 static void *tacc_gemm_thread(void *opaque)
 {
     TaccGemmJob *j = opaque;
+    QEMUBH *bh = j->bh;     /* lives until every worker is joined */
 
     tacc_gemm_compute(j);
-    qatomic_store_release(&j->done, true);
+    qatomic_store_release(&j->done, true);  /* j may be freed from here on */
+    qemu_bh_schedule(bh);
     return NULL;
 }
 
@@ -459,6 +486,7 @@ static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
         res->gemm = j;
         if (m * n * k >= TACC_GEMM_THREAD_MNK) {
             j->threaded = true;
+            j->bh = s->host_bh;
             qemu_thread_create(&j->thread, "tacc-gemm", tacc_gemm_thread, j,
                                QEMU_THREAD_JOINABLE);
         } else {
@@ -470,14 +498,90 @@ static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
                                    res->devmem_rd + res->devmem_wr);
 }
 
+enum { ELT_READ_A, ELT_READ_B, ELT_COMPUTE, ELT_WRITE_C, ELT_DONE };
+
+static bool tacc_elt_two(TaccCmd *c)
+{
+    return c->d.eltwise.op == TACC_ELT_ADD || c->d.eltwise.op == TACC_ELT_MUL;
+}
+
+static void tacc_elt_compute(TaccCmd *c, float *a, const float *b,
+                             uint64_t from, uint64_t to)
+{
+    float scalar = tacc_f32(c->d.eltwise.scalar);
+
+    for (uint64_t i = from; i < to; i++) {
+        switch (c->d.eltwise.op) {
+        case TACC_ELT_ADD:
+            a[i] = a[i] + b[i];
+            break;
+        case TACC_ELT_MUL:
+            a[i] = a[i] * b[i];
+            break;
+        case TACC_ELT_RELU:
+            a[i] = a[i] > 0.0f ? a[i] : 0.0f;
+            break;
+        default:
+            a[i] = a[i] * scalar;
+            break;
+        }
+    }
+}
+
+/* Read A, read B, compute, write C: each phase in @budget-byte slices. */
+static bool tacc_elt_run(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
+                         uint64_t budget)
+{
+    uint64_t nbytes = c->d.eltwise.n * 4, done;
+
+    while (res->work_phase != ELT_DONE) {
+        uint64_t pos = res->work_pos, n = MIN(nbytes - pos, MAX(budget, 4));
+        uint8_t *a = (uint8_t *)res->work_a, *b = (uint8_t *)res->work_b;
+
+        if (!budget) {
+            return false;
+        }
+        budget -= MIN(budget, n);
+        switch (res->work_phase) {
+        case ELT_READ_A:
+            res->status = tacc_va_rw(f, q, c, c->d.eltwise.a + pos, a + pos, n,
+                                     false, KIND_DEVMEM, res, &done);
+            break;
+        case ELT_READ_B:
+            res->status = tacc_va_rw(f, q, c, c->d.eltwise.b + pos, b + pos, n,
+                                     false, KIND_DEVMEM, res, &done);
+            break;
+        case ELT_COMPUTE:
+            tacc_elt_compute(c, res->work_a, res->work_b, pos / 4,
+                             (pos + n) / 4);
+            break;
+        default:
+            res->status = tacc_va_rw(f, q, c, c->d.eltwise.c + pos, a + pos, n,
+                                     true, KIND_DEVMEM, res, &done);
+            break;
+        }
+        res->work_pos += n;
+        if (res->status != TACC_ST_OK) {
+            res->work_phase = ELT_DONE;
+        } else if (res->work_pos == nbytes) {
+            res->work_pos = 0;
+            res->work_phase++;
+            if (res->work_phase == ELT_READ_B && !tacc_elt_two(c)) {
+                res->work_phase++;
+            }
+            if (res->work_phase == ELT_COMPUTE) {
+                res->flops = c->d.eltwise.n;
+            }
+        }
+    }
+    return true;
+}
+
 static void tacc_exec_eltwise(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
 {
-    TaccState *s = f->pf;
-    uint64_t n = c->d.eltwise.n, done, wbase, wsize;
+    uint64_t n = c->d.eltwise.n, wbase, wsize;
     uint32_t op = c->d.eltwise.op;
-    float scalar = tacc_f32(c->d.eltwise.scalar);
-    bool two = op == TACC_ELT_ADD || op == TACC_ELT_MUL;
-    g_autofree float *a = NULL, *b = NULL;
+    bool two = tacc_elt_two(c);
 
     if (op >= TACC_ELT_MAX) {
         res->status = TACC_ST_BAD_OPCODE;
@@ -493,44 +597,73 @@ static void tacc_exec_eltwise(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
         res->status = TACC_ST_BAD_ALIGN;
         return;
     }
-    a = g_try_malloc(n * 4);
-    b = two ? g_try_malloc(n * 4) : NULL;
-    if (!a || (two && !b)) {
+    res->work_a = g_try_malloc(n * 4);
+    res->work_b = two ? g_try_malloc(n * 4) : NULL;
+    if (!res->work_a || (two && !res->work_b)) {
         qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: eltwise operands do not "
                       "fit in host memory\n", f->fn, q);
+        tacc_exec_drop(res);
         res->status = TACC_ST_BAD_LENGTH;
         return;
     }
-    res->status = tacc_va_rw(f, q, c, c->d.eltwise.a, a, n * 4, false,
-                             KIND_DEVMEM, res, &done);
-    if (!res->status && two) {
-        res->status = tacc_va_rw(f, q, c, c->d.eltwise.b, b, n * 4, false,
-                                 KIND_DEVMEM, res, &done);
-    }
-    if (!res->status) {
-        for (uint64_t i = 0; i < n; i++) {
-            switch (op) {
-            case TACC_ELT_ADD:
-                a[i] = a[i] + b[i];
-                break;
-            case TACC_ELT_MUL:
-                a[i] = a[i] * b[i];
-                break;
-            case TACC_ELT_RELU:
-                a[i] = a[i] > 0.0f ? a[i] : 0.0f;
-                break;
-            default:
-                a[i] = a[i] * scalar;
-                break;
-            }
-        }
-        res->flops = n;
-        res->status = tacc_va_rw(f, q, c, c->d.eltwise.c, a, n * 4, true,
-                                 KIND_DEVMEM, res, &done);
-    }
+    res->work = TACC_WORK_ELT;
+    res->work_phase = ELT_READ_A;
+}
+
+static void tacc_elt_finish(TaccFunc *f, TaccResult *res)
+{
     res->bytes = res->devmem_rd + res->devmem_wr;
-    res->pre_ps += tacc_compute_ps(s, res->flops,
+    res->pre_ps += tacc_compute_ps(f->pf, res->flops,
                                    res->devmem_rd + res->devmem_wr);
+}
+
+void tacc_exec_drop(TaccResult *res)
+{
+    g_free(res->work_buf);
+    g_free(res->work_a);
+    g_free(res->work_b);
+    res->work_buf = NULL;
+    res->work_a = res->work_b = NULL;
+    res->work = TACC_WORK_NONE;
+}
+
+static void tacc_exec_log(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+{
+    if (res->status != TACC_ST_OK) {
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: fn%d q%d job %u cmd %u op %u: status %u\n",
+                      f->fn, q, c->d.job, c->d.index, c->d.opcode, res->status);
+    }
+    trace_tacc_exec(f->fn, q, c->d.opcode, c->d.job, c->d.index, res->status,
+                    res->bytes, res->work_start_ps / PS_PER_NS);
+}
+
+/*
+ * Continue a command's host work by up to @budget bytes (UINT64_MAX: to the
+ * end).  True when it is done: its TaccResult is then complete.
+ */
+bool tacc_exec_continue(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
+                        uint64_t budget)
+{
+    switch (res->work) {
+    case TACC_WORK_COPY:
+        if (!tacc_copy_run(f, q, c, res, budget)) {
+            return false;
+        }
+        tacc_copy_finish(f, c, res);
+        break;
+    case TACC_WORK_ELT:
+        if (!tacc_elt_run(f, q, c, res, budget)) {
+            return false;
+        }
+        tacc_elt_finish(f, res);
+        break;
+    default:
+        return true;
+    }
+    tacc_exec_drop(res);
+    tacc_exec_log(f, q, c, res);
+    return true;
 }
 
 /* FENCE and TIMESTAMP: translate now, write at the modelled completion. */
@@ -616,11 +749,10 @@ void tacc_exec(TaccFunc *f, int q, TaccCmd *c, uint64_t start_ps,
             break;
         }
     }
-    if (res->status != TACC_ST_OK) {
-        qemu_log_mask(LOG_GUEST_ERROR,
-                      "tacc: fn%d q%d job %u cmd %u op %u: status %u\n",
-                      f->fn, q, c->d.job, c->d.index, c->d.opcode, res->status);
+    res->work_start_ps = start_ps;
+    if (res->work) {
+        tacc_exec_continue(f, q, c, res, f->pf->host_slice);
+    } else {
+        tacc_exec_log(f, q, c, res);
     }
-    trace_tacc_exec(f->fn, q, c->d.opcode, c->d.job, c->d.index, res->status,
-                    res->bytes, start_ps / PS_PER_NS);
 }

@@ -190,7 +190,7 @@ void tacc_func_reset(TaccFunc *f)
         }
     }
     if (!s->in_run) {
-        tacc_sched_run(s);
+        tacc_sched_poll(s);
     }
 }
 
@@ -216,7 +216,7 @@ static void tacc_fatal(TaccState *s)
         };
         pcie_aer_inject_error(PCI_DEVICE(s), &err);
     }
-    tacc_sched_run(s);
+    tacc_sched_poll(s);
 }
 
 /* ------------------------------------------------------ config space ---- */
@@ -237,7 +237,7 @@ static void tacc_write_config_locked(PCIDevice *pdev, uint32_t addr,
             /* D3hot: the device stops and loses its queue state */
             tacc_func_abort_all(f);
             timer_del(&f->sample_timer);
-            tacc_sched_run(f->pf);
+            tacc_sched_poll(f->pf);
         } else if (new == 0) {
             tacc_func_reset(f);     /* No_Soft_Reset = 0 */
         }
@@ -369,6 +369,10 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         error_setg(errp, "tacc: tlb-entries must be 1..65536");
         return;
     }
+    if (s->host_slice < 64 * KiB || s->host_slice % (64 * KiB)) {
+        error_setg(errp, "tacc: host-slice must be a multiple of 64 KiB");
+        return;
+    }
     if (s->devmem_size < 4 * KiB || s->devmem_size > 16 * GiB) {
         error_setg(errp, "tacc: devmem-size must be 4 KiB .. 16 GiB");
         return;
@@ -382,6 +386,8 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         s->arb_weight[i] = 1;
     }
     timer_init_ns(&s->timer, QEMU_CLOCK_VIRTUAL, tacc_sched_timer, s);
+    s->host_bh = qemu_bh_new_guarded(tacc_host_bh, s,
+                                     &DEVICE(s)->mem_reentrancy_guard);
 
     if (!tacc_init_func(f, errp)) {
         return;
@@ -433,8 +439,11 @@ static void tacc_pf_exit(PCIDevice *pdev)
         s->unit[i].busy = false;
         tacc_gemm_job_free(s, s->unit[i].res.gemm);
         s->unit[i].res.gemm = NULL;
+        tacc_exec_drop(&s->unit[i].res);
     }
+    s->host_unit = NULL;
     tacc_gemm_reap(s, true);        /* cancelled workers: at most a row each */
+    qemu_bh_delete(s->host_bh);
     timer_del(&s->timer);
     if (s->total_vfs) {
         pcie_sriov_pf_exit(pdev);
@@ -482,7 +491,7 @@ static void tacc_set_hang(Object *obj, Visitor *v, const char *name,
             s->unit[e].next_ps = MAX(s->unit[e].next_ps, now);
         }
     }
-    tacc_sched_run(s);
+    tacc_sched_poll(s);
 }
 
 static bool tacc_get_fail_dma(Object *obj, Error **errp)
@@ -645,6 +654,7 @@ static const Property tacc_props[] = {
     DEFINE_PROP_UINT32("compute-gflops", TaccState, compute_gflops, 4000),
     DEFINE_PROP_UINT32("devmem-gbps", TaccState, devmem_gbps, 800),
     DEFINE_PROP_UINT8("sriov-max-vfs", TaccState, total_vfs, TACC_MAX_VFS),
+    DEFINE_PROP_SIZE("host-slice", TaccState, host_slice, 16 * MiB),
 };
 
 /* Device memory, in-flight commands and host threads are not migrated. */

@@ -151,6 +151,10 @@ static void tacc_queue_irq(TaccFunc *f, int qi)
 static void tacc_unit_free(TaccState *s, TaccUnit *u)
 {
     u->busy = false;
+    if (s->host_unit == u) {
+        s->host_unit = NULL;    /* aborted while the model waited for it */
+    }
+    tacc_exec_drop(&u->res);
     if (u->res.gemm) {          /* aborted: drop the result */
         tacc_gemm_job_free(s, u->res.gemm);
         u->res.gemm = NULL;
@@ -374,6 +378,12 @@ static TaccCmd *tacc_queue_head(TaccFunc *f, int qi, uint64_t t)
     return NULL;
 }
 
+static void tacc_start_timing(TaccUnit *u, uint64_t t)
+{
+    u->link_left = u->res.link_kind != TACC_LINK_NONE ? u->res.link_payload : 0;
+    u->next_ps = t + u->res.pre_ps;
+}
+
 static void tacc_start(TaccState *s, TaccFunc *f, int qi, int unit,
                        uint64_t t)
 {
@@ -394,9 +404,17 @@ static void tacc_start(TaccState *s, TaccFunc *f, int qi, int unit,
         q->job_start_ps = t;
     }
     tacc_exec(f, qi, &u->cmd, t, &u->res);
-    u->link_left = u->res.link_kind != TACC_LINK_NONE ? u->res.link_payload : 0;
-    u->next_ps = t + u->res.pre_ps;
     trace_tacc_dispatch(f->fn, qi, unit, u->cmd.d.opcode, t / PS_PER_NS);
+    if (u->res.work) {
+        /* host work left: the model waits here (see "host work" below) */
+        s->host_unit = u;
+        s->host_gemm = false;
+        s->host_t = t;
+        u->next_ps = t;
+        trace_tacc_host_wait(f->fn, qi, t / PS_PER_NS, false);
+        return;
+    }
+    tacc_start_timing(u, t);
 }
 
 /* Weighted round-robin over functions, round-robin over their queues. */
@@ -453,6 +471,9 @@ static void tacc_dispatch(TaccState *s, uint64_t t)
                 }
                 tacc_start(s, f, qi, TACC_UNIT_LOCAL(fn, qi), t);
                 progress = true;
+                if (s->host_unit) {
+                    return;
+                }
             }
         }
         /* shared engines */
@@ -468,6 +489,9 @@ static void tacc_dispatch(TaccState *s, uint64_t t)
             }
             tacc_start(s, f, qi, e, t);
             progress = true;
+            if (s->host_unit) {
+                return;         /* the rest of this dispatch waits for it */
+            }
         }
     }
 }
@@ -488,10 +512,69 @@ static TaccUnit *tacc_next_event(TaccState *s)
     return best;
 }
 
-void tacc_sched_run(TaccState *s)
+/*
+ * Host work.  The model computes a command's result when it is dispatched
+ * (copies, eltwise) or on a worker thread (big GEMMs) and needs it to go on:
+ * a copy's duration depends on the bytes it moved before a fault, a GEMM's
+ * C is written at its completion.  When that host work is not finished, the
+ * model stops at that point (s->host_unit, at modelled time s->host_t) and
+ * nothing of the device advances past it:
+ *  - the rest of a big copy/eltwise is moved host_slice bytes per main-loop
+ *    turn by host_bh (a guarded bottom half), so the main loop, QMP, qtest
+ *    and other devices keep running;
+ *  - a GEMM worker schedules host_bh when it is done (never joined while it
+ *    computes, unless a register access needs the model's state, below).
+ * A register access that reflects the model (most of them: tacc_sched_run)
+ * first finishes the host work inline, so registers never show a state the
+ * device had not reached yet; the identity/clock/scratch registers do not wait.
+ * Modelled time does not depend on any of this.
+ */
+static bool tacc_host_ready(TaccState *s)
+{
+    TaccUnit *u = s->host_unit;
+
+    if (s->host_gemm) {
+        return !u->res.gemm || qatomic_load_acquire(&u->res.gemm->done);
+    }
+    return !u->res.work;
+}
+
+/* A due completion whose GEMM worker has not finished yet. */
+static bool tacc_unit_waits_host(TaccUnit *u)
+{
+    TaccGemmJob *j = u->res.gemm;
+
+    return u->phase == TACC_PHASE_POST && j && j->threaded &&
+           !qatomic_load_acquire(&j->done);
+}
+
+/* Finish the host work (inline if not done yet) and resume the model. */
+static void tacc_host_finish(TaccState *s)
+{
+    TaccUnit *u = s->host_unit;
+    TaccFunc *f = tacc_func(s, u->fn);
+
+    if (s->host_gemm) {
+        TaccGemmJob *j = u->res.gemm;
+        if (j && j->threaded) {
+            qemu_thread_join(&j->thread);   /* immediate once done */
+            j->threaded = false;
+        }
+        s->host_unit = NULL;
+        return;
+    }
+    if (f) {
+        tacc_exec_continue(f, u->q, &u->cmd, &u->res, UINT64_MAX);
+    }
+    s->host_unit = NULL;
+    tacc_start_timing(u, s->host_t);
+    tacc_dispatch(s, s->host_t);        /* the rest of the dispatch at host_t */
+}
+
+static void tacc_sched_advance(TaccState *s, bool wait_host)
 {
     uint64_t now;
-    TaccUnit *u;
+    TaccUnit *u = NULL;
 
     if (s->in_run) {
         return;
@@ -502,14 +585,31 @@ void tacc_sched_run(TaccState *s)
     }
     now = tacc_now_ps(s);
     for (;;) {
+        if (s->host_unit) {
+            if (!wait_host && !tacc_host_ready(s)) {
+                break;
+            }
+            tacc_host_finish(s);
+            continue;
+        }
         u = tacc_next_event(s);
         if (u && u->next_ps <= now) {
             uint64_t t = u->next_ps;
+            if (tacc_unit_waits_host(u)) {
+                s->host_unit = u;
+                s->host_gemm = true;
+                s->host_t = t;
+                trace_tacc_host_wait(u->fn, u->q, t / PS_PER_NS, true);
+                continue;
+            }
             tacc_unit_step(s, u, t);
             tacc_dispatch(s, t);
             continue;
         }
         tacc_dispatch(s, now);
+        if (s->host_unit) {
+            continue;
+        }
         u = tacc_next_event(s);
         if (!u || u->next_ps > now) {
             break;
@@ -519,7 +619,12 @@ void tacc_sched_run(TaccState *s)
     s->gcnt[TACC_CNT_link_d2h_busy_ticks] = s->link_busy_ps[1] / PS_PER_NS;
     tacc_counters_end(s);
 
-    if (u) {
+    if (s->host_unit) {
+        timer_del(&s->timer);   /* host_bh resumes the model */
+        if (!s->host_gemm) {
+            qemu_bh_schedule(s->host_bh);
+        }
+    } else if (u) {
         timer_mod(&s->timer, DIV_ROUND_UP(u->next_ps, PS_PER_NS));
     } else {
         timer_del(&s->timer);
@@ -527,10 +632,42 @@ void tacc_sched_run(TaccState *s)
     s->in_run = false;
 }
 
+/* Bring the model to "now" (register accesses, resets, QOM). */
+void tacc_sched_run(TaccState *s)
+{
+    tacc_sched_advance(s, true);
+}
+
+/* Bring the model as far as it goes without waiting for host work (timers). */
+void tacc_sched_poll(TaccState *s)
+{
+    tacc_sched_advance(s, false);
+}
+
+/* One slice of host work per main-loop turn, then the model goes on. */
+void tacc_host_bh(void *opaque)
+{
+    TaccState *s = opaque;
+    TaccUnit *u = s->host_unit;
+
+    if (!tacc_enter(s, &s->func, "host work")) {
+        return;
+    }
+    if (u && !s->host_gemm) {
+        TaccFunc *f = tacc_func(s, u->fn);
+        if (f) {
+            tacc_exec_continue(f, u->q, &u->cmd, &u->res, s->host_slice);
+        }
+    }
+    tacc_sched_advance(s, false);
+    tacc_leave(s);
+}
+
 /*
  * The scheduler's timer is an entry point like an MMIO access: it engages
  * the PF's MemReentrancyGuard (QEMU refuses the PF's own DMA into its BARs)
- * and the device-wide guard (tacc_enter: all functions, config space).
+ * and the device-wide guard (tacc_enter: all functions, config space).  It
+ * never waits for host work (host_bh resumes the model).
  */
 void tacc_sched_timer(void *opaque)
 {
@@ -542,7 +679,7 @@ void tacc_sched_timer(void *opaque)
         return;
     }
     g->engaged_in_io = true;
-    tacc_sched_run(s);
+    tacc_sched_advance(s, false);
     g->engaged_in_io = engaged;
     tacc_leave(s);
 }
@@ -571,7 +708,7 @@ void tacc_queue_doorbell(TaccFunc *f, int qi, uint32_t tail)
     }
     q->sq_tail = tail;
     tacc_fetch(f, qi, tacc_now_ps(f->pf));
-    tacc_sched_run(f->pf);
+    tacc_sched_poll(f->pf);
 }
 
 /* Abort whatever queue qi of f has on a unit (trace record: ABORTED). */
@@ -648,7 +785,7 @@ void tacc_queue_ctrl(TaccFunc *f, int qi, uint32_t val)
         }
     }
     q->ctrl = val & (TACC_Q_CTRL_ENABLE | TACC_Q_CTRL_IRQ);
-    tacc_sched_run(f->pf);
+    tacc_sched_poll(f->pf);
 }
 
 void tacc_queue_cq_head(TaccFunc *f, int qi, uint32_t head)
@@ -668,7 +805,7 @@ void tacc_queue_cq_head(TaccFunc *f, int qi, uint32_t head)
         }
         q->pending_irq = false;
     }
-    tacc_sched_run(f->pf);
+    tacc_sched_poll(f->pf);
 }
 
 void tacc_func_abort_all(TaccFunc *f)

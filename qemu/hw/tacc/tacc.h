@@ -73,6 +73,7 @@ typedef struct TaccGemmJob {
     bool cancel;                /* atomic: an aborted job stops at the next row */
     bool done;                  /* atomic: set by the worker as its last act */
     struct TaccGemmJob *next;   /* TaccState.orphans */
+    QEMUBH *bh;                 /* scheduled by the worker when it is done */
 } TaccGemmJob;
 
 /* What executing one command did: filled by tacc-exec.c. */
@@ -100,7 +101,16 @@ typedef struct TaccResult {
     uint64_t post_addr;
     uint64_t post_value;
     TaccGemmJob *gemm;          /* GEMM result to write back at completion */
+    /* host work left after dispatch (a big copy/eltwise): tacc_exec_continue */
+    int work;                   /* TACC_WORK_* */
+    int work_phase;             /* eltwise: read A, read B, compute, write C */
+    uint64_t work_pos;          /* copy: bytes moved; eltwise: bytes/elements */
+    uint64_t work_start_ps;
+    uint8_t *work_buf;          /* copy bounce buffer */
+    float *work_a, *work_b;     /* eltwise operands */
 } TaccResult;
+
+enum { TACC_WORK_NONE, TACC_WORK_COPY, TACC_WORK_ELT };
 
 typedef struct TaccUnit {
     bool busy;
@@ -225,6 +235,18 @@ struct TaccState {
     uint64_t reentrant_refused;
     uint64_t fetch_seq;
     TaccGemmJob *orphans;       /* aborted GEMMs whose worker is still running */
+
+    /*
+     * Host work the model waits for (tacc-sched.c "host work"): a unit whose
+     * big copy/eltwise is still being moved (in host_slice-byte slices, one
+     * per main-loop turn, from host_bh), or whose GEMM worker has not
+     * finished at its completion time.  Modelled time stops at host_t.
+     */
+    TaccUnit *host_unit;
+    bool host_gemm;
+    uint64_t host_t;
+    QEMUBH *host_bh;
+    uint64_t host_slice;
 };
 
 /* tacc-pci.c */
@@ -247,6 +269,7 @@ void tacc_counters_end(TaccState *s);
 
 /* tacc-sched.c */
 void tacc_sched_run(TaccState *s);
+void tacc_sched_poll(TaccState *s);
 void tacc_sched_timer(void *opaque);
 void tacc_queue_doorbell(TaccFunc *f, int q, uint32_t tail);
 void tacc_queue_ctrl(TaccFunc *f, int q, uint32_t val);
@@ -260,6 +283,10 @@ bool tacc_func_idle(TaccFunc *f);
 enum tacc_engine_class tacc_op_class(uint8_t opcode);
 void tacc_exec(TaccFunc *f, int q, TaccCmd *cmd, uint64_t start_ps,
                TaccResult *res);
+bool tacc_exec_continue(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
+                        uint64_t budget);
+void tacc_exec_drop(TaccResult *res);
+void tacc_host_bh(void *opaque);
 uint16_t tacc_gemm_finish(TaccFunc *f, int q, TaccCmd *c, TaccResult *res);
 void tacc_gemm_job_free(TaccState *s, TaccGemmJob *j);
 void tacc_gemm_reap(TaccState *s, bool wait);
