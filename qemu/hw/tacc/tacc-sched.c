@@ -651,6 +651,7 @@ void tacc_host_bh(void *opaque)
     TaccUnit *u = s->host_unit;
 
     if (!tacc_enter(s, &s->func, "host work")) {
+        qemu_bh_schedule(s->host_bh);   /* a nested main-loop poll: later */
         return;
     }
     if (u && !s->host_gemm) {
