@@ -600,8 +600,8 @@ static void tacc_exec_eltwise(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     res->work_a = g_try_malloc(n * 4);
     res->work_b = two ? g_try_malloc(n * 4) : NULL;
     if (!res->work_a || (two && !res->work_b)) {
-        qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: eltwise operands do not "
-                      "fit in host memory\n", f->fn, q);
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: eltwise operands "
+                      "do not fit in host memory\n", f->fn, q);
         tacc_exec_drop(res);
         res->status = TACC_ST_BAD_LENGTH;
         return;

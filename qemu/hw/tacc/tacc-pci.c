@@ -524,7 +524,8 @@ static void tacc_set_fatal(Object *obj, bool v, Error **errp)
     TaccState *s = TACC(obj);
 
     s->fi_fatal = v;
-    if (v && qdev_is_realized(DEVICE(obj)) && tacc_enter(s, &s->func, "fi-fatal")) {
+    if (v && qdev_is_realized(DEVICE(obj)) &&
+        tacc_enter(s, &s->func, "fi-fatal")) {
         trace_tacc_fi_fatal();
         tacc_fatal(s);
         tacc_leave(s);

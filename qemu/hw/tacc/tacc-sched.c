@@ -76,7 +76,7 @@ static void tacc_fetch(TaccFunc *f, int qi, uint64_t t_ps)
     TaccQueue *q = &f->q[qi];
 
     if (!q->sq_size) {
-        return;                         /* never enabled with it; belt and braces */
+        return;                 /* never enabled with it; belt and braces */
     }
     while (tacc_queue_on(f, q) && q->f_count < TACC_FIFO_DEPTH &&
            q->sq_head != q->sq_tail) {
@@ -466,7 +466,8 @@ static void tacc_dispatch(TaccState *s, uint64_t t)
                 if (!c || tacc_op_class(c->d.opcode) != TACC_CLASS_LOCAL) {
                     continue;
                 }
-                if (c->d.opcode == TACC_OP_BARRIER && !tacc_barrier_ok(f, qi, t)) {
+                if (c->d.opcode == TACC_OP_BARRIER &&
+                    !tacc_barrier_ok(f, qi, t)) {
                     continue;
                 }
                 tacc_start(s, f, qi, TACC_UNIT_LOCAL(fn, qi), t);

@@ -118,7 +118,7 @@ static void tacc_sample_timer_locked(TaccFunc *f)
         !tacc_ring_ok(f->sample_base, f->sample_size, 8)) {
         return;
     }
-    tacc_sched_poll(s);     /* counters up to now (or where host work stops it) */
+    tacc_sched_poll(s);     /* counters to now (or to where host work waits) */
     tacc_counters_end(s);
     memset(buf, 0, sizeof(buf));
     h.version = cpu_to_le32(TACC_CNT_VERSION);

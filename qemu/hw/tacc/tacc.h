@@ -70,7 +70,7 @@ typedef struct TaccGemmJob {
     double *acc;                /* one row of accumulators */
     bool threaded;
     QemuThread thread;
-    bool cancel;                /* atomic: an aborted job stops at the next row */
+    bool cancel;                /* atomic: an aborted job stops at next row */
     bool done;                  /* atomic: set by the worker as its last act */
     struct TaccGemmJob *next;   /* TaccState.orphans */
     QEMUBH *bh;                 /* scheduled by the worker when it is done */
@@ -164,7 +164,7 @@ struct TaccFunc {
     uint64_t ptbr[TACC_NUM_CONTEXTS];
     uint64_t fault_addr, fault_tag;
     uint32_t fault_info;
-    uint32_t clk_latch[2];      /* HI halves latched by LO reads: DEVCLK, HOSTCLK */
+    uint32_t clk_latch[2];      /* HI latched by LO reads: DEVCLK, HOSTCLK */
 
     uint64_t trace_base, trace_wb;
     uint32_t trace_size, trace_ctrl, trace_prod, trace_cons, trace_dropped;
@@ -234,7 +234,7 @@ struct TaccState {
     uint32_t depth;
     uint64_t reentrant_refused;
     uint64_t fetch_seq;
-    TaccGemmJob *orphans;       /* aborted GEMMs whose worker is still running */
+    TaccGemmJob *orphans;       /* aborted GEMMs, worker still running */
 
     /*
      * Host work the model waits for (tacc-sched.c "host work"): a unit whose
