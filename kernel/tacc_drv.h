@@ -258,6 +258,10 @@ struct tacc_device {
 
 	struct tacc_live live;
 	struct list_head list;		/* tacc_devices */
+
+	/* debugfs test knobs (tacc_debugfs.c), 0 = off: widen race windows */
+	u32 fault_ctx_delay_ms;		/* MMU-fault ctx lookup, ctx_lock held */
+	u32 free_job_delay_ms;		/* tacc_free_job, between status and fence */
 };
 
 #define to_tacc_dev(d)		container_of(d, struct tacc_device, drm)

@@ -3,6 +3,7 @@
  * tacc interrupts: one MSI-X vector per queue (completions), one for
  * errors (MMU fault, DMA error, fatal), one for the trace/sample rings.
  */
+#include <linux/delay.h>
 #include <linux/interrupt.h>
 #include <linux/pci.h>
 
@@ -36,6 +37,8 @@ static void tacc_handle_mmu_fault(struct tacc_device *tdev)
 	atomic64_inc(&tdev->mmu_faults);
 
 	mutex_lock(&tdev->ctx_lock);
+	if (unlikely(READ_ONCE(tdev->fault_ctx_delay_ms)))
+		msleep(READ_ONCE(tdev->fault_ctx_delay_ms));
 	if (id < tdev->num_contexts && tdev->ctxs[id])
 		ctx = tacc_ctx_get(tdev->ctxs[id]);
 	mutex_unlock(&tdev->ctx_lock);

@@ -335,6 +335,8 @@ static void tacc_free_job(struct drm_sched_job *sched_job)
 	struct tacc_seqslot *slot;
 
 	f = xa_erase(&ctx->jobs_xa, job->seqno);
+	if (unlikely(READ_ONCE(tdev->free_job_delay_ms)))
+		msleep(READ_ONCE(tdev->free_job_delay_ms));
 	spin_lock(&ctx->seq_lock);
 	slot = &ctx->done[job->seqno % TACC_SEQNO_SLOTS];
 	slot->seqno = job->seqno;
