@@ -189,7 +189,10 @@ struct tacc_ring {
 	void *cpu;			/* header page, then the entries */
 	dma_addr_t dma;
 	size_t size;
+	unsigned long gen;		/* OPEN count: a mapping's vm_private_data */
 	struct drm_file *owner;		/* the one registered consumer */
+	bool owner_perfmon;		/* the owner had CAP_PERFMON at OPEN */
+	struct drm_file *evicted;	/* owner displaced by a CAP_PERFMON OPEN */
 	u32 entries;
 	u32 cons;			/* consumer index, as ADVANCE set it */
 	u32 period_ns;			/* sample ring: sampling period */
