@@ -2,6 +2,8 @@
 /*
  * tacc debugfs, under /sys/kernel/debug/accel/<minor>/:
  *   queues, contexts, pagetables, fences, objects
+ * and test knobs (root only, 0 = off) that widen race windows for tests:
+ *   fault_ctx_delay_ms, free_job_delay_ms
  */
 #include <linux/debugfs.h>
 #include <linux/seq_file.h>
@@ -126,6 +128,13 @@ static int objects_show(struct seq_file *m, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(objects);
 
+/* Test knobs: delays at named points, for tests/vm/test_isolation_rings.py. */
+static void tacc_debugfs_knobs(struct tacc_device *tdev, struct dentry *root)
+{
+	debugfs_create_u32("fault_ctx_delay_ms", 0600, root, &tdev->fault_ctx_delay_ms);
+	debugfs_create_u32("free_job_delay_ms", 0600, root, &tdev->free_job_delay_ms);
+}
+
 void tacc_debugfs_init(struct drm_minor *minor)
 {
 	struct tacc_device *tdev = to_tacc_dev(minor->dev);
@@ -138,4 +147,5 @@ void tacc_debugfs_init(struct drm_minor *minor)
 	debugfs_create_file("pagetables", 0444, root, tdev, &pagetables_fops);
 	debugfs_create_file("fences", 0444, root, tdev, &fences_fops);
 	debugfs_create_file("objects", 0444, root, tdev, &objects_fops);
+	tacc_debugfs_knobs(tdev, root);
 }

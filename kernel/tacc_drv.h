@@ -189,7 +189,10 @@ struct tacc_ring {
 	void *cpu;			/* header page, then the entries */
 	dma_addr_t dma;
 	size_t size;
+	unsigned long gen;		/* OPEN count: a mapping's vm_private_data */
 	struct drm_file *owner;		/* the one registered consumer */
+	bool owner_perfmon;		/* the owner had CAP_PERFMON at OPEN */
+	struct drm_file *evicted;	/* owner displaced by a CAP_PERFMON OPEN */
 	u32 entries;
 	u32 cons;			/* consumer index, as ADVANCE set it */
 	u32 period_ns;			/* sample ring: sampling period */
@@ -258,6 +261,10 @@ struct tacc_device {
 
 	struct tacc_live live;
 	struct list_head list;		/* tacc_devices */
+
+	/* debugfs test knobs (tacc_debugfs.c), 0 = off: widen race windows */
+	u32 fault_ctx_delay_ms;		/* MMU-fault ctx lookup, ctx_lock held */
+	u32 free_job_delay_ms;		/* tacc_free_job, between status and fence */
 };
 
 #define to_tacc_dev(d)		container_of(d, struct tacc_device, drm)

@@ -3,6 +3,7 @@
  * tacc interrupts: one MSI-X vector per queue (completions), one for
  * errors (MMU fault, DMA error, fatal), one for the trace/sample rings.
  */
+#include <linux/delay.h>
 #include <linux/interrupt.h>
 #include <linux/pci.h>
 
@@ -35,9 +36,16 @@ static void tacc_handle_mmu_fault(struct tacc_device *tdev)
 		return;
 	atomic64_inc(&tdev->mmu_faults);
 
+	/*
+	 * ctxs[] holds a context until its release takes ctx_lock, also after
+	 * its last reference is gone: take a reference only on a live one.
+	 */
 	mutex_lock(&tdev->ctx_lock);
-	if (id < tdev->num_contexts && tdev->ctxs[id])
-		ctx = tacc_ctx_get(tdev->ctxs[id]);
+	if (unlikely(READ_ONCE(tdev->fault_ctx_delay_ms)))
+		msleep(READ_ONCE(tdev->fault_ctx_delay_ms));
+	if (id < tdev->num_contexts && tdev->ctxs[id] &&
+	    kref_get_unless_zero(&tdev->ctxs[id]->ref))
+		ctx = tdev->ctxs[id];
 	mutex_unlock(&tdev->ctx_lock);
 
 	trace_tacc_mmu_fault(tacc_devid(tdev), id, queue, tag, addr, type,

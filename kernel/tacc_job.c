@@ -334,12 +334,18 @@ static void tacc_free_job(struct drm_sched_job *sched_job)
 	int status = sched_job->s_fence ? sched_job->s_fence->finished.error : 0;
 	struct tacc_seqslot *slot;
 
-	f = xa_erase(&ctx->jobs_xa, job->seqno);
+	/*
+	 * The final status first, then the fence leaves the table: a WAIT that
+	 * finds no fence finds the status (tacc_wait_ioctl() looks in this order).
+	 */
 	spin_lock(&ctx->seq_lock);
 	slot = &ctx->done[job->seqno % TACC_SEQNO_SLOTS];
 	slot->seqno = job->seqno;
 	slot->status = status;
 	spin_unlock(&ctx->seq_lock);
+	if (unlikely(READ_ONCE(tdev->free_job_delay_ms)))
+		msleep(READ_ONCE(tdev->free_job_delay_ms));
+	f = xa_erase(&ctx->jobs_xa, job->seqno);
 	dma_fence_put(f);
 
 	drm_sched_job_cleanup(sched_job);

@@ -12,8 +12,9 @@
 
 #include "tacc_drv.h"
 
+/* Events name other owners' pids and fault addresses: CAP_NET_ADMIN to join. */
 static const struct genl_multicast_group tacc_mcgrps[] = {
-	{ .name = TACC_GENL_MCGRP_EVENTS, },
+	{ .name = TACC_GENL_MCGRP_EVENTS, .flags = GENL_MCAST_CAP_NET_ADMIN, },
 };
 
 static struct genl_family tacc_genl_family = {

@@ -12,10 +12,22 @@
  * indices at 0 and a new epoch (tacc_hw_init()).  Each OPEN sizes and
  * allocates its ring; CLOSE (or the file's release) stops the device
  * writing to it, zaps the consumer's mapping and frees it.
+ *
+ * Who may open (docs/uapi.md "Threat model"): the PF's rings show every
+ * context of the device and the global counters, so they need CAP_PERFMON;
+ * a VF's rings are open to whoever may open the VF's node.  A CAP_PERFMON
+ * opener takes a slot held by an unprivileged owner over: that owner's ring
+ * is retired as by CLOSE, its next ADVANCE or CLOSE gets -ENODEV.
+ *
+ * Mappings are populated on fault, under the ring lock, and only while the
+ * OPEN that created them (ring->gen, kept in vm_private_data) is the live
+ * one: retire zaps at the real mmap offset with the lock held, so no page of
+ * a retired ring can be reached again and any later access is SIGBUS.
  */
 #include <linux/dma-mapping.h>
 #include <linux/mm.h>
 #include <linux/pm_runtime.h>
+#include <linux/vmalloc.h>
 
 #include <drm/drm_drv.h>
 #include <drm/drm_file.h>
@@ -42,9 +54,62 @@ static int tacc_ring_advance_locked(struct tacc_ring *r, const u32 *hdr_prod, u3
 	return 0;
 }
 
-/* Only the registered consumer may map its ring, read-only. */
+/* The PF's rings show the whole device; a VF's belong to its node's users. */
+static bool tacc_ring_may_open(struct tacc_device *tdev)
+{
+	return tdev->is_vf || perfmon_capable();
+}
+
+/* dma_alloc_coherent() memory: linear map (dma-direct) or vmap (dma-iommu). */
+static unsigned long tacc_ring_pfn(void *p)
+{
+	return is_vmalloc_addr(p) ? vmalloc_to_pfn(p) : PHYS_PFN(virt_to_phys(p));
+}
+
+static vm_fault_t tacc_ring_fault(struct vm_fault *vmf, struct tacc_ring *r, u64 mmap_offset)
+{
+	struct vm_area_struct *vma = vmf->vma;
+	unsigned long pgoff = vmf->pgoff - (mmap_offset >> PAGE_SHIFT);
+	vm_fault_t ret = VM_FAULT_SIGBUS;
+
+	mutex_lock(&r->lock);
+	if (r->cpu && (unsigned long)vma->vm_private_data == r->gen &&
+	    pgoff < r->size >> PAGE_SHIFT)
+		ret = vmf_insert_pfn(vma, vmf->address,
+				     tacc_ring_pfn(r->cpu + (pgoff << PAGE_SHIFT)));
+	mutex_unlock(&r->lock);
+	return ret;
+}
+
+static vm_fault_t tacc_trace_vm_fault(struct vm_fault *vmf)
+{
+	struct drm_file *file = vmf->vma->vm_file->private_data;
+
+	return tacc_ring_fault(vmf, &to_tacc_dev(file->minor->dev)->trace, DRM_TACC_MMAP_TRACE);
+}
+
+static vm_fault_t tacc_sample_vm_fault(struct vm_fault *vmf)
+{
+	struct drm_file *file = vmf->vma->vm_file->private_data;
+
+	return tacc_ring_fault(vmf, &to_tacc_dev(file->minor->dev)->sample, DRM_TACC_MMAP_SAMPLE);
+}
+
+static const struct vm_operations_struct tacc_trace_vm_ops = {
+	.fault = tacc_trace_vm_fault,
+};
+
+static const struct vm_operations_struct tacc_sample_vm_ops = {
+	.fault = tacc_sample_vm_fault,
+};
+
+/*
+ * Only the registered consumer may map its ring, read-only.  The mapping
+ * keeps its real offset (retire zaps there) and the OPEN's generation.
+ */
 static int tacc_ring_mmap(struct tacc_device *tdev, struct tacc_ring *r,
-			  struct drm_file *file, struct vm_area_struct *vma)
+			  struct drm_file *file, struct vm_area_struct *vma,
+			  const struct vm_operations_struct *ops)
 {
 	unsigned long size = vma->vm_end - vma->vm_start;
 	int ret;
@@ -61,9 +126,9 @@ static int tacc_ring_mmap(struct tacc_device *tdev, struct tacc_ring *r,
 	else
 		ret = 0;
 	if (!ret) {
-		vm_flags_mod(vma, VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE);
-		vma->vm_pgoff = 0;
-		ret = dma_mmap_coherent(tacc_to_dev(tdev), vma, r->cpu, r->dma, size);
+		vm_flags_mod(vma, VM_PFNMAP | VM_IO | VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE);
+		vma->vm_private_data = (void *)r->gen;
+		vma->vm_ops = ops;
 	}
 	mutex_unlock(&r->lock);
 	return ret;
@@ -84,7 +149,10 @@ static void tacc_ring_release_dma(struct tacc_device *tdev, struct tacc_ring *r)
 	mutex_unlock(&r->lock);
 }
 
-/* The consumer's end: @stop disables the ring and drops the PM reference. */
+/*
+ * The consumer's end: @stop disables the ring and drops the PM reference.
+ * A consumer whose slot was taken over learns it here once (-ENODEV).
+ */
 static int tacc_ring_close(struct tacc_device *tdev, struct tacc_ring *r,
 			   struct drm_file *file,
 			   void (*stop)(struct tacc_device *tdev))
@@ -92,12 +160,23 @@ static int tacc_ring_close(struct tacc_device *tdev, struct tacc_ring *r,
 	int ret = 0;
 
 	mutex_lock(&r->lock);
-	if (r->owner != file)
-		ret = -EPERM;
-	else
+	if (r->owner == file) {
 		stop(tdev);
+	} else if (r->evicted == file) {
+		r->evicted = NULL;
+		ret = -ENODEV;
+	} else {
+		ret = -EPERM;
+	}
 	mutex_unlock(&r->lock);
 	return ret;
+}
+
+/* ADVANCE by someone other than the consumer. */
+static int tacc_ring_not_owner_locked(struct tacc_ring *r, struct drm_file *file)
+{
+	lockdep_assert_held(&r->lock);
+	return r->evicted == file ? -ENODEV : -EPERM;
 }
 
 static void tacc_ring_put_pm(struct tacc_device *tdev, struct tacc_ring *r)
@@ -107,17 +186,32 @@ static void tacc_ring_put_pm(struct tacc_device *tdev, struct tacc_ring *r)
 	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
 }
 
-/* OPEN: @file becomes the consumer of a new ring of @size bytes. */
+/*
+ * OPEN: @file becomes the consumer of a new ring of @size bytes.  A
+ * CAP_PERFMON opener retires an unprivileged owner's ring first (@stop).
+ */
 static int tacc_ring_claim_locked(struct tacc_device *tdev, struct tacc_ring *r,
-				  struct drm_file *file, size_t size)
+				  struct drm_file *file, size_t size,
+				  void (*stop)(struct tacc_device *tdev))
 {
-	if (r->owner)
-		return r->owner == file ? -EALREADY : -EBUSY;
+	bool perfmon = perfmon_capable();
+
+	lockdep_assert_held(&r->lock);
+	if (r->owner == file)
+		return -EALREADY;
+	if (r->owner && (r->owner_perfmon || !perfmon))
+		return -EBUSY;
+	if (r->owner) {
+		r->evicted = r->owner;
+		stop(tdev);
+	}
 	r->size = size;
 	r->cpu = dma_alloc_coherent(tacc_to_dev(tdev), size, &r->dma, GFP_KERNEL);
 	if (!r->cpu)
 		return -ENOMEM;
 	r->owner = file;
+	r->owner_perfmon = perfmon;
+	r->gen++;
 	return 0;
 }
 
@@ -146,6 +240,8 @@ static void tacc_ring_retire_locked(struct tacc_device *tdev, struct tacc_ring *
 #define TACC_TRACE_WB_OFFSET	offsetof(struct drm_tacc_trace_header, prod)
 
 static_assert(TACC_TRACE_REC_SIZE == 64);
+
+static void tacc_trace_stop_locked(struct tacc_device *tdev);
 
 static void tacc_trace_hw_setup_locked(struct tacc_device *tdev)
 {
@@ -214,6 +310,8 @@ int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 	entries = tacc_trace_entries(args->entries);
 	if (entries < 0)
 		return entries;
+	if (!tacc_ring_may_open(tdev))
+		return -EACCES;
 	if (!drm_dev_enter(dev, &idx))
 		return -ENODEV;
 	/*
@@ -226,7 +324,8 @@ int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 
 	mutex_lock(&tr->lock);
 	ret = tacc_ring_claim_locked(tdev, tr, file,
-				     PAGE_SIZE + (size_t)entries * TACC_TRACE_REC_SIZE);
+				     PAGE_SIZE + (size_t)entries * TACC_TRACE_REC_SIZE,
+				     tacc_trace_stop_locked);
 	if (ret)
 		goto out_put;
 	hdr = tr->cpu;
@@ -274,7 +373,7 @@ int tacc_trace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file
 		return -EINVAL;
 	mutex_lock(&tr->lock);
 	if (tr->owner != file) {
-		ret = -EPERM;
+		ret = tacc_ring_not_owner_locked(tr, file);
 		goto out;
 	}
 	if (!tr->cpu || !drm_dev_enter(dev, &idx)) {
@@ -326,7 +425,7 @@ void tacc_trace_release(struct tacc_device *tdev, struct drm_file *file)
 int tacc_trace_mmap(struct tacc_device *tdev, struct drm_file *file,
 		    struct vm_area_struct *vma)
 {
-	return tacc_ring_mmap(tdev, &tdev->trace, file, vma);
+	return tacc_ring_mmap(tdev, &tdev->trace, file, vma, &tacc_trace_vm_ops);
 }
 
 /* ---------------------------------------------------------- sample ring ---- */
@@ -334,6 +433,8 @@ int tacc_trace_mmap(struct tacc_device *tdev, struct drm_file *file,
 #define TACC_SAMPLE_WB_OFFSET	offsetof(struct drm_tacc_sample_header, prod)
 
 static_assert(DRM_TACC_SAMPLE_MIN_PERIOD_NS == TACC_SAMPLE_MIN_PERIOD_NS);
+
+static void tacc_sample_stop_locked(struct tacc_device *tdev);
 
 static void tacc_sample_hw_setup_locked(struct tacc_device *tdev)
 {
@@ -402,6 +503,8 @@ int tacc_sample_open_ioctl(struct drm_device *dev, void *data, struct drm_file *
 	ret = tacc_sample_open_check(tdev, args);
 	if (ret)
 		return ret;
+	if (!tacc_ring_may_open(tdev))
+		return -EACCES;
 	if (!drm_dev_enter(dev, &idx))
 		return -ENODEV;
 	/*
@@ -415,7 +518,7 @@ int tacc_sample_open_ioctl(struct drm_device *dev, void *data, struct drm_file *
 	mutex_lock(&sr->lock);
 	ret = tacc_ring_claim_locked(tdev, sr, file,
 				     PAGE_ALIGN(PAGE_SIZE + (size_t)args->entries *
-						TACC_SAMPLE_SIZE));
+						TACC_SAMPLE_SIZE), tacc_sample_stop_locked);
 	if (ret)
 		goto out_put;
 	hdr = sr->cpu;
@@ -453,7 +556,7 @@ int tacc_sample_advance_ioctl(struct drm_device *dev, void *data, struct drm_fil
 		return -EINVAL;
 	mutex_lock(&sr->lock);
 	if (sr->owner != file) {
-		ret = -EPERM;
+		ret = tacc_ring_not_owner_locked(sr, file);
 		goto out;
 	}
 	if (!sr->cpu || !drm_dev_enter(dev, &idx)) {
@@ -505,5 +608,5 @@ void tacc_sample_release(struct tacc_device *tdev, struct drm_file *file)
 int tacc_sample_mmap(struct tacc_device *tdev, struct drm_file *file,
 		     struct vm_area_struct *vma)
 {
-	return tacc_ring_mmap(tdev, &tdev->sample, file, vma);
+	return tacc_ring_mmap(tdev, &tdev->sample, file, vma, &tacc_sample_vm_ops);
 }

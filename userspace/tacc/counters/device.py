@@ -104,6 +104,9 @@ class DeviceBackend(Backend):
                 if exc.errno == errno.EBUSY:
                     raise CounterError(f"{fn.pci}: the sample ring has another consumer") \
                         from exc
+                if exc.errno == errno.EACCES:
+                    raise CounterError(f"{fn.pci}: the PF's sample ring needs CAP_PERFMON "
+                                       "(root)") from exc
                 raise
             self.mm = mmap.mmap(self.fd, a.mmap_size, mmap.MAP_SHARED, mmap.PROT_READ,
                                 offset=a.mmap_offset)

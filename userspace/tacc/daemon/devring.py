@@ -143,6 +143,9 @@ class DeviceTraceRing:
                     raise TraceRingError(
                         f"{node}: trace ring already has a consumer (taccd or "
                         f"accel-bpftrace record)") from None
+                if exc.errno == errno.EACCES:
+                    raise TraceRingError(
+                        f"{node}: the PF's trace ring needs CAP_PERFMON (root)") from None
                 raise TraceRingError(f"{node}: TRACE_OPEN failed: {exc.strerror}") from None
             self.mm = mmap.mmap(self.fd, int(op.mmap_size), mmap.MAP_SHARED, mmap.PROT_READ,
                                 offset=int(op.mmap_offset))

@@ -315,6 +315,10 @@ struct drm_tacc_wait {
  * allocates the ring and enables device tracing.  mmap() @mmap_size bytes at
  * @mmap_offset (read-only) to see struct drm_tacc_trace_header then the
  * records (struct tacc_trace_rec of tacc_hw.h) at header.data_offset.
+ * On the PF the ring shows every context: CAP_PERFMON is needed (-EACCES);
+ * on a VF any user of the node may open it.  A CAP_PERFMON opener takes
+ * over a ring held by an unprivileged owner, whose ADVANCE/CLOSE then fail
+ * with -ENODEV and whose mapping faults (SIGBUS), as after CLOSE.
  *
  * @flags: must be 0.
  * @entries: in: records wanted, a power of two between
@@ -395,7 +399,8 @@ struct drm_tacc_trace_close {
  * @mmap_size bytes at @mmap_offset (read-only) to see struct
  * drm_tacc_sample_header then the entries (struct tacc_sample_hdr of
  * tacc_hw.h followed by 2 * TACC_SAMPLE_SLOTS u64 counter slots,
- * header.entry_size bytes each) at header.data_offset.
+ * header.entry_size bytes each) at header.data_offset.  Who may open: as
+ * for the trace ring (struct drm_tacc_trace_open).
  *
  * @period_ns: sampling period, >= DRM_TACC_SAMPLE_MIN_PERIOD_NS.
  * @entries: ring entries, a power of two between 2 and
