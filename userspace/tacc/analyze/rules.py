@@ -17,7 +17,7 @@ from .data import Data, merged, runs, union_by_group, window_amount
 @dataclass
 class Thresholds:
     # common
-    severity_high: float = 0.10  # time lost / capture span
+    severity_high: float = 0.10  # time lost / the finding's active span
     severity_medium: float = 0.03
     max_ranges: int = 50
     # link_saturation / imbalance / vf_contention
@@ -84,6 +84,13 @@ class Finding:
     severity: str = "low"
     id: str = ""
     node: str = ""
+    # set by the engine: the finding's active span (first to last device or API activity
+    # of its functions, widened to its own time ranges), time lost over it (share, what
+    # the severity is judged on, at most 1) and over the whole capture (capture_share)
+    active_range: list[int] = field(default_factory=list)
+    active_span_ns: int = 0
+    share: float = 0.0
+    capture_share: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
