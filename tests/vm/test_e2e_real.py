@@ -458,6 +458,37 @@ def _busy_ns(cap_path: Path) -> int:
     return int((dt["t_end"].astype(np.int64) - dt["t_start"].astype(np.int64)).sum())
 
 
+def _runqueue_wait_ns(cap_path: Path, pid: int) -> int:
+    """Time the threads of ``pid`` spent runnable but off the CPU (switched out preempted
+    or running, until their next switch-in) within the measured section (first to last
+    TIMESTAMP command): the guest's single vCPU running someone else.  From the capture's
+    sched records (the workload's threads are traced)."""
+    from tacc.capture import open_capture
+    from tacc.capture.schema import HostKind, Opcode
+
+    cap = open_capture(cap_path)
+    dt = cap.read("device_trace")
+    dt = dt[(dt["opcode"] == Opcode.TIMESTAMP) & (dt["fid"] == 0)]
+    if len(dt) < 2:
+        return 0
+    t = cap.device_clock(0).convert(dt["t_start"])
+    a, b = int(t.min()), int(t.max())
+    h = cap.read("host", ["t_ns", "kind", "pid", "tid", "next_pid", "prev_state"])
+    sw = h[h["kind"] == HostKind.SCHED_SWITCH]
+    sw = sw[np.argsort(sw["t_ns"], kind="stable")]
+    total = 0
+    for tid in np.unique(sw["tid"][sw["pid"] == pid]).tolist():
+        outs = sw[sw["tid"] == tid]
+        ins = sw["t_ns"][sw["next_pid"] == tid].astype(np.int64)
+        # prev_state 0 (running) or TASK_REPORT_MAX (preempted): still runnable
+        runnable = (outs["prev_state"] == 0) | (outs["prev_state"] >= 0x100)
+        for s0 in outs["t_ns"][runnable].astype(np.int64).tolist():
+            k = int(np.searchsorted(ins, s0, side="right"))
+            if k < len(ins):
+                total += max(0, min(int(ins[k]), b) - max(s0, a))
+    return total
+
+
 def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
     kw, expected, scale = TWINS[name]
     pb, rb, _ = recorder.capture(f"{name}-bad", [(name, True, kw)], scale)
@@ -480,7 +511,14 @@ def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
         # the device's own busy time (sum of command durations in the trace): the figure
         # for device-side losses (extra TLPs, TLB walks), free of the host's TCG noise
         "measured_diff_device_busy_ns": _busy_ns(pb) - _busy_ns(pg),
+        # the workload thread's run-queue waits in its measured section (runnable, off
+        # the one vCPU: kernel workers, the capture engine, 9p under icount), per twin
+        "runqueue_wait_ns": {"bad": _runqueue_wait_ns(pb, recorder.worker.pid),
+                             "good": _runqueue_wait_ns(pg, recorder.worker.pid)},
     }
+    rq = rep["runqueue_wait_ns"]
+    rep["measured_diff_device_own_ns"] = (rep["measured_diff_device_ns"]
+                                          - (rq["bad"] - rq["good"]))
     rep["findings_bad"] = fb
     _save(f"twin-{name}.json", rep)
     return rep
@@ -498,12 +536,27 @@ def test_rule_fires_on_bad_silent_on_good(recorder: Recorder, name: str) -> None
 
 # rule -> the measured bad - good figure its estimate is compared with (docs/analysis.md,
 # "Estimated against measured"): "span" = the workload's measured section (TIMESTAMP
-# commands), "busy" = the device's summed command durations
-MEASURED_BY = {"small_transfers": "span", "iommu_churn": "busy", "tlb_thrash": "busy",
-               "serialized_copies": "span", "idle_gaps": "span", "link_saturation": "busy",
-               "host_memory": "busy"}
-# rules whose estimate is a bound, not a prediction of a twin's difference
-BOUNDED = {"h2d_d2h_imbalance"}
+# commands) less the workload thread's run-queue waits in it, "busy" = the device's
+# summed command durations
+MEASURED_BY = {"small_transfers": "span", "iommu_churn": "span", "tlb_thrash": "busy",
+               "idle_gaps": "span", "link_saturation": "busy", "host_memory": "busy"}
+# rules whose estimate is checked against its documented bound instead (docs/analysis.md):
+# h2d_d2h_imbalance is an upper bound of rebalancing (no twin measures it);
+# serialized_copies prices the device-side overlap only, not the host round trips
+# between the serialized steps (TCG Python), which the span difference also holds
+BOUNDED = {"h2d_d2h_imbalance", "serialized_copies"}
+
+
+def _section_union_ns(cap_path: Path) -> int:
+    """Union of the device's commands within the measured section (TIMESTAMPs)."""
+    from tacc.analyze.data import load, union_length
+    from tacc.capture import open_capture
+    from tacc.capture.schema import Opcode
+
+    c = load(open_capture(cap_path)).cmds
+    t = c.ts[c.opcode == Opcode.TIMESTAMP]
+    m = (c.ts >= t.min()) & (c.te <= t.max()) & (c.opcode != Opcode.TIMESTAMP)
+    return union_length(c.ts[m], c.te[m])
 
 
 @pytest.mark.parametrize("name", QUICK_TWINS)
@@ -512,10 +565,22 @@ def test_estimate_within_25_percent_of_measured(recorder: Recorder, name: str) -
     where measured is the twins' difference docs/analysis.md names for the rule; a rule
     that gives a bound (h2d_d2h_imbalance) is checked against its documented bound."""
     rep = _twin(recorder, name)
-    meas = {"span": rep["measured_diff_device_ns"], "busy": rep["measured_diff_device_busy_ns"]}
+    meas = {"span": rep["measured_diff_device_own_ns"],
+            "busy": rep["measured_diff_device_busy_ns"]}
     out = {}
     for rule in rep["expected"]:
         est = rep["estimated_lost_ns"][rule]
+        if rule == "serialized_copies":
+            kw, _, scale = TWINS[name]
+            pb, _, _ = recorder.capture(f"{name}-bad", [(name, True, kw)], scale)
+            pg, _, _ = recorder.capture(f"{name}-good", [(name, False, kw)], scale)
+            union = _section_union_ns(pb) - _section_union_ns(pg)
+            out[rule] = {"estimated": est, "bound_device_union_diff_ns": union,
+                         "bound_span_own_ns": meas["span"]}
+            # at least the device-side serialization it prices (the busy union's
+            # difference), at most the twins' span difference (25 % slack both sides)
+            assert 0.75 * union <= est <= 1.25 * meas["span"], out
+            continue
         if rule in BOUNDED:
             f = next(x for x in rep["findings_bad"] if x["rule"] == rule)
             out[rule] = {"estimated": est, "bound_busy_ns": meas["busy"],
