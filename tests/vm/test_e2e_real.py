@@ -489,7 +489,12 @@ def _runqueue_wait_ns(cap_path: Path, pid: int) -> int:
     return total
 
 
+_TWINS_DONE: dict[str, dict[str, Any]] = {}  # name -> report: analysed once per session
+
+
 def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
+    if name in _TWINS_DONE:
+        return _TWINS_DONE[name]
     kw, expected, scale = TWINS[name]
     pb, rb, _ = recorder.capture(f"{name}-bad", [(name, True, kw)], scale)
     pg, rg, _ = recorder.capture(f"{name}-good", [(name, False, kw)], scale)
@@ -521,6 +526,7 @@ def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
                                           - (rq["bad"] - rq["good"]))
     rep["findings_bad"] = fb
     _save(f"twin-{name}.json", rep)
+    _TWINS_DONE[name] = rep
     return rep
 
 
@@ -688,6 +694,11 @@ def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -
     assert any(f["evidence"]["victim"] == two_vfs[0] and f["evidence"]["aggressor"] == two_vfs[1]
                for f in cont), rep
     assert "vf_contention" not in rep["good_findings"], rep
+    # estimate vs measured: the victim's loss against its ready -> done transfer time,
+    # bad - good, within 25 %
+    est = rep["estimated_lost_ns"][two_vfs[0]]
+    meas = rep["measured_diff_victim_service_ns"]
+    assert abs(est - meas) <= 0.25 * meas, rep
 
 
 def test_mixed_workload_exact_findings(recorder: Recorder) -> None:
