@@ -20,9 +20,13 @@ def test_vf_enable(dev, pf):
     sr = qt.find_ext_cap(0, 0x08, 0x10)
     assert qt.cfg_read(0, 0x08, sr + 0x0E, 2) == 4  # TotalVFs
     assert qt.cfg_read(0, 0x08, sr + 0x1A, 2) == HW.TACC_PCI_DEVICE_ID_VF
+    assert qt.cfg_read(0, 0x09, 0) == 0xFFFFFFFF  # no VF before enable
     vfs = setup_vfs(dev, pf, 4)
+    assert [vf.devfn for vf in vfs] == [0x09, 0x0A, 0x0B, 0x0C]
     for i, vf in enumerate(vfs):
-        assert qt.cfg_read(0, vf.devfn, 0) == 0xFFFFFFFF or True  # VF IDs read 0xffff
+        # a VF's Vendor and Device ID read 0xFFFF (SR-IOV 1.1 section 3.4.1.1: the
+        # VF device ID is the PF's SR-IOV capability's); the VF is there all the same
+        assert qt.cfg_read(0, vf.devfn, 0) == 0xFFFFFFFF
         assert qt.cfg_read(0, vf.devfn, 8) >> 8 == HW.TACC_PCI_CLASS
         assert vf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC
         assert vf.r32(HW.TACC_REG_FUNC) == i + 1
@@ -30,7 +34,14 @@ def test_vf_enable(dev, pf):
         assert vf.r64(HW.TACC_REG_DEVMEM_SIZE) == (32 << 20 if i < 3 else 0)  # VF4 does not fit
         assert qt.find_cap(0, vf.devfn, 0x11)  # own MSI-X
     dev.enable_vfs(0)
-    assert qt.cfg_read(0, 0x09, 8) in (0xFFFFFFFF, 0) or True
+    # every VF is gone: no function answers config reads (all ones), its BAR is dead,
+    # and the PF reports no VF
+    for vf in vfs:
+        assert qt.cfg_read(0, vf.devfn, 0) == 0xFFFFFFFF
+        assert qt.cfg_read(0, vf.devfn, 8) == 0xFFFFFFFF
+        assert vf.r32(HW.TACC_REG_ID) != HW.TACC_ID_MAGIC
+    assert qt.cfg_read(0, 0x08, sr + 0x10, 2) == 0  # NumVFs
+    assert pf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC  # the PF is still there
 
 
 def test_vf_isolation_and_partition(dev, pf):

@@ -106,6 +106,117 @@ def test_cli_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "finding: small_transfers" in names
 
 
+# ------------------------------------------- severity on the active span --
+def _idle_prefix_capture(path: Path, workload: str, bad: bool, idle_ns: int = 8_000_000_000,
+                         other_fid_at: int | None = None) -> None:
+    """A capture that starts with one driver event (an ioctl: no device command, no API
+    call) ``idle_ns`` before the workload, as ``tacc trace start`` a few seconds before
+    ``tacc run`` (issue 13 item 6)."""
+    from tacc.capture.schema import DriverKind
+    from tacc.capture.synth import Sim, run
+
+    sim = Sim(seed=0, node="node0")
+    sim.add_driver(DriverKind.IOCTL, 1_000_000, pid=77, tid=77, fid=0, dur_ns=3000, arg=0x40)
+    run(sim, [(workload, bad)], t_start=1_000_000 + idle_ns)
+    sim.write(path)
+
+
+def test_severity_of_active_span_not_capture_span(tmp_path: Path) -> None:
+    _idle_prefix_capture(tmp_path / "bad", "tiny_transfers", True)
+    _idle_prefix_capture(tmp_path / "good", "tiny_transfers", False)
+    cap = open_capture(tmp_path / "bad")
+    t0, t1 = cap.time_range
+    assert t1 - t0 > 8_000_000_000  # the idle prefix is in the capture
+    found = analyze(cap)
+    assert [f.rule for f in found] == ["small_transfers"]
+    f = found[0]
+    # share and severity: time lost over the function's active span (first to last
+    # device or API activity of 0000:01:00.0), not over the 8 s capture
+    a0, a1 = f.active_range
+    assert t0 < a0 < a1 <= t1 and a0 - t0 >= 8_000_000_000 - 1_000_000
+    assert f.active_span_ns == a1 - a0 < 1_000_000_000
+    assert f.share == pytest.approx(f.time_lost_ns / f.active_span_ns)
+    assert f.capture_share == pytest.approx(f.time_lost_ns / (t1 - t0))
+    assert f.severity == "high" and f.capture_share < 0.03
+    assert analyze(open_capture(tmp_path / "good")) == []
+
+
+def test_json_and_table_show_both_spans(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                        ) -> None:
+    _idle_prefix_capture(tmp_path / "c", "tiny_transfers", True)
+    out = tmp_path / "f.json"
+    assert main(["analyze", str(tmp_path / "c"), "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    # findings.json 1.1: version (major) 1 as before, minor 1 adds the spans
+    assert (doc["version"], doc["minor"]) == (1, 1)
+    cap = doc["capture"]
+    assert cap["span_ns"] == cap["t_end_ns"] - cap["t_start_ns"] > 8_000_000_000
+    f = doc["findings"][0]
+    a0, a1 = f["active_range"]
+    assert f["active_span_ns"] == a1 - a0 and f["severity"] == "high"
+    assert f["share"] > 0.10 > f["capture_share"]
+    table = capsys.readouterr().out
+    head = table.splitlines()
+    assert head[0].startswith("capture span ") and "active ms" in head[1], table
+    row = head[2].split()
+    assert row[1] == "high" and float(row[5]) == pytest.approx(f["active_span_ns"] / 1e6, abs=0.01)
+    assert float(row[4].rstrip("%")) == pytest.approx(100 * f["share"], abs=0.05)
+
+
+def test_active_span_of_a_finding_is_that_of_its_functions(tmp_path: Path) -> None:
+    """Activity of another function (before and after) does not widen the span of a
+    finding about 0000:01:00.0."""
+    from tacc.analyze.data import load
+    from tacc.analyze.engine import active_ranges
+
+    generate(tmp_path / "c", "noisy_neighbour", "bad")
+    d = load(open_capture(tmp_path / "c"))
+    ranges = active_ranges(d)
+    c = d.cmds
+    for fid, (a0, a1) in ranges.items():
+        m = c.fid == fid
+        assert a0 <= int(c.tf[m].min()) and a1 >= int(c.te[m].max())
+    assert set(ranges) == {int(x) for x in np.unique(c.fid)}
+
+
+# ------------------------------------------------------- idle gaps' cost --
+def _bursts_capture(p: Path, bursts: list[tuple[int, int]]) -> None:
+    """Device commands (GEMMs on compute0) at the given (start, duration) ns."""
+    n = len(bursts)
+    rec = np.zeros(n, DEVICE_TRACE_DTYPE)
+    rec["opcode"], rec["engine"], rec["fid"] = 4, 2, 0
+    st = np.array([b[0] for b in bursts], np.uint64) + np.uint64(10**9)
+    rec["t_fetch"] = rec["t_start"] = st
+    rec["t_end"] = st + np.array([b[1] for b in bursts], np.uint64)
+    rec["tag"] = np.arange(1, n + 1)
+    clk = np.zeros(2, CLOCK_DTYPE)
+    clk["mono_before"] = [0, 10**9]
+    clk["mono_after"] = clk["mono_before"] + 1000
+    clk["devclk"] = 10**9 + clk["mono_before"] + 500
+    with CaptureWriter(p, META) as w:
+        w.append("device_trace", rec)
+        w.append("clock_sync", clk)
+
+
+def test_idle_gaps_lost_is_what_overlap_can_save(tmp_path: Path) -> None:
+    """host_bound's shape: a 1 ms upload, then 6 x (20 ms host preparation, 40 ms device
+    work) in turn.  Overlapping the preparation of step i+1 with step i hides 5 of the
+    gaps whole; the first (after the 1 ms upload) can hide only 1 ms: 101 ms, not the
+    120 ms of all gaps (the real capture read 124.8 ms against 94.8 ms measured)."""
+    ms = 1_000_000
+    bursts = [(0, 1 * ms)]
+    t = 1 * ms
+    for _ in range(6):
+        t += 20 * ms
+        bursts.append((t, 40 * ms))
+        t += 40 * ms
+    _bursts_capture(tmp_path / "c", bursts)
+    f = [x for x in analyze(open_capture(tmp_path / "c")) if x.rule == "idle_gaps"]
+    assert len(f) == 1
+    assert f[0].evidence["idle_ns"] == 120 * ms
+    assert abs(f[0].time_lost_ns - 101 * ms) <= 1000, f[0].time_lost_ns
+
+
 # ------------------------------------------------------------- invariants --
 META = {"node": "h", "devices": [
     {"pci": "0000:01:00.0", "vf": 0, "link": {"gen": 4, "width": 8, "mps": 256}},

@@ -334,3 +334,34 @@ def test_to_host_fields_per_kind() -> None:
     assert h["sector"].tolist() == [0, 4096, 0, 0] and h["dur_ns"].tolist() == [0, 700, 0, 0]
     assert h["t_ns"].tolist() == [1000, 1001, 1002, 1003]
     assert set(h["comm"].tolist()) == {b"python3"} and h.tobytes().count(b"python3") == 4
+
+
+def test_log2l_no_loop_and_matches_floor_log2(tmp_path: Path) -> None:
+    """The histogram slot function: floor(log2(v)) (0 for v <= 1), written without a
+    loop, so clang has nothing to fail to unroll (issue 13: "loop not unrolled" printed
+    at every capture start).  Compiled with the host's C compiler and checked."""
+    import re
+    import shutil
+
+    from tacc.bpftrace.bpfsrc import PRELUDE
+
+    m = re.search(r"static __always_inline u8 log2l\(u64 v\)\n\{.*?\n\}\n", PRELUDE, re.S)
+    assert m, "log2l not found in the BPF prelude"
+    body = m.group(0)
+    assert "for (" not in body and "while" not in body and "#pragma" not in body, body
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("no C compiler on the host (setup installs build-essential)")
+    src = tmp_path / "l.c"
+    vals = [0, 1, 2, 3, 4, 5, 7, 8, 1023, 1024, 1025, (1 << 32) - 1, 1 << 32, (1 << 63) - 1,
+            1 << 63, (1 << 64) - 1]
+    head = ("#include <stdio.h>\n#include <stdint.h>\ntypedef uint8_t u8;\n"
+            "typedef uint64_t u64;\n#undef __always_inline\n#define __always_inline inline\n")
+    calls = "".join(f'printf("%u\\n", log2l({v}ULL));\n' for v in vals)
+    src.write_text(head + body + "int main(void) {\n" + calls + "return 0; }\n")
+    exe = tmp_path / "l"
+    subprocess.run([cc, "-O2", "-Wall", "-Werror", "-fno-builtin", "-o", str(exe), str(src)],
+                   check=True)
+    got = [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True,
+                                          check=True).stdout.split()]
+    assert got == [max(v.bit_length() - 1, 0) for v in vals]

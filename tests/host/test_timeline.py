@@ -131,6 +131,47 @@ def test_device_time_conversion_within_2us(mixed: tuple[Path, dict]) -> None:
     assert clk.bound_ns < 5000
 
 
+def test_host_tracks_carry_process_and_thread_names(mixed: tuple[Path, dict],
+                                                    tmp_path: Path) -> None:
+    """issue 13 item 7: the comm of the sched records names the processes and threads:
+    Perfetto process/thread descriptors (decoded with the official protos), and the names
+    of the tracks in the Perfetto, JSON and HTML views."""
+    from tacc.capture.synth import PID, TID
+
+    cap_path, _ = mixed
+    out = tmp_path / "t.pftrace"
+    convert([cap_path], out)
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in _decode(out).packet
+              if p.HasField("track_descriptor")}
+    procs = {d.process.pid: d for d in tracks.values() if d.HasField("process")}
+    threads = {(d.thread.pid, d.thread.tid): d for d in tracks.values() if d.HasField("thread")}
+    assert procs[PID].process.process_name == "tacc-run", procs
+    assert not procs[PID].HasField("parent_uuid")  # a process track is a root track
+    th = threads[(PID, TID)]
+    assert th.thread.thread_name == "tacc-run" and th.parent_uuid == procs[PID].uuid
+    # the API, CPU (sched) and wakeup tracks of the thread are its children, named
+    kids = {d.name for d in tracks.values() if d.parent_uuid == th.uuid}
+    assert kids == {f"tacc-run tid {TID} API", f"tacc-run tid {TID} CPU",
+                    f"tacc-run tid {TID} wakeups"}, kids
+    # no unnamed host track remains
+    unnamed = [d.name for d in tracks.values() if d.name.startswith(("tid ", "pid "))]
+    assert not unnamed, unnamed
+    # JSON: the process and thread names of the trace-event metadata
+    js = tmp_path / "t.json"
+    convert([cap_path], js, fmt="json")
+    meta = [e for e in json.loads(js.read_text())["traceEvents"] if e["ph"] == "M"]
+    pnames = {e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    tnames = {e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    assert f"node0: tacc-run pid {PID}" in pnames, pnames
+    assert {f"tacc-run tid {TID} API", f"tacc-run tid {TID} CPU"} <= tnames, tnames
+    # HTML: the track list carries the names and the OS ids
+    page = tmp_path / "t.html"
+    convert([cap_path], page, fmt="html")
+    text = page.read_text()
+    assert f'"name": "tacc-run tid {TID} CPU"' in text or f'"tacc-run tid {TID} CPU"' in text
+    assert '"os": "thread"' in text or '"os":"thread"' in text
+
+
 def test_merge_two_nodes_aligned(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     generate(a, "serialized_copies", "good", node="vm-a")

@@ -47,7 +47,8 @@ def test_html_renders_in_chromium(page: Path, tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     html = dom.stdout
     assert 'data-rendered="' in html, dom.stderr[-2000:]
-    for name in ("node0", "pid 4242", "tid 4243 API", "driver 0000:01:00.0", "dma map/unmap",
+    for name in ("node0", "tacc-run pid 4242", "tacc-run tid 4243", "tacc-run tid 4243 API",
+                 "tacc-run tid 4243 CPU", "driver 0000:01:00.0", "dma map/unmap",
                  "PCIe H2D q0", "compute0 q0", "H2D GB/s", "findings",
                  "finding: serialized_copies", "finding: iommu_churn"):
         assert f'data-track="{name}' in html, name

@@ -131,20 +131,25 @@ class Recorder:
         self.cache: dict[str, tuple[Path, list[dict[str, Any]], np.ndarray]] = {}
 
     def capture(self, key: str, runs: list[tuple[str, bool, dict[str, Any]]],
-                time_scale: int = 1000, devices: list[str] | None = None
-                ) -> tuple[Path, list[dict[str, Any]], np.ndarray]:
-        """(capture dir, worker results, hold-out clock pairs of the PF not in the capture)"""
+                time_scale: int = 1000, devices: list[str] | None = None,
+                idle_s: float = 0.0) -> tuple[Path, list[dict[str, Any]], np.ndarray]:
+        """(capture dir, worker results, hold-out clock pairs of the PF not in the capture)
+
+        ``idle_s``: the capture starts with one driver event (a GET_PARAM ioctl of this
+        process on the PF) and then ``idle_s`` seconds of nothing before the workload, as
+        a user's ``tacc trace start`` a few seconds before ``tacc run``."""
         if key in self.cache:
             return self.cache[key]
         if time_scale != 1000:
             from tacc.testing.guest_qmp import device_time_scale
 
             with device_time_scale(time_scale):
-                return self._capture(key, runs, devices)
-        return self._capture(key, runs, devices)
+                return self._capture(key, runs, devices, idle_s)
+        return self._capture(key, runs, devices, idle_s)
 
     def _capture(self, key: str, runs: list[tuple[str, bool, dict[str, Any]]],
-                 devices: list[str] | None) -> tuple[Path, list[dict[str, Any]], np.ndarray]:
+                 devices: list[str] | None, idle_s: float = 0.0
+                 ) -> tuple[Path, list[dict[str, Any]], np.ndarray]:
         from tacc.bpftrace.program import Filters
         from tacc.daemon.devices import discover, read_clock_sync
         from tacc.daemon.session import CaptureSession, Options
@@ -183,6 +188,8 @@ class Recorder:
         th.start()
         try:
             time.sleep(0.2)
+            if idle_s:
+                _idle_prefix(fns[0].accel, idle_s)
             results = self.worker.run(runs, devices)
             time.sleep(0.2)
         finally:
@@ -197,6 +204,20 @@ class Recorder:
                                       "wall_s": wall})
         self.cache[key] = (out, results, hold)
         return self.cache[key]
+
+
+def _idle_prefix(accel: str | None, idle_s: float) -> None:
+    """One driver event (GET_PARAM ioctl on the PF: no device command, no API call), then
+    ``idle_s`` seconds idle (free under icount sleep=off)."""
+    from tacc.daemon import uapi
+
+    assert accel, "PF has no accel node"
+    fd = uapi.open_node(accel)
+    try:
+        uapi.get_param(fd, uapi.PARAM_FUNC)
+    finally:
+        os.close(fd)
+    time.sleep(idle_s)
 
 
 def _save(name: str, data: Any) -> None:
@@ -293,6 +314,19 @@ def test_timeline_real_capture_every_event_flow_monotonic(recorder: Recorder) ->
     ends = [p for p in te if p.track_event.type == pb.TrackEvent.TYPE_SLICE_END]
     instants = [p for p in te if p.track_event.type == pb.TrackEvent.TYPE_INSTANT]
     assert len(begins) == len(ends)
+
+    # issue 13 item 7: process and thread descriptors carry the names (the worker's comm
+    # from the sched records); host tracks are named with it
+    comm = Path(f"/proc/{wpid}/comm").read_text().strip()
+    procs = {t.process.pid: t.process.process_name for t in tracks.values()
+             if t.HasField("process")}
+    threads = {(t.thread.pid, t.thread.tid): t.thread.thread_name for t in tracks.values()
+               if t.HasField("thread")}
+    cpu_tracks = sorted(t.name for t in tracks.values() if t.name.endswith(" CPU"))
+    assert procs.get(wpid) == comm, (comm, procs)
+    assert threads.get((wpid, wpid)) == comm, (comm, threads)
+    assert f"{comm} tid {wpid} CPU" in cpu_tracks, cpu_tracks
+    assert cpu_tracks and not [n for n in cpu_tracks if n.startswith("tid ")], cpu_tracks
 
     def name(p: pb.TracePacket) -> str:
         return tracks[p.track_event.track_uuid].name
@@ -407,6 +441,15 @@ def test_clock_conversion_within_2us_of_device(recorder: Recorder) -> None:
     assert lag.min() >= -2000, fig  # completion seen by the driver after the device ended it
 
 
+# ------------------------------------------------------- compiler output --
+def test_capture_start_prints_no_compiler_warnings(program: Any) -> None:
+    """issue 13 item 5: the session's one compile of the capture program (what taccd and
+    accel-bpftrace compile at capture start) prints no compiler warning."""
+    log = program.compile_log
+    _save("bpf-compile.log", log)
+    assert not [ln for ln in log.splitlines() if "warning" in ln.lower()], log
+
+
 # ---------------------------------------------------------------- analysis (9) --
 def _busy_ns(cap_path: Path) -> int:
     from tacc.capture import open_capture
@@ -415,7 +458,43 @@ def _busy_ns(cap_path: Path) -> int:
     return int((dt["t_end"].astype(np.int64) - dt["t_start"].astype(np.int64)).sum())
 
 
+def _runqueue_wait_ns(cap_path: Path, pid: int) -> int:
+    """Time the threads of ``pid`` spent runnable but off the CPU (switched out preempted
+    or running, until their next switch-in) within the measured section (first to last
+    TIMESTAMP command): the guest's single vCPU running someone else.  From the capture's
+    sched records (the workload's threads are traced)."""
+    from tacc.capture import open_capture
+    from tacc.capture.schema import HostKind, Opcode
+
+    cap = open_capture(cap_path)
+    dt = cap.read("device_trace")
+    dt = dt[(dt["opcode"] == Opcode.TIMESTAMP) & (dt["fid"] == 0)]
+    if len(dt) < 2:
+        return 0
+    t = cap.device_clock(0).convert(dt["t_start"])
+    a, b = int(t.min()), int(t.max())
+    h = cap.read("host", ["t_ns", "kind", "pid", "tid", "next_pid", "prev_state"])
+    sw = h[h["kind"] == HostKind.SCHED_SWITCH]
+    sw = sw[np.argsort(sw["t_ns"], kind="stable")]
+    total = 0
+    for tid in np.unique(sw["tid"][sw["pid"] == pid]).tolist():
+        outs = sw[sw["tid"] == tid]
+        ins = sw["t_ns"][sw["next_pid"] == tid].astype(np.int64)
+        # prev_state 0 (running) or TASK_REPORT_MAX (preempted): still runnable
+        runnable = (outs["prev_state"] == 0) | (outs["prev_state"] >= 0x100)
+        for s0 in outs["t_ns"][runnable].astype(np.int64).tolist():
+            k = int(np.searchsorted(ins, s0, side="right"))
+            if k < len(ins):
+                total += max(0, min(int(ins[k]), b) - max(s0, a))
+    return total
+
+
+_TWINS_DONE: dict[str, dict[str, Any]] = {}  # name -> report: analysed once per session
+
+
 def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
+    if name in _TWINS_DONE:
+        return _TWINS_DONE[name]
     kw, expected, scale = TWINS[name]
     pb, rb, _ = recorder.capture(f"{name}-bad", [(name, True, kw)], scale)
     pg, rg, _ = recorder.capture(f"{name}-good", [(name, False, kw)], scale)
@@ -437,8 +516,17 @@ def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
         # the device's own busy time (sum of command durations in the trace): the figure
         # for device-side losses (extra TLPs, TLB walks), free of the host's TCG noise
         "measured_diff_device_busy_ns": _busy_ns(pb) - _busy_ns(pg),
+        # the workload thread's run-queue waits in its measured section (runnable, off
+        # the one vCPU: kernel workers, the capture engine, 9p under icount), per twin
+        "runqueue_wait_ns": {"bad": _runqueue_wait_ns(pb, recorder.worker.pid),
+                             "good": _runqueue_wait_ns(pg, recorder.worker.pid)},
     }
+    rq = rep["runqueue_wait_ns"]
+    rep["measured_diff_device_own_ns"] = (rep["measured_diff_device_ns"]
+                                          - (rq["bad"] - rq["good"]))
+    rep["findings_bad"] = fb
     _save(f"twin-{name}.json", rep)
+    _TWINS_DONE[name] = rep
     return rep
 
 
@@ -450,6 +538,95 @@ def test_rule_fires_on_bad_silent_on_good(recorder: Recorder, name: str) -> None
     # of it (link_saturation's good twin, its uploads gone, waits on the host's API calls
     # at TCG speed: idle_gaps), listed in twin-NAME.json
     assert not set(rep["expected"]) & set(rep["good_findings"]), rep
+
+
+# rule -> the measured bad - good figure its estimate is compared with (docs/analysis.md,
+# "Estimated against measured"): "span" = the workload's measured section (TIMESTAMP
+# commands) less the workload thread's run-queue waits in it, "busy" = the device's
+# summed command durations
+MEASURED_BY = {"small_transfers": "span", "iommu_churn": "span", "tlb_thrash": "busy",
+               "idle_gaps": "span", "link_saturation": "busy", "host_memory": "busy"}
+# rules whose estimate is checked against its documented bound instead (docs/analysis.md):
+# h2d_d2h_imbalance is an upper bound of rebalancing (no twin measures it);
+# serialized_copies prices the device-side overlap only, not the host round trips
+# between the serialized steps (TCG Python), which the span difference also holds
+BOUNDED = {"h2d_d2h_imbalance", "serialized_copies"}
+
+
+def _section_union_ns(cap_path: Path) -> int:
+    """Union of the device's commands within the measured section (TIMESTAMPs)."""
+    from tacc.analyze.data import load, union_length
+    from tacc.capture import open_capture
+    from tacc.capture.schema import Opcode
+
+    c = load(open_capture(cap_path)).cmds
+    t = c.ts[c.opcode == Opcode.TIMESTAMP]
+    m = (c.ts >= t.min()) & (c.te <= t.max()) & (c.opcode != Opcode.TIMESTAMP)
+    return union_length(c.ts[m], c.te[m])
+
+
+@pytest.mark.parametrize("name", QUICK_TWINS)
+def test_estimate_within_25_percent_of_measured(recorder: Recorder, name: str) -> None:
+    """Per expected rule on the real captures: |estimated - measured| <= 25 % of measured,
+    where measured is the twins' difference docs/analysis.md names for the rule; a rule
+    that gives a bound (h2d_d2h_imbalance) is checked against its documented bound."""
+    rep = _twin(recorder, name)
+    meas = {"span": rep["measured_diff_device_own_ns"],
+            "busy": rep["measured_diff_device_busy_ns"]}
+    out = {}
+    for rule in rep["expected"]:
+        est = rep["estimated_lost_ns"][rule]
+        if rule == "serialized_copies":
+            kw, _, scale = TWINS[name]
+            pb, _, _ = recorder.capture(f"{name}-bad", [(name, True, kw)], scale)
+            pg, _, _ = recorder.capture(f"{name}-good", [(name, False, kw)], scale)
+            union = _section_union_ns(pb) - _section_union_ns(pg)
+            out[rule] = {"estimated": est, "bound_device_union_diff_ns": union,
+                         "bound_span_own_ns": meas["span"]}
+            # at least the device-side serialization it prices (the busy union's
+            # difference), at most the twins' span difference (25 % slack both sides)
+            assert 0.75 * union <= est <= 1.25 * meas["span"], out
+            continue
+        if rule in BOUNDED:
+            f = next(x for x in rep["findings_bad"] if x["rule"] == rule)
+            out[rule] = {"estimated": est, "bound_busy_ns": meas["busy"],
+                         "bound_saturated_ns": f["evidence"]["heavy_saturated_ns"]}
+            # at most the saturated time and at most the device time the bad twin spent
+            # beyond the good twin: the saving of rebalancing cannot exceed either
+            assert 0 < est <= f["evidence"]["heavy_saturated_ns"], out
+            assert est <= meas["busy"], out
+            continue
+        m = meas[MEASURED_BY[rule]]
+        out[rule] = {"estimated": est, "measured": m, "by": MEASURED_BY[rule],
+                     "ratio": est / m if m else None}
+    _save(f"estimate-{name}.json", out)
+    bad = {r: v for r, v in out.items() if "measured" in v
+           and not abs(v["estimated"] - v["measured"]) <= 0.25 * v["measured"]}
+    assert not bad, out
+
+
+IDLE_S = 3.0
+
+
+def test_tiny_transfers_idle_prefix_rated_on_active_span(recorder: Recorder) -> None:
+    """issue 13 item 6: the bad twin captured after a few idle seconds is rated high (its
+    time lost over the active span of its function); the good twin in its own capture,
+    after the same idle prefix, has no finding at all."""
+    from tacc.capture import open_capture
+
+    pb, _, _ = recorder.capture("tiny-bad-idle", [("tiny_transfers", True, {})], idle_s=IDLE_S)
+    pg, _, _ = recorder.capture("tiny-good-idle", [("tiny_transfers", False, {})], idle_s=IDLE_S)
+    t0, t1 = open_capture(pb).time_range
+    fb = _findings(pb, "tiny-bad-idle")
+    fg = _findings(pg, "tiny-good-idle")
+    keys = ("rule", "severity", "time_lost_ns", "active_span_ns", "share", "capture_share")
+    rep = {"capture_span_ns": t1 - t0, "bad": [{k: f.get(k) for k in keys} for f in fb],
+           "good": [{k: f.get(k) for k in keys} for f in fg]}
+    _save("idle-prefix-tiny_transfers.json", rep)
+    assert t1 - t0 >= IDLE_S * 1e9, rep  # the idle prefix is part of the capture
+    small = [f for f in fb if f["rule"] == "small_transfers"]
+    assert small and small[0]["severity"] == "high", rep
+    assert fg == [], rep
 
 
 def _service_sum(cap_path: Path, pci: str) -> int:
@@ -517,6 +694,11 @@ def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -
     assert any(f["evidence"]["victim"] == two_vfs[0] and f["evidence"]["aggressor"] == two_vfs[1]
                for f in cont), rep
     assert "vf_contention" not in rep["good_findings"], rep
+    # estimate vs measured: the victim's loss against its ready -> done transfer time,
+    # bad - good, within 25 %
+    est = rep["estimated_lost_ns"][two_vfs[0]]
+    meas = rep["measured_diff_victim_service_ns"]
+    assert abs(est - meas) <= 0.25 * meas, rep
 
 
 def test_mixed_workload_exact_findings(recorder: Recorder) -> None:

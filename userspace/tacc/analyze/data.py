@@ -139,7 +139,7 @@ def load(cap: Capture) -> Data:
     from tacc.capture.schema import DRIVER_DTYPE
 
     drv = np.concatenate(drv_parts) if drv_parts else np.zeros(0, DRIVER_DTYPE)[DRIVER_COLS]
-    api = cap.read("api", ["t_start", "t_end", "tag", "name_id", "pid", "tid", "bytes"])
+    api = cap.read("api", ["t_start", "t_end", "tag", "name_id", "pid", "tid", "bytes", "fid"])
     host = cap.read("host", ["t_ns", "dur_ns", "kind", "size", "tid"])
     tlb: dict[int, tuple[int, int, int]] = {}
     first: dict[int, np.ndarray] = {}

@@ -209,16 +209,19 @@ static __always_inline int owner_proc(struct tacc_ev *e, u32 dev, u32 ctx)
 	return pass_proc(e->pid, e->comm);
 }
 
+/* floor(log2(v)), 0 for v <= 1: a binary search over the bits, no loop (the earlier
+ * "#pragma unroll" loop with an early exit made clang print "loop not unrolled" once per
+ * caller at every compile, issue 13) */
 static __always_inline u8 log2l(u64 v)
 {
 	u8 r = 0;
-#pragma unroll
-	for (int i = 0; i < 63; i++) {
-		if (v <= 1)
-			break;
-		v >>= 1;
-		r++;
-	}
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1)
+		r += 1;
 	return r;
 }
 

@@ -9,6 +9,9 @@ in-BPF emit/drop counts.
 from __future__ import annotations
 
 import ctypes
+import os
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,13 +110,36 @@ class Stats:
         return self.driver_missed + self.host_missed
 
 
+def compile_bpf(bpf_cls: Any, src: str, cflags: list[str]) -> tuple[Any, str]:
+    """Compile with bcc; returns (BPF object, what clang/LLVM printed).
+
+    bcc's compiler writes its diagnostics straight to file descriptor 2: they are caught
+    in a temporary file for the caller (tests assert a clean compile) and then written to
+    stderr as before, also when the compile fails."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            bpf = bpf_cls(text=src, cflags=cflags)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            log = tmp.read().decode(errors="replace")
+            if log:
+                sys.stderr.write(log)
+                sys.stderr.flush()
+    return bpf, log
+
+
 class Program:
     def __init__(self, tracefs: Path, rb_pages: int = 1024, host: bool = True) -> None:
         from bcc import BPF  # imported late: only /usr/bin/python3 (or the venv) has it
 
         self.src, self.formats = bpfsrc.build_source(tracefs, rb_pages=rb_pages, host=host)
         # -w: the distribution headers make clang warn (nocf_check, __seg_gs), not our code
-        self.bpf = BPF(text=self.src, cflags=["-w"])
+        self.bpf, self.compile_log = compile_bpf(BPF, self.src, ["-w"])
         self.rb_size = rb_pages * 4096
         self.reader = RingReader.from_map_fd(self.bpf["events"].map_fd, self.rb_size, EV_DTYPE)
         self.attached: list[tuple[str, str]] = []

@@ -45,6 +45,12 @@ class GuestQMP:
             self.execute("qmp_capabilities")
         except QMPError:
             pass  # already negotiated by an earlier user of the shared session
+        except BaseException:
+            # a virtio-serial port has one opener at a time: a leaked fd (the negotiation
+            # timed out under load, e.g. taccd's 2 s icount query) made every later open
+            # fail with EBUSY for the rest of the boot
+            os.close(self.fd)
+            raise
 
     def close(self) -> None:
         os.close(self.fd)

@@ -66,7 +66,8 @@ def convert(
     if out is not None:
         if fmt == "perfetto":
             fh = open(out, "wb")
-            pf = PerfettoSink(io.BufferedWriter(fh, 1 << 22), ex.names, t0, meta)  # type: ignore[arg-type]
+            pf = PerfettoSink(io.BufferedWriter(fh, 1 << 22), ex.names, t0, meta,  # type: ignore[arg-type]
+                              os_tracks=len(sources) == 1)
         elif fmt == "json":
             fh = open(out, "w", buffering=1 << 22)
             js = JsonSink(fh, meta)

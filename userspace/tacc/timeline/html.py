@@ -82,7 +82,9 @@ class HtmlSink:
             "title": title,
             "t0": t0, "span": max(t1 - t0, 1),
             "tracks": [{"id": t.idx, "name": t.name, "parent": t.parent, "kind": t.kind,
-                        "unit": t.unit} for t in tracks],
+                        "unit": t.unit,
+                        **({"os": t.os_kind, "pid": t.pid, "tid": t.tid, "comm": t.os_name}
+                           if t.os_kind else {})} for t in tracks],
             "names": names,
             "slices": rel.tolist(),
             "counters": counters,

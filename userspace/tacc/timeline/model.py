@@ -44,6 +44,12 @@ class Track:
     kind: str  # "group", "slice", "counter"
     unit: str = ""
     node: int = 0
+    # an OS process or thread (Perfetto ProcessDescriptor / ThreadDescriptor): "process"
+    # or "thread", with its pid (tgid), tid and name (comm); "" for other tracks
+    os_kind: str = ""
+    pid: int = 0
+    tid: int = 0
+    os_name: str = ""
 
 
 class Tracks:
@@ -55,12 +61,13 @@ class Tracks:
         self.pending: list[Track] = []
 
     def get(self, key: tuple[Any, ...], name: str, parent: Track | None = None,
-            kind: str = "slice", unit: str = "", node: int = 0) -> Track:
+            kind: str = "slice", unit: str = "", node: int = 0, os_kind: str = "",
+            pid: int = 0, tid: int = 0, os_name: str = "") -> Track:
         t = self.by_key.get(key)
         if t is None:
             idx = len(self.tracks)
             t = Track(idx, 0x7ACC_0000 + idx, name, parent.idx if parent else None, kind, unit,
-                      node)
+                      node, os_kind, pid, tid, os_name)
             self.by_key[key] = t
             self.tracks.append(t)
             self.pending.append(t)
@@ -221,6 +228,64 @@ class Extractor:
         self.nooverlap = NoOverlap()
         self.counter_carry: dict[tuple[Any, ...], Any] = {}
         self.device_event_counts: dict[str, int] = {}  # kind name -> instants (--summary)
+        self._os: dict[int, tuple[dict[int, str], dict[int, int]]] = {}  # node -> names
+
+    # ------------------------------------------------------- OS names -------
+    def os_names(self, src: Source) -> tuple[dict[int, str], dict[int, int]]:
+        """(tid -> comm, tid -> pid) of the capture, from the host stream's records
+        (sched_switch prev/next, wakeups, block and net: the kernel's task comm) and the
+        API calls' pid/tid.  One pass over four small columns, cached per source."""
+        got = self._os.get(src.node_idx)
+        if got is not None:
+            return got
+        comm: dict[int, str] = {}
+        tgid: dict[int, int] = {}
+        cols = ["kind", "pid", "tid", "next_pid", "comm", "next_comm"]
+        for ch in src.cap.chunks("host", cols):
+            sw = ch["kind"] == HostKind.SCHED_SWITCH
+            tids = np.concatenate([ch["tid"], ch["next_pid"][sw]]).astype(np.int64)
+            names = np.concatenate([ch["comm"], ch["next_comm"][sw]])
+            ok = (tids != 0) & (names != b"")
+            u, i = np.unique(tids[ok][::-1], return_index=True)  # the last name of a tid
+            for t, n in zip(u.tolist(), names[ok][::-1][i].tolist(), strict=True):
+                comm[int(t)] = n.decode(errors="replace")
+            # pid (tgid) of a record's task: every kind but wakeups (pid 0 there)
+            m = (ch["kind"] != HostKind.SCHED_WAKEUP) & (ch["pid"] != 0) & (ch["tid"] != 0)
+            pairs = np.unique((ch["tid"][m].astype(np.int64) << 32) | ch["pid"][m])
+            for k in pairs.tolist():
+                tgid[k >> 32] = k & 0xFFFFFFFF
+        for ch in src.cap.chunks("api", ["pid", "tid"]):
+            pairs = np.unique((ch["tid"].astype(np.int64) << 32) | ch["pid"])
+            for k in pairs.tolist():
+                tgid.setdefault(k >> 32, k & 0xFFFFFFFF)
+        self._os[src.node_idx] = (comm, tgid)
+        return comm, tgid
+
+    def process_name(self, src: Source, pid: int) -> str:
+        """The process's name: its main thread's comm, else that of any thread seen."""
+        comm, tgid = self.os_names(src)
+        if pid in comm:
+            return comm[pid]
+        return next((comm[t] for t, p in sorted(tgid.items()) if p == pid and t in comm), "")
+
+    def proc_track(self, src: Source, pid: int) -> Track:
+        name = self.process_name(src, pid)
+        return self.tracks.get(("proc", src.node_idx, pid),
+                               f"{name} pid {pid}" if name else f"pid {pid}",
+                               self.node_track(src), "group", node=src.node_idx,
+                               os_kind="process", pid=pid, os_name=name)
+
+    def thread_track(self, src: Source, pid: int, tid: int) -> Track:
+        """The thread's group (under its process): API, CPU and wakeup tracks go in it."""
+        name = self.os_names(src)[0].get(tid, "")
+        return self.tracks.get(("tgroup", src.node_idx, pid, tid),
+                               f"{name} tid {tid}" if name else f"tid {tid}",
+                               self.proc_track(src, pid), "group", node=src.node_idx,
+                               os_kind="thread", pid=pid, tid=tid, os_name=name)
+
+    def thread_label(self, src: Source, tid: int) -> str:
+        name = self.os_names(src)[0].get(tid, "")
+        return f"{name} tid {tid}" if name else f"tid {tid}"
 
     # -------------------------------------------------------------- tracks --
     def node_track(self, src: Source) -> Track:
@@ -237,7 +302,6 @@ class Extractor:
     def api(self, src: Source) -> Iterator[Batch]:
         cap = src.cap
         strings = cap.strings
-        node = self.node_track(src)
         name_iid = {sid: self.names.iid(s or "?") for sid, s in strings.items()}
         iid_of = np.zeros(max(name_iid) + 1, np.int64)
         for sid, i in name_iid.items():
@@ -245,10 +309,9 @@ class Extractor:
 
         def make(key: int) -> Track:
             pid, tid = key >> 32, key & 0xFFFFFFFF
-            proc = self.tracks.get(("proc", src.node_idx, pid), f"pid {pid}", node, "group",
-                                   node=src.node_idx)
-            return self.tracks.get(("thread", src.node_idx, pid, tid), f"tid {tid} API", proc,
-                                   node=src.node_idx)
+            return self.tracks.get(("thread", src.node_idx, pid, tid),
+                                   f"{self.thread_label(src, tid)} API",
+                                   self.thread_track(src, pid, tid), node=src.node_idx)
 
         for ch in cap.chunks("api"):
             key = (ch["pid"].astype(np.int64) << 32) | ch["tid"].astype(np.int64)
@@ -543,8 +606,15 @@ class Extractor:
             for t_, v in zip(tid[last].tolist(), tt[last].tolist(), strict=True):
                 carry[int(t_)] = int(v)
 
+            def in_thread(key: int) -> Track:
+                """The thread's group when its process is known (sched records), else the
+                node's host group."""
+                pid = self.os_names(src)[1].get(key)
+                return self.thread_track(src, pid, key) if pid else host
+
             def make_cpu(key: int) -> Track:
-                return self.tracks.get(("cpu", src.node_idx, key), f"tid {key} CPU", host,
+                return self.tracks.get(("cpu", src.node_idx, key),
+                                       f"{self.thread_label(src, key)} CPU", in_thread(key),
                                        node=src.node_idx)
 
             if len(i):
@@ -553,8 +623,9 @@ class Extractor:
                 yield self.nooverlap.fix(b)
             wk = k == HostKind.SCHED_WAKEUP
             def make_wake(key: int) -> Track:
-                return self.tracks.get(("wake", src.node_idx, key), f"tid {key} wakeups", host,
-                                       node=src.node_idx)
+                return self.tracks.get(("wake", src.node_idx, key),
+                                       f"{self.thread_label(src, key)} wakeups",
+                                       in_thread(key), node=src.node_idx)
 
             if wk.any():
                 yield Batch(self._lookup_tracks(ch["tid"][wk].astype(np.int64), make_wake),

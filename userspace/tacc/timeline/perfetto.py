@@ -29,8 +29,10 @@ TP_TS, TP_TE, TP_SEQ, TP_FLAGS = 8, 11, 10, 13
 class PerfettoSink:
     """Streams batches into a ``.pftrace`` file."""
 
-    def __init__(self, f: BinaryIO, names: Names, t0: int, metadata: dict[str, Any]) -> None:
+    def __init__(self, f: BinaryIO, names: Names, t0: int, metadata: dict[str, Any],
+                 os_tracks: bool = True) -> None:
         self.f = f
+        self.os_tracks = os_tracks
         self.names = names
         self.ann = Names()
         self.events = 0
@@ -66,7 +68,21 @@ class PerfettoSink:
             d.uuid = t.uuid
             d.name = t.name
             d.sibling_order_rank = t.idx
-            if t.parent is not None:
+            # OS processes and threads carry Perfetto's descriptors (pid, tid, names:
+            # the UI groups them as processes and threads); a process track is a root
+            # track, a thread's parent is its process.  In a timeline merged from several
+            # nodes pids collide and the node is the root: named plain tracks there.
+            os_kind = t.os_kind if self.os_tracks else ""
+            if os_kind == "process":
+                d.process.pid = t.pid
+                if t.os_name:
+                    d.process.process_name = t.os_name
+            elif os_kind == "thread":
+                d.thread.pid = t.pid
+                d.thread.tid = t.tid
+                if t.os_name:
+                    d.thread.thread_name = t.os_name
+            if t.parent is not None and os_kind != "process":
                 d.parent_uuid = all_tracks[t.parent].uuid
             if t.kind == "group":
                 d.child_ordering = pb.TrackDescriptor.EXPLICIT
