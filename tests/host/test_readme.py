@@ -102,14 +102,14 @@ def owning_package(path: str) -> str | None:
     cands = [path, os.path.realpath(path)]
     for p in list(cands):
         cands.append(p.removeprefix("/usr") if p.startswith("/usr/") else "/usr" + p)
-    for p in cands:
-        r = subprocess.run(["dpkg", "-S", p], capture_output=True, text=True, timeout=30)
-        for ln in r.stdout.splitlines():
-            if ln.startswith("diversion "):
-                continue
-            pkgs, _, owned = ln.rpartition(": ")
-            if owned == p and pkgs:
-                return pkgs.split(",")[0].strip().split(":")[0]
+    r = subprocess.run(["dpkg", "-S", *dict.fromkeys(cands)], capture_output=True, text=True,
+                       timeout=60)
+    for ln in r.stdout.splitlines():
+        if ln.startswith("diversion "):
+            continue
+        pkgs, _, owned = ln.rpartition(": ")
+        if owned in cands and pkgs:
+            return pkgs.split(",")[0].strip().split(":")[0]
     return None
 
 
