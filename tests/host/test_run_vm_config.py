@@ -157,6 +157,8 @@ CMD_CASES = [
     ("""printf '%s|%s\\n' "$HOME" 'a b'  # ${x:-y} `true` \\ "q" """,
      """printf '%s|%s\\n' "$HOME" 'a b'  # ${x:-y} `true` \\ "q" """),
     ("echo $$$$ $(( 6 * 7 ))", "echo $$ $(( 6 * 7 ))"),
+    ("true &&\n  echo -o $$TACC_VM_OUT/c;\n  f=$(echo x)",
+     "true &&\n  echo -o $TACC_VM_OUT/c;\n  f=$(echo x)"),  # README's chain: lines
 ]
 
 
@@ -334,3 +336,34 @@ def test_long_marked_test_skips_with_the_markers_reason(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout
     assert _load_test_vm().unexpected_skips(tmp_path / "j.xml") == []
     assert 'skipped' in (tmp_path / "j.xml").read_text()
+
+
+# ---- scripts/test-vm: which settings make test and make test-long boot
+
+def _boots(tv, names: str) -> list[dict[str, str]]:
+    return [{"IOMMU": "strict", "VFS": "0", "SMP": "1", "ICOUNT": "1", **tv.CONFIGS[n]}
+            for n in names.split()]
+
+
+def test_every_documented_setting_is_booted() -> None:
+    # README's variables: every IOMMU mode, VFs at boot, SMP>1 and ICOUNT=0 each get a boot,
+    # in make test (default set) or make test-long (--set long).
+    tv = _load_test_vm()
+    default, long = _boots(tv, tv.DEFAULT_CONFIGS), _boots(tv, tv.LONG_CONFIGS)
+    every = default + long
+    assert {b["IOMMU"] for b in every} == {"strict", "lazy", "pt", "off"}
+    extras = [b for b in default if int(b["VFS"]) > 0 and int(b["SMP"]) > 1]
+    assert extras, f"make test boots no VFS>0 SMP>1 configuration: {default}"
+    assert any(b["ICOUNT"] == "0" for b in long)
+    assert "--set long" in (ROOT / "scripts/test.sh").read_text()
+
+
+def test_extras_files_exist_and_run_once() -> None:
+    tv = _load_test_vm()
+    assert tv.CONFIG_TESTS["extras"] is tv.EXTRAS_TESTS
+    for f in tv.EXTRAS_TESTS:
+        assert (ROOT / f).is_file(), f
+    assert "tests/vm/test_readme.py" in tv.EXTRAS_TESTS
+    sharded = [f for _, files in tv.strict_shards() for f in files]
+    assert len(sharded) == len(set(sharded))
+    assert not set(tv.EXTRAS_ONLY) & set(sharded)
