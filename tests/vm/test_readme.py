@@ -100,13 +100,18 @@ def test_readme_guest_command(block: rb.Block, cmd: rb.Command, tmp_path: Path, 
     out = tmp_path / "out"
     out.mkdir()
     before = taccd_pids()
+    log = tmp_path / "output"
     try:
-        r = subprocess.run(["bash", "-c", vm.guest_cmd], cwd=rb.ROOT,
-                           env={**os.environ, "TACC_VM_OUT": str(out)},
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=840)
+        # output to a file, not a pipe: the daemon `taccd &&` leaves serving keeps the
+        # command's stdout open, and a pipe would wait for it
+        with log.open("wb") as f:
+            r = subprocess.run(["bash", "-c", vm.guest_cmd], cwd=rb.ROOT,
+                               env={**os.environ, "TACC_VM_OUT": str(out)},
+                               stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                               timeout=840)
     finally:
-        stop(taccd_pids() - before)  # `taccd &&` leaves the daemon serving, as it should
-    text = r.stdout + r.stderr
+        stop(taccd_pids() - before)
+    text = log.read_text(errors="replace")
     assert r.returncode == block.status, f"{vm.guest_cmd}\nexit {r.returncode}:\n{text[-3000:]}"
     for want in cmd.expect:
         assert want in [ln.strip() for ln in text.splitlines()], (
