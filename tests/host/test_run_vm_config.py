@@ -367,3 +367,12 @@ def test_extras_files_exist_and_run_once() -> None:
     sharded = [f for _, files in tv.strict_shards() for f in files]
     assert len(sharded) == len(set(sharded))
     assert not set(tv.EXTRAS_ONLY) & set(sharded)
+
+
+def test_long_tests_carry_no_skip_of_their_own() -> None:
+    # A `long` test skips through the marker alone (tests/conftest.py): a skipif on
+    # TACC_LONG would win with another reason, which test-vm rightly refuses.
+    bad = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "tests").rglob("test_*.py")
+           for i, ln in enumerate(p.read_text().splitlines(), 1)
+           if "skipif" in ln and "TACC_LONG" in ln]
+    assert not bad, bad
