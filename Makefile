@@ -17,6 +17,9 @@ QEMU_ARGS ?=
 KERNEL_ARGS ?=
 CMD ?=
 export IOMMU VFS MEM KERNEL SMP ICOUNT MODPARAMS QEMU_ARGS KERNEL_ARGS
+# CMD goes to the guest as typed: $(value) stops make expanding `$(mktemp)` or `$f`, and
+# scripts/run-vm --make-cmd turns make's escape `$$` into `$` (README: `$$TACC_VM_OUT`).
+export TACC_MAKE_CMD = $(value CMD)
 
 # Bad variable values stop here, before anything runs, with one line.
 ifeq ($(filter help clean distclean,$(MAKECMDGOALS)),)
@@ -32,13 +35,34 @@ endif
 all: setup
 
 help:
-	@sed -n '1,/^$$/p' README.md | head -20; echo; grep -E '^[a-z-]+:' Makefile | cut -d: -f1 | tr '\n' ' '; echo
+	@echo 'tacc: make TARGET [VARIABLE=value ...]   (README.md has the details)'
+	@echo
+	@echo 'targets:'
+	@echo '  run-vm        boot the test VM: a shell on the serial console (Ctrl-A x quits), or CMD'
+	@echo '  test          every test layer (host, device, vm) with one verdict'
+	@echo '  test-host test-device test-vm    one layer; test-long: the heavy runs'
+	@echo '  setup         install and build everything (run by the others first)'
+	@echo '  bench lint qemu clean distclean'
+	@echo
+	@echo 'variables (run-vm, test-vm):'
+	@echo '  IOMMU         strict | lazy | pt | off: guest IOMMU mode (default strict)'
+	@echo '  VFS           0..4: SR-IOV VFs enabled at boot (default 0)'
+	@echo '  MEM           guest memory, e.g. 1024M, 4G, at least 512M (default 2G)'
+	@echo '  KERNEL        6.12.N[+deb12-amd64]: guest kernel (default scripts/kernel.pin)'
+	@echo '  SMP           1..8: vCPUs (default 1)'
+	@echo '  ICOUNT        1 | 0: -icount shift=0,sleep=off (virtual time) or host time (default 1)'
+	@echo '  MODPARAMS     "name=value ...": tacc.ko module parameters'
+	@echo '  QEMU_ARGS     extra QEMU arguments, e.g. "-trace tacc_*"'
+	@echo '  KERNEL_ARGS   extra guest kernel command line'
+	@echo '  CMD           run-vm: run this in the guest instead of a shell (as typed; $$$$ for $$)'
+	@echo '  PYTEST_ARGS   test layers: extra pytest arguments, e.g. "-k capture -x"'
+	@echo '  TEST_VM_CONFIGS  test-vm: configurations to boot, e.g. "strict pt" (scripts/test-vm)'
 
 setup:
 	@scripts/setup.sh
 
 run-vm: setup
-	@/usr/bin/python3 scripts/run-vm --cmd "$$CMD"
+	@/usr/bin/python3 scripts/run-vm --make-cmd
 
 test: setup
 	@scripts/test.sh

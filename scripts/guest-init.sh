@@ -21,12 +21,15 @@ mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 hostname tacc-vm
 ip link set lo up 2>/dev/null
 
-cmd= out= vfs=0 modparams=
+cmd= out= vfs=0 modparams= iommu= tty= term=
 for w in $(cat /proc/cmdline); do
 	case $w in
 	taccvm.cmd=*) cmd=${w#taccvm.cmd=} ;;
 	taccvm.out=*) out=${w#taccvm.out=} ;;
 	taccvm.vfs=*) vfs=${w#taccvm.vfs=} ;;
+	taccvm.iommu=*) iommu=${w#taccvm.iommu=} ;;
+	taccvm.tty=*) tty=${w#taccvm.tty=} ;;
+	taccvm.term=*) term=${w#taccvm.term=} ;;
 	taccvm.modparams=*) modparams=$(echo "${w#taccvm.modparams=}" | tr , ' ') ;;
 	esac
 done
@@ -94,7 +97,12 @@ if [ -n "$cmd" ]; then
 	bash "$cmd" < /dev/null
 	finish $?
 else
-	echo "tacc VM: $(uname -r); exit the shell to power off."
-	setsid -c bash -l -i < /dev/ttyS0 > /dev/ttyS0 2>&1
+	# The host terminal's size and type (scripts/run-vm passes them), and the VM's own rc
+	# file: the host's dotfiles over 9p would reset PATH (the venv) and add host tools.
+	case $tty in *x*) stty rows "${tty%x*}" cols "${tty#*x}" < /dev/ttyS0 ;; esac
+	[ -n "$term" ] && export TERM=$term
+	export TACC_VM_IOMMU=$iommu TACC_VM_VFS=${vfs#0}
+	echo "tacc VM: $(uname -r), IOMMU $iommu; exit the shell (or Ctrl-A x) to power off."
+	setsid -c bash --rcfile "$root/scripts/guest-bashrc" -i < /dev/ttyS0 > /dev/ttyS0 2>&1
 	finish $?
 fi

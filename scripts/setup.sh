@@ -53,7 +53,7 @@ pkgs=(
 	python3-venv python3-pip python3-dev xz-utils zstd bzip2 dpkg-dev cpio kmod busybox-static
 	seabios qemu-system-data
 	bpfcc-tools python3-bpfcc bpftrace libelf-dev linux-perf
-	iproute2 procps util-linux passwd chromium
+	iproute2 procps util-linux passwd chromium pciutils make
 )
 bpo_pkgs=(meson python3-pycotap)
 installed() { dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q '^install ok installed'; }

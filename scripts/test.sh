@@ -30,8 +30,11 @@ for layer in $layers; do
 	host)   $py -m pytest tests/host -q -p no:cacheprovider --junitxml=build/test-results/host.xml ${PYTEST_ARGS:-} ;;
 	device) $py -m pytest tests/device -q -p no:cacheprovider --junitxml=build/test-results/device.xml ${PYTEST_ARGS:-} ;;
 	vm)     /usr/bin/python3 scripts/test-vm ${PYTEST_ARGS:-} ;;
+	# long: the heavy tests of every layer, then the VM settings make test does not boot
+	# (IOMMU=off, ICOUNT=0: scripts/test-vm --set long)
 	long)   TACC_LONG=1 $py -m pytest tests/host tests/device -q -p no:cacheprovider -m long ${PYTEST_ARGS:-} &&
-		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check -q -m long ${PYTEST_ARGS:-} ;;
+		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check -q -m long ${PYTEST_ARGS:-} &&
+		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check --set long ${PYTEST_ARGS:-} ;;
 	*) echo "test: unknown layer $layer; accepted: host device vm long" >&2; exit 2 ;;
 	esac
 	rc=$?

@@ -5,7 +5,6 @@ Each example is a batch of descriptors behind one doorbell; >= 2,000
 descriptors in total.
 """
 
-import os
 import struct
 
 import pytest
@@ -86,7 +85,6 @@ def test_fuzz_descriptors(dev, pf):
 
 
 @pytest.mark.long
-@pytest.mark.skipif(not os.environ.get("TACC_LONG"), reason="make test-long")
 def test_fuzz_descriptors_long(dev, pf):
     """>= 10,000 random descriptors (a new seed each run)."""
     run_fuzz(dev, pf, 500, derandomize=False)

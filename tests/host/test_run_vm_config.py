@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +109,270 @@ def test_make_run_vm_bad_value_stops_first(var: str, value: str) -> None:
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{var}={value}" in lines[0] and "accepted" in lines[0], r.stderr
     assert r.stdout == ""
+
+
+# ---- make run-vm -> scripts/run-vm -> QEMU, with a stand-in QEMU (TACC_QEMU) that runs
+# the guest command file on the host the way scripts/guest-init.sh does, saves what it was
+# handed, and exits the way isa-debug-exit makes QEMU exit.
+
+FAKE_QEMU = r'''#!/usr/bin/python3
+import os, re, subprocess, sys
+argv = sys.argv[1:]
+save = os.environ["FAKE_QEMU_SAVE"]
+with open(save + ".argv", "w") as f:
+    f.write("\n".join(argv) + "\n")
+append = argv[argv.index("-append") + 1]
+m = re.search(r"taccvm\.cmd=(\S+)", append)
+if m is None:  # interactive: the "guest shell" exits 3 at once
+    st = 3
+else:
+    with open(m.group(1), "rb") as src, open(save + ".cmd", "wb") as dst:
+        dst.write(src.read())
+    st = subprocess.run(["bash", m.group(1)], stdin=subprocess.DEVNULL).returncode
+print(f"TACC-EXIT: {st}", flush=True)
+sys.exit(((st + 1) << 1) | 1)
+'''
+
+
+@pytest.fixture
+def fake_qemu(tmp_path: Path) -> dict[str, str]:
+    q = tmp_path / "fake-qemu"
+    q.write_text(FAKE_QEMU)
+    q.chmod(0o755)
+    return {**os.environ, "TACC_QEMU": str(q), "FAKE_QEMU_SAVE": str(tmp_path / "saved"),
+            "SETUP_QUIET": "1"}
+
+
+def make_run_vm(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    # -o setup: the recipe under test, not the (warm, ~3 s) set-up step before it
+    return subprocess.run(["make", "--no-print-directory", "-o", "setup", "run-vm", *args],
+                          cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=300)
+
+
+# What the README promises: CMD reaches the guest byte for byte, except `$$` -> `$`.
+CMD_CASES = [
+    ("f=$(mktemp -u); echo $f", "f=$(mktemp -u); echo $f"),
+    ("echo $$TACC_VM_OUT/cap.html", "echo $TACC_VM_OUT/cap.html"),
+    ("""printf '%s|%s\\n' "$HOME" 'a b'  # ${x:-y} `true` \\ "q" """,
+     """printf '%s|%s\\n' "$HOME" 'a b'  # ${x:-y} `true` \\ "q" """),
+    ("echo $$$$ $(( 6 * 7 ))", "echo $$ $(( 6 * 7 ))"),
+    ("true &&\n  echo -o $$TACC_VM_OUT/c;\n  f=$(echo x)",
+     "true &&\n  echo -o $TACC_VM_OUT/c;\n  f=$(echo x)"),  # README's chain: lines
+]
+
+
+@pytest.mark.parametrize(("cmd", "guest"), CMD_CASES)
+def test_make_run_vm_cmd_reaches_guest_byte_for_byte(fake_qemu: dict[str, str], cmd: str,
+                                                     guest: str, tmp_path: Path) -> None:
+    r = make_run_vm(fake_qemu, f"CMD={cmd}")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "saved.cmd").read_text() == guest + "\n"
+
+
+def test_make_run_vm_cmd_from_environment(fake_qemu: dict[str, str], tmp_path: Path) -> None:
+    r = make_run_vm({**fake_qemu, "CMD": "f=$(mktemp -u); echo $$f"})
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "saved.cmd").read_text() == "f=$(mktemp -u); echo $f\n"
+
+
+def test_make_run_vm_mktemp_runs(fake_qemu: dict[str, str]) -> None:
+    r = make_run_vm(fake_qemu, "CMD=f=$(mktemp -u); echo $f")
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(r"/tmp/tmp\.\w+", r.stdout.splitlines()[-1]), r.stdout  # after setup's
+
+
+def test_make_run_vm_exit_status_line(fake_qemu: dict[str, str]) -> None:
+    # GNU make exits 2 whenever a recipe fails; run-vm names the guest's status on the line
+    # before make's own.
+    r = make_run_vm(fake_qemu, "CMD=exit 3")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert lines[-2:][0] == "run-vm: guest command exited with status 3", r.stderr
+    assert lines[-1].startswith("make: *** [Makefile:") and "run-vm] Error 3" in lines[-1]
+
+
+@pytest.mark.parametrize("status", [0, 3, 42])
+def test_scripts_run_vm_carries_exact_status(fake_qemu: dict[str, str], status: int) -> None:
+    r = subprocess.run(["/usr/bin/python3", str(ROOT / "scripts/run-vm"), "--cmd",
+                        f"exit {status}"], env=fake_qemu, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == status
+    want = [f"run-vm: guest command exited with status {status}"] if status else []
+    assert r.stderr.strip().splitlines() == want
+
+
+def _run_vm_in_pty(env: dict[str, str], rows: int, cols: int) -> int:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    p = subprocess.Popen(["/usr/bin/python3", str(ROOT / "scripts/run-vm")], env=env,
+                         stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    try:
+        while True:  # drain, or the child blocks on a full pty
+            try:
+                if not os.read(master, 4096):
+                    break
+            except OSError:
+                break
+        return p.wait(timeout=60)
+    finally:
+        os.close(master)
+
+
+def test_interactive_console_size_and_ctrl_c(fake_qemu: dict[str, str], tmp_path: Path) -> None:
+    # The host terminal's rows and columns reach the guest; Ctrl-C on the serial console is
+    # a byte for the guest (signal=off), not SIGINT for QEMU; Ctrl-A x still quits (mux).
+    assert _run_vm_in_pty({**fake_qemu, "TERM": "xterm-256color"}, 37, 111) == 3
+    argv = (tmp_path / "saved.argv").read_text().splitlines()
+    append = argv[argv.index("-append") + 1].split()
+    assert "taccvm.tty=37x111" in append
+    assert "taccvm.term=xterm-256color" in append
+    chardevs = [argv[i + 1] for i, a in enumerate(argv) if a == "-chardev"]
+    stdio = [c for c in chardevs if c.startswith("stdio,")]
+    assert len(stdio) == 1, chardevs
+    opts = stdio[0].split(",")
+    assert "signal=off" in opts and "mux=on" in opts
+    cid = next(o for o in opts if o.startswith("id=")).removeprefix("id=")
+    assert argv[argv.index("-serial") + 1] == f"chardev:{cid}"
+    assert any(argv[i + 1].startswith(f"chardev={cid}") for i, a in enumerate(argv)
+               if a == "-mon"), "no monitor on the mux (Ctrl-A c)"
+
+
+def test_make_help_lists_every_variable() -> None:
+    r = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    for var in ("IOMMU", "VFS", "MEM", "KERNEL", "SMP", "ICOUNT", "MODPARAMS", "QEMU_ARGS",
+                "KERNEL_ARGS", "CMD", "PYTEST_ARGS", "TEST_VM_CONFIGS"):
+        lines = [ln for ln in r.stdout.splitlines() if re.match(rf"\s*{var}\s", ln)]
+        assert len(lines) == 1, f"{var}: {lines} in\n{r.stdout}"
+        assert len(lines[0].split()) >= 3, lines[0]  # the name, then what it does
+
+
+# ---- the guest's interactive shell: its own rc file, not the host's dotfiles over 9p
+
+def test_guest_shell_uses_its_own_rc(tmp_path: Path) -> None:
+    init = (ROOT / "scripts/guest-init.sh").read_text()
+    shell = [ln for ln in init.splitlines() if "setsid" in ln and "bash" in ln]
+    assert len(shell) == 1, shell
+    assert '--rcfile "$root/scripts/guest-bashrc"' in shell[0] and " -l" not in shell[0]
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("PATH=/nowhere; PS1='host> '\n")
+    (home / ".tacc-vm-rc").write_text("export FROM_TACC_VM_RC=yes\n")
+    env = {"HOME": str(home), "TACC_ROOT": str(ROOT), "TACC_VM_IOMMU": "pt",
+           "PATH": "/usr/bin:/bin", "TERM": "dumb"}
+    r = subprocess.run(["bash", "--rcfile", str(ROOT / "scripts/guest-bashrc"), "-i"],
+                       input='echo "P=${PS1@P}"; echo "T=$(type -p tacc)"; '
+                             'echo "R=$FROM_TACC_VM_RC"\n',
+                       env=env, capture_output=True, text=True, timeout=30)
+    out = r.stdout.splitlines()
+    assert f"T={ROOT}/.venv/bin/tacc" in out, r.stdout
+    assert "R=yes" in out
+    prompt = next(ln for ln in out if ln.startswith("P="))
+    assert "tacc-vm" in prompt and "pt" in prompt, prompt
+
+
+# ---- scripts/test-vm: which skips a run may have
+
+def _load_test_vm():
+    loader = importlib.machinery.SourceFileLoader("test_vm", str(ROOT / "scripts/test-vm"))
+    spec = importlib.util.spec_from_loader("test_vm", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def _junit_with_skips(path: Path, reasons: list[str]) -> Path:
+    from xml.sax.saxutils import quoteattr
+    cases = "".join(f'<testcase classname="t" name="c{i}"><skipped type="pytest.skip" '
+                    f'message={quoteattr(r)}>x</skipped></testcase>'
+                    for i, r in enumerate(reasons))
+    path.write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
+    return path
+
+
+@pytest.mark.parametrize("reason", [
+    "no longer supported by this kernel",
+    "the long way round",
+    "TACC_LONG is not how this is spelled",
+    "prefix long test: make test-long",
+    "long test: make test-long, and then some",
+    "whatever VFs already enabled",
+])
+def test_skip_reason_merely_mentioning_long_is_not_allowed(tmp_path: Path, reason: str) -> None:
+    tv = _load_test_vm()
+    assert tv.unexpected_skips(_junit_with_skips(tmp_path / "j.xml", [reason])) != []
+
+
+def test_long_marker_skip_and_vf_config_skips_allowed(tmp_path: Path) -> None:
+    tv = _load_test_vm()
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        import conftest as tests_conftest
+    finally:
+        sys.path.pop(0)
+    reasons = [tests_conftest.LONG_SKIP_REASON, "VFs already enabled by the VM configuration",
+               "VFs already enabled in this configuration"]
+    assert tv.unexpected_skips(_junit_with_skips(tmp_path / "j.xml", reasons)) == []
+
+
+def test_long_marked_test_skips_with_the_markers_reason(tmp_path: Path) -> None:
+    # The reason test-vm allows is the one the `long` marker produces, whatever else the
+    # test carries (a redundant skipif would otherwise win and need its own exception).
+    t = tmp_path / "test_x.py"
+    t.write_text("import pytest\n@pytest.mark.long\ndef test_heavy():\n    pass\n")
+    shutil.copy(ROOT / "tests/conftest.py", tmp_path / "conftest.py")
+    env = {k: v for k, v in os.environ.items() if k != "TACC_LONG"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                        f"--junitxml={tmp_path}/j.xml", str(t)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout
+    assert _load_test_vm().unexpected_skips(tmp_path / "j.xml") == []
+    assert 'skipped' in (tmp_path / "j.xml").read_text()
+
+
+# ---- scripts/test-vm: which settings make test and make test-long boot
+
+def _boots(tv, names: str) -> list[dict[str, str]]:
+    return [{"IOMMU": "strict", "VFS": "0", "SMP": "1", "ICOUNT": "1", **tv.CONFIGS[n]}
+            for n in names.split()]
+
+
+def test_every_documented_setting_is_booted() -> None:
+    # README's variables: every IOMMU mode, VFs at boot, SMP>1 and ICOUNT=0 each get a boot,
+    # in make test (default set) or make test-long (--set long).
+    tv = _load_test_vm()
+    default, long = _boots(tv, tv.DEFAULT_CONFIGS), _boots(tv, tv.LONG_CONFIGS)
+    every = default + long
+    assert {b["IOMMU"] for b in every} == {"strict", "lazy", "pt", "off"}
+    extras = [b for b in default if int(b["VFS"]) > 0 and int(b["SMP"]) > 1]
+    assert extras, f"make test boots no VFS>0 SMP>1 configuration: {default}"
+    assert any(b["ICOUNT"] == "0" for b in long)
+    assert "--set long" in (ROOT / "scripts/test.sh").read_text()
+
+
+def test_extras_files_exist_and_run_once() -> None:
+    tv = _load_test_vm()
+    assert tv.CONFIG_TESTS["extras"] is tv.EXTRAS_TESTS
+    for f in tv.EXTRAS_TESTS:
+        assert (ROOT / f).is_file(), f
+    assert "tests/vm/test_readme.py" in tv.EXTRAS_TESTS
+    sharded = [f for _, files in tv.strict_shards() for f in files]
+    assert len(sharded) == len(set(sharded))
+    assert not set(tv.EXTRAS_ONLY) & set(sharded)
+
+
+def test_long_tests_carry_no_skip_of_their_own() -> None:
+    # A `long` test skips through the marker alone (tests/conftest.py): a skipif on
+    # TACC_LONG would win with another reason, which test-vm rightly refuses.
+    bad = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "tests").rglob("test_*.py")
+           for i, ln in enumerate(p.read_text().splitlines(), 1)
+           if re.search(r"@pytest\.mark\.skipif\(.*TACC_LONG", ln)]
+    assert not bad, bad

@@ -187,6 +187,5 @@ def test_fuzz_ioctls(pf_accel):
 
 
 @pytest.mark.long
-@pytest.mark.skipif(not os.environ.get("TACC_LONG"), reason="long run only (TACC_LONG=1)")
 def test_fuzz_ioctls_long(pf_accel):
     run_fuzz(pf_accel, 1000, "fuzz-long")  # ~5,500 calls

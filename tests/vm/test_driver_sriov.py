@@ -47,12 +47,15 @@ def vfs():
     pci = pf_sysfs()
     if int((pci / "sriov_totalvfs").read_text()) < 2:
         pytest.skip("no SR-IOV")
+    before = (pci / "sriov_numvfs").read_text().strip()  # VFS=N boots have N already
     (pci / "sriov_numvfs").write_text("0")
     (pci / "sriov_numvfs").write_text("4")
     try:
         yield sorted(p.resolve() for p in pci.glob("virtfn*"))
     finally:
         (pci / "sriov_numvfs").write_text("0")
+        if before != "0":
+            (pci / "sriov_numvfs").write_text(before)  # as the boot had them
 
 
 def fill(d: Dev, dv: int, size: int, value: int, chunk: int = 4 << 20) -> None:

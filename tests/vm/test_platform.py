@@ -33,12 +33,20 @@ def test_unprivileged_user_opens_node(pf_accel: Path) -> None:
     assert r.stdout.strip() == "opened", r.stderr
 
 
+def asked(vm_config: str) -> dict[str, str]:
+    """What scripts/test-vm asked this boot for (TACC_VM_EXPECT: IOMMU= VFS= SMP= ICOUNT=);
+    outside test-vm, the configuration's name is its IOMMU mode."""
+    text = os.environ.get("TACC_VM_EXPECT") or f"IOMMU={vm_config}"
+    return dict(w.split("=", 1) for w in text.split())
+
+
 def test_iommu_mode_matches_config(pf_pci: Path, vm_config: str) -> None:
     group = pf_pci / "iommu_group"
-    if vm_config == "off":
+    iommu = asked(vm_config)["IOMMU"]
+    if iommu == "off":
         assert not group.exists()
         return
-    want = {"strict": "DMA", "lazy": "DMA-FQ", "pt": "identity"}[vm_config]
+    want = {"strict": "DMA", "lazy": "DMA-FQ", "pt": "identity"}[iommu]
     assert (group / "type").read_text().strip() == want
 
 
@@ -67,3 +75,31 @@ def test_guest_qmp_channel() -> None:
         assert status["status"] == "running"
         # The tacc device is reachable by its QOM path (id=tacc0 in run-vm).
         assert q.qom_get(PF_QOM, "type") == "tacc"
+
+
+def test_boot_has_the_vfs_and_cpus_asked_for(pf_pci: Path, vm_config: str) -> None:
+    # VFS=N: guest-init enabled N VFs, each bound with its accel node in group tacc (0660,
+    # the node watcher); SMP=N: N CPUs online.  The extras boot asks VFS=2 SMP=2.
+    want = asked(vm_config)
+    if "SMP" in want:
+        assert len(os.sched_getaffinity(0)) == int(want["SMP"])
+        assert Path("/sys/devices/system/cpu/online").read_text().strip() == \
+            ("0" if want["SMP"] == "1" else f"0-{int(want['SMP']) - 1}")
+    if "VFS" not in want:
+        return
+    n = int(want["VFS"])
+    assert int((pf_pci / "sriov_numvfs").read_text()) == n
+    vfs = sorted(pf_pci.glob("virtfn*"))
+    assert len(vfs) == n
+    import grp
+    import time
+    deadline = time.monotonic() + 10  # the watcher fixes nodes within a second
+    for vf in vfs:
+        assert (vf.resolve() / "driver").resolve().name == "tacc"
+        node = Path("/dev/accel") / next((vf.resolve() / "accel").glob("accel*")).name
+        while True:
+            st = os.stat(node)
+            if grp.getgrgid(st.st_gid).gr_name == "tacc" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert stat.S_IMODE(st.st_mode) == 0o660 and grp.getgrgid(st.st_gid).gr_name == "tacc"
