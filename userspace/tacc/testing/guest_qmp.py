@@ -9,6 +9,7 @@ re-negotiates tolerantly and matches replies by id, skipping events.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import os
@@ -36,7 +37,7 @@ def find_port() -> Path:
 
 class GuestQMP:
     def __init__(self, path: Path | None = None, timeout: float = 30.0) -> None:
-        self.fd = os.open(path or find_port(), os.O_RDWR | os.O_NONBLOCK)
+        self.fd = self._open(path or find_port(), timeout)
         self.timeout = timeout
         self._buf = ""
         self._ids = itertools.count(int(time.monotonic_ns() % 1_000_000) * 1000)
@@ -51,6 +52,20 @@ class GuestQMP:
             # fail with EBUSY for the rest of the boot
             os.close(self.fd)
             raise
+
+    @staticmethod
+    def _open(path: Path, timeout: float) -> int:
+        """Open the port, waiting while another user holds it: a virtio-serial port has
+        one opener at a time, and taccd's icount query or another test may hold it for a
+        moment (EBUSY) -- take turns rather than fail."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return os.open(path, os.O_RDWR | os.O_NONBLOCK)
+            except OSError as e:
+                if e.errno != errno.EBUSY or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
 
     def close(self) -> None:
         os.close(self.fd)
