@@ -122,7 +122,8 @@ static int objects_show(struct seq_file *m, void *unused)
 
 	seq_printf(m, "contexts %d\nbos %d\nmappings %d\njobs %d\nfences %d\npt_pages %d\nuserptr_pages %ld\ndevmem_bytes %ld\n",
 		   atomic_read(&l->ctxs), atomic_read(&l->bos), atomic_read(&l->mappings),
-		   atomic_read(&l->jobs), atomic_read(&l->fences), atomic_read(&l->pt_pages),
+		   atomic_read(&l->jobs), tacc_fence_ctx_live(tdev->fctx),
+		   atomic_read(&l->pt_pages),
 		   atomic_long_read(&l->userptr_pages), atomic_long_read(&l->devmem_bytes));
 	return 0;
 }
@@ -133,6 +134,8 @@ static void tacc_debugfs_knobs(struct tacc_device *tdev, struct dentry *root)
 {
 	debugfs_create_u32("fault_ctx_delay_ms", 0600, root, &tdev->fault_ctx_delay_ms);
 	debugfs_create_u32("free_job_delay_ms", 0600, root, &tdev->free_job_delay_ms);
+	debugfs_create_u32("recover_delay_ms", 0600, root, &tdev->recover_delay_ms);
+	debugfs_create_u32("resume_delay_ms", 0600, root, &tdev->resume_delay_ms);
 }
 
 void tacc_debugfs_init(struct drm_minor *minor)

@@ -28,6 +28,11 @@ unsigned int tacc_autosuspend_ms = 1000;
 module_param_named(autosuspend_ms, tacc_autosuspend_ms, uint, 0644);
 MODULE_PARM_DESC(autosuspend_ms, "Runtime PM autosuspend delay, ms (read at probe)");
 
+static unsigned int tacc_max_ctx_per_process = 4;
+module_param_named(max_ctx_per_process, tacc_max_ctx_per_process, uint, 0644);
+MODULE_PARM_DESC(max_ctx_per_process,
+		 "Open contexts of a function per process (0: no limit; CAP_SYS_ADMIN exempt)");
+
 static bool tacc_test_warn;
 module_param_named(test_warn, tacc_test_warn, bool, 0444);
 MODULE_PARM_DESC(test_warn, "Test only: WARN once at probe, to show the harness catches it");
@@ -49,19 +54,61 @@ void tacc_tlb_invalidate(struct tacc_device *tdev, u32 ctx)
 	drm_dev_exit(idx);
 }
 
+/*
+ * A context root: written now if the function holds its roots (ptbr_live,
+ * under ctx_lock: set by tacc_hw_init() after it programmed every root,
+ * cleared by tacc_hw_stop() before power-down or reset), else by the next
+ * tacc_hw_init().  No runtime-PM check: "not active" also covers
+ * RPM_RESUMING after the resume's loop, which lost the write.
+ */
 void tacc_hw_program_ctx(struct tacc_device *tdev, u32 id, u64 ptbr)
 {
 	int idx;
 
-	if (!drm_dev_enter(&tdev->drm, &idx))
+	lockdep_assert_held(&tdev->ctx_lock);
+	if (!tdev->ptbr_live || !drm_dev_enter(&tdev->drm, &idx))
 		return;
-	if (pm_runtime_get_if_active(tacc_to_dev(tdev)) > 0) {
-		tacc_wr64(tdev, TACC_REG_CTX_PTBR(id), ptbr);
-		tacc_wr(tdev, TACC_REG_TLB_INV, id);
-		pm_runtime_mark_last_busy(tacc_to_dev(tdev));
-		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
-	}
+	tacc_wr64(tdev, TACC_REG_CTX_PTBR(id), ptbr);
+	tacc_wr(tdev, TACC_REG_TLB_INV, id);
 	drm_dev_exit(idx);
+}
+
+/*
+ * hw_up is read under each queue's lock (run_job, CQ processing): once
+ * this returns, no such section still acts on the old value.
+ */
+static void tacc_set_hw_up(struct tacc_device *tdev, bool up)
+{
+	unsigned long flags;
+	u32 i;
+
+	WRITE_ONCE(tdev->hw_up, up);
+	for (i = 0; i < tdev->num_queues; i++) {
+		spin_lock_irqsave(&tdev->queues[i].lock, flags);
+		spin_unlock_irqrestore(&tdev->queues[i].lock, flags);
+	}
+}
+
+/**
+ * tacc_hw_stop() - make the function quiet before its jobs are failed.
+ * @tdev: the function.
+ * @mmio: false when its registers do not answer (AER: frozen or failed
+ *	  link, where the platform already stopped its DMA).
+ *
+ * No doorbell and no root write after this; with @mmio the CQs are reaped
+ * (finished jobs keep their status), each queue is disabled, which aborts
+ * what it runs, and a read-back flushes the posted writes: the device does
+ * not touch the jobs' memory any more when this returns (ivpu does the
+ * same: stop, flush, reset, then signal).
+ */
+void tacc_hw_stop(struct tacc_device *tdev, bool mmio)
+{
+	tacc_set_hw_up(tdev, false);
+	mutex_lock(&tdev->ctx_lock);
+	tdev->ptbr_live = false;
+	mutex_unlock(&tdev->ctx_lock);
+	if (mmio)
+		tacc_queues_quiesce(tdev);
 }
 
 /*
@@ -104,8 +151,13 @@ int tacc_hw_init(struct tacc_device *tdev)
 		tacc_wr64(tdev, TACC_REG_CTX_PTBR(i),
 			  ctx ? (ctx->vm.root.dma | TACC_PTBR_VALID) : 0);
 	}
-	mutex_unlock(&tdev->ctx_lock);
 	tacc_wr(tdev, TACC_REG_TLB_INV, TACC_TLB_INV_ALL);
+	tdev->ptbr_live = true;	/* later opens write their root themselves */
+	mutex_unlock(&tdev->ctx_lock);
+	/* test knob (debugfs, 0): hold a resume right after the roots were loaded */
+	if (READ_ONCE(tdev->resume_delay_ms) &&
+	    tacc_to_dev(tdev)->power.runtime_status == RPM_RESUMING)
+		msleep(READ_ONCE(tdev->resume_delay_ms));
 
 	for (i = 0; i < tdev->num_queues; i++)
 		tacc_queue_hw_setup(&tdev->queues[i]);
@@ -114,21 +166,18 @@ int tacc_hw_init(struct tacc_device *tdev)
 	tacc_sample_hw_setup(tdev);
 	if (!tdev->is_vf)
 		tacc_sriov_restore(tdev);
-	tdev->hw_up = true;
+	tacc_set_hw_up(tdev, true);
 	return 0;
 }
 
 void tacc_hw_fini(struct tacc_device *tdev)
 {
-	u32 i;
-
-	tdev->hw_up = false;
-	for (i = 0; i < tdev->num_queues; i++)
-		tacc_qwr(&tdev->queues[i], TACC_Q_CTRL, 0);
+	tacc_hw_stop(tdev, true);
 	tacc_wr(tdev, TACC_REG_TRACE_CTRL, 0);
 	tacc_wr(tdev, TACC_REG_SAMPLE_PERIOD, 0);
 	tacc_wr(tdev, TACC_REG_IRQ_MASK, 0);
 	tacc_wr(tdev, TACC_REG_CTRL, 0);
+	tacc_rd(tdev, TACC_REG_STATUS);	/* flush the posted writes */
 }
 
 /* ------------------------------------------------------------ contexts ---- */
@@ -160,6 +209,24 @@ void tacc_ctx_put(struct tacc_ctx *ctx)
 	kref_put(&ctx->ref, tacc_ctx_release);
 }
 
+/* Contexts of the function held by open files of process @pid. */
+static bool tacc_ctx_over_limit(struct tacc_device *tdev, pid_t pid)
+{
+	unsigned int limit = READ_ONCE(tacc_max_ctx_per_process), n = 0;
+	u32 i;
+
+	lockdep_assert_held(&tdev->ctx_lock);
+	if (!limit || capable(CAP_SYS_ADMIN))
+		return false;
+	for (i = 0; i < tdev->num_contexts; i++) {
+		struct tacc_ctx *ctx = tdev->ctxs[i];
+
+		if (ctx && READ_ONCE(ctx->file) && ctx->pid == pid)
+			n++;
+	}
+	return n >= limit;
+}
+
 static int tacc_open(struct drm_device *dev, struct drm_file *file)
 {
 	struct tacc_device *tdev = to_tacc_dev(dev);
@@ -182,6 +249,11 @@ static int tacc_open(struct drm_device *dev, struct drm_file *file)
 		goto err_free;
 
 	mutex_lock(&tdev->ctx_lock);
+	if (tacc_ctx_over_limit(tdev, ctx->pid)) {
+		mutex_unlock(&tdev->ctx_lock);
+		ret = -EMFILE;
+		goto err_vm;
+	}
 	for (i = 0; i < tdev->num_contexts; i++) {
 		if (!tdev->ctxs[i]) {
 			id = i;
@@ -665,12 +737,21 @@ static int __init tacc_init(void)
 	int ret;
 
 	tacc_sysfs_init();
-	ret = tacc_genl_init();
+	ret = tacc_pmu_module_init();
 	if (ret)
 		return ret;
+	ret = tacc_genl_init();
+	if (ret)
+		goto err_pmu;
 	ret = pci_register_driver(&tacc_pci_driver);
 	if (ret)
-		tacc_genl_fini();
+		goto err_genl;
+	return 0;
+
+err_genl:
+	tacc_genl_fini();
+err_pmu:
+	tacc_pmu_module_exit();
 	return ret;
 }
 
@@ -678,6 +759,7 @@ static void __exit tacc_exit(void)
 {
 	pci_unregister_driver(&tacc_pci_driver);
 	tacc_genl_fini();
+	tacc_pmu_module_exit();
 }
 
 module_init(tacc_init);

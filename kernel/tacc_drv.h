@@ -50,15 +50,18 @@ struct tacc_live {
 	atomic_t bos;
 	atomic_t mappings;
 	atomic_t jobs;
-	atomic_t fences;
 	atomic_t pt_pages;
 	atomic_long_t userptr_pages;
 	atomic_long_t devmem_bytes;
 };
 
+struct tacc_fence_ctx;
+
+/* A job's hardware fence (tacc_fence.c): never dereferences the device. */
 struct tacc_fence {
-	struct dma_fence base;
-	struct tacc_queue *q;
+	struct dma_fence base;		/* first: dma_fence_free() */
+	struct tacc_fence_ctx *fctx;
+	u32 queue;
 };
 
 struct tacc_queue {
@@ -90,6 +93,7 @@ struct tacc_pt {
 	u64 *cpu;
 	dma_addr_t dma;
 	struct tacc_pt **child;		/* 512 entries, levels 0 and 1 */
+	struct list_head dead;		/* pruned, freed after the TLB invalidation */
 };
 
 struct tacc_vm {
@@ -118,6 +122,7 @@ struct tacc_ctx {
 	atomic_t nr_bos;
 	atomic_long_t userptr_pages;
 
+	u64 out_fence_ctx;		/* + queue: syncobj fences (tacc_fence.c) */
 	struct mutex submit_lock;	/* seqno order = arm/push order */
 	spinlock_t seq_lock;
 	u64 last_seqno;
@@ -143,6 +148,7 @@ struct tacc_bo {
 	unsigned long npages;
 	struct sg_table *sgt;		/* USERPTR: own; HOST: the helper's */
 	struct tacc_ctx *uctx;		/* USERPTR: accounting */
+	struct mm_struct *pin_mm;	/* USERPTR: pinned_vm charged (tacc_gem.c) */
 	/* binding in the owning file's VM (protected by vm->lock) */
 	struct tacc_mapping *map;
 	/* on tdev->bo_dma_list while sgt is DMA-mapped (tdev->bo_dma_lock) */
@@ -243,7 +249,8 @@ struct tacc_device {
 	struct drm_mm_node vf_nodes[TACC_MAX_VFS];
 
 	/* runtime PM */
-	bool hw_up;
+	bool hw_up;			/* set under every queue lock */
+	bool ptbr_live;			/* ctx_lock: roots loaded, write through */
 	atomic64_t pm_suspends;
 	atomic64_t pm_resumes;
 	u64 cnt_base[TACC_SAMPLE_SLOTS * 2];	/* sums over past resets */
@@ -252,6 +259,8 @@ struct tacc_device {
 	/* errors and function-level recovery (tacc_reset.c) */
 	struct mutex reset_lock;	/* in_reset, hw_init by recovery */
 	bool in_reset;
+	u32 recover_delay_ms;		/* debugfs test knob, 0 */
+	u32 resume_delay_ms;		/* debugfs test knob, 0 */
 	bool aer_pending;		/* error_detected seen, resume not yet */
 	struct work_struct fatal_work;
 	atomic64_t dev_resets;
@@ -260,6 +269,7 @@ struct tacc_device {
 	atomic64_t fatal_errors;
 
 	struct tacc_live live;
+	struct tacc_fence_ctx *fctx;	/* timeline names and live fences */
 	struct list_head list;		/* tacc_devices */
 
 	/* debugfs test knobs (tacc_debugfs.c), 0 = off: widen race windows */
@@ -323,6 +333,7 @@ extern unsigned int tacc_job_timeout_ms;
 extern unsigned int tacc_autosuspend_ms;
 int tacc_hw_init(struct tacc_device *tdev);
 void tacc_hw_fini(struct tacc_device *tdev);
+void tacc_hw_stop(struct tacc_device *tdev, bool mmio);
 struct tacc_ctx *tacc_ctx_get(struct tacc_ctx *ctx);
 void tacc_ctx_put(struct tacc_ctx *ctx);
 void tacc_hw_program_ctx(struct tacc_device *tdev, u32 id, u64 ptbr);
@@ -351,6 +362,8 @@ void tacc_vm_dump(struct seq_file *m, struct tacc_vm *vm);
 /* tacc_job.c */
 int tacc_queues_init(struct tacc_device *tdev);
 void tacc_queues_fail(struct tacc_device *tdev, int error);
+void tacc_queues_quiesce(struct tacc_device *tdev);
+bool tacc_queues_wait_idle(struct tacc_device *tdev, unsigned int ms);
 void tacc_queues_release_dma(struct tacc_device *tdev);
 void tacc_queue_hw_setup(struct tacc_queue *q);
 void tacc_queue_process_cq(struct tacc_queue *q);
@@ -360,6 +373,15 @@ void tacc_ctx_seq_fini(struct tacc_ctx *ctx);
 void tacc_job_handle_fault(struct tacc_device *tdev);
 int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_wait_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+
+/* tacc_fence.c */
+int tacc_fence_ctx_create(struct tacc_device *tdev);
+void tacc_fence_ctx_put(struct tacc_fence_ctx *fctx);
+int tacc_fence_ctx_live(struct tacc_fence_ctx *fctx);
+void tacc_hw_fence_init(struct tacc_fence *fence, struct tacc_queue *q);
+struct dma_fence *tacc_out_fence_alloc(void);
+void tacc_out_fence_arm(struct dma_fence *f, struct tacc_device *tdev, u32 queue,
+			u64 context, u64 seqno, struct dma_fence *finished);
 
 /* tacc_irq.c */
 int tacc_irq_init(struct tacc_device *tdev);
@@ -390,6 +412,8 @@ u64 tacc_counter_read(struct tacc_device *tdev, bool global, u32 slot);
 /* tacc_pmu.c */
 int tacc_pmu_init(struct tacc_device *tdev);
 void tacc_pmu_fini(struct tacc_device *tdev);
+int tacc_pmu_module_init(void);
+void tacc_pmu_module_exit(void);
 
 /* tacc_debugfs.c */
 void tacc_debugfs_init(struct drm_minor *minor);

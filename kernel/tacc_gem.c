@@ -123,6 +123,48 @@ void tacc_bo_release_dma(struct tacc_device *tdev)
 	mutex_unlock(&tdev->bo_dma_lock);
 }
 
+/*
+ * USERPTR pins are charged before pinning, atomically (no check-then-add
+ * race between two threads of a file), to the file's max_userptr_mib budget
+ * (-ENOSPC) and, as ib_umem_get() does, to the caller's mm->pinned_vm
+ * against RLIMIT_MEMLOCK unless CAP_IPC_LOCK (-ENOMEM).  The BO keeps the
+ * mm (mmgrab) to uncharge it when freed, whoever drops the last reference.
+ */
+static int tacc_userptr_charge(struct tacc_ctx *ctx, struct tacc_bo *bo, unsigned long npages)
+{
+	unsigned long limit = (unsigned long)tacc_max_userptr_mib << (20 - PAGE_SHIFT);
+	unsigned long lock_limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+	struct mm_struct *mm = current->mm;
+
+	if (!mm)
+		return -EFAULT;
+	if (atomic_long_add_return(npages, &ctx->userptr_pages) > limit) {
+		atomic_long_sub(npages, &ctx->userptr_pages);
+		return -ENOSPC;
+	}
+	if (atomic64_add_return(npages, &mm->pinned_vm) > lock_limit &&
+	    !capable(CAP_IPC_LOCK)) {
+		atomic64_sub(npages, &mm->pinned_vm);
+		atomic_long_sub(npages, &ctx->userptr_pages);
+		return -ENOMEM;
+	}
+	mmgrab(mm);
+	bo->pin_mm = mm;
+	return 0;
+}
+
+static void tacc_userptr_uncharge(struct tacc_ctx *ctx, struct tacc_bo *bo,
+				  unsigned long npages)
+{
+	if (!bo->pin_mm)
+		return;
+	atomic64_sub(npages, &bo->pin_mm->pinned_vm);
+	mmdrop(bo->pin_mm);
+	bo->pin_mm = NULL;
+	if (ctx)
+		atomic_long_sub(npages, &ctx->userptr_pages);
+}
+
 static void tacc_gem_free(struct drm_gem_object *obj)
 {
 	struct tacc_bo *bo = to_tacc_bo(obj);
@@ -166,8 +208,7 @@ static void tacc_gem_free(struct drm_gem_object *obj)
 						    !(bo->flags & DRM_TACC_BO_F_READONLY));
 			kvfree(bo->pages);
 			atomic_long_sub(bo->npages, &tdev->live.userptr_pages);
-			if (bo->uctx)
-				atomic_long_sub(bo->npages, &bo->uctx->userptr_pages);
+			tacc_userptr_uncharge(bo->uctx, bo, bo->npages);
 		}
 		break;
 	}
@@ -291,20 +332,20 @@ static struct tacc_bo *tacc_bo_create_userptr(struct tacc_device *tdev, struct t
 		return ERR_PTR(-EINVAL);
 	if (!access_ok(u64_to_user_ptr(uaddr), size))
 		return ERR_PTR(-EFAULT);
-	if (atomic_long_read(&ctx->userptr_pages) + npages >
-	    ((unsigned long)tacc_max_userptr_mib << (20 - PAGE_SHIFT)))
-		return ERR_PTR(-ENOSPC);
 
 	bo = tacc_bo_alloc_private(tdev, size);
 	if (IS_ERR(bo))
 		return bo;
 	bo->type = DRM_TACC_BO_USERPTR;
 	bo->flags = flags;
+	ret = tacc_userptr_charge(ctx, bo, npages);
+	if (ret)
+		goto err_obj;
 
 	bo->pages = kvmalloc_array(npages, sizeof(*bo->pages), GFP_KERNEL);
 	if (!bo->pages) {
 		ret = -ENOMEM;
-		goto err_obj;
+		goto err_charge;
 	}
 	pinned = pin_user_pages_fast(uaddr, npages, FOLL_LONGTERM | (ro ? 0 : FOLL_WRITE),
 				     bo->pages);
@@ -336,7 +377,6 @@ static struct tacc_bo *tacc_bo_create_userptr(struct tacc_device *tdev, struct t
 	list_add_tail(&bo->dma_node, &tdev->bo_dma_list);
 	mutex_unlock(&tdev->bo_dma_lock);
 	bo->uctx = ctx;
-	atomic_long_add(npages, &ctx->userptr_pages);
 	atomic_long_add(npages, &tdev->live.userptr_pages);
 	tacc_trace_sgt(bo, sgt, true, dir);
 	return bo;
@@ -350,6 +390,8 @@ err_unpin:
 err_pages:
 	kvfree(bo->pages);
 	bo->pages = NULL;
+err_charge:
+	tacc_userptr_uncharge(ctx, bo, npages);
 err_obj:
 	drm_gem_object_release(&bo->shmem.base);
 	kfree(bo);

@@ -25,32 +25,6 @@
 
 enum { TACC_T_ANY, TACC_T_HOST, TACC_T_DEV };
 
-/* ---------------------------------------------------------- hw fences ---- */
-
-static const char *tacc_fence_driver_name(struct dma_fence *f)
-{
-	return DRIVER_NAME;
-}
-
-static const char *tacc_fence_timeline_name(struct dma_fence *f)
-{
-	return to_tacc_fence(f)->q->name;
-}
-
-static void tacc_fence_release(struct dma_fence *f)
-{
-	struct tacc_fence *fence = to_tacc_fence(f);
-
-	atomic_dec(&fence->q->tdev->live.fences);
-	dma_fence_free(f);
-}
-
-static const struct dma_fence_ops tacc_fence_ops = {
-	.get_driver_name = tacc_fence_driver_name,
-	.get_timeline_name = tacc_fence_timeline_name,
-	.release = tacc_fence_release,
-};
-
 static int tacc_status_errno(u32 status)
 {
 	switch (status) {
@@ -173,7 +147,7 @@ void tacc_queue_process_cq(struct tacc_queue *q)
 
 	spin_lock_irqsave(&q->lock, flags);
 	q->irqs++;
-	if (q->tdev->hw_up)
+	if (READ_ONCE(q->tdev->hw_up))
 		tacc_queue_process_cq_locked(q);
 	spin_unlock_irqrestore(&q->lock, flags);
 }
@@ -227,10 +201,8 @@ static struct dma_fence *tacc_run_job(struct drm_sched_job *sched_job)
 		return ERR_PTR(-ENODEV);	/* unplugged: never ran */
 	}
 	job->hw_job = q->next_hw_job++;
-	dma_fence_init(&job->hw_fence->base, &tacc_fence_ops, &q->lock, q->fence_ctx,
-		       ++q->fence_seqno);
+	tacc_hw_fence_init(job->hw_fence, q);
 	job->hw_fence_init = true;
-	atomic_inc(&tdev->live.fences);
 	tacc_queue_write_job(q, job);
 	list_add_tail(&job->node, &q->inflight);
 	trace_tacc_job_start(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
@@ -270,11 +242,13 @@ static enum drm_gpu_sched_stat tacc_timedout_job(struct drm_sched_job *sched_job
 		guilty = true;
 		trace_tacc_reset(tacc_devid(tdev), bad->ctx->id, q->idx, bad->seqno,
 				 bad->tag, -ETIMEDOUT);
+		/* the queue is reset (the device drops the job) before its fence fails */
+		if (tdev->hw_up)
+			tacc_queue_hw_reset_locked(q);
 		tacc_job_complete(q, bad, TACC_ST_ABORTED, -ETIMEDOUT, 0, 0);
 		q->resets++;
 		atomic64_inc(&bad->ctx->resets);
 		if (tdev->hw_up) {
-			tacc_queue_hw_reset_locked(q);
 			/* replay the innocent jobs, in order */
 			list_for_each_entry(job, &q->inflight, node)
 				tacc_queue_write_job(q, job);
@@ -388,6 +362,8 @@ static void tacc_queues_fini_action(struct drm_device *dev, void *data)
 	if (tdev->reset_wq)
 		destroy_workqueue(tdev->reset_wq);
 	tdev->reset_wq = NULL;
+	tacc_fence_ctx_put(tdev->fctx);	/* fences keep their own references */
+	tdev->fctx = NULL;
 }
 
 int tacc_queues_init(struct tacc_device *tdev)
@@ -396,6 +372,9 @@ int tacc_queues_init(struct tacc_device *tdev)
 	u32 i;
 	int ret;
 
+	ret = tacc_fence_ctx_create(tdev);
+	if (ret)
+		return ret;
 	ret = drmm_add_action_or_reset(&tdev->drm, tacc_queues_fini_action, NULL);
 	if (ret)
 		return ret;
@@ -462,6 +441,59 @@ void tacc_queues_fail(struct tacc_device *tdev, int error)
 }
 
 /*
+ * tacc_hw_stop(): reap what completed, then disable every queue (the device
+ * aborts the commands it runs and forgets the rest) and read back, so that
+ * nothing of the jobs still listed in flight runs once this returns.  They
+ * are failed by the caller afterwards (tacc_queues_fail()).
+ */
+void tacc_queues_quiesce(struct tacc_device *tdev)
+{
+	unsigned long flags;
+	u32 i;
+
+	for (i = 0; i < tdev->num_queues; i++) {
+		struct tacc_queue *q = &tdev->queues[i];
+
+		spin_lock_irqsave(&q->lock, flags);
+		if (q->sq) {
+			tacc_queue_process_cq_locked(q);
+			tacc_qwr(q, TACC_Q_CTRL, 0);
+			tacc_qrd(q, TACC_Q_CTRL);	/* flush: the abort is done */
+		}
+		spin_unlock_irqrestore(&q->lock, flags);
+	}
+}
+
+/**
+ * tacc_queues_wait_idle() - wait for the jobs the device holds to complete.
+ * @tdev: the function, its schedulers stopped (no new job reaches it).
+ * @ms: at most this long.
+ *
+ * Return: true once no queue has a job in flight, false after @ms.
+ */
+bool tacc_queues_wait_idle(struct tacc_device *tdev, unsigned int ms)
+{
+	unsigned long deadline = jiffies + msecs_to_jiffies(ms);
+	unsigned long flags;
+	bool idle;
+	u32 i;
+
+	for (;;) {
+		idle = true;
+		for (i = 0; i < tdev->num_queues && idle; i++) {
+			struct tacc_queue *q = &tdev->queues[i];
+
+			spin_lock_irqsave(&q->lock, flags);
+			idle = list_empty(&q->inflight);
+			spin_unlock_irqrestore(&q->lock, flags);
+		}
+		if (idle || time_after(jiffies, deadline))
+			return idle;
+		usleep_range(10000, 20000);
+	}
+}
+
+/*
  * Surprise removal, after tacc_hw_fini() and tacc_queues_fail(): free the
  * rings while the device (and its IOMMU domain) still exists.  run_job
  * and the CQ paths see hw_up false or sq NULL under q->lock.
@@ -500,6 +532,7 @@ int tacc_ctx_entities_init(struct tacc_ctx *ctx)
 
 	mutex_init(&ctx->submit_lock);
 	xa_init(&ctx->jobs_xa);
+	ctx->out_fence_ctx = dma_fence_context_alloc(TACC_NUM_QUEUES);
 	for (i = 0; i < tdev->num_queues; i++) {
 		struct drm_gpu_scheduler *sched = &tdev->queues[i].sched;
 
@@ -691,6 +724,7 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 	struct tacc_ctx *ctx = file->driver_priv;
 	struct drm_tacc_submit *args = data;
 	struct drm_syncobj *out_sync = NULL;
+	struct dma_fence *out_fence = NULL;
 	struct drm_tacc_cmd *cmds;
 	struct dma_fence *finished;
 	struct tacc_job *job;
@@ -740,7 +774,6 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 		ret = -ENOMEM;
 		goto err_job;
 	}
-	job->hw_fence->q = job->q;
 
 	for (i = 0; i < args->num_cmds; i++) {
 		ret = tacc_translate(ctx, file, job, &cmds[i], i, &job->descs[i]);
@@ -755,6 +788,11 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 		if (!out_sync) {
 			ret = -ENOENT;
 			goto err_job;
+		}
+		out_fence = tacc_out_fence_alloc();
+		if (!out_fence) {
+			ret = -ENOMEM;
+			goto err_sync;
 		}
 	}
 
@@ -789,8 +827,13 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 	spin_lock(&ctx->seq_lock);
 	ctx->last_seqno = job->seqno;
 	spin_unlock(&ctx->seq_lock);
-	if (out_sync)
-		drm_syncobj_replace_fence(out_sync, finished);
+	if (out_sync) {
+		/* the scheduler's fences must not leave the driver: tacc_fence.c */
+		tacc_out_fence_arm(out_fence, tdev, args->queue,
+				   ctx->out_fence_ctx + args->queue, job->seqno, finished);
+		drm_syncobj_replace_fence(out_sync, out_fence);
+		dma_fence_put(out_fence);
+	}
 	tacc_ctx_get(ctx);
 	atomic_inc(&tdev->live.jobs);
 	trace_tacc_submit(tacc_devid(tdev), ctx->id, args->queue, job->seqno, job->tag,
@@ -810,6 +853,7 @@ err_pm:
 	pm_runtime_mark_last_busy(tacc_to_dev(tdev));
 	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
 err_sync:
+	kfree(out_fence);	/* never armed */
 	if (out_sync)
 		drm_syncobj_put(out_sync);
 err_job:

@@ -332,18 +332,84 @@ int tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 bo_offset
 	return ret;
 }
 
+static bool tacc_pt_empty(const struct tacc_pt *pt)
+{
+	return !memchr_inv(pt->cpu, 0, PAGE_SIZE);
+}
+
+static void tacc_pt_unhook(struct tacc_vm *vm, struct tacc_pt *parent, u32 idx,
+			   struct list_head *dead)
+{
+	struct tacc_pt *pt = parent->child[idx];
+
+	WRITE_ONCE(parent->cpu[idx], 0);
+	parent->child[idx] = NULL;
+	list_add_tail(&pt->dead, dead);
+	vm->nr_tables--;
+}
+
+/*
+ * After an unmap of [va, va + len): unhook the level-2 and level-1 tables
+ * that no longer hold a valid entry and queue them on @dead.  The device may
+ * still cache the directory entries that pointed to them, so they are freed
+ * by tacc_vm_free_dead() only after the TLB invalidation.
+ */
+static void tacc_vm_prune(struct tacc_vm *vm, u64 va, u64 len, struct list_head *dead)
+{
+	u64 last = va + len - 1;
+	u32 i0, i1;
+
+	lockdep_assert_held(&vm->lock);
+	if (!len || !vm->root.cpu)
+		return;
+	for (i0 = va >> 30; i0 <= last >> 30; i0++) {
+		struct tacc_pt *l1 = vm->root.child[i0 & 511];
+		u32 lo = i0 == va >> 30 ? (va >> 21) & 511 : 0;
+		u32 hi = i0 == last >> 30 ? (last >> 21) & 511 : 511;
+
+		if (!l1)
+			continue;
+		for (i1 = lo; i1 <= hi; i1++) {
+			if (l1->child[i1] && tacc_pt_empty(l1->child[i1]))
+				tacc_pt_unhook(vm, l1, i1, dead);
+		}
+		if (tacc_pt_empty(l1))
+			tacc_pt_unhook(vm, &vm->root, i0 & 511, dead);
+	}
+}
+
+static void tacc_vm_free_dead(struct tacc_device *tdev, struct list_head *dead)
+{
+	struct tacc_pt *pt, *tmp;
+
+	list_for_each_entry_safe(pt, tmp, dead, dead) {
+		list_del(&pt->dead);
+		tacc_pt_free(tdev, pt);
+		kfree(pt);
+	}
+}
+
 void tacc_vm_unbind(struct tacc_ctx *ctx, struct tacc_bo *bo)
 {
 	struct tacc_device *tdev = ctx->tdev;
 	struct tacc_mapping *map;
+	LIST_HEAD(dead);
+	int idx;
+
+	/* tables are DMA memory: after tacc_remove, tacc_vm_release_dma() has them */
+	bool live = drm_dev_enter(&tdev->drm, &idx);
 
 	mutex_lock(&ctx->vm.lock);
 	map = bo->map;
 	if (!map || map->ctx != ctx) {
 		mutex_unlock(&ctx->vm.lock);
+		if (live)
+			drm_dev_exit(idx);
 		return;
 	}
 	tacc_unmap_range(&ctx->vm, map->node.start, map->size);
+	if (live)
+		tacc_vm_prune(&ctx->vm, map->node.start, map->size, &dead);
 	drm_mm_remove_node(&map->node);
 	bo->map = NULL;
 	atomic_dec(&tdev->live.mappings);
@@ -351,6 +417,9 @@ void tacc_vm_unbind(struct tacc_ctx *ctx, struct tacc_bo *bo)
 
 	wmb();	/* cleared PTEs visible before the TLB invalidation */
 	tacc_tlb_invalidate(tdev, ctx->id);
+	tacc_vm_free_dead(tdev, &dead);
+	if (live)
+		drm_dev_exit(idx);
 	trace_tacc_vm_unbind(tacc_devid(tdev), ctx->id, bo, map->node.start, map->size,
 			     map->page_size);
 	kfree(map);

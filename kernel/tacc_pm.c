@@ -87,28 +87,50 @@ static int tacc_runtime_resume(struct device *dev)
 	return ret;
 }
 
+/* A system suspend waits this long for the jobs in flight, then fails. */
+#define TACC_SUSPEND_DRAIN_MS	10000
+
+static void tacc_sched_start_all(struct tacc_device *tdev)
+{
+	u32 i;
+
+	for (i = 0; i < tdev->num_queues; i++)
+		drm_sched_wqueue_start(&tdev->queues[i].sched);
+}
+
+/*
+ * The device loses its jobs in D3: stop the schedulers first (no new job
+ * reaches the device), then wait for the jobs in flight, checked under the
+ * queue locks; if they do not drain, fail the suspend with -EBUSY rather
+ * than power the function down under them.
+ */
 static int tacc_system_suspend(struct device *dev)
 {
 	struct tacc_device *tdev = pci_get_drvdata(to_pci_dev(dev));
-	int i, t;
+	int ret;
+	u32 i;
 
-	/* let in-flight jobs drain: the device loses them in D3 */
-	for (i = 0; i < tdev->num_queues; i++) {
-		for (t = 0; t < 200 && !list_empty(&tdev->queues[i].inflight); t++)
-			usleep_range(10000, 20000);
+	for (i = 0; i < tdev->num_queues; i++)
 		drm_sched_wqueue_stop(&tdev->queues[i].sched);
+	if (!tacc_queues_wait_idle(tdev, TACC_SUSPEND_DRAIN_MS)) {
+		drm_warn(&tdev->drm, "system suspend: jobs still running after %u ms\n",
+			 TACC_SUSPEND_DRAIN_MS);
+		tacc_sched_start_all(tdev);
+		return -EBUSY;
 	}
-	return pm_runtime_force_suspend(dev);
+	ret = pm_runtime_force_suspend(dev);
+	if (ret)
+		tacc_sched_start_all(tdev);
+	return ret;
 }
 
 static int tacc_system_resume(struct device *dev)
 {
 	struct tacc_device *tdev = pci_get_drvdata(to_pci_dev(dev));
-	int i, ret;
+	int ret;
 
 	ret = pm_runtime_force_resume(dev);
-	for (i = 0; i < tdev->num_queues; i++)
-		drm_sched_wqueue_start(&tdev->queues[i].sched);
+	tacc_sched_start_all(tdev);
 	return ret;
 }
 

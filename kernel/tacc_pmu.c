@@ -31,8 +31,12 @@
 struct tacc_pmu {
 	struct pmu pmu;
 	struct kref ref;		/* registration + one per event */
+	atomic_t users;			/* 1 for the function + one per event */
+	struct rcu_work reap;		/* unregisters once users hit 0 */
 	spinlock_t lock;		/* tdev: cleared at fini */
 	struct tacc_device *tdev;
+	bool is_vf;
+	int node;
 	struct hlist_node cpuhp_node;
 	int on_cpu;
 	struct list_head list;
@@ -49,6 +53,9 @@ struct tacc_pmu {
 static DEFINE_MUTEX(tacc_pmu_lock);	/* tacc_pmu_list, tacc_pmu_hp_state */
 static LIST_HEAD(tacc_pmu_list);
 static int tacc_pmu_hp_state = -1;
+static struct workqueue_struct *tacc_pmu_wq;	/* reaps detached PMUs */
+
+static void tacc_pmu_hp_put(void);
 
 #define to_tacc_pmu(p)	container_of(p, struct tacc_pmu, pmu)
 
@@ -127,7 +134,7 @@ static int tacc_pmu_build_events(struct tacc_pmu *tp)
 		const struct tacc_pmu_cnt *c = &tacc_pmu_cnts[i];
 		struct perf_pmu_events_attr *ev = &tp->ev[n], *un = &tp->ev[n + 1];
 
-		if (c->global && tp->tdev->is_vf)
+		if (c->global && tp->is_vf)
 			continue;
 		snprintf(tp->ev_str[i], sizeof(tp->ev_str[i]), "event=0x%02x%s", c->slot,
 			 c->global ? ",global=1" : "");
@@ -225,9 +232,41 @@ static void tacc_pmu_release(struct kref *ref)
 	tacc_pmu_free(container_of(ref, struct tacc_pmu, ref));
 }
 
+/*
+ * perf_pmu_unregister() of 6.12 frees the PMU's per-CPU contexts that open
+ * events still point to (their pmu_ctx), and _free_event() uses them after
+ * ->destroy: so a PMU is unregistered only once its function is gone *and*
+ * its last event was freed, an RCU grace period after that event's
+ * ->destroy (queue_rcu_work), never under an event.
+ */
+static void tacc_pmu_unregister(struct tacc_pmu *tp)
+{
+	mutex_lock(&tacc_pmu_lock);
+	list_del(&tp->list);
+	perf_pmu_unregister(&tp->pmu);
+	cpuhp_state_remove_instance_nocalls(tacc_pmu_hp_state, &tp->cpuhp_node);
+	tacc_pmu_hp_put();
+	mutex_unlock(&tacc_pmu_lock);
+	kref_put(&tp->ref, tacc_pmu_release);	/* the registration's */
+}
+
+static void tacc_pmu_reap(struct work_struct *work)
+{
+	tacc_pmu_unregister(container_of(to_rcu_work(work), struct tacc_pmu, reap));
+}
+
+static void tacc_pmu_users_put(struct tacc_pmu *tp)
+{
+	if (atomic_dec_and_test(&tp->users))
+		queue_rcu_work(tacc_pmu_wq, &tp->reap);
+}
+
 static void tacc_pmu_event_destroy(struct perf_event *event)
 {
-	kref_put(&to_tacc_pmu(event->pmu)->ref, tacc_pmu_release);
+	struct tacc_pmu *tp = to_tacc_pmu(event->pmu);
+
+	tacc_pmu_users_put(tp);
+	kref_put(&tp->ref, tacc_pmu_release);
 }
 
 static int tacc_pmu_event_init(struct perf_event *event)
@@ -246,10 +285,12 @@ static int tacc_pmu_event_init(struct perf_event *event)
 		return -EINVAL;
 	if (!tacc_pmu_valid_slot(global, tacc_pmu_slot(event)))
 		return -EINVAL;
-	if (global && tp->tdev->is_vf)
+	if (global && tp->is_vf)
 		return -EINVAL;
 	if (global && !perfmon_capable())
 		return -EACCES;	/* other functions' traffic: a side channel */
+	if (!READ_ONCE(tp->tdev))
+		return -ENODEV;	/* function gone, PMU waiting for its events */
 
 	if (event->group_leader != event && event->group_leader->pmu != event->pmu &&
 	    !is_software_event(event->group_leader))
@@ -259,6 +300,8 @@ static int tacc_pmu_event_init(struct perf_event *event)
 			return -EINVAL;
 	}
 
+	if (!atomic_inc_not_zero(&tp->users))
+		return -ENODEV;
 	event->cpu = tp->on_cpu;
 	kref_get(&tp->ref);
 	event->destroy = tacc_pmu_event_destroy;
@@ -306,7 +349,7 @@ static int tacc_pmu_online_cpu(unsigned int cpu, struct hlist_node *node)
 	struct tacc_pmu *tp = hlist_entry_safe(node, struct tacc_pmu, cpuhp_node);
 
 	if (tp->on_cpu < 0)
-		tp->on_cpu = cpumask_local_spread(0, dev_to_node(tacc_to_dev(tp->tdev)));
+		tp->on_cpu = cpumask_local_spread(0, tp->node);
 	return 0;
 }
 
@@ -370,8 +413,12 @@ int tacc_pmu_init(struct tacc_device *tdev)
 	if (!tp)
 		return -ENOMEM;
 	kref_init(&tp->ref);
+	atomic_set(&tp->users, 1);
+	INIT_RCU_WORK(&tp->reap, tacc_pmu_reap);
 	spin_lock_init(&tp->lock);
 	tp->tdev = tdev;
+	tp->is_vf = tdev->is_vf;
+	tp->node = dev_to_node(&pdev->dev);
 	tp->on_cpu = -1;
 	snprintf(tp->name, sizeof(tp->name), "tacc_%x", tacc_devid(tdev));
 	ret = tacc_pmu_build_events(tp);
@@ -393,6 +440,9 @@ int tacc_pmu_init(struct tacc_device *tdev)
 		.read		= tacc_pmu_update,
 	};
 
+	/* a detached PMU of the same name may be on its way out: let it go */
+	rcu_barrier();
+	flush_workqueue(tacc_pmu_wq);
 	mutex_lock(&tacc_pmu_lock);
 	ret = tacc_pmu_hp_get();
 	if (ret)
@@ -419,11 +469,12 @@ err_unlock:
 }
 
 /**
- * tacc_pmu_fini - unregister the PMU of a function (no-op without one).
+ * tacc_pmu_fini - detach the PMU of a function (no-op without one).
  * @tdev: the function.
  *
- * Events still open keep the (detached) PMU structure alive; they read
- * their last value from then on.
+ * The PMU no longer reads the function; events still open read their last
+ * value, and new ones fail with -ENODEV.  It is unregistered now if no
+ * event is open, else after the last one is freed (tacc_pmu_users_put()).
  */
 void tacc_pmu_fini(struct tacc_device *tdev)
 {
@@ -437,18 +488,25 @@ void tacc_pmu_fini(struct tacc_device *tdev)
 			break;
 		}
 	}
-	if (!found) {
-		mutex_unlock(&tacc_pmu_lock);
-		return;
+	if (found) {
+		spin_lock_irqsave(&found->lock, flags);
+		WRITE_ONCE(found->tdev, NULL);
+		spin_unlock_irqrestore(&found->lock, flags);
 	}
-	list_del(&found->list);
-	perf_pmu_unregister(&found->pmu);
-	cpuhp_state_remove_instance_nocalls(tacc_pmu_hp_state, &found->cpuhp_node);
-	tacc_pmu_hp_put();
 	mutex_unlock(&tacc_pmu_lock);
+	if (found && atomic_dec_and_test(&found->users))
+		tacc_pmu_unregister(found);
+}
 
-	spin_lock_irqsave(&found->lock, flags);
-	found->tdev = NULL;
-	spin_unlock_irqrestore(&found->lock, flags);
-	kref_put(&found->ref, tacc_pmu_release);
+int tacc_pmu_module_init(void)
+{
+	tacc_pmu_wq = alloc_workqueue("tacc-pmu", WQ_UNBOUND, 0);
+	return tacc_pmu_wq ? 0 : -ENOMEM;
+}
+
+/* No event is open (each holds the module): only queued reaps are left. */
+void tacc_pmu_module_exit(void)
+{
+	rcu_barrier();
+	destroy_workqueue(tacc_pmu_wq);
 }

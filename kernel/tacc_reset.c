@@ -36,9 +36,16 @@ void tacc_aer_init(struct tacc_device *tdev)
 		pci_write_config_dword(pdev, aer + PCI_ERR_UNCOR_MASK, mask & ~PCI_ERR_UNC_INTN);
 }
 
-/* Stop submission and fail everything the function holds. */
-static void tacc_recover_begin(struct tacc_device *tdev, int error)
+/*
+ * Stop submission, make the function quiet, and only then fail everything
+ * it held: a failed fence tells user space the job's memory is its own
+ * again, so nothing of the job may still run (ivpu_pm_reset_prepare_cb:
+ * stop the schedulers, stop the hardware, then signal).  @mmio is false
+ * when the function does not answer (AER); the platform stopped its DMA.
+ */
+static void tacc_recover_begin(struct tacc_device *tdev, int error, bool mmio)
 {
+	u32 delay;
 	u32 i;
 
 	mutex_lock(&tdev->reset_lock);
@@ -49,9 +56,14 @@ static void tacc_recover_begin(struct tacc_device *tdev, int error)
 	tdev->in_reset = true;
 	for (i = 0; i < tdev->num_queues; i++)
 		drm_sched_wqueue_stop(&tdev->queues[i].sched);
-	tdev->hw_up = false;
+	tacc_hw_stop(tdev, mmio && pm_runtime_active(tacc_to_dev(tdev)));
 	tacc_queues_fail(tdev, error);
 	mutex_unlock(&tdev->reset_lock);
+
+	/* test knob (debugfs, 0): hold the reset right after the fences failed */
+	delay = READ_ONCE(tdev->recover_delay_ms);
+	if (delay)
+		msleep(delay);
 }
 
 /* The function was reset: reprogram it and restart submission. */
@@ -117,7 +129,7 @@ static void tacc_fatal_work(struct work_struct *work)
 		tacc_recover_end(tdev, -EIO);
 	} else if (fatal) {
 		drm_warn(&tdev->drm, "fatal error not recovered by AER: resetting the function\n");
-		tacc_recover_begin(tdev, -EIO);
+		tacc_recover_begin(tdev, -EIO, true);
 		tacc_recover_end(tdev, -EIO);
 	}
 	drm_dev_exit(idx);
@@ -150,7 +162,7 @@ static pci_ers_result_t tacc_error_detected(struct pci_dev *pdev, pci_channel_st
 	drm_err(&tdev->drm, "PCI error detected, channel state %d\n", state);
 	if (state == pci_channel_io_normal)
 		return PCI_ERS_RESULT_CAN_RECOVER;
-	tacc_recover_begin(tdev, state == pci_channel_io_perm_failure ? -ENODEV : -EIO);
+	tacc_recover_begin(tdev, state == pci_channel_io_perm_failure ? -ENODEV : -EIO, false);
 	if (state == pci_channel_io_perm_failure)
 		return PCI_ERS_RESULT_DISCONNECT;
 	WRITE_ONCE(tdev->aer_pending, true);
@@ -181,7 +193,7 @@ static pci_ers_result_t tacc_slot_reset(struct pci_dev *pdev)
 		return PCI_ERS_RESULT_DISCONNECT;
 	}
 	/* a reset without error_detected (e.g. AER of another function) */
-	tacc_recover_begin(tdev, -EIO);
+	tacc_recover_begin(tdev, -EIO, true);
 	return PCI_ERS_RESULT_RECOVERED;
 }
 
@@ -208,7 +220,7 @@ static void tacc_reset_prepare(struct pci_dev *pdev)
 		tacc_counters_cache(tdev);
 		pm_runtime_put_noidle(&pdev->dev);
 	}
-	tacc_recover_begin(tdev, -EIO);
+	tacc_recover_begin(tdev, -EIO, true);
 }
 
 static void tacc_reset_done(struct pci_dev *pdev)

@@ -585,6 +585,7 @@ static void tacc_sample_stop_locked(struct tacc_device *tdev)
 			tacc_rd(tdev, TACC_REG_IRQ_MASK) & ~TACC_IRQ_SAMPLE);
 		tacc_wr64(tdev, TACC_REG_SAMPLE_WB, 0);
 		tacc_wr64(tdev, TACC_REG_SAMPLE_BASE, 0);
+		tacc_rd(tdev, TACC_REG_SAMPLE_PERIOD);	/* flush: no DMA to the ring after this */
 		drm_dev_exit(idx);
 	}
 	tacc_ring_retire_locked(tdev, &tdev->sample, DRM_TACC_MMAP_SAMPLE);

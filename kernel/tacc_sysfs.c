@@ -219,7 +219,7 @@ static ssize_t live_objects_show(struct device *dev, struct device_attribute *at
 	return sysfs_emit(buf,
 			  "contexts %d\nbos %d\nmappings %d\njobs %d\nfences %d\npt_pages %d\nuserptr_pages %ld\ndevmem_bytes %ld\n",
 			  atomic_read(&l->ctxs), atomic_read(&l->bos), atomic_read(&l->mappings),
-			  atomic_read(&l->jobs), atomic_read(&l->fences),
+			  atomic_read(&l->jobs), tacc_fence_ctx_live(tacc_sysfs_dev(dev)->fctx),
 			  atomic_read(&l->pt_pages), atomic_long_read(&l->userptr_pages),
 			  atomic_long_read(&l->devmem_bytes));
 }

@@ -415,7 +415,8 @@ def test_wait_reports_failure_while_job_is_freed(pf_accel: Path) -> None:
 
 
 def test_debug_knobs_root_only_and_off(pf_accel: Path) -> None:
-    for name in ("fault_ctx_delay_ms", "free_job_delay_ms"):
+    for name in ("fault_ctx_delay_ms", "free_job_delay_ms", "recover_delay_ms",
+                 "resume_delay_ms"):
         k = debugfs_knob(pf_accel, name)
         assert k.read_text().strip() == "0"
         assert k.stat().st_mode & 0o777 == 0o600

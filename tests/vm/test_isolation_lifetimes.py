@@ -1,0 +1,234 @@
+"""tacc.ko in the guest: lifetimes and resource limits (issue 14, driver items 6 and 10).
+
+- a job whose fence a function reset failed never writes its memory afterwards;
+- page tables emptied by VM_UNBIND are freed (a bind/unbind loop stays flat);
+- USERPTR pins are charged to the process's RLIMIT_MEMLOCK (tacc-user);
+- one process takes at most ``max_ctx_per_process`` contexts of a function (tacc-user).
+
+The unbind/rmmod lifetimes (sync_file, perf event) are in test_driver_zz_reload.py.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from test_driver_basic import (
+    BIND_FIXED,
+    BO_NO_BIND,
+    DEVICE,
+    OP_H2D,
+    VM_BIND,
+    VM_UNBIND,
+    Dev,
+    VmBind,
+    VmUnbind,
+    copy,
+    dmesg_problems,
+    fence,
+    live_objects,
+    nop,
+    pf_sysfs,
+)
+
+PY = sys.executable
+GIB = 1 << 30
+
+
+def _as_user(code: str, prefix: str = "") -> subprocess.CompletedProcess[str]:
+    """Run Python ``code`` as the unprivileged tacc-user (group tacc)."""
+    env = f"PYTHONPATH={os.pathsep.join(sys.path)}"
+    return subprocess.run(["su", "tacc-user", "-c", f"{prefix}{env} {PY} -c '{code}'"],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _debugfs(pf_accel: Path) -> Path:
+    """The function's debugfs directory (6.12 accel: /sys/kernel/debug/accel/<pci>)."""
+    d = Path("/sys/kernel/debug/accel") / pf_sysfs().name
+    assert d.is_dir(), f"{d} missing"
+    return d
+
+
+# ------------------------------------------------------------- item 10 ------
+def test_pagetables_freed_by_unbind(pf_accel):
+    """VM_BIND/VM_UNBIND at ever new VAs: the tables emptied by each unbind go back,
+    so the device's page-table page count returns to its baseline (the root)."""
+    with Dev(pf_accel) as d:
+        h = d.bo(8192, flags=BO_NO_BIND).handle
+        base = live_objects()["pt_pages"]
+        for i in range(8):
+            d.ioctl(VM_BIND, VmBind(handle=h, flags=BIND_FIXED, va=(i + 1) * GIB))
+            assert live_objects()["pt_pages"] == base + 2  # one L1 and one L2 table
+            d.ioctl(VM_UNBIND, VmUnbind(handle=h))
+        after = live_objects()["pt_pages"]
+        assert after == base, f"pt_pages {base} -> {after} after 8 bind/unbind"
+        # and the context still works: bind again, run a job through the new tables
+        d.ioctl(VM_BIND, VmBind(handle=h, flags=BIND_FIXED, va=3 * GIB))
+        assert d.run([fence(h, 0, 0x77)]) == 0
+    assert not dmesg_problems()
+
+
+def _pins() -> tuple[int, int]:
+    vm = dict(ln.split() for ln in Path("/proc/vmstat").read_text().splitlines())
+    return int(vm["nr_foll_pin_acquired"]), int(vm["nr_foll_pin_released"])
+
+
+USERPTR_CODE = """
+import errno, sys
+from test_driver_basic import Dev, UserBuf, USERPTR
+d = Dev(sys.argv[1] if len(sys.argv) > 1 else "NODE")
+small = UserBuf(16 << 10)
+d.bo(small.size, USERPTR, userptr=small.addr)
+big = UserBuf(256 << 10)
+try:
+    d.bo(big.size, USERPTR, userptr=big.addr)
+    print("big-ok")
+except OSError as e:
+    print("big-errno", e.errno)
+two = UserBuf(40 << 10)
+try:
+    d.bo(two.size, USERPTR, userptr=two.addr)
+    print("second-ok")
+except OSError as e:
+    print("second-errno", e.errno)
+"""
+
+
+def test_userptr_charged_to_memlock(pf_accel):
+    """As tacc-user with ulimit -l 64 (KiB): a 16 KiB USERPTR pins, a 256 KiB one fails
+    with ENOMEM (docs/uapi.md) and is not charged, so 40 KiB more (56 in all) still fit.
+    The pins balance in /proc/vmstat once the process is gone."""
+    acq0, rel0 = _pins()
+    r = _as_user(USERPTR_CODE.replace("NODE", str(pf_accel)), prefix="ulimit -l 64; ")
+    deadline = time.monotonic() + 10  # earlier tests' BOs may still be going
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.split()
+    assert "big-errno" in out, f"a 256 KiB USERPTR under ulimit -l 64 was pinned: {r.stdout}"
+    assert int(out[out.index("big-errno") + 1]) == errno.ENOMEM
+    assert "second-ok" in out, r.stdout  # the failed one was not charged
+    acq1, rel1 = _pins()
+    while acq1 - rel1 > acq0 - rel0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        acq1, rel1 = _pins()
+    assert acq1 - rel1 <= acq0 - rel0, ("pins outstanding", acq0, rel0, acq1, rel1)
+    assert acq1 > acq0  # the 16 KiB and 40 KiB buffers were pinned (counted per folio)
+    assert not dmesg_problems()
+
+
+CTX_CODE = """
+import errno
+from test_driver_basic import Dev
+devs, err = [], None
+for i in range(16):
+    try:
+        devs.append(Dev("NODE"))
+    except OSError as e:
+        err = e.errno
+        break
+print("opened", len(devs), "errno", err)
+"""
+
+
+def test_contexts_limited_per_process(pf_accel):
+    """tacc-user opens the node until it fails: max_ctx_per_process (4) contexts, then
+    EMFILE; the function's other contexts stay free for another process."""
+    param = Path("/sys/module/tacc/parameters/max_ctx_per_process")
+    limit = int(param.read_text()) if param.exists() else 4
+    assert limit == 4  # the documented default
+    with Dev(pf_accel):
+        r = _as_user(CTX_CODE.replace("NODE", str(pf_accel)))
+        assert r.returncode == 0, r.stderr
+        f = r.stdout.split()
+        assert int(f[1]) == limit, f"one process took {f[1]} contexts: {r.stdout}"
+        assert int(f[3]) == errno.EMFILE, r.stdout
+        # another process still gets one, and so does this one
+        r2 = _as_user(CTX_CODE.replace("range(16)", "range(1)").replace("NODE", str(pf_accel)))
+        assert r2.stdout.split()[1] == "1", r2.stdout
+    assert not dmesg_problems()
+
+
+# -------------------------------------------------------------- item 6 ------
+def test_reset_fails_fences_only_when_quiet(pf_accel):
+    """FLR (sysfs reset) while a job runs: [4 MiB H2D copy, FENCE into a host BO], the
+    device's time stretched 1000x so the copy takes ~0.15 s.  The debugfs knob
+    recover_delay_ms holds the reset path for 0.5 s right after the fences were failed:
+    the driver must have quiesced the function before that point, so the job's FENCE
+    write never lands once its fence reported the failure."""
+    from tacc.testing.guest_qmp import device_time_scale
+
+    knob = _debugfs(pf_accel) / "recover_delay_ms"
+    pci = pf_sysfs()
+    with Dev(pf_accel) as d:
+        src = d.bo(4 << 20).handle
+        dst = d.bo(4 << 20, DEVICE).handle
+        h = d.bo(4096)
+        m = d.map(h.handle, 4096)
+        m[:8] = bytes(8)
+        seen: dict[str, object] = {}
+
+        def waiter(seq: int) -> None:
+            seen["status"] = d.wait(seq, 60)
+            seen["at_signal"] = bytes(m[:8])
+
+        knob.write_text("500")
+        try:
+            with device_time_scale(1_000_000):
+                seq = d.submit([copy(OP_H2D, src, dst, 4 << 20), fence(h.handle, 0, 0xC0FFEE)])
+                t = threading.Thread(target=waiter, args=(seq,))
+                t.start()
+                (pci / "reset").write_text("1")
+                t.join(60)
+        finally:
+            knob.write_text("0")
+        assert seen.get("status") == -errno.EIO, f"job not cut by the reset: {seen}"
+        assert seen["at_signal"] == bytes(8)
+        time.sleep(0.5)
+        assert bytes(m[:8]) == bytes(8), "the job wrote its BO after its fence failed"
+        assert d.run([nop()]) == 0
+        m.close()
+    assert not dmesg_problems()
+
+
+# -------------------------------------------------------------- item 9 ------
+def _rpm(pci: Path) -> str:
+    return (pci / "power/runtime_status").read_text().strip()
+
+
+def test_context_opened_while_resuming_gets_its_root(pf_accel):
+    """A file opened while the function resumes from runtime suspend, after the resume
+    has loaded the context roots (the debugfs knob resume_delay_ms holds the resume
+    just there), must still get its root programmed: its first job succeeds instead of
+    faulting on context root 0."""
+    pci = pf_sysfs()
+    knob = _debugfs(pf_accel) / "resume_delay_ms"
+    deadline = time.monotonic() + 30
+    while _rpm(pci) != "suspended" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _rpm(pci) == "suspended"
+    waker = Dev(pf_accel)
+    knob.write_text("1000")
+    try:
+        t = threading.Thread(target=lambda: waker.run([nop()]))
+        t.start()
+        deadline = time.monotonic() + 30
+        while _rpm(pci) != "resuming" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _rpm(pci) == "resuming", "the resume window was missed"
+        with Dev(pf_accel) as late:
+            h = late.bo(4096)
+            m = late.map(h.handle, 4096)
+            assert _rpm(pci) == "resuming"  # opened and bound inside the window
+            status = late.run([fence(h.handle, 0, 0x1234)], timeout_s=30)
+            assert status == 0, f"a context opened while resuming: job status {status}"
+            assert int.from_bytes(m[:8], "little") == 0x1234
+            m.close()
+        t.join(30)
+    finally:
+        knob.write_text("0")
+        waker.close()
+    assert not dmesg_problems()
