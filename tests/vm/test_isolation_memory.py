@@ -222,10 +222,13 @@ def drive(fn: str, node: Path) -> list[str]:
     return lines
 
 
+BO = 2 << 20   # 2 MiB BOs get 2 MiB pages: a few walks even at 10,000x
+
+
 def _gemm_bos(d: Dev) -> tuple[int, int, int, int]:
-    a = d.bo(GM * GK * 4, DEVICE).handle
-    b = d.bo(GK * GN * 4, DEVICE).handle
-    c = d.bo(GM * GN * 4, DEVICE)
+    a = d.bo(BO, DEVICE).handle
+    b = d.bo(BO, DEVICE).handle
+    c = d.bo(BO, DEVICE)
     fill(d, a, GM * GK * 4, 0x3F, chunk=1 << 20)
     fill(d, b, GK * GN * 4, 0x3F, chunk=1 << 20)
     return a, b, c.handle, c.va
@@ -240,8 +243,8 @@ def user_race(node: str) -> None:
     BO V at C's VA, GEM_CLOSE C: V must keep its bytes (the GEMM finished first)."""
     with Dev(node) as d:
         a, b, c, c_va = _gemm_bos(d)
-        v = d.bo(GM * GN * 4, DEVICE).handle
-        fill(d, v, GM * GN * 4, 0x5A, chunk=1 << 20)
+        v = d.bo(BO, DEVICE).handle
+        fill(d, v, BO, 0x5A, chunk=1 << 20)
         d.ioctl(VM_UNBIND, VmUnbind(handle=v))
         _pause("need-slow")
         s = _slow_gemm(d, a, b, c)
@@ -253,7 +256,7 @@ def user_race(node: str) -> None:
         print(f"status {d.wait(s)} unbind_s {t_unbind:.3f}", flush=True)
         _pause("need-fast")
         try:
-            check(d, v, GM * GN * 4, 0x5A, chunk=1 << 20)
+            check(d, v, BO, 0x5A, chunk=1 << 20)
             print("VICTIM UNTOUCHED")
         except AssertionError as e:
             print(f"VICTIM WRITTEN: {e}".splitlines()[0])
@@ -297,7 +300,7 @@ def test_unbind_nowait_ebusy(pf_accel):
     lines = drive("nowait", pf_accel)
     busy = [ln.split(": ")[1] for ln in lines if ln.startswith("busy-unbind")]
     assert busy == ["EBUSY", "EBUSY"], lines
-    assert f"still-bound {GM * GN * 4}" in lines and "status 0" in lines, lines
+    assert f"still-bound {BO}" in lines and "status 0" in lines, lines
     assert "idle-unbind 0 bound 0" in lines and "bad-flag EINVAL" in lines, lines
 
 
@@ -338,5 +341,5 @@ def test_signal_interrupts_waiting_unbind(pf_accel):
     lines = drive("signal", pf_accel)
     ph1 = next(ln for ln in lines if ln.startswith("phase1 "))
     ph2 = next(ln for ln in lines if ln.startswith("phase2 "))
-    assert ph1 == f"phase1 rc -1 errno EINTR bound {GM * GN * 4} hits 1 status 0", lines
+    assert ph1 == f"phase1 rc -1 errno EINTR bound {BO} hits 1 status 0", lines
     assert ph2 == "phase2 rc 0 errno 0 bound 0 hits 2 status 0", lines
