@@ -126,6 +126,19 @@ static int objects_show(struct seq_file *m, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(objects);
 
+/* Device-memory scrubbing (tacc_scrub.c). */
+static int scrub_show(struct seq_file *m, void *unused)
+{
+	struct tacc_device *tdev = m->private;
+
+	seq_printf(m, "fill_jobs %lld\nfill_bytes %lld\nfailed %lld\npending %d\nreleased %d\ntlb_inv_seq %u\n",
+		   (s64)atomic64_read(&tdev->scrub_jobs), (s64)atomic64_read(&tdev->scrub_bytes),
+		   (s64)atomic64_read(&tdev->scrub_failed), atomic_read(&tdev->scrub_pending),
+		   atomic_read(&tdev->scrub_gen), READ_ONCE(tdev->tlb_seq));
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(scrub);
+
 void tacc_debugfs_init(struct drm_minor *minor)
 {
 	struct tacc_device *tdev = to_tacc_dev(minor->dev);
@@ -138,4 +151,5 @@ void tacc_debugfs_init(struct drm_minor *minor)
 	debugfs_create_file("pagetables", 0444, root, tdev, &pagetables_fops);
 	debugfs_create_file("fences", 0444, root, tdev, &fences_fops);
 	debugfs_create_file("objects", 0444, root, tdev, &objects_fops);
+	debugfs_create_file("scrub", 0444, root, tdev, &scrub_fops);
 }

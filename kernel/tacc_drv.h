@@ -59,6 +59,7 @@ struct tacc_live {
 struct tacc_fence {
 	struct dma_fence base;
 	struct tacc_queue *q;
+	bool kernel;		/* a scrub job's: not in live.fences (the entity keeps one) */
 };
 
 struct tacc_queue {

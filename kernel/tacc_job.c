@@ -41,7 +41,8 @@ static void tacc_fence_release(struct dma_fence *f)
 {
 	struct tacc_fence *fence = to_tacc_fence(f);
 
-	atomic_dec(&fence->q->tdev->live.fences);
+	if (!fence->kernel)
+		atomic_dec(&fence->q->tdev->live.fences);
 	dma_fence_free(f);
 }
 
@@ -230,7 +231,9 @@ static struct dma_fence *tacc_run_job(struct drm_sched_job *sched_job)
 	dma_fence_init(&job->hw_fence->base, &tacc_fence_ops, &q->lock, q->fence_ctx,
 		       ++q->fence_seqno);
 	job->hw_fence_init = true;
-	atomic_inc(&tdev->live.fences);
+	job->hw_fence->kernel = job->ctx->kernel;
+	if (!job->hw_fence->kernel)
+		atomic_inc(&tdev->live.fences);
 	tacc_queue_write_job(q, job);
 	list_add_tail(&job->node, &q->inflight);
 	trace_tacc_job_start(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,

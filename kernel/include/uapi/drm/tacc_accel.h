@@ -176,7 +176,7 @@ struct drm_tacc_vm_bind {
 };
 
 /* VM_UNBIND flags (API version 2) */
-#define DRM_TACC_VM_UNBIND_NOWAIT	(1u << 0)	/* -EBUSY instead of waiting */
+#define DRM_TACC_VM_UNBIND_NOWAIT	0x1u	/* bit 0: -EBUSY instead of waiting */
 #define DRM_TACC_VM_UNBIND_F_ALL	DRM_TACC_VM_UNBIND_NOWAIT
 
 /**
