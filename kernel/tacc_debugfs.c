@@ -131,10 +131,12 @@ static int scrub_show(struct seq_file *m, void *unused)
 {
 	struct tacc_device *tdev = m->private;
 
-	seq_printf(m, "fill_jobs %lld\nfill_bytes %lld\nfailed %lld\npending %d\nreleased %d\ntlb_inv_seq %u\n",
+	seq_printf(m, "fill_jobs %lld\nfill_bytes %lld\nfailed %lld\npending %d\nreleased %d\n",
 		   (s64)atomic64_read(&tdev->scrub_jobs), (s64)atomic64_read(&tdev->scrub_bytes),
 		   (s64)atomic64_read(&tdev->scrub_failed), atomic_read(&tdev->scrub_pending),
-		   atomic_read(&tdev->scrub_gen), READ_ONCE(tdev->tlb_seq));
+		   atomic_read(&tdev->scrub_gen));
+	seq_printf(m, "jobs_unfreed %d\ntlb_inv_seq %u\n",
+		   tdev->kctx ? atomic_read(&tdev->kctx->inflight[0]) : 0, READ_ONCE(tdev->tlb_seq));
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(scrub);

@@ -348,7 +348,8 @@ static void tacc_free_job(struct drm_sched_job *sched_job)
 	drm_sched_job_cleanup(sched_job);
 	tacc_job_put_resources(job);
 	atomic_dec(&ctx->inflight[job->q->idx]);
-	atomic_dec(&tdev->live.jobs);
+	if (!ctx->kernel)		/* scrub jobs: debugfs "scrub" */
+		atomic_dec(&tdev->live.jobs);
 	if (job->pm_ref) {
 		pm_runtime_mark_last_busy(tacc_to_dev(tdev));
 		pm_runtime_put_autosuspend(tacc_to_dev(tdev));

@@ -109,8 +109,7 @@ static struct dma_fence *tacc_scrub_submit(struct tacc_device *tdev, u64 start, 
 	drm_sched_job_arm(&job->base);
 	fence = dma_fence_get(&job->base.s_fence->finished);
 	tacc_ctx_get(kctx);
-	atomic_inc(&kctx->inflight[TACC_SCRUB_QUEUE]);
-	atomic_inc(&tdev->live.jobs);
+	atomic_inc(&kctx->inflight[TACC_SCRUB_QUEUE]);	/* not in live.jobs */
 	drm_sched_entity_push_job(&job->base);
 	mutex_unlock(&kctx->submit_lock);
 	atomic64_inc(&tdev->scrub_jobs);
