@@ -136,7 +136,8 @@ static int scrub_show(struct seq_file *m, void *unused)
 		   (s64)atomic64_read(&tdev->scrub_failed), atomic_read(&tdev->scrub_pending),
 		   atomic_read(&tdev->scrub_gen));
 	seq_printf(m, "jobs_unfreed %d\ntlb_inv_seq %u\n",
-		   tdev->kctx ? atomic_read(&tdev->kctx->inflight[0]) : 0, READ_ONCE(tdev->tlb_seq));
+		   tdev->kctx ? atomic_read(&tdev->kctx->inflight[0]) : 0,
+		   READ_ONCE(tdev->tlb_seq));
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(scrub);
