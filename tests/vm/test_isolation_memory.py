@@ -171,6 +171,27 @@ def test_new_vf_scrubbed_after_old_vf(sriov):
     assert not dmesg_problems()
 
 
+def test_allocation_waits_for_scrub(pf_accel):
+    """All free memory in one BO, freed, allocated again at once: the allocation waits
+    for the range's FILL (no ENOSPC), and the new BO reads zeros."""
+    with Dev(pf_accel) as d:
+        free = d.param(P_DEVMEM_FREE)
+        size = free & ~((2 << 20) - 1)
+        h = d.bo(size, DEVICE).handle
+        fill(d, h, 4 << 20, 0x77)
+        d.gem_close(h)
+        t0 = time.monotonic()
+        h = d.bo(size, DEVICE).handle
+        dt = time.monotonic() - t0
+        assert dt < 5, dt
+        check(d, h, 4 << 20, 0)
+        d.gem_close(h)
+        deadline = time.monotonic() + 10
+        while d.param(P_DEVMEM_FREE) != free and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert d.param(P_DEVMEM_FREE) == free
+
+
 # ------------------------------------- item 4: VAs are tied to the jobs ----
 def _pause(what: str) -> None:
     """Child: ask the parent (root, the guest's QMP port) for a device speed."""
