@@ -111,8 +111,9 @@ static void tacc_job_complete(struct tacc_queue *q, struct tacc_job *job, u32 st
 		q->jobs_failed++;
 	}
 	q->jobs_done++;
-	trace_tacc_job_done(tacc_devid(tdev), ctx->id, q->idx, job->seqno, job->tag,
-			    job->hw_job, status, error, start, end);
+	if (!ctx->kernel)	/* scrubs: not user jobs (debugfs "scrub") */
+		trace_tacc_job_done(tacc_devid(tdev), ctx->id, q->idx, job->seqno, job->tag,
+				    job->hw_job, status, error, start, end);
 	dma_fence_signal_locked(&job->hw_fence->base);
 }
 
@@ -236,11 +237,13 @@ static struct dma_fence *tacc_run_job(struct drm_sched_job *sched_job)
 		atomic_inc(&tdev->live.fences);
 	tacc_queue_write_job(q, job);
 	list_add_tail(&job->node, &q->inflight);
-	trace_tacc_job_start(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
-			     job->tag, job->hw_job);
+	if (!job->ctx->kernel)
+		trace_tacc_job_start(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
+				     job->tag, job->hw_job);
 	tacc_queue_ring(q);
-	trace_tacc_doorbell(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
-			    job->tag, job->hw_job, q->sq_tail);
+	if (!job->ctx->kernel)
+		trace_tacc_doorbell(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
+				    job->tag, job->hw_job, q->sq_tail);
 	spin_unlock_irqrestore(&q->lock, flags);
 
 	return dma_fence_get(&job->hw_fence->base);
