@@ -137,6 +137,21 @@ static void tacc_debugfs_knobs(struct tacc_device *tdev, struct dentry *root)
 	debugfs_create_u32("recover_delay_ms", 0600, root, &tdev->recover_delay_ms);
 	debugfs_create_u32("resume_delay_ms", 0600, root, &tdev->resume_delay_ms);
 }
+/* Device-memory scrubbing (tacc_scrub.c). */
+static int scrub_show(struct seq_file *m, void *unused)
+{
+	struct tacc_device *tdev = m->private;
+
+	seq_printf(m, "fill_jobs %lld\nfill_bytes %lld\nfailed %lld\npending %d\nreleased %d\n",
+		   (s64)atomic64_read(&tdev->scrub_jobs), (s64)atomic64_read(&tdev->scrub_bytes),
+		   (s64)atomic64_read(&tdev->scrub_failed), atomic_read(&tdev->scrub_pending),
+		   atomic_read(&tdev->scrub_gen));
+	seq_printf(m, "jobs_unfreed %d\ntlb_inv_seq %u\n",
+		   tdev->kctx ? atomic_read(&tdev->kctx->inflight[0]) : 0,
+		   READ_ONCE(tdev->tlb_seq));
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(scrub);
 
 void tacc_debugfs_init(struct drm_minor *minor)
 {
@@ -151,4 +166,5 @@ void tacc_debugfs_init(struct drm_minor *minor)
 	debugfs_create_file("fences", 0444, root, tdev, &fences_fops);
 	debugfs_create_file("objects", 0444, root, tdev, &objects_fops);
 	tacc_debugfs_knobs(tdev, root);
+	debugfs_create_file("scrub", 0444, root, tdev, &scrub_fops);
 }

@@ -5,6 +5,7 @@
  */
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
+#include <linux/iopoll.h>
 #include <linux/module.h>
 #include <linux/pm_runtime.h>
 #include <linux/sched.h>
@@ -39,6 +40,34 @@ MODULE_PARM_DESC(test_warn, "Test only: WARN once at probe, to show the harness 
 
 /* ------------------------------------------------------------ hardware ---- */
 
+/*
+ * TLB_INV with its completion (docs/hardware.md): write a fresh sequence
+ * number to TLB_INV_SEQ, then TLB_INV, and poll until TLB_INV_DONE shows
+ * the sequence; only then is no stale translation of @val used again.
+ */
+static void tacc_tlb_inv_hw(struct tacc_device *tdev, u32 val)
+{
+	u32 seq, done;
+	int ret;
+
+	if (!(tdev->caps & TACC_CAP_TLB_INV_DONE)) {
+		tacc_wr(tdev, TACC_REG_TLB_INV, val);
+		return;
+	}
+	spin_lock(&tdev->tlb_lock);
+	seq = ++tdev->tlb_seq;
+	if (!seq)			/* 0 is the reset value of TLB_INV_DONE */
+		seq = ++tdev->tlb_seq;
+	tacc_wr(tdev, TACC_REG_TLB_INV_SEQ, seq);
+	tacc_wr(tdev, TACC_REG_TLB_INV, val);
+	ret = readl_poll_timeout_atomic(tdev->regs + TACC_REG_TLB_INV_DONE, done, done == seq,
+					1, 10000);
+	spin_unlock(&tdev->tlb_lock);
+	if (ret)
+		drm_err_ratelimited(&tdev->drm, "TLB invalidation 0x%x: no completion (done %u, want %u)\n",
+				    val, done, seq);
+}
+
 /* Files and BOs outlive an unplugged device: never touch its BARs then. */
 void tacc_tlb_invalidate(struct tacc_device *tdev, u32 ctx)
 {
@@ -47,7 +76,7 @@ void tacc_tlb_invalidate(struct tacc_device *tdev, u32 ctx)
 	if (!drm_dev_enter(&tdev->drm, &idx))
 		return;
 	if (pm_runtime_get_if_active(tacc_to_dev(tdev)) > 0) {
-		tacc_wr(tdev, TACC_REG_TLB_INV, ctx);
+		tacc_tlb_inv_hw(tdev, ctx);
 		pm_runtime_mark_last_busy(tacc_to_dev(tdev));
 		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
 	}	/* else suspended: resume invalidates everything */
@@ -69,7 +98,7 @@ void tacc_hw_program_ctx(struct tacc_device *tdev, u32 id, u64 ptbr)
 	if (!tdev->ptbr_live || !drm_dev_enter(&tdev->drm, &idx))
 		return;
 	tacc_wr64(tdev, TACC_REG_CTX_PTBR(id), ptbr);
-	tacc_wr(tdev, TACC_REG_TLB_INV, id);
+	tacc_tlb_inv_hw(tdev, id);
 	drm_dev_exit(idx);
 }
 
@@ -151,7 +180,7 @@ int tacc_hw_init(struct tacc_device *tdev)
 		tacc_wr64(tdev, TACC_REG_CTX_PTBR(i),
 			  ctx ? (ctx->vm.root.dma | TACC_PTBR_VALID) : 0);
 	}
-	tacc_wr(tdev, TACC_REG_TLB_INV, TACC_TLB_INV_ALL);
+	tacc_tlb_inv_hw(tdev, TACC_TLB_INV_ALL);
 	tdev->ptbr_live = true;	/* later opens write their root themselves */
 	mutex_unlock(&tdev->ctx_lock);
 	/* test knob (debugfs, 0): hold a resume right after the roots were loaded */
@@ -193,14 +222,19 @@ static void tacc_ctx_release(struct kref *ref)
 	struct tacc_ctx *ctx = container_of(ref, struct tacc_ctx, ref);
 	struct tacc_device *tdev = ctx->tdev;
 
-	mutex_lock(&tdev->ctx_lock);
-	tdev->ctxs[ctx->id] = NULL;
-	tacc_hw_program_ctx(tdev, ctx->id, 0);
-	mutex_unlock(&tdev->ctx_lock);
+	if (!ctx->kernel) {
+		mutex_lock(&tdev->ctx_lock);
+		tdev->ctxs[ctx->id] = NULL;
+		tacc_hw_program_ctx(tdev, ctx->id, 0);
+		mutex_unlock(&tdev->ctx_lock);
+	}
 
 	tacc_ctx_seq_fini(ctx);
-	tacc_vm_fini(tdev, &ctx->vm);
-	atomic_dec(&tdev->live.ctxs);
+	tacc_ctx_fences_fini(ctx);
+	if (!ctx->kernel) {
+		tacc_vm_fini(tdev, &ctx->vm);
+		atomic_dec(&tdev->live.ctxs);
+	}
 	kfree(ctx);
 }
 
@@ -593,6 +627,7 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	mutex_init(&tdev->bo_dma_lock);
 	INIT_LIST_HEAD(&tdev->bo_dma_list);
 	spin_lock_init(&tdev->cnt_lock);
+	spin_lock_init(&tdev->tlb_lock);
 	tacc_reset_init(tdev);
 
 	ret = pcim_enable_device(pdev);
@@ -634,6 +669,9 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (ret)
 		return ret;
 	ret = tacc_queues_init(tdev);
+	if (ret)
+		return ret;
+	ret = tacc_scrub_init(tdev);
 	if (ret)
 		return ret;
 	ret = tacc_irq_init(tdev);

@@ -62,6 +62,7 @@ struct tacc_fence {
 	struct dma_fence base;		/* first: dma_fence_free() */
 	struct tacc_fence_ctx *fctx;
 	u32 queue;
+	bool kernel;		/* a scrub job's: not counted live (the entity keeps one) */
 };
 
 struct tacc_queue {
@@ -127,6 +128,9 @@ struct tacc_ctx {
 	spinlock_t seq_lock;
 	u64 last_seqno;
 	struct xarray jobs_xa;		/* seqno -> finished fence, until freed */
+	/* finished fence of the last job per queue (submit_lock): VM_UNBIND waits */
+	struct dma_fence *last_fence[TACC_NUM_QUEUES];
+	bool kernel;			/* the scrub context (tacc_scrub.c): no VM, no file */
 	struct tacc_seqslot done[TACC_SEQNO_SLOTS];	/* recent final status */
 
 	/* statistics (fdinfo) */
@@ -235,6 +239,23 @@ struct tacc_device {
 	struct mutex devmem_lock;	/* devmem_mm, devmem_used, vf_nodes */
 	struct drm_mm devmem_mm;
 	u64 devmem_used;
+
+	/* device-memory scrubbing (tacc_scrub.c) */
+	struct tacc_ctx *kctx;		/* kernel context running FILL jobs */
+	struct workqueue_struct *scrub_q;
+	struct list_head scrub_list;	/* freed ranges not yet released (devmem_lock) */
+	wait_queue_head_t scrub_wq;	/* a scrubbed range was released */
+	atomic_t scrub_pending;		/* on scrub_list, not quarantined */
+	atomic_t scrub_gen;		/* ranges released so far */
+	atomic64_t scrub_jobs;
+	atomic64_t scrub_bytes;
+	atomic64_t scrub_failed;
+	bool scrub_dying;
+	bool vf_dirty;			/* VF windows not scrubbed at disable */
+
+	/* TLB invalidation completion (TACC_CAP_TLB_INV_DONE) */
+	spinlock_t tlb_lock;
+	u32 tlb_seq;
 
 	struct tacc_ring trace;
 	struct tacc_ring sample;
@@ -373,6 +394,15 @@ void tacc_ctx_seq_fini(struct tacc_ctx *ctx);
 void tacc_job_handle_fault(struct tacc_device *tdev);
 int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_wait_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_ctx_wait_jobs(struct tacc_ctx *ctx, bool nowait, bool intr);
+void tacc_ctx_fences_fini(struct tacc_ctx *ctx);
+
+/* tacc_scrub.c */
+int tacc_scrub_init(struct tacc_device *tdev);
+void tacc_scrub_bo(struct tacc_device *tdev, struct tacc_bo *bo);
+int tacc_scrub_range_sync(struct tacc_device *tdev, u64 start, u64 size);
+int tacc_scrub_wait_idle(struct tacc_device *tdev, long timeout);
+int tacc_scrub_wait_release(struct tacc_device *tdev, u32 gen, long timeout);
 
 /* tacc_fence.c */
 int tacc_fence_ctx_create(struct tacc_device *tdev);

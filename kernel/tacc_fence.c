@@ -77,12 +77,17 @@ int tacc_fence_ctx_live(struct tacc_fence_ctx *fctx)
 	return fctx ? atomic_read(&fctx->live) : 0;
 }
 
-/* A new fence with tacc ops: one fctx and one module reference. */
-static void tacc_fence_ctx_attach(struct tacc_fence_ctx *fctx)
+/*
+ * A new fence with tacc ops: one fctx and one module reference; @counted
+ * fences (all but the driver's own scrub jobs, whose last one the kernel
+ * entity keeps) show in the live count.
+ */
+static void tacc_fence_ctx_attach(struct tacc_fence_ctx *fctx, bool counted)
 {
 	__module_get(THIS_MODULE);	/* our caller runs module code: live */
 	kref_get(&fctx->ref);
-	atomic_inc(&fctx->live);
+	if (counted)
+		atomic_inc(&fctx->live);
 }
 
 /*
@@ -91,9 +96,10 @@ static void tacc_fence_ctx_attach(struct tacc_fence_ctx *fctx)
  * instructions left after module_put() run with preemption possible but
  * no sleep: the same window every module_put() from module code has.
  */
-static void tacc_fence_ctx_detach(struct tacc_fence_ctx *fctx)
+static void tacc_fence_ctx_detach(struct tacc_fence_ctx *fctx, bool counted)
 {
-	atomic_dec(&fctx->live);
+	if (counted)
+		atomic_dec(&fctx->live);
 	tacc_fence_ctx_put(fctx);
 }
 
@@ -113,7 +119,9 @@ static const char *tacc_hw_fence_timeline_name(struct dma_fence *f)
 
 static void tacc_hw_fence_release(struct dma_fence *f)
 {
-	tacc_fence_ctx_detach(to_tacc_fence(f)->fctx);
+	struct tacc_fence *fence = to_tacc_fence(f);
+
+	tacc_fence_ctx_detach(fence->fctx, !fence->kernel);
 	dma_fence_free(f);
 	module_put(THIS_MODULE);
 }
@@ -136,7 +144,7 @@ void tacc_hw_fence_init(struct tacc_fence *fence, struct tacc_queue *q)
 	fence->queue = q->idx;
 	dma_fence_init(&fence->base, &tacc_hw_fence_ops, &q->lock, q->fence_ctx,
 		       ++q->fence_seqno);
-	tacc_fence_ctx_attach(fence->fctx);
+	tacc_fence_ctx_attach(fence->fctx, !fence->kernel);
 }
 
 /* ------------------------------------------------------------ out fence ---- */
@@ -152,7 +160,7 @@ static void tacc_out_fence_release(struct dma_fence *f)
 {
 	struct tacc_out_fence *o = container_of(f, struct tacc_out_fence, base);
 
-	tacc_fence_ctx_detach(o->fctx);
+	tacc_fence_ctx_detach(o->fctx, true);
 	dma_fence_free(f);
 	module_put(THIS_MODULE);
 }
@@ -207,7 +215,7 @@ void tacc_out_fence_arm(struct dma_fence *f, struct tacc_device *tdev, u32 queue
 	o->fctx = tdev->fctx;
 	o->queue = queue;
 	dma_fence_init(&o->base, &tacc_out_fence_ops, &o->lock, context, seqno);
-	tacc_fence_ctx_attach(o->fctx);
+	tacc_fence_ctx_attach(o->fctx, true);
 	dma_fence_get(&o->base);	/* for the callback */
 	if (dma_fence_add_callback(finished, &o->cb, tacc_out_fence_cb))
 		tacc_out_fence_cb(finished, &o->cb);	/* already signalled */

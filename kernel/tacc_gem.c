@@ -58,12 +58,25 @@ static struct dma_buf *tacc_gem_no_export(struct drm_gem_object *obj, int flags)
 	return ERR_PTR(-EOPNOTSUPP);
 }
 
+/*
+ * The last handle of the file goes: its binding goes too, once the jobs the
+ * context submitted before have finished (their VAs cannot change under
+ * them, as for VM_UNBIND); bounded by the job timeout.
+ */
 static void tacc_gem_close(struct drm_gem_object *obj, struct drm_file *file)
 {
 	struct tacc_ctx *ctx = file->driver_priv;
+	struct tacc_bo *bo = to_tacc_bo(obj);
+	bool bound;
 
-	if (ctx)
-		tacc_vm_unbind(ctx, to_tacc_bo(obj));
+	if (!ctx)
+		return;
+	mutex_lock(&ctx->vm.lock);
+	bound = bo->map && bo->map->ctx == ctx;
+	mutex_unlock(&ctx->vm.lock);
+	if (bound)
+		tacc_ctx_wait_jobs(ctx, false, false);
+	tacc_vm_unbind(ctx, bo);
 }
 
 static enum dma_data_direction tacc_bo_userptr_dir(struct tacc_bo *bo)
@@ -188,14 +201,9 @@ static void tacc_gem_free(struct drm_gem_object *obj)
 		drm_gem_shmem_free(&bo->shmem);
 		return;
 	case DRM_TACC_BO_DEVICE:
-		mutex_lock(&tdev->devmem_lock);
-		if (drm_mm_node_allocated(&bo->devmem)) {
-			drm_mm_remove_node(&bo->devmem);
-			tdev->devmem_used -= obj->size;
-		}
-		mutex_unlock(&tdev->devmem_lock);
 		atomic_long_sub(obj->size, &tdev->live.devmem_bytes);
-		break;
+		tacc_scrub_bo(tdev, bo);	/* releases obj; the range and bo once scrubbed */
+		return;
 	case DRM_TACC_BO_USERPTR:
 		mutex_lock(&tdev->bo_dma_lock);
 		if (bo->sgt) {
@@ -286,6 +294,37 @@ static struct tacc_bo *tacc_bo_alloc_private(struct tacc_device *tdev, u64 size)
 	return bo;
 }
 
+/*
+ * Freed ranges come back only once scrubbed (tacc_scrub.c): when memory is
+ * short, wait (interruptibly, up to 5 s) for ranges being scrubbed.
+ */
+static int tacc_devmem_insert(struct tacc_device *tdev, struct drm_mm_node *node, u64 size,
+			      u64 align)
+{
+	u32 gen;
+	int ret;
+
+	for (;;) {
+		gen = atomic_read(&tdev->scrub_gen);
+		mutex_lock(&tdev->devmem_lock);
+		ret = drm_mm_insert_node_generic(&tdev->devmem_mm, node, size, align, 0,
+						 DRM_MM_INSERT_BEST);
+		if (ret == -ENOSPC && align > PAGE_SIZE)
+			ret = drm_mm_insert_node_generic(&tdev->devmem_mm, node, size,
+							 PAGE_SIZE, 0, DRM_MM_INSERT_BEST);
+		if (!ret)
+			tdev->devmem_used += size;
+		mutex_unlock(&tdev->devmem_lock);
+		if (ret != -ENOSPC)
+			return ret;
+		ret = tacc_scrub_wait_release(tdev, gen, 5 * HZ);
+		if (ret < 0)
+			return ret;
+		if (!ret)
+			return -ENOSPC;
+	}
+}
+
 static struct tacc_bo *tacc_bo_create_devmem(struct tacc_device *tdev, u64 size)
 {
 	struct tacc_bo *bo;
@@ -299,15 +338,7 @@ static struct tacc_bo *tacc_bo_create_devmem(struct tacc_device *tdev, u64 size)
 		return bo;
 	bo->type = DRM_TACC_BO_DEVICE;
 
-	mutex_lock(&tdev->devmem_lock);
-	ret = drm_mm_insert_node_generic(&tdev->devmem_mm, &bo->devmem, size, align, 0,
-					 DRM_MM_INSERT_BEST);
-	if (ret == -ENOSPC && align > PAGE_SIZE)
-		ret = drm_mm_insert_node_generic(&tdev->devmem_mm, &bo->devmem, size,
-						 PAGE_SIZE, 0, DRM_MM_INSERT_BEST);
-	if (!ret)
-		tdev->devmem_used += size;
-	mutex_unlock(&tdev->devmem_lock);
+	ret = tacc_devmem_insert(tdev, &bo->devmem, size, align);
 	if (ret) {
 		drm_gem_object_release(&bo->shmem.base);
 		kfree(bo);

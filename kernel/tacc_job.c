@@ -84,8 +84,9 @@ static void tacc_job_complete(struct tacc_queue *q, struct tacc_job *job, u32 st
 		q->jobs_failed++;
 	}
 	q->jobs_done++;
-	trace_tacc_job_done(tacc_devid(tdev), ctx->id, q->idx, job->seqno, job->tag,
-			    job->hw_job, status, error, start, end);
+	if (!ctx->kernel)	/* scrubs: not user jobs (debugfs "scrub") */
+		trace_tacc_job_done(tacc_devid(tdev), ctx->id, q->idx, job->seqno, job->tag,
+				    job->hw_job, status, error, start, end);
 	dma_fence_signal_locked(&job->hw_fence->base);
 }
 
@@ -201,15 +202,18 @@ static struct dma_fence *tacc_run_job(struct drm_sched_job *sched_job)
 		return ERR_PTR(-ENODEV);	/* unplugged: never ran */
 	}
 	job->hw_job = q->next_hw_job++;
+	job->hw_fence->kernel = job->ctx->kernel;
 	tacc_hw_fence_init(job->hw_fence, q);
 	job->hw_fence_init = true;
 	tacc_queue_write_job(q, job);
 	list_add_tail(&job->node, &q->inflight);
-	trace_tacc_job_start(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
-			     job->tag, job->hw_job);
+	if (!job->ctx->kernel)
+		trace_tacc_job_start(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
+				     job->tag, job->hw_job);
 	tacc_queue_ring(q);
-	trace_tacc_doorbell(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
-			    job->tag, job->hw_job, q->sq_tail);
+	if (!job->ctx->kernel)
+		trace_tacc_doorbell(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
+				    job->tag, job->hw_job, q->sq_tail);
 	spin_unlock_irqrestore(&q->lock, flags);
 
 	return dma_fence_get(&job->hw_fence->base);
@@ -325,7 +329,8 @@ static void tacc_free_job(struct drm_sched_job *sched_job)
 	drm_sched_job_cleanup(sched_job);
 	tacc_job_put_resources(job);
 	atomic_dec(&ctx->inflight[job->q->idx]);
-	atomic_dec(&tdev->live.jobs);
+	if (!ctx->kernel)		/* scrub jobs: debugfs "scrub" */
+		atomic_dec(&tdev->live.jobs);
 	if (job->pm_ref) {
 		pm_runtime_mark_last_busy(tacc_to_dev(tdev));
 		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
@@ -718,6 +723,162 @@ static int tacc_translate(struct tacc_ctx *ctx, struct drm_file *file, struct ta
 	}
 }
 
+/* ------------------------------------------------ job fences in dma_resv ---- */
+
+/* The BOs of a job, once each, locked, with a fence slot reserved. */
+struct tacc_resv_set {
+	struct drm_gem_object **objs;
+	bool *write;
+	int n;
+	struct ww_acquire_ctx ticket;
+};
+
+/* Does a command of @job write into @bo's binding?  (ctx->vm.lock held) */
+static bool tacc_job_writes_bo(struct tacc_job *job, struct tacc_bo *bo)
+{
+	struct tacc_mapping *map = bo->map;
+	u32 i;
+
+	lockdep_assert_held(&job->ctx->vm.lock);
+	if (!map || map->ctx != job->ctx)
+		return false;
+	for (i = 0; i < job->num_cmds; i++) {
+		const struct tacc_desc *d = &job->descs[i];
+		u64 va;
+
+		switch (d->opcode) {
+		case TACC_OP_COPY_H2D:
+		case TACC_OP_COPY_D2H:
+		case TACC_OP_COPY_D2D:
+			va = d->copy.dst;
+			break;
+		case TACC_OP_GEMM:
+			va = d->gemm.c;
+			break;
+		case TACC_OP_ELTWISE:
+			va = d->eltwise.c;
+			break;
+		case TACC_OP_FENCE:
+		case TACC_OP_TIMESTAMP:
+			va = d->fence.addr;
+			break;
+		default:
+			continue;
+		}
+		if (va >= map->node.start && va - map->node.start < map->size)
+			return true;
+	}
+	return false;
+}
+
+static void tacc_resv_set_free(struct tacc_resv_set *rs)
+{
+	kfree(rs->objs);
+	kfree(rs->write);
+	rs->objs = NULL;
+	rs->write = NULL;
+	rs->n = 0;
+}
+
+static int tacc_job_resv_lock(struct tacc_job *job, struct tacc_resv_set *rs)
+{
+	struct tacc_ctx *ctx = job->ctx;
+	int i, j, ret;
+
+	memset(rs, 0, sizeof(*rs));
+	if (!job->num_bos)
+		return 0;
+	rs->objs = kcalloc(job->num_bos, sizeof(*rs->objs), GFP_KERNEL);
+	rs->write = kcalloc(job->num_bos, sizeof(*rs->write), GFP_KERNEL);
+	if (!rs->objs || !rs->write) {
+		tacc_resv_set_free(rs);
+		return -ENOMEM;
+	}
+	for (i = 0; i < job->num_bos; i++) {
+		for (j = 0; j < rs->n && rs->objs[j] != job->bos[i]; j++)
+			;
+		if (j == rs->n)
+			rs->objs[rs->n++] = job->bos[i];
+	}
+	mutex_lock(&ctx->vm.lock);
+	for (j = 0; j < rs->n; j++)
+		rs->write[j] = tacc_job_writes_bo(job, to_tacc_bo(rs->objs[j]));
+	mutex_unlock(&ctx->vm.lock);
+
+	ret = drm_gem_lock_reservations(rs->objs, rs->n, &rs->ticket);
+	if (ret) {
+		tacc_resv_set_free(rs);
+		return ret;
+	}
+	for (j = 0; j < rs->n; j++) {
+		ret = dma_resv_reserve_fences(rs->objs[j]->resv, 1);
+		if (ret) {
+			drm_gem_unlock_reservations(rs->objs, rs->n, &rs->ticket);
+			tacc_resv_set_free(rs);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/* Publish the job's fence: WRITE where it writes, BOOKKEEP where it reads. */
+static void tacc_job_resv_unlock(struct tacc_resv_set *rs, struct dma_fence *fence)
+{
+	int j;
+
+	if (!rs->n)
+		return;
+	for (j = 0; fence && j < rs->n; j++)
+		dma_resv_add_fence(rs->objs[j]->resv, fence,
+				   rs->write[j] ? DMA_RESV_USAGE_WRITE : DMA_RESV_USAGE_BOOKKEEP);
+	drm_gem_unlock_reservations(rs->objs, rs->n, &rs->ticket);
+	tacc_resv_set_free(rs);
+}
+
+/**
+ * tacc_ctx_wait_jobs() - wait for every job the context submitted so far.
+ * @ctx: the context.
+ * @nowait: do not wait: -EBUSY if one is unfinished.
+ * @intr: interruptible wait.
+ *
+ * The last job of each queue stands for all earlier ones (a queue's jobs
+ * finish in order): the VM-wide fence VM_UNBIND and GEM_CLOSE wait for.
+ *
+ * Return: 0, -EBUSY (@nowait) or -ERESTARTSYS (@intr, a signal).
+ */
+int tacc_ctx_wait_jobs(struct tacc_ctx *ctx, bool nowait, bool intr)
+{
+	struct dma_fence *f[TACC_NUM_QUEUES];
+	long ret = 0;
+	u32 i;
+
+	mutex_lock(&ctx->submit_lock);
+	for (i = 0; i < TACC_NUM_QUEUES; i++)
+		f[i] = dma_fence_get(ctx->last_fence[i]);
+	mutex_unlock(&ctx->submit_lock);
+	for (i = 0; i < TACC_NUM_QUEUES && !ret; i++) {
+		if (!f[i])
+			continue;
+		if (nowait)
+			ret = dma_fence_is_signaled(f[i]) ? 0 : -EBUSY;
+		else
+			ret = dma_fence_wait(f[i], intr);
+	}
+	for (i = 0; i < TACC_NUM_QUEUES; i++)
+		dma_fence_put(f[i]);
+	return ret;
+}
+
+void tacc_ctx_fences_fini(struct tacc_ctx *ctx)
+{
+	u32 i;
+
+	for (i = 0; i < TACC_NUM_QUEUES; i++) {
+		dma_fence_put(ctx->last_fence[i]);
+		ctx->last_fence[i] = NULL;
+	}
+}
+
 int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 {
 	struct tacc_device *tdev = to_tacc_dev(dev);
@@ -725,6 +886,7 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 	struct drm_tacc_submit *args = data;
 	struct drm_syncobj *out_sync = NULL;
 	struct dma_fence *out_fence = NULL;
+	struct tacc_resv_set rs;
 	struct drm_tacc_cmd *cmds;
 	struct dma_fence *finished;
 	struct tacc_job *job;
@@ -789,11 +951,12 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 			ret = -ENOENT;
 			goto err_job;
 		}
-		out_fence = tacc_out_fence_alloc();
-		if (!out_fence) {
-			ret = -ENOMEM;
-			goto err_sync;
-		}
+	}
+	/* the job's fence in its BOs' dma_resv and the out-syncobj: tacc_fence.c */
+	out_fence = tacc_out_fence_alloc();
+	if (!out_fence) {
+		ret = -ENOMEM;
+		goto err_sync;
 	}
 
 	ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
@@ -811,6 +974,9 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 			goto err_sched;
 	}
 
+	ret = tacc_job_resv_lock(job, &rs);
+	if (ret)
+		goto err_sched;
 	mutex_lock(&ctx->submit_lock);
 	spin_lock(&ctx->seq_lock);
 	job->seqno = ctx->last_seqno + 1;
@@ -818,6 +984,7 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 	ret = xa_reserve(&ctx->jobs_xa, job->seqno, GFP_KERNEL);
 	if (ret) {
 		mutex_unlock(&ctx->submit_lock);
+		tacc_job_resv_unlock(&rs, NULL);
 		goto err_sched;
 	}
 	/* nothing can fail from here on */
@@ -827,13 +994,15 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 	spin_lock(&ctx->seq_lock);
 	ctx->last_seqno = job->seqno;
 	spin_unlock(&ctx->seq_lock);
-	if (out_sync) {
-		/* the scheduler's fences must not leave the driver: tacc_fence.c */
-		tacc_out_fence_arm(out_fence, tdev, args->queue,
-				   ctx->out_fence_ctx + args->queue, job->seqno, finished);
+	/* the scheduler's fences must not leave the driver: tacc_fence.c */
+	tacc_out_fence_arm(out_fence, tdev, args->queue,
+			   ctx->out_fence_ctx + args->queue, job->seqno, finished);
+	if (out_sync)
 		drm_syncobj_replace_fence(out_sync, out_fence);
-		dma_fence_put(out_fence);
-	}
+	tacc_job_resv_unlock(&rs, out_fence);
+	dma_fence_put(out_fence);
+	dma_fence_put(ctx->last_fence[args->queue]);
+	ctx->last_fence[args->queue] = dma_fence_get(finished);
 	tacc_ctx_get(ctx);
 	atomic_inc(&tdev->live.jobs);
 	trace_tacc_submit(tacc_devid(tdev), ctx->id, args->queue, job->seqno, job->tag,

@@ -455,8 +455,9 @@ int tacc_vm_unbind_ioctl(struct drm_device *dev, void *data, struct drm_file *fi
 	struct drm_gem_object *obj;
 	struct tacc_bo *bo;
 	bool bound;
+	int ret = -EINVAL;
 
-	if (args->flags)
+	if (args->flags & ~DRM_TACC_VM_UNBIND_F_ALL)
 		return -EINVAL;
 	obj = drm_gem_object_lookup(file, args->handle);
 	if (!obj)
@@ -465,10 +466,14 @@ int tacc_vm_unbind_ioctl(struct drm_device *dev, void *data, struct drm_file *fi
 	mutex_lock(&ctx->vm.lock);
 	bound = bo->map && bo->map->ctx == ctx;
 	mutex_unlock(&ctx->vm.lock);
-	if (bound)
-		tacc_vm_unbind(ctx, bo);
+	if (bound) {
+		/* the context's jobs submitted before keep their VAs (uAPI doc) */
+		ret = tacc_ctx_wait_jobs(ctx, args->flags & DRM_TACC_VM_UNBIND_NOWAIT, true);
+		if (!ret)
+			tacc_vm_unbind(ctx, bo);
+	}
 	drm_gem_object_put(obj);
-	return bound ? 0 : -EINVAL;
+	return ret;
 }
 
 void tacc_vm_dump(struct seq_file *m, struct tacc_vm *vm)

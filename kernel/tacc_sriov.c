@@ -45,6 +45,79 @@ static void tacc_sriov_release(struct tacc_device *tdev)
 	mutex_unlock(&tdev->devmem_lock);
 }
 
+/*
+ * Scrub the windows of VFs 0 .. n-1 (window offsets of the PF = device
+ * memory addresses), waiting: a window changes owner only once overwritten.
+ */
+static int tacc_sriov_scrub(struct tacc_device *tdev, int n)
+{
+	int i, ret;
+
+	for (i = 0; i < n; i++) {
+		struct drm_mm_node *node = &tdev->vf_nodes[i];
+
+		if (!drm_mm_node_allocated(node))
+			continue;
+		ret = tacc_scrub_range_sync(tdev, node->start, node->size);
+		if (ret) {
+			drm_err(&tdev->drm, "VF%d window 0x%llx+0x%llx: scrub failed (%d)\n",
+				i + 1, node->start, node->size, ret);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/* Windows a failed scrub left reserved (tdev->vf_dirty): scrub again, release. */
+static int tacc_sriov_clean(struct tacc_device *tdev)
+{
+	int ret;
+
+	if (!tdev->vf_dirty)
+		return 0;
+	ret = tacc_sriov_scrub(tdev, TACC_MAX_VFS);
+	if (ret)
+		return -EIO;
+	tdev->vf_dirty = false;
+	tacc_sriov_release(tdev);
+	return 0;
+}
+
+/* Reserve the VF windows; PF memory still being scrubbed there is waited for. */
+static int tacc_sriov_reserve(struct tacc_device *tdev, int num_vfs, u64 per_vf)
+{
+	unsigned long deadline = jiffies + 2 * HZ;
+	int i, ret;
+	u32 gen;
+
+	for (;;) {
+		gen = atomic_read(&tdev->scrub_gen);
+		ret = 0;
+		mutex_lock(&tdev->devmem_lock);
+		for (i = 0; i < num_vfs; i++) {
+			struct drm_mm_node *n = &tdev->vf_nodes[i];
+
+			n->start = tdev->devmem_size - (u64)(i + 1) * per_vf;
+			n->size = per_vf;
+			ret = drm_mm_reserve_node(&tdev->devmem_mm, n);
+			if (ret)
+				break;
+			tdev->devmem_used += per_vf;
+		}
+		mutex_unlock(&tdev->devmem_lock);
+		if (!ret)
+			return 0;
+		tacc_sriov_release(tdev);
+		if (time_after(jiffies, deadline))
+			return -EBUSY;	/* PF buffers live there */
+		ret = tacc_scrub_wait_release(tdev, gen, deadline - jiffies);
+		if (ret < 0)
+			return ret;
+		if (!ret)
+			return -EBUSY;
+	}
+}
+
 static int tacc_sriov_disable(struct tacc_device *tdev)
 {
 	struct pci_dev *pdev = tdev->pdev;
@@ -56,8 +129,12 @@ static int tacc_sriov_disable(struct tacc_device *tdev)
 		return -EPERM;
 	}
 	pci_disable_sriov(pdev);
+	/* the windows go back to the PF: scrubbed first, or kept reserved */
+	if (tacc_sriov_scrub(tdev, tdev->num_vfs))
+		tdev->vf_dirty = true;
 	tdev->num_vfs = 0;
-	tacc_sriov_release(tdev);
+	if (!tdev->vf_dirty)
+		tacc_sriov_release(tdev);
 	tacc_sriov_restore(tdev);
 	tacc_genl_event(tdev, TACC_EVENT_VF_DISABLE, NULL, 0, 0, 0, 0, 0, GFP_KERNEL);
 	pm_runtime_mark_last_busy(&pdev->dev);
@@ -69,7 +146,7 @@ static int tacc_sriov_enable(struct tacc_device *tdev, int num_vfs)
 {
 	struct pci_dev *pdev = tdev->pdev;
 	u64 per_vf = (u64)tacc_vf_devmem_mib << 20;
-	int i, ret;
+	int ret;
 
 	if (!(tdev->caps & TACC_CAP_SRIOV) || tdev->is_vf)
 		return -EOPNOTSUPP;
@@ -85,22 +162,18 @@ static int tacc_sriov_enable(struct tacc_device *tdev, int num_vfs)
 	if (ret)
 		return ret;
 
-	mutex_lock(&tdev->devmem_lock);
-	for (i = 0; i < num_vfs; i++) {
-		struct drm_mm_node *n = &tdev->vf_nodes[i];
-
-		n->start = tdev->devmem_size - (u64)(i + 1) * per_vf;
-		n->size = per_vf;
-		ret = drm_mm_reserve_node(&tdev->devmem_mm, n);
-		if (ret) {
-			ret = -EBUSY;	/* PF buffers live there */
-			break;
-		}
-		tdev->devmem_used += per_vf;
-	}
-	mutex_unlock(&tdev->devmem_lock);
+	ret = tacc_sriov_clean(tdev);
 	if (ret)
 		goto err_release;
+	ret = tacc_sriov_reserve(tdev, num_vfs, per_vf);
+	if (ret)
+		goto err_release;
+	/* whatever the PF (or an earlier driver) left there: a VF starts clean */
+	ret = tacc_sriov_scrub(tdev, num_vfs);
+	if (ret) {
+		ret = -EIO;
+		goto err_release;
+	}
 
 	tdev->num_vfs = num_vfs;
 	tacc_sriov_restore(tdev);
@@ -114,7 +187,8 @@ err_regs:
 	tdev->num_vfs = 0;
 	tacc_sriov_restore(tdev);
 err_release:
-	tacc_sriov_release(tdev);
+	if (!tdev->vf_dirty)
+		tacc_sriov_release(tdev);
 	pm_runtime_mark_last_busy(&pdev->dev);
 	pm_runtime_put_autosuspend(&pdev->dev);
 	return ret;
@@ -136,4 +210,8 @@ int tacc_sriov_configure(struct pci_dev *pdev, int num_vfs)
 void tacc_sriov_fini(struct tacc_device *tdev)
 {
 	tacc_sriov_disable(tdev);
+	if (tdev->vf_dirty) {		/* the function goes: nobody gets them */
+		tdev->vf_dirty = false;
+		tacc_sriov_release(tdev);
+	}
 }

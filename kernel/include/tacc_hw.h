@@ -58,13 +58,15 @@ enum tacc_engine {
 #define   TACC_ID_MAGIC			0x54414343	/* "TACC" */
 #define TACC_REG_VERSION		0x004	/* RO: major << 16 | minor */
 #define   TACC_HW_VERSION_MAJOR		1
-#define   TACC_HW_VERSION_MINOR		0
+#define   TACC_HW_VERSION_MINOR		1
 #define TACC_REG_CAPS			0x008	/* RO: TACC_CAP_* */
 #define   TACC_CAP_VF			(1u << 0)	/* this function is a VF */
 #define   TACC_CAP_SRIOV		(1u << 1)
 #define   TACC_CAP_MMU_2M		(1u << 2)
 #define   TACC_CAP_TRACE		(1u << 3)
 #define   TACC_CAP_SAMPLING		(1u << 4)
+#define   TACC_CAP_FILL			(1u << 5)	/* TACC_OP_FILL (hw 1.1) */
+#define   TACC_CAP_TLB_INV_DONE		(1u << 6)	/* TLB_INV_SEQ/DONE (hw 1.1) */
 #define TACC_REG_FUNC			0x00c	/* RO: 0 = PF, n = VF n (1-based) */
 #define TACC_REG_NUM_QUEUES		0x010	/* RO */
 #define TACC_REG_NUM_CONTEXTS		0x014	/* RO */
@@ -119,6 +121,15 @@ enum tacc_engine {
 #define   TACC_FAULT_VALID		(1u << 31)
 #define TACC_REG_FAULT_CLEAR		0x194	/* WO: write 1 to re-arm fault capture */
 #define TACC_REG_FAULT_TAG		0x198	/* RO 64: user tag of the faulting command */
+/*
+ * TLB invalidation completion (TACC_CAP_TLB_INV_DONE): the driver writes a
+ * sequence number to TLB_INV_SEQ, then the context (or ALL) to TLB_INV;
+ * once the invalidation is complete (no later translation of the function
+ * uses an entry cached before it) the device copies the sequence to
+ * TLB_INV_DONE.  The driver polls TLB_INV_DONE == seq.  docs/hardware.md.
+ */
+#define TACC_REG_TLB_INV_SEQ		0x1a0	/* RW: sequence of the next TLB_INV */
+#define TACC_REG_TLB_INV_DONE		0x1a4	/* RO: sequence of the last completed one */
 
 enum tacc_fault_type {
 	TACC_FAULT_NONE = 0,
@@ -189,6 +200,7 @@ enum tacc_opcode {
 	TACC_OP_FENCE = 6,		/* write a 64-bit value */
 	TACC_OP_TIMESTAMP = 7,		/* write the device clock (u64) */
 	TACC_OP_BARRIER = 8,		/* wait for every queue of the function to drain */
+	TACC_OP_FILL = 9,		/* fill device memory (window offsets), TACC_CAP_FILL */
 	TACC_OP_MAX
 };
 
@@ -260,6 +272,13 @@ struct tacc_desc {
 		struct {
 			__u64 addr;	/* 8-byte aligned VA */
 		} timestamp;
+		struct {
+			__u64 dst;	/* offset in the function's device-memory
+					 * window (not a VA: no MMU, @ctx unused),
+					 * 8-byte aligned */
+			__u64 len;	/* bytes, multiple of 8, 8 .. TACC_COPY_MAX_LEN - 8 */
+			__u64 value;	/* 64-bit pattern, stored little endian */
+		} fill;
 		__u8 payload[104];
 	};
 };

@@ -68,6 +68,11 @@ def expected_static(op, ctx, payload):
         return HW.TACC_ST_BAD_OPCODE
     if op in (HW.TACC_OP_NOP, HW.TACC_OP_BARRIER):
         return HW.TACC_ST_OK
+    if op == HW.TACC_OP_FILL:  # window offsets, no context
+        dst, n = struct.unpack_from("<QQ", payload, 0)
+        if n == 0 or n >= 2**32 or n & 7:
+            return HW.TACC_ST_BAD_LENGTH
+        return HW.TACC_ST_BAD_ALIGN if dst & 7 else None
     if ctx >= HW.TACC_NUM_CONTEXTS:
         return HW.TACC_ST_BAD_CTX
     if op in (HW.TACC_OP_COPY_H2D, HW.TACC_OP_COPY_D2H, HW.TACC_OP_COPY_D2D):

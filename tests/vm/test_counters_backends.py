@@ -153,7 +153,9 @@ def test_stock_perf_tool(fn: Function) -> None:
             got[parts[2].split("/")[1]] = (int(parts[0]), parts[1])
     assert got["h2d_bytes"] == (SIZE, "bytes"), r.stderr
     assert got["h2d_tlps"][0] == math.ceil(SIZE / fn.mps)
-    assert got["cmds_dma_h2d"][0] == 1
+    # the copy; plus the driver's FILL scrubbing the workload's DEVICE BO at its exit
+    # when it completes before perf reads the counters (asynchronous, no link bytes)
+    assert got["cmds_dma_h2d"][0] in (1, 2), r.stderr
 
 
 @pytest.mark.parametrize("backend", [

@@ -87,7 +87,9 @@ def test_sysfs_monotonic_across_suspend(pf: Function) -> None:
         _wait_status(pf, "suspended")
         after = sb.read().values
     assert int(after[0] - before[0]) == SIZE
-    assert int(after[1] - before[1]) == 3
+    # 3 commands of the job, then the driver's FILL scrubbing the freed DEVICE BO
+    # (docs/uapi.md "Memory scrubbing"); it ends before the device may suspend
+    assert int(after[1] - before[1]) == 3 + 1
 
 
 @pytest.mark.long

@@ -306,7 +306,7 @@ def test_layouts():
 
 
 def test_params(dev):
-    assert dev.param(P_API) == 1
+    assert dev.param(P_API) == 2  # 2: VM_UNBIND waits, VM_UNBIND_NOWAIT
     assert dev.param(P_HW) >> 16 == 1
     assert dev.param(P_QUEUES) == 4
     assert dev.param(P_CTXS) == 16

@@ -54,7 +54,7 @@ ALLOWED = {
     "bo_create": {E.EINVAL, E.EFAULT, E.ENOSPC, E.ENOMEM, E.EMFILE},
     "bo_info": {E.EINVAL, E.ENOENT},
     "vm_bind": {E.EINVAL, E.ENOENT, E.EBUSY, E.ENOSPC, E.ENOMEM},
-    "vm_unbind": {E.EINVAL, E.ENOENT},
+    "vm_unbind": {E.EINVAL, E.ENOENT, E.EBUSY},  # EBUSY: UNBIND_NOWAIT (flag 1), a job runs
     "submit": {E.EINVAL, E.ENOENT, E.EFAULT, E.EAGAIN},
     "wait": {E.EINVAL, E.ETIME},
     "trace_open": {E.EINVAL, E.EBUSY, E.EALREADY},
@@ -97,7 +97,7 @@ calls = st.one_of(
     st.tuples(st.just("bo_info"), handles),
     st.tuples(st.just("vm_bind"), handles, st.integers(0, 4), u64s,
               st.sampled_from([0, 4096, 8192, 1]), st.sampled_from([0, 4096, 65536, 3])),
-    st.tuples(st.just("vm_unbind"), handles, st.sampled_from([0, 0, 1])),
+    st.tuples(st.just("vm_unbind"), handles, st.sampled_from([0, 0, 1, 2])),
     st.tuples(st.just("submit"), st.lists(command(), min_size=0, max_size=3),
               st.integers(0, 5), st.sampled_from([128, 128, 64]), st.sampled_from([0, 0, 1])),
     st.tuples(st.just("wait"), st.integers(0, 40), st.sampled_from([0, 1000, 10**8])),

@@ -22,6 +22,7 @@ enum tacc_engine_class tacc_op_class(uint8_t opcode)
     switch (opcode) {
     case TACC_OP_COPY_H2D:
     case TACC_OP_COPY_D2D:
+    case TACC_OP_FILL:
         return TACC_CLASS_H2D;
     case TACC_OP_COPY_D2H:
         return TACC_CLASS_D2H;
@@ -267,6 +268,48 @@ static void tacc_copy_finish(TaccFunc *f, TaccCmd *c, TaccResult *res)
         res->pre_ps += tacc_compute_ps(s, 0, res->devmem_rd + res->devmem_wr);
         break;
     }
+}
+
+/*
+ * FILL: store a 64-bit pattern over [dst, dst + len) of the function's
+ * device-memory window.  No MMU (the addresses are window offsets), so a
+ * driver can scrub memory no context maps; the window bounds it.  Timed
+ * and counted like a D2D copy's write half: device-memory write bandwidth
+ * on the DMA H2D engine, devmem_write_bytes.
+ */
+static void tacc_exec_fill(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+{
+    TaccState *s = f->pf;
+    uint64_t dst = c->d.fill.dst, len = c->d.fill.len, wbase, wsize;
+    uint64_t le = cpu_to_le64(c->d.fill.value);
+    uint8_t *p;
+
+    if (!len || len >= TACC_COPY_MAX_LEN || (len & 7)) {
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
+    if (dst & 7) {
+        res->status = TACC_ST_BAD_ALIGN;
+        return;
+    }
+    tacc_window(f, &wbase, &wsize);
+    if (dst >= wsize || len > wsize - dst) {
+        res->status = tacc_fault(f, q, c, dst, TACC_FAULT_DEVMEM_RANGE, true,
+                                 res);
+        return;
+    }
+    trace_tacc_fill(f->fn, q, dst, len, c->d.fill.value);
+    p = s->devmem + wbase + dst;
+    if (!c->d.fill.value) {
+        memset(p, 0, len);
+    } else {
+        for (uint64_t i = 0; i < len; i += 8) {
+            memcpy(p + i, &le, 8);
+        }
+    }
+    res->devmem_wr = len;
+    res->bytes = len;
+    res->pre_ps += tacc_compute_ps(s, 0, len);
 }
 
 static void tacc_exec_copy(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
@@ -726,7 +769,7 @@ void tacc_exec(TaccFunc *f, int q, TaccCmd *c, uint64_t start_ps,
                       f->fn, q, c->d.opcode);
         res->status = TACC_ST_BAD_OPCODE;
     } else if (c->d.opcode != TACC_OP_NOP && c->d.opcode != TACC_OP_BARRIER &&
-               c->d.ctx >= TACC_NUM_CONTEXTS) {
+               c->d.opcode != TACC_OP_FILL && c->d.ctx >= TACC_NUM_CONTEXTS) {
         res->status = TACC_ST_BAD_CTX;
     } else {
         switch (c->d.opcode) {
@@ -744,6 +787,9 @@ void tacc_exec(TaccFunc *f, int q, TaccCmd *c, uint64_t start_ps,
         case TACC_OP_FENCE:
         case TACC_OP_TIMESTAMP:
             tacc_exec_write8(f, q, c, res);
+            break;
+        case TACC_OP_FILL:
+            tacc_exec_fill(f, q, c, res);
             break;
         default:            /* NOP, BARRIER (its wait is in the scheduler) */
             break;

@@ -168,6 +168,7 @@ void tacc_func_reset(TaccFunc *f)
     memset(f->ptbr, 0, sizeof(f->ptbr));
     f->fault_addr = f->fault_tag = 0;
     f->fault_info = 0;
+    f->tlb_inv_seq = f->tlb_inv_done = 0;
     f->trace_base = f->trace_wb = 0;
     f->trace_size = f->trace_ctrl = f->trace_prod = f->trace_cons = 0;
     f->trace_dropped = f->trace_seq = 0;

@@ -104,7 +104,8 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
         return TACC_HW_VERSION_MAJOR << 16 | TACC_HW_VERSION_MINOR;
     case TACC_REG_CAPS:
         return (f->fn ? TACC_CAP_VF : (s->total_vfs ? TACC_CAP_SRIOV : 0)) |
-               TACC_CAP_MMU_2M | TACC_CAP_TRACE | TACC_CAP_SAMPLING;
+               TACC_CAP_MMU_2M | TACC_CAP_TRACE | TACC_CAP_SAMPLING |
+               TACC_CAP_FILL | TACC_CAP_TLB_INV_DONE;
     case TACC_REG_FUNC:
         return f->fn;
     case TACC_REG_NUM_QUEUES:
@@ -140,6 +141,10 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
         return f->scratch;
     case TACC_REG_FAULT_INFO:
         return f->fault_info;
+    case TACC_REG_TLB_INV_SEQ:
+        return f->tlb_inv_seq;
+    case TACC_REG_TLB_INV_DONE:
+        return f->tlb_inv_done;
     case TACC_REG_TRACE_SIZE:
         return f->trace_size;
     case TACC_REG_TRACE_CTRL:
@@ -413,6 +418,16 @@ static void tacc_bar0_write_locked(TaccFunc *f, hwaddr addr, uint64_t val,
         } else {
             goto bad;
         }
+        /*
+         * The model's TLB holds no entry a later walk could use once
+         * tacc_tlb_invalidate() returns, and the write-backs at completion
+         * (GEMM C, fence, timestamp) translate again: complete at once.
+         */
+        f->tlb_inv_done = f->tlb_inv_seq;
+        trace_tacc_tlb_inv_done(f->fn, f->tlb_inv_done);
+        return;
+    case TACC_REG_TLB_INV_SEQ:
+        f->tlb_inv_seq = val;
         return;
     case TACC_REG_FAULT_CLEAR:
         if (val & 1) {

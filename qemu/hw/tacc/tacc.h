@@ -165,6 +165,7 @@ struct TaccFunc {
     uint64_t fault_addr, fault_tag;
     uint32_t fault_info;
     uint32_t clk_latch[2];      /* HI latched by LO reads: DEVCLK, HOSTCLK */
+    uint32_t tlb_inv_seq, tlb_inv_done;
 
     uint64_t trace_base, trace_wb;
     uint32_t trace_size, trace_ctrl, trace_prod, trace_cons, trace_dropped;

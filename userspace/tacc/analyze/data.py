@@ -130,6 +130,8 @@ def load(cap: Capture) -> Data:
         parts["te"].append(np.maximum(te, ts))
     cmds = Cmds(**{k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in
                    parts.items()})
+    # FILL is the driver scrubbing freed device memory (docs/uapi.md), not the workload
+    cmds = cmds.sel(cmds.opcode != Opcode.FILL)
     keep = [int(k) for k in DRIVER_KEEP]
     drv_parts = []
     for ch in cap.chunks("driver"):

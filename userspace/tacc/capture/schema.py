@@ -238,6 +238,7 @@ class Opcode(IntEnum):
     FENCE = 6
     TIMESTAMP = 7
     BARRIER = 8
+    FILL = 9  # hw 1.1: the driver's device-memory scrub (tag 0)
 
 
 class Engine(IntEnum):

@@ -29,8 +29,13 @@ extern "C" {
 #define DRM_COMMAND_BASE		0x40
 #endif
 
-/** DRM_TACC_API_VERSION - bumped on every additive ABI change. */
-#define DRM_TACC_API_VERSION		1
+/**
+ * DRM_TACC_API_VERSION - bumped on every additive ABI change.
+ *
+ * 2: DRM_TACC_VM_UNBIND_NOWAIT; VM_UNBIND (and GEM_CLOSE of a bound BO)
+ *    waits for the context's jobs submitted before it.
+ */
+#define DRM_TACC_API_VERSION		2
 
 /* Driver ioctl numbers, relative to DRM_COMMAND_BASE. */
 #define DRM_TACC_GET_PARAM		0x00
@@ -170,10 +175,22 @@ struct drm_tacc_vm_bind {
 	__u64 page_size;
 };
 
+/* VM_UNBIND flags (API version 2) */
+#define DRM_TACC_VM_UNBIND_NOWAIT	0x1u	/* bit 0: -EBUSY instead of waiting */
+#define DRM_TACC_VM_UNBIND_F_ALL	DRM_TACC_VM_UNBIND_NOWAIT
+
 /**
  * struct drm_tacc_vm_unbind - DRM_IOCTL_TACC_VM_UNBIND argument.
+ *
+ * The mapping is removed only once every job the context submitted before
+ * this call has finished (its device VAs cannot change under a job in
+ * flight).  The wait is interruptible: a signal ends it with -ERESTARTSYS
+ * (-EINTR to a handler without SA_RESTART) and the binding still in place.
+ * With DRM_TACC_VM_UNBIND_NOWAIT the call returns -EBUSY instead of waiting
+ * while such a job is unfinished.
+ *
  * @handle: GEM handle whose binding is removed.
- * @flags: must be 0.
+ * @flags: DRM_TACC_VM_UNBIND_*.
  */
 struct drm_tacc_vm_unbind {
 	__u32 handle;
