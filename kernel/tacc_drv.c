@@ -796,6 +796,7 @@ err_pmu:
 static void __exit tacc_exit(void)
 {
 	pci_unregister_driver(&tacc_pci_driver);
+	rcu_barrier();	/* RCU-deferred fence puts (drm_sched) run our release */
 	tacc_genl_fini();
 	tacc_pmu_module_exit();
 }

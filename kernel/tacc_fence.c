@@ -84,10 +84,11 @@ int tacc_fence_ctx_live(struct tacc_fence_ctx *fctx)
  */
 static void tacc_fence_ctx_attach(struct tacc_fence_ctx *fctx, bool counted)
 {
-	__module_get(THIS_MODULE);	/* our caller runs module code: live */
 	kref_get(&fctx->ref);
-	if (counted)
-		atomic_inc(&fctx->live);
+	if (!counted)
+		return;
+	__module_get(THIS_MODULE);	/* our caller runs module code: live */
+	atomic_inc(&fctx->live);
 }
 
 /*
@@ -102,6 +103,13 @@ static void tacc_fence_ctx_detach(struct tacc_fence_ctx *fctx, bool counted)
 		atomic_dec(&fctx->live);
 	tacc_fence_ctx_put(fctx);
 }
+
+/*
+ * Scrub fences (the driver's own kernel context) never leave the driver: the
+ * kernel entity keeps its last one until the function is removed, so they
+ * hold no module reference (else rmmod could never start); tacc_exit()'s
+ * rcu_barrier() outlasts the RCU-deferred put of the last one.
+ */
 
 static const char *tacc_fence_driver_name(struct dma_fence *f)
 {
@@ -120,10 +128,12 @@ static const char *tacc_hw_fence_timeline_name(struct dma_fence *f)
 static void tacc_hw_fence_release(struct dma_fence *f)
 {
 	struct tacc_fence *fence = to_tacc_fence(f);
+	bool counted = !fence->kernel;
 
-	tacc_fence_ctx_detach(fence->fctx, !fence->kernel);
+	tacc_fence_ctx_detach(fence->fctx, counted);
 	dma_fence_free(f);
-	module_put(THIS_MODULE);
+	if (counted)
+		module_put(THIS_MODULE);
 }
 
 static const struct dma_fence_ops tacc_hw_fence_ops = {
