@@ -107,8 +107,10 @@ echo "$rel" > "$out/release"
 log "kernel $rel built in $(( $(date +%s) - start )) s"
 
 # ---- tacc.ko against it, built in a copy so kernel/'s objects (for Debian's kernel) stay
+rm -rf "$out/tacc"
 mkdir -p "$out/tacc" "build/modules/$rel"
-cp -a kernel/. "$out/tacc/"
+(cd kernel && find . \( -name '*.[ch]' ! -name '*.mod.c' -o -name Makefile \) -print0 |
+	cpio -0pdm --quiet "$out/tacc")
 make -s -C "$out/tacc" KDIR="$out/obj" >"$out/tacc-build.log" 2>&1 ||
 	{ tail -30 "$out/tacc-build.log" >&2; die "tacc.ko build failed (log: $out/tacc-build.log)"; }
 cmp -s "$out/tacc/tacc.ko" "build/modules/$rel/tacc.ko" || cp "$out/tacc/tacc.ko" "build/modules/$rel/tacc.ko"
