@@ -107,20 +107,20 @@ class Walk:
 def walk(name: str, op: Callable[[], object], undo: Callable[[object], None]) -> Walk:
     """op() once per N with fail-nth = N; undo(result) after every success."""
     w = Walk(name)
-    fd = os.open(FAILNTH, os.O_RDWR)
+    fd = os.open(FAILNTH, os.O_WRONLY)
     try:
         for n in range(1, MAX_N + 1):
-            os.lseek(fd, 0, os.SEEK_SET)
+            # fail-nth cannot seek: a fresh file to read it back, opened before arming
+            rfd = os.open(FAILNTH, os.O_RDONLY)
             os.write(fd, str(n).encode())
             err, res = 0, None
             try:
                 res = op()
             except OSError as e:
                 err = e.errno
-            os.lseek(fd, 0, os.SEEK_SET)
-            left = int(os.read(fd, 32) or b"0")
-            os.lseek(fd, 0, os.SEEK_SET)
+            left = int(os.read(rfd, 32) or b"0")
             os.write(fd, b"0")
+            os.close(rfd)
             if err == 0:
                 undo(res)
             if left:        # the N-th allocation never came: the path is covered
