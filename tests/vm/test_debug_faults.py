@@ -91,6 +91,7 @@ def injection() -> Iterator[None]:
         if out:
             Path(out, "dmesg-faults.txt").write_text(text)
         os.system("dmesg -C")
+        Path("/dev/kmsg").write_text("tacc-test: the dmesg before this line is dmesg-faults.txt\n")
 
 
 class Walk:
