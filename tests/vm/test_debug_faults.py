@@ -80,6 +80,9 @@ def injection() -> Iterator[None]:
     for p, v in knobs.items():
         saved[p] = p.read_text().strip()
         _write(p, v)
+    out = os.environ.get("TACC_VM_OUT")
+    if out:  # what earlier tests logged stays scanned (scripts/test-vm reads dmesg*.txt)
+        Path(out, "dmesg-before-faults.txt").write_text(os.popen("dmesg").read())
     os.system("dmesg -C")
     try:
         yield
