@@ -30,7 +30,7 @@ $(error $(BAD_VARS))
 endif
 endif
 
-.PHONY: all setup run-vm test test-host test-device test-vm test-long bench lint checkpatch module qemu clean distclean help
+.PHONY: all setup run-vm test test-host test-device test-vm test-long test-debug bench lint checkpatch module qemu clean distclean help
 
 all: setup
 
@@ -62,6 +62,7 @@ setup:
 	@scripts/setup.sh
 
 run-vm: setup
+	@[ "$$KERNEL" != debug ] || scripts/debug-kernel.sh
 	@/usr/bin/python3 scripts/run-vm --make-cmd
 
 test: setup
@@ -77,7 +78,11 @@ test-vm: setup
 	@scripts/test.sh vm
 
 test-long: setup
-	@TACC_LONG=1 scripts/test.sh long
+	@TACC_LONG=1 scripts/test.sh long debug
+
+# The VM layer on the KASAN/lockdep/kmemleak kernel (built first: scripts/debug-kernel.sh)
+test-debug: setup
+	@scripts/test.sh debug
 
 bench: setup
 	@scripts/bench.sh

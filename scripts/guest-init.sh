@@ -69,6 +69,15 @@ fix_accel_nodes() {
 }
 ( while sleep 1; do fix_accel_nodes; done ) </dev/null >/dev/null 2>&1 &
 
+# The debug kernel (scripts/debug-kernel.sh) is not installed on the host: bcc finds its
+# headers through /lib/modules/<release>/{build,source}, linked in the guest's overlay only.
+rel=$(uname -r)
+if [ ! -e "/lib/modules/$rel" ] && [ "$(cat "$root/build/kernel-debug/release" 2>/dev/null)" = "$rel" ]; then
+	mkdir -p "/lib/modules/$rel"
+	ln -s "$root/build/kernel-debug/obj" "/lib/modules/$rel/build"
+	ln -s "$root/build/kernel-debug/src" "/lib/modules/$rel/source"
+fi
+
 # The driver: dependencies through kmod (it reads .ko.xz), tacc.ko from the checkout.
 modprobe -a drm_shmem_helper gpu-sched drm_kms_helper 2>/dev/null
 ko=$root/build/modules/$(uname -r)/tacc.ko

@@ -5,7 +5,8 @@
 # Run by `make setup`, `make run-vm` and `make test`. Warm, it takes ~1-2 s.
 #
 # Environment: KERNEL=6.12.N[+deb12-amd64] (default: scripts/kernel.pin, with a
-# fallback to the newest 6.12 the archive has), SETUP_QUIET=1.
+# fallback to the newest 6.12 the archive has; KERNEL=debug sets up the default here),
+# SETUP_QUIET=1.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -84,6 +85,7 @@ kernel_available() {
 }
 pin=$(head -1 scripts/kernel.pin)
 want=${KERNEL:-}
+[ "$want" = debug ] && want=   # built by scripts/debug-kernel.sh (make test-debug), not here
 if [ -n "$want" ] && [ "$want" != default ]; then
 	[[ $want =~ ^6\.12\.[0-9]+(\+deb12-amd64)?$ ]] ||
 		die "KERNEL=$want: not a Debian 6.12 kernel; accepted: 6.12.N or 6.12.N+deb12-amd64"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Run the test layers and give one combined pass/fail.
 #   scripts/test.sh            host, device and vm layers
-#   scripts/test.sh host|device|vm|long
+#   scripts/test.sh host|device|vm|long|debug   (debug: the VM layer on the debug kernel)
 # Extra pytest arguments: PYTEST_ARGS='-k foo -x'.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,7 +35,11 @@ for layer in $layers; do
 	long)   TACC_LONG=1 $py -m pytest tests/host tests/device -q -p no:cacheprovider -m long ${PYTEST_ARGS:-} &&
 		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check -q -m long ${PYTEST_ARGS:-} &&
 		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check --set long ${PYTEST_ARGS:-} ;;
-	*) echo "test: unknown layer $layer; accepted: host device vm long" >&2; exit 2 ;;
+	# the VM layer, the tests marked debugkernel (long ones included) and fault injection
+	debug)  scripts/debug-kernel.sh &&
+		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check --config debug \
+			-m 'not long or debugkernel' ${PYTEST_ARGS:-} ;;
+	*) echo "test: unknown layer $layer; accepted: host device vm long debug" >&2; exit 2 ;;
 	esac
 	rc=$?
 	case $layer in host|device)

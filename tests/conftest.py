@@ -17,6 +17,8 @@ LONG_SKIP_REASON = "long test: make test-long"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "long: heavy test, run by `make test-long` only")
+    config.addinivalue_line("markers", "debugkernel: also run by `make test-debug` (on the "
+                            "debug kernel), long or not")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -45,6 +45,7 @@ from test_driver_basic import (
     leak_delta,
     leak_snapshot,
     live_objects,
+    pf_sysfs,
     record_figures,
 )
 
@@ -189,3 +190,179 @@ def test_fuzz_ioctls(pf_accel):
 @pytest.mark.long
 def test_fuzz_ioctls_long(pf_accel):
     run_fuzz(pf_accel, 1000, "fuzz-long")  # ~5,500 calls
+
+
+# ------------------------------------------------------ two processes, one file ---
+def _disturb(dev: Dev, pf_accel, pci, seed: int, stop_fd: int, resets_every: int,
+             paced: C.Array) -> dict:
+    """The second process, on the same open file (the same context) as the submitter:
+    unbinds, closes and binds handles, creates BOs, opens other files and closes them
+    with jobs in flight, and every `resets_every` calls resets the function (FLR).
+    It keeps within 8 calls of the submitter (paced[0] counts the submitter's)."""
+    import random
+    import select
+
+    rnd = random.Random(seed)
+    calls, resets, bad = 0, 0, []
+    seen: dict[str, set[int]] = {}
+    allowed = {**ALLOWED, "reset": set(), "other_file": ALLOWED["submit"] | {E.ENOMEM}}
+    while not select.select([stop_fd], [], [], 0)[0]:
+        if calls > paced[0] + 8:
+            time.sleep(0.001)
+            continue
+        calls += 1
+        r = rnd.random()
+        h = rnd.choice([rnd.randint(0, 12), rnd.randint(0, 40)])
+        try:
+            if resets_every and calls % resets_every == 0:
+                kind = "reset"
+                (pci / "reset").write_text("1")
+                resets += 1
+            elif r < 0.30:
+                kind = "vm_unbind"
+                dev.ioctl(VM_UNBIND, VmUnbind(handle=h, flags=rnd.choice([0, 0, 1])))
+            elif r < 0.50:
+                kind = "gem_close"
+                dev.ioctl(GEM_CLOSE, Pair(handle=h))
+            elif r < 0.65:
+                kind = "bo_create"
+                dev.ioctl(BO_CREATE, BoCreate(size=rnd.choice([4096, 8192, 65536]),
+                                              type=rnd.choice([0, 1]), flags=0))
+            elif r < 0.80:
+                kind = "vm_bind"
+                dev.ioctl(VM_BIND, VmBind(handle=h, flags=rnd.choice([0, 0, 1]),
+                                          va=rnd.choice([0, 0, 2**32, 2**32 + 65536]),
+                                          size=rnd.choice([0, 4096])))
+            elif r < 0.88:
+                kind = "trace_close"
+                dev.ioctl(TRACE_CLOSE, TraceClose())
+            elif r < 0.95:
+                kind = "wait"
+                dev.ioctl(WAIT, Wait(seqno=rnd.randint(0, 40), timeout_ns=rnd.choice([0, 10**6])))
+            else:
+                kind = "other_file"  # a context closed with its job in flight
+                with Dev(pf_accel) as o:
+                    b = o.bo(8192)
+                    o.submit([Cmd(opcode=6, a=Operand(handle=b.handle), value=1)] * 4,
+                             queue=rnd.randint(0, 3))
+            seen.setdefault(kind, set()).add(0)
+        except OSError as e:
+            seen.setdefault(kind, set()).add(e.errno)
+            if e.errno not in allowed[kind]:
+                bad.append(f"{kind}: {os.strerror(e.errno)}")
+    return {"calls": calls, "resets": resets, "bad": bad[:20],
+            "outcomes": {k: sorted(v) for k, v in seen.items()}}
+
+
+# Jobs that can run: the disturber's unbinds and resets must meet work in flight.
+valid_calls = st.one_of(
+    st.tuples(st.just("valid_bo_create"), st.sampled_from([0, 0, 1]),
+              st.sampled_from([4096, 8192, 65536])),
+    st.tuples(st.just("valid_submit"), st.integers(1, 24), st.integers(1, 24),
+              st.integers(0, 3), st.integers(0, 3)),
+)
+
+
+def do_valid_call(dev: Dev, call) -> None:
+    if call[0] == "valid_bo_create":
+        dev.ioctl(BO_CREATE, BoCreate(size=call[2], type=call[1]))
+        return
+    _, h, h2, kind, queue = call
+    cmds = [Cmd(opcode=0),                                              # NOP
+            Cmd(opcode=6, a=Operand(handle=h), value=7),                # FENCE into h
+            Cmd(opcode=1, a=Operand(handle=h), b=Operand(handle=h2), size=4096),  # H2D
+            Cmd(opcode=3, a=Operand(handle=h), b=Operand(handle=h2), size=4096)]  # D2D
+    arr = (Cmd * 1)(cmds[kind])
+    dev.ioctl(SUBMIT, Submit(cmds=C.addressof(arr), num_cmds=1, queue=queue, cmd_size=128))
+
+
+def run_two_process_fuzz(pf_accel, n_examples: int, resets_every: int, name: str) -> None:
+    """One file, two processes: the parent fuzzes every ioctl (mostly SUBMIT) through
+    hypothesis while a forked child unbinds, closes, binds and resets under it.  Every
+    call returns 0 or a documented errno, nothing oopses or leaks, the device still
+    runs jobs afterwards."""
+    import json
+    import mmap
+
+    before = leak_snapshot()
+    t0 = time.monotonic()
+    pci = pf_sysfs()
+    dev = Dev(pf_accel)
+    shared = mmap.mmap(-1, 8)  # MAP_SHARED: the submitter's call count, for pacing
+    paced = (C.c_uint64 * 1).from_buffer(shared)
+    stop_r, stop_w = os.pipe()
+    res_r, res_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.close(stop_w)
+            os.close(res_r)
+            out = _disturb(dev, pf_accel, pci, 20261201, stop_r, resets_every, paced)
+            os.write(res_w, json.dumps(out).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(stop_r)
+    os.close(res_w)
+    seen: dict[str, set[int]] = {}
+    ncalls = [0]
+
+    @settings(max_examples=n_examples, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.one_of(calls, valid_calls, valid_calls), min_size=1, max_size=10))
+    def fuzz(seq):
+        for call in seq:
+            ncalls[0] += 1
+            paced[0] = ncalls[0]
+            try:
+                do_valid_call(dev, call) if call[0].startswith("valid_") else do_call(dev, call)
+                seen.setdefault(call[0], set()).add(0)
+            except OSError as e:
+                allowed = ALLOWED[call[0].removeprefix("valid_")]
+                assert e.errno in allowed, (call, os.strerror(e.errno))
+                seen.setdefault(call[0], set()).add(e.errno)
+
+    try:
+        fuzz()
+    finally:
+        os.write(stop_w, b"x")
+        os.close(stop_w)
+        chunks = []
+        while chunk := os.read(res_r, 65536):
+            chunks.append(chunk)
+        os.close(res_r)
+        _, status = os.waitpid(pid, 0)
+        dev.close()
+    child = json.loads(b"".join(chunks) or b"{}")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        lo = live_objects()
+        if not any(lo.values()):
+            break
+        time.sleep(0.2)
+    wall = time.monotonic() - t0
+    total = ncalls[0] + child.get("calls", 0)
+    record_figures(name, {"calls": total, "submitter_calls": ncalls[0],
+                          "disturber_calls": child.get("calls"), "resets": child.get("resets"),
+                          "examples": n_examples, "wall_s": round(wall, 1),
+                          "live_after": lo, "leak_delta": leak_delta(before, leak_snapshot()),
+                          "outcomes": {k: sorted(v) for k, v in seen.items()},
+                          "disturber_outcomes": child.get("outcomes")})
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}"
+    assert not child["bad"], child["bad"]
+    assert not any(lo.values()), lo
+    assert not dmesg_problems()
+    assert len(seen) >= 8 and len(child["outcomes"]) >= 6, (seen, child["outcomes"])
+    with Dev(pf_accel) as d:  # the device still runs jobs
+        assert d.run([Cmd(opcode=0)]) == 0
+
+
+def test_fuzz_two_processes(pf_accel):
+    run_two_process_fuzz(pf_accel, 25, 100, "fuzz-2proc")   # ~300 calls, 1 reset
+
+
+@pytest.mark.long
+@pytest.mark.debugkernel
+def test_fuzz_two_processes_long(pf_accel):
+    run_two_process_fuzz(pf_accel, 450, 250, "fuzz-2proc-long")  # >= 5,000 calls
