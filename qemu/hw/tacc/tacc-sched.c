@@ -587,7 +587,14 @@ static void tacc_sched_advance(TaccState *s, bool wait_host)
     now = tacc_now_ps(s);
     for (;;) {
         if (s->host_unit) {
-            if (!wait_host && !tacc_host_ready(s)) {
+            /*
+             * A GEMM completion waits for its worker inline (bounded: at most
+             * 2^30 multiply-adds), as the guest's clock must not run on while
+             * the device is stopped: under -icount the guest would otherwise
+             * see the device late by the host's compute time.  Big copies and
+             * eltwise go on in slices from host_bh.
+             */
+            if (!wait_host && !s->host_gemm && !tacc_host_ready(s)) {
                 break;
             }
             tacc_host_finish(s);
