@@ -233,6 +233,28 @@ def live_objects(pci: Path | None = None) -> dict[str, int]:
     return {k: int(v) for k, v in (ln.split() for ln in txt.splitlines())}
 
 
+def wait_live_zero(timeout: float = 30) -> dict[str, int]:
+    """live_objects() once it reads all zero (the last fences and BOs of closed files
+    are freed asynchronously), or as it is after @timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lo = live_objects()
+        if not any(lo.values()) or time.monotonic() >= deadline:
+            return lo
+        time.sleep(0.2)
+
+
+def wait_accel_node(pci: Path, timeout: float = 20) -> Path:
+    """The /dev/accel node of a function, once its driver made it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        nodes = sorted((pci / "accel").glob("accel*")) if (pci / "accel").exists() else []
+        if nodes and Path("/dev/accel", nodes[0].name).exists():
+            return Path("/dev/accel", nodes[0].name)
+        time.sleep(0.1)
+    raise TimeoutError(f"{pci.name}: no accel node")
+
+
 def dmesg_problems() -> list[str]:
     out = os.popen("dmesg").read().splitlines()
     bad = ("BUG:", "WARNING:", "Oops", "general protection", "Call Trace", "UBSAN", "refcount_t")

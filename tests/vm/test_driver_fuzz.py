@@ -44,9 +44,9 @@ from test_driver_basic import (
     dmesg_problems,
     leak_delta,
     leak_snapshot,
-    live_objects,
     pf_sysfs,
     record_figures,
+    wait_live_zero,
 )
 
 E = errno
@@ -166,12 +166,7 @@ def run_fuzz(pf_accel, n_examples: int, name: str = "fuzz") -> None:
         fuzz()
     finally:
         dev.close()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        lo = live_objects()
-        if not any(lo.values()):
-            break
-        time.sleep(0.2)
+    lo = wait_live_zero()
     wall = time.monotonic() - t0
     record_figures(name, {"calls": ncalls[0], "examples": n_examples, "wall_s": round(wall, 1),
                           "calls_per_s": round(ncalls[0] / wall, 1), "live_after": lo,
@@ -335,12 +330,7 @@ def run_two_process_fuzz(pf_accel, n_examples: int, resets_every: int, name: str
         _, status = os.waitpid(pid, 0)
         dev.close()
     child = json.loads(b"".join(chunks) or b"{}")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        lo = live_objects()
-        if not any(lo.values()):
-            break
-        time.sleep(0.2)
+    lo = wait_live_zero()
     wall = time.monotonic() - t0
     total = ncalls[0] + child.get("calls", 0)
     record_figures(name, {"calls": total, "submitter_calls": ncalls[0],

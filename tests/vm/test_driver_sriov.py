@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,17 +28,8 @@ from test_driver_basic import (
     live_objects,
     nop,
     pf_sysfs,
+    wait_accel_node,
 )
-
-
-def _wait_node(pci: Path, timeout: float = 20) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        nodes = sorted((pci / "accel").glob("accel*")) if (pci / "accel").exists() else []
-        if nodes and Path("/dev/accel", nodes[0].name).exists():
-            return Path("/dev/accel", nodes[0].name)
-        time.sleep(0.1)
-    raise TimeoutError(f"{pci.name}: no accel node")
 
 
 @pytest.fixture
@@ -91,7 +81,7 @@ def test_vfs_groups_nodes(vfs):
             g = (vf / "iommu_group").resolve()
             assert [p.name for p in (g / "devices").iterdir()] == [vf.name]
             groups.add(g.name)
-        node = _wait_node(vf)
+        node = wait_accel_node(vf)
         nodes.add(node)
         with Dev(node) as d:
             assert d.param(P_FUNC) == i + 1
@@ -103,8 +93,8 @@ def test_vfs_groups_nodes(vfs):
 
 def test_vf_memory_isolation(vfs):
     """Each VF fills its whole window; no other function's writes show up in it."""
-    a_node, b_node = _wait_node(vfs[0]), _wait_node(vfs[1])
-    with Dev(a_node) as a, Dev(b_node) as b, Dev(_wait_node(pf_sysfs())) as pf:
+    a_node, b_node = wait_accel_node(vfs[0]), wait_accel_node(vfs[1])
+    with Dev(a_node) as a, Dev(b_node) as b, Dev(wait_accel_node(pf_sysfs())) as pf:
         win = a.param(P_DEVMEM)
         assert win == b.param(P_DEVMEM) and 0 < win < pf.param(P_DEVMEM)
         # nothing beyond the window can be allocated, let alone addressed

@@ -31,6 +31,7 @@ from test_driver_basic import (
     nop,
     pf_sysfs,
     record_figures,
+    wait_accel_node,
 )
 
 ROOT = Path(os.environ.get("TACC_ROOT", "/work/main"))
@@ -52,16 +53,6 @@ def rmmod_tacc(timeout: float = 10) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"rmmod tacc: {r.stderr.strip()}")
         time.sleep(0.2)
-
-
-def _wait_node(pci: Path, timeout: float = 20) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        nodes = sorted((pci / "accel").glob("accel*")) if (pci / "accel").exists() else []
-        if nodes and Path("/dev/accel", nodes[0].name).exists():
-            return Path("/dev/accel", nodes[0].name)
-        time.sleep(0.1)
-    raise TimeoutError(f"{pci.name}: no accel node")
 
 
 class SyncobjHandle(S):
@@ -122,7 +113,7 @@ def test_fences_and_perf_events_outlive_unbind_and_rmmod():
     pci = pf_sysfs()
     if int((pci / "sriov_numvfs").read_text() or 0):
         (pci / "sriov_numvfs").write_text("0")
-    node = _wait_node(pci)
+    node = wait_accel_node(pci)
     d = Dev(node)
     done, cut = d.syncobj(), d.syncobj()
     d.wait(d.submit([nop()], out=done), 30)
@@ -157,7 +148,7 @@ def test_fences_and_perf_events_outlive_unbind_and_rmmod():
             os.close(pfd)
     rmmod_tacc()
     _sh(f"insmod {KO}")
-    _wait_node(pci)
+    wait_accel_node(pci)
     assert not dmesg_problems(), dmesg_problems()
 
 
@@ -172,14 +163,14 @@ def test_reload_with_vfs():
     t0 = time.monotonic()
     lives = []
     for _ in range(_rounds()):
-        node = _wait_node(pci)
+        node = wait_accel_node(pci)
         with Dev(node) as d:
             assert d.run([Cmd(opcode=OP_NOP, tag=1)]) == 0
         (pci / "sriov_numvfs").write_text("4")
         vfs = sorted(p.resolve() for p in pci.glob("virtfn*"))
         assert len(vfs) == 4
         for vf in vfs:
-            with Dev(_wait_node(vf)) as d:
+            with Dev(wait_accel_node(vf)) as d:
                 assert d.run([Cmd(opcode=OP_NOP, tag=2)]) == 0
         (pci / "sriov_numvfs").write_text("0")
         lo = live_objects(pci)
@@ -187,7 +178,7 @@ def test_reload_with_vfs():
         assert not any(lo.values()), lo
         rmmod_tacc()
         _sh(f"insmod {KO}")
-    _wait_node(pci)
+    wait_accel_node(pci)
     record_figures("reload-long" if _rounds() > 2 else "reload",
                    {"rounds": _rounds(), "wall_s": round(time.monotonic() - t0, 1),
                     "live_objects_max_after_vf_disable": max(lives),

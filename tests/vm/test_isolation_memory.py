@@ -40,8 +40,9 @@ from test_driver_basic import (
     dmesg_problems,
     gemm,
     pf_sysfs,
+    wait_accel_node,
 )
-from test_driver_sriov import _wait_node, check, fill
+from test_driver_sriov import check, fill
 
 P_DEVMEM_FREE = 23
 HERE = Path(__file__).resolve().parent
@@ -77,7 +78,7 @@ def numvfs(n: int) -> None:
 def vf_node() -> Path:
     vfs = sorted(p.resolve() for p in pf_sysfs().glob("virtfn*"))
     assert vfs, "no VF after sriov_numvfs"
-    return _wait_node(vfs[0])
+    return wait_accel_node(vfs[0])
 
 
 @pytest.fixture

@@ -43,6 +43,7 @@ from test_driver_basic import (
     dmesg_problems,
     nop,
     pf_sysfs,
+    wait_accel_node,
 )
 from test_driver_recovery import EV_MMU_FAULT, TaccEvents, u32a
 
@@ -220,16 +221,6 @@ def user() -> Iterator[UserProc]:
     u.close()
 
 
-def _wait_node(pci: Path, timeout: float = 20) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        nodes = sorted((pci / "accel").glob("accel*")) if (pci / "accel").exists() else []
-        if nodes and Path("/dev/accel", nodes[0].name).exists():
-            return Path("/dev/accel", nodes[0].name)
-        time.sleep(0.1)
-    raise TimeoutError(f"{pci.name}: no accel node")
-
-
 @pytest.fixture(scope="module")
 def vf_node() -> Iterator[Path]:
     """One VF's accel node (mode 0660 group tacc, as the guest init sets nodes)."""
@@ -241,7 +232,7 @@ def vf_node() -> Iterator[Path]:
         (pci / "sriov_numvfs").write_text("1")
     try:
         vf = sorted(p.resolve() for p in pci.glob("virtfn*"))[0]
-        node = _wait_node(vf)
+        node = wait_accel_node(vf)
         os.chown(node, 0, grp.getgrnam("tacc").gr_gid)
         os.chmod(node, 0o660)
         yield node
