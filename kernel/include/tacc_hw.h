@@ -58,7 +58,7 @@ enum tacc_engine {
 #define   TACC_ID_MAGIC			0x54414343	/* "TACC" */
 #define TACC_REG_VERSION		0x004	/* RO: major << 16 | minor */
 #define   TACC_HW_VERSION_MAJOR		1
-#define   TACC_HW_VERSION_MINOR		1
+#define   TACC_HW_VERSION_MINOR		2
 #define TACC_REG_CAPS			0x008	/* RO: TACC_CAP_* */
 #define   TACC_CAP_VF			(1u << 0)	/* this function is a VF */
 #define   TACC_CAP_SRIOV		(1u << 1)
@@ -67,6 +67,7 @@ enum tacc_engine {
 #define   TACC_CAP_SAMPLING		(1u << 4)
 #define   TACC_CAP_FILL			(1u << 5)	/* TACC_OP_FILL (hw 1.1) */
 #define   TACC_CAP_TLB_INV_DONE		(1u << 6)	/* TLB_INV_SEQ/DONE (hw 1.1) */
+#define   TACC_CAP_VIRTIO_FN		(1u << 11)	/* PF: a virtio-tacc function is attached (hw 1.2) */
 #define TACC_REG_FUNC			0x00c	/* RO: 0 = PF, n = VF n (1-based) */
 #define TACC_REG_NUM_QUEUES		0x010	/* RO */
 #define TACC_REG_NUM_CONTEXTS		0x014	/* RO */
@@ -168,6 +169,18 @@ enum tacc_fault_type {
 #define TACC_REG_VF_DEVMEM_SIZE(vf)	(0x408 + (vf) * 0x10)
 /* Arbitration weight of function f (0 = PF, 1.. = VFs); 0 means 1. */
 #define TACC_REG_ARB_WEIGHT(f)		(0x480 + (f) * 4)
+
+/* -------------------------------- BAR0: virtio function (PF only) ---- */
+/*
+ * The virtio-tacc function (docs/virtio.md) is function TACC_FN_VIRTIO: its
+ * arbitration weight is TACC_REG_ARB_WEIGHT(TACC_FN_VIRTIO), its device-memory
+ * window (carved from the PF's, like a VF's) is programmed here.  Reset
+ * values: the virtio-tacc-pci devmem-base/devmem-size properties.  Present
+ * when CAPS has TACC_CAP_VIRTIO_FN (hw 1.2).
+ */
+#define TACC_FN_VIRTIO			(TACC_MAX_VFS + 1)
+#define TACC_REG_VIRTIO_DEVMEM_BASE	0x800	/* RW 64 */
+#define TACC_REG_VIRTIO_DEVMEM_SIZE	0x808	/* RW 64 */
 
 /* --------------------------------------------------- BAR0: queues ---- */
 #define TACC_QUEUE_BASE(q)		(0x1000 + (q) * 0x100)
@@ -346,7 +359,15 @@ struct tacc_cqe {
 #define TACC_PTE_ADDR_MASK	0x000ffffffffff000ull
 
 /* -------------------------------------------------------- trace ring ---- */
-#define TACC_TRACE_VERSION	1
+#define TACC_TRACE_VERSION	2
+/*
+ * Version 2 (hw 1.2) adds event records: @opcode >= TACC_TRACE_EV_BASE is not
+ * a command but an event of the function's front end (docs/virtio.md,
+ * "Trace records"); the layout is unchanged, version-1 readers skip them.
+ */
+#define TACC_TRACE_EV_BASE		0xf0
+#define TACC_TRACE_EV_VIRTIO_KICK	0xf0	/* a submit buffer taken from the virtqueue */
+#define TACC_TRACE_EV_VIRTIO_DISPATCH	0xf1	/* a job handed to a hardware queue */
 
 /**
  * struct tacc_trace_rec - one record per executed command, 64 bytes.

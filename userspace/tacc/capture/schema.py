@@ -14,7 +14,7 @@ import numpy as np
 
 FORMAT_NAME = "tacc-capture"
 FORMAT_VERSION = 1
-TRACE_REC_VERSION = 1  # TACC_TRACE_VERSION
+TRACE_REC_VERSION = 2  # TACC_TRACE_VERSION (2: virtio event records, docs/virtio.md)
 STRING_MAX = 120
 
 TRACE_REC_DTYPE = np.dtype(
