@@ -46,8 +46,7 @@ static MemTxResult tacc_dma_rw(TaccFunc *f, uint64_t iova, void *buf,
         trace_tacc_fi_dma_fail(f->fn, iova);
         return MEMTX_ERROR;
     }
-    r = write ? pci_dma_write(PCI_DEVICE(f), iova, buf, len)
-              : pci_dma_read(PCI_DEVICE(f), iova, buf, len);
+    r = tacc_func_dma(f, iova, buf, len, write);
     if (r != MEMTX_OK) {
         trace_tacc_dma_error(f->fn, iova, len, write);
     }

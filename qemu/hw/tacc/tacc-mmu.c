@@ -2,7 +2,7 @@
  * tacc: device MMU.
  *
  * Per-function contexts, each with a 3-level page table in host memory
- * (IOVAs, read through the vIOMMU with pci_dma_read on the function's own
+ * (IOVAs, read through the vIOMMU with DMA reads on the function's own
  * address space).  One device-wide, fully associative, LRU TLB of
  * "tlb-entries" entries, tagged with (function, context).  Every PTE read
  * by a walk costs walk-latency-ns of modelled time.
@@ -77,7 +77,8 @@ int tacc_mmu_translate(TaccFunc *f, unsigned ctx, uint64_t va,
 
         res->walk_reads++;
         res->pre_ps += tacc_scale_ps(s, s->walk_latency_ns * PS_PER_NS);
-        if (pci_dma_read(PCI_DEVICE(f), addr, &pte, 8) != MEMTX_OK) {
+        if (f->ops && f->ops->pt_read ? !f->ops->pt_read(f, addr, &pte)
+            : tacc_func_dma(f, addr, &pte, 8, false) != MEMTX_OK) {
             trace_tacc_walk_dma_error(f->fn, ctx, va, addr);
             return TACC_FAULT_WALK_DMA;
         }

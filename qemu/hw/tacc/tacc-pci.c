@@ -53,6 +53,9 @@ TaccFunc *tacc_func(TaccState *s, int fn)
     if (fn == 0) {
         return &s->func;
     }
+    if (fn == TACC_FN_VIRTIO) {
+        return s->virtio;
+    }
     if (fn > s->total_vfs) {
         return NULL;
     }
@@ -69,8 +72,12 @@ static uint8_t tacc_pm_state(PCIDevice *pdev)
 /* Enabled (VF), powered (D0) */
 bool tacc_func_active(TaccFunc *f)
 {
-    PCIDevice *pdev = PCI_DEVICE(f);
+    PCIDevice *pdev;
 
+    if (f->ops) {
+        return f->ops->active(f);
+    }
+    pdev = PCI_DEVICE(f);
     return pdev->enabled && tacc_pm_state(pdev) == 0;
 }
 
@@ -84,8 +91,13 @@ void tacc_window(TaccFunc *f, uint64_t *base, uint64_t *size)
         *size = s->devmem_size;
         return;
     }
-    b = s->vf_mem_base[f->fn - 1];
-    sz = s->vf_mem_size[f->fn - 1];
+    if (f->fn == TACC_FN_VIRTIO) {
+        b = s->virtio_mem_base;
+        sz = s->virtio_mem_size;
+    } else {
+        b = s->vf_mem_base[f->fn - 1];
+        sz = s->vf_mem_size[f->fn - 1];
+    }
     if (b > s->devmem_size || sz > s->devmem_size - b) {
         b = sz = 0;         /* invalid partition: no device memory */
     }
@@ -93,10 +105,30 @@ void tacc_window(TaccFunc *f, uint64_t *base, uint64_t *size)
     *size = sz;
 }
 
+/* The DMA address space of a function: its own, behind the vIOMMU. */
+AddressSpace *tacc_func_as(TaccFunc *f)
+{
+    return f->ops ? f->ops->dma_as(f) : pci_get_address_space(PCI_DEVICE(f));
+}
+
+MemTxResult tacc_func_dma(TaccFunc *f, uint64_t addr, void *buf, uint64_t len,
+                          bool write)
+{
+    return dma_memory_rw(tacc_func_as(f), addr, buf, len,
+                         write ? DMA_DIRECTION_FROM_DEVICE
+                               : DMA_DIRECTION_TO_DEVICE,
+                         MEMTXATTRS_UNSPECIFIED);
+}
+
 void tacc_msix_notify(TaccFunc *f, unsigned vector)
 {
-    PCIDevice *pdev = PCI_DEVICE(f);
+    PCIDevice *pdev;
 
+    if (f->ops) {
+        f->ops->notify(f, vector);
+        return;
+    }
+    pdev = PCI_DEVICE(f);
     if (msix_enabled(pdev)) {
         msix_notify(pdev, vector);
         tacc_counters_begin(f->pf);
@@ -186,6 +218,10 @@ void tacc_func_reset(TaccFunc *f)
     if (!f->fn) {
         memset(s->vf_mem_base, 0, sizeof(s->vf_mem_base));
         memset(s->vf_mem_size, 0, sizeof(s->vf_mem_size));
+        if (!s->virtio_window_busy || !s->virtio_window_busy(s->virtio)) {
+            s->virtio_mem_base = s->virtio_mem_reset[0];
+            s->virtio_mem_size = s->virtio_mem_reset[1];
+        }
         for (int i = 0; i < TACC_NUM_FUNCS; i++) {
             s->arb_weight[i] = 1;
         }

@@ -78,6 +78,12 @@ static bool tacc_reg64(TaccFunc *f, hwaddr reg, uint64_t *v)
         *v = (reg & 8) ? s->vf_mem_size[vf] : s->vf_mem_base[vf];
         return true;
     }
+    if (!f->fn && s->virtio && (reg == TACC_REG_VIRTIO_DEVMEM_BASE ||
+                                reg == TACC_REG_VIRTIO_DEVMEM_SIZE)) {
+        *v = reg == TACC_REG_VIRTIO_DEVMEM_SIZE ? s->virtio_mem_size
+                                                : s->virtio_mem_base;
+        return true;
+    }
     if (reg >= TACC_QUEUE_BASE(0) && reg < TACC_QUEUE_BASE(TACC_NUM_QUEUES)) {
         TaccQueue *q = &f->q[(reg - TACC_QUEUE_BASE(0)) / 0x100];
         switch (reg & 0xff) {
@@ -105,7 +111,8 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
     case TACC_REG_CAPS:
         return (f->fn ? TACC_CAP_VF : (s->total_vfs ? TACC_CAP_SRIOV : 0)) |
                TACC_CAP_MMU_2M | TACC_CAP_TRACE | TACC_CAP_SAMPLING |
-               TACC_CAP_FILL | TACC_CAP_TLB_INV_DONE;
+               TACC_CAP_FILL | TACC_CAP_TLB_INV_DONE |
+               (!f->fn && s->virtio ? TACC_CAP_VIRTIO_FN : 0);
     case TACC_REG_FUNC:
         return f->fn;
     case TACC_REG_NUM_QUEUES:
@@ -368,6 +375,19 @@ static void tacc_bar0_write_locked(TaccFunc *f, hwaddr addr, uint64_t val,
         tacc_set64((reg & 8) ? &s->vf_mem_size[vf] : &s->vf_mem_base[vf],
                    addr, val, size);
         tacc_tlb_invalidate(s, vf + 1, -1);
+        return;
+    }
+    if (!f->fn && s->virtio && (reg == TACC_REG_VIRTIO_DEVMEM_BASE ||
+                                reg == TACC_REG_VIRTIO_DEVMEM_SIZE)) {
+        if (s->virtio_window_busy(s->virtio)) {
+            qemu_log_mask(LOG_GUEST_ERROR, "tacc: virtio function window "
+                          "write refused: device-memory BOs exist\n");
+            return;
+        }
+        tacc_set64(reg == TACC_REG_VIRTIO_DEVMEM_SIZE ? &s->virtio_mem_size
+                                                      : &s->virtio_mem_base,
+                   addr, val, size);
+        tacc_tlb_invalidate(s, TACC_FN_VIRTIO, -1);
         return;
     }
     if (!f->fn && addr >= TACC_REG_ARB_WEIGHT(0) &&

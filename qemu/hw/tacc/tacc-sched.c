@@ -71,37 +71,62 @@ static void tacc_queue_error(TaccFunc *f, int qi, const char *why)
 
 /* ------------------------------------------------------------ fetch ---- */
 
+/*
+ * Put one fetched descriptor at the tail of queue qi's FIFO; false if it is
+ * full.  The SQ fetch below and a backend that feeds a queue itself
+ * (TaccFuncOps.fetch: virtio-tacc) both come through here.
+ */
+bool tacc_fifo_push(TaccFunc *f, int qi, const struct tacc_desc *d,
+                    uint64_t t_ps)
+{
+    TaccQueue *q = &f->q[qi];
+    TaccCmd *c;
+
+    if (q->f_count >= TACC_FIFO_DEPTH) {
+        return false;
+    }
+    c = &q->fifo[(q->f_head + q->f_count) % TACC_FIFO_DEPTH];
+    c->d = *d;
+    /* little-endian host assumed for the descriptor layout */
+    c->t_fetch_ps = t_ps;
+    c->seq = ++f->pf->fetch_seq;
+    tacc_counters_begin(f->pf);
+    q->f_count++;
+    if (!q->running && q->f_count == 1) {
+        q->ready_ps = MAX(q->ready_ps, t_ps);
+    }
+    f->cnt[TACC_CNT_queue0_depth_hwm + qi] =
+        MAX(f->cnt[TACC_CNT_queue0_depth_hwm + qi], q->f_count);
+    trace_tacc_fetch(f->fn, qi, c->d.opcode, c->d.job, c->d.index);
+    return true;
+}
+
 static void tacc_fetch(TaccFunc *f, int qi, uint64_t t_ps)
 {
     TaccQueue *q = &f->q[qi];
+    struct tacc_desc d;
 
+    if (f->ops) {
+        if (tacc_queue_on(f, q)) {
+            f->ops->fetch(f, qi, t_ps);
+        }
+        return;
+    }
     if (!q->sq_size) {
         return;                 /* never enabled with it; belt and braces */
     }
     while (tacc_queue_on(f, q) && q->f_count < TACC_FIFO_DEPTH &&
            q->sq_head != q->sq_tail) {
-        TaccCmd *c = &q->fifo[(q->f_head + q->f_count) % TACC_FIFO_DEPTH];
         uint64_t addr = q->sq_base + (uint64_t)q->sq_head * TACC_DESC_SIZE;
 
-        if (pci_dma_read(PCI_DEVICE(f), addr, &c->d, TACC_DESC_SIZE) !=
-            MEMTX_OK) {
+        if (tacc_func_dma(f, addr, &d, TACC_DESC_SIZE, false) != MEMTX_OK) {
             f->cnt[TACC_CNT_dma_errors]++;
             f->pf->gt.dma_errors++;
             tacc_queue_error(f, qi, "descriptor fetch DMA failed");
             return;
         }
-        /* little-endian host assumed for the descriptor layout */
-        c->t_fetch_ps = t_ps;
-        c->seq = ++f->pf->fetch_seq;
-        tacc_counters_begin(f->pf);
         q->sq_head = (q->sq_head + 1) % q->sq_size;
-        q->f_count++;
-        if (!q->running && q->f_count == 1) {
-            q->ready_ps = MAX(q->ready_ps, t_ps);
-        }
-        f->cnt[TACC_CNT_queue0_depth_hwm + qi] =
-            MAX(f->cnt[TACC_CNT_queue0_depth_hwm + qi], q->f_count);
-        trace_tacc_fetch(f->fn, qi, c->d.opcode, c->d.job, c->d.index);
+        tacc_fifo_push(f, qi, &d, t_ps);
     }
 }
 
@@ -113,6 +138,13 @@ static bool tacc_cq_write(TaccFunc *f, int qi, struct tacc_cqe *cqe)
     TaccState *s = f->pf;
     struct tacc_cqe out = *cqe;
 
+    if (f->ops) {
+        f->cnt[TACC_CNT_jobs_completed]++;
+        s->gt.jobs++;
+        trace_tacc_cqe(f->fn, qi, cqe->job, cqe->status, cqe->start, cqe->end);
+        f->ops->complete(f, qi, cqe);
+        return true;
+    }
     if (!q->cq_size) {
         tacc_queue_error(f, qi, "completion with no CQ");
         return true;
@@ -126,9 +158,8 @@ static bool tacc_cq_write(TaccFunc *f, int qi, struct tacc_cqe *cqe)
         out.status = TACC_ST_CORRUPT;
         trace_tacc_fi_corrupt_cqe(f->fn, qi);
     }
-    if (pci_dma_write(PCI_DEVICE(f),
-                      q->cq_base + (uint64_t)q->cq_tail * TACC_CQE_SIZE,
-                      &out, TACC_CQE_SIZE) != MEMTX_OK) {
+    if (tacc_func_dma(f, q->cq_base + (uint64_t)q->cq_tail * TACC_CQE_SIZE,
+                      &out, TACC_CQE_SIZE, true) != MEMTX_OK) {
         f->cnt[TACC_CNT_dma_errors]++;
         s->gt.dma_errors++;
         tacc_queue_error(f, qi, "completion DMA failed");
@@ -749,6 +780,9 @@ void tacc_queue_reset(TaccFunc *f, int qi)
     q->status = 0;
     q->ready_ps = 0;
     trace_tacc_queue_reset(f->fn, qi);
+    if (f->ops) {
+        f->ops->queue_reset(f, qi);
+    }
 }
 
 /* The ring registers an enable checks; NULL if they are good. */

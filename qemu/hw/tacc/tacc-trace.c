@@ -26,7 +26,7 @@ void tacc_ring_wb(TaccFunc *f, uint64_t wb, uint32_t prod, uint32_t dropped)
     };
 
     if (wb && !(wb & 7)) {
-        pci_dma_write(PCI_DEVICE(f), wb, &w, sizeof(w));
+        tacc_func_dma(f, wb, &w, sizeof(w), true);
     }
 }
 
@@ -38,21 +38,16 @@ static bool tacc_ring_ok(uint64_t base, uint32_t size, uint32_t align)
 
 void tacc_trace_record(TaccFunc *f, TaccUnit *u, uint64_t end_ps)
 {
-    TaccState *s = f->pf;
     struct tacc_trace_rec r;
-    uint32_t used;
 
     if (!(f->trace_ctrl & 1) || !tacc_ring_ok(f->trace_base, f->trace_size, 64)) {
         return;
     }
     memset(&r, 0, sizeof(r));
-    r.version = TACC_TRACE_VERSION;
     r.opcode = u->cmd.d.opcode;
     r.engine = u->engine;
     r.queue = u->q;
-    r.func = cpu_to_le16(f->fn);
     r.ctx = cpu_to_le16(u->cmd.d.ctx);
-    r.seq = cpu_to_le32(f->trace_seq++);
     r.job = cpu_to_le32(u->cmd.d.job);
     r.tag = cpu_to_le64(u->cmd.d.tag);
     r.t_fetch = cpu_to_le64(u->cmd.t_fetch_ps / PS_PER_NS);
@@ -63,7 +58,24 @@ void tacc_trace_record(TaccFunc *f, TaccUnit *u, uint64_t end_ps)
     r.index = cpu_to_le16(u->cmd.d.index);
     r.status = cpu_to_le16(u->res.status);
     r.tlb_misses = cpu_to_le16(MIN(u->res.tlb_misses, UINT16_MAX));
+    tacc_trace_put(f, &r);
+}
 
+/*
+ * Append one record to the function's ring (version, function and sequence
+ * set here), or drop it: a dropped record still uses its sequence number.
+ */
+void tacc_trace_put(TaccFunc *f, struct tacc_trace_rec *r)
+{
+    TaccState *s = f->pf;
+    uint32_t used;
+
+    if (!(f->trace_ctrl & 1) || !tacc_ring_ok(f->trace_base, f->trace_size, 64)) {
+        return;
+    }
+    r->version = TACC_TRACE_VERSION;
+    r->func = cpu_to_le16(f->fn);
+    r->seq = cpu_to_le32(f->trace_seq++);
     tacc_counters_begin(s);
     used = f->trace_prod - f->trace_cons;
     if (used >= f->trace_size) {
@@ -75,7 +87,7 @@ void tacc_trace_record(TaccFunc *f, TaccUnit *u, uint64_t end_ps)
         uint64_t a = f->trace_base +
                      (uint64_t)(f->trace_prod & (f->trace_size - 1)) *
                      TACC_TRACE_REC_SIZE;
-        if (pci_dma_write(PCI_DEVICE(f), a, &r, sizeof(r)) != MEMTX_OK) {
+        if (tacc_func_dma(f, a, r, sizeof(*r), true) != MEMTX_OK) {
             f->cnt[TACC_CNT_dma_errors]++;
             s->gt.dma_errors++;
             tacc_irq_cause(f, TACC_IRQ_DMA_ERROR);
@@ -153,7 +165,7 @@ static void tacc_sample_timer_locked(TaccFunc *f)
         uint64_t a = f->sample_base +
                      (uint64_t)(f->sample_prod & (f->sample_size - 1)) *
                      TACC_SAMPLE_SIZE;
-        if (pci_dma_write(PCI_DEVICE(f), a, buf, sizeof(buf)) == MEMTX_OK) {
+        if (tacc_func_dma(f, a, buf, sizeof(buf), true) == MEMTX_OK) {
             f->sample_prod++;
             if (f->sample_prod - f->sample_cons == f->sample_size / 2) {
                 tacc_irq_cause(f, TACC_IRQ_SAMPLE);

@@ -14,6 +14,8 @@
  *   tacc-mmu.c    device MMU: page-table walks, TLB
  *   tacc-model.c  timing model: PCIe link, compute, device memory
  *   tacc-trace.c  trace ring, counter sampling
+ *   virtio-tacc.c virtio-tacc backend: the paravirtual function (docs/virtio.md)
+ *   virtio-tacc-pci.c  its virtio-pci proxy "virtio-tacc-pci"
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -21,6 +23,7 @@
 #define HW_TACC_H
 
 #include "hw/pci/pci_device.h"
+#include "system/dma.h"
 #include "qemu/timer.h"
 #include "qemu/thread.h"
 #include "qom/object.h"
@@ -33,7 +36,7 @@
 OBJECT_DECLARE_SIMPLE_TYPE(TaccFunc, TACC_FUNC)
 OBJECT_DECLARE_SIMPLE_TYPE(TaccState, TACC)
 
-#define TACC_NUM_FUNCS          (1 + TACC_MAX_VFS)
+#define TACC_NUM_FUNCS          (TACC_FN_VIRTIO + 1)   /* PF, VFs, virtio */
 #define TACC_FIFO_DEPTH         256     /* fetched descriptors per queue */
 #define TACC_MSIX_BAR_SIZE      0x1000
 #define TACC_MSIX_PBA_OFFSET    0x800
@@ -153,10 +156,26 @@ typedef struct TaccTlbEntry {
     uint64_t lru;
 } TaccTlbEntry;
 
+/*
+ * A function that is not a PCI function of this device (virtio-tacc: its
+ * PCIDevice part is unused) reaches memory, interrupts and its queues'
+ * input and output through these hooks; NULL for the PF and the VFs.
+ */
+typedef struct TaccFuncOps {
+    AddressSpace *(*dma_as)(TaccFunc *f);
+    bool (*active)(TaccFunc *f);
+    void (*notify)(TaccFunc *f, unsigned vector);
+    void (*fetch)(TaccFunc *f, int q, uint64_t t_ps);      /* fill the FIFO */
+    void (*complete)(TaccFunc *f, int q, const struct tacc_cqe *cqe);
+    bool (*pt_read)(TaccFunc *f, uint64_t addr, uint64_t *pte);
+    void (*queue_reset)(TaccFunc *f, int q);   /* its FIFO was emptied */
+} TaccFuncOps;
+
 struct TaccFunc {
     PCIDevice parent_obj;
 
     TaccState *pf;
+    const TaccFuncOps *ops;     /* NULL: a PCI function (PF, VF) */
     int fn;                     /* 0 = PF, 1.. = VF number + 1 */
     MemoryRegion bar0, bar2, bar4;
 
@@ -214,6 +233,10 @@ struct TaccState {
 
     uint8_t *devmem;
     uint64_t vf_mem_base[TACC_MAX_VFS], vf_mem_size[TACC_MAX_VFS];
+    TaccFunc *virtio;           /* attached virtio-tacc function, or NULL */
+    uint64_t virtio_mem_base, virtio_mem_size;
+    uint64_t virtio_mem_reset[2];       /* its properties: base, size */
+    bool (*virtio_window_busy)(TaccFunc *f);   /* device BOs exist */
     uint32_t arb_weight[TACC_NUM_FUNCS];
 
     TaccTlbEntry *tlb;
@@ -261,6 +284,9 @@ void tacc_msix_notify(TaccFunc *f, unsigned vector);
 bool tacc_func_active(TaccFunc *f);
 uint64_t tacc_now_ps(TaccState *s);
 void tacc_window(TaccFunc *f, uint64_t *base, uint64_t *size);
+AddressSpace *tacc_func_as(TaccFunc *f);
+MemTxResult tacc_func_dma(TaccFunc *f, uint64_t addr, void *buf, uint64_t len,
+                          bool write);
 
 /* tacc-regs.c */
 extern const MemoryRegionOps tacc_bar0_ops;
@@ -276,6 +302,8 @@ void tacc_queue_doorbell(TaccFunc *f, int q, uint32_t tail);
 void tacc_queue_ctrl(TaccFunc *f, int q, uint32_t val);
 void tacc_queue_cq_head(TaccFunc *f, int q, uint32_t head);
 void tacc_queue_reset(TaccFunc *f, int q);
+bool tacc_fifo_push(TaccFunc *f, int q, const struct tacc_desc *d,
+                    uint64_t t_ps);
 void tacc_func_abort_all(TaccFunc *f);
 uint32_t tacc_queue_status(TaccFunc *f, int q);
 bool tacc_func_idle(TaccFunc *f);
@@ -319,6 +347,7 @@ unsigned tacc_link_rate_gt(TaccState *s);
 
 /* tacc-trace.c */
 void tacc_trace_record(TaccFunc *f, TaccUnit *u, uint64_t end_ps);
+void tacc_trace_put(TaccFunc *f, struct tacc_trace_rec *r);
 void tacc_sample_rearm(TaccFunc *f);
 void tacc_sample_timer(void *opaque);
 void tacc_ring_wb(TaccFunc *f, uint64_t wb, uint32_t prod, uint32_t dropped);

@@ -1,0 +1,1242 @@
+/*
+ * virtio-tacc: the paravirtual tacc function - backend (docs/virtio.md).
+ *
+ * A VirtIODevice that is function TACC_FN_VIRTIO of the linked tacc PF:
+ *   control queue  contexts, BOs (guest pages by address, read in place),
+ *                  VM_BIND into page tables the backend owns, trace ring
+ *   submit queue   batches of whole jobs, checked whole, fed into the
+ *                  function's hardware queues (the scheduler's FIFOs); a
+ *                  buffer is used when all its jobs completed
+ *   shared memory  fence slots (seqno per context and ring), counter block
+ * The engines, MMU, TLB, trace records and counters are the device's own
+ * (tacc-sched.c, tacc-exec.c ...), reached through TaccFuncOps.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu/osdep.h"
+#include "qemu/iov.h"
+#include "qemu/log.h"
+#include "qemu/main-loop.h"
+#include "qemu/module.h"
+#include "qapi/error.h"
+#include "hw/qdev-properties.h"
+#include "hw/virtio/virtio.h"
+#include "standard-headers/linux/virtio_config.h"
+#include "virtio-tacc.h"
+#include "trace.h"
+
+#define VT_PAGE                 4096ull
+#define VT_MAX_CTRL_LEN         (sizeof(struct tacc_virtio_hdr) + \
+                                 sizeof(struct tacc_virtio_bo_create) + \
+                                 TACC_VIRTIO_MAX_BO_ENTS * \
+                                 sizeof(struct tacc_virtio_mem_entry))
+#define VT_MAX_SUBMIT_LEN       (sizeof(struct tacc_virtio_submit) + \
+                                 TACC_VIRTIO_MAX_BATCH_JOBS * \
+                                 (sizeof(struct tacc_virtio_job) + \
+                                  TACC_VIRTIO_MAX_JOB_CMDS * TACC_DESC_SIZE))
+
+struct VtBo {
+    uint32_t handle;
+    uint32_t ctx;
+    bool devmem;
+    uint64_t size;
+    uint64_t dev_off;           /* devmem: offset in the function's window */
+    uint32_t nents;
+    struct tacc_virtio_mem_entry *ents;     /* host: pages, host byte order */
+    uint32_t binds;
+};
+
+struct VtBatch {
+    VirtQueueElement *elem;
+    uint32_t njobs, done, failed;
+    uint32_t status;
+    struct tacc_virtio_job_status *st;
+};
+
+struct VtJob {
+    QSIMPLEQ_ENTRY(VtJob) next;
+    VtBatch *batch;
+    uint32_t idx;               /* in its batch */
+    uint32_t ctx;
+    uint16_t ring, ncmds;
+    uint64_t seqno, tag;
+    uint32_t devjob;
+    uint64_t kick_ps;
+    struct tacc_desc *cmds;
+};
+
+static VirtIOTacc *vt_of(TaccFunc *f)
+{
+    return container_of(f, VirtIOTacc, func);
+}
+
+static uint32_t G_GNUC_PRINTF(2, 3) vt_bad(uint32_t status, const char *fmt,
+                                           ...)
+{
+    va_list ap;
+    g_autofree char *msg = NULL;
+
+    va_start(ap, fmt);
+    msg = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    qemu_log_mask(LOG_GUEST_ERROR, "virtio-tacc: %s\n", msg);
+    trace_virtio_tacc_refused(status, msg);
+    return status;
+}
+
+/* ------------------------------------------------------ page tables ---- */
+
+static bool vt_pt_read(TaccFunc *f, uint64_t addr, uint64_t *pte)
+{
+    VirtIOTacc *vt = vt_of(f);
+    uint64_t id = addr >> TACC_PAGE_SHIFT;
+
+    if (!id || id > TACC_VIRTIO_MAX_PT_PAGES || !vt->pt[id] || (addr & 7)) {
+        return false;
+    }
+    *pte = cpu_to_le64(vt->pt[id][(addr & (VT_PAGE - 1)) / 8]);
+    return true;
+}
+
+static uint32_t vt_pt_alloc(VirtIOTacc *vt)
+{
+    for (uint32_t id = 1; id <= TACC_VIRTIO_MAX_PT_PAGES; id++) {
+        if (!vt->pt[id]) {
+            vt->pt[id] = g_new0(uint64_t, TACC_PT_ENTRIES);
+            vt->pt_used++;
+            return id;
+        }
+    }
+    return 0;
+}
+
+static void vt_pt_free_tree(VirtIOTacc *vt, uint32_t id, int level)
+{
+    uint64_t *t;
+
+    if (!id || !vt->pt[id]) {
+        return;
+    }
+    t = vt->pt[id];
+    if (level < 2) {
+        for (int i = 0; i < TACC_PT_ENTRIES; i++) {
+            if (t[i] & TACC_PTE_VALID) {
+                vt_pt_free_tree(vt, (t[i] & TACC_PTE_ADDR_MASK) >> 12,
+                                level + 1);
+            }
+        }
+    }
+    g_free(t);
+    vt->pt[id] = NULL;
+    vt->pt_used--;
+}
+
+/* The level-2 entry of va in ctx, creating tables on the way (if @make). */
+static uint64_t *vt_pt_slot(VirtIOTacc *vt, VtCtx *c, uint64_t va, bool make)
+{
+    uint32_t id = c->root;
+
+    for (int level = 0; level < 2; level++) {
+        uint64_t *e = &vt->pt[id][(va >> (30 - 9 * level)) & 511];
+        if (!(*e & TACC_PTE_VALID)) {
+            uint32_t n = make ? vt_pt_alloc(vt) : 0;
+            if (!n) {
+                return NULL;
+            }
+            *e = ((uint64_t)n << 12) | TACC_PTE_VALID;
+        }
+        id = (*e & TACC_PTE_ADDR_MASK) >> 12;
+    }
+    return &vt->pt[id][(va >> 12) & 511];
+}
+
+/* ------------------------------------------------------------ state ---- */
+
+static VtCtx *vt_ctx(VirtIOTacc *vt, uint32_t ctx)
+{
+    return ctx < TACC_NUM_CONTEXTS && vt->ctx[ctx].used ? &vt->ctx[ctx] : NULL;
+}
+
+static void vt_fence_write(VirtIOTacc *vt, uint32_t ctx, int ring,
+                           uint64_t seqno, uint16_t status, bool failed)
+{
+    uint8_t *p = vt->fences + (ctx * TACC_VIRTIO_NUM_RINGS + ring) *
+                 TACC_VIRTIO_FENCE_SIZE;
+
+    stl_le_p(p + 8, status);
+    if (failed) {
+        stl_le_p(p + 12, ldl_le_p(p + 12) + 1);
+    }
+    smp_wmb();                  /* status, failed before seqno (release) */
+    stq_le_p(p, seqno);
+}
+
+static void vt_bo_free(VirtIOTacc *vt, VtBo *bo)
+{
+    g_hash_table_remove(vt->bos, GUINT_TO_POINTER(bo->handle));
+}
+
+static void vt_bo_destroy_cb(gpointer p)
+{
+    VtBo *bo = p;
+
+    g_free(bo->ents);
+    g_free(bo);
+}
+
+static void vt_ctx_free(VirtIOTacc *vt, uint32_t ctx)
+{
+    VtCtx *c = &vt->ctx[ctx];
+    GHashTableIter it;
+    gpointer v;
+
+    vt->func.ptbr[ctx] = 0;
+    tacc_tlb_invalidate(vt->pf, TACC_FN_VIRTIO, ctx);
+    vt_pt_free_tree(vt, c->root, 0);
+    if (c->binds) {
+        g_array_free(c->binds, true);
+    }
+    g_hash_table_iter_init(&it, vt->bos);
+    while (g_hash_table_iter_next(&it, NULL, &v)) {
+        if (((VtBo *)v)->ctx == ctx) {
+            g_hash_table_iter_remove(&it);
+        }
+    }
+    memset(c, 0, sizeof(*c));
+}
+
+static bool vt_window_busy(TaccFunc *f)
+{
+    VirtIOTacc *vt = vt_of(f);
+    GHashTableIter it;
+    gpointer v;
+
+    g_hash_table_iter_init(&it, vt->bos);
+    while (g_hash_table_iter_next(&it, NULL, &v)) {
+        if (((VtBo *)v)->devmem) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* First fit in the window, 4 KiB granules; UINT64_MAX if it does not fit. */
+static uint64_t vt_devmem_alloc(VirtIOTacc *vt, uint64_t size)
+{
+    uint64_t base, wsize, at = 0;
+    bool moved = true;
+    GHashTableIter it;
+    gpointer v;
+
+    tacc_window(&vt->func, &base, &wsize);
+    while (moved) {
+        moved = false;
+        g_hash_table_iter_init(&it, vt->bos);
+        while (g_hash_table_iter_next(&it, NULL, &v)) {
+            VtBo *bo = v;
+            if (bo->devmem && bo->dev_off < at + size &&
+                at < bo->dev_off + bo->size) {
+                at = bo->dev_off + bo->size;
+                moved = true;
+            }
+        }
+    }
+    return at <= wsize && size <= wsize - at ? at : UINT64_MAX;
+}
+
+/* --------------------------------------------------------- control ---- */
+
+static uint32_t vt_ctx_create(VirtIOTacc *vt, uint64_t *value)
+{
+    for (uint32_t i = 0; i < TACC_NUM_CONTEXTS; i++) {
+        VtCtx *c = &vt->ctx[i];
+        if (c->used) {
+            continue;
+        }
+        c->root = vt_pt_alloc(vt);
+        if (!c->root) {
+            return vt_bad(TACC_VIRTIO_ERR_NOSPC, "no page-table page left");
+        }
+        c->used = true;
+        c->binds = g_array_new(false, true, sizeof(VtBind));
+        memset(vt->fences + i * TACC_VIRTIO_NUM_RINGS * TACC_VIRTIO_FENCE_SIZE,
+               0, TACC_VIRTIO_NUM_RINGS * TACC_VIRTIO_FENCE_SIZE);
+        vt->func.ptbr[i] = ((uint64_t)c->root << 12) | TACC_PTBR_VALID;
+        tacc_tlb_invalidate(vt->pf, TACC_FN_VIRTIO, i);
+        *value = i;
+        return TACC_VIRTIO_OK;
+    }
+    return vt_bad(TACC_VIRTIO_ERR_NOSPC, "all %d contexts in use",
+                  TACC_NUM_CONTEXTS);
+}
+
+static uint32_t vt_ctx_destroy(VirtIOTacc *vt, uint32_t ctx)
+{
+    VtCtx *c = vt_ctx(vt, ctx);
+
+    if (!c) {
+        return vt_bad(TACC_VIRTIO_ERR_NOENT, "CTX_DESTROY of no context %u",
+                      ctx);
+    }
+    if (c->inflight) {
+        return TACC_VIRTIO_ERR_BUSY;
+    }
+    vt_ctx_free(vt, ctx);
+    return TACC_VIRTIO_OK;
+}
+
+static uint32_t vt_bo_create(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
+                             size_t len, uint64_t *value)
+{
+    VirtIODevice *vdev = VIRTIO_DEVICE(vt);
+    struct tacc_virtio_bo_create r;
+    uint64_t size, total = 0;
+    uint32_t flags, n;
+    VtBo *bo;
+
+    if (!vt_ctx(vt, ctx)) {
+        return vt_bad(TACC_VIRTIO_ERR_NOENT, "BO_CREATE in no context %u", ctx);
+    }
+    if (len < sizeof(r)) {
+        return vt_bad(TACC_VIRTIO_ERR_INVAL, "BO_CREATE truncated");
+    }
+    memcpy(&r, b, sizeof(r));
+    size = le64_to_cpu(r.size);
+    flags = le32_to_cpu(r.flags);
+    n = le32_to_cpu(r.nr_ents);
+    if (!size || size > TACC_VIRTIO_MAX_BO_SIZE || (size & (VT_PAGE - 1)) ||
+        (flags & ~TACC_VIRTIO_BO_DEVMEM)) {
+        return vt_bad(TACC_VIRTIO_ERR_INVAL, "BO_CREATE size 0x%" PRIx64
+                      " flags 0x%x", size, flags);
+    }
+    if (g_hash_table_size(vt->bos) >= TACC_VIRTIO_MAX_BOS) {
+        return vt_bad(TACC_VIRTIO_ERR_NOSPC, "BO_CREATE: no handle left");
+    }
+    if (flags & TACC_VIRTIO_BO_DEVMEM) {
+        uint64_t off;
+
+        if (!virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_DEVMEM)) {
+            return vt_bad(TACC_VIRTIO_ERR_UNSUPP, "devmem BO, F_DEVMEM off");
+        }
+        if (n || len != sizeof(r)) {
+            return vt_bad(TACC_VIRTIO_ERR_INVAL, "devmem BO with pages");
+        }
+        off = vt_devmem_alloc(vt, size);
+        if (off == UINT64_MAX) {
+            return TACC_VIRTIO_ERR_NOSPC;
+        }
+        bo = g_new0(VtBo, 1);
+        bo->devmem = true;
+        bo->dev_off = off;
+        {
+            uint64_t base, wsize;
+            tacc_window(&vt->func, &base, &wsize);
+            memset(vt->pf->devmem + base + off, 0, size);   /* scrub */
+        }
+    } else {
+        if (!n || n > TACC_VIRTIO_MAX_BO_ENTS || n > size / VT_PAGE ||
+            len != sizeof(r) + (size_t)n * sizeof(struct tacc_virtio_mem_entry)) {
+            return vt_bad(TACC_VIRTIO_ERR_INVAL, "BO_CREATE %u entries in %zu "
+                          "bytes", n, len);
+        }
+        bo = g_new0(VtBo, 1);
+        bo->ents = g_new(struct tacc_virtio_mem_entry, n);
+        memcpy(bo->ents, b + sizeof(r), n * sizeof(*bo->ents));
+        for (uint32_t i = 0; i < n; i++) {
+            uint64_t a = le64_to_cpu(bo->ents[i].addr);
+            uint32_t l = le32_to_cpu(bo->ents[i].length);
+            if (!l || ((a | l) & (VT_PAGE - 1)) || a + l < a ||
+                ((a + l - 1) & ~TACC_PTE_ADDR_MASK & ~(VT_PAGE - 1))) {
+                g_free(bo->ents);
+                g_free(bo);
+                return vt_bad(TACC_VIRTIO_ERR_INVAL, "BO_CREATE entry %u: "
+                              "0x%" PRIx64 "+0x%x", i, a, l);
+            }
+            bo->ents[i].addr = a;
+            bo->ents[i].length = l;
+            total += l;
+        }
+        if (total != size) {
+            g_free(bo->ents);
+            g_free(bo);
+            return vt_bad(TACC_VIRTIO_ERR_INVAL, "BO_CREATE entries add up to "
+                          "0x%" PRIx64 ", size 0x%" PRIx64, total, size);
+        }
+        bo->nents = n;
+    }
+    bo->ctx = ctx;
+    bo->size = size;
+    do {
+        bo->handle = ++vt->next_handle;
+    } while (!bo->handle ||
+             g_hash_table_contains(vt->bos, GUINT_TO_POINTER(bo->handle)));
+    g_hash_table_insert(vt->bos, GUINT_TO_POINTER(bo->handle), bo);
+    *value = bo->handle;
+    return TACC_VIRTIO_OK;
+}
+
+/* The BO @handle, if it exists and belongs to ctx (else *st says why). */
+static VtBo *vt_bo_get(VirtIOTacc *vt, uint32_t ctx, uint32_t handle,
+                       uint32_t *st)
+{
+    VtBo *bo = g_hash_table_lookup(vt->bos, GUINT_TO_POINTER(handle));
+
+    if (!vt_ctx(vt, ctx)) {
+        *st = vt_bad(TACC_VIRTIO_ERR_NOENT, "no context %u", ctx);
+        return NULL;
+    }
+    if (!bo) {
+        *st = vt_bad(TACC_VIRTIO_ERR_NOENT, "no BO %u", handle);
+        return NULL;
+    }
+    if (bo->ctx != ctx) {
+        *st = vt_bad(TACC_VIRTIO_ERR_PERM, "context %u names BO %u of "
+                     "context %u", ctx, handle, bo->ctx);
+        return NULL;
+    }
+    return bo;
+}
+
+static uint32_t vt_bo_destroy(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
+                              size_t len)
+{
+    struct tacc_virtio_bo_destroy r;
+    uint32_t st;
+    VtBo *bo;
+
+    if (len != sizeof(r)) {
+        return vt_bad(TACC_VIRTIO_ERR_INVAL, "BO_DESTROY length %zu", len);
+    }
+    memcpy(&r, b, sizeof(r));
+    bo = vt_bo_get(vt, ctx, le32_to_cpu(r.handle), &st);
+    if (!bo) {
+        return st;
+    }
+    if (bo->binds || vt->ctx[ctx].inflight) {
+        return TACC_VIRTIO_ERR_BUSY;
+    }
+    vt_bo_free(vt, bo);
+    return TACC_VIRTIO_OK;
+}
+
+/* The PTE of BO page @off (host: walking entries from *ei/*eoff). */
+static uint64_t vt_bo_pte(VtBo *bo, uint64_t off, uint32_t *ei, uint64_t *base)
+{
+    if (bo->devmem) {
+        return ((bo->dev_off + off) & TACC_PTE_ADDR_MASK) | TACC_PTE_DEVMEM;
+    }
+    while (off >= *base + bo->ents[*ei].length) {
+        *base += bo->ents[*ei].length;
+        (*ei)++;
+    }
+    return (bo->ents[*ei].addr + (off - *base)) & TACC_PTE_ADDR_MASK;
+}
+
+static void vt_unmap(VirtIOTacc *vt, VtCtx *c, uint64_t va, uint64_t size)
+{
+    for (uint64_t o = 0; o < size; o += VT_PAGE) {
+        uint64_t *e = vt_pt_slot(vt, c, va + o, false);
+        if (e) {
+            *e = 0;
+        }
+    }
+}
+
+static uint32_t vt_vm_bind(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
+                           size_t len)
+{
+    struct tacc_virtio_vm_bind r;
+    VtBind bd = { 0 };
+    uint64_t ei_base = 0;
+    uint32_t st, ei = 0, flags;
+    VtCtx *c;
+    VtBo *bo;
+
+    if (len != sizeof(r)) {
+        return vt_bad(TACC_VIRTIO_ERR_INVAL, "VM_BIND length %zu", len);
+    }
+    memcpy(&r, b, sizeof(r));
+    bo = vt_bo_get(vt, ctx, le32_to_cpu(r.handle), &st);
+    if (!bo) {
+        return st;
+    }
+    c = &vt->ctx[ctx];
+    bd.va = le64_to_cpu(r.va);
+    bd.offset = le64_to_cpu(r.offset);
+    bd.size = le64_to_cpu(r.size);
+    flags = le32_to_cpu(r.flags);
+    if (!bd.size || ((bd.va | bd.offset | bd.size) & (VT_PAGE - 1)) ||
+        (flags & ~TACC_VIRTIO_BIND_READONLY) ||
+        bd.va >= (1ull << TACC_VA_BITS) ||
+        bd.size > (1ull << TACC_VA_BITS) - bd.va ||
+        bd.offset > bo->size || bd.size > bo->size - bd.offset) {
+        return vt_bad(TACC_VIRTIO_ERR_INVAL, "VM_BIND va 0x%" PRIx64 " offset "
+                      "0x%" PRIx64 " size 0x%" PRIx64 " flags 0x%x of a "
+                      "0x%" PRIx64 "-byte BO", bd.va, bd.offset, bd.size,
+                      flags, bo->size);
+    }
+    for (guint i = 0; i < c->binds->len; i++) {
+        VtBind *o = &g_array_index(c->binds, VtBind, i);
+        if (bd.va < o->va + o->size && o->va < bd.va + bd.size) {
+            return vt_bad(TACC_VIRTIO_ERR_BUSY, "VM_BIND over a bound range");
+        }
+    }
+    bd.bo = bo;
+    bd.ro = flags & TACC_VIRTIO_BIND_READONLY;
+    for (uint64_t o = 0; o < bd.size; o += VT_PAGE) {
+        uint64_t *e = vt_pt_slot(vt, c, bd.va + o, true);
+        if (!e) {
+            vt_unmap(vt, c, bd.va, o);
+            return vt_bad(TACC_VIRTIO_ERR_NOSPC, "VM_BIND: page tables full");
+        }
+        *e = vt_bo_pte(bo, bd.offset + o, &ei, &ei_base) | TACC_PTE_VALID |
+             (bd.ro ? 0 : TACC_PTE_WRITE);
+    }
+    bo->binds++;
+    g_array_append_val(c->binds, bd);
+    tacc_tlb_invalidate(vt->pf, TACC_FN_VIRTIO, ctx);
+    return TACC_VIRTIO_OK;
+}
+
+static uint32_t vt_vm_unbind(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
+                             size_t len)
+{
+    struct tacc_virtio_vm_unbind r;
+    VtCtx *c = vt_ctx(vt, ctx);
+    uint64_t va, size;
+
+    if (!c) {
+        return vt_bad(TACC_VIRTIO_ERR_NOENT, "VM_UNBIND in no context %u", ctx);
+    }
+    if (len != sizeof(r)) {
+        return vt_bad(TACC_VIRTIO_ERR_INVAL, "VM_UNBIND length %zu", len);
+    }
+    memcpy(&r, b, sizeof(r));
+    va = le64_to_cpu(r.va);
+    size = le64_to_cpu(r.size);
+    for (guint i = 0; i < c->binds->len; i++) {
+        VtBind *o = &g_array_index(c->binds, VtBind, i);
+        if (o->va == va && o->size == size) {
+            if (c->inflight) {
+                return TACC_VIRTIO_ERR_BUSY;
+            }
+            vt_unmap(vt, c, va, size);
+            tacc_tlb_invalidate(vt->pf, TACC_FN_VIRTIO, ctx);
+            o->bo->binds--;
+            g_array_remove_index_fast(c->binds, i);
+            return TACC_VIRTIO_OK;
+        }
+    }
+    return vt_bad(TACC_VIRTIO_ERR_NOENT, "VM_UNBIND of no binding 0x%" PRIx64
+                  "+0x%" PRIx64, va, size);
+}
+
+static uint32_t vt_trace_setup(VirtIOTacc *vt, const uint8_t *b, size_t len)
+{
+    struct tacc_virtio_trace_setup r;
+    TaccFunc *f = &vt->func;
+    uint64_t base, wb;
+    uint32_t n;
+
+    if (len != sizeof(r)) {
+        return vt_bad(TACC_VIRTIO_ERR_INVAL, "TRACE_SETUP length %zu", len);
+    }
+    memcpy(&r, b, sizeof(r));
+    base = le64_to_cpu(r.base);
+    wb = le64_to_cpu(r.wb);
+    n = le32_to_cpu(r.entries);
+    if (base && ((base & 63) || n < 2 || n > (1u << 20) || !is_power_of_2(n) ||
+                 (wb & 7) || le32_to_cpu(r.enable) > 1)) {
+        return vt_bad(TACC_VIRTIO_ERR_INVAL, "TRACE_SETUP base 0x%" PRIx64
+                      " entries %u wb 0x%" PRIx64, base, n, wb);
+    }
+    f->trace_base = base;
+    f->trace_size = base ? n : 0;
+    f->trace_wb = wb;
+    f->trace_ctrl = base ? le32_to_cpu(r.enable) : 0;
+    f->trace_prod = f->trace_cons = 0;
+    return TACC_VIRTIO_OK;
+}
+
+static uint32_t vt_trace_consume(VirtIOTacc *vt, const uint8_t *b, size_t len)
+{
+    struct tacc_virtio_trace_consume r;
+    TaccFunc *f = &vt->func;
+    uint32_t cons;
+
+    if (len != sizeof(r)) {
+        return vt_bad(TACC_VIRTIO_ERR_INVAL, "TRACE_CONSUME length %zu", len);
+    }
+    memcpy(&r, b, sizeof(r));
+    cons = le32_to_cpu(r.cons);
+    if ((uint32_t)(f->trace_prod - cons) > f->trace_size ||
+        (uint32_t)(cons - f->trace_cons) > f->trace_size) {
+        return vt_bad(TACC_VIRTIO_ERR_INVAL, "TRACE_CONSUME %u (prod %u)",
+                      cons, f->trace_prod);
+    }
+    f->trace_cons = cons;
+    return TACC_VIRTIO_OK;
+}
+
+static uint32_t vt_ctrl(VirtIOTacc *vt, const uint8_t *req, size_t len,
+                        uint64_t *value)
+{
+    VirtIODevice *vdev = VIRTIO_DEVICE(vt);
+    struct tacc_virtio_hdr h;
+    const uint8_t *b = req + sizeof(h);
+    size_t blen;
+    uint32_t ctx;
+
+    if (len < sizeof(h)) {
+        return vt_bad(TACC_VIRTIO_ERR_INVAL, "control request of %zu bytes",
+                      len);
+    }
+    memcpy(&h, req, sizeof(h));
+    blen = len - sizeof(h);
+    ctx = le32_to_cpu(h.ctx);
+    if (h.version != TACC_VIRTIO_MSG_VERSION || h.flags) {
+        return vt_bad(TACC_VIRTIO_ERR_VERSION, "message version %u flags 0x%x",
+                      h.version, h.flags);
+    }
+    trace_virtio_tacc_ctrl(le16_to_cpu(h.type), ctx, le64_to_cpu(h.tag));
+    switch (le16_to_cpu(h.type)) {
+    case TACC_VIRTIO_CTX_CREATE:
+        return blen ? vt_bad(TACC_VIRTIO_ERR_INVAL, "CTX_CREATE with a body")
+                    : vt_ctx_create(vt, value);
+    case TACC_VIRTIO_CTX_DESTROY:
+        return blen ? vt_bad(TACC_VIRTIO_ERR_INVAL, "CTX_DESTROY with a body")
+                    : vt_ctx_destroy(vt, ctx);
+    case TACC_VIRTIO_BO_CREATE:
+        return vt_bo_create(vt, ctx, b, blen, value);
+    case TACC_VIRTIO_BO_DESTROY:
+        return vt_bo_destroy(vt, ctx, b, blen);
+    case TACC_VIRTIO_VM_BIND:
+        return vt_vm_bind(vt, ctx, b, blen);
+    case TACC_VIRTIO_VM_UNBIND:
+        return vt_vm_unbind(vt, ctx, b, blen);
+    case TACC_VIRTIO_TRACE_SETUP:
+    case TACC_VIRTIO_TRACE_CONSUME:
+        if (!virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_TRACE)) {
+            return vt_bad(TACC_VIRTIO_ERR_UNSUPP, "trace request, F_TRACE off");
+        }
+        return le16_to_cpu(h.type) == TACC_VIRTIO_TRACE_SETUP
+               ? vt_trace_setup(vt, b, blen) : vt_trace_consume(vt, b, blen);
+    }
+    return vt_bad(TACC_VIRTIO_ERR_UNSUPP, "control type 0x%x",
+                  le16_to_cpu(h.type));
+}
+
+/* Copy the driver-readable part of @elem (at most @max bytes); NULL if more. */
+static uint8_t *vt_elem_read(VirtQueueElement *elem, size_t max, size_t *len)
+{
+    size_t n = iov_size(elem->out_sg, elem->out_num);
+    uint8_t *buf;
+
+    *len = n;
+    if (n > max) {
+        return NULL;
+    }
+    buf = g_malloc(n ? n : 1);
+    iov_to_buf(elem->out_sg, elem->out_num, 0, buf, n);
+    return buf;
+}
+
+static void vt_handle_ctrl_one(VirtIOTacc *vt, VirtQueue *vq,
+                               VirtQueueElement *elem)
+{
+    struct tacc_virtio_resp resp = { 0 };
+    uint64_t value = 0;
+    size_t len, in = iov_size(elem->in_sg, elem->in_num);
+    g_autofree uint8_t *req = vt_elem_read(elem, VT_MAX_CTRL_LEN, &len);
+    uint32_t st;
+
+    st = req ? vt_ctrl(vt, req, len, &value)
+             : vt_bad(TACC_VIRTIO_ERR_INVAL, "control request of %zu bytes",
+                      len);
+    resp.status = cpu_to_le32(st);
+    resp.value = cpu_to_le64(value);
+    if (in < sizeof(resp)) {
+        vt_bad(TACC_VIRTIO_ERR_INVAL, "control buffer: %zu writable bytes", in);
+        virtqueue_push(vq, elem, 0);
+        return;
+    }
+    virtqueue_push(vq, elem, iov_from_buf(elem->in_sg, elem->in_num, 0, &resp,
+                                          sizeof(resp)));
+}
+
+/* --------------------------------------------------------- submit ---- */
+
+static void vt_trace_event(VirtIOTacc *vt, uint8_t kind, uint32_t ctx,
+                           uint8_t queue, uint32_t job, uint64_t tag,
+                           uint16_t index, uint64_t t_fetch_ps,
+                           uint64_t t_ps, uint32_t bytes, uint16_t status)
+{
+    struct tacc_trace_rec r = {
+        .opcode = kind,
+        .engine = TACC_ENGINE_LOCAL,
+        .queue = queue,
+        .ctx = cpu_to_le16(ctx),
+        .job = cpu_to_le32(job),
+        .tag = cpu_to_le64(tag),
+        .t_fetch = cpu_to_le64(t_fetch_ps / PS_PER_NS),
+        .t_start = cpu_to_le64(t_ps / PS_PER_NS),
+        .t_end = cpu_to_le64(t_ps / PS_PER_NS),
+        .bytes = cpu_to_le32(bytes),
+        .index = cpu_to_le16(index),
+        .status = cpu_to_le16(status),
+    };
+
+    if (virtio_vdev_has_feature(VIRTIO_DEVICE(vt), TACC_VIRTIO_F_TRACE)) {
+        tacc_trace_put(&vt->func, &r);
+    }
+}
+
+static void vt_batch_finish(VirtIOTacc *vt, VtBatch *bt)
+{
+    VirtIODevice *vdev = VIRTIO_DEVICE(vt);
+    VirtQueueElement *elem = bt->elem;
+    struct tacc_virtio_submit_resp resp = {
+        .status = cpu_to_le32(bt->status),
+        .njobs = cpu_to_le32(bt->status ? 0 : bt->njobs),
+        .failed = cpu_to_le32(bt->failed),
+    };
+    size_t in = iov_size(elem->in_sg, elem->in_num), len = 0;
+
+    if (in >= sizeof(resp)) {
+        len = iov_from_buf(elem->in_sg, elem->in_num, 0, &resp, sizeof(resp));
+        if (!bt->status && bt->st) {
+            len += iov_from_buf(elem->in_sg, elem->in_num, len, bt->st,
+                                MIN(in - len, bt->njobs * sizeof(*bt->st)));
+        }
+    } else {
+        vt_bad(TACC_VIRTIO_ERR_INVAL, "submit buffer: %zu writable bytes", in);
+    }
+    trace_virtio_tacc_batch_done(bt->njobs, bt->failed, bt->status);
+    virtqueue_push(vt->submit_vq, elem, len);
+    virtio_notify(vdev, vt->submit_vq);
+    g_free(elem);
+    g_free(bt->st);
+    g_free(bt);
+}
+
+/* FILL's dst is a VA here: the window offset of one writable devmem binding. */
+static bool vt_fill_resolve(VirtIOTacc *vt, VtCtx *c, struct tacc_desc *d)
+{
+    uint64_t va = le64_to_cpu(d->fill.dst), len = le64_to_cpu(d->fill.len);
+
+    for (guint i = 0; i < c->binds->len; i++) {
+        VtBind *b = &g_array_index(c->binds, VtBind, i);
+        if (va >= b->va && va - b->va < b->size && len <= b->size - (va - b->va)) {
+            if (!b->bo->devmem || b->ro) {
+                return false;
+            }
+            d->fill.dst = cpu_to_le64(b->bo->dev_off + b->offset + (va - b->va));
+            return true;
+        }
+    }
+    return false;
+}
+
+static void vt_job_free(VtJob *j)
+{
+    g_free(j->cmds);
+    g_free(j);
+}
+
+/* Check one job at *off of the batch and make it; NULL (and *st) if bad. */
+static VtJob *vt_job_parse(VirtIOTacc *vt, const uint8_t *buf, size_t len,
+                           size_t *off, uint64_t last[][TACC_VIRTIO_NUM_RINGS],
+                           uint32_t *st)
+{
+    VirtIODevice *vdev = VIRTIO_DEVICE(vt);
+    struct tacc_virtio_job jh;
+    VtJob *j;
+    VtCtx *c;
+
+    if (len - *off < sizeof(jh)) {
+        *st = vt_bad(TACC_VIRTIO_ERR_INVAL, "submit: job header truncated");
+        return NULL;
+    }
+    memcpy(&jh, buf + *off, sizeof(jh));
+    *off += sizeof(jh);
+    j = g_new0(VtJob, 1);
+    j->ctx = le32_to_cpu(jh.ctx);
+    j->ring = le16_to_cpu(jh.ring);
+    j->ncmds = le16_to_cpu(jh.ncmds);
+    j->seqno = le64_to_cpu(jh.seqno);
+    j->tag = le64_to_cpu(jh.tag);
+    c = vt_ctx(vt, j->ctx);
+    if (!c) {
+        *st = vt_bad(TACC_VIRTIO_ERR_NOENT, "submit: no context %u", j->ctx);
+        goto bad;
+    }
+    if (j->ring >= TACC_VIRTIO_NUM_RINGS || !j->ncmds ||
+        j->ncmds > TACC_VIRTIO_MAX_JOB_CMDS || jh.rsvd ||
+        j->seqno <= last[j->ctx][j->ring] ||
+        (len - *off) / TACC_DESC_SIZE < j->ncmds) {
+        *st = vt_bad(TACC_VIRTIO_ERR_INVAL, "submit: job ring %u, %u commands, "
+                     "seqno %" PRIu64 " (last %" PRIu64 ")", j->ring, j->ncmds,
+                     j->seqno, last[j->ctx][j->ring]);
+        goto bad;
+    }
+    last[j->ctx][j->ring] = j->seqno;
+    j->cmds = g_new(struct tacc_desc, j->ncmds);
+    memcpy(j->cmds, buf + *off, (size_t)j->ncmds * TACC_DESC_SIZE);
+    *off += (size_t)j->ncmds * TACC_DESC_SIZE;
+    for (uint16_t i = 0; i < j->ncmds; i++) {
+        struct tacc_desc *d = &j->cmds[i];
+        if (d->opcode >= TACC_OP_MAX ||
+            (d->opcode == TACC_OP_FILL &&
+             (!virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_FILL) ||
+              !vt_fill_resolve(vt, c, d)))) {
+            *st = vt_bad(TACC_VIRTIO_ERR_INVAL, "submit: command %u opcode %u "
+                         "refused", i, d->opcode);
+            goto bad;
+        }
+        d->ctx = cpu_to_le16(j->ctx);
+        d->index = cpu_to_le16(i);
+        d->flags = i == j->ncmds - 1 ? TACC_DESC_F_LAST : 0;
+    }
+    return j;
+bad:
+    vt_job_free(j);
+    return NULL;
+}
+
+static void vt_feed(VirtIOTacc *vt, int ring, uint64_t t_ps)
+{
+    TaccFunc *f = &vt->func;
+    VtJob *j;
+
+    while ((j = QSIMPLEQ_FIRST(&vt->pending[ring])) &&
+           TACC_FIFO_DEPTH - f->q[ring].f_count >= j->ncmds) {
+        QSIMPLEQ_REMOVE_HEAD(&vt->pending[ring], next);
+        for (uint16_t i = 0; i < j->ncmds; i++) {
+            tacc_fifo_push(f, ring, &j->cmds[i], t_ps);
+        }
+        QSIMPLEQ_INSERT_TAIL(&vt->inflight[ring], j, next);
+        vt_trace_event(vt, TACC_TRACE_EV_VIRTIO_DISPATCH, j->ctx, ring,
+                       j->devjob, j->tag, j->ncmds, j->kick_ps, t_ps, 0, 0);
+        trace_virtio_tacc_dispatch(j->ctx, ring, j->seqno, j->devjob);
+    }
+}
+
+static void vt_submit_one(VirtIOTacc *vt, VirtQueueElement *elem, uint64_t now)
+{
+    uint64_t last[TACC_NUM_CONTEXTS][TACC_VIRTIO_NUM_RINGS];
+    struct tacc_virtio_submit sh;
+    VtBatch *bt = g_new0(VtBatch, 1);
+    VtJob **jobs = NULL;
+    size_t len, off = sizeof(sh);
+    g_autofree uint8_t *buf = vt_elem_read(elem, VT_MAX_SUBMIT_LEN, &len);
+    uint32_t st = TACC_VIRTIO_OK, n = 0;
+
+    bt->elem = elem;
+    for (int c = 0; c < TACC_NUM_CONTEXTS; c++) {
+        memcpy(last[c], vt->ctx[c].last_seqno, sizeof(last[c]));
+    }
+    if (!buf || len < sizeof(sh)) {
+        st = vt_bad(TACC_VIRTIO_ERR_INVAL, "submit buffer of %zu bytes", len);
+        goto refuse;
+    }
+    memcpy(&sh, buf, sizeof(sh));
+    bt->njobs = le32_to_cpu(sh.njobs);
+    if (sh.hdr.version != TACC_VIRTIO_MSG_VERSION || sh.hdr.flags) {
+        st = vt_bad(TACC_VIRTIO_ERR_VERSION, "submit version %u",
+                    sh.hdr.version);
+        goto refuse;
+    }
+    if (le16_to_cpu(sh.hdr.type) != TACC_VIRTIO_SUBMIT || !bt->njobs ||
+        bt->njobs > TACC_VIRTIO_MAX_BATCH_JOBS || sh.rsvd) {
+        st = vt_bad(TACC_VIRTIO_ERR_INVAL, "submit type 0x%x, %u jobs",
+                    le16_to_cpu(sh.hdr.type), bt->njobs);
+        goto refuse;
+    }
+    jobs = g_new0(VtJob *, bt->njobs);
+    for (n = 0; n < bt->njobs; n++) {
+        jobs[n] = vt_job_parse(vt, buf, len, &off, last, &st);
+        if (!jobs[n]) {
+            goto refuse;
+        }
+    }
+    if (off != len) {
+        st = vt_bad(TACC_VIRTIO_ERR_INVAL, "submit: %zu trailing bytes",
+                    len - off);
+        goto refuse;
+    }
+    vt_trace_event(vt, TACC_TRACE_EV_VIRTIO_KICK, jobs[0]->ctx, 0xff,
+                   bt->njobs, jobs[0]->tag, 0, now, now, len, 0);
+    bt->st = g_new0(struct tacc_virtio_job_status, bt->njobs);
+    for (n = 0; n < bt->njobs; n++) {
+        VtJob *j = jobs[n];
+        j->batch = bt;
+        j->idx = n;
+        j->kick_ps = now;
+        j->devjob = vt->next_job++;
+        for (uint16_t i = 0; i < j->ncmds; i++) {
+            j->cmds[i].job = cpu_to_le32(j->devjob);
+        }
+        bt->st[n].seqno = cpu_to_le64(j->seqno);
+        vt->ctx[j->ctx].inflight++;
+        vt->ctx[j->ctx].last_seqno[j->ring] = j->seqno;
+        QSIMPLEQ_INSERT_TAIL(&vt->pending[j->ring], j, next);
+    }
+    trace_virtio_tacc_submit(bt->njobs, len);
+    g_free(jobs);
+    return;
+
+refuse:
+    vt_trace_event(vt, TACC_TRACE_EV_VIRTIO_KICK, 0, 0xff, 0, 0, 0, now, now,
+                   MIN(len, UINT32_MAX), st);
+    for (uint32_t i = 0; jobs && i < n; i++) {
+        vt_job_free(jobs[i]);
+    }
+    g_free(jobs);
+    bt->status = st;
+    vt_batch_finish(vt, bt);
+}
+
+/* A job ended (hardware completion, or its queue was reset: ABORTED). */
+static void vt_job_done(VirtIOTacc *vt, VtJob *j, uint16_t status,
+                        uint16_t index)
+{
+    VtBatch *bt = j->batch;
+
+    vt_fence_write(vt, j->ctx, j->ring, j->seqno, status,
+                   status != TACC_ST_OK);
+    trace_virtio_tacc_job_done(j->ctx, j->ring, j->seqno, status);
+    bt->st[j->idx].status = cpu_to_le16(status);
+    bt->st[j->idx].index = cpu_to_le16(index);
+    bt->failed += status != TACC_ST_OK;
+    vt->ctx[j->ctx].inflight--;
+    vt_job_free(j);
+    if (++bt->done == bt->njobs) {
+        vt_batch_finish(vt, bt);
+    }
+}
+
+/* -------------------------------------------------- TaccFuncOps ---- */
+
+static AddressSpace *vt_dma_as(TaccFunc *f)
+{
+    return VIRTIO_DEVICE(vt_of(f))->dma_as;
+}
+
+static bool vt_active(TaccFunc *f)
+{
+    VirtIODevice *vdev = VIRTIO_DEVICE(vt_of(f));
+
+    return (vdev->status & VIRTIO_CONFIG_S_DRIVER_OK) && !vdev->broken &&
+           !vt_of(f)->resetting;
+}
+
+static void vt_notify(TaccFunc *f, unsigned vector)
+{
+    /* error causes: the function has no error vector; jobs carry status */
+}
+
+static void vt_fetch(TaccFunc *f, int q, uint64_t t_ps)
+{
+    vt_feed(vt_of(f), q, t_ps);
+}
+
+static void vt_complete(TaccFunc *f, int q, const struct tacc_cqe *cqe)
+{
+    VirtIOTacc *vt = vt_of(f);
+    VtJob *j = QSIMPLEQ_FIRST(&vt->inflight[q]);
+
+    if (vt->resetting) {
+        return;                 /* the reset drops the job with its buffer */
+    }
+    if (!j || j->devjob != le32_to_cpu(cqe->job)) {
+        /* cannot happen: a queue completes its jobs in order */
+        qemu_log_mask(LOG_GUEST_ERROR, "virtio-tacc: ring %d completion of "
+                      "unknown job %u\n", q, le32_to_cpu(cqe->job));
+        return;
+    }
+    QSIMPLEQ_REMOVE_HEAD(&vt->inflight[q], next);
+    vt_job_done(vt, j, le16_to_cpu(cqe->status), 0);
+}
+
+static void vt_queue_reset(TaccFunc *f, int q)
+{
+    VirtIOTacc *vt = vt_of(f);
+    VtJob *j;
+
+    if (vt->resetting) {
+        return;
+    }
+    while ((j = QSIMPLEQ_FIRST(&vt->inflight[q]))) {
+        QSIMPLEQ_REMOVE_HEAD(&vt->inflight[q], next);
+        vt_job_done(vt, j, TACC_ST_ABORTED, 0);
+    }
+}
+
+static const TaccFuncOps vt_ops = {
+    .dma_as = vt_dma_as,
+    .active = vt_active,
+    .notify = vt_notify,
+    .fetch = vt_fetch,
+    .complete = vt_complete,
+    .pt_read = vt_pt_read,
+    .queue_reset = vt_queue_reset,
+};
+
+/* --------------------------------------------------------- virtio ---- */
+
+static void vt_handle_ctrl(VirtIODevice *vdev, VirtQueue *vq)
+{
+    VirtIOTacc *vt = VIRTIO_TACC(vdev);
+    VirtQueueElement *elem;
+
+    if (!tacc_enter(vt->pf, &vt->func, "virtio control kick")) {
+        return;
+    }
+    while ((elem = virtqueue_pop(vq, sizeof(VirtQueueElement)))) {
+        vt_handle_ctrl_one(vt, vq, elem);
+        g_free(elem);
+    }
+    virtio_notify(vdev, vq);
+    tacc_leave(vt->pf);
+}
+
+static void vt_handle_submit(VirtIODevice *vdev, VirtQueue *vq)
+{
+    VirtIOTacc *vt = VIRTIO_TACC(vdev);
+    VirtQueueElement *elem;
+    uint64_t now;
+
+    if (!tacc_enter(vt->pf, &vt->func, "virtio submit kick")) {
+        return;
+    }
+    now = tacc_now_ps(vt->pf);
+    trace_virtio_tacc_kick(now / PS_PER_NS);
+    while ((elem = virtqueue_pop(vq, sizeof(VirtQueueElement)))) {
+        vt_submit_one(vt, elem, now);
+    }
+    for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+        vt_feed(vt, r, now);
+    }
+    tacc_sched_poll(vt->pf);
+    tacc_leave(vt->pf);
+}
+
+static void vt_drop_jobs(VtJobList *list)
+{
+    VtJob *j;
+
+    while ((j = QSIMPLEQ_FIRST(list))) {
+        QSIMPLEQ_REMOVE_HEAD(list, next);
+        if (j->batch && ++j->batch->done == j->batch->njobs) {
+            g_free(j->batch->elem);
+            g_free(j->batch->st);
+            g_free(j->batch);
+        }
+        vt_job_free(j);
+    }
+}
+
+/* Everything back to the state after realize (the tacc device entered). */
+static void vt_reset_locked(VirtIOTacc *vt)
+{
+    TaccFunc *f = &vt->func;
+
+    trace_virtio_tacc_reset();
+    vt->resetting = true;
+    tacc_func_reset(f);
+    for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+        vt_drop_jobs(&vt->inflight[r]);
+        vt_drop_jobs(&vt->pending[r]);
+    }
+    for (int c = 0; c < TACC_NUM_CONTEXTS; c++) {
+        if (vt->ctx[c].used) {
+            vt_ctx_free(vt, c);
+        }
+    }
+    g_hash_table_remove_all(vt->bos);
+    memset(vt->fences, 0, TACC_VIRTIO_SHM_FENCES_SIZE);
+    f->ctrl = TACC_CTRL_ENABLE;
+    for (int q = 0; q < TACC_NUM_QUEUES; q++) {
+        f->q[q].ctrl = TACC_Q_CTRL_ENABLE;
+    }
+    vt->resetting = false;
+}
+
+static void vt_reset_bh(void *opaque)
+{
+    VirtIOTacc *vt = opaque;
+
+    if (!tacc_enter(vt->pf, &vt->func, "virtio reset")) {
+        qemu_bh_schedule(vt->reset_bh);
+        return;
+    }
+    vt_reset_locked(vt);
+    tacc_sched_poll(vt->pf);
+    tacc_leave(vt->pf);
+}
+
+static void vt_reset(VirtIODevice *vdev)
+{
+    VirtIOTacc *vt = VIRTIO_TACC(vdev);
+
+    /* inside a device run (its own DMA reset it): stop now, clean up soon */
+    vt->resetting = true;
+    vt_reset_bh(vt);
+}
+
+static uint64_t vt_get_features(VirtIODevice *vdev, uint64_t features,
+                                Error **errp)
+{
+    return features | VIRTIO_TACC(vdev)->features;
+}
+
+static int vt_validate_features(VirtIODevice *vdev)
+{
+    return virtio_vdev_has_feature(vdev, VIRTIO_F_VERSION_1) ? 0 : -EINVAL;
+}
+
+static void vt_get_config(VirtIODevice *vdev, uint8_t *config)
+{
+    VirtIOTacc *vt = VIRTIO_TACC(vdev);
+    uint64_t base, size;
+    struct tacc_virtio_config c;
+
+    tacc_window(&vt->func, &base, &size);
+    c.version = cpu_to_le32(TACC_VIRTIO_VERSION_MAJOR << 16 |
+                            TACC_VIRTIO_VERSION_MINOR);
+    c.caps = cpu_to_le32(TACC_CAP_MMU_2M | TACC_CAP_TRACE |
+                         TACC_CAP_TLB_INV_DONE |
+                         (virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_FILL)
+                          ? TACC_CAP_FILL : 0));
+    c.func = cpu_to_le32(TACC_FN_VIRTIO);
+    c.num_contexts = cpu_to_le32(TACC_NUM_CONTEXTS);
+    c.num_rings = cpu_to_le32(TACC_VIRTIO_NUM_RINGS);
+    c.max_job_cmds = cpu_to_le32(TACC_VIRTIO_MAX_JOB_CMDS);
+    c.devmem_size = cpu_to_le64(size);
+    memcpy(config, &c, sizeof(c));
+}
+
+static void vt_realize(DeviceState *dev, Error **errp)
+{
+    ERRP_GUARD();
+    VirtIODevice *vdev = VIRTIO_DEVICE(dev);
+    VirtIOTacc *vt = VIRTIO_TACC(dev);
+    TaccState *s = vt->pf;
+    TaccFunc *f = &vt->func;
+
+    if (!s) {
+        error_setg(errp, "virtio-tacc: tacc=<id of a tacc PF> is required");
+        return;
+    }
+    if (s->virtio) {
+        error_setg(errp, "virtio-tacc: the tacc PF already has a virtio "
+                   "function");
+        return;
+    }
+    if ((vt->devmem_base | vt->devmem_size) & (VT_PAGE - 1) ||
+        vt->devmem_base > s->devmem_size ||
+        vt->devmem_size > s->devmem_size - vt->devmem_base) {
+        error_setg(errp, "virtio-tacc: devmem-base/devmem-size must be 4 KiB "
+                   "aligned and inside the PF's %" PRIu64 " bytes",
+                   s->devmem_size);
+        return;
+    }
+    memory_region_init_rom(&vt->fences_mr, OBJECT(vt), "virtio-tacc-fences",
+                           TACC_VIRTIO_SHM_FENCES_SIZE, errp);
+    if (*errp) {
+        return;
+    }
+    vt->fences = memory_region_get_ram_ptr(&vt->fences_mr);
+    memory_region_init_io(&vt->counters_mr, OBJECT(vt), &tacc_bar2_ops, f,
+                          "virtio-tacc-counters", TACC_VIRTIO_SHM_COUNTERS_SIZE);
+
+    virtio_init(vdev, TACC_VIRTIO_ID, sizeof(struct tacc_virtio_config));
+    vt->ctrl_vq = virtio_add_queue(vdev, TACC_VIRTIO_VQ_SIZE, vt_handle_ctrl);
+    vt->submit_vq = virtio_add_queue(vdev, TACC_VIRTIO_VQ_SIZE,
+                                     vt_handle_submit);
+    vt->bos = g_hash_table_new_full(NULL, NULL, NULL, vt_bo_destroy_cb);
+    vt->pt = g_new0(uint64_t *, TACC_VIRTIO_MAX_PT_PAGES + 1);
+    for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+        QSIMPLEQ_INIT(&vt->pending[r]);
+        QSIMPLEQ_INIT(&vt->inflight[r]);
+    }
+    vt->reset_bh = qemu_bh_new(vt_reset_bh, vt);
+
+    f->pf = s;
+    f->fn = TACC_FN_VIRTIO;
+    f->ops = &vt_ops;
+    timer_init_ns(&f->sample_timer, QEMU_CLOCK_VIRTUAL, tacc_sample_timer, f);
+    s->virtio_mem_reset[0] = s->virtio_mem_base = vt->devmem_base;
+    s->virtio_mem_reset[1] = s->virtio_mem_size = vt->devmem_size;
+    s->virtio_window_busy = vt_window_busy;
+    s->virtio = f;
+    vt_reset_locked(vt);
+}
+
+static void vt_unrealize(DeviceState *dev)
+{
+    VirtIODevice *vdev = VIRTIO_DEVICE(dev);
+    VirtIOTacc *vt = VIRTIO_TACC(dev);
+    TaccState *s = vt->pf;
+
+    vt_reset_locked(vt);
+    for (int i = 0; i < TACC_NUM_UNITS; i++) {
+        if (s->unit[i].busy && s->unit[i].fn == TACC_FN_VIRTIO) {
+            s->unit[i].busy = false;
+        }
+    }
+    s->virtio = NULL;
+    timer_del(&vt->func.sample_timer);
+    qemu_bh_delete(vt->reset_bh);
+    g_hash_table_destroy(vt->bos);
+    g_free(vt->pt);
+    virtio_delete_queue(vt->ctrl_vq);
+    virtio_delete_queue(vt->submit_vq);
+    virtio_cleanup(vdev);
+}
+
+static const Property vt_properties[] = {
+    DEFINE_PROP_LINK("tacc", VirtIOTacc, pf, TYPE_TACC, TaccState *),
+    DEFINE_PROP_UINT64("devmem-base", VirtIOTacc, devmem_base, 0),
+    DEFINE_PROP_UINT64("devmem-size", VirtIOTacc, devmem_size, 0),
+    DEFINE_PROP_BIT64("devmem", VirtIOTacc, features, TACC_VIRTIO_F_DEVMEM,
+                      true),
+    DEFINE_PROP_BIT64("fill", VirtIOTacc, features, TACC_VIRTIO_F_FILL, true),
+    DEFINE_PROP_BIT64("trace", VirtIOTacc, features, TACC_VIRTIO_F_TRACE,
+                      true),
+};
+
+static const VMStateDescription vt_vmstate = {
+    .name = "virtio-tacc",
+    .unmigratable = 1,
+};
+
+static void vt_class_init(ObjectClass *klass, void *data)
+{
+    DeviceClass *dc = DEVICE_CLASS(klass);
+    VirtioDeviceClass *vdc = VIRTIO_DEVICE_CLASS(klass);
+
+    device_class_set_props(dc, vt_properties);
+    dc->vmsd = &vt_vmstate;
+    set_bit(DEVICE_CATEGORY_MISC, dc->categories);
+    vdc->realize = vt_realize;
+    vdc->unrealize = vt_unrealize;
+    vdc->get_features = vt_get_features;
+    vdc->validate_features = vt_validate_features;
+    vdc->get_config = vt_get_config;
+    vdc->reset = vt_reset;
+}
+
+static const TypeInfo vt_info = {
+    .name = TYPE_VIRTIO_TACC,
+    .parent = TYPE_VIRTIO_DEVICE,
+    .instance_size = sizeof(VirtIOTacc),
+    .class_init = vt_class_init,
+};
+
+static void vt_register_types(void)
+{
+    type_register_static(&vt_info);
+}
+
+type_init(vt_register_types)
