@@ -47,7 +47,7 @@
 
 /* Limits */
 #define TACC_VIRTIO_NUM_RINGS		4	/* = TACC_NUM_QUEUES */
-#define TACC_VIRTIO_MAX_JOB_CMDS	1024
+#define TACC_VIRTIO_MAX_JOB_CMDS	256	/* = the hardware queue FIFO: a job enters it whole */
 #define TACC_VIRTIO_MAX_BATCH_JOBS	256
 #define TACC_VIRTIO_MAX_BOS		4096	/* per function */
 #define TACC_VIRTIO_MAX_BO_ENTS		65536	/* page-list entries of one BO */
