@@ -1095,6 +1095,19 @@ static int vt_validate_features(VirtIODevice *vdev)
     return virtio_vdev_has_feature(vdev, VIRTIO_F_VERSION_1) ? 0 : -EINVAL;
 }
 
+/*
+ * QEMU validates features only for VERSION_1 drivers: a driver without it
+ * gets a broken device (no buffer is used) until it resets it.
+ */
+static void vt_set_status(VirtIODevice *vdev, uint8_t val)
+{
+    if ((val & VIRTIO_CONFIG_S_FEATURES_OK) &&
+        !virtio_vdev_has_feature(vdev, VIRTIO_F_VERSION_1)) {
+        virtio_error(vdev, "virtio-tacc: the driver did not accept "
+                     "VIRTIO_F_VERSION_1");
+    }
+}
+
 static void vt_get_config(VirtIODevice *vdev, uint8_t *config)
 {
     VirtIOTacc *vt = VIRTIO_TACC(vdev);
@@ -1223,6 +1236,7 @@ static void vt_class_init(ObjectClass *klass, void *data)
     vdc->unrealize = vt_unrealize;
     vdc->get_features = vt_get_features;
     vdc->validate_features = vt_validate_features;
+    vdc->set_status = vt_set_status;
     vdc->get_config = vt_get_config;
     vdc->reset = vt_reset;
 }
