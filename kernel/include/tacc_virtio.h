@@ -51,6 +51,7 @@
 #define TACC_VIRTIO_MAX_BATCH_JOBS	256
 #define TACC_VIRTIO_MAX_BOS		4096	/* per function */
 #define TACC_VIRTIO_MAX_BO_ENTS		65536	/* page-list entries of one BO */
+#define TACC_VIRTIO_MAX_FN_ENTS		(1u << 20)	/* ... of all BOs of the function */
 #define TACC_VIRTIO_MAX_BO_SIZE		(1ull << 32)
 #define TACC_VIRTIO_MAX_PT_PAGES	16384	/* backend page-table pages, per function */
 

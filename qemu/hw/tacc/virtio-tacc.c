@@ -43,6 +43,7 @@ struct VtBo {
     uint64_t dev_off;           /* devmem: offset in the function's window */
     uint32_t nents;
     struct tacc_virtio_mem_entry *ents;     /* host: pages, host byte order */
+    uint32_t *ents_total;                   /* VirtIOTacc.ents_total */
     uint32_t binds;
 };
 
@@ -180,6 +181,7 @@ static void vt_bo_destroy_cb(gpointer p)
 {
     VtBo *bo = p;
 
+    *bo->ents_total -= bo->nents;
     g_free(bo->ents);
     g_free(bo);
 }
@@ -339,6 +341,9 @@ static uint32_t vt_bo_create(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
             return vt_bad(TACC_VIRTIO_ERR_INVAL, "BO_CREATE %u entries in %zu "
                           "bytes", n, len);
         }
+        if (n > TACC_VIRTIO_MAX_FN_ENTS - vt->ents_total) {
+            return vt_bad(TACC_VIRTIO_ERR_NOSPC, "BO_CREATE: page lists full");
+        }
         bo = g_new0(VtBo, 1);
         bo->ents = g_new(struct tacc_virtio_mem_entry, n);
         memcpy(bo->ents, b + sizeof(r), n * sizeof(*bo->ents));
@@ -363,7 +368,9 @@ static uint32_t vt_bo_create(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
                           "0x%" PRIx64 ", size 0x%" PRIx64, total, size);
         }
         bo->nents = n;
+        vt->ents_total += n;
     }
+    bo->ents_total = &vt->ents_total;
     bo->ctx = ctx;
     bo->size = size;
     do {
@@ -772,11 +779,14 @@ static VtJob *vt_job_parse(VirtIOTacc *vt, const uint8_t *buf, size_t len,
     }
     if (j->ring >= TACC_VIRTIO_NUM_RINGS || !j->ncmds ||
         j->ncmds > TACC_VIRTIO_MAX_JOB_CMDS || jh.rsvd ||
-        j->seqno <= last[j->ctx][j->ring] ||
         (len - *off) / TACC_DESC_SIZE < j->ncmds) {
-        *st = vt_bad(TACC_VIRTIO_ERR_INVAL, "submit: job ring %u, %u commands, "
-                     "seqno %" PRIu64 " (last %" PRIu64 ")", j->ring, j->ncmds,
-                     j->seqno, last[j->ctx][j->ring]);
+        *st = vt_bad(TACC_VIRTIO_ERR_INVAL, "submit: job ring %u, %u commands "
+                     "in %zu bytes", j->ring, j->ncmds, len - *off);
+        goto bad;
+    }
+    if (j->seqno <= last[j->ctx][j->ring]) {
+        *st = vt_bad(TACC_VIRTIO_ERR_INVAL, "submit: seqno %" PRIu64 " after %"
+                     PRIu64, j->seqno, last[j->ctx][j->ring]);
         goto bad;
     }
     last[j->ctx][j->ring] = j->seqno;

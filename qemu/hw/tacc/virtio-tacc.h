@@ -55,6 +55,7 @@ struct VirtIOTacc {
     VtCtx ctx[TACC_NUM_CONTEXTS];
     GHashTable *bos;            /* handle -> VtBo */
     uint32_t next_handle;
+    uint32_t ents_total;        /* page-list entries of all BOs */
     uint64_t **pt;              /* page-table pages by id (0 unused) */
     uint32_t pt_used;
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from tacc.testing.taccdev import HW, ROOT, Tacc, _HW
+from tacc.testing.taccdev import _HW, HW, ROOT, Tacc
 
 VT = _HW(ROOT / "kernel" / "include" / "tacc_virtio.h")
 
