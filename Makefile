@@ -11,12 +11,13 @@ VFS ?= 0
 MEM ?= 2G
 KERNEL ?=
 SMP ?= 1
+VIRTIO ?= 0
 ICOUNT ?= 1
 MODPARAMS ?=
 QEMU_ARGS ?=
 KERNEL_ARGS ?=
 CMD ?=
-export IOMMU VFS MEM KERNEL SMP ICOUNT MODPARAMS QEMU_ARGS KERNEL_ARGS
+export IOMMU VFS MEM KERNEL SMP VIRTIO ICOUNT MODPARAMS QEMU_ARGS KERNEL_ARGS
 # CMD goes to the guest as typed: $(value) stops make expanding `$(mktemp)` or `$f`, and
 # scripts/run-vm --make-cmd turns make's escape `$$` into `$` (README: `$$TACC_VM_OUT`).
 export TACC_MAKE_CMD = $(value CMD)
@@ -24,7 +25,7 @@ export TACC_MAKE_CMD = $(value CMD)
 # Bad variable values stop here, before anything runs, with one line.
 ifeq ($(filter help clean distclean,$(MAKECMDGOALS)),)
 BAD_VARS := $(shell IOMMU='$(IOMMU)' VFS='$(VFS)' MEM='$(MEM)' KERNEL='$(KERNEL)' SMP='$(SMP)' \
-	ICOUNT='$(ICOUNT)' MODPARAMS='$(MODPARAMS)' /usr/bin/python3 scripts/run-vm --validate 2>&1)
+	VIRTIO='$(VIRTIO)' ICOUNT='$(ICOUNT)' MODPARAMS='$(MODPARAMS)' /usr/bin/python3 scripts/run-vm --validate 2>&1)
 ifneq ($(BAD_VARS),)
 $(error $(BAD_VARS))
 endif
@@ -50,6 +51,7 @@ help:
 	@echo '  MEM           guest memory, e.g. 1024M, 4G, at least 512M (default 2G)'
 	@echo '  KERNEL        6.12.N[+deb12-amd64]: guest kernel (default scripts/kernel.pin)'
 	@echo '  SMP           1..8: vCPUs (default 1)'
+	@echo '  VIRTIO        1 | 0: add a virtio-tacc-pci function (docs/virtio.md; default 0)'
 	@echo '  ICOUNT        1 | 0: -icount shift=0,sleep=off (virtual time) or host time (default 1)'
 	@echo '  MODPARAMS     "name=value ...": tacc.ko module parameters'
 	@echo '  QEMU_ARGS     extra QEMU arguments, e.g. "-trace tacc_*"'

@@ -48,6 +48,7 @@ def validate(**env: str) -> subprocess.CompletedProcess[str]:
         ("MEM", "64M", "512M or more"),
         ("ICOUNT", "2", "1 (-icount"),
         ("SMP", "0", "1 to 8"),
+        ("VIRTIO", "2", "1 (a virtio-tacc-pci) or 0"),
     ],
 )
 def test_bad_value_one_clear_line(var: str, value: str, accepted: str) -> None:
@@ -249,8 +250,8 @@ def test_make_help_lists_every_variable() -> None:
     r = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
-    for var in ("IOMMU", "VFS", "MEM", "KERNEL", "SMP", "ICOUNT", "MODPARAMS", "QEMU_ARGS",
-                "KERNEL_ARGS", "CMD", "PYTEST_ARGS", "TEST_VM_CONFIGS"):
+    for var in ("IOMMU", "VFS", "MEM", "KERNEL", "SMP", "VIRTIO", "ICOUNT", "MODPARAMS",
+                "QEMU_ARGS", "KERNEL_ARGS", "CMD", "PYTEST_ARGS", "TEST_VM_CONFIGS"):
         lines = [ln for ln in r.stdout.splitlines() if re.match(rf"\s*{var}\s", ln)]
         assert len(lines) == 1, f"{var}: {lines} in\n{r.stdout}"
         assert len(lines[0].split()) >= 3, lines[0]  # the name, then what it does
