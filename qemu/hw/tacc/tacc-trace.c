@@ -70,7 +70,8 @@ void tacc_trace_put(TaccFunc *f, struct tacc_trace_rec *r)
     TaccState *s = f->pf;
     uint32_t used;
 
-    if (!(f->trace_ctrl & 1) || !tacc_ring_ok(f->trace_base, f->trace_size, 64)) {
+    if (!(f->trace_ctrl & 1) ||
+        !tacc_ring_ok(f->trace_base, f->trace_size, 64)) {
         return;
     }
     r->version = TACC_TRACE_VERSION;

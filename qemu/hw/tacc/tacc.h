@@ -14,7 +14,7 @@
  *   tacc-mmu.c    device MMU: page-table walks, TLB
  *   tacc-model.c  timing model: PCIe link, compute, device memory
  *   tacc-trace.c  trace ring, counter sampling
- *   virtio-tacc.c virtio-tacc backend: the paravirtual function (docs/virtio.md)
+ *   virtio-tacc.c the paravirtual function's backend (docs/virtio.md)
  *   virtio-tacc-pci.c  its virtio-pci proxy "virtio-tacc-pci"
  *
  * SPDX-License-Identifier: GPL-2.0-or-later

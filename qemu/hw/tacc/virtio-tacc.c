@@ -336,8 +336,10 @@ static uint32_t vt_bo_create(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
             memset(vt->pf->devmem + base + off, 0, size);   /* scrub */
         }
     } else {
+        size_t want = sizeof(r) + (size_t)n * sizeof(*bo->ents);
+
         if (!n || n > TACC_VIRTIO_MAX_BO_ENTS || n > size / VT_PAGE ||
-            len != sizeof(r) + (size_t)n * sizeof(struct tacc_virtio_mem_entry)) {
+            len != want) {
             return vt_bad(TACC_VIRTIO_ERR_INVAL, "BO_CREATE %u entries in %zu "
                           "bytes", n, len);
         }
@@ -426,7 +428,10 @@ static uint32_t vt_bo_destroy(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
     return TACC_VIRTIO_OK;
 }
 
-/* The PTE of BO page @off (host: walking entries from *ei/*eoff). */
+/*
+ * The PTE of BO page @off (host BOs: walking the entries on from *ei, which
+ * starts at BO offset *base).
+ */
 static uint64_t vt_bo_pte(VtBo *bo, uint64_t off, uint32_t *ei, uint64_t *base)
 {
     if (bo->devmem) {
@@ -733,11 +738,13 @@ static bool vt_fill_resolve(VirtIOTacc *vt, VtCtx *c, struct tacc_desc *d)
 
     for (guint i = 0; i < c->binds->len; i++) {
         VtBind *b = &g_array_index(c->binds, VtBind, i);
-        if (va >= b->va && va - b->va < b->size && len <= b->size - (va - b->va)) {
+        uint64_t in = va - b->va;
+
+        if (va >= b->va && in < b->size && len <= b->size - in) {
             if (!b->bo->devmem || b->ro) {
                 return false;
             }
-            d->fill.dst = cpu_to_le64(b->bo->dev_off + b->offset + (va - b->va));
+            d->fill.dst = cpu_to_le64(b->bo->dev_off + b->offset + in);
             return true;
         }
     }
@@ -1171,7 +1178,8 @@ static void vt_realize(DeviceState *dev, Error **errp)
     }
     vt->fences = memory_region_get_ram_ptr(&vt->fences_mr);
     memory_region_init_io(&vt->counters_mr, OBJECT(vt), &tacc_bar2_ops, f,
-                          "virtio-tacc-counters", TACC_VIRTIO_SHM_COUNTERS_SIZE);
+                          "virtio-tacc-counters",
+                          TACC_VIRTIO_SHM_COUNTERS_SIZE);
 
     virtio_init(vdev, TACC_VIRTIO_ID, sizeof(struct tacc_virtio_config));
     vt->ctrl_vq = virtio_add_queue(vdev, TACC_VIRTIO_VQ_SIZE, vt_handle_ctrl);
@@ -1183,7 +1191,8 @@ static void vt_realize(DeviceState *dev, Error **errp)
         QSIMPLEQ_INIT(&vt->pending[r]);
         QSIMPLEQ_INIT(&vt->inflight[r]);
     }
-    vt->reset_bh = qemu_bh_new(vt_reset_bh, vt);
+    vt->reset_bh = qemu_bh_new_guarded(vt_reset_bh, vt,
+                                       &DEVICE(vt)->mem_reentrancy_guard);
 
     f->pf = s;
     f->fn = TACC_FN_VIRTIO;
