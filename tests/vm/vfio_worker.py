@@ -3,7 +3,7 @@
 python vfio_worker.py BDF oob PHYS   map device VA 0x7f0000000 -> IOVA PHYS (never mapped in
                                      the container), copy device->host and host->device
                                      there; print the statuses, IRQ_STATUS, FAULT_* as JSON
-python vfio_worker.py BDF busy       submit one long job (GEMMs), print "running", wait
+python vfio_worker.py BDF busy       GEMM jobs back to back, "running" after the first
 python vfio_worker.py BDF hold       open the group, print "held", sleep until killed
 """
 
@@ -33,11 +33,13 @@ def main(bdf: str, mode: str, arg: str = "") -> int:
             print(json.dumps({"write": w.status, "read": r.status, "after": ok.status,
                               "irq_status": t.irq_status(), "fault_info": info,
                               "fault_addr": addr}), flush=True)
-        elif mode == "busy":
-            t.submit([t.gemm(0, 1 << 20, 2 << 20, 256, 256, 256)] * 200)
+        elif mode == "busy":  # jobs back to back until killed: one is always in flight
+            job = t.submit([t.gemm(0, 1 << 20, 2 << 20, 128, 128, 128)] * 64)
             print("running", flush=True)
-            t.wait(t.job, timeout=600)
-            print("done", flush=True)
+            while True:
+                nxt = t.submit([t.gemm(0, 1 << 20, 2 << 20, 128, 128, 128)] * 64)
+                t.wait(job, timeout=600)
+                job = nxt
         elif mode == "hold":
             print("held", flush=True)
             time.sleep(600)
