@@ -134,6 +134,13 @@ def test_vfio_workload_reset(vfs, vfio_vf):
         t.reset()
         _others_work(vfs)
         assert workload.copies(t, 64 << 10, seed=3) == 64 << 10
+        hp = Path("/proc/sys/vm/nr_hugepages")
+        old = hp.read_text().strip()
+        hp.write_text("2")
+        try:  # 2 MiB hugetlb buffers, mapped with huge IOMMU and device PTEs
+            assert workload.copies(t, 2 << 20, seed=4, huge=True) == 2 << 20
+        finally:
+            hp.write_text(old)
     r = _cli("list", "--json")
     assert r.returncode == 0
     mine = [f for f in json.loads(r.stdout) if f["bdf"] == bdf]

@@ -13,6 +13,7 @@ EPILOG = """examples:
   tacc vfio unbind 0000:01:00.1     back to tacc.ko (/dev/accel/accelN)
   tacc vfio list --json
   tacc vfio selftest 0000:01:00.2   user-space driver: copies and a GEMM against numpy
+  tacc vfio selftest --bind 0000:01:00.2   the same, binding first and unbinding after
   tacc vfio nop 0000:01:00.2 -n 200 NOP submit-to-completion through tacc.vfio
 
 refused (one line, exit status 2): a function whose accel node or VFIO group is open,
@@ -56,6 +57,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     from tacc.vfio import workload
     from tacc.vfio.driver import TaccVfio
 
+    bound = args.bind and vb.describe(args.bdf).driver != vb.VFIO_DRIVER
+    if bound:
+        vb.bind(args.bdf)
     try:
         with TaccVfio(args.bdf) as t:
             res = {"bdf": t.bdf, "func": t.func, "devmem_bytes": t.devmem_size,
@@ -63,6 +67,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
                    "gemm_max_rel_err": workload.gemm(t)}
     except _driver_errors() as e:
         raise vb.VfioError(str(e)) from None
+    finally:
+        if bound:
+            vb.unbind(args.bdf)
     print(json.dumps(res) if args.json else
           f"{res['bdf']}: VF {res['func']}: copy {res['copy_bytes']} B equal, GEMM equal to "
           f"numpy (max rel err {res['gemm_max_rel_err']:.2e})")
@@ -105,6 +112,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("bdf", metavar="BDF", help="function bound to vfio-pci")
     q.add_argument("--huge", action="store_true", help="copy through 2 MiB hugetlb buffers")
+    q.add_argument("--bind", action="store_true",
+                   help="bind to vfio-pci first, give back to tacc.ko after")
     q.add_argument("--json", action="store_true", help="print JSON")
     q.set_defaults(func=cmd_selftest)
     q = vs.add_parser("nop", help="NOP submit-to-completion latency through tacc.vfio",
