@@ -306,10 +306,19 @@ static void tacc_qdev_reset(DeviceState *dev)
 
 /* ----------------------------------------------------------- realize ---- */
 
+/*
+ * VF BARs: 64-bit prefetchable, so a bridge's (64-bit) prefetchable window can
+ * hold them; every driver maps them uncached (docs/hardware.md section 1).
+ */
+#define TACC_VF_BAR_TYPE	(PCI_BASE_ADDRESS_SPACE_MEMORY | \
+				 PCI_BASE_ADDRESS_MEM_TYPE_64 | \
+				 PCI_BASE_ADDRESS_MEM_PREFETCH)
+
 static bool tacc_init_func(TaccFunc *f, Error **errp)
 {
     PCIDevice *pdev = PCI_DEVICE(f);
     TaccState *s = f->pf;
+    uint8_t t;
     int ret;
 
     pdev->config[PCI_INTERRUPT_PIN] = 0;
@@ -320,16 +329,15 @@ static bool tacc_init_func(TaccFunc *f, Error **errp)
     memory_region_init_io(&f->bar2, OBJECT(f), &tacc_bar2_ops, f,
                           "tacc-counters", TACC_BAR_COUNTERS_SIZE);
     memory_region_init(&f->bar4, OBJECT(f), "tacc-msix", TACC_MSIX_BAR_SIZE);
-    if (pci_is_vf(pdev)) {
-        pcie_sriov_vf_register_bar(pdev, TACC_BAR_REGS, &f->bar0);
-        pcie_sriov_vf_register_bar(pdev, TACC_BAR_COUNTERS, &f->bar2);
-        pcie_sriov_vf_register_bar(pdev, TACC_BAR_MSIX, &f->bar4);
-    } else {
-        uint8_t t = PCI_BASE_ADDRESS_SPACE_MEMORY | PCI_BASE_ADDRESS_MEM_TYPE_64;
-        pci_register_bar(pdev, TACC_BAR_REGS, t, &f->bar0);
-        pci_register_bar(pdev, TACC_BAR_COUNTERS, t, &f->bar2);
-        pci_register_bar(pdev, TACC_BAR_MSIX, t, &f->bar4);
-    }
+    /*
+     * VF BARs are 64-bit prefetchable (what vfio-pci and a VMM expect); they
+     * are registered with their type, which needs qemu/patches/0002 on 10.0.
+     */
+    t = pci_is_vf(pdev) ? TACC_VF_BAR_TYPE :
+        PCI_BASE_ADDRESS_SPACE_MEMORY | PCI_BASE_ADDRESS_MEM_TYPE_64;
+    pci_register_bar(pdev, TACC_BAR_REGS, t, &f->bar0);
+    pci_register_bar(pdev, TACC_BAR_COUNTERS, t, &f->bar2);
+    pci_register_bar(pdev, TACC_BAR_MSIX, t, &f->bar4);
     ret = msix_init(pdev, TACC_MSIX_VECTORS, &f->bar4, TACC_BAR_MSIX, 0,
                     &f->bar4, TACC_BAR_MSIX, TACC_MSIX_PBA_OFFSET, TACC_MSIX_CAP,
                     errp);
@@ -435,15 +443,12 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
                                 s->total_vfs, 1, 1, errp)) {
             return;
         }
-        /* 32-bit non-prefetchable: see docs/hardware.md (QEMU 10.0) */
-        pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_REGS,
-                                  PCI_BASE_ADDRESS_SPACE_MEMORY,
+        /* 64-bit prefetchable: docs/hardware.md section 1, qemu/patches/0002 */
+        pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_REGS, TACC_VF_BAR_TYPE,
                                   TACC_BAR_REGS_SIZE);
-        pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_COUNTERS,
-                                  PCI_BASE_ADDRESS_SPACE_MEMORY,
+        pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_COUNTERS, TACC_VF_BAR_TYPE,
                                   TACC_BAR_COUNTERS_SIZE);
-        pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_MSIX,
-                                  PCI_BASE_ADDRESS_SPACE_MEMORY,
+        pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_MSIX, TACC_VF_BAR_TYPE,
                                   TACC_MSIX_BAR_SIZE);
     }
 }

@@ -397,8 +397,9 @@ class Tacc:
         sr = self.qt.find_ext_cap(0, self.pf.devfn, 0x10)
         qt = self.qt
         qt.cfg_write(0, 0x08, sr + 0x08, 0, 2)  # VF disable first
-        for bar, addr in VF_BARS.items():
-            qt.cfg_write(0, 0x08, sr + 0x24 + 4 * bar, addr)
+        for bar, addr in VF_BARS.items():  # 64-bit VF BARs (hw 1.2): both halves
+            qt.cfg_write(0, 0x08, sr + 0x24 + 4 * bar, addr & 0xFFFFFFFF)
+            qt.cfg_write(0, 0x08, sr + 0x28 + 4 * bar, addr >> 32)
         qt.cfg_write(0, 0x08, sr + 0x10, n, 2)  # NumVFs
         qt.cfg_write(0, 0x08, sr + 0x08, 0x9 if n else 0, 2)  # VF Enable | VF MSE
         off = qt.cfg_read(0, 0x08, sr + 0x14, 2)

@@ -12,6 +12,9 @@ EPILOG = """examples:
   tacc vfio bind 0000:01:00.1       give VF 1 to vfio-pci (/dev/vfio/<group>)
   tacc vfio unbind 0000:01:00.1     back to tacc.ko (/dev/accel/accelN)
   tacc vfio list --json
+  tacc vfio selftest 0000:01:00.2   user-space driver: copies and a GEMM against numpy
+  tacc vfio selftest --bind 0000:01:00.2   the same, binding first and unbinding after
+  tacc vfio nop 0000:01:00.2 -n 200 NOP submit-to-completion through tacc.vfio
 
 refused (one line, exit status 2): a function whose accel node or VFIO group is open,
 the PF while VFs are enabled, a function without an IOMMU group (IOMMU off)."""
@@ -44,6 +47,55 @@ def cmd_unbind(args: argparse.Namespace) -> int:
     return 0
 
 
+def _driver_errors():
+    from tacc.vfio.driver import DeviceError, VfioError
+
+    return (DeviceError, VfioError)
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from tacc.vfio import workload
+    from tacc.vfio.driver import TaccVfio
+
+    bound = args.bind and vb.describe(args.bdf).driver != vb.VFIO_DRIVER
+    if bound:
+        vb.bind(args.bdf)
+    try:
+        with TaccVfio(args.bdf) as t:
+            res = {"bdf": t.bdf, "func": t.func, "devmem_bytes": t.devmem_size,
+                   "copy_bytes": workload.copies(t, huge=args.huge),
+                   "gemm_max_rel_err": workload.gemm(t)}
+    except _driver_errors() as e:
+        raise vb.VfioError(str(e)) from None
+    finally:
+        if bound:
+            vb.unbind(args.bdf)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        print(f"{res['bdf']}: function {res['func']}: copy of {res['copy_bytes']} B equal")
+        print(f"{res['bdf']}: GEMM 64x48x32 equal to numpy (rtol 1e-5)")
+    return 0
+
+
+def cmd_nop(args: argparse.Namespace) -> int:
+    import statistics
+
+    from tacc.vfio import workload
+    from tacc.vfio.driver import TaccVfio
+
+    try:
+        with TaccVfio(args.bdf, irq=not args.poll) as t:
+            ns = workload.nop_latency(t, args.count)
+    except _driver_errors() as e:
+        raise vb.VfioError(str(e)) from None
+    med = statistics.median(ns)
+    print(json.dumps({"bdf": vb.normalize(args.bdf), "count": args.count, "median_ns": med,
+                      "ns": ns}) if args.json else
+          f"{vb.normalize(args.bdf)}: {args.count} NOPs, median {med / 1000:.1f} us")
+    return 0
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("vfio", help="bind tacc functions to vfio-pci and back",
                        description=__doc__, epilog=EPILOG,
@@ -58,3 +110,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             q.add_argument("bdf", metavar="BDF", help="PCI function, e.g. 0000:01:00.1")
         q.add_argument("--json", action="store_true", help="print JSON")
         q.set_defaults(func=func)
+    q = vs.add_parser("selftest", help="run copies and a GEMM through tacc.vfio",
+                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("bdf", metavar="BDF", help="function bound to vfio-pci")
+    q.add_argument("--huge", action="store_true", help="copy through 2 MiB hugetlb buffers")
+    q.add_argument("--bind", action="store_true",
+                   help="bind to vfio-pci first, give back to tacc.ko after")
+    q.add_argument("--json", action="store_true", help="print JSON")
+    q.set_defaults(func=cmd_selftest)
+    q = vs.add_parser("nop", help="NOP submit-to-completion latency through tacc.vfio",
+                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("bdf", metavar="BDF", help="function bound to vfio-pci")
+    q.add_argument("-n", "--count", type=int, default=100, help="NOP jobs (default 100)")
+    q.add_argument("--poll", action="store_true", help="poll CQ_TAIL instead of MSI-X")
+    q.add_argument("--json", action="store_true", help="print JSON")
+    q.set_defaults(func=cmd_nop)

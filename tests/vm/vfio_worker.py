@@ -1,0 +1,50 @@
+"""Child process of tests/vm/test_vfio.py: a VFIO user of one function.
+
+python vfio_worker.py BDF oob PHYS   map device VA 0x7f0000000 -> IOVA PHYS (never mapped in
+                                     the container), copy device->host and host->device
+                                     there; print the statuses, IRQ_STATUS, FAULT_* as JSON
+python vfio_worker.py BDF busy       GEMM jobs back to back, "running" after the first
+python vfio_worker.py BDF hold       open the group, print "held", sleep until killed
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from tacc.testing.taccdev import d_copy
+from tacc.vfio.driver import DEVMEM_VA, TaccVfio
+from tacc.vfio.hw import HW
+
+ATTACK_VA = 0x7F000_0000
+
+
+def main(bdf: str, mode: str, arg: str = "") -> int:
+    with TaccVfio(bdf) as t:
+        if mode == "oob":
+            phys = int(arg, 0)
+            t.map_va(ATTACK_VA, phys, 4096)
+            t.tlb_invalidate()
+            w = t.run([d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, ATTACK_VA, 4096)])
+            r = t.run([d_copy(HW.TACC_OP_COPY_H2D, ATTACK_VA, DEVMEM_VA, 4096)])
+            ok = t.run([t.nop()])
+            addr, info = t.fault()
+            print(json.dumps({"write": w.status, "read": r.status, "after": ok.status,
+                              "irq_status": t.irq_status(), "fault_info": info,
+                              "fault_addr": addr}), flush=True)
+        elif mode == "busy":  # jobs back to back until killed: one is always in flight
+            job = t.submit([t.gemm(0, 1 << 20, 2 << 20, 128, 128, 128)] * 64)
+            print("running", flush=True)
+            while True:
+                nxt = t.submit([t.gemm(0, 1 << 20, 2 << 20, 128, 128, 128)] * 64)
+                t.wait(job, timeout=600)
+                job = nxt
+        elif mode == "hold":
+            print("held", flush=True)
+            time.sleep(600)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
