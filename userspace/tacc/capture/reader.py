@@ -24,7 +24,14 @@ from .errors import (
     CaptureVersionError,
     FramingError,
 )
-from .schema import FORMAT_NAME, FORMAT_VERSION, STREAMS, DeviceEventKind, dtype_from_json
+from .schema import (
+    FORMAT_MINOR,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    STREAMS,
+    DeviceEventKind,
+    dtype_from_json,
+)
 
 
 @dataclass
@@ -78,13 +85,29 @@ class Capture:
             raise CaptureError(f"{self.path}: meta.json is not valid JSON") from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
             raise CaptureError(f"{self.path}: meta.json does not describe a tacc capture")
-        version = meta.get("version")
+        version, minor = meta.get("version"), meta.get("minor", 0)
+        if (not isinstance(version, int) or isinstance(version, bool)
+                or not isinstance(minor, int) or isinstance(minor, bool) or minor < 0):
+            raise CaptureVersionError(
+                f"{self.path}: capture format version {version!r} minor {minor!r} is not "
+                f"a version (this tacc reads version {FORMAT_VERSION}.0-{FORMAT_MINOR})"
+            )
+        if version > FORMAT_VERSION:
+            raise CaptureVersionError(
+                f"{self.path}: capture format version {version}.{minor} is newer than this "
+                f"tacc reads ({FORMAT_VERSION}.x): upgrade tacc"
+            )
         if version != FORMAT_VERSION:
             raise CaptureVersionError(
-                f"{self.path}: capture format version {version!r} is not supported "
-                f"(this tacc reads version {FORMAT_VERSION})"
+                f"{self.path}: capture format version {version}.{minor} is not supported "
+                f"(this tacc reads version {FORMAT_VERSION}.x)"
             )
         return meta
+
+    @property
+    def format_version(self) -> tuple[int, int]:
+        """(major, minor) of the capture's format (minor 0 when meta.json has none)."""
+        return int(self.meta["version"]), int(self.meta.get("minor", 0))
 
     def _load_marker(self) -> dict[str, Any] | None:
         p = self.path / "complete"

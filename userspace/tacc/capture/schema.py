@@ -13,7 +13,12 @@ from enum import IntEnum
 import numpy as np
 
 FORMAT_NAME = "tacc-capture"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
+# minor: additions (new streams, new fields) that older readers may skip; a reader reads
+# every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
+# (issue 17); captures of minor 0 may lack device_events.  The coordinator reconciles the
+# number when several branches add to the format in one round.
+FORMAT_MINOR = 1
 TRACE_REC_VERSION = 1  # TACC_TRACE_VERSION
 STRING_MAX = 120
 
@@ -212,6 +217,15 @@ DEVICE_EVENTS_DTYPE = np.dtype(
     ]
 )
 assert DEVICE_EVENTS_DTYPE.itemsize == 64
+
+# Fields holding raw device ticks (converted to CLOCK_MONOTONIC ns through the record's
+# function's clock pairs: Capture.device_clock(fid)); 0 = not set.  A stream adding tick
+# fields lists them here (tacc export adds a <field>_ns column for each).
+DEVICE_TICK_FIELDS: dict[str, tuple[str, ...]] = {
+    "device_trace": ("t_fetch", "t_start", "t_end"),
+    "driver": ("dev_start", "dev_end"),
+    "counters": ("devclk",),
+}
 
 # name -> (schema version, dtype)
 STREAMS: dict[str, tuple[int, np.dtype]] = {
