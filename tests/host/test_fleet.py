@@ -449,3 +449,39 @@ def test_exporter_row_groups_bounded(caps: list[Path], tmp_path: Path) -> None:
     assert md.num_rows == res.streams["driver"] == cap.count("driver")
     assert md.num_row_groups > 1
     assert all(md.row_group(i).num_rows < 5000 + 20000 for i in range(md.num_row_groups))
+
+
+def test_stream_of_a_newer_minor_is_exported(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A stream this tacc does not know (as a newer minor adds: here a made-up TLP stream
+    with a sub-array and a string) is exported with the layout its file header declares."""
+    from tacc.capture import framing
+    from tacc.capture.schema import dtype_from_json, dtype_to_json
+
+    assert dtype_from_json(json.loads(json.dumps(dtype_to_json(dt := np.dtype(
+        [("t_ns", "<i8"), ("fid", "<u2"), ("kind", "u1"), ("_pad", "V5"),
+         ("hdr", "<u4", (4,)), ("what", "S8")]))))) == dt
+
+    src = tmp_path / "newer"
+    shutil.copytree(OLD_MINOR, src)
+    meta = json.loads((src / "meta.json").read_text())
+    meta["minor"] = 7
+    (src / "meta.json").write_text(json.dumps(meta))
+    rec = np.zeros(10, dt)
+    rec["t_ns"] = np.arange(10) * 7
+    rec["hdr"] = np.arange(40).reshape(10, 4)
+    rec["what"] = [b"MRd", b"CplD"] * 5
+    info = {"stream": "tlp_x", "schema": 1, "dtype": dtype_to_json(dt)}
+    payload = rec.tobytes()
+    (src / "streams" / "tlp_x.tcs").write_bytes(
+        framing.encode_file_header(info) + framing.encode_chunk(0, 5, payload[: 5 * 40])
+        + framing.encode_chunk(1, 5, payload[5 * 40:]))
+    cap = open_capture(src)
+    assert cap.other_streams == ["tlp_x"] and "tlp_x" not in cap.streams
+    out = tmp_path / "x"
+    rc, _, err = _run(capsys, "export", str(src), "-o", str(out))
+    assert rc == 0 and "unknown stream 'tlp_x' ignored by the analysis" in err, err
+    rc, stdout, _ = _run(capsys, "query", str(out), "--json",
+                         "SELECT t_ns, hdr, what FROM tlp_x ORDER BY t_ns LIMIT 2")
+    assert json.loads(stdout) == [{"t_ns": 0, "hdr": [0, 1, 2, 3], "what": "MRd"},
+                                  {"t_ns": 7, "hdr": [4, 5, 6, 7], "what": "CplD"}]

@@ -60,6 +60,7 @@ class Capture:
         self.functions: list[Function] = functions_from_meta(self.meta)
         self.node = str(self.meta.get("node", "node0"))
         self._streams: dict[str, StreamInfo] = {}
+        self._other: dict[str, StreamInfo] = {}
         self._scan_streams()
         if sum(s.records for s in self._streams.values()) == 0:
             raise CaptureEmptyError(f"{path}: capture holds no records")
@@ -165,7 +166,7 @@ class Capture:
             name = p.stem
             what = f"{self.path.name}/streams/{p.name}"
             if name not in STREAMS:
-                self.problems.append(f"unknown stream {name!r} ignored")
+                self._scan_unknown(p, name, what)
                 continue
             with open(p, "rb") as f:
                 try:
@@ -205,7 +206,30 @@ class Capture:
                 )
             self._streams[name] = st
 
+    def _scan_unknown(self, p: Path, name: str, what: str) -> None:
+        """A stream this reader does not know (a newer minor version's): not analysed, but
+        kept with the record layout its header declares (``other_streams``: tacc export
+        writes it like any other), unless that layout is unreadable."""
+        self.problems.append(f"unknown stream {name!r} ignored by the analysis")
+        with open(p, "rb") as f:
+            try:
+                info, start = framing.read_file_header(f, what)
+                dtype = dtype_from_json(info.get("dtype", []))
+                schema = int(info.get("schema", 0))
+            except (CaptureError, TypeError, ValueError):
+                return
+            if dtype.itemsize == 0 or dtype.names is None:
+                return
+            refs, _ = framing.scan_chunks(f, start, dtype.itemsize, verify_payload=False)
+        self._other[name] = StreamInfo(name, p, schema, dtype, start, refs)
+
     # --------------------------------------------------------------- access --
+    @property
+    def other_streams(self) -> list[str]:
+        """Streams of the capture this reader does not know, readable by :meth:`chunks`
+        with their declared layout (whole chunks up to any damage)."""
+        return list(self._other)
+
     @property
     def streams(self) -> list[str]:
         return list(self._streams)
@@ -213,13 +237,16 @@ class Capture:
     def info(self, name: str) -> StreamInfo | None:
         return self._streams.get(name)
 
+    def other_info(self, name: str) -> StreamInfo | None:
+        return self._other.get(name)
+
     def count(self, name: str) -> int:
         st = self._streams.get(name)
         return st.records if st else 0
 
     def chunks(self, name: str, columns: list[str] | None = None) -> Iterator[np.ndarray]:
         """Yield the stream's records, one whole chunk (numpy array) at a time."""
-        st = self._streams.get(name)
+        st = self._streams.get(name) or self._other.get(name)
         if st is None:
             return
         what = f"{self.path.name}/streams/{st.path.name}"

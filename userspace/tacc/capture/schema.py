@@ -9,6 +9,7 @@ the stream file header repeats.  See docs/capture-format.md.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
@@ -268,10 +269,12 @@ NUM_ENGINES = 6
 NUM_QUEUES = 4
 
 
-def dtype_to_json(dt: np.dtype) -> list[list[str]]:
-    """A JSON-able description of a structured dtype (numpy's descr)."""
-    return [[name, str(fmt)] for name, fmt in dt.descr]
+def dtype_to_json(dt: np.dtype) -> list[list[Any]]:
+    """A JSON-able description of a structured dtype (numpy's descr): ``[name, format]``,
+    or ``[name, format, shape]`` for a sub-array field."""
+    return [[d[0], str(d[1]), *([list(d[2])] if len(d) > 2 else [])] for d in dt.descr]
 
 
-def dtype_from_json(descr: list[list[str]]) -> np.dtype:
-    return np.dtype([(name if name else "", fmt) for name, fmt in descr])
+def dtype_from_json(descr: list[list[Any]]) -> np.dtype:
+    return np.dtype([(d[0] or "", d[1], *([tuple(d[2])] if len(d) > 2 else []))
+                     for d in descr])

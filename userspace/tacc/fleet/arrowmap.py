@@ -107,11 +107,13 @@ def _bytes_to_string(col: np.ndarray) -> Any:
     replacement characters instead."""
     pa = require("pyarrow")
     binary = pa.array(np.ascontiguousarray(col), type=pa.binary())
-    try:
-        return binary.cast(pa.string())
+    text = binary.view(pa.string())  # same buffers; not pyarrow.compute's cast, whose
+    try:  # import costs seconds in the test VM
+        text.validate(full=True)  # UTF-8
+        return text
     except pa.ArrowInvalid:
-        text = [b.decode("utf-8", "replace") for b in binary.to_pylist()]
-        return pa.array(text, type=pa.string())
+        return pa.array([b.decode("utf-8", "replace") for b in binary.to_pylist()],
+                        type=pa.string())
 
 
 def to_batch(arr: np.ndarray, schema_: Any, extra: dict[str, Any] | None = None) -> Any:

@@ -42,6 +42,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR",
                    help="dataset directory (created, or added to: a capture exported again "
                    "replaces its old partition)")
+    p.add_argument("--compression", default="zstd", choices=["zstd", "lz4", "snappy", "none"],
+                   help="Parquet codec (default zstd, level 1)")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=run_export)
     q = sub.add_parser("query", help="run SQL over an export (DuckDB, embedded)",
@@ -70,7 +72,7 @@ def run_export(args: argparse.Namespace) -> int:
     if out.is_dir() and any(out.iterdir()) and not (out / "_tacc_export.json").exists():
         raise CommandError(f"export: {out}: not empty and not a tacc export")
     caps = [open_capture(p) for p in args.capture]  # every capture valid before writing
-    ex = Exporter(out)
+    ex = Exporter(out, compression=args.compression)
     out.mkdir(parents=True, exist_ok=True)
     done = []
     for cap, cid in zip(caps, capture_ids(caps), strict=True):

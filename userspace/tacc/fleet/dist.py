@@ -50,9 +50,12 @@ def check_scheduler(spec: str) -> str:
 @contextmanager
 def client(spec: str, workers: int) -> Iterator[Any]:
     """A Dask client on ``spec`` (a LocalCluster for ``local``, closed afterwards)."""
-    require("dask")
+    dask = require("dask")
     distributed = require("distributed")
     if spec == "local":
+        # the workers' statistical profiler samples every thread each 10 ms: on 2 shared
+        # cores it cost ~1/3 of a task's time (tools/bench/bench_fleet.py)
+        dask.config.set({"distributed.worker.profile.enabled": False})
         cluster = distributed.LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
             dashboard_address=None, silence_logs=logging.ERROR)

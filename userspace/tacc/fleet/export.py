@@ -36,6 +36,10 @@ META_KEY = "tacc.export"
 # datasets the export adds beside the capture's streams (one row per capture / function)
 TABLES = ("captures", "functions")
 ROW_GROUP_ROWS = 1 << 20
+# Parquet codecs (DuckDB, Arrow, Spark read all of them) -> compression level.  Dictionary
+# encoding only for string columns: tried on every u64 column it doubled the write time
+# (tools/bench/bench_fleet.py) for files ~1.5x smaller.
+CODECS: dict[str, int | None] = {"zstd": 1, "lz4": None, "snappy": None, "none": None}
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -67,9 +71,11 @@ class CaptureExport:
 class Exporter:
     """Exports captures into ``out`` (a dataset directory, created or added to)."""
 
-    def __init__(self, out: Path, row_group_rows: int = ROW_GROUP_ROWS) -> None:
+    def __init__(self, out: Path, row_group_rows: int = ROW_GROUP_ROWS,
+                 compression: str = "zstd") -> None:
         self.out = out
         self.row_group_rows = row_group_rows
+        self.compression = compression
         self.pa = require("pyarrow")
         self.pq = require("pyarrow.parquet")
 
@@ -82,7 +88,7 @@ class Exporter:
                             format_version=f"{major}.{minor}", complete=cap.complete,
                             problems=[])
         clocks = self._clocks(cap)
-        for name in cap.streams:
+        for name in [*cap.streams, *cap.other_streams]:
             if name in TABLES:
                 raise ValueError(f"stream {name!r} collides with an export table")
             res.streams[name] = self._stream(cap, name, node, capture_id, clocks)
@@ -107,7 +113,7 @@ class Exporter:
     def _stream(self, cap: Capture, name: str, node: str, capture: str,
                 clocks: dict[int, Any]) -> int:
         pa = self.pa
-        st = cap.info(name)
+        st = cap.info(name) or cap.other_info(name)
         assert st is not None
         names = set(st.dtype.names or ())
         ticks = [f for f in DEVICE_TICK_FIELDS.get(name, ()) if f in names and "fid" in names]
@@ -128,7 +134,10 @@ class Exporter:
         rows = 0
         pending: list[Any] = []
         npending = 0
-        with self.pq.ParquetWriter(tmp, sch) as w:
+        strings = [f.name for f in sch if pa.types.is_string(f.type)]
+        with self.pq.ParquetWriter(tmp, sch, compression=self.compression,
+                                   compression_level=CODECS[self.compression],
+                                   use_dictionary=strings) as w:
             for ch in cap.chunks(name):
                 extra = {f"{f}_ns": self._ticks_ns(ch, f, clocks) for f in ticks}
                 pending.append(arrowmap.to_batch(ch, sch, extra))
@@ -202,11 +211,14 @@ class Exporter:
 
     def _table(self, name: str, node: str, capture: str, rows: list[dict[str, Any]]) -> None:
         pa = self.pa
-        tab = pa.Table.from_pylist(rows) if rows else pa.table({"fid": pa.array([], pa.int64())})
-        for i, f in enumerate(tab.schema):  # all-null columns (no clock fit): float64
-            if pa.types.is_null(f.type):
-                tab = tab.set_column(i, f.name, tab.column(i).cast(pa.float64()))
-        tab = tab.replace_schema_metadata(self._meta(name, {"node": node, "capture": capture}))
+        cols = {}
+        for k in rows[0] if rows else ["fid"]:
+            arr = pa.array([r[k] for r in rows])
+            # all-null columns (no clock fit) as float64, not Arrow's null type
+            cols[k] = pa.array([r[k] for r in rows], pa.float64()) if pa.types.is_null(
+                arr.type) else arr
+        tab = pa.table(cols).replace_schema_metadata(
+            self._meta(name, {"node": node, "capture": capture}))
         d = self._partition(name, node, capture)
         self.pq.write_table(tab, d / "part-0.parquet.tmp")
         os.replace(d / "part-0.parquet.tmp", d / "part-0.parquet")
