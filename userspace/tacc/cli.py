@@ -28,6 +28,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.timeline.cli",  # timeline
     "tacc.analyze.cli",  # analyze
     "tacc.fleet.cli",  # export, query (issue 17)
+    "tacc.vfio.cli",  # vfio list|bind|unbind (issue 15)
 )
 
 # Reserved subcommands and the module expected to provide them.
