@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +46,16 @@ def _one_error(rc: int, err: str) -> str:
     return lines[0]
 
 
+# A real capture: tests/vm/test_e2e_real.py's "mixed" workload recorded by taccd's capture
+# engine in the strict VM boot (real device model, tacc.ko, BPF, runtime; node "e2e"),
+# taken from the run's out/e2e/captures/mixed at commit 8d8f3dd.
+REAL = DATA / "real-mixed.tar.xz"
+
+
 @pytest.fixture(scope="module")
 def caps(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """Four small captures of two nodes (synthetic twin workloads, real writer)."""
+    """Four small captures of two nodes (synthetic twin workloads, real writer), then the
+    real capture of the VM."""
     root = tmp_path_factory.mktemp("caps")
     out = []
     for i, (wl, var) in enumerate([("tiny_transfers", "bad"), ("tlb_thrash", "bad"),
@@ -55,6 +63,9 @@ def caps(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
         p = root / f"node{i % 2}" / f"cap{i}"
         generate(p, wl, var, 1, i, f"node{i % 2}")
         out.append(p)
+    with tarfile.open(REAL) as tf:
+        tf.extractall(root)  # noqa: S202 (our own fixture; Python 3.11.2 has no filter=)
+    out.append(root / "real-mixed")
     return out
 
 
@@ -189,7 +200,8 @@ def test_export_round_trip_every_stream(caps: list[Path], tmp_path: Path,
     man = json.loads((out / MANIFEST).read_text())
     assert man["format"] == "tacc-export" and man["version"] == 1
     assert [(c["node"], c["capture"]) for c in man["captures"]] == [
-        ("node0", "cap0"), ("node0", "cap2"), ("node1", "cap1"), ("node1", "cap3")]
+        ("e2e", "real-mixed"), ("node0", "cap0"), ("node0", "cap2"), ("node1", "cap1"),
+        ("node1", "cap3")]
     for path in caps:
         cap = open_capture(path)
         node, cid = cap.node, path.name
@@ -215,7 +227,7 @@ def test_export_round_trip_every_stream(caps: list[Path], tmp_path: Path,
         assert cap.count("device_trace") > 0
     # the hive partitions are columns of the dataset
     dt = _read_dataset(out, "device_trace")
-    assert set(dt.column("node").to_pylist()) == {"node0", "node1"}
+    assert set(dt.column("node").to_pylist()) == {"node0", "node1", "e2e"}
     total = sum(open_capture(p).count("device_trace") for p in caps)
     assert dt.num_rows == total
 
@@ -393,12 +405,16 @@ def test_dask_local_cluster_two_workers_same_findings(caps: list[Path], tmp_path
                                *map(str, caps), "--json", str(f))
         assert rc == 0, err
         docs[spec] = json.loads(f.read_text())
-        assert stdout.count("== node") == len(caps)
+        assert stdout.count("\n== ") + stdout.startswith("== ") == len(caps) + 1
     assert docs["local"]["scheduler"] == "local"
     assert docs["serial"]["captures"] == docs["local"]["captures"]
     assert docs["serial"]["cross"] == docs["local"]["cross"]
     rules = [{f["rule"] for f in d["findings"]} for d in docs["local"]["captures"]]
     assert {"small_transfers"} <= rules[0] and {"tlb_thrash"} <= rules[1]
+    # the real capture's findings (tests/vm/test_e2e_real.py MIXED_EXPECTED)
+    assert docs["local"]["captures"][4]["capture"]["node"] == "e2e"
+    assert rules[4] == {"small_transfers", "iommu_churn", "tlb_thrash", "serialized_copies",
+                        "idle_gaps"}
     for p, d in zip(caps, docs["local"]["captures"], strict=True):
         f = tmp_path / "one.json"
         assert _run(capsys, "analyze", str(p), "--json", str(f))[0] == 0
