@@ -156,6 +156,10 @@ def _same(got: pa.ChunkedArray, col: np.ndarray) -> bool:
 @given(dt=dtypes(), raw=st.binary(min_size=0, max_size=2048), n=st.integers(0, 40))
 def test_dtype_to_arrow_round_trip(dt: np.dtype, raw: bytes, n: int) -> None:
     arr = _records(dt, raw, n)
+    if not arrowmap.columns(dt):
+        with pytest.raises(arrowmap.UnsupportedDtype, match="no fields other than padding"):
+            arrowmap.schema(dt)
+        return
     sch = arrowmap.schema(dt)
     assert [f.name for f in sch] == [c.name for c in arrowmap.columns(dt)]
     assert all(f.name != "" for f in sch)
@@ -175,6 +179,8 @@ def test_dtype_mapping_table() -> None:
     assert sch.field("s").type == pa.string() and sch.field("h").type == pa.float32()
     assert sch.field("x").type == pa.list_(pa.uint32(), 6)
     assert sch.field("t").type == pa.struct([pa.field("u", pa.uint8())])
+    assert arrowmap.schema(np.dtype([("a", "u1"), ("n", [("q", "V2")]), ("v", "V1", (3,))])
+                           ).names == ["a"]
     with pytest.raises(arrowmap.UnsupportedDtype, match="no Arrow type"):
         arrowmap.schema(np.dtype([("o", object)]))
 
@@ -492,11 +498,17 @@ def test_stream_of_a_newer_minor_is_exported(tmp_path: Path,
     (src / "streams" / "tlp_x.tcs").write_bytes(
         framing.encode_file_header(info) + framing.encode_chunk(0, 5, payload[: 5 * 40])
         + framing.encode_chunk(1, 5, payload[5 * 40:]))
+    pad = np.dtype([("_p", "V8")])  # nothing but padding: no columns, not exported
+    (src / "streams" / "pad_x.tcs").write_bytes(
+        framing.encode_file_header({"stream": "pad_x", "schema": 1,
+                                    "dtype": dtype_to_json(pad)})
+        + framing.encode_chunk(0, 2, np.zeros(2, pad).tobytes()))
     cap = open_capture(src)
-    assert cap.other_streams == ["tlp_x"] and "tlp_x" not in cap.streams
+    assert cap.other_streams == ["pad_x", "tlp_x"] and "tlp_x" not in cap.streams
     out = tmp_path / "x"
     rc, _, err = _run(capsys, "export", str(src), "-o", str(out))
     assert rc == 0 and "unknown stream 'tlp_x' ignored by the analysis" in err, err
+    assert "stream 'pad_x' not exported: numpy dtype" in err and not (out / "pad_x").exists()
     rc, stdout, _ = _run(capsys, "query", str(out), "--json",
                          "SELECT t_ns, hdr, what FROM tlp_x ORDER BY t_ns LIMIT 2")
     assert json.loads(stdout) == [{"t_ns": 0, "hdr": [0, 1, 2, 3], "what": "MRd"},

@@ -9,7 +9,8 @@ declares becomes a column (docs/export.md, "Types"):
   replaced by U+FFFD; ``U<n>``: ``string`` (up to the first NUL too);
 - a sub-array field ``(type, shape)``: ``fixed_size_list`` of its elements in C order;
 - a nested structured field: ``struct`` of its fields, recursively;
-- void fields without fields (``V<n>``: padding): no column;
+- void fields without fields (``V<n>``: padding), and structures or sub-arrays of nothing
+  else: no column;
 - datetime64 / timedelta64: Arrow timestamp / duration.
 
 Conversion is one numpy -> Arrow call per column and chunk; no Python per record.
@@ -47,7 +48,12 @@ def columns(dt: np.dtype) -> list[Column]:
 
 
 def _is_padding(fdt: np.dtype) -> bool:
-    return fdt.kind == "V" and fdt.names is None and fdt.subdtype is None
+    """Void bytes, or a nested structure of nothing but void bytes."""
+    if fdt.subdtype is not None:
+        return _is_padding(fdt.subdtype[0])
+    if fdt.names is not None:
+        return not columns(fdt)
+    return fdt.kind == "V"
 
 
 def arrow_type(fdt: np.dtype) -> Any:
@@ -72,6 +78,8 @@ def arrow_type(fdt: np.dtype) -> Any:
 
 def schema(dt: np.dtype, metadata: dict[str, str] | None = None) -> Any:
     pa = require("pyarrow")
+    if not columns(dt):  # a batch without columns cannot carry its row count
+        raise UnsupportedDtype(f"numpy dtype {dt} has no fields other than padding")
     return pa.schema([pa.field(c.name, arrow_type(c.dtype)) for c in columns(dt)],
                      metadata=metadata)
 

@@ -81,7 +81,7 @@ def run_export(args: argparse.Namespace) -> int:
         if not cap.complete:
             print(f"tacc: warning: {cap.path}: incomplete capture (no 'complete' marker): "
                   f"exported up to the last whole chunk of each stream", file=sys.stderr)
-        for p in cap.problems[0 if cap.complete else 1:]:
+        for p in res.problems[0 if cap.complete else 1:]:
             print(f"tacc: warning: {cap.path}: {p}", file=sys.stderr)
     ex.write_manifest(done)
     if args.json:

@@ -88,12 +88,21 @@ class Exporter:
                             format_version=f"{major}.{minor}", complete=cap.complete,
                             problems=[])
         clocks = self._clocks(cap)
+        skipped = []
         for name in [*cap.streams, *cap.other_streams]:
-            if name in TABLES:
-                raise ValueError(f"stream {name!r} collides with an export table")
+            st = cap.info(name) or cap.other_info(name)
+            try:
+                if name in TABLES:
+                    raise arrowmap.UnsupportedDtype("its name is an export table's")
+                arrowmap.schema(st.dtype)
+            except arrowmap.UnsupportedDtype as exc:
+                if name in cap.streams and name not in TABLES:
+                    raise
+                skipped.append(f"stream {name!r} not exported: {exc}")
+                continue
             res.streams[name] = self._stream(cap, name, node, capture_id, clocks)
         res.dropped = self._drops(cap)
-        res.problems = list(cap.problems)  # after reading: damage found on the way too
+        res.problems = list(cap.problems) + skipped  # after reading: damage found too
         self._table("functions", node, capture_id, self._functions(cap, clocks))
         self._table("captures", node, capture_id, [self._capture_row(cap, res)])
         res.seconds = round(time.perf_counter() - t, 3)
