@@ -427,6 +427,29 @@ def test_dask_local_cluster_two_workers_same_findings(caps: list[Path], tmp_path
         assert json.loads(f.read_text()) == d
 
 
+def test_dask_tcp_scheduler_same_findings(caps: list[Path], tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`--scheduler tcp://HOST:PORT`: a running scheduler (here a LocalCluster's, 2 worker
+    processes on 127.0.0.1) gives the serial run's findings."""
+    import logging
+
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address=None, silence_logs=logging.ERROR) as cluster:
+        addr = cluster.scheduler_address
+        assert addr.startswith("tcp://127.0.0.1:")
+        docs = {}
+        for spec in ("serial", addr):
+            f = tmp_path / "out.json"
+            rc, _, err = _run(capsys, "analyze", "--scheduler", spec, *map(str, caps[:3]),
+                              "--json", str(f))
+            assert rc == 0, err
+            docs[spec] = json.loads(f.read_text())
+        assert docs[addr]["scheduler"] == addr
+        assert docs[addr]["captures"] == docs["serial"]["captures"]
+
+
 def test_dask_bad_scheduler_one_line(caps: list[Path], capsys: pytest.CaptureFixture[str]
                                      ) -> None:
     rc, _, err = _run(capsys, "analyze", "--scheduler", "bogus", str(caps[0]))
