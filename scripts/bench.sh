@@ -18,7 +18,7 @@ for f in tools/bench/bench_*.py; do
 	selected "$name" || continue
 	echo "==================== bench: $name ===================="
 	args=(--json "$out/$name.json")
-	case $name in timeline|analyze) args+=(--events "$events") ;; esac
+	case $name in timeline|analyze|fleet) args+=(--events "$events") ;; esac
 	$py "$f" "${args[@]}" || { echo "bench: $name FAILED" >&2; fail=1; }
 done
 vm=()

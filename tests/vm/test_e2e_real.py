@@ -748,6 +748,47 @@ def test_back_to_back_captures_have_no_stale_records(recorder: Recorder) -> None
     assert rep["before_capture_start"] == 0 and rep["device_trace_drops"] == 0, rep
 
 
+# ------------------------------------------------------- fleet export (17) --
+def test_export_query_real_capture(recorder: Recorder, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The mixed real capture exported to Parquet (pyarrow) and queried with DuckDB
+    (embedded): row counts, the API -> device join by tag and the device clock conversion
+    agree with the capture read through tacc.capture."""
+    from tacc.capture import open_capture
+    from tacc.cli import main as tacc_main
+
+    cap_path, _, _ = recorder.capture("mixed", MIXED)
+    cap = open_capture(cap_path)
+    out = tmp_path / "export"
+    t = time.monotonic()
+    capsys.readouterr()
+    assert tacc_main(["export", str(cap_path), "-o", str(out)]) == 0, capsys.readouterr().err
+    t_export = time.monotonic() - t
+    capsys.readouterr()
+    sql = ("SELECT (SELECT count(*) FROM device_trace) AS dt, (SELECT count(*) FROM api) AS api,"
+           " (SELECT count(*) FROM driver) AS drv,"
+           " (SELECT count(DISTINCT tag) FROM api JOIN device_trace USING (node, capture, tag)"
+           "  WHERE tag <> 0) AS joined,"
+           " (SELECT min(t_start_ns) FROM device_trace WHERE fid = 0) AS first_ns,"
+           " (SELECT max(t_end_ns) FROM device_trace WHERE fid = 0) AS last_ns,"
+           " (SELECT count(*) FROM device_trace WHERE t_end_ns IS NULL) AS unconverted")
+    assert tacc_main(["query", str(out), "--json", sql]) == 0, capsys.readouterr().err
+    got = json.loads(capsys.readouterr().out)[0]
+    t_all = time.monotonic() - t
+    api, dt, drv = cap.read("api"), cap.read("device_trace"), cap.read("driver")
+    paired = set(np.unique(cap.read("clock_sync")["fid"]).tolist())
+    pf = dt[dt["fid"] == 0]
+    clk = cap.device_clock(0)
+    want = {"dt": len(dt), "api": len(api), "drv": len(drv),
+            "joined": len(np.intersect1d(api["tag"][api["tag"] != 0], dt["tag"])),
+            "first_ns": int(clk.convert(pf["t_start"]).min()),
+            "last_ns": int(clk.convert(pf["t_end"]).max()),
+            "unconverted": int((~np.isin(dt["fid"], list(paired))).sum())}
+    _save("export-query.json", {"got": got, "want": want, "export_s": t_export,
+                                "export_and_query_s": t_all})
+    assert got == want and want["joined"] > 0 and want["dt"] > 0, (got, want)
+
+
 # ---------------------------------------------------------------- errors --
 def test_damaged_real_captures_one_line(recorder: Recorder, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.daemon.cli",  # trace start|stop|status (tracing issue)
     "tacc.timeline.cli",  # timeline
     "tacc.analyze.cli",  # analyze
+    "tacc.fleet.cli",  # export, query (issue 17)
     "tacc.vfio.cli",  # vfio list|bind|unbind (issue 15)
 )
 

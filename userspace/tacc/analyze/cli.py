@@ -11,11 +11,26 @@ from tacc.cli import CommandError
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("analyze", help="find inefficiencies in a capture",
-                       description="Run the analysis rules (docs/analysis.md) over a capture.")
-    p.add_argument("capture", metavar="CAPTURE")
+    p = sub.add_parser(
+        "analyze", help="find inefficiencies in a capture (or a fleet of captures)",
+        description="Run the analysis rules (docs/analysis.md) over a capture.  Given several "
+        "captures, each is analysed as a task on a Dask distributed cluster (a local one by "
+        "default), then the cross-capture rules run over all of them (docs/export.md).",
+        epilog="examples:\n  tacc analyze /tmp/cap\n"
+        "  tacc analyze node0/cap node1/cap              # LocalCluster, one worker each\n"
+        "  tacc analyze --scheduler tcp://10.0.0.1:8786 caps/*   # a running scheduler\n"
+        "  tacc analyze --scheduler serial caps/* --json fleet.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("capture", metavar="CAPTURE", nargs="+")
     p.add_argument("--json", nargs="?", const="-", metavar="FILE",
-                   help="write versioned findings.json to FILE (or stdout)")
+                   help="write versioned findings.json to FILE (or stdout); several captures: "
+                   "a tacc-fleet-findings document holding one findings.json each")
+    p.add_argument("--scheduler", metavar="SPEC",
+                   help="where the per-capture analyses run: local (Dask LocalCluster, the "
+                   "default for several captures), tcp://HOST:PORT (a Dask scheduler), or "
+                   "serial (this process)")
+    p.add_argument("--workers", type=int, default=0, metavar="N",
+                   help="LocalCluster workers (default: one per capture, at most one per CPU)")
     p.add_argument("--config", help="thresholds file (JSON or TOML, table 'thresholds')")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one threshold (repeatable)")
@@ -35,10 +50,15 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"analyze: unknown threshold {exc}") from None
     except (OSError, ValueError) as exc:
         raise CommandError(f"analyze: bad thresholds: {exc}") from None
+    from .cross import CROSS_RULES
+
+    known = [*RULES, *CROSS_RULES]
     for r in args.rule or []:
-        if r not in RULES:
-            raise CommandError(f"analyze: unknown rule {r!r} (known: {', '.join(RULES)})")
-    cap = open_capture(args.capture)
+        if r not in known:
+            raise CommandError(f"analyze: unknown rule {r!r} (known: {', '.join(known)})")
+    if len(args.capture) > 1 or args.scheduler:
+        return run_fleet(args, th)
+    cap = open_capture(args.capture[0])
     findings = analyze(cap, th, args.rule)
     for p in cap.problems:
         print(f"tacc: warning: {cap.path}: {p}", file=sys.stderr)
@@ -51,4 +71,45 @@ def run(args: argparse.Namespace) -> int:
             f.write(doc + "\n")
     t0, t1 = cap.time_range
     write_table(sys.stdout, findings, t1 - t0)
+    return 0
+
+
+def run_fleet(args: argparse.Namespace, th: Any) -> int:
+    """Several captures (or an explicit scheduler): per-capture tasks, then cross rules."""
+    from pathlib import Path
+
+    from tacc.fleet.dist import analyze_many, check_scheduler, fleet_doc
+
+    from .engine import write_table
+    from .rules import Finding
+
+    spec = check_scheduler(args.scheduler or "local")
+    if args.workers < 0:
+        raise CommandError(f"analyze: --workers {args.workers}: not a number of workers")
+    paths = [Path(p) for p in args.capture]
+    thd = dict(th.__dict__)
+    docs = analyze_many(paths, thd, args.rule, spec, args.workers)
+    doc = fleet_doc(paths, docs, thd, args.rule, spec)
+    for d in docs:
+        for p in d["capture"]["problems"]:
+            print(f"tacc: warning: {d['capture']['path']}: {p}", file=sys.stderr)
+    if args.json:
+        out = docs[0] if len(docs) == 1 and not doc["cross"]["findings"] else doc
+        text = json.dumps(out, indent=1, default=str)
+        if args.json == "-":
+            print(text)
+            return 0
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    for d in docs:
+        c = d["capture"]
+        sys.stdout.write(f"== {c['node']}: {c['path']}\n")
+        write_table(sys.stdout, [Finding(**f) for f in d["findings"]], c["span_ns"])
+    cross = doc["cross"]
+    if len(docs) > 1:
+        sys.stdout.write(f"== across {len(docs)} captures: "
+                         f"{', '.join(cross['rules']) or 'no cross-capture rules'}\n")
+        if cross["rules"]:
+            spans = [d["capture"]["span_ns"] for d in docs]
+            write_table(sys.stdout, [Finding(**f) for f in cross["findings"]], max(spans))
     return 0

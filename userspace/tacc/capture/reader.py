@@ -24,7 +24,14 @@ from .errors import (
     CaptureVersionError,
     FramingError,
 )
-from .schema import FORMAT_NAME, FORMAT_VERSION, STREAMS, DeviceEventKind, dtype_from_json
+from .schema import (
+    FORMAT_MINOR,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    STREAMS,
+    DeviceEventKind,
+    dtype_from_json,
+)
 
 
 @dataclass
@@ -53,6 +60,7 @@ class Capture:
         self.functions: list[Function] = functions_from_meta(self.meta)
         self.node = str(self.meta.get("node", "node0"))
         self._streams: dict[str, StreamInfo] = {}
+        self._other: dict[str, StreamInfo] = {}
         self._scan_streams()
         if sum(s.records for s in self._streams.values()) == 0:
             raise CaptureEmptyError(f"{path}: capture holds no records")
@@ -78,13 +86,29 @@ class Capture:
             raise CaptureError(f"{self.path}: meta.json is not valid JSON") from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
             raise CaptureError(f"{self.path}: meta.json does not describe a tacc capture")
-        version = meta.get("version")
+        version, minor = meta.get("version"), meta.get("minor", 0)
+        if (not isinstance(version, int) or isinstance(version, bool)
+                or not isinstance(minor, int) or isinstance(minor, bool) or minor < 0):
+            raise CaptureVersionError(
+                f"{self.path}: capture format version {version!r} minor {minor!r} is not "
+                f"a version (this tacc reads version {FORMAT_VERSION}.0-{FORMAT_MINOR})"
+            )
+        if version > FORMAT_VERSION:
+            raise CaptureVersionError(
+                f"{self.path}: capture format version {version}.{minor} is newer than this "
+                f"tacc reads ({FORMAT_VERSION}.x): upgrade tacc"
+            )
         if version != FORMAT_VERSION:
             raise CaptureVersionError(
-                f"{self.path}: capture format version {version!r} is not supported "
-                f"(this tacc reads version {FORMAT_VERSION})"
+                f"{self.path}: capture format version {version}.{minor} is not supported "
+                f"(this tacc reads version {FORMAT_VERSION}.x)"
             )
         return meta
+
+    @property
+    def format_version(self) -> tuple[int, int]:
+        """(major, minor) of the capture's format (minor 0 when meta.json has none)."""
+        return int(self.meta["version"]), int(self.meta.get("minor", 0))
 
     def _load_marker(self) -> dict[str, Any] | None:
         p = self.path / "complete"
@@ -142,7 +166,7 @@ class Capture:
             name = p.stem
             what = f"{self.path.name}/streams/{p.name}"
             if name not in STREAMS:
-                self.problems.append(f"unknown stream {name!r} ignored")
+                self._scan_unknown(p, name, what)
                 continue
             with open(p, "rb") as f:
                 try:
@@ -182,7 +206,30 @@ class Capture:
                 )
             self._streams[name] = st
 
+    def _scan_unknown(self, p: Path, name: str, what: str) -> None:
+        """A stream this reader does not know (a newer minor version's): not analysed, but
+        kept with the record layout its header declares (``other_streams``: tacc export
+        writes it like any other), unless that layout is unreadable."""
+        self.problems.append(f"unknown stream {name!r} ignored by the analysis")
+        with open(p, "rb") as f:
+            try:
+                info, start = framing.read_file_header(f, what)
+                dtype = dtype_from_json(info.get("dtype", []))
+                schema = int(info.get("schema", 0))
+            except (CaptureError, TypeError, ValueError):
+                return
+            if dtype.itemsize == 0 or dtype.names is None:
+                return
+            refs, _ = framing.scan_chunks(f, start, dtype.itemsize, verify_payload=False)
+        self._other[name] = StreamInfo(name, p, schema, dtype, start, refs)
+
     # --------------------------------------------------------------- access --
+    @property
+    def other_streams(self) -> list[str]:
+        """Streams of the capture this reader does not know, readable by :meth:`chunks`
+        with their declared layout (whole chunks up to any damage)."""
+        return list(self._other)
+
     @property
     def streams(self) -> list[str]:
         return list(self._streams)
@@ -190,13 +237,16 @@ class Capture:
     def info(self, name: str) -> StreamInfo | None:
         return self._streams.get(name)
 
+    def other_info(self, name: str) -> StreamInfo | None:
+        return self._other.get(name)
+
     def count(self, name: str) -> int:
         st = self._streams.get(name)
         return st.records if st else 0
 
     def chunks(self, name: str, columns: list[str] | None = None) -> Iterator[np.ndarray]:
         """Yield the stream's records, one whole chunk (numpy array) at a time."""
-        st = self._streams.get(name)
+        st = self._streams.get(name) or self._other.get(name)
         if st is None:
             return
         what = f"{self.path.name}/streams/{st.path.name}"

@@ -9,11 +9,17 @@ the stream file header repeats.  See docs/capture-format.md.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
 FORMAT_NAME = "tacc-capture"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
+# minor: additions (new streams, new fields) that older readers may skip; a reader reads
+# every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
+# (issue 17); captures of minor 0 may lack device_events.  The coordinator reconciles the
+# number when several branches add to the format in one round.
+FORMAT_MINOR = 2  # 2: trace records of version 2 (virtio events, docs/virtio.md)
 TRACE_REC_VERSION = 2  # TACC_TRACE_VERSION (2: virtio event records, docs/virtio.md)
 STRING_MAX = 120
 
@@ -213,6 +219,15 @@ DEVICE_EVENTS_DTYPE = np.dtype(
 )
 assert DEVICE_EVENTS_DTYPE.itemsize == 64
 
+# Fields holding raw device ticks (converted to CLOCK_MONOTONIC ns through the record's
+# function's clock pairs: Capture.device_clock(fid)); 0 = not set.  A stream adding tick
+# fields lists them here (tacc export adds a <field>_ns column for each).
+DEVICE_TICK_FIELDS: dict[str, tuple[str, ...]] = {
+    "device_trace": ("t_fetch", "t_start", "t_end"),
+    "driver": ("dev_start", "dev_end"),
+    "counters": ("devclk",),
+}
+
 # name -> (schema version, dtype)
 STREAMS: dict[str, tuple[int, np.dtype]] = {
     "device_trace": (1, DEVICE_TRACE_DTYPE),
@@ -254,10 +269,12 @@ NUM_ENGINES = 6
 NUM_QUEUES = 4
 
 
-def dtype_to_json(dt: np.dtype) -> list[list[str]]:
-    """A JSON-able description of a structured dtype (numpy's descr)."""
-    return [[name, str(fmt)] for name, fmt in dt.descr]
+def dtype_to_json(dt: np.dtype) -> list[list[Any]]:
+    """A JSON-able description of a structured dtype (numpy's descr): ``[name, format]``,
+    or ``[name, format, shape]`` for a sub-array field."""
+    return [[d[0], str(d[1]), *([list(d[2])] if len(d) > 2 else [])] for d in dt.descr]
 
 
-def dtype_from_json(descr: list[list[str]]) -> np.dtype:
-    return np.dtype([(name if name else "", fmt) for name, fmt in descr])
+def dtype_from_json(descr: list[list[Any]]) -> np.dtype:
+    return np.dtype([(d[0] or "", d[1], *([tuple(d[2])] if len(d) > 2 else []))
+                     for d in descr])

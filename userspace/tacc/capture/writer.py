@@ -22,7 +22,15 @@ import numpy as np
 
 from . import framing
 from .errors import CaptureError
-from .schema import FORMAT_NAME, FORMAT_VERSION, STREAMS, STRING_MAX, STRINGS_DTYPE, dtype_to_json
+from .schema import (
+    FORMAT_MINOR,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    STREAMS,
+    STRING_MAX,
+    STRINGS_DTYPE,
+    dtype_to_json,
+)
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 MAX_PIECES = 64  # arrays gathered by one writev(2) before they are concatenated
@@ -95,6 +103,7 @@ class CaptureWriter:
         full = dict(meta)
         full["format"] = FORMAT_NAME
         full["version"] = FORMAT_VERSION
+        full["minor"] = FORMAT_MINOR
         full.setdefault("created_unix", time.time())
         full["streams"] = {n: {"schema": v} for n, (v, _) in STREAMS.items()}
         _atomic_write(self.path / "meta.json", json.dumps(full, indent=1).encode())
