@@ -6,9 +6,7 @@ directory in sysfs, and the VM configuration name (strict, pt, lazy, off).
 
 from __future__ import annotations
 
-import grp
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,30 +82,6 @@ def program() -> Iterator[Any]:
 DOMAIN_TYPES = ("DMA", "DMA-FQ", "identity")
 
 
-def _rebind_with_domain(pci: Path, domain: str) -> None:
-    """Unbind tacc from ``pci``, write its IOMMU group's default domain type, probe it
-    again and wait for its accel node (Documentation/ABI/testing/sysfs-kernel-iommu_groups:
-    the group's devices must have no driver while ``type`` is written)."""
-    bdf = pci.name
-    drv = pci / "driver"
-    if drv.exists():
-        (drv / "unbind").write_text(bdf)
-    (pci / "iommu_group" / "type").write_text(domain)
-    Path("/sys/bus/pci/drivers_probe").write_text(bdf)
-    from test_driver_basic import wait_accel_node
-
-    node = wait_accel_node(pci, timeout=60)
-    # the new node is root's 0600 until guest-init's watcher gives it to group tacc (0660)
-    # within a second, as udev's rule would on a real system
-    deadline = time.monotonic() + 30
-    want = (0o660, grp.getgrnam("tacc").gr_gid)
-    while (node.stat().st_mode & 0o777, node.stat().st_gid) != want:
-        assert time.monotonic() < deadline, f"{node}: not 0660 group tacc after rebinding"
-        time.sleep(0.1)
-    got = (pci / "iommu_group" / "type").read_text().strip()
-    assert got == domain, f"{bdf}: group type {got}, wrote {domain}"
-
-
 @pytest.fixture(scope="session", autouse=True)
 def iommu_domain() -> Iterator[str | None]:
     """``TACC_VM_DOMAIN``: the PF's IOMMU group type for this session (a test-vm pass);
@@ -120,6 +94,8 @@ def iommu_domain() -> Iterator[str | None]:
     pf = next(d for d in tacc_pci_devices() if not (d / "physfn").exists())
     assert int((pf / "sriov_numvfs").read_text()) == 0, "domain passes need VFs off"
     before = (pf / "iommu_group" / "type").read_text().strip()
-    _rebind_with_domain(pf, domain)
+    from test_driver_basic import rebind
+
+    rebind(pf, domain)
     yield domain
-    _rebind_with_domain(pf, before)
+    rebind(pf, before)
