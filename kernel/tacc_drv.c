@@ -685,6 +685,9 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 
 	tacc_pm_init(tdev);
 
+	ret = tacc_scrub_probe(tdev);
+	if (ret)
+		goto err_pm;
 	ret = drm_dev_register(&tdev->drm, 0);
 	if (ret)
 		goto err_pm;

@@ -401,6 +401,7 @@ void tacc_ctx_fences_fini(struct tacc_ctx *ctx);
 int tacc_scrub_init(struct tacc_device *tdev);
 void tacc_scrub_bo(struct tacc_device *tdev, struct tacc_bo *bo);
 int tacc_scrub_range_sync(struct tacc_device *tdev, u64 start, u64 size);
+int tacc_scrub_probe(struct tacc_device *tdev);
 int tacc_scrub_wait_idle(struct tacc_device *tdev, long timeout);
 int tacc_scrub_wait_release(struct tacc_device *tdev, u32 gen, long timeout);
 

@@ -292,12 +292,20 @@ static int tacc_pmu_event_init(struct perf_event *event)
 	if (!READ_ONCE(tp->tdev))
 		return -ENODEV;	/* function gone, PMU waiting for its events */
 
-	if (event->group_leader != event && event->group_leader->pmu != event->pmu &&
-	    !is_software_event(event->group_leader))
-		return -EINVAL;
-	for_each_sibling_event(sibling, event->group_leader) {
-		if (sibling->pmu != event->pmu && !is_software_event(sibling))
+	/*
+	 * A sibling: its group may hold only this PMU's and software events.
+	 * perf_try_init_event() holds the leader's ctx->mutex for a sibling
+	 * only, which for_each_sibling_event() asserts (lockdep): a new leader
+	 * has no ctx yet and no siblings to check.
+	 */
+	if (event->group_leader != event) {
+		if (event->group_leader->pmu != event->pmu &&
+		    !is_software_event(event->group_leader))
 			return -EINVAL;
+		for_each_sibling_event(sibling, event->group_leader) {
+			if (sibling->pmu != event->pmu && !is_software_event(sibling))
+				return -EINVAL;
+		}
 	}
 
 	if (!atomic_inc_not_zero(&tp->users))

@@ -10,6 +10,7 @@
  * TACC_SCRUB_TRIES failures the range stays reserved (quarantined) until
  * the device goes away.  SR-IOV scrubs VF windows synchronously
  * (tacc_scrub_range_sync): before a VF gets one and after it gave it back.
+ * Every probe scrubs all of the function's memory (tacc_scrub_probe).
  */
 #include <linux/dma-fence.h>
 #include <linux/dma-resv.h>
@@ -293,6 +294,36 @@ int tacc_scrub_range_sync(struct tacc_device *tdev, u64 start, u64 size)
 		if (!ret)
 			return 0;
 	}
+	return ret;
+}
+
+/**
+ * tacc_scrub_probe() - overwrite all of the function's device memory at probe.
+ * @tdev: the function, after tacc_hw_init() and before drm_dev_register().
+ *
+ * Whatever an earlier owner left in device memory is gone before this driver
+ * hands any of it out: a driver unbound while files held filled BOs (their
+ * free could not reach the device), a VFIO user or a guest that had the
+ * function, a crashed kernel.  One FILL job per GiB of the function's window,
+ * waited for.
+ *
+ * Return: 0 (also for a device without FILL, which says so), or a negative
+ * errno: the probe fails rather than hand out memory it could not clear.
+ */
+int tacc_scrub_probe(struct tacc_device *tdev)
+{
+	int ret;
+
+	if (!tacc_scrub_capable(tdev)) {
+		drm_warn(&tdev->drm, "no FILL (hw %u.%u): device memory not scrubbed at probe\n",
+			 tdev->hw_version >> 16, tdev->hw_version & 0xffff);
+		return 0;
+	}
+	if (!tdev->devmem_size)
+		return 0;
+	ret = tacc_scrub_range_sync(tdev, 0, tdev->devmem_size);
+	if (ret)
+		drm_err(&tdev->drm, "device memory scrub at probe failed (%d)\n", ret);
 	return ret;
 }
 

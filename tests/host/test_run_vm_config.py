@@ -378,3 +378,70 @@ def test_long_tests_carry_no_skip_of_their_own() -> None:
            for i, ln in enumerate(p.read_text().splitlines(), 1)
            if re.search(r"@pytest\.mark\.skipif\(.*TACC_LONG", ln)]
     assert not bad, bad
+
+
+def test_make_test_covers_every_iommu_mode_by_boot_or_domain_pass() -> None:
+    tv = _load_test_vm()
+    modes = {b["IOMMU"] for b in _boots(tv, tv.DEFAULT_CONFIGS)} | set(tv.DOMAIN_PASSES)
+    assert modes == {"strict", "lazy", "pt"}
+    assert set(tv.DOMAIN_PASSES.values()) <= {"DMA-FQ", "identity"}
+    # and each pass's mode still boots for real (its kernel command line) in make test-long
+    assert set(tv.DOMAIN_PASSES) <= {b["IOMMU"] for b in _boots(tv, tv.LONG_CONFIGS)}
+
+
+def _passes_status(tmp_path: Path, main: int, codes: list[int], args: list[str]) -> tuple[int, str]:
+    """Run domain_passes_cmd's shell with a fake .venv/bin/python whose nth call exits
+    with codes[n] and logs its environment."""
+    tv = _load_test_vm()
+    venv = tmp_path / ".venv/bin"
+    venv.mkdir(parents=True)
+    (tmp_path / "codes").write_text(" ".join(map(str, codes)))
+    (venv / "python").write_text(
+        "#!/bin/sh\nset -- $(cat codes); c=$1; shift; echo \"$@\" > codes\n"
+        "echo \"$TACC_VM_CONFIG $TACC_VM_DOMAIN $TACC_VM_EXPECT\" >> calls\nexit $c\n")
+    (venv / "python").chmod(0o755)
+
+    class Cfg:
+        vfs, smp, icount = "0", "1", True
+
+    cmd = tv.domain_passes_cmd(f"(exit {main})", Cfg(), args, tmp_path / "out")
+    r = subprocess.run(["sh", "-c", cmd], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=30)
+    return r.returncode, (tmp_path / "calls").read_text()
+
+
+def test_domain_passes_status_is_the_first_failure(tmp_path: Path) -> None:
+    st, calls = _passes_status(tmp_path / "a", 0, [0, 0], [])
+    assert st == 0
+    assert calls.splitlines() == ["lazy DMA-FQ IOMMU=lazy VFS=0 SMP=1 ICOUNT=1",
+                                  "pt identity IOMMU=pt VFS=0 SMP=1 ICOUNT=1"]
+    assert _passes_status(tmp_path / "b", 0, [0, 3], [])[0] == 3
+    assert _passes_status(tmp_path / "c", 2, [0, 3], [])[0] == 2  # the main session's first
+    # a pass whose -k chose nothing (pytest 5) passes only when a selection was given
+    assert _passes_status(tmp_path / "d", 0, [5, 0], [])[0] == 5
+    assert _passes_status(tmp_path / "e", 0, [5, 0], ["-k", "copy"])[0] == 0
+
+
+def test_wall_profile_per_test_and_file(tmp_path: Path) -> None:
+    tv = _load_test_vm()
+    t = tmp_path / "console.times"
+    t.write_text("2.00 [    0.0] Linux version 6.12\n"
+                 "30.50 ============================= test session starts ====\n"
+                 "30.75 collecting ... collected 3 items\n"
+                 "31.00 tests/vm/test_a.py::test_x PASSED\n"
+                 "35.00 tests/vm/test_a.py::test_y[1] FAILED\n"
+                 "40.00 tests/vm/test_b.py::test_z SKIPPED (long test)\n"
+                 "41.00 ============ 1 passed, 1 failed, 1 skipped in 10.2s =====\n"
+                 "41.50 test-vm: domain pass pt (identity)\n"
+                 "42.00 ============================= test session starts ====\n"
+                 "42.50 collecting ... collected 1 item\n"
+                 "44.50 tests/vm/test_a.py::test_x PASSED\n"
+                 "45.00 ============ 1 passed in 2.0s =====\n"
+                 "47.00 TACC-EXIT: 0\n")
+    prof = tv.wall_profile(t)
+    assert (prof["boot_s"], prof["pytest_s"], prof["after_s"]) == (30.5, 14.5, 2.0)
+    assert prof["collect_s"] == 0.75
+    assert prof["files"] == {"tests/vm/test_b.py": 5.0, "tests/vm/test_a.py": 4.25,
+                             "[pt] tests/vm/test_a.py": 2.0}
+    assert prof["tests"][0] == ("tests/vm/test_b.py::test_z", 5.0)
+    assert tv.wall_profile(tmp_path / "missing") == {}

@@ -72,3 +72,30 @@ def program() -> Iterator[Any]:
     prog = Program(root, rb_pages=4096, host=True)
     yield prog
     prog.close()
+
+
+# scripts/test-vm's IOMMU-mode passes: after a strict boot's own session, pytest runs the
+# IOMMU_MODE_TESTS again with the PF's group switched to the default domain of another
+# mode, instead of booting once per mode (a boot costs ~40 s of wall under TCG).  The
+# whole-boot modes (iommu.strict=0, iommu=pt on the command line) boot for real in
+# `make test-long` (scripts/test-vm LONG_CONFIGS).
+DOMAIN_TYPES = ("DMA", "DMA-FQ", "identity")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def iommu_domain() -> Iterator[str | None]:
+    """``TACC_VM_DOMAIN``: the PF's IOMMU group type for this session (a test-vm pass);
+    back to ``DMA`` (the strict boot's) at the end."""
+    domain = os.environ.get("TACC_VM_DOMAIN")
+    if not domain:
+        yield None
+        return
+    assert domain in DOMAIN_TYPES, f"TACC_VM_DOMAIN={domain}: accepted: {DOMAIN_TYPES}"
+    pf = next(d for d in tacc_pci_devices() if not (d / "physfn").exists())
+    assert int((pf / "sriov_numvfs").read_text()) == 0, "domain passes need VFs off"
+    before = (pf / "iommu_group" / "type").read_text().strip()
+    from test_driver_basic import rebind
+
+    rebind(pf, domain)
+    yield domain
+    rebind(pf, before)

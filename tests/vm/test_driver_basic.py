@@ -255,6 +255,31 @@ def wait_accel_node(pci: Path, timeout: float = 20) -> Path:
     raise TimeoutError(f"{pci.name}: no accel node")
 
 
+def rebind(pci: Path, domain: str | None = None) -> Path:
+    """Unbind tacc from ``pci`` if bound (its files may stay open), optionally write its
+    IOMMU group's default domain type (``DMA``, ``DMA-FQ``, ``identity``: the group's
+    devices must have no driver then, Documentation/ABI/testing/sysfs-kernel-iommu_groups),
+    probe it again.  Returns its accel node once guest-init's watcher has made it 0660
+    group tacc (within a second, as udev's rule would)."""
+    import grp
+
+    if (pci / "driver").exists():
+        (pci / "driver" / "unbind").write_text(pci.name)
+    if domain:
+        (pci / "iommu_group" / "type").write_text(domain)
+    Path("/sys/bus/pci/drivers_probe").write_text(pci.name)
+    node = wait_accel_node(pci, timeout=60)
+    want = (0o660, grp.getgrnam("tacc").gr_gid)
+    deadline = time.monotonic() + 30
+    while (node.stat().st_mode & 0o777, node.stat().st_gid) != want:
+        assert time.monotonic() < deadline, f"{node}: not 0660 group tacc after rebinding"
+        time.sleep(0.1)
+    if domain:
+        got = (pci / "iommu_group" / "type").read_text().strip()
+        assert got == domain, f"{pci.name}: group type {got}, wrote {domain}"
+    return node
+
+
 def dmesg_problems() -> list[str]:
     out = os.popen("dmesg").read().splitlines()
     bad = ("BUG:", "WARNING:", "Oops", "general protection", "Call Trace", "UBSAN", "refcount_t")

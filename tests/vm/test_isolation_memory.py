@@ -40,6 +40,7 @@ from test_driver_basic import (
     dmesg_problems,
     gemm,
     pf_sysfs,
+    rebind,
     wait_accel_node,
 )
 from test_driver_sriov import check, fill
@@ -365,3 +366,24 @@ def test_signal_interrupts_waiting_unbind(pf_accel):
     ph2 = next(ln for ln in lines if ln.startswith("phase2 "))
     assert ph1 == f"phase1 rc -1 errno EINTR bound {BO} hits 1 status 0", lines
     assert ph2 == "phase2 rc 0 errno 0 bound 0 hits 2 status 0", lines
+
+
+# ------------------------------- memory a previous driver left is scrubbed at probe ----
+def test_memory_left_by_previous_driver_scrubbed_at_probe(pf_accel):
+    """A driver unbound while a file still holds filled DEVICE BOs frees nothing through
+    the scrubber (the device is gone from it): the pattern stays in device memory, as it
+    would after a crashed driver, a VFIO user or a guest that had the function.  The next
+    probe overwrites all of the function's memory before any file can open, so tacc-user's
+    first BOs read zeros."""
+    pci = pf_sysfs()
+    d = Dev(pf_accel)
+    try:
+        for s in SIZES:
+            fill(d, d.bo(s, DEVICE).handle, s, 0xA7)
+        (pci / "driver" / "unbind").write_text(pci.name)
+    finally:
+        d.close()  # after the unbind: its BOs' free cannot reach the device
+    node = rebind(pci)
+    out = run_user("alloc_check", str(node), *map(str, SIZES))
+    assert out.split("\n")[:3] == [f"ZERO {s}" for s in SIZES], out
+    assert not dmesg_problems()
