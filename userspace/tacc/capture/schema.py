@@ -213,6 +213,19 @@ DEVICE_EVENTS_DTYPE = np.dtype(
 )
 assert DEVICE_EVENTS_DTYPE.itemsize == 64
 
+# issue 17, clock alignment across nodes: one record per four-timestamp exchange between
+# this node's taccd (the requester) and a peer's (docs/cluster.md).  t1 request sent, t4
+# reply received (this node's CLOCK_MONOTONIC ns); t2 request received, t3 reply sent (the
+# peer's).  offset (peer - this) = ((t2 - t1) + (t3 - t4)) / 2, within +- delay / 2 where
+# delay = (t4 - t1) - (t3 - t2): half the round trip.
+NET_CLOCK_DTYPE = np.dtype(
+    [
+        ("t1", "<i8"), ("t2", "<i8"), ("t3", "<i8"), ("t4", "<i8"), ("seq", "<u4"),
+        ("peer_ip", "<u4"), ("peer_node", "S24"),
+    ]
+)
+assert NET_CLOCK_DTYPE.itemsize == 64
+
 # name -> (schema version, dtype)
 STREAMS: dict[str, tuple[int, np.dtype]] = {
     "device_trace": (1, DEVICE_TRACE_DTYPE),
@@ -225,6 +238,8 @@ STREAMS: dict[str, tuple[int, np.dtype]] = {
     "drops": (1, DROPS_DTYPE),
     # added after the others: older captures have no file for it (read as empty)
     "device_events": (1, DEVICE_EVENTS_DTYPE),
+    # issue 17 (cluster captures): older captures have no file for it (read as empty)
+    "net_clock": (1, NET_CLOCK_DTYPE),
 }
 
 
