@@ -98,14 +98,16 @@ class Model:
 def pipeline(variant: str, seed: int = 0, batches: int = 4, micro: int = 4,
              compute_ns: tuple[int, int] = (2_000_000, 2_000_000), nbytes: int = 131072,
              net: Net | None = None, host_clock: tuple[bool, bool] = (True, True),
-             exchanges: bool = True, names: tuple[str, str] = ("node0", "node1")) -> Model:
+             exchanges: bool = True, names: tuple[str, str] = ("node0", "node1"),
+             boot_gap: int = BOOT_GAP) -> Model:
+    """``boot_gap``: node 1 booted this long after node 0 (negative: before)."""
     net = net or Net()
     rng = np.random.default_rng(seed)
-    offs = [HOST0, HOST0 + BOOT_GAP]
+    offs = [HOST0, HOST0 + boot_gap]
     sims = [Sim(seed=seed + k, node=names[k], nvfs=0, host_offset=offs[k],
                 host_clock=host_clock[k], device_events=False) for k in range(2)]
     md = Model(sims, offs)
-    h0 = BOOT_GAP + 50_000_000  # host time - HOST0 once both nodes are up
+    h0 = max(boot_gap, 0) + 50_000_000  # host time - HOST0 once both nodes are up
     h = h0
     if variant == "bad":
         h1_free = h  # node 1 is waiting from here

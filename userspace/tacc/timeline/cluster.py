@@ -133,6 +133,13 @@ def host_fit(cap: Capture) -> HostFit | None:
     sel = pairs[(pairs["hostclk"] != 0) & (pairs["mono_after"] >= pairs["mono_before"])]
     if len(sel) == 0:
         return None
+    # the tight brackets only (a loaded host widens some by milliseconds): within twice
+    # the tightest (+ 2 us), at least three pairs; the bound is the widest one kept
+    width = sel["mono_after"] - sel["mono_before"]
+    keep = width <= 2 * int(width.min()) + 2000
+    if keep.sum() < min(3, len(sel)):
+        keep = width <= np.sort(width)[min(3, len(sel)) - 1]
+    sel = sel[keep]
     mid = (sel["mono_before"] + sel["mono_after"]) // 2
     hc = sel["hostclk"].astype(np.int64)
     clk = fit_pairs(mid.astype(np.uint64), hc, hc, 1.0, f"{cap.path.name} host clock")

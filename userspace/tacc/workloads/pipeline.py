@@ -66,7 +66,11 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     view = memoryview(buf)
     got = 0
     while got < n:
-        k = sock.recv_into(view[got:], n - got)
+        try:
+            k = sock.recv_into(view[got:], n - got)
+        except TimeoutError:
+            raise PipelineError(f"the peer stage sent nothing for {sock.gettimeout():.0f} s "
+                                f"({got} of {n} bytes)") from None
         if k == 0:
             raise PipelineError(f"peer closed the connection ({got} of {n} bytes)")
         got += k
@@ -126,7 +130,9 @@ def connect(addr: str, port: int, timeout: float) -> socket.socket:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return socket.create_connection((addr, port), timeout=5)
+            s = socket.create_connection((addr, port), timeout=5)
+            s.settimeout(timeout)  # a peer silent this long is an error, not a hang
+            return s
         except OSError as exc:
             if time.monotonic() >= deadline:
                 raise PipelineError(f"stage 1 at {addr}:{port} did not answer within "
@@ -145,7 +151,7 @@ def accept(addr: str, port: int, timeout: float) -> socket.socket:
         except TimeoutError:
             raise PipelineError(f"stage 0 did not connect to {addr}:{port} within "
                                 f"{timeout:.0f} s") from None
-        conn.settimeout(None)
+        conn.settimeout(timeout)
         return conn
 
 
@@ -206,12 +212,15 @@ def pipeline(ctx: Context, bad: bool = False, scale: int = 1, check: bool = True
              role: int | None = None, peer: str | None = None, port: int = PORT,
              batches: int | None = None, batch: int = 128, d_in: int = 256,
              d_hidden: int = 256, d_out: int = 256, micro: int = 4, window: int = 4,
-             timeout: float = 120.0) -> Result:
+             timeout: float | None = None) -> Result:
     """Run this node's stage: ``role`` 0 (default: ``TACC_NODE``) connects to stage 1 at
     ``peer`` (default node 1's address), role 1 listens on its own address (``peer``: the
     address to listen on).  The bad twin sends whole batches synchronously; the good one
     ``micro`` micro-batches per batch, ``window`` in flight."""
+    if timeout is None:  # how long a stage waits for its peer (TACC_PIPELINE_TIMEOUT)
+        timeout = float(os.environ.get("TACC_PIPELINE_TIMEOUT", "") or 120.0)
     role = node_index() if role is None else role
+    peer = peer or os.environ.get("TACC_PIPELINE_PEER") or None  # stage 1's address
     if role not in (0, 1):
         raise PipelineError(f"pipeline: node {role} has no stage (two stages: nodes 0 and 1)")
     nb = batches or 4 * scale
