@@ -55,7 +55,12 @@ cluster_net() {
 	fi
 	ip addr add "169.254.0.$((node + 1))/16" dev "$ifc" &&
 		ip link set "$ifc" up || echo "guest-init: node $node: cannot configure $ifc"
-	export TACC_NODE=$node TACC_NODES=$nodes TACC_NODE_ID=node$node TACC_NET_IF=$ifc
+	local i peers=
+	for i in $(seq 0 $((nodes - 1))); do
+		[ "$i" = "$node" ] || peers=$peers${peers:+,}169.254.0.$((i + 1))
+	done
+	export TACC_NODE=$node TACC_NODES=$nodes TACC_NODE_ID=node$node TACC_NET_IF=$ifc \
+		TACC_NODE_ADDR=169.254.0.$((node + 1)) TACC_PEERS=$peers
 }
 [ -n "$node" ] && cluster_net
 

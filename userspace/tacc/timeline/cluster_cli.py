@@ -1,5 +1,6 @@
 """``tacc cluster``: captures of several nodes, aligned and analysed together.
 
+    tacc cluster synth /tmp/cl --variant bad            # synthetic node0/node1 captures
     tacc cluster offsets node0-cap node1-cap            # each node's offset, both methods
     tacc cluster analyze node0-cap node1-cap --json f.json   # pipeline_bubble, network_bound
     tacc cluster offsets a b --rename b=node1           # two captures named alike
@@ -36,6 +37,12 @@ def add_parser(sub: Any) -> None:
             c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                            help="override a cluster threshold (repeatable)")
         c.set_defaults(func=fn)
+    c = cs.add_parser("synth", help="synthetic captures of the two-node pipeline (OUT/node0, "
+                      "OUT/node1; tests and docs)")
+    c.add_argument("out", metavar="OUT")
+    c.add_argument("--variant", choices=["bad", "good"], default="bad")
+    c.add_argument("--seed", type=int, default=0)
+    c.set_defaults(func=cmd_synth)
 
 
 def _view(args: argparse.Namespace) -> Any:
@@ -54,6 +61,14 @@ def _emit(args: argparse.Namespace, doc: dict[str, Any]) -> bool:
     with open(args.json, "w") as f:
         f.write(text + "\n")
     return False
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from tacc.capture import synth_cluster
+
+    for p in synth_cluster.write(synth_cluster.pipeline(args.variant, args.seed), args.out):
+        print(p)
+    return 0
 
 
 def cmd_offsets(args: argparse.Namespace) -> int:
