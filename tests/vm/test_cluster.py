@@ -53,7 +53,8 @@ def _capture_twin(sock: Path, variant: str) -> tuple[Path, dict]:
     out.parent.mkdir(parents=True, exist_ok=True)
     apitrace.set_process_enabled(True)
     rep = protocol.request({"cmd": "start", "output": str(out),
-                            "options": {"peers": [_addr(1 - NODE)]}}, str(sock), timeout=300)
+                            "options": {"peers": [_addr(1 - NODE)]}}, str(sock),
+                           timeout=1800 if os.environ.get("TACC_CLUSTER_BPF") else 300)
     assert rep.get("ok"), rep
     try:
         with Context() as ctx:

@@ -27,7 +27,7 @@ from .rules import Finding
 
 @dataclass
 class ClusterThresholds:
-    bubble_share: float = 0.15  # bubble time / the node's pipeline span
+    bubble_share: float = 0.10  # bubble time / the node's pipeline span
     bubble_min_ns: int = 1_000_000
     network_share: float = 0.5  # link in flight with both devices idle / pipeline span
     network_min_ns: int = 1_000_000
