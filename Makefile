@@ -17,7 +17,8 @@ MODPARAMS ?=
 QEMU_ARGS ?=
 KERNEL_ARGS ?=
 CMD ?=
-export IOMMU VFS MEM KERNEL SMP VIRTIO ICOUNT MODPARAMS QEMU_ARGS KERNEL_ARGS
+NODES ?= 1
+export IOMMU VFS MEM KERNEL SMP VIRTIO ICOUNT MODPARAMS QEMU_ARGS KERNEL_ARGS NODES
 # CMD goes to the guest as typed: $(value) stops make expanding `$(mktemp)` or `$f`, and
 # scripts/run-vm --make-cmd turns make's escape `$$` into `$` (README: `$$TACC_VM_OUT`).
 export TACC_MAKE_CMD = $(value CMD)
@@ -25,7 +26,8 @@ export TACC_MAKE_CMD = $(value CMD)
 # Bad variable values stop here, before anything runs, with one line.
 ifeq ($(filter help clean distclean,$(MAKECMDGOALS)),)
 BAD_VARS := $(shell IOMMU='$(IOMMU)' VFS='$(VFS)' MEM='$(MEM)' KERNEL='$(KERNEL)' SMP='$(SMP)' \
-	VIRTIO='$(VIRTIO)' ICOUNT='$(ICOUNT)' MODPARAMS='$(MODPARAMS)' /usr/bin/python3 scripts/run-vm --validate 2>&1)
+	VIRTIO='$(VIRTIO)' ICOUNT='$(ICOUNT)' MODPARAMS='$(MODPARAMS)' NODES='$(NODES)' \
+	/usr/bin/python3 scripts/run-vm --validate 2>&1)
 ifneq ($(BAD_VARS),)
 $(error $(BAD_VARS))
 endif
@@ -56,6 +58,7 @@ help:
 	@echo '  MODPARAMS     "name=value ...": tacc.ko module parameters'
 	@echo '  QEMU_ARGS     extra QEMU arguments, e.g. "-trace tacc_*"'
 	@echo '  KERNEL_ARGS   extra guest kernel command line'
+	@echo '  NODES         run-vm: 1..4 VMs side by side on a loopback-only network (docs/cluster.md)'
 	@echo '  CMD           run-vm: run this in the guest instead of a shell (as typed; $$$$ for $$)'
 	@echo '  PYTEST_ARGS   test layers: extra pytest arguments, e.g. "-k capture -x"'
 	@echo '  TEST_VM_CONFIGS  test-vm: configurations to boot, e.g. "strict pt" (scripts/test-vm)'

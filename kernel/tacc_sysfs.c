@@ -227,14 +227,16 @@ static DEVICE_ATTR_RO(live_objects);
 
 /*
  * Bracketed samples: CLOCK_MONOTONIC before, device clock, CLOCK_MONOTONIC
- * after, in ns / ticks; the bracket width bounds the pairing error.
+ * after, in ns / ticks; the bracket width bounds the pairing error.  The
+ * fourth column is the device's host-clock register read in the same
+ * bracket: captures of several VMs are aligned through it.
  * Reading this file wakes the device.
  */
 #define TACC_CLOCK_SYNC_SAMPLES	4
 static ssize_t clock_sync_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
 	struct tacc_device *tdev = tacc_sysfs_dev(dev);
-	u64 before, devclk, after;
+	u64 before, devclk, hostclk, after;
 	unsigned long flags;
 	ssize_t len = 0;
 	int i, ret;
@@ -246,9 +248,11 @@ static ssize_t clock_sync_show(struct device *dev, struct device_attribute *attr
 		local_irq_save(flags);
 		before = ktime_get_ns();
 		devclk = tacc_rd64(tdev, TACC_REG_DEVCLK);
+		hostclk = tacc_rd64(tdev, TACC_REG_HOSTCLK);
 		after = ktime_get_ns();
 		local_irq_restore(flags);
-		len += sysfs_emit_at(buf, len, "%llu %llu %llu\n", before, devclk, after);
+		len += sysfs_emit_at(buf, len, "%llu %llu %llu %llu\n", before, devclk, after,
+				     hostclk);
 	}
 	pm_runtime_mark_last_busy(dev);
 	pm_runtime_put_autosuspend(dev);

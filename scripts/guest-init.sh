@@ -21,7 +21,7 @@ mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 hostname tacc-vm
 ip link set lo up 2>/dev/null
 
-cmd= out= vfs=0 modparams= iommu= tty= term=
+cmd= out= vfs=0 modparams= iommu= tty= term= node= nodes=
 for w in $(cat /proc/cmdline); do
 	case $w in
 	taccvm.cmd=*) cmd=${w#taccvm.cmd=} ;;
@@ -30,6 +30,8 @@ for w in $(cat /proc/cmdline); do
 	taccvm.iommu=*) iommu=${w#taccvm.iommu=} ;;
 	taccvm.tty=*) tty=${w#taccvm.tty=} ;;
 	taccvm.term=*) term=${w#taccvm.term=} ;;
+	taccvm.node=*) node=${w#taccvm.node=} ;;
+	taccvm.nodes=*) nodes=${w#taccvm.nodes=} ;;
 	taccvm.modparams=*) modparams=$(echo "${w#taccvm.modparams=}" | tr , ' ') ;;
 	esac
 done
@@ -38,6 +40,29 @@ if [ -n "$out" ]; then
 	mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 out "$out" ||
 		echo "guest-init: cannot mount the output share at $out"
 fi
+
+# A cluster node (scripts/run-vm NODES=N, docs/cluster.md): hostname tacc-node<i>, capture
+# node id node<i>, the virtio-net NIC at 169.254.0.<i+1>/16 (link-local: no default route,
+# no gateway; the host side is a hub on 127.0.0.1).
+cluster_net() {
+	local ifc
+	hostname "tacc-node$node"
+	modprobe virtio_net 2>/dev/null
+	ifc=$(ls /sys/class/net | grep -v '^lo$' | head -1)
+	if [ -z "$ifc" ]; then
+		echo "guest-init: node $node: no network interface (virtio_net)"
+		return
+	fi
+	ip addr add "169.254.0.$((node + 1))/16" dev "$ifc" &&
+		ip link set "$ifc" up || echo "guest-init: node $node: cannot configure $ifc"
+	local i peers=
+	for i in $(seq 0 $((nodes - 1))); do
+		[ "$i" = "$node" ] || peers=$peers${peers:+,}169.254.0.$((i + 1))
+	done
+	export TACC_NODE=$node TACC_NODES=$nodes TACC_NODE_ID=node$node TACC_NET_IF=$ifc \
+		TACC_NODE_ADDR=169.254.0.$((node + 1)) TACC_PEERS=$peers
+}
+[ -n "$node" ] && cluster_net
 
 finish() {
 	local st=$1

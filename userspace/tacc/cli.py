@@ -28,6 +28,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.timeline.cli",  # timeline
     "tacc.analyze.cli",  # analyze
     "tacc.fleet.cli",  # export, query (issue 17)
+    "tacc.timeline.cluster_cli",  # cluster offsets|analyze (issue 17)
     "tacc.vfio.cli",  # vfio list|bind|unbind (issue 15)
 )
 

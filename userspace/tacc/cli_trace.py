@@ -44,6 +44,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         opts["max_bytes"] = args.max_bytes
     if args.trace_entries is not None:
         opts["trace_entries"] = args.trace_entries
+    if args.peers:
+        opts["peers"] = [p for p in args.peers.split(",") if p]
     rep = _call(args, {"cmd": "start", "output": args.output, "options": opts})
     print(json.dumps(rep) if args.json else f"capturing to {rep['path']}")
     for w in rep.get("warnings", []):
@@ -99,6 +101,9 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--trace-entries", type=int, default=None, metavar="N",
                    help="device trace ring records per function, a power of two 64..32768 "
                         "(default: the driver's, 4096); more absorbs longer bursts")
+    s.add_argument("--peers", default="", metavar="ADDR[:PORT],...",
+                   help="other nodes' taccd (--clock-exchange) to exchange clock "
+                        "timestamps with during the capture (docs/cluster.md)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_start)
     st = ts.add_parser("stop", help="stop the capture and close it")

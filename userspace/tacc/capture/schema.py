@@ -19,7 +19,7 @@ FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
 # (issue 17); captures of minor 0 may lack device_events.  The coordinator reconciles the
 # number when several branches add to the format in one round.
-FORMAT_MINOR = 2  # 2: trace records of version 2 (virtio events, docs/virtio.md)
+FORMAT_MINOR = 3  # 2: trace records of version 2 (virtio events); 3: cluster (net_clock)
 TRACE_REC_VERSION = 2  # TACC_TRACE_VERSION (2: virtio event records, docs/virtio.md)
 STRING_MAX = 120
 
@@ -228,6 +228,19 @@ DEVICE_TICK_FIELDS: dict[str, tuple[str, ...]] = {
     "counters": ("devclk",),
 }
 
+# issue 17, clock alignment across nodes: one record per four-timestamp exchange between
+# this node's taccd (the requester) and a peer's (docs/cluster.md).  t1 request sent, t4
+# reply received (this node's CLOCK_MONOTONIC ns); t2 request received, t3 reply sent (the
+# peer's).  offset (peer - this) = ((t2 - t1) + (t3 - t4)) / 2, within +- delay / 2 where
+# delay = (t4 - t1) - (t3 - t2): half the round trip.
+NET_CLOCK_DTYPE = np.dtype(
+    [
+        ("t1", "<i8"), ("t2", "<i8"), ("t3", "<i8"), ("t4", "<i8"), ("seq", "<u4"),
+        ("peer_ip", "<u4"), ("peer_node", "S24"),
+    ]
+)
+assert NET_CLOCK_DTYPE.itemsize == 64
+
 # name -> (schema version, dtype)
 STREAMS: dict[str, tuple[int, np.dtype]] = {
     "device_trace": (1, DEVICE_TRACE_DTYPE),
@@ -240,6 +253,8 @@ STREAMS: dict[str, tuple[int, np.dtype]] = {
     "drops": (1, DROPS_DTYPE),
     # added after the others: older captures have no file for it (read as empty)
     "device_events": (1, DEVICE_EVENTS_DTYPE),
+    # issue 17 (cluster captures): older captures have no file for it (read as empty)
+    "net_clock": (1, NET_CLOCK_DTYPE),
 }
 
 

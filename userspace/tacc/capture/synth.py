@@ -123,6 +123,8 @@ class Sim:
     segments: list[dict[str, Any]] = field(default_factory=list)
     dev_events: list[np.ndarray] = field(default_factory=list)
     device_events: bool = True  # write() adds a PM resume, an MMU fault and a PM suspend
+    net_clock: list[np.ndarray] = field(default_factory=list)  # clock exchanges (issue 17)
+    host_clock: bool = True  # clock_sync pairs carry the host clock (False: hostclk 0)
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -207,12 +209,13 @@ class Sim:
         self, *, fid: int, queue: int, pid: int, tid: int, api_t0: np.ndarray, name: str,
         opcode: int, nbytes: np.ndarray, dur: np.ndarray, ready: np.ndarray | None = None,
         tlps: np.ndarray | None = None, tlb_misses: np.ndarray | int = 0, ctx: int = 1,
-        flops: np.ndarray | int = 0,
+        flops: np.ndarray | int = 0, tag: np.ndarray | None = None,
     ) -> dict[str, np.ndarray]:
-        """One API call = one job = one command per element; returns device start/end."""
+        """One API call = one job = one command per element; returns device start/end.
+        ``tag``: the calls' tags (a tag carried from another node), else new ones."""
         api_t0 = np.asarray(api_t0, np.int64)
         n = len(api_t0)
-        tag = self.tags(pid, n)
+        tag = self.tags(pid, n) if tag is None else np.asarray(tag, np.uint64)
         job = self.jobs(fid, n)
         t_sub = api_t0 + API_NS
         t_bell = t_sub + IOCTL_NS - 500
@@ -340,6 +343,9 @@ class Sim:
                     arr = arr[np.argsort(arr[key], kind="stable")]
                     w.append(name, arr)
                     counts[name] = len(arr)
+            if self.net_clock:
+                w.append("net_clock", np.concatenate(self.net_clock))
+                counts["net_clock"] = sum(len(x) for x in self.net_clock)
             counts["counters"] = self._write_counters(w, cmds, t_lo, t_hi)
             counts["clock_sync"] = self._write_clock(w, t_lo, t_hi)
             if drops:
@@ -425,7 +431,8 @@ class Sim:
             c["mono_after"] = c["mono_before"] + width
             true = c["mono_before"] + np.rint(frac * width).astype(np.int64)
             c["devclk"] = self.dev_ticks(true)
-            c["hostclk"] = (self.host_offset + true).astype(np.uint64)
+            c["hostclk"] = (self.host_offset + true).astype(np.uint64) if self.host_clock \
+                else 0
             c["fid"] = fn_i
             out.append(c)
         arr = np.concatenate(out)

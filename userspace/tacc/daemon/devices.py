@@ -134,7 +134,7 @@ def find(functions: list[TaccFunction], addr: str) -> TaccFunction:
 
 
 def parse_clock_sync(text: str, fid: int) -> np.ndarray:
-    """``before devclk after`` lines of sysfs tacc/clock_sync -> CLOCK_DTYPE records."""
+    """``before devclk after [hostclk]`` lines of sysfs tacc/clock_sync -> CLOCK_DTYPE records."""
     rows = [ln.split() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
     rows = [r for r in rows if len(r) >= 3]
     out = np.zeros(len(rows), CLOCK_DTYPE)

@@ -38,7 +38,7 @@ class DaemonError(Exception):
 class Daemon:
     def __init__(self, sock_path: str, capture_root: Path, always_on: bool = True,
                  interval: float = 1.0, max_bytes: int = 1 << 30, bpf: bool = True,
-                 sysroot: str = "/") -> None:
+                 sysroot: str = "/", clock_exchange: str = "") -> None:
         self.sock_path = sock_path
         self.capture_root = capture_root
         self.max_bytes = max_bytes
@@ -60,6 +60,7 @@ class Daemon:
         self._listen()
         self.netlink = self._netlink()
         self.monitor = self._udev()
+        self.clock_responder = self._clock_exchange(clock_exchange)
 
     # ------------------------------------------------------------ sources ---
     def _listen(self) -> None:
@@ -106,6 +107,20 @@ class Daemon:
             return None
         self.sel.register(mon.fileno(), selectors.EVENT_READ, self._on_udev)
         return mon
+
+    def _clock_exchange(self, addr: str) -> Any | None:
+        """``--clock-exchange ADDR[:PORT]``: answer peers' clock requests (docs/cluster.md)."""
+        if not addr:
+            return None
+        from .clockx import Responder, parse_peer
+
+        host, port = parse_peer(addr)
+        try:
+            r = Responder(host, port)
+        except OSError as exc:
+            raise DaemonError(f"clock exchange on {host}:{port}: {exc.strerror}") from None
+        self.sel.register(r.fileno(), selectors.EVENT_READ, r.on_readable)
+        return r
 
     # ----------------------------------------------------------- handlers ---
     def _accept(self) -> None:
@@ -357,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-always-on", action="store_true", help="no always-on sampling")
     p.add_argument("--no-bpf", action="store_true", help="captures without driver events")
     p.add_argument("--max-bytes", type=int, default=1 << 30, help="disk bound per capture")
+    p.add_argument("--clock-exchange", default="", metavar="ADDR[:PORT]",
+                   help="answer peer nodes' clock exchange requests on this UDP address "
+                        "(port 7475; docs/cluster.md); off by default")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
 
@@ -371,8 +389,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         d = Daemon(protocol.socket_path(args.socket), Path(args.capture_root),
                    always_on=not args.no_always_on, interval=args.interval,
-                   max_bytes=args.max_bytes, bpf=not args.no_bpf)
-    except (DaemonError, OSError) as exc:
+                   max_bytes=args.max_bytes, bpf=not args.no_bpf,
+                   clock_exchange=args.clock_exchange)
+    except (DaemonError, OSError, ValueError) as exc:
         print(f"taccd: {exc}", file=sys.stderr)
         return 1
     if not args.foreground:

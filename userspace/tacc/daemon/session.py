@@ -108,6 +108,7 @@ class Options:
     device: str | None = None
     flush_s: float = 1.0
     trace_entries: int = 0  # device trace ring records per function (0 = driver default)
+    peers: list[str] = field(default_factory=list)  # clock exchange (issue 17): ADDR[:PORT]
 
     def __post_init__(self) -> None:
         """Options a device would refuse are refused here, before any device is touched
@@ -119,6 +120,10 @@ class Options:
                 TRACE_MIN_ENTRIES <= n <= TRACE_MAX_ENTRIES and n & (n - 1) == 0)):
             raise ValueError(f"trace ring entries {n}: a power of two from "
                              f"{TRACE_MIN_ENTRIES} to {TRACE_MAX_ENTRIES}")
+        from .clockx import parse_peer
+
+        for p in self.peers:
+            parse_peer(p)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -139,7 +144,7 @@ class CaptureSession:
         self.added: list[dict[str, Any]] = []
         self.removed: set[int] = set()
         meta = {
-            "node": node or socket.gethostname(),
+            "node": node or os.environ.get("TACC_NODE_ID") or socket.gethostname(),
             "devices": [f.meta() for f in self.functions],
             "kernel": kernel_release(),
             "qemu": machine_info().get("product_version", ""),
@@ -164,6 +169,9 @@ class CaptureSession:
         self.counters_due: float | None = None  # next slot of the counter sample grid
         self._open_collectors()
         self.clock_sample()
+        from .clockx import Requester
+
+        self.clockx = Requester(opts.peers) if opts.peers else None
 
     # ---------------------------------------------------------- collectors ---
     def _open_collectors(self) -> None:
@@ -403,6 +411,8 @@ class CaptureSession:
         if self.opts.clock_hz > 0 and now - self.t_clock >= 1.0 / self.opts.clock_hz:
             self.t_clock = now
             self.clock_sample()
+        if self.clockx is not None:
+            self._append("net_clock", self.clockx.poll(now, final), DropSource.CLOCK)
         if flush:
             self.t_flush = now
             self.writer.flush()
@@ -468,6 +478,8 @@ class CaptureSession:
         if self.api is not None:
             self.warnings.extend(self.api.errors)
             self.api.close()
+        if self.clockx is not None:
+            self.clockx.close()
         summary = self.status()
         # device events are the device_events stream; the marker keeps the full description
         # of functions added mid-capture (meta.json is written once)

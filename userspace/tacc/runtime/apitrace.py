@@ -14,6 +14,7 @@ header.  A full ring drops the record and counts it in ``dropped``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import mmap
 import os
@@ -65,7 +66,7 @@ NAMES: tuple[str, ...] = (
     "free", "stream_create", "copy_h2d", "copy_d2h", "copy_d2d", "gemm", "eltwise",
     "event_create", "event_record", "stream_wait_event", "event_synchronize",
     "stream_synchronize", "synchronize", "event_query", "stream_query", "nop",
-    "host_preprocess",
+    "host_preprocess", "net_send", "net_recv",
 )
 NAME_ID: dict[str, int] = {n: i for i, n in enumerate(NAMES)}
 
@@ -192,7 +193,7 @@ class _Tracer:
         self.rings: list[Ring] = []
         self.lock = threading.Lock()
         self.pid = os.getpid()
-        self.seq = 0
+        self.seq = _node_seq_base()
         self.mode = _mode()
         try:
             self.capacity = int(os.environ.get("TACC_API_RING_RECORDS", DEFAULT_RECORDS))
@@ -223,6 +224,9 @@ class _Tracer:
         return r
 
     def next_tag(self) -> int:
+        adopted = getattr(self.tls, "adopted", 0)
+        if adopted:
+            return int(adopted)
         self.seq = s = (self.seq + 1) & 0xFFFFFFFF
         return (self.pid << 32) | s
 
@@ -231,6 +235,14 @@ class _Tracer:
             for r in self.rings:
                 r.close()
             self.rings.clear()
+
+
+def _node_seq_base() -> int:
+    """In a cluster (TACC_NODE=i, scripts/run-vm NODES=N) node i's tag sequence starts at
+    i << 28: identical guests give their processes the same pids, and a tag carried to a
+    peer (``adopt_tag``) must not equal one of the peer's own (docs/cluster.md)."""
+    node = os.environ.get("TACC_NODE", "")
+    return (int(node) & 0xF) << 28 if node.isdigit() else 0
 
 
 _tracer = _Tracer()
@@ -248,6 +260,21 @@ atexit.register(lambda: _tracer.close_all())
 def next_tag() -> int:
     """A new user tag: pid << 32 | per-process sequence (docs: design decisions)."""
     return _tracer.next_tag()
+
+
+@contextlib.contextmanager
+def adopt_tag(tag: int) -> Iterator[int]:
+    """Every call of this thread inside the block takes ``tag`` instead of a new one: a
+    peer's tag received in a message header (tacc.workloads.pipeline), so the receive and
+    the device work it causes share the sender's correlation id.  ``tag`` 0: a new tag."""
+    t = _tracer
+    prev = getattr(t.tls, "adopted", 0)
+    tag = tag or t.next_tag()
+    t.tls.adopted = tag
+    try:
+        yield tag
+    finally:
+        t.tls.adopted = prev
 
 
 def current_ring() -> Ring | None:

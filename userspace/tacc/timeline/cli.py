@@ -20,6 +20,16 @@ def add_parser(sub: Any) -> None:
                    help="output format (default: from the extension, else perfetto)")
     p.add_argument("--summary", action="store_true", help="print a text overview")
     p.add_argument("--findings", help="findings.json of tacc analyze to overlay")
+    p.add_argument("--rename", action="append", default=[], metavar="CAPTURE=NAME",
+                   help="node id of CAPTURE in a merge (two captures of one node id are "
+                        "refused otherwise); repeatable")
+    p.add_argument("--align", choices=["auto", "hostclk", "network"], default="auto",
+                   help="how nodes are aligned in a merge: the device host-clock register, "
+                        "taccd's network clock exchange, or auto (host clock if both "
+                        "captures have it); docs/cluster.md")
+    p.add_argument("--manifest", metavar="DIR",
+                   help="also write each capture as its own trace plus a perfetto_manifest "
+                        "placing them as the merge does (Perfetto's own multi-trace merge)")
     p.set_defaults(func=run)
 
 
@@ -33,7 +43,13 @@ def run(args: argparse.Namespace) -> int:
         fmt = {"json": "json", "html": "html", "htm": "html"}.get(
             args.output.rsplit(".", 1)[-1].lower(), "perfetto")
     findings = load_findings(args.findings) if args.findings else None
-    res = convert(args.captures, args.output, fmt or "perfetto", args.summary, findings)
+    res = convert(args.captures, args.output, fmt or "perfetto", args.summary, findings,
+                  args.rename, args.align)
+    if args.manifest:
+        from .manifest import write_manifest
+
+        path = write_manifest(args.captures, args.manifest, args.rename, args.align)
+        print(f"wrote {path}", file=sys.stderr)
     for p in res.problems:
         print(f"tacc: warning: {p}", file=sys.stderr)
     if args.summary:

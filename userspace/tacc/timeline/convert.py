@@ -50,11 +50,20 @@ def convert(
     fmt: str = "perfetto",
     summary: bool = False,
     findings: list[dict[str, Any]] | None = None,
+    renames: list[str] | None = None,
+    align: str = "auto",
 ) -> Result:
-    """Write ``out`` in ``fmt`` (perfetto, json, html); optionally build the text summary."""
+    """Write ``out`` in ``fmt`` (perfetto, json, html); optionally build the text summary.
+    Several captures are merged as a cluster (tacc.timeline.cluster: node ids, clock
+    alignment, cross-node messages); ``renames`` are ``CAPTURE=NAME`` items."""
     caps = [open_capture(c) for c in captures]
-    sources = make_sources(caps)
-    ex = Extractor(sources)
+    view = None
+    if len(caps) > 1:
+        from .cluster import open_view, parse_renames
+
+        view = open_view(caps, parse_renames(renames), align)
+    sources = make_sources(caps, view)
+    ex = Extractor(sources, view)
     meta = ex.metadata()
     t0 = min((c.time_range[0] for c in caps), default=0) if fmt == "perfetto" else 0
     res = Result()

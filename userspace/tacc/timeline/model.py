@@ -147,14 +147,28 @@ class Source:
     node_idx: int
     align: LinearClock  # this capture's CLOCK_MONOTONIC -> reference timeline
     clocks: dict[int, LinearClock]  # fid -> device ticks -> reference timeline
+    name: str = ""  # node id in a merged view (tacc.timeline.cluster), else the capture's
+    cross: np.ndarray | None = None  # tags carried between nodes: one flow id on every node
 
     @property
     def node(self) -> str:
-        return self.cap.node
+        return self.name or self.cap.node
 
 
-def make_sources(caps: list[Capture]) -> list[Source]:
-    """Align several captures on the first one's CLOCK_MONOTONIC via the host-clock pairs."""
+def make_sources(caps: list[Capture], view: Any = None) -> list[Source]:
+    """Align several captures on the first one's CLOCK_MONOTONIC: through ``view`` (a
+    ``tacc.timeline.cluster.ClusterView``: node ids, clock alignment, messages), else via
+    the host-clock pairs."""
+    if view is not None:
+        from .cluster import cross_tags
+
+        tags = cross_tags(view.messages)
+        out = []
+        for i, (cap, nc) in enumerate(zip(caps, view.clocks, strict=True)):
+            clocks = {fn.fid: compose(nc.align, cap.device_clock(fn.fid)) if i else
+                      cap.device_clock(fn.fid) for fn in cap.functions}
+            out.append(Source(cap, i, nc.align, clocks, view.names[i], tags))
+        return out
     out = []
     ref = caps[0].host_clock() if caps else None
     names: dict[str, int] = {}
@@ -178,10 +192,17 @@ def make_sources(caps: list[Capture]) -> list[Source]:
     return out
 
 
-def flow_ids(node_idx: int, tag: np.ndarray) -> np.ndarray:
+def flow_ids(node_idx: int, tag: np.ndarray, cross: np.ndarray | None = None) -> np.ndarray:
+    """Flow id of each tag: per node, except tags carried to another node (``cross``),
+    whose flows continue across nodes (send -> packets -> receive -> API -> device)."""
     tag = np.asarray(tag, np.uint64)
     f = (tag & TAG_MASK) | np.uint64((node_idx + 1) << FLOW_NODE_SHIFT)
+    if cross is not None and len(cross):
+        f = np.where(np.isin(tag, cross), (tag & TAG_MASK) | CROSS_FLOW, f)
     return np.where(tag != 0, f, np.uint64(0))
+
+
+CROSS_FLOW = np.uint64(0xFF << FLOW_NODE_SHIFT)  # tacc.timeline.cluster.CROSS_FLOW
 
 
 class NoOverlap:
@@ -221,8 +242,10 @@ class NoOverlap:
 class Extractor:
     """Turns the streams of the sources into batches; owns the track and name registries."""
 
-    def __init__(self, sources: list[Source]) -> None:
+    def __init__(self, sources: list[Source], view: Any = None) -> None:
         self.sources = sources
+        self.view = view  # tacc.timeline.cluster.ClusterView of a merge, else None
+        self.messages: np.ndarray | None = view.messages if view is not None else None
         self.tracks = Tracks()
         self.names = Names()
         self.nooverlap = NoOverlap()
@@ -319,8 +342,13 @@ class Extractor:
                 ch["t_start"].astype(np.int64)
             dur = np.maximum(ch["t_end"] - ch["t_start"], 0).astype(np.int64)
             names = iid_of[np.minimum(ch["name_id"], len(iid_of) - 1)]
-            b = Batch(self._lookup_tracks(key, make), ts, dur, names,
-                      flow_ids(src.node_idx, ch["tag"]), None,
+            flow = flow_ids(src.node_idx, ch["tag"], src.cross)
+            if src.cross is not None and len(src.cross):
+                # a receive starts waiting before its message was sent: its flow step is
+                # the "received" instant on the network track (network()), at its end
+                recv = np.isin(ch["name_id"], self._recv_ids(src))
+                flow[recv] = 0
+            b = Batch(self._lookup_tracks(key, make), ts, dur, names, flow, None,
                       {"tag": ch["tag"].astype(np.uint64), "bytes": ch["bytes"].astype(np.uint64)})
             b.term = np.zeros(len(b), bool)
             b.flow_origin = True
@@ -399,7 +427,7 @@ class Extractor:
                 flow = None
                 term = None
                 if cat in ("submit", "completion"):
-                    flow = flow_ids(src.node_idx, sub["tag"])
+                    flow = flow_ids(src.node_idx, sub["tag"], src.cross)
                     term = np.full(len(sub), cat == "completion")
                 b = Batch(tr, ts_all[sel], sub["dur_ns"].astype(np.int64) if span else None,
                           names, flow, term, args)
@@ -469,7 +497,7 @@ class Extractor:
             nbytes = ch["bytes"].astype(np.uint64)
             gbps = np.where(dur > 0, nbytes.astype(np.float64) / np.maximum(dur, 1), 0.0)
             b = Batch(self._lookup_tracks(key, make), ts, dur, op_iid[ch["opcode"]],
-                      flow_ids(src.node_idx, ch["tag"]), np.zeros(len(ch), bool),
+                      flow_ids(src.node_idx, ch["tag"], src.cross), np.zeros(len(ch), bool),
                       {"bytes": nbytes, "GB/s": gbps, "tag": ch["tag"].astype(np.uint64),
                        "job": ch["job"].astype(np.uint64),
                        "queue_wait_ns": np.maximum(ts - tf, 0).astype(np.uint64),
@@ -668,9 +696,51 @@ class Extractor:
                         args={"count": ch["count"].astype(np.uint64),
                               "source": ch["source"].astype(np.uint64)})
 
+    def _recv_ids(self, src: Source) -> list[int]:
+        return [i for i, t in src.cap.strings.items() if t == "net_recv"]
+
+    def network(self, src: Source) -> Iterator[Batch]:
+        """Cross-node messages (tacc.timeline.cluster.messages) on the node's network
+        tracks: ``net tx -> peer`` (the message's first packet sent, and the send) and
+        ``net rx <- peer`` (its last packet received, and the receive's return), each
+        a step of the message tag's cross-node flow."""
+        msgs = self.messages
+        if msgs is None or not len(msgs):
+            return
+        host = self.tracks.get(("host", src.node_idx), "host", self.node_track(src), "group",
+                               node=src.node_idx)
+        names = {s.node_idx: s.node for s in self.sources}
+        for side, peer_col, what in (("src", "dst", "tx"), ("dst", "src", "rx")):
+            m = msgs[msgs[side] == src.node_idx]
+            if not len(m):
+                continue
+            parts: list[tuple[np.ndarray, np.ndarray, int]] = []
+            pkt = m[what] != 0
+            label = "message sent" if what == "tx" else "message received"
+            when = m["send_start"] if what == "tx" else m["recv_end"]
+            parts.append((when, np.ones(len(m), bool), self.names.iid(label)))
+            parts.append((m[what], pkt, self.names.iid(f"packet {what}")))
+            for ts, ok, nm in parts:
+                sel = m[ok]
+                peers = sel[peer_col].astype(np.int64)
+
+                def make(k: int, what: str = what) -> Track:
+                    arrow = "->" if what == "tx" else "<-"
+                    return self.tracks.get(("xnet", src.node_idx, what, k),
+                                           f"net {what} {arrow} {names.get(k, k)}", host,
+                                           node=src.node_idx)
+
+                o = np.argsort(ts[ok], kind="stable")
+                yield Batch(self._lookup_tracks(peers[o], make), ts[ok][o].astype(np.int64),
+                            None, np.full(len(sel), nm, np.int64),
+                            flow_ids(0, sel["tag"][o], sel["tag"][o]), np.zeros(len(sel), bool),
+                            {"tag": sel["tag"][o].astype(np.uint64),
+                             "bytes": sel["bytes"][o].astype(np.uint64)})
+
     def all(self) -> Iterator[Batch | CounterBatch]:
         """Every batch of every source, stream by stream."""
         for src in self.sources:
+            yield from self.network(src)
             yield from self.api(src)
             yield from self.driver(src)
             yield from self.device(src)
@@ -692,4 +762,6 @@ class Extractor:
                 "icount": src.cap.meta.get("icount"),
                 "time_scale": src.cap.meta.get("time_scale"),
             })
+        if self.view is not None:
+            meta["cluster"] = self.view.metadata()
         return meta

@@ -21,6 +21,7 @@ from tacc.runtime import Context
 
 from .common import Result
 from .mlp import mlp
+from .pipeline import pipeline
 from .twins import (
     host_bound,
     link_saturation,
@@ -41,6 +42,7 @@ class Workload:
     expected: tuple[str, ...]  # analysis rules the bad twin must trigger (good: none)
     twins: bool = True
     multi_device: bool = False
+    cluster: bool = False  # runs one stage per node of a cluster (docs/cluster.md)
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -66,6 +68,10 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              "-d VICTIM -d NEIGHBOUR", ("vf_contention",), multi_device=True),
     Workload("host_bound", host_bound,
              "host preparation serialized with the device vs overlapped", ("idle_gaps",)),
+    Workload("pipeline", pipeline,
+             "MLP split over two nodes (TCP): one batch in flight vs micro-batches "
+             "overlapped; one stage per node (TACC_NODE)", ("pipeline_bubble",),
+             cluster=True),
 )}
 
 

@@ -1,0 +1,96 @@
+"""In each node of the cluster boot (scripts/test-vm --config cluster: two VMs side by side,
+host time): the node's taccd answers the peer's clock exchange, captures the pipeline
+twins (one stage per node, over TCP on the link-local network) and keeps the captures in
+$TACC_VM_OUT/cluster/{bad,good}; tests/cluster/test_merge_real.py merges both nodes'
+captures on the host after the boot.  Not in the single-VM boots (no peer).
+
+taccd runs with --no-bpf here: on host time two TCG guests compiling the capture program
+side by side took more than 300 s (the first run of this file); the API rings, device
+trace, clock pairs and the clock exchange need no BPF.  The packets (host net tx/rx,
+BPF) are checked by the @long test at the end (make test-long)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+NODE = int(os.environ.get("TACC_NODE", "-1"))
+
+
+def _addr(i: int) -> str:
+    return f"169.254.0.{i + 1}"
+
+
+@pytest.fixture(scope="module")
+def taccd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    if os.environ.get("TACC_NODES") != "2" or NODE not in (0, 1):
+        pytest.fail("tests/vm/test_cluster.py runs in the cluster boot only "
+                    "(scripts/test-vm --config cluster: TACC_NODES=2)")
+    from tacc.testing.taccd import start_taccd
+
+    root = tmp_path_factory.mktemp("taccd")
+    sock = root / "taccd.sock"
+    extra = [] if os.environ.get("TACC_CLUSTER_BPF") else ["--no-bpf"]
+    d = start_taccd(sock, root, "--no-always-on", "--clock-exchange", _addr(NODE), *extra)
+    yield sock
+    d.terminate()
+    d.wait(60)
+
+
+def _capture_twin(sock: Path, variant: str) -> tuple[Path, dict]:
+    """taccd captures while this process runs its stage of the twin (in process: under
+    host time each new Python process costs seconds of imports over 9p)."""
+    from tacc.daemon import protocol
+    from tacc.runtime import Context, apitrace
+    from tacc.workloads import run
+
+    out = Path(os.environ["TACC_VM_OUT"]) / "cluster" / variant
+    out.parent.mkdir(parents=True, exist_ok=True)
+    apitrace.set_process_enabled(True)
+    rep = protocol.request({"cmd": "start", "output": str(out),
+                            "options": {"peers": [_addr(1 - NODE)]}}, str(sock),
+                           timeout=1800 if os.environ.get("TACC_CLUSTER_BPF") else 300)
+    assert rep.get("ok"), rep
+    try:
+        with Context() as ctx:
+            # two batches (the bad twin: 2 messages each way; the good one: 8)
+            res = run("pipeline", ctx, variant == "bad", batches=2).to_json()
+    finally:
+        time.sleep(0.3)
+        stop = protocol.request({"cmd": "stop"}, str(sock), timeout=300)
+    assert stop.get("ok"), stop
+    (out.parent / f"result-{variant}.json").write_text(json.dumps(res))
+    return out, res
+
+
+@pytest.mark.timeout(1800)  # TACC_CLUSTER_BPF: the first capture compiles (> 600 s seen)
+@pytest.mark.parametrize("variant", ["bad", "good"])
+def test_pipeline_stage_captured(taccd: Path, variant: str) -> None:
+    """The stage ran on this node's device, its results checked against numpy, and the
+    capture holds the messages (API net_send/net_recv), the packets (host net tx/rx)
+    and the clock exchanges with the peer's taccd (net_clock)."""
+    from tacc.capture import open_capture
+    from tacc.capture.schema import HostKind
+
+    out, res = _capture_twin(taccd, variant)
+    assert res["checked"], res
+    assert res["extra"]["role"] == NODE
+    cap = open_capture(out)
+    assert cap.complete, cap.problems
+    assert cap.meta["node"] == f"node{NODE}"
+    names = {s for s in cap.strings.values()}
+    assert {"net_send", "net_recv", "gemm"} <= names
+    if os.environ.get("TACC_CLUSTER_BPF"):
+        host = cap.read("host")
+        assert (host["kind"] == HostKind.NET_TX).sum() > 0
+        assert (host["kind"] == HostKind.NET_RX).sum() > 0
+    nc = cap.read("net_clock")
+    assert len(nc) >= 1, "no clock exchange with the peer's taccd"
+    assert set(nc["peer_node"].tolist()) == {f"node{1 - NODE}".encode()}
+    pairs = cap.read("clock_sync")
+    assert (pairs["hostclk"] != 0).all(), "clock_sync pairs without the host clock"
