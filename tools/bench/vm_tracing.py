@@ -29,7 +29,7 @@ order-statistics interval; ratios carry a paired-bootstrap 95 % interval (benchs
 Per phase: the tracer's CPU share (utime + stime from /proc), its drops, and the per-job
 facts it kept (peers.py: counted the same way for every tool).
 
-    vm_tracing.py [--seconds 2] [--rounds 9] [--batch 64] [--workloads nop,mlp]
+    vm_tracing.py [--seconds 1] [--rounds 9] [--batch 64] [--workloads nop,mlp]
                   [--modes nothing,always-on,taccd,record,perf,bpftrace] [--json OUT]
 """
 
@@ -39,6 +39,7 @@ import argparse
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -161,6 +162,7 @@ class Taccd:
 
 
 MODES = ("nothing", "always-on", "taccd", "record", "perf", "bpftrace")
+PEERS = ("record", "perf", "bpftrace")
 WORKLOADS = ("nop", "mlp")
 
 
@@ -234,7 +236,7 @@ class Phase:
         c = self.sysfs / "counters"
         return int((c / "jobs_completed").read_text()), int((c / "cmds_completed").read_text())
 
-    def run(self, mode: str, work: Any) -> dict[str, Any]:
+    def run(self, mode: str, work: Any, facts: bool = True) -> dict[str, Any]:
         self.seq += 1
         tool: peers.Tool | None = None
         if mode != "always-on" and mode != "taccd":
@@ -260,11 +262,14 @@ class Phase:
         rate = work.run()
         dt = time.monotonic() - t0
         cpu = (cpu_s(pid) - c0) / dt if mode != "nothing" else 0.0
+        lat = work.latency() if hasattr(work, "latency") else None
         pm1 = self._pm()
         gcs = self.gcs
         gc.enable()
         out: dict[str, Any] = {"mode": mode, "rate": rate, "cpu": cpu, "pm_resumes": pm1 - pm0,
                                "gc": gcs, "drops": 0}
+        if lat is not None:
+            out["lat_us"] = lat
         if mode == "taccd":
             s = self.d.stop()
             out["records"] = s.get("records", {})
@@ -274,10 +279,12 @@ class Phase:
         j1, c1n = self._counts()
         out["jobs"], out["cmds"] = j1 - j0, c1n - c0n
         if mode == "taccd":
-            out["facts"] = peers.capture_facts(Path(cap))
+            if facts:
+                out["facts"] = peers.capture_facts(Path(cap))
             subprocess.run(["rm", "-rf", cap], check=False)
         elif tool is not None:
-            out["facts"] = tool.facts()
+            if facts:
+                out["facts"] = tool.facts()
             out["drops"] = tool.lost
             tool.cleanup()
         if "facts" in out:
@@ -299,6 +306,19 @@ class NopWork:
     def run(self) -> float:
         return measure(self.node, self.seconds, self.batch)[0]
 
+    def latency(self, n: int = 200) -> list[float]:
+        """Submit -> completion of ``n`` single NOP jobs, µs (guest clock), the tracer on."""
+        fd = uapi.open_node(self.node)
+        out = []
+        try:
+            for i in range(n):
+                t = time.monotonic_ns()
+                uapi.submit_nops(fd, 1, tag_base=0x7D000000 + i)
+                out.append((time.monotonic_ns() - t) / 1e3)
+        finally:
+            os.close(fd)
+        return out
+
 
 class MlpWork:
     def __init__(self, seconds: float) -> None:
@@ -311,15 +331,71 @@ class MlpWork:
         return self.m.run()[0]
 
 
+LOG_LINE = re.compile(r"^\s*round (\d+) (\w+) ([\w-]+)\s+([\d.]+)/s cpu\s+([\d.]+)% "
+                      r"drops (\d+)(?: facts (\d+)/(\d+))? pm (\d+) gc (\d+)")
+
+
+def from_log(path: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """The phases of a run from its printed lines (a run stopped before its JSON was
+    written: the rounds it finished are all there, one line per phase)."""
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for ln in path.read_text(errors="replace").replace("\r", "").splitlines():
+        m = LOG_LINE.match(ln)
+        if not m:
+            continue
+        r, w, mode, rate, cpu, drops, kept, poss, pm, gcs = m.groups()
+        res: dict[str, Any] = {"round": int(r) - 1, "mode": mode, "rate": float(rate),
+                               "cpu": float(cpu) / 100, "drops": int(drops),
+                               "pm_resumes": int(pm), "gc": int(gcs)}
+        if kept is not None:
+            res["facts"] = {"job_and_cmd_total": int(kept)}
+            res["possible"] = int(poss)
+        runs.setdefault(w, {}).setdefault(mode, []).append(res)
+    for w in runs:  # "nothing" first: ratios are to it
+        runs[w] = {"nothing": runs[w].get("nothing", []),
+                   **{m: v for m, v in runs[w].items() if m != "nothing"}}
+    return runs
+
+
+def report_log(path: Path, out: str | None) -> int:
+    runs = from_log(path)
+    if not runs:
+        print(f"vm_tracing: {path}: no phase lines", file=sys.stderr)
+        return 1
+    results = {w: summarize(r) for w, r in runs.items()}
+    for w, rows in results.items():
+        n = max(len(v) for v in runs[w].values())
+        table(rows, "jobs/s" if w == "nop" else "batches/s",
+              f"{w}: from {path.name}, medians of up to {n} interleaved rounds, 95 % CIs")
+    if out:
+        Path(out).write_text(json.dumps({"bench": "tracing", "from_log": str(path),
+                                         "results": results, "runs": runs}, indent=1))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=2.0, help="per phase")
+    ap.add_argument("--from-log", type=Path, default=None,
+                    help="summarize the phase lines of a run's log instead of running")
+    ap.add_argument("--seconds", type=float, default=1.0, help="per phase")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--batch", type=int, default=64, help="jobs between waits")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--peer-rounds", type=int, default=None,
+                    help="rounds that include record/perf/bpftrace (each starts a tracer "
+                         "process per phase: minutes under TCG on a loaded host); "
+                         "default: every round")
+    ap.add_argument("--mlp-modes", default=None, help="modes for mlp (default: --modes)")
+    ap.add_argument("--mlp-rounds", type=int, default=None,
+                    help="rounds that include the mlp workload (default: every round)")
+    ap.add_argument("--facts-rounds", type=int, default=3,
+                    help="count the facts each tool kept in the first N rounds (parsing "
+                         "perf's and bpftrace's output is slow under TCG); drops: every round")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.from_log is not None:
+        return report_log(args.from_log, args.json)
     if os.geteuid() != 0:
         print("vm_tracing: must run as root inside the VM", file=sys.stderr)
         return 1
@@ -341,8 +417,14 @@ def main() -> int:
         works["nop"] = NopWork(node, args.seconds, args.batch)
     if "mlp" in wls:
         works["mlp"] = MlpWork(args.seconds)
+    wmodes = {w: modes for w in works}
+    if args.mlp_modes:
+        wmodes["mlp"] = [m for m in MODES if m in args.mlp_modes.split(",")]
+        if "nothing" not in wmodes["mlp"]:
+            print("vm_tracing: --mlp-modes needs nothing", file=sys.stderr)
+            return 2
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
-        w: {m: [] for m in modes} for w in works}
+        w: {m: [] for m in wmodes[w]} for w in works}
     extra: dict[str, Any] = {}
     if "mlp" in works:
         extra["mlp_batches"] = works["mlp"].m.batches
@@ -355,8 +437,15 @@ def main() -> int:
         for r in range(args.rounds):
             order = modes[r % len(modes):] + modes[:r % len(modes)]
             for w, work in works.items():
+                if w == "mlp" and args.mlp_rounds is not None and r >= args.mlp_rounds:
+                    continue
                 for mode in order:
-                    res = ph.run(mode, work)
+                    if mode not in wmodes[w]:
+                        continue
+                    if (mode in PEERS and args.peer_rounds is not None
+                            and r >= args.peer_rounds):
+                        continue
+                    res = ph.run(mode, work, facts=r < args.facts_rounds)
                     res["round"] = r
                     runs[w][mode].append(res)
                     kept = (f" facts {peers.facts_total(res['facts'])}/{res['possible']}"
@@ -369,6 +458,12 @@ def main() -> int:
         if "mlp" in works:
             works["mlp"].m.close()
     results = {w: summarize(runs[w]) for w in works}
+    if "nop" in runs:  # report.py's latency histograms, one per mode
+        extra["latency_us"] = {m: [x for r in rs for x in r.get("lat_us", [])]
+                               for m, rs in runs["nop"].items()}
+        for rs in runs["nop"].values():
+            for r in rs:
+                r.pop("lat_us", None)
     for w, rows in results.items():
         unit = "jobs/s" if w == "nop" else "batches/s"
         table(rows, unit, f"{w}: {args.seconds:g} s per phase, medians of {args.rounds} "
