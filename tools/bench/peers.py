@@ -2,7 +2,8 @@
 and the per-job facts each kept, counted one way for every tool (docs/capture-format.md:
 submit, start, end, bytes, status, tag, per command).
 
-Facts, counted per job (key: function, context, seqno) and per command:
+Facts, counted per job (key: function, context, seqno, tag: a closed file's context id is
+reused by the next open, whose seqnos restart at 1) and per command:
 
 * job facts: ``submit`` (a record of the submission), ``start`` (the job reached the
   ring), ``end`` (its completion), ``status`` (its completion status), ``tag`` (the user
@@ -50,8 +51,10 @@ def capture_facts(path: Path) -> dict[str, int]:
     cap = open_capture(path)
     out = empty_facts()
     d = cap.read("driver", ["kind", "fid", "ctx", "job", "tag", "status"])
-    key = (d["fid"].astype(np.uint64) << np.uint64(48)) ^ \
-        (d["ctx"].astype(np.uint64) << np.uint64(32)) ^ d["job"].astype(np.uint64)
+    # the tag too: a context id is reused by the next open, and its seqnos restart at 1
+    key = np.unique(np.stack([d["fid"].astype(np.uint64), d["ctx"].astype(np.uint64),
+                              d["job"].astype(np.uint64), d["tag"].astype(np.uint64)],
+                             axis=1), axis=0, return_inverse=True)[1].ravel()
     sub = d["kind"] == int(DriverKind.SUBMIT)
     st = d["kind"] == int(DriverKind.JOB_START)
     dn = d["kind"] == int(DriverKind.JOB_DONE)
@@ -76,10 +79,11 @@ _KV = re.compile(r"(\w+)=(0x[0-9a-fA-F]+|-?\d+)")
 
 def _event_facts(lines: Any) -> dict[str, int]:
     """Facts from text lines ``... tacc_<event>: k=v k=v ...`` (perf script, bpftrace)."""
-    sub: set[tuple[int, int, int]] = set()
-    st: set[tuple[int, int, int]] = set()
-    dn: dict[tuple[int, int, int], int] = {}
-    ncmds: dict[tuple[int, int, int], int] = {}
+    Key = tuple[int, int, int, int]
+    sub: set[Key] = set()
+    st: set[Key] = set()
+    dn: dict[Key, int] = {}
+    ncmds: dict[Key, int] = {}
     for ln in lines:
         if "tacc_submit" in ln:
             which = sub
@@ -91,7 +95,7 @@ def _event_facts(lines: Any) -> dict[str, int]:
             continue
         kv = {k: int(v, 0) for k, v in _KV.findall(ln)}
         try:
-            k = (kv["dev"], kv["ctx"], kv["seqno"])
+            k = (kv["dev"], kv["ctx"], kv["seqno"], kv["tag"])  # contexts are reused
         except KeyError:
             continue
         if which is None:
