@@ -808,16 +808,18 @@ def test_submit_records_carry_copy_bytes_and_mix(recorder: Recorder) -> None:
     drv = drv[drv["fid"] == 0]
     assert not (drv["kind"] == DriverKind.DOORBELL).any()  # folded into job start
     st = drv[drv["kind"] == DriverKind.JOB_START]
-    hw_to_seq = {(int(c), int(h)): int(j) for c, h, j in
-                 zip(st["ctx"].tolist(), st["arg"].tolist(), st["job"].tolist(), strict=True)}
+    # hw_job numbers jobs per queue: (ctx, queue, hw_job) names one job
+    hw_to_seq = {(int(c), int(q), int(h)): int(j) for c, q, h, j in
+                 zip(st["ctx"].tolist(), st["queue"].tolist(), st["arg"].tolist(),
+                     st["job"].tolist(), strict=True)}
     assert len({int(t) for t in st["nsegs"].tolist()}) > 1  # SQ tails, not a constant
     dt = cap.read("device_trace")
     dt = dt[dt["fid"] == 0]
     want_bytes: dict[tuple[int, int], int] = defaultdict(int)
     want_mix: dict[tuple[int, int], int] = defaultdict(int)
-    for c, h, op, b in zip(dt["ctx"].tolist(), dt["job"].tolist(), dt["opcode"].tolist(),
-                           dt["bytes"].tolist(), strict=True):
-        s = hw_to_seq.get((c, h))
+    for c, q, h, op, b in zip(dt["ctx"].tolist(), dt["queue"].tolist(), dt["job"].tolist(),
+                              dt["opcode"].tolist(), dt["bytes"].tolist(), strict=True):
+        s = hw_to_seq.get((c, q, h))
         if s is None:
             continue
         if op in (1, 2, 3):
