@@ -183,6 +183,8 @@ struct tacc_job {
 	u32 hw_job;
 	u64 seqno;
 	u64 tag;			/* tag of the last command */
+	u64 bytes;			/* bytes its copy commands move */
+	u32 mix;			/* BIT(opcode) of each command */
 	u64 dev_start;
 	u64 dev_end;
 	int status;

@@ -207,13 +207,17 @@ static struct dma_fence *tacc_run_job(struct drm_sched_job *sched_job)
 	job->hw_fence_init = true;
 	tacc_queue_write_job(q, job);
 	list_add_tail(&job->node, &q->inflight);
-	if (!job->ctx->kernel)
-		trace_tacc_job_start(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
-				     job->tag, job->hw_job);
 	tacc_queue_ring(q);
-	if (!job->ctx->kernel)
+	/*
+	 * job_start carries every fact of the doorbell (the new SQ tail too), so a
+	 * capture attaches one of the two; the doorbell stays for perf and ftrace.
+	 */
+	if (!job->ctx->kernel) {
+		trace_tacc_job_start(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
+				     job->tag, job->hw_job, q->sq_tail);
 		trace_tacc_doorbell(tacc_devid(tdev), job->ctx->id, q->idx, job->seqno,
 				    job->tag, job->hw_job, q->sq_tail);
+	}
 	spin_unlock_irqrestore(&q->lock, flags);
 
 	return dma_fence_get(&job->hw_fence->base);
@@ -623,6 +627,20 @@ static int tacc_gemm_extent(u32 rows, u32 cols, u32 ld, u64 *bytes)
 	return 0;
 }
 
+/*
+ * What the tacc_submit tracepoint reports of a job (issue 18): the bytes its
+ * copies move and its command mix, so a tracer needs no probe reading the
+ * commands from user memory.  @c was validated by tacc_translate().
+ */
+static void tacc_job_account(struct tacc_job *job, const struct drm_tacc_cmd *c)
+{
+	if (c->opcode == DRM_TACC_OP_COPY_H2D || c->opcode == DRM_TACC_OP_COPY_D2H ||
+	    c->opcode == DRM_TACC_OP_COPY_D2D)
+		job->bytes += c->size;
+	if (c->opcode < 32)
+		job->mix |= BIT(c->opcode);
+}
+
 static int tacc_translate(struct tacc_ctx *ctx, struct drm_file *file, struct tacc_job *job,
 			  const struct drm_tacc_cmd *c, u32 index, struct tacc_desc *d)
 {
@@ -941,6 +959,7 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 		ret = tacc_translate(ctx, file, job, &cmds[i], i, &job->descs[i]);
 		if (ret)
 			goto err_job;
+		tacc_job_account(job, &cmds[i]);
 	}
 	job->descs[args->num_cmds - 1].flags |= TACC_DESC_F_LAST | TACC_DESC_F_IRQ;
 	job->tag = cmds[args->num_cmds - 1].tag;
@@ -1006,7 +1025,7 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 	tacc_ctx_get(ctx);
 	atomic_inc(&tdev->live.jobs);
 	trace_tacc_submit(tacc_devid(tdev), ctx->id, args->queue, job->seqno, job->tag,
-			  job->num_cmds);
+			  job->num_cmds, job->bytes, job->mix);
 	args->seqno = job->seqno;
 	drm_sched_entity_push_job(&job->base);
 	mutex_unlock(&ctx->submit_lock);

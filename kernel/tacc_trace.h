@@ -49,8 +49,9 @@ TRACE_EVENT(tacc_ioctl_exit,
 );
 
 TRACE_EVENT(tacc_submit,
-	TP_PROTO(u32 dev, u32 ctx, u32 queue, u64 seqno, u64 tag, u32 ncmds),
-	TP_ARGS(dev, ctx, queue, seqno, tag, ncmds),
+	TP_PROTO(u32 dev, u32 ctx, u32 queue, u64 seqno, u64 tag, u32 ncmds, u64 bytes,
+		 u32 mix),
+	TP_ARGS(dev, ctx, queue, seqno, tag, ncmds, bytes, mix),
 	TP_STRUCT__entry(
 		__field(u32, dev)
 		__field(u32, ctx)
@@ -58,6 +59,8 @@ TRACE_EVENT(tacc_submit,
 		__field(u32, ncmds)
 		__field(u64, seqno)
 		__field(u64, tag)
+		__field(u64, bytes)
+		__field(u32, mix)
 	),
 	TP_fast_assign(
 		__entry->dev = dev;
@@ -66,10 +69,12 @@ TRACE_EVENT(tacc_submit,
 		__entry->ncmds = ncmds;
 		__entry->seqno = seqno;
 		__entry->tag = tag;
+		__entry->bytes = bytes;
+		__entry->mix = mix;
 	),
-	TP_printk("dev=%x ctx=%u queue=%u seqno=%llu tag=0x%llx ncmds=%u",
+	TP_printk("dev=%x ctx=%u queue=%u seqno=%llu tag=0x%llx ncmds=%u bytes=%llu mix=0x%x",
 		  __entry->dev, __entry->ctx, __entry->queue, __entry->seqno,
-		  __entry->tag, __entry->ncmds)
+		  __entry->tag, __entry->ncmds, __entry->bytes, __entry->mix)
 );
 
 TRACE_EVENT(tacc_doorbell,
@@ -116,8 +121,8 @@ TRACE_EVENT(tacc_irq,
 );
 
 TRACE_EVENT(tacc_job_start,
-	TP_PROTO(u32 dev, u32 ctx, u32 queue, u64 seqno, u64 tag, u32 hw_job),
-	TP_ARGS(dev, ctx, queue, seqno, tag, hw_job),
+	TP_PROTO(u32 dev, u32 ctx, u32 queue, u64 seqno, u64 tag, u32 hw_job, u32 tail),
+	TP_ARGS(dev, ctx, queue, seqno, tag, hw_job, tail),
 	TP_STRUCT__entry(
 		__field(u32, dev)
 		__field(u32, ctx)
@@ -125,6 +130,7 @@ TRACE_EVENT(tacc_job_start,
 		__field(u32, hw_job)
 		__field(u64, seqno)
 		__field(u64, tag)
+		__field(u32, tail)
 	),
 	TP_fast_assign(
 		__entry->dev = dev;
@@ -133,10 +139,11 @@ TRACE_EVENT(tacc_job_start,
 		__entry->hw_job = hw_job;
 		__entry->seqno = seqno;
 		__entry->tag = tag;
+		__entry->tail = tail;
 	),
-	TP_printk("dev=%x ctx=%u queue=%u seqno=%llu tag=0x%llx hw_job=%u",
+	TP_printk("dev=%x ctx=%u queue=%u seqno=%llu tag=0x%llx hw_job=%u tail=%u",
 		  __entry->dev, __entry->ctx, __entry->queue, __entry->seqno,
-		  __entry->tag, __entry->hw_job)
+		  __entry->tag, __entry->hw_job, __entry->tail)
 );
 
 TRACE_EVENT(tacc_job_done,

@@ -2,7 +2,9 @@
 # make bench: every benchmark, JSON under build/bench/ plus a readable table each.
 #   host/device benchmarks: tools/bench/bench_*.py (run on the host)
 #   in-guest benchmarks:    tools/bench/vm_*.py (one VM boot runs them all)
-# BENCH='link timeline' limits the set; BENCH_EVENTS=N sizes the synthetic captures.
+# BENCH='link timeline' limits the set; BENCH_EVENTS=N sizes the synthetic captures;
+# BENCH_LINK_CONFIGS='link-gen=3,link-width=4 ...' adds link sweeps (link-<n>.json).
+# Last, tools/bench/report.py draws build/bench/report.html from every JSON there.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -20,6 +22,14 @@ for f in tools/bench/bench_*.py; do
 	args=(--json "$out/$name.json")
 	case $name in timeline|analyze|fleet) args+=(--events "$events") ;; esac
 	$py "$f" "${args[@]}" || { echo "bench: $name FAILED" >&2; fail=1; }
+	if [ "$name" = link ]; then  # the same sweep in other link configurations
+		i=0
+		for props in ${BENCH_LINK_CONFIGS-link-gen=3,link-width=4 link-gen=5,link-width=8}; do
+			i=$((i + 1))
+			$py "$f" --props "$props" --json "$out/link-$i.json" ||
+				{ echo "bench: link ($props) FAILED" >&2; fail=1; }
+		done
+	fi
 done
 vm=()
 for f in tools/bench/vm_*.py; do
@@ -33,5 +43,6 @@ if [ ${#vm[@]} -gt 0 ]; then
 	TACC_KEEP_RUNDIR=1 /usr/bin/python3 scripts/run-vm --cmd "$cmd" < /dev/null | tee "$out/vm.log" || fail=1
 	for d in $(ls -dt /tmp/tacc-vm-* 2>/dev/null | head -1); do cp "$d"/out/*.json "$out/" 2>/dev/null; rm -rf "$d"; done
 fi
+$py tools/bench/report.py --dir "$out" || { echo "bench: report FAILED" >&2; fail=1; }
 echo "bench: results in $out/"
 exit $fail

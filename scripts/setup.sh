@@ -53,10 +53,11 @@ pkgs=(
 	libglib2.0-dev libpixman-1-dev libslirp-dev libattr1-dev libcap-ng-dev
 	python3-venv python3-pip python3-dev xz-utils zstd bzip2 dpkg-dev cpio kmod busybox-static
 	seabios qemu-system-data
-	bpfcc-tools python3-bpfcc bpftrace libelf-dev linux-perf
+	bpfcc-tools python3-bpfcc bpftrace libelf-dev
 	iproute2 procps util-linux passwd chromium pciutils make
 )
-bpo_pkgs=(meson python3-pycotap)
+# linux-perf: the 6.12 build (close to the guest kernel's), not bookworm's 6.1 (issue 18)
+bpo_pkgs=(meson python3-pycotap linux-perf)
 installed() { dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q '^install ok installed'; }
 missing=()
 for p in "${pkgs[@]}" "${bpo_pkgs[@]}"; do
@@ -64,6 +65,9 @@ for p in "${pkgs[@]}" "${bpo_pkgs[@]}"; do
 done
 if installed meson && dpkg --compare-versions "$(dpkg-query -W -f='${Version}' meson)" lt 1.5; then
 	missing+=(meson)
+fi
+if installed linux-perf && dpkg --compare-versions "$(dpkg-query -W -f='${Version}' linux-perf)" lt 6.12; then
+	missing+=(linux-perf)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
 	apt_update

@@ -239,13 +239,13 @@ def _ref_driver_row(e: np.void, fid_of_dev: dict[int, int]) -> dict[str, int]:
     if k == K.IOCTL:
         r.update(dur_ns=d, arg=a, status=z, t_ns=int(e["ts"]) - d)
     elif k == K.SUBMIT:
-        r.update(job=a, size=b, ncmds=v)
+        r.update(job=a, size=b, ncmds=v, arg=w)
     elif k == K.DOORBELL:
         r.update(job=a, arg=w, nsegs=v)
     elif k == K.IRQ:
         r.update(arg=w, status=v)
     elif k == K.JOB_START:
-        r.update(job=a, arg=w, dur_ns=d)
+        r.update(job=a, arg=w, dur_ns=d, nsegs=v)
     elif k == K.JOB_DONE:
         r.update(job=a, dev_start=b, dev_end=c, arg=w, status=z, flags=v, dur_ns=d)
     elif k in (K.BO_CREATE, K.BO_DESTROY):

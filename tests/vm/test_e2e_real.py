@@ -412,7 +412,9 @@ def test_clock_conversion_within_2us_of_device(recorder: Recorder) -> None:
     half = (hold["mono_after"].astype(np.int64) - hold["mono_before"].astype(np.int64)) / 2
     err = clk.convert(hold["devclk"]) - mid
     drv = cap.read("driver")
-    db = drv[(drv["kind"] == DriverKind.DOORBELL) & (drv["fid"] == 0)]
+    # the job start record is the doorbell's (issue 18: tacc_job_start fires right after
+    # the doorbell write and carries its facts; captures no longer hold doorbell records)
+    db = drv[(drv["kind"] == DriverKind.JOB_START) & (drv["fid"] == 0)]
     done = drv[(drv["kind"] == DriverKind.JOB_DONE) & (drv["fid"] == 0)]
     dt = cap.read("device_trace")
     dt = dt[dt["fid"] == 0]
@@ -831,3 +833,45 @@ def test_damaged_real_captures_one_line(recorder: Recorder, tmp_path: Path,
 
 if __name__ == "__main__" and "--worker" in sys.argv:
     sys.exit(_worker_main())
+
+
+def test_submit_records_carry_copy_bytes_and_mix(recorder: Recorder) -> None:
+    """The driver's tacc_submit reports the bytes a job's copies move and its command mix
+    (issue 18: no kprobe re-reads the commands): per job, the submit record's size is the
+    sum of the device trace's copy bytes of that job, and its mix has the bit of every
+    opcode the device ran for it; job start records carry the doorbell's SQ tail."""
+    from tacc.capture import open_capture
+    from tacc.capture.schema import DriverKind
+
+    cap_path, _, _ = recorder.capture("mixed", MIXED)
+    cap = open_capture(cap_path)
+    drv = cap.read("driver")
+    drv = drv[drv["fid"] == 0]
+    assert not (drv["kind"] == DriverKind.DOORBELL).any()  # folded into job start
+    st = drv[drv["kind"] == DriverKind.JOB_START]
+    # hw_job numbers jobs per queue: (ctx, queue, hw_job) names one job
+    hw_to_seq = {(int(c), int(q), int(h)): int(j) for c, q, h, j in
+                 zip(st["ctx"].tolist(), st["queue"].tolist(), st["arg"].tolist(),
+                     st["job"].tolist(), strict=True)}
+    assert len({int(t) for t in st["nsegs"].tolist()}) > 1  # SQ tails, not a constant
+    dt = cap.read("device_trace")
+    dt = dt[dt["fid"] == 0]
+    want_bytes: dict[tuple[int, int], int] = defaultdict(int)
+    want_mix: dict[tuple[int, int], int] = defaultdict(int)
+    for c, q, h, op, b in zip(dt["ctx"].tolist(), dt["queue"].tolist(), dt["job"].tolist(),
+                              dt["opcode"].tolist(), dt["bytes"].tolist(), strict=True):
+        s = hw_to_seq.get((c, q, h))
+        if s is None:
+            continue
+        if op in (1, 2, 3):
+            want_bytes[(c, s)] += b
+        want_mix[(c, s)] |= 1 << op
+    sub = drv[drv["kind"] == DriverKind.SUBMIT]
+    got = {(int(c), int(j)): (int(z), int(a)) for c, j, z, a in
+           zip(sub["ctx"].tolist(), sub["job"].tolist(), sub["size"].tolist(),
+               sub["arg"].tolist(), strict=True)}
+    both = set(got) & set(want_mix)
+    assert len(both) >= 10 and any(want_bytes[k] for k in both)
+    bad = [(k, got[k], want_bytes[k], want_mix[k]) for k in both
+           if got[k][0] != want_bytes[k] or got[k][1] & want_mix[k] != want_mix[k]]
+    assert not bad, bad[:10]

@@ -174,11 +174,25 @@ def test_record_accounts_for_every_job(tmp_path: Path, pf_accel: Path, pf_pci: P
     mine = drv[(drv["tag"] >> 16) == 0x5A5A]
     assert (mine["kind"] == DriverKind.JOB_DONE).sum() == NJOBS
     assert (mine["kind"] == DriverKind.SUBMIT).sum() == NJOBS
+    _check_one_event_per_fact(mine)
     dt = cap.read("device_trace")
     dmine = dt[(dt["tag"] >> 16) == 0x5A5A]
     assert len(dmine) == 2 * NJOBS  # one record per command
     assert int(cap.read("drops")["count"].sum()) == 0
     truth.check(NJOBS, 2)
+
+
+def _check_one_event_per_fact(mine: np.ndarray) -> None:
+    """Issue 18: the submit record has the driver's copy bytes (0 for NOPs) and command
+    mix (BIT(NOP)); one job start record per job carries the doorbell's facts (no
+    doorbell records: they held nothing else)."""
+    sub = mine[mine["kind"] == DriverKind.SUBMIT]
+    assert set(sub["arg"].tolist()) == {1} and set(sub["size"].tolist()) == {0}
+    assert set(sub["ncmds"].tolist()) == {2}
+    st = mine[mine["kind"] == DriverKind.JOB_START]
+    assert len(st) == NJOBS and len(set(st["job"].tolist())) == NJOBS
+    assert len(set(st["nsegs"].tolist())) > 1  # the SQ tail moves job by job
+    assert not (mine["kind"] == DriverKind.DOORBELL).any()
 
 
 def _check_sched_events(host: np.ndarray) -> None:
@@ -229,6 +243,7 @@ def test_taccd_capture_accounts_and_kill_leaves_incomplete(tmp_path: Path, pf_ac
         mine = drv[(drv["tag"] >> 16) == 0x5A5A]
         assert (mine["kind"] == DriverKind.JOB_DONE).sum() == NJOBS
         assert (mine["kind"] == DriverKind.SUBMIT).sum() == NJOBS
+        _check_one_event_per_fact(mine)
         dt = cap.read("device_trace")
         assert ((dt["tag"] >> 16) == 0x5A5A).sum() == 2 * NJOBS
         # nothing lost, host events included: the scheduler events are raw tracepoints (a

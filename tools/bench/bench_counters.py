@@ -72,7 +72,8 @@ def baseline_busy(seconds: float) -> float:
 
 
 def bench_sampler(seconds: float, rate: float, load: bool, spin_us: float = 0.0,
-                  baseline: float = 0.0) -> dict[str, float | int | bool]:
+                  baseline: float = 0.0, backend: str = "mmap",
+                  ) -> dict[str, float | int | bool]:
     fn = functions()[0]
     stop = threading.Event()
 
@@ -87,7 +88,9 @@ def bench_sampler(seconds: float, rate: float, load: bool, spin_us: float = 0.0,
     if load:
         t.start()
     i0 = _idle_s()
-    with Sampler([fn], rate, "mmap", spin_us=spin_us) as s:
+    cat = {fn.pci: default_catalogue(fn).select(scope="function")} if backend == "device" \
+        else None
+    with Sampler([fn], rate, backend, spin_us=spin_us, catalogues=cat) as s:
         st = s.run(duration_s=seconds)
     i1 = _idle_s()
     stop.set()
@@ -118,7 +121,20 @@ def in_guest(args: argparse.Namespace) -> dict[str, object]:
     res["sampler_idle_spin"] = bench_sampler(args.sample_s, 10_000, load=False, spin_us=100,
                                              baseline=base)
     res["sampler_copy_load"] = bench_sampler(min(args.sample_s, 2.0), 10_000, load=True)
+    # CPU vs rate (report.py plots it): the device-side ring against the mmap poller
+    sweep = []
+    for backend in ("device", "mmap"):
+        for rate in SWEEP_HZ:
+            r = bench_sampler(args.sweep_s, rate, load=False, baseline=base, backend=backend)
+            sweep.append({"backend": backend, "rate_hz": rate, "achieved_hz": r["rate_hz"],
+                          "cpu_share": r["sampler_cpu_share"],
+                          "system_busy_share": r["system_busy_share"],
+                          "missed": r["missed"]})
+    res["sampling_sweep"] = sweep
     return res
+
+
+SWEEP_HZ = (1_000, 2_000, 5_000, 10_000)
 
 
 def table(res: dict[str, object]) -> str:
@@ -131,6 +147,10 @@ def table(res: dict[str, object]) -> str:
         lines.append(f"{name:<7} {r['samples_per_s']:>10.0f} {r['cpu_us_per_sample']:>14.1f} "
                      f"{r['rate_vs_mmap']:>13.2f} {r['cpu_vs_mmap']:>12.2f}")
     lines.append(f"guest busy while idle (baseline): {res['baseline_busy_share'] * 100:.2f}%")
+    for r in res.get("sampling_sweep", []):  # type: ignore[union-attr]
+        lines.append(f"sweep {r['backend']:<6} {r['rate_hz']:>6} Hz: {r['achieved_hz']:8.0f} Hz, "
+                     f"sampler {r['cpu_share'] * 100:5.2f}% CPU, system busy "
+                     f"{r['system_busy_share'] * 100:5.2f}%, missed {r['missed']}")
     for key in ("sampler_idle", "sampler_idle_spin", "sampler_copy_load"):
         s = res[key]
         assert isinstance(s, dict)
@@ -148,6 +168,7 @@ def main() -> int:
     p.add_argument("--json")
     p.add_argument("--reads", type=int, default=5000)
     p.add_argument("--sample-s", type=float, default=10.0)
+    p.add_argument("--sweep-s", type=float, default=2.0, help="seconds per sweep point")
     p.add_argument("--in-vm", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if functions():
@@ -156,7 +177,7 @@ def main() -> int:
             print(BEGIN + json.dumps(res) + END, flush=True)
     else:
         cmd = (f"cd {ROOT} && .venv/bin/python tools/bench/bench_counters.py --in-vm "
-               f"--reads {args.reads} --sample-s {args.sample_s}")
+               f"--reads {args.reads} --sample-s {args.sample_s} --sweep-s {args.sweep_s}")
         r = subprocess.run(["/usr/bin/python3", str(ROOT / "scripts" / "run-vm"), "--cmd", cmd],
                            stdin=subprocess.DEVNULL, capture_output=True, text=True)
         out = r.stdout.replace("\r", "").replace("\n", "")

@@ -77,7 +77,8 @@ def nop_latency(node: Path, iters: int) -> dict:
             assert d.run([nop(tag=i)]) == 0
             lat.append((now() - t) * 1e6)
     return {"iters": iters, "median_us": statistics.median(lat), "p10_us": pct(lat, 10),
-            "p90_us": pct(lat, 90), "p99_us": pct(lat, 99), "min_us": min(lat)}
+            "p90_us": pct(lat, 90), "p99_us": pct(lat, 99), "min_us": min(lat),
+            "samples_us": [round(x, 3) for x in lat]}  # report.py's histogram
 
 
 def jobs_per_second(node: Path, jobs: int, queues: int, depth: int = 64) -> dict:

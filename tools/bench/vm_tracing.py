@@ -1,41 +1,49 @@
 #!/usr/bin/env python3
-"""In-guest: NOP-job throughput with nothing attached, taccd always-on, a taccd capture
-running and ``accel-bpftrace snoop``, as ratios to "nothing" measured in one run.
+"""In-guest: the cost of every tracer of the tacc driver on two workloads, as ratios to
+"nothing" measured side by side in one run (issue 18).
 
-Runs inside the VM as root (``make bench BENCH=tracing``).  The workload is one process
-submitting jobs of one NOP command through DRM_IOCTL_TACC_SUBMIT (waiting only when the
-queue is full, and at the end of each batch).  Phases are interleaved in rounds so that
-drift (other VMs on the host) hits every mode alike; the figure per mode is the median
-of its rounds.  taccd runs for the whole benchmark: for "nothing" it is stopped with
-SIGSTOP (an idle, stopped process costs nothing), for "always-on" it runs (1 Hz sysfs
-sampling), for "capture" a capture is started and stopped around the phase (its BPF
-program is compiled on the first capture only).  ``snoop`` is one process started once
-(one compile), measured after the interleaved rounds, bracketed by two "nothing" phases.
+Runs inside the VM as root (``make bench BENCH=tracing``).  Workloads: ``nop`` (one
+process submitting jobs of one NOP command through DRM_IOCTL_TACC_SUBMIT, waiting only
+when the queue is full and at the end of each batch; jobs/s) and ``mlp``
+(tacc.workloads mlp: double-buffered MLP inference through the runtime, the same number of
+batches in every phase; batches/s over the workload's measured section).  Modes:
 
-A realistic row besides the NOP flood: the ``mlp`` workload (tacc.workloads, double-
-buffered MLP inference through the runtime: API calls, copies, GEMMs), the same number of
-batches in every phase (calibrated once to last about ``--seconds``), throughput in
-batches/s (the workload's measured section, ``Result.wall_ns``) with nothing vs a capture,
-interleaved in the same rounds.
+  nothing     taccd SIGSTOPped (a stopped process costs nothing), no tracer
+  always-on   taccd running (1 Hz sysfs sampling, no BPF)
+  taccd       a taccd capture (default options) around the phase
+  record      ``accel-bpftrace record`` (started for the phase: one bcc compile each)
+  perf        ``perf record -e 'tacc:*' -a`` (Debian's linux-perf)
+  bpftrace    a bpftrace script printing every tacc event to a file (peers.py)
 
-Where the cost goes: the CPU time the tracer process used during each phase (utime +
-stime from /proc), the events it recorded and the drops (tools/bench/prof_capture.py
-breaks taccd's time down by stage).
+The baseline (issue 18 item 1; tools/bench/diag_baseline.py shows the cause): the old
+run put "nothing" right after an ``mlp`` phase in every round, and the benchmark
+process's garbage collector then scanned the objects mlp left (gen-2 collections inside
+the measured loop), so "nothing" read slower than "always-on".  Now every phase starts
+from the same state: gc.collect() then the collector off for the measured section (the
+NOP loop makes no cycles; mlp's phases all pay the same), the device resumed by a warm
+submission (runtime-PM resumes are counted per phase and must be 0 inside it), and the
+mode order rotates each round (round r starts at mode r), so every mode follows every
+other equally often.  The figure per mode is the median over rounds with its 95 %
+order-statistics interval; ratios carry a paired-bootstrap 95 % interval (benchstats.py).
 
-    vm_tracing.py [--seconds 2] [--rounds 3] [--batch 64] [--no-mlp] [--json OUT]
+Per phase: the tracer's CPU share (utime + stime from /proc), its drops, and the per-job
+facts it kept (peers.py: counted the same way for every tool).
+
+    vm_tracing.py [--seconds 1] [--rounds 9] [--batch 64] [--workloads nop,mlp]
+                  [--modes nothing,always-on,taccd,record,perf,bpftrace] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import re
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +53,10 @@ sys.path.insert(0, str(ROOT / "userspace"))
 
 from tacc.daemon import protocol, uapi  # noqa: E402
 from tacc.daemon.devices import discover  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402
+from benchstats import median_ci, ratio_ci  # noqa: E402
 
 BIN = Path(sys.executable).parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -104,25 +116,6 @@ def measure(node: str, seconds: float, batch: int) -> tuple[float, int]:
     return n / dt, n
 
 
-def table(res: dict[str, list[float]], cpu: dict[str, list[float]], key: str, unit: str,
-          fmt: str, title: str) -> list[dict[str, Any]]:
-    """Median rate per mode, its ratio to "nothing" and the tracer's CPU share: rows for
-    the JSON output, printed as a table under ``title``."""
-    base = statistics.median(res["nothing"])
-    rows = []
-    for mode, rates in res.items():
-        med = statistics.median(rates) if rates else 0.0
-        rows.append({"mode": mode, key: med, "ratio": med / base if base else 0.0,
-                     "runs": rates,
-                     "tracer_cpu_share": statistics.median(cpu[mode]) if cpu[mode] else 0.0})
-    print(f"\n{title}")
-    print(f"{'mode':<10} {unit:>10} {'x nothing':>10} {'tracer CPU':>11}")
-    for row in rows:
-        print(f"{row['mode']:<10} {row[key]:10{fmt}} {row['ratio']:10.3f} "
-              f"{row['tracer_cpu_share'] * 100:10.1f}%")
-    return rows
-
-
 class Taccd:
     def __init__(self, tmp: Path) -> None:
         from tacc.testing.taccd import start_taccd
@@ -167,146 +160,318 @@ class Taccd:
             self.p.kill()
 
 
+
+MODES = ("nothing", "always-on", "taccd", "record", "perf", "bpftrace")
+PEERS = ("record", "perf", "bpftrace")
+WORKLOADS = ("nop", "mlp")
+
+
+def table(rows: list[dict[str, Any]], unit: str, title: str) -> None:
+    print(f"\n{title}")
+    print(f"{'mode':<10} {unit:>10} {'95% CI':>19} {'x nothing':>9} {'95% CI':>15} "
+          f"{'tracer CPU':>10} {'facts kept':>14} {'drops':>7}")
+    for r in rows:
+        print(f"{r['mode']:<10} {r['median']:10.1f} [{r['ci'][0]:8.1f},{r['ci'][1]:8.1f}] "
+              f"{r['ratio']:9.3f} [{r['ratio_ci'][0]:6.3f},{r['ratio_ci'][1]:6.3f}] "
+              f"{r['tracer_cpu_share'] * 100:9.1f}% "
+              f"{r['facts_kept_share'] * 100:13.1f}% {r['drops']:7d}")
+
+
+def summarize(runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per mode: median and CI of the rate, ratio to nothing (paired by round) and CI,
+    median tracer CPU share, facts kept over possible (summed), drops (summed)."""
+    base = [r["rate"] for r in runs["nothing"]]
+    rows = []
+    for mode, rs in runs.items():
+        if not rs:
+            continue
+        rates = [r["rate"] for r in rs]
+        med, lo, hi = median_ci(rates)
+        rat, rlo, rhi = ratio_ci(rates, base)
+        kept = sum(peers.facts_total(r["facts"]) for r in rs if r.get("facts"))
+        poss = sum(r.get("possible", 0) for r in rs if r.get("facts"))
+        cpu = sorted(r["cpu"] for r in rs)
+        rows.append({"mode": mode, "median": med, "ci": [lo, hi], "ratio": rat,
+                     "ratio_ci": [rlo, rhi], "runs": rates,
+                     "tracer_cpu_share": cpu[len(cpu) // 2],
+                     "facts_kept": kept, "facts_possible": poss,
+                     "facts_kept_share": kept / poss if poss else 0.0,
+                     "facts": _sum_facts([r["facts"] for r in rs if r.get("facts")]),
+                     "drops": sum(r.get("drops", 0) for r in rs),
+                     "pm_resumes_in_phase": sum(r.get("pm_resumes", 0) for r in rs),
+                     "gc_in_phase": sum(r.get("gc", 0) for r in rs)})
+    return rows
+
+
+def _sum_facts(fs: list[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in fs:
+        out = peers.merge(out, f)
+    return out
+
+
+class Phase:
+    """One measured phase: the tracer of ``mode`` attached around the workload."""
+
+    def __init__(self, d: Taccd, tmp: Path, sysfs: Path, node: str) -> None:
+        self.d = d
+        self.node = node
+        self.tmp = tmp
+        self.sysfs = sysfs
+        self.seq = 0
+        self.gcs = 0
+        gc.callbacks.append(self._gc_cb)
+
+    def _gc_cb(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "stop":
+            self.gcs += 1
+
+    def _pm(self) -> int:
+        try:
+            return int((self.sysfs / "tacc" / "pm_resumes").read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def _counts(self) -> tuple[int, int]:
+        c = self.sysfs / "counters"
+        return int((c / "jobs_completed").read_text()), int((c / "cmds_completed").read_text())
+
+    def run(self, mode: str, work: Any, facts: bool = True) -> dict[str, Any]:
+        self.seq += 1
+        tool: peers.Tool | None = None
+        if mode != "always-on" and mode != "taccd":
+            self.d.pause()
+        if mode == "taccd":
+            cap = self.d.start()
+        elif mode == "perf":
+            tool = peers.Perf(self.tmp, self.seq)
+        elif mode == "bpftrace":
+            tool = peers.Bpftrace(self.tmp, self.seq, self.node)
+        elif mode == "record":
+            tool = peers.Record(self.tmp, self.seq, BIN)
+        if tool is not None:
+            tool.start()
+        pid = tool.pid if tool is not None else self.d.p.pid
+        j0, c0n = self._counts()
+        gc.collect()
+        gc.disable()
+        self.gcs = 0
+        work.warm()
+        pm0 = self._pm()
+        c0, t0 = cpu_s(pid), time.monotonic()
+        rate = work.run()
+        dt = time.monotonic() - t0
+        cpu = (cpu_s(pid) - c0) / dt if mode != "nothing" else 0.0
+        lat = work.latency() if hasattr(work, "latency") else None
+        pm1 = self._pm()
+        gcs = self.gcs
+        gc.enable()
+        out: dict[str, Any] = {"mode": mode, "rate": rate, "cpu": cpu, "pm_resumes": pm1 - pm0,
+                               "gc": gcs, "drops": 0}
+        if lat is not None:
+            out["lat_us"] = lat
+        if mode == "taccd":
+            s = self.d.stop()
+            out["records"] = s.get("records", {})
+            out["drops"] = peers.drops_total(s.get("drops", {}))
+        elif tool is not None:
+            tool.stop()
+        j1, c1n = self._counts()
+        out["jobs"], out["cmds"] = j1 - j0, c1n - c0n
+        if mode == "taccd":
+            if facts:
+                out["facts"] = peers.capture_facts(Path(cap))
+            subprocess.run(["rm", "-rf", cap], check=False)
+        elif tool is not None:
+            if facts:
+                out["facts"] = tool.facts()
+            out["drops"] = tool.lost
+            tool.cleanup()
+        if "facts" in out:
+            out["possible"] = 6 * out["jobs"] + 5 * out["cmds"]
+        if mode not in ("always-on", "taccd"):
+            self.d.resume()
+        return out
+
+
+class NopWork:
+    def __init__(self, node: str, seconds: float, batch: int) -> None:
+        self.node, self.seconds, self.batch = node, seconds, batch
+
+    def warm(self) -> None:
+        fd = uapi.open_node(self.node)
+        uapi.submit_nops(fd, 8)
+        os.close(fd)
+
+    def run(self) -> float:
+        return measure(self.node, self.seconds, self.batch)[0]
+
+    def latency(self, n: int = 200) -> list[float]:
+        """Submit -> completion of ``n`` single NOP jobs, µs (guest clock), the tracer on."""
+        fd = uapi.open_node(self.node)
+        out = []
+        try:
+            for i in range(n):
+                t = time.monotonic_ns()
+                uapi.submit_nops(fd, 1, tag_base=0x7D000000 + i)
+                out.append((time.monotonic_ns() - t) / 1e3)
+        finally:
+            os.close(fd)
+        return out
+
+
+class MlpWork:
+    def __init__(self, seconds: float) -> None:
+        self.m = Mlp(seconds)
+
+    def warm(self) -> None:
+        self.m.run(2)
+
+    def run(self) -> float:
+        return self.m.run()[0]
+
+
+LOG_LINE = re.compile(r"^\s*round (\d+) (\w+) ([\w-]+)\s+([\d.]+)/s cpu\s+([\d.]+)% "
+                      r"drops (\d+)(?: facts (\d+)/(\d+))? pm (\d+) gc (\d+)")
+
+
+def from_log(path: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """The phases of a run from its printed lines (a run stopped before its JSON was
+    written: the rounds it finished are all there, one line per phase)."""
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for ln in path.read_text(errors="replace").replace("\r", "").splitlines():
+        m = LOG_LINE.match(ln)
+        if not m:
+            continue
+        r, w, mode, rate, cpu, drops, kept, poss, pm, gcs = m.groups()
+        res: dict[str, Any] = {"round": int(r) - 1, "mode": mode, "rate": float(rate),
+                               "cpu": float(cpu) / 100, "drops": int(drops),
+                               "pm_resumes": int(pm), "gc": int(gcs)}
+        if kept is not None:
+            res["facts"] = {"job_and_cmd_total": int(kept)}
+            res["possible"] = int(poss)
+        runs.setdefault(w, {}).setdefault(mode, []).append(res)
+    for w in runs:  # "nothing" first: ratios are to it
+        runs[w] = {"nothing": runs[w].get("nothing", []),
+                   **{m: v for m, v in runs[w].items() if m != "nothing"}}
+    return runs
+
+
+def report_log(path: Path, out: str | None) -> int:
+    runs = from_log(path)
+    if not runs:
+        print(f"vm_tracing: {path}: no phase lines", file=sys.stderr)
+        return 1
+    results = {w: summarize(r) for w, r in runs.items()}
+    for w, rows in results.items():
+        n = max(len(v) for v in runs[w].values())
+        table(rows, "jobs/s" if w == "nop" else "batches/s",
+              f"{w}: from {path.name}, medians of up to {n} interleaved rounds, 95 % CIs")
+    if out:
+        Path(out).write_text(json.dumps({"bench": "tracing", "from_log": str(path),
+                                         "results": results, "runs": runs}, indent=1))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=2.0, help="per phase")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--from-log", type=Path, default=None,
+                    help="summarize the phase lines of a run's log instead of running")
+    ap.add_argument("--seconds", type=float, default=1.0, help="per phase")
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--batch", type=int, default=64, help="jobs between waits")
-    ap.add_argument("--no-mlp", action="store_true", help="NOP flood only")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--peer-rounds", type=int, default=None,
+                    help="rounds that include record/perf/bpftrace (each starts a tracer "
+                         "process per phase: minutes under TCG on a loaded host); "
+                         "default: every round")
+    ap.add_argument("--mlp-modes", default=None, help="modes for mlp (default: --modes)")
+    ap.add_argument("--mlp-rounds", type=int, default=None,
+                    help="rounds that include the mlp workload (default: every round)")
+    ap.add_argument("--facts-rounds", type=int, default=3,
+                    help="count the facts each tool kept in the first N rounds (parsing "
+                         "perf's and bpftrace's output is slow under TCG); drops: every round")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.from_log is not None:
+        return report_log(args.from_log, args.json)
     if os.geteuid() != 0:
         print("vm_tracing: must run as root inside the VM", file=sys.stderr)
         return 1
+    modes = [m for m in args.modes.split(",") if m]
+    wls = [w for w in args.workloads.split(",") if w]
+    bad = [m for m in modes if m not in MODES] + [w for w in wls if w not in WORKLOADS]
+    if bad or "nothing" not in modes:
+        print(f"vm_tracing: bad --modes/--workloads {bad} (need nothing)", file=sys.stderr)
+        return 2
     fns = [f for f in discover() if f.accel]
     if not fns:
         print("vm_tracing: no tacc device", file=sys.stderr)
         return 1
     node, sysfs = fns[0].accel, fns[0].sysfs
-    res: dict[str, list[float]] = {"nothing": [], "always-on": [], "capture": [], "snoop": []}
-    cpu: dict[str, list[float]] = {k: [] for k in res}
-    mres: dict[str, list[float]] = {"nothing": [], "capture": []}
-    mcpu: dict[str, list[float]] = {k: [] for k in mres}
-    extra: dict[str, Any] = {"captures": [], "mlp_captures": []}
     tmp = Path(tempfile.mkdtemp(prefix="vm-tracing-"))
     d = Taccd(tmp)
-    mlp = None if args.no_mlp else Mlp(args.seconds)
-    if mlp is not None:
-        extra["mlp_batches"] = mlp.batches
+    works: dict[str, Any] = {}
+    if "nop" in wls:
+        works["nop"] = NopWork(node, args.seconds, args.batch)
+    if "mlp" in wls:
+        works["mlp"] = MlpWork(args.seconds)
+    wmodes = {w: modes for w in works}
+    if args.mlp_modes:
+        wmodes["mlp"] = [m for m in MODES if m in args.mlp_modes.split(",")]
+        if "nothing" not in wmodes["mlp"]:
+            print("vm_tracing: --mlp-modes needs nothing", file=sys.stderr)
+            return 2
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        w: {m: [] for m in wmodes[w]} for w in works}
+    extra: dict[str, Any] = {}
+    if "mlp" in works:
+        extra["mlp_batches"] = works["mlp"].m.batches
+    ph = Phase(d, tmp, sysfs, node)
     try:
-        # compile the capture program once, outside any measured phase
         t = time.monotonic()
-        d.start()
+        d.start()  # compile the capture program once, outside any measured phase
         d.stop()
         extra["capture_first_start_s"] = time.monotonic() - t
         for r in range(args.rounds):
-            for mode in ("nothing", "always-on", "capture"):
-                if mode == "nothing":
-                    d.pause()
-                elif mode == "capture":
-                    d.start()
-                c0 = cpu_s(d.p.pid)
-                j0 = jobs_completed(sysfs)
-                rate, n = measure(node, args.seconds, args.batch)
-                cpu[mode].append((cpu_s(d.p.pid) - c0) / args.seconds)
-                if jobs_completed(sysfs) - j0 < n:
-                    print(f"vm_tracing: {mode}: device completed fewer jobs than submitted",
-                          file=sys.stderr)
-                if mode == "nothing":
-                    d.resume()
-                elif mode == "capture":
-                    s = d.stop()
-                    extra["captures"].append({"jobs": n, "records": s.get("records", {}),
-                                              "drops": s.get("drops", {})})
-                res[mode].append(rate)
-                print(f"  round {r + 1} {mode:<10} {rate:10.0f} jobs/s", flush=True)
-            for mode in ("nothing", "capture") if mlp is not None else ():
-                assert mlp is not None
-                if mode == "nothing":
-                    d.pause()
-                else:
-                    d.start()
-                c0, t0 = cpu_s(d.p.pid), time.monotonic()
-                rate, _wall = mlp.run()
-                mcpu[mode].append((cpu_s(d.p.pid) - c0) / (time.monotonic() - t0))
-                if mode == "nothing":
-                    d.resume()
-                else:
-                    s = d.stop()
-                    extra["mlp_captures"].append({"batches": mlp.batches,
-                                                  "records": s.get("records", {}),
-                                                  "drops": s.get("drops", {})})
-                mres[mode].append(rate)
-                print(f"  round {r + 1} mlp {mode:<6} {rate:10.1f} batches/s", flush=True)
-        # snoop: started once, bracketed by "nothing"
-        d.pause()
-        rate, _ = measure(node, args.seconds, args.batch)
-        res["nothing"].append(rate)
-        t = time.monotonic()
-        sn = subprocess.Popen([str(BIN / "accel-bpftrace"), "snoop", "--json"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert sn.stderr is not None and sn.stdout is not None
-        err = ""
-        while "Ctrl-C to end" not in err:  # the ready line: probes attached
-            ln = sn.stderr.readline()
-            if not ln:
-                raise SystemExit(f"vm_tracing: accel-bpftrace snoop failed: {err}")
-            err += ln
-        extra["snoop_start_s"] = time.monotonic() - t
-        lines = 0
-
-        last = [""]
-
-        def reader() -> None:
-            nonlocal lines
-            assert sn.stdout is not None
-            for ln in sn.stdout:
-                lines += 1
-                last[0] = ln
-
-        th = threading.Thread(target=reader, daemon=True)
-        th.start()
-        for _ in range(args.rounds):
-            c0 = cpu_s(sn.pid)
-            rate, n = measure(node, args.seconds, args.batch)
-            cpu["snoop"].append((cpu_s(sn.pid) - c0) / args.seconds)
-            res["snoop"].append(rate)
-            print(f"  snoop      {rate:10.0f} jobs/s", flush=True)
-        sn.send_signal(signal.SIGINT)
-        sn.wait(120)
-        th.join(30)
-        err += sn.stderr.read()
-        extra["snoop_lines"] = lines
-        try:
-            extra["snoop_summary"] = json.loads(last[0])  # {"event": "summary", ...}
-        except ValueError:
-            extra["snoop_summary"] = err.strip()[-300:]
-        d.pause()
-        rate, _ = measure(node, args.seconds, args.batch)
-        res["nothing"].append(rate)
+            order = modes[r % len(modes):] + modes[:r % len(modes)]
+            for w, work in works.items():
+                if w == "mlp" and args.mlp_rounds is not None and r >= args.mlp_rounds:
+                    continue
+                for mode in order:
+                    if mode not in wmodes[w]:
+                        continue
+                    if (mode in PEERS and args.peer_rounds is not None
+                            and r >= args.peer_rounds):
+                        continue
+                    res = ph.run(mode, work, facts=r < args.facts_rounds)
+                    res["round"] = r
+                    runs[w][mode].append(res)
+                    kept = (f" facts {peers.facts_total(res['facts'])}/{res['possible']}"
+                            if "facts" in res else "")
+                    print(f"  round {r + 1} {w} {mode:<10} {res['rate']:10.1f}/s cpu "
+                          f"{res['cpu'] * 100:5.1f}% drops {res['drops']}{kept} "
+                          f"pm {res['pm_resumes']} gc {res['gc']}", flush=True)
     finally:
         d.close()
-        if mlp is not None:
-            mlp.close()
-    rows = table(res, cpu, "jobs_per_s", "jobs/s", ".0f",
-                 f"NOP-job throughput, {args.seconds:g} s per phase, medians of "
-                 f"{args.rounds}+ rounds (1 NOP per job, wait every {args.batch})")
-    for c in extra["captures"]:
-        print(f"capture: {c['jobs']} jobs, records {c['records']}, drops {c['drops']}")
-    print(f"snoop: {extra['snoop_lines']} lines; {extra['snoop_summary']}")
-    mrows = []
-    if mlp is not None and mres["nothing"]:
-        mrows = table(mres, mcpu, "batches_per_s", "batches/s", ".1f",
-                      f"mlp throughput (tacc.workloads mlp, {mlp.batches} batches of 256 per "
-                      f"phase), medians of {args.rounds} rounds")
-        for c in extra["mlp_captures"]:
-            print(f"mlp capture: {c['batches']} batches, records {c['records']}, "
-                  f"drops {c['drops']}")
+        if "mlp" in works:
+            works["mlp"].m.close()
+    results = {w: summarize(runs[w]) for w in works}
+    if "nop" in runs:  # report.py's latency histograms, one per mode
+        extra["latency_us"] = {m: [x for r in rs for x in r.get("lat_us", [])]
+                               for m, rs in runs["nop"].items()}
+        for rs in runs["nop"].values():
+            for r in rs:
+                r.pop("lat_us", None)
+    for w, rows in results.items():
+        unit = "jobs/s" if w == "nop" else "batches/s"
+        table(rows, unit, f"{w}: {args.seconds:g} s per phase, medians of {args.rounds} "
+                          f"interleaved rounds, 95 % CIs")
     if args.json:
-        Path(args.json).write_text(json.dumps({"bench": "tracing", "seconds": args.seconds,
-                                               "rounds": args.rounds, "batch": args.batch,
-                                               "results": rows, "mlp_results": mrows,
-                                               **extra}, indent=1))
+        Path(args.json).write_text(json.dumps(
+            {"bench": "tracing", "seconds": args.seconds, "rounds": args.rounds,
+             "batch": args.batch, "results": results, "runs": runs, **extra}, indent=1))
     return 0
 
 

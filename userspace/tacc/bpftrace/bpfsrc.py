@@ -19,7 +19,7 @@ F_TOP = 4  # per-process job table
 F_DMA = 8  # per-process DMA table
 F_HOST = 16  # host events (sched, block, net) of traced processes to the ring buffer
 F_AUTOTRACE = 32  # processes calling tacc ioctls become traced
-F_BYTES = 64  # read submitted commands' copy sizes (kprobe on tacc_submit_ioctl)
+F_BYTES = 64  # no-op: tacc_submit carries the copy bytes (was a kprobe reading the commands)
 
 CFG_FLAGS, CFG_PID, CFG_DEV, CFG_HAS_DEV, CFG_HAS_COMM = 0, 1, 2, 3, 4
 
@@ -42,10 +42,10 @@ TACC_EVENTS = ("tacc_ioctl_enter", "tacc_ioctl_exit", "tacc_submit", "tacc_doorb
 RAW_ARGS: dict[str, tuple[str, ...]] = {
     "tacc_ioctl_enter": ("dev", "ctx", "nr"),
     "tacc_ioctl_exit": ("dev", "ctx", "nr", "ret"),
-    "tacc_submit": ("dev", "ctx", "queue", "seqno", "tag", "ncmds"),
+    "tacc_submit": ("dev", "ctx", "queue", "seqno", "tag", "ncmds", "bytes", "mix"),
     "tacc_doorbell": ("dev", "ctx", "queue", "seqno", "tag", "hw_job", "tail"),
     "tacc_irq": ("dev", "vector", "status"),
-    "tacc_job_start": ("dev", "ctx", "queue", "seqno", "tag", "hw_job"),
+    "tacc_job_start": ("dev", "ctx", "queue", "seqno", "tag", "hw_job", "tail"),
     "tacc_job_done": ("dev", "ctx", "queue", "seqno", "tag", "hw_job", "status", "error",
                       "dev_start", "dev_end"),
     "tacc_bo_create": ("dev", "ctx", "bo", "type", "size", "flags"),
@@ -98,7 +98,6 @@ BPF_PERCPU_ARRAY(stats, u64, NSTATS);
 BPF_HASH(owners, struct ctxkey, struct owner_t, 4096);
 BPF_HASH(jobs, struct jobkey, struct jobval, 65536);
 BPF_HASH(ioctl_t0, u32, u64, 4096);
-BPF_HASH(submit_arg, u32, u64, 4096);
 BPF_HASH(traced_tgid, u32, u8, 4096);
 BPF_HASH(traced_tid, u32, u8, 16384);
 BPF_HASH(lat, struct hkey, u64, 4096);
@@ -263,7 +262,6 @@ static __always_inline int on_ioctl_exit(struct tp_tacc_ioctl_exit *args)
 		return 0;
 	e.d = bpf_ktime_get_ns() - *t0;
 	ioctl_t0.delete(&tid);
-	submit_arg.delete(&tid);
 	if (!(cfgv(CFG_FLAGS) & F_EMIT))
 		return 0;
 	e.kind = KIND_IOCTL;
@@ -275,38 +273,6 @@ static __always_inline int on_ioctl_exit(struct tp_tacc_ioctl_exit *args)
 	return 0;
 }
 
-int kp_submit_ioctl(struct pt_regs *ctx)
-{
-	u32 tid = (u32)bpf_get_current_pid_tgid();
-	u64 data = PT_REGS_PARM2(ctx);
-	submit_arg.update(&tid, &data);
-	return 0;
-}
-
-static __always_inline u64 submit_bytes(void)
-{
-	u32 tid = (u32)bpf_get_current_pid_tgid();
-	u64 *data = submit_arg.lookup(&tid);
-	u64 cmds = 0, bytes = 0;
-	u32 n = 0;
-	if (!data)
-		return 0;
-	bpf_probe_read_kernel(&cmds, 8, (void *)*data);
-	bpf_probe_read_kernel(&n, 4, (void *)(*data + 16));
-	for (int i = 0; i < MAX_SCAN_CMDS; i++) {
-		u32 op = 0;
-		u64 sz = 0;
-		if (i >= n)
-			break;
-		bpf_probe_read_user(&op, 4, (void *)(cmds + i * 128));
-		if (op >= 1 && op <= 3) {
-			bpf_probe_read_user(&sz, 8, (void *)(cmds + i * 128 + 64));
-			bytes += sz;
-		}
-	}
-	return bytes;
-}
-
 static __always_inline int on_submit(struct tp_tacc_submit *args)
 {
 	u64 flags = cfgv(CFG_FLAGS);
@@ -315,8 +281,7 @@ static __always_inline int on_submit(struct tp_tacc_submit *args)
 	struct jobval j = { .t_submit = bpf_ktime_get_ns(), .ncmds = args->ncmds };
 	int pass = cur_proc(&e, args->dev);
 	j.pid = e.pid;
-	if (pass && (flags & F_BYTES))
-		j.bytes = submit_bytes();
+	j.bytes = args->bytes;
 	jobs.update(&k, &j);
 	if (!pass)
 		return 0;
@@ -332,7 +297,8 @@ static __always_inline int on_submit(struct tp_tacc_submit *args)
 	e.kind = KIND_SUBMIT;
 	e.tag = args->tag;
 	e.a = args->seqno;
-	e.b = j.bytes;
+	e.b = args->bytes;
+	e.w = args->mix;
 	e.x = args->ctx;
 	e.y = args->queue;
 	e.v = args->ncmds;
@@ -388,6 +354,7 @@ static __always_inline int on_job_start(struct tp_tacc_job_start *args)
 	e.a = args->seqno;
 	e.y = args->queue;
 	e.w = args->hw_job;
+	e.v = args->tail;
 	emit(&e);
 	return 0;
 }

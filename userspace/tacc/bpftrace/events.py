@@ -7,10 +7,10 @@ Field use per kind (``a``..``d`` u64, ``x``/``w``/``v`` u32, ``z`` s32, ``y`` u1
 kind           a           b           c          d           x      w       v         z       y
 =============  ==========  ==========  =========  ==========  =====  ======  ========  ======  =====
 IOCTL          nr          -           -          dur_ns      ctx    -       -         ret     -
-SUBMIT         seqno       copy bytes  -          -           ctx    -       ncmds     -       queue
+SUBMIT         seqno       copy bytes  -          -           ctx    mix     ncmds     -       queue
 DOORBELL       seqno       -           -          -           ctx    hw_job  tail      -       queue
 IRQ            -           -           -          -           -      vector  status    -       -
-JOB_START      seqno       -           -          wait_ns     ctx    hw_job  -         -       queue
+JOB_START      seqno       -           -          wait_ns     ctx    hw_job  tail      -       queue
 JOB_DONE       seqno       dev_start   dev_end    lat_ns      ctx    hw_job  status    error   queue
 BO_CREATE      bo          size        -          -           ctx    type    flags     -       -
 BO_DESTROY     bo          size        -          -           -      type    -         -       -
@@ -65,10 +65,11 @@ def driver_mask(ev: np.ndarray) -> np.ndarray:
 _K = DriverKind
 FIELD_MAP: dict[int, tuple[tuple[str, str], ...]] = {int(k): m for k, m in {
     _K.IOCTL: (("dur_ns", "d"), ("arg", "a"), ("status", "z")),
-    _K.SUBMIT: (("job", "a"), ("size", "b"), ("ncmds", "v")),
+    _K.SUBMIT: (("job", "a"), ("size", "b"), ("ncmds", "v"), ("arg", "w")),  # arg = mix
     _K.DOORBELL: (("job", "a"), ("arg", "w"), ("nsegs", "v")),  # nsegs = SQ tail
     _K.IRQ: (("arg", "w"), ("status", "v")),
-    _K.JOB_START: (("job", "a"), ("arg", "w"), ("dur_ns", "d")),  # dur = queue wait
+    # dur = queue wait, nsegs = the SQ tail after the doorbell (tacc_doorbell's one extra fact)
+    _K.JOB_START: (("job", "a"), ("arg", "w"), ("dur_ns", "d"), ("nsegs", "v")),
     # flags = hardware completion status, dur = submit -> completion
     _K.JOB_DONE: (("job", "a"), ("dev_start", "b"), ("dev_end", "c"), ("arg", "w"),
                   ("status", "z"), ("flags", "v"), ("dur_ns", "d")),

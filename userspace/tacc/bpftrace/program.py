@@ -46,7 +46,9 @@ MODE_EVENTS: dict[str, tuple[str, ...]] = {
     "latency": ("tacc_ioctl_enter", "tacc_submit", "tacc_job_start", "tacc_job_done"),
     "top": ("tacc_ioctl_enter", "tacc_submit", "tacc_job_done"),
     "dma": ("tacc_ioctl_enter", "tacc_dma_map", "tacc_dma_unmap"),
-    "record": TACC_EVENTS,
+    # tacc_job_start carries every fact of tacc_doorbell (hw_job, the new SQ tail) and
+    # fires at the same point: one event per job instead of two (issue 18)
+    "record": tuple(ev for ev in TACC_EVENTS if ev != "tacc_doorbell"),
 }
 MODE_FLAGS = {
     "snoop": F_EMIT | F_BYTES,
@@ -165,8 +167,6 @@ class Program:
         self.mode = mode
         flags = MODE_FLAGS[mode] | (F_HOST if host else 0) | (F_AUTOTRACE if autotrace else 0)
         self._set_cfg(CFG_FLAGS, flags)
-        if flags & F_BYTES:
-            self._kprobe("tacc_submit_ioctl", "kp_submit_ioctl", ret=False)
         if flags & F_DMA:
             self._kprobe("dma_map_sgtable", "kp_dma_map", ret=False)
             self._kprobe("dma_unmap_sg_attrs", "kr_dma_unmap", ret=True)
@@ -241,7 +241,7 @@ class Program:
     def reset(self) -> None:
         """Clear aggregates and statistics (between test runs of one session)."""
         for name in ("lat", "top", "dma", "dmahist", "jobs", "traced_tgid", "traced_tid",
-                     "blk", "unmap_t0", "dma_t0", "ioctl_t0", "submit_arg"):
+                     "blk", "unmap_t0", "dma_t0", "ioctl_t0"):
             self.bpf[name].clear()
         self._stats_base = self._raw_stats()
         self._missed_base = self._missed()

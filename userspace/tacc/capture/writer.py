@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import zlib
 from collections import deque
 from pathlib import Path
 from types import TracebackType
@@ -66,7 +65,7 @@ class _Stream:
         bufs = [np.ascontiguousarray(p).view(np.uint8) for p in pieces]
         crc = 0
         for b in bufs:
-            crc = zlib.crc32(b, crc)
+            crc = framing.crc32(b, crc)
         nrec = sum(len(p) for p in pieces)
         nbytes = sum(b.nbytes for b in bufs)
         head = framing.encode_chunk_header(self.seq, nrec, nbytes, crc)
