@@ -19,7 +19,7 @@ FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
 # (issue 17); captures of minor 0 may lack device_events.  The coordinator reconciles the
 # number when several branches add to the format in one round.
-FORMAT_MINOR = 3  # 2: trace records of version 2 (virtio events); 3: cluster (net_clock)
+FORMAT_MINOR = 4  # 2: trace records v2 (virtio events); 3: cluster (net_clock); 4: mix/tail
 TRACE_REC_VERSION = 2  # TACC_TRACE_VERSION (2: virtio event records, docs/virtio.md)
 STRING_MAX = 120
 
