@@ -55,6 +55,7 @@ pkgs=(
 	seabios qemu-system-data
 	bpfcc-tools python3-bpfcc bpftrace libelf-dev linux-perf
 	iproute2 procps util-linux passwd chromium pciutils make
+	podman crun bpftool  # containers: tests/vm/test_containers.py, docs/containers.md
 )
 bpo_pkgs=(meson python3-pycotap)
 installed() { dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q '^install ok installed'; }

@@ -1,0 +1,129 @@
+"""A real container given one VF through CDI (docs/containers.md; extras boot, VFS=2).
+
+The consumer is Debian's podman 4.3 (CDI 0.5) with crun: it reads /etc/cdi/tacc.yaml as
+written by ``tacc cdi generate`` and applies it itself.  The container's root is the
+guest's own / (bind-mounted: the guest root is an overlay on the initramfs, which
+podman's ``--rootfs /`` cannot move, see the doc), so this checkout and its venv are
+there.  Inside, as root with CAP_MKNOD (tests/vm/container_probe.py): ``tacc run mlp``
+passes on its VF, and the PF's and the other VF's nodes, made with mknod(2), cannot be
+opened (EPERM from the cgroup v2 device program podman attached, seen with bpftool).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from tacc import cdi
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+CONF = ROOT / "tools/containers/containers.conf"
+CTR_ROOT = Path("/run/tacc-ctr-root")
+PROBE = ROOT / "tests/vm/container_probe.py"
+PODMAN = ["podman", "--root", "/var/tmp/tacc-podman", "--runroot", "/run/tacc-podman",
+          "--storage-driver", "vfs"]
+CGROUP_PARENT = Path("/sys/fs/cgroup/libpod_parent")
+
+
+def podman_env() -> dict[str, str]:
+    return {**os.environ, "CONTAINERS_CONF": str(CONF)}
+
+
+def minor(pci: Path) -> int:
+    nodes = sorted((pci / "accel").glob("accel*"))
+    assert nodes, f"{pci.name}: no accel node"
+    return int(nodes[0].name.removeprefix("accel"))
+
+
+@pytest.fixture(scope="module")
+def functions(pf_pci: Path) -> list[Path]:
+    """The PF, then its VFs in VF order."""
+    vfs = sorted(pf_pci.glob("virtfn*"), key=lambda p: int(p.name.removeprefix("virtfn")))
+    fns = [pf_pci] + [v.resolve() for v in vfs]
+    if len(fns) < 3:
+        pytest.fail(f"needs the extras boot's 2 VFs, found {len(fns) - 1} VFs")
+    return fns
+
+
+@pytest.fixture(scope="module")
+def spec(functions: list[Path]) -> Path:
+    paths = cdi.generate(cdi.DEFAULT_SPEC)
+    if not CTR_ROOT.is_dir() or not os.path.ismount(CTR_ROOT):
+        CTR_ROOT.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "--bind", "/", str(CTR_ROOT)], check=True)
+    return paths[cdi.ACCEL_KIND]
+
+
+def bpftool_cgroup(path: Path) -> str:
+    r = subprocess.run(["bpftool", "cgroup", "show", str(path)], capture_output=True,
+                       text=True, timeout=30)
+    return r.stdout + r.stderr
+
+
+def test_container_gets_its_vf_only(functions: list[Path], spec: Path) -> None:
+    pf, own, other = functions[0], functions[1], functions[2]
+    go = Path(f"/var/tmp/tacc-ctr-go-{uuid.uuid4().hex[:8]}")
+    # --rootfs is a flag: the path is podman's first positional argument (the "image")
+    cmd = [*PODMAN, "run", "--rm", "--device", f"{cdi.ACCEL_KIND}={own.name}",
+           "-w", str(ROOT), "--rootfs", str(CTR_ROOT), sys.executable, str(PROBE),
+           f"{minor(pf)},{minor(other)}", str(go)]
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=podman_env())
+    try:
+        assert p.stdout is not None
+        ready, _, _ = select.select([p.stdout], [], [], 150)
+        line = p.stdout.readline() if ready else ""
+        if not line:
+            p.kill()
+            _, err = p.communicate(timeout=30)
+            pytest.fail(f"container printed nothing: {err.strip()[-800:]}")
+        seen = json.loads(line)
+        # from outside, while it runs: its cgroup and the device program on it
+        cgroups = sorted(CGROUP_PARENT.glob("libpod-*")) if CGROUP_PARENT.is_dir() else []
+        assert len(cgroups) == 1, f"container cgroups under {CGROUP_PARENT}: {cgroups}"
+        progs = bpftool_cgroup(cgroups[0])
+    finally:
+        go.touch()
+    _, err = p.communicate(timeout=60)
+    wall = time.monotonic() - t0
+    go.unlink(missing_ok=True)
+    print(f"container run: {wall:.1f} s wall, tacc run mlp inside {seen['mlp']['s']} s")
+    assert p.returncode == 0, err[-800:]
+    assert "cgroup_device" in progs, progs
+    assert seen["uid"] == 0 and seen["cgroup"] == "0::/"  # root, in its cgroup namespace
+    # exactly its VF: one node, openable, at the host's path (containerPath = hostPath)
+    assert seen["nodes"] == [f"accel{minor(own)}"]
+    assert seen["own"] == {f"accel{minor(own)}": "ok"}
+    # the PF's and the other VF's nodes: mknod allowed, open refused by the cgroup
+    for m in (minor(pf), minor(other)):
+        assert seen["others"][str(m)] == {"mknod": "ok", "open": "EPERM", "open_ro": "EPERM"}
+    # no way round through sysfs: read-only in the container (BAR files)
+    assert set(seen["sysfs_bar_rw"].values()) <= {"EROFS", "EACCES", "EPERM"}, \
+        seen["sysfs_bar_rw"]
+    mlp = seen["mlp"]
+    assert mlp["rc"] == 0, mlp["stderr"]
+    rows = json.loads(mlp["stdout"])["results"]
+    assert rows and all(r["checked"] and r["device"] == own.name for r in rows), rows
+
+
+def test_unknown_cdi_name(functions: list[Path], spec: Path) -> None:
+    """A CDI name for a function that does not exist: one line from tacc, and podman
+    refuses to start the container."""
+    bad = f"{cdi.ACCEL_KIND}=0000:01:00.7"
+    r = subprocess.run([str(Path(sys.executable).parent / "tacc"), "cdi", "list", bad],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"tacc: error: unresolvable CDI device {bad}: "), r.stderr
+    r = subprocess.run([*PODMAN, "run", "--rm", "--device", bad, "--rootfs", str(CTR_ROOT),
+                        "true"], capture_output=True, text=True, timeout=120,
+                       env=podman_env())
+    assert r.returncode != 0
+    assert "0000:01:00.7" in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
