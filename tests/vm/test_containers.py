@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,37 +68,81 @@ def bpftool_cgroup(path: Path) -> str:
     return r.stdout + r.stderr
 
 
-def test_container_gets_its_vf_only(functions: list[Path], spec: Path) -> None:
+class Run:
+    """One container run under a taccd capture, looked at by the tests below."""
+
+    def __init__(self, own: Path, seen: dict, progs: str, cgroup: Path, cgroup_ino: int,
+                 capture: Path) -> None:
+        self.own, self.seen, self.progs, self.cgroup = own, seen, progs, cgroup
+        self.cgroup_ino, self.capture = cgroup_ino, capture
+
+
+def tacc_cmd(*args: str) -> list[str]:
+    return [str(Path(sys.executable).parent / "tacc"), *args]
+
+
+@pytest.fixture(scope="module")
+def run(functions: list[Path], spec: Path, tmp_path_factory: pytest.TempPathFactory
+        ) -> Iterator[Run]:
+    """taccd (outside) captures while the container, given VF 1, runs the probe: tacc run
+    mlp, then the PF's and VF 2's nodes by mknod.  While the probe waits, the test reads
+    the container's cgroup and its device program from outside."""
     pf, own, other = functions[0], functions[1], functions[2]
-    go = Path(f"/var/tmp/tacc-ctr-go-{uuid.uuid4().hex[:8]}")
-    # --rootfs is a flag: the path is podman's first positional argument (the "image")
-    cmd = [*PODMAN, "run", "--rm", "--device", f"{cdi.ACCEL_KIND}={own.name}",
-           "-w", str(ROOT), "--rootfs", str(CTR_ROOT), sys.executable, str(PROBE),
-           f"{minor(pf)},{minor(other)}", str(go)]
-    t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=podman_env())
+    work = tmp_path_factory.mktemp("ctr")
+    sock, capture = str(work / "taccd.sock"), work / "cap"
+    taccd = subprocess.Popen([str(Path(sys.executable).parent / "taccd"), "-f",
+                              "--socket", sock, "--no-always-on", "--no-cdi"],
+                             stderr=subprocess.PIPE, text=True)
     try:
-        assert p.stdout is not None
-        ready, _, _ = select.select([p.stdout], [], [], 150)
-        line = p.stdout.readline() if ready else ""
-        if not line:
-            p.kill()
-            _, err = p.communicate(timeout=30)
-            pytest.fail(f"container printed nothing: {err.strip()[-800:]}")
-        seen = json.loads(line)
-        # from outside, while it runs: its cgroup and the device program on it
-        cgroups = sorted(CGROUP_PARENT.glob("libpod-*")) if CGROUP_PARENT.is_dir() else []
-        assert len(cgroups) == 1, f"container cgroups under {CGROUP_PARENT}: {cgroups}"
-        progs = bpftool_cgroup(cgroups[0])
+        for _ in range(600):
+            if Path(sock).exists() or taccd.poll() is not None:
+                break
+            time.sleep(0.05)
+        r = subprocess.run(tacc_cmd("trace", "--socket", sock, "start", "-o", str(capture)),
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        go = Path(f"/var/tmp/tacc-ctr-go-{uuid.uuid4().hex[:8]}")
+        # --rootfs is a flag: the path is podman's first positional argument (the image)
+        cmd = [*PODMAN, "run", "--rm", "--device", f"{cdi.ACCEL_KIND}={own.name}",
+               "-w", str(ROOT), "--rootfs", str(CTR_ROOT), sys.executable, str(PROBE),
+               f"{minor(pf)},{minor(other)}", str(go)]
+        t0 = time.monotonic()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=podman_env())
+        try:
+            assert p.stdout is not None
+            ready, _, _ = select.select([p.stdout], [], [], 150)
+            line = p.stdout.readline() if ready else ""
+            if not line:
+                p.kill()
+                _, err = p.communicate(timeout=30)
+                pytest.fail(f"container printed nothing: {err.strip()[-800:]}")
+            seen = json.loads(line)
+            # from outside, while it runs: its cgroup and the device program on it
+            cgroups = sorted(CGROUP_PARENT.glob("libpod-*")) if CGROUP_PARENT.is_dir() else []
+            assert len(cgroups) == 1, f"container cgroups under {CGROUP_PARENT}: {cgroups}"
+            progs = bpftool_cgroup(cgroups[0])
+            cg_ino = cgroups[0].stat().st_ino
+        finally:
+            go.touch()
+        _, err = p.communicate(timeout=60)
+        wall = time.monotonic() - t0
+        go.unlink(missing_ok=True)
+        assert p.returncode == 0, err[-800:]
+        r = subprocess.run(tacc_cmd("trace", "--socket", sock, "stop"), capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        print(f"container run: {wall:.1f} s, tacc run mlp inside {seen['mlp']['s']} s")
+        yield Run(own, seen, progs, cgroups[0], cg_ino, capture)
     finally:
-        go.touch()
-    _, err = p.communicate(timeout=60)
-    wall = time.monotonic() - t0
-    go.unlink(missing_ok=True)
-    print(f"container run: {wall:.1f} s wall, tacc run mlp inside {seen['mlp']['s']} s")
-    assert p.returncode == 0, err[-800:]
-    assert "cgroup_device" in progs, progs
+        taccd.terminate()
+        taccd.wait(timeout=60)
+
+
+def test_container_gets_its_vf_only(functions: list[Path], run: Run) -> None:
+    pf, own, other = functions[0], functions[1], functions[2]
+    seen = run.seen
+    assert "cgroup_device" in run.progs, run.progs
     assert seen["uid"] == 0 and seen["cgroup"] == "0::/"  # root, in its cgroup namespace
     # exactly its VF: one node, openable, at the host's path (containerPath = hostPath)
     assert seen["nodes"] == [f"accel{minor(own)}"]
@@ -112,6 +157,39 @@ def test_container_gets_its_vf_only(functions: list[Path], spec: Path) -> None:
     assert mlp["rc"] == 0, mlp["stderr"]
     rows = json.loads(mlp["stdout"])["results"]
     assert rows and all(r["checked"] and r["device"] == own.name for r in rows), rows
+
+
+def test_capture_attributes_container(run: Run, tmp_path: Path) -> None:
+    """taccd outside: the container's jobs carry a host pid whose processes record names
+    the container's cgroup (path and id), its pid namespace and the pid inside, and the
+    timeline's process track is named with the container."""
+    from tacc.capture import open_capture
+    from tacc.timeline.convert import convert
+
+    cap = open_capture(run.capture)
+    strings = cap.strings
+    procs = cap.read("processes")
+    inside = json.loads(run.seen["mlp"]["stdout"])["pid"]  # the runtime's getpid()
+    cid = run.cgroup.name.removeprefix("libpod-")
+    mine = procs[(procs["container_name_id"] != 0) & (procs["ns_pid"] == inside)]
+    assert len(mine) == 1, [(int(r["pid"]), int(r["ns_pid"]), strings[int(
+        r["container_name_id"])]) for r in procs]
+    r = mine[0]
+    assert strings[int(r["container_name_id"])] == f"libpod:{cid[:12]}"
+    assert strings[int(r["cgroup_name_id"])] == f"/libpod_parent/libpod-{cid}"
+    assert int(r["cgroup_id"]) == run.cgroup_ino
+    assert int(r["pidns"]) != os.stat("/proc/self/ns/pid").st_ino
+    assert int(r["pid"]) != inside  # the host pid differs from the one inside
+    drv = cap.read("driver", ["pid", "kind", "fid"])
+    fid = [d["pci"] for d in cap.meta["devices"]].index(run.own.name)
+    submits = drv[(drv["pid"] == r["pid"]) & (drv["kind"] == 2)]
+    assert len(submits) > 0 and set(submits["fid"].tolist()) == {fid}
+    js = tmp_path / "t.json"
+    convert([run.capture], js, fmt="json")
+    names = {e["args"]["name"] for e in json.loads(js.read_text())["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    want = f"[libpod:{cid[:12]} pid {inside}] pid {int(r['pid'])}"
+    assert any(want in n for n in names), names
 
 
 def test_unknown_cdi_name(functions: list[Path], spec: Path) -> None:

@@ -213,6 +213,20 @@ DEVICE_EVENTS_DTYPE = np.dtype(
 )
 assert DEVICE_EVENTS_DTYPE.itemsize == 64
 
+# Containers (format 1, minor addition "containers"; docs/capture-format.md): one record
+# per traced process, resolved once at its first event (tacc.daemon.procinfo).  pid is
+# the host pid (the driver stream's), ns_pid the pid in its own pid namespace; cgroup_id
+# is the cgroup v2 directory's inode (bpf_get_current_cgroup_id's value, 0 = unknown);
+# cgroup_name_id / container_name_id index the strings stream (0 = none).
+PROCESSES_DTYPE = np.dtype(
+    [
+        ("t_ns", "<i8"), ("cgroup_id", "<u8"), ("pidns", "<u8"), ("pid", "<u4"),
+        ("ns_pid", "<u4"), ("cgroup_name_id", "<u4"), ("container_name_id", "<u4"),
+        ("comm", "S16"),
+    ]
+)
+assert PROCESSES_DTYPE.itemsize == 56
+
 # name -> (schema version, dtype)
 STREAMS: dict[str, tuple[int, np.dtype]] = {
     "device_trace": (1, DEVICE_TRACE_DTYPE),
@@ -225,6 +239,8 @@ STREAMS: dict[str, tuple[int, np.dtype]] = {
     "drops": (1, DROPS_DTYPE),
     # added after the others: older captures have no file for it (read as empty)
     "device_events": (1, DEVICE_EVENTS_DTYPE),
+    # containers: added after the others, read as empty from captures without it
+    "processes": (1, PROCESSES_DTYPE),
 }
 
 
