@@ -28,6 +28,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.timeline.cli",  # timeline
     "tacc.analyze.cli",  # analyze
     "tacc.cli_cdi",  # cdi generate|list: container device specs (issue 15)
+    "tacc.vfio.cli",  # vfio list|bind|unbind (issue 15)
 )
 
 # Reserved subcommands and the module expected to provide them.
