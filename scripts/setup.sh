@@ -55,6 +55,7 @@ pkgs=(
 	seabios qemu-system-data
 	bpfcc-tools python3-bpfcc bpftrace libelf-dev
 	iproute2 procps util-linux passwd chromium pciutils make
+	podman crun bpftool  # containers: tests/vm/test_containers.py, docs/containers.md
 )
 # linux-perf: the 6.12 build (close to the guest kernel's), not bookworm's 6.1 (issue 18)
 bpo_pkgs=(meson python3-pycotap linux-perf)

@@ -29,6 +29,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.analyze.cli",  # analyze
     "tacc.fleet.cli",  # export, query (issue 17)
     "tacc.timeline.cluster_cli",  # cluster offsets|analyze (issue 17)
+    "tacc.cli_cdi",  # cdi generate|list: container device specs (issue 15)
     "tacc.vfio.cli",  # vfio list|bind|unbind (issue 15)
 )
 

@@ -19,7 +19,8 @@ FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
 # (issue 17); captures of minor 0 may lack device_events.  The coordinator reconciles the
 # number when several branches add to the format in one round.
-FORMAT_MINOR = 4  # 2: trace records v2 (virtio events); 3: cluster (net_clock); 4: mix/tail
+FORMAT_MINOR = 5  # docs/capture-format.md "Minor versions": 2 virtio trace records,
+# 3 cluster (net_clock), 4 capture overhead (mix/tail), 5 containers (processes)
 TRACE_REC_VERSION = 2  # TACC_TRACE_VERSION (2: virtio event records, docs/virtio.md)
 STRING_MAX = 120
 
@@ -241,6 +242,20 @@ NET_CLOCK_DTYPE = np.dtype(
 )
 assert NET_CLOCK_DTYPE.itemsize == 64
 
+# Containers (format 1, minor addition "containers"; docs/capture-format.md): one record
+# per traced process, resolved once at its first event (tacc.daemon.procinfo).  pid is
+# the host pid (the driver stream's), ns_pid the pid in its own pid namespace; cgroup_id
+# is the cgroup v2 directory's inode (bpf_get_current_cgroup_id's value, 0 = unknown);
+# cgroup_name_id / container_name_id index the strings stream (0 = none).
+PROCESSES_DTYPE = np.dtype(
+    [
+        ("t_ns", "<i8"), ("cgroup_id", "<u8"), ("pidns", "<u8"), ("pid", "<u4"),
+        ("ns_pid", "<u4"), ("cgroup_name_id", "<u4"), ("container_name_id", "<u4"),
+        ("comm", "S16"),
+    ]
+)
+assert PROCESSES_DTYPE.itemsize == 56
+
 # name -> (schema version, dtype)
 STREAMS: dict[str, tuple[int, np.dtype]] = {
     "device_trace": (1, DEVICE_TRACE_DTYPE),
@@ -255,6 +270,8 @@ STREAMS: dict[str, tuple[int, np.dtype]] = {
     "device_events": (1, DEVICE_EVENTS_DTYPE),
     # issue 17 (cluster captures): older captures have no file for it (read as empty)
     "net_clock": (1, NET_CLOCK_DTYPE),
+    # containers: added after the others, read as empty from captures without it
+    "processes": (1, PROCESSES_DTYPE),
 }
 
 

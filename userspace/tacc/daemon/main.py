@@ -38,12 +38,15 @@ class DaemonError(Exception):
 class Daemon:
     def __init__(self, sock_path: str, capture_root: Path, always_on: bool = True,
                  interval: float = 1.0, max_bytes: int = 1 << 30, bpf: bool = True,
-                 sysroot: str = "/", clock_exchange: str = "") -> None:
+                 sysroot: str = "/", clock_exchange: str = "",
+                 cdi_spec: str | None = None) -> None:
         self.sock_path = sock_path
+        self.cdi_spec = cdi_spec  # CDI spec kept up to date with the functions (None: no)
         self.capture_root = capture_root
         self.max_bytes = max_bytes
         self.sysroot = sysroot
         self.functions: list[TaccFunction] = discover(sysroot)
+        self.update_cdi()
         self.always_on = AlwaysOn(interval) if always_on else None
         self.bpf_enabled = bpf
         self.program: Any | None = None
@@ -173,9 +176,21 @@ class Daemon:
                 break
             self.devices_changed(dev.action or "", dev.sys_name)
 
+    def update_cdi(self) -> None:
+        """Rewrite the CDI specs (docs/containers.md) if the functions changed them."""
+        if self.cdi_spec is None:
+            return
+        from tacc import cdi
+
+        try:
+            cdi.generate(self.cdi_spec, self.sysroot)
+        except (OSError, cdi.CdiError) as exc:
+            self.warnings.append(f"CDI spec {self.cdi_spec} not updated: {exc}")
+
     def devices_changed(self, action: str, name: str) -> None:
         before = {f.pci for f in self.functions}
         self.functions = discover(self.sysroot)
+        self.update_cdi()  # VFs came or went, a driver (tacc.ko, vfio-pci) bound or left
         after = {f.pci for f in self.functions}
         for pci in sorted(after - before):
             log.info("device %s appeared", pci)
@@ -375,6 +390,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clock-exchange", default="", metavar="ADDR[:PORT]",
                    help="answer peer nodes' clock exchange requests on this UDP address "
                         "(port 7475; docs/cluster.md); off by default")
+    p.add_argument("--cdi-spec", default="/etc/cdi/tacc.yaml", metavar="PATH",
+                   help="CDI spec kept up to date as functions come and go (tacc cdi "
+                        "generate; docs/containers.md)")
+    p.add_argument("--no-cdi", action="store_true", help="do not write CDI specs")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
 
@@ -390,7 +409,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         d = Daemon(protocol.socket_path(args.socket), Path(args.capture_root),
                    always_on=not args.no_always_on, interval=args.interval,
                    max_bytes=args.max_bytes, bpf=not args.no_bpf,
-                   clock_exchange=args.clock_exchange)
+                   clock_exchange=args.clock_exchange,
+                   cdi_spec=None if args.no_cdi else args.cdi_spec)
     except (DaemonError, OSError, ValueError) as exc:
         print(f"taccd: {exc}", file=sys.stderr)
         return 1

@@ -45,6 +45,7 @@ from .devices import (
     read_clock_sync,
 )
 from .devring import DeviceTraceRing, TraceRingError
+from .procinfo import ProcessTable
 
 # TACC_REG_FAULT_INFO (kernel/include/tacc_hw.h)
 FAULT_CTX_MASK = 0x0000FFFF
@@ -159,6 +160,7 @@ class CaptureSession:
             "started_mono_ns": time.monotonic_ns(),
         }
         self.writer = CaptureWriter(self.path, meta, chunk_bytes=256 << 10)
+        self.procs = ProcessTable(self.writer.string_id)  # containers: cgroup, pid ns
         self.bytes_written = 0
         self.drops: dict[tuple[int, int], int] = {}
         self.counts: dict[str, int] = {}
@@ -331,7 +333,9 @@ class CaptureSession:
         if not len(ev):
             return
         mask = ev["kind"] < HOST_BASE
-        self._append("driver", to_driver(ev, self.fid_of_dev, mask), DropSource.DRIVER)
+        drv = to_driver(ev, self.fid_of_dev, mask)
+        self._append("driver", drv, DropSource.DRIVER)
+        self._append("processes", self.procs.see(drv["pid"]), DropSource.DRIVER)
         if self.opts.host_events:
             self._append("host", to_host(ev, mask), DropSource.HOST)
 

@@ -117,12 +117,15 @@ def sim_enabled() -> bool:
 
 
 def devices(sim: bool | None = None) -> list[DeviceInfo]:
-    """Every tacc function with an accel node: PFs first, then VFs, by PCI address."""
+    """Every tacc function with an accel node: PFs first, then VFs, by PCI address.
+
+    Only functions whose node is in ``/dev``: a container given one VF (CDI,
+    docs/containers.md) sees every function in sysfs but has the node of its own only."""
     if sim if sim is not None else sim_enabled():
         return [sim_device()]
     ctx = pyudev.Context()
     out = [i for d in ctx.list_devices(subsystem="accel")
-           if (i := _info_from_accel(d)) is not None]
+           if (i := _info_from_accel(d)) is not None and os.path.exists(i.devnode)]
     return sorted(out, key=lambda i: (i.is_vf, i.pf, i.pci))
 
 

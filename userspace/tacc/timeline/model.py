@@ -252,6 +252,7 @@ class Extractor:
         self.counter_carry: dict[tuple[Any, ...], Any] = {}
         self.device_event_counts: dict[str, int] = {}  # kind name -> instants (--summary)
         self._os: dict[int, tuple[dict[int, str], dict[int, int]]] = {}  # node -> names
+        self._ctr: dict[int, dict[int, str]] = {}  # node -> pid -> container label
 
     # ------------------------------------------------------- OS names -------
     def os_names(self, src: Source) -> tuple[dict[int, str], dict[int, int]]:
@@ -291,8 +292,26 @@ class Extractor:
             return comm[pid]
         return next((comm[t] for t, p in sorted(tgid.items()) if p == pid and t in comm), "")
 
+    def containers(self, src: Source) -> dict[int, str]:
+        """pid -> ``[<container> pid <pid inside>]`` from the capture's processes stream
+        (docs/containers.md); processes outside containers are absent."""
+        got = self._ctr.get(src.node_idx)
+        if got is None:
+            got = {}
+            strings = src.cap.strings
+            for ch in src.cap.chunks("processes", ["pid", "ns_pid", "container_name_id"]):
+                for pid, nspid, cid in zip(ch["pid"].tolist(), ch["ns_pid"].tolist(),
+                                           ch["container_name_id"].tolist(), strict=True):
+                    if cid:
+                        got[int(pid)] = f"[{strings.get(int(cid), '?')} pid {nspid}]"
+            self._ctr[src.node_idx] = got
+        return got
+
     def proc_track(self, src: Source, pid: int) -> Track:
         name = self.process_name(src, pid)
+        ctr = self.containers(src).get(pid)
+        if ctr:  # the container in the track's and the Perfetto process's name
+            name = f"{name} {ctr}" if name else ctr
         return self.tracks.get(("proc", src.node_idx, pid),
                                f"{name} pid {pid}" if name else f"pid {pid}",
                                self.node_track(src), "group", node=src.node_idx,
