@@ -58,7 +58,7 @@ enum tacc_engine {
 #define   TACC_ID_MAGIC			0x54414343	/* "TACC" */
 #define TACC_REG_VERSION		0x004	/* RO: major << 16 | minor */
 #define   TACC_HW_VERSION_MAJOR		1
-#define   TACC_HW_VERSION_MINOR		1
+#define   TACC_HW_VERSION_MINOR		2
 #define TACC_REG_CAPS			0x008	/* RO: TACC_CAP_* */
 #define   TACC_CAP_VF			(1u << 0)	/* this function is a VF */
 #define   TACC_CAP_SRIOV		(1u << 1)
@@ -67,6 +67,7 @@ enum tacc_engine {
 #define   TACC_CAP_SAMPLING		(1u << 4)
 #define   TACC_CAP_FILL			(1u << 5)	/* TACC_OP_FILL (hw 1.1) */
 #define   TACC_CAP_TLB_INV_DONE		(1u << 6)	/* TLB_INV_SEQ/DONE (hw 1.1) */
+#define   TACC_CAP_LINK_CTRL_COST	(1u << 10)	/* control traffic costs link time (hw 1.2) */
 #define TACC_REG_FUNC			0x00c	/* RO: 0 = PF, n = VF n (1-based) */
 #define TACC_REG_NUM_QUEUES		0x010	/* RO */
 #define TACC_REG_NUM_CONTEXTS		0x014	/* RO */
@@ -316,16 +317,30 @@ struct tacc_cqe {
 
 /* ------------------------------------------------ link model ---- */
 /*
- * PCIe link model constants (docs/hardware.md, "Timing model").  Gen3, 4
- * and 5 use 128b/130b encoding.  Per-TLP overhead: 4 bytes STP token +
- * sequence number, the TLP header (4 DW for 64-bit memory requests, 3 DW
- * for completions), 4 bytes LCRC.  DLLPs (ACK, flow control) are ignored.
+ * PCIe link model constants (docs/hardware.md section 9, "PCIe link", hw 1.2).
+ * Gen3, 4 and 5 use 128b/130b encoding, with one SKP ordered set (one block)
+ * after every TACC_LINK_SKP_INTERVAL data blocks.  Per-TLP overhead: 4 bytes
+ * STP token + sequence number, the TLP header (4 DW for 64-bit memory
+ * requests, 3 DW for completions), 4 bytes LCRC.  Read requests never
+ * exceed MRRS nor cross a 4 KiB boundary; the root port returns each in
+ * completions cut at its Read Completion Boundary (QOM "rcb").  The receiver
+ * of TLPs acknowledges every TACC_LINK_ACK_TLPS of them with an ACK DLLP;
+ * the root port returns posted and non-posted credits with an UpdateFC DLLP
+ * every TACC_LINK_FC_TLPS TLPs (the device advertises infinite completion
+ * credits, so completions need none).
  */
 #define TACC_LINK_ENC_NUM	128
 #define TACC_LINK_ENC_DEN	130
+#define TACC_LINK_SKP_INTERVAL	370	/* data blocks per SKP ordered set */
 #define TACC_LINK_MWR_OVERHEAD	24	/* per memory-write TLP (D2H payload) */
 #define TACC_LINK_CPL_OVERHEAD	20	/* per completion-with-data TLP (H2D payload) */
 #define TACC_LINK_MRD_BYTES	24	/* per memory-read request TLP (upstream) */
+#define TACC_LINK_DLLP_BYTES	8	/* ACK or UpdateFC: 6 bytes + 2-byte SDP token */
+#define TACC_LINK_ACK_TLPS	4	/* TLPs acknowledged per ACK DLLP */
+#define TACC_LINK_FC_TLPS	4	/* TLPs whose credits one UpdateFC returns */
+#define TACC_LINK_RD_BOUNDARY	4096	/* a read request never crosses it */
+#define TACC_LINK_FC_UNIT	16	/* bytes per flow-control data credit */
+#define TACC_LINK_MSI_BYTES	4	/* an MSI-X message: one 4-byte memory write */
 
 /* ---------------------------------------------------- page tables ---- */
 /*
@@ -436,7 +451,14 @@ struct tacc_ring_wb {
 	X(queue2_depth_hwm, 34, "cmds",   "queue 2 depth high-water mark") \
 	X(queue3_depth_hwm, 35, "cmds",   "queue 3 depth high-water mark") \
 	X(devmem_read_bytes,  36, "bytes", "device memory bytes read") \
-	X(devmem_write_bytes, 37, "bytes", "device memory bytes written")
+	X(devmem_write_bytes, 37, "bytes", "device memory bytes written") \
+	X(d2h_req_tlps,     38, "tlps",   "read-request TLPs of H2D copies (upstream)") \
+	X(dllp_h2d_bytes,   39, "bytes",  "DLLP bytes downstream, in h2d_link_bytes") \
+	X(dllp_d2h_bytes,   40, "bytes",  "DLLP bytes upstream, in d2h_link_bytes") \
+	X(ctrl_h2d_tlps,    41, "tlps",   "control TLPs downstream (descriptor completions)") \
+	X(ctrl_d2h_tlps,    42, "tlps",   "control TLPs upstream (requests, CQEs, MSI-X, trace, samples)") \
+	X(ctrl_h2d_link_bytes, 43, "bytes", "control traffic link bytes downstream") \
+	X(ctrl_d2h_link_bytes, 44, "bytes", "control traffic link bytes upstream")
 
 #define TACC_GLOBAL_COUNTERS(X) \
 	X(link_h2d_busy_ticks,  2, "ticks", "H2D link direction busy") \

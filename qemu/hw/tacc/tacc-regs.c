@@ -105,7 +105,8 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
     case TACC_REG_CAPS:
         return (f->fn ? TACC_CAP_VF : (s->total_vfs ? TACC_CAP_SRIOV : 0)) |
                TACC_CAP_MMU_2M | TACC_CAP_TRACE | TACC_CAP_SAMPLING |
-               TACC_CAP_FILL | TACC_CAP_TLB_INV_DONE;
+               TACC_CAP_FILL | TACC_CAP_TLB_INV_DONE |
+               (s->link_ctrl_cost ? TACC_CAP_LINK_CTRL_COST : 0);
     case TACC_REG_FUNC:
         return f->fn;
     case TACC_REG_NUM_QUEUES:

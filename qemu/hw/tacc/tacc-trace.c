@@ -25,8 +25,9 @@ void tacc_ring_wb(TaccFunc *f, uint64_t wb, uint32_t prod, uint32_t dropped)
         .dropped = cpu_to_le32(dropped),
     };
 
-    if (wb && !(wb & 7)) {
-        pci_dma_write(PCI_DEVICE(f), wb, &w, sizeof(w));
+    if (wb && !(wb & 7) &&
+        pci_dma_write(PCI_DEVICE(f), wb, &w, sizeof(w)) == MEMTX_OK) {
+        tacc_link_ctrl(f, true, wb, sizeof(w));
     }
 }
 
@@ -81,6 +82,7 @@ void tacc_trace_record(TaccFunc *f, TaccUnit *u, uint64_t end_ps)
             tacc_irq_cause(f, TACC_IRQ_DMA_ERROR);
             return;
         }
+        tacc_link_ctrl(f, true, a, sizeof(r));
         f->trace_prod++;
         f->cnt[TACC_CNT_trace_records]++;
         s->gt.trace_records++;
@@ -154,6 +156,7 @@ static void tacc_sample_timer_locked(TaccFunc *f)
                      (uint64_t)(f->sample_prod & (f->sample_size - 1)) *
                      TACC_SAMPLE_SIZE;
         if (pci_dma_write(PCI_DEVICE(f), a, buf, sizeof(buf)) == MEMTX_OK) {
+            tacc_link_ctrl(f, true, a, sizeof(buf));
             f->sample_prod++;
             if (f->sample_prod - f->sample_cons == f->sample_size / 2) {
                 tacc_irq_cause(f, TACC_IRQ_SAMPLE);

@@ -79,12 +79,21 @@ typedef struct TaccGemmJob {
 /* What executing one command did: filled by tacc-exec.c. */
 enum { TACC_LINK_NONE, TACC_LINK_H2D, TACC_LINK_D2H };
 
+/* Link traffic of a transfer (or part of one), per direction: 0 down, 1 up. */
+typedef struct TaccLinkCount {
+    uint64_t tlps[2];           /* TLPs (H2D: completions down, requests up) */
+    uint64_t dllp[2];           /* ACK / UpdateFC DLLPs */
+    uint64_t bytes[2];          /* link bytes: payload, TLP overhead, DLLPs */
+} TaccLinkCount;
+
 typedef struct TaccResult {
     uint16_t status;
     uint64_t bytes;             /* payload bytes (trace record) */
     uint64_t h2d_bytes, d2h_bytes;      /* link payload by direction */
     uint64_t h2d_tlps, d2h_tlps;        /* payload TLPs by direction */
     uint64_t h2d_link, d2h_link;        /* link bytes incl. overhead */
+    uint64_t req_tlps;                  /* read requests (upstream) */
+    uint64_t dllp_bytes[2];             /* DLLP bytes in h2d_link, d2h_link */
     uint64_t devmem_rd, devmem_wr;
     uint64_t flops;
     uint32_t tlb_hits, tlb_misses, walk_reads;
@@ -93,7 +102,9 @@ typedef struct TaccResult {
     uint64_t pre_ps;
     int link_kind;
     uint64_t link_payload;
-    uint32_t link_host_off, link_dev_off;  /* start offsets modulo MPS */
+    uint32_t link_host_off, link_dev_off;  /* start offsets modulo 4 KiB */
+    bool land;                          /* a host copy: data lands per step */
+    uint64_t land_pos, land_len;        /* landed so far, and still to land */
     uint64_t post_ps;
     /* deferred 8-byte write at completion (fence, timestamp) */
     bool post_write;
@@ -199,6 +210,10 @@ struct TaccState {
     uint64_t devmem_size;
     uint8_t link_gen, link_width;
     uint32_t mps, mrrs;
+    uint32_t rcb;               /* root port's read completion boundary */
+    uint32_t tags;              /* outstanding read requests */
+    uint32_t posted_credits;    /* root port's posted data credits (16 B) */
+    bool link_ctrl_cost;        /* control traffic reserves link time */
     uint32_t tlb_entries;
     uint32_t time_scale;        /* x 1000 */
     uint32_t cmd_latency_ns, read_latency_ns, write_latency_ns;
@@ -220,6 +235,7 @@ struct TaccState {
     uint64_t tlb_clock;
 
     TaccUnit unit[TACC_NUM_UNITS];
+    uint64_t ev_ps;             /* time of the event the model processes */
     uint64_t link_free_ps[2];   /* 0 = down (H2D), 1 = up (D2H) */
     uint64_t link_busy_ps[2];
     uint64_t gcnt[TACC_SAMPLE_SLOTS];   /* counter page 1 */
@@ -287,6 +303,7 @@ void tacc_exec(TaccFunc *f, int q, TaccCmd *cmd, uint64_t start_ps,
 bool tacc_exec_continue(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
                         uint64_t budget);
 void tacc_exec_drop(TaccResult *res);
+bool tacc_copy_land(TaccFunc *f, int q, TaccCmd *c, TaccResult *res);
 void tacc_host_bh(void *opaque);
 uint16_t tacc_gemm_finish(TaccFunc *f, int q, TaccCmd *c, TaccResult *res);
 void tacc_gemm_job_free(TaccState *s, TaccGemmJob *j);
@@ -311,9 +328,16 @@ uint64_t tacc_link_ps(TaccState *s, uint64_t bytes);
 uint64_t tacc_scale_ps(TaccState *s, uint64_t ps);
 uint64_t tacc_link_tlps(TaccState *s, uint64_t len, uint64_t host_off,
                         uint64_t dev_off);
+uint64_t tacc_link_reqs(TaccState *s, uint64_t len, uint64_t host_off);
+uint64_t tacc_link_cpls(TaccState *s, uint64_t len, uint64_t host_off);
+void tacc_link_prefix(TaccState *s, int kind, uint64_t len, uint64_t host_off,
+                      uint64_t dev_off, TaccLinkCount *c);
 void tacc_link_cost(TaccState *s, const TaccResult *r, uint64_t pos,
-                    uint64_t len, uint64_t *down, uint64_t *up,
-                    uint64_t *tlps);
+                    uint64_t len, TaccLinkCount *c);
+uint64_t tacc_link_fc_ps(TaccState *s, int kind, uint64_t payload,
+                         uint64_t reqs);
+void tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova, uint64_t len);
+uint64_t tacc_ev_ps(TaccState *s);
 uint64_t tacc_compute_ps(TaccState *s, uint64_t flops, uint64_t devmem_bytes);
 unsigned tacc_link_rate_gt(TaccState *s);
 

@@ -58,6 +58,10 @@ FUNC_COUNTERS: tuple[tuple[str, int], ...] = (
     ("cmds_compute1", 29), ("cmds_compute2", 30), ("cmds_compute3", 31),
     ("queue0_depth_hwm", 32), ("queue1_depth_hwm", 33), ("queue2_depth_hwm", 34),
     ("queue3_depth_hwm", 35), ("devmem_read_bytes", 36), ("devmem_write_bytes", 37),
+    # hw 1.2 (link model fidelity, issue 19)
+    ("d2h_req_tlps", 38), ("dllp_h2d_bytes", 39), ("dllp_d2h_bytes", 40),
+    ("ctrl_h2d_tlps", 41), ("ctrl_d2h_tlps", 42), ("ctrl_h2d_link_bytes", 43),
+    ("ctrl_d2h_link_bytes", 44),
 )
 GLOBAL_COUNTERS: tuple[tuple[str, int], ...] = (
     ("link_h2d_busy_ticks", 2), ("link_d2h_busy_ticks", 3), ("link_h2d_bytes", 4),
