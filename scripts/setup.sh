@@ -55,6 +55,7 @@ pkgs=(
 	seabios qemu-system-data
 	bpfcc-tools python3-bpfcc bpftrace libelf-dev linux-perf
 	iproute2 procps util-linux passwd chromium pciutils make
+	tshark
 )
 bpo_pkgs=(meson python3-pycotap)
 installed() { dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q '^install ok installed'; }
@@ -68,6 +69,9 @@ fi
 if [ ${#missing[@]} -gt 0 ]; then
 	apt_update
 	log "installing ${missing[*]}"
+	# tshark (TLP capture dissector tests): no setuid dumpcap, and no debconf prompt
+	echo 'wireshark-common wireshark-common/install-setuid boolean false' | debconf-set-selections
+	export DEBIAN_FRONTEND=noninteractive
 	args=()
 	for p in "${missing[@]}"; do
 		case " ${bpo_pkgs[*]} " in *" $p "*) args+=("$p/bookworm-backports") ;; *) args+=("$p") ;; esac

@@ -67,6 +67,7 @@ enum tacc_engine {
 #define   TACC_CAP_SAMPLING		(1u << 4)
 #define   TACC_CAP_FILL			(1u << 5)	/* TACC_OP_FILL (hw 1.1) */
 #define   TACC_CAP_TLB_INV_DONE		(1u << 6)	/* TLB_INV_SEQ/DONE (hw 1.1) */
+#define   TACC_CAP_TLP_CAPTURE		(1u << 8)	/* TLP capture, PF registers 0x600 (hw 1.2) */
 #define   TACC_CAP_LINK_CTRL_COST	(1u << 10)	/* control traffic costs link time (hw 1.2) */
 #define TACC_REG_FUNC			0x00c	/* RO: 0 = PF, n = VF n (1-based) */
 #define TACC_REG_NUM_QUEUES		0x010	/* RO */
@@ -342,6 +343,93 @@ struct tacc_cqe {
 #define TACC_LINK_FC_UNIT	16	/* bytes per flow-control data credit */
 #define TACC_LINK_MSI_BYTES	4	/* an MSI-X message: one 4-byte memory write */
 
+/* ------------------------------------------------ TLP capture (PF) ---- */
+/*
+ * The device records the TLPs of its link model (docs/hardware.md section
+ * 11, TACC_CAP_TLP_CAPTURE): one struct tacc_tlp_rec per TLP that passes the
+ * filters, into a ring with the trace ring's producer/consumer/drop rules.
+ */
+#define TACC_REG_TLPCAP_BASE		0x600	/* RW64: ring IOVA, 64-byte aligned */
+#define TACC_REG_TLPCAP_SIZE		0x608	/* RW: entries, power of two */
+#define TACC_REG_TLPCAP_CTRL		0x60c	/* RW */
+#define   TACC_TLPCAP_CTRL_ENABLE	(1u << 0)	/* zeroes PROD, CONS, DROPPED, seq */
+#define   TACC_TLPCAP_CTRL_NO_CTRL	(1u << 1)	/* leave out control traffic */
+#define TACC_REG_TLPCAP_PROD		0x610	/* RO, free running */
+#define TACC_REG_TLPCAP_CONS		0x614	/* RW, free running */
+#define TACC_REG_TLPCAP_DROPPED		0x618	/* RO */
+#define TACC_REG_TLPCAP_FUNCS		0x61c	/* RW: bit f = function f; 0 = all */
+#define TACC_REG_TLPCAP_KINDS		0x620	/* RW: bit k = TACC_TLP_k; 0 = all */
+#define TACC_REG_TLPCAP_WB		0x628	/* RW64: struct tacc_ring_wb IOVA */
+#define TACC_REG_TLPCAP_ADDR_LO		0x630	/* RW64: capture addresses in [LO, HI) */
+#define TACC_REG_TLPCAP_ADDR_HI		0x638	/* RW64: 0 = no address filter */
+#define TACC_REG_TLPCAP_END		0x700
+#define TACC_TLPCAP_MAX_ENTRIES		(1u << 20)
+
+enum tacc_tlp_kind {
+	TACC_TLP_MRD = 0,	/* memory read request (upstream) */
+	TACC_TLP_MWR = 1,	/* memory write (upstream) */
+	TACC_TLP_CPLD = 2,	/* completion with data (downstream) */
+};
+
+#define TACC_TLP_FMT_MRD64	0x20	/* header byte 0: Fmt 001 (4DW, no data), MRd */
+#define TACC_TLP_FMT_MWR64	0x60	/* Fmt 011 (4DW, data), MWr */
+#define TACC_TLP_FMT_CPLD	0x4a	/* Fmt 010 (3DW, data), Type 01010 CplD */
+#define TACC_TLP_F_UP		(1u << 0)	/* device to host */
+#define TACC_TLP_F_CTRL		(1u << 1)	/* control traffic */
+#define TACC_TLP_VERSION	1
+
+/**
+ * struct tacc_tlp_rec - one captured TLP, 64 bytes.
+ * @t_ps: modelled time the TLP starts on the link, picoseconds.
+ * @addr: bus address (MRd/MWr: the request's; CplD: its first byte's).
+ * @cmd_tag: user tag of the command (0: control traffic).
+ * @seq: capture sequence number; a gap is a drop.
+ * @payload: payload bytes (MRd: bytes requested).
+ * @link_bytes: bytes on the link (payload and TLP overhead).
+ * @req_id: requester ID (the function's BDF).
+ * @cpl_id: completer ID (CplD: the root port's BDF).
+ * @tag: MRd/CplD tag.
+ * @len_dw: the header's Length field (DW).
+ * @byte_count: CplD: bytes of the request left, this one included.
+ * @fmt_type: header byte 0 (TACC_TLP_FMT_*).
+ * @kind: enum tacc_tlp_kind.
+ * @flags: TACC_TLP_F_*.
+ * @be: first DW byte enables [3:0], last DW [7:4] (MRd/MWr).
+ * @lower_addr: CplD: address [6:0].
+ * @func: function (0 = PF, n = VF n).
+ * @version: TACC_TLP_VERSION.
+ * @queue: queue of the command (255: none).
+ * @ctx: context of the command.
+ * @job: job of the command.
+ * @rsvd: 0.
+ */
+struct tacc_tlp_rec {
+	__u64 t_ps;
+	__u64 addr;
+	__u64 cmd_tag;
+	__u32 seq;
+	__u16 payload;
+	__u16 link_bytes;
+	__u16 req_id;
+	__u16 cpl_id;
+	__u16 tag;
+	__u16 len_dw;
+	__u16 byte_count;
+	__u8  fmt_type;
+	__u8  kind;
+	__u8  flags;
+	__u8  be;
+	__u8  lower_addr;
+	__u8  func;
+	__u8  version;
+	__u8  queue;
+	__u16 ctx;
+	__u32 job;
+	__u64 rsvd;
+};
+
+#define TACC_TLP_REC_SIZE	64
+
 /* ---------------------------------------------------- page tables ---- */
 /*
  * Three levels of 512 8-byte entries in 4 KiB tables (host memory, IOVAs):
@@ -458,7 +546,9 @@ struct tacc_ring_wb {
 	X(ctrl_h2d_tlps,    41, "tlps",   "control TLPs downstream (descriptor completions)") \
 	X(ctrl_d2h_tlps,    42, "tlps",   "control TLPs upstream (requests, CQEs, MSI-X, trace, samples)") \
 	X(ctrl_h2d_link_bytes, 43, "bytes", "control traffic link bytes downstream") \
-	X(ctrl_d2h_link_bytes, 44, "bytes", "control traffic link bytes upstream")
+	X(ctrl_d2h_link_bytes, 44, "bytes", "control traffic link bytes upstream") \
+	X(ctrl_dllp_h2d_bytes, 45, "bytes", "DLLP bytes in ctrl_h2d_link_bytes") \
+	X(ctrl_dllp_d2h_bytes, 46, "bytes", "DLLP bytes in ctrl_d2h_link_bytes")
 
 #define TACC_GLOBAL_COUNTERS(X) \
 	X(link_h2d_busy_ticks,  2, "ticks", "H2D link direction busy") \

@@ -214,7 +214,7 @@ uint64_t tacc_ev_ps(TaccState *s)
 void tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova, uint64_t len)
 {
     TaccState *s = f->pf;
-    uint64_t t = tacc_ev_ps(s), off = iova % TACC_LINK_RD_BOUNDARY;
+    uint64_t t = tacc_ev_ps(s), off = iova % TACC_LINK_RD_BOUNDARY, st = t;
     TaccLinkCount c;
 
     tacc_link_prefix(s, write ? TACC_LINK_D2H : TACC_LINK_H2D, len, off, off,
@@ -224,17 +224,30 @@ void tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova, uint64_t len)
     f->cnt[TACC_CNT_ctrl_d2h_tlps] += c.tlps[1];
     f->cnt[TACC_CNT_ctrl_h2d_link_bytes] += c.bytes[0];
     f->cnt[TACC_CNT_ctrl_d2h_link_bytes] += c.bytes[1];
+    f->cnt[TACC_CNT_ctrl_dllp_h2d_bytes] += c.dllp[0] * TACC_LINK_DLLP_BYTES;
+    f->cnt[TACC_CNT_ctrl_dllp_d2h_bytes] += c.dllp[1] * TACC_LINK_DLLP_BYTES;
     s->gcnt[TACC_CNT_link_h2d_bytes] += c.bytes[0];
     s->gcnt[TACC_CNT_link_d2h_bytes] += c.bytes[1];
-    if (!s->link_ctrl_cost) {
-        return;
-    }
-    for (int d = 0; d < 2; d++) {
-        uint64_t dur = tacc_link_ps(s, c.bytes[d]);
+    if (s->link_ctrl_cost) {
+        /* the TLPs' direction: a read's completions come down, a write goes up */
+        st = MAX(t, s->link_free_ps[write]);
+        for (int d = 0; d < 2; d++) {
+            uint64_t dur = tacc_link_ps(s, c.bytes[d]);
 
-        if (c.bytes[d]) {
-            s->link_free_ps[d] = MAX(t, s->link_free_ps[d]) + dur;
-            s->link_busy_ps[d] += dur;
+            if (c.bytes[d]) {
+                s->link_free_ps[d] = MAX(t, s->link_free_ps[d]) + dur;
+                s->link_busy_ps[d] += dur;
+            }
+        }
+    }
+    if (tacc_tlpcap_wanted(s, f, true)) {
+        TaccTlpSrc src = {
+            .f = f, .bus = true, .host = iova, .dev_off = iova, .len = len,
+        };
+        if (write) {
+            tacc_tlpcap_write(s, &src, 0, len, st);
+        } else {
+            tacc_tlpcap_read(s, &src, 0, len, st);
         }
     }
 }

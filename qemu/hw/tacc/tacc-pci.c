@@ -187,6 +187,7 @@ void tacc_func_reset(TaccFunc *f)
         tacc_tlb_invalidate(s, f->fn, -1);
     }
     if (!f->fn) {
+        tacc_tlpcap_reset(s);
         memset(s->vf_mem_base, 0, sizeof(s->vf_mem_base));
         memset(s->vf_mem_size, 0, sizeof(s->vf_mem_size));
         for (int i = 0; i < TACC_NUM_FUNCS; i++) {

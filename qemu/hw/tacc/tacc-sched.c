@@ -279,6 +279,34 @@ static void tacc_unit_complete(TaccState *s, TaccUnit *u, uint64_t t)
     tacc_fetch(f, u->q, t);
 }
 
+/* The TLPs of a link step go to the TLP capture, when it is on. */
+static void tacc_unit_tlpcap(TaccState *s, TaccUnit *u, uint64_t pos,
+                             uint64_t c, uint64_t st)
+{
+    TaccFunc *f = tacc_func(s, u->fn);
+    const struct tacc_desc *d = &u->cmd.d;
+    bool h2d = u->res.link_kind == TACC_LINK_H2D;
+    TaccTlpSrc t = {
+        .f = f, .q = u->q, .cmd = &u->cmd, .len = u->res.link_payload,
+    };
+
+    if (!f || !tacc_tlpcap_wanted(s, f, false)) {
+        return;
+    }
+    if (u->res.post_write) {            /* fence, timestamp: a bus address */
+        t.bus = true;
+        t.host = t.dev_off = u->res.post_addr;
+    } else {
+        t.host = h2d ? d->copy.src : d->copy.dst;
+        t.dev_off = h2d ? d->copy.dst : d->copy.src;
+    }
+    if (h2d) {
+        tacc_tlpcap_read(s, &t, pos, c, st);
+    } else {
+        tacc_tlpcap_write(s, &t, pos, c, st);
+    }
+}
+
 /*
  * One link step of a unit at time t: the next chunk of its payload.  The
  * step's primary direction (down for a host read's completions, up for a
@@ -319,6 +347,7 @@ static void tacc_unit_link_step(TaccState *s, TaccUnit *u, uint64_t t)
         s->link_busy_ps[d] += dur;
     }
     u->stall_ps += st - t;
+    tacc_unit_tlpcap(s, u, pos, c, st);
     u->link_left -= c;
     u->res.land_len = c;        /* lands when the step ends */
     u->next_ps = end;

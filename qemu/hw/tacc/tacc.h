@@ -194,6 +194,18 @@ struct TaccFunc {
     uint8_t rr_queue[TACC_NUM_CLASSES];
 };
 
+/* What a TLP capture needs of a transfer (tacc-tlpcap.c). */
+typedef struct TaccTlpSrc {
+    TaccFunc *f;
+    int q;
+    const TaccCmd *cmd;         /* NULL: control traffic */
+    bool bus;                   /* host is a bus address, else a device VA */
+    uint64_t host;              /* host side at payload offset 0 */
+    uint64_t dev_off;           /* device side at payload offset 0 (writes) */
+    uint64_t len;               /* the whole transfer */
+    uint64_t page_va, page_bus; /* translation cache: page VA + 1, its bus address */
+} TaccTlpSrc;
+
 typedef struct TaccGroundTruth {
     uint64_t h2d_bytes, d2h_bytes;
     uint64_t h2d_link_bytes, d2h_link_bytes;
@@ -246,6 +258,13 @@ struct TaccState {
     bool in_run;
 
     TaccGroundTruth gt;
+
+    /* TLP capture (tacc-tlpcap.c, PF registers 0x600-0x6ff) */
+    uint64_t tc_base, tc_wb, tc_addr_lo, tc_addr_hi;
+    uint32_t tc_size, tc_ctrl, tc_prod, tc_cons, tc_dropped, tc_seq;
+    uint32_t tc_funcs, tc_kinds, tc_nbuf;
+    uint16_t tc_tag[TACC_NUM_FUNCS];
+    struct tacc_tlp_rec tc_buf[64];
 
     /* re-entrancy guard (tacc_enter): device entry points now active */
     uint32_t depth;
@@ -340,6 +359,18 @@ void tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova, uint64_t len);
 uint64_t tacc_ev_ps(TaccState *s);
 uint64_t tacc_compute_ps(TaccState *s, uint64_t flops, uint64_t devmem_bytes);
 unsigned tacc_link_rate_gt(TaccState *s);
+
+/* tacc-tlpcap.c */
+bool tacc_tlpcap_wanted(TaccState *s, TaccFunc *f, bool ctrl);
+void tacc_tlpcap_read(TaccState *s, TaccTlpSrc *t, uint64_t pos, uint64_t c,
+                      uint64_t t_ps);
+void tacc_tlpcap_write(TaccState *s, TaccTlpSrc *t, uint64_t pos, uint64_t c,
+                       uint64_t t_ps);
+bool tacc_tlpcap_reg_write(TaccState *s, hwaddr addr, uint64_t val,
+                           unsigned size);
+bool tacc_tlpcap_reg_read(TaccState *s, hwaddr addr, unsigned size,
+                          uint64_t *val);
+void tacc_tlpcap_reset(TaccState *s);
 
 /* tacc-trace.c */
 void tacc_trace_record(TaccFunc *f, TaccUnit *u, uint64_t end_ps);
