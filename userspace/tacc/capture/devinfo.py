@@ -134,6 +134,22 @@ def link_prefix(kind: str, n: int, mps: int, mrrs: int = DEFAULT_MRRS,
     return LinkCount(tl, dl, (by[0] + dl[0] * LINK_DLLP_BYTES, by[1] + dl[1] * LINK_DLLP_BYTES))
 
 
+def copy_tlps(n, h2d: bool, mps: int, mrrs: int = DEFAULT_MRRS, rcb: int = DEFAULT_RCB,
+              host_off: int = 0, dev_off: int = 0):
+    """The payload TLPs a copy's trace record reports (``tlps``): the completions of a
+    host read (H2D), the memory writes of a host write (D2H).  ``n`` may be a numpy
+    array (aligned buffers only)."""
+    if isinstance(n, np.ndarray):
+        if h2d:
+            if host_off % rcb:
+                raise ValueError("arrays: aligned host buffers only")
+            return np.where(n > 0, -(-n.astype(np.int64) // rcb), 0)
+        return payload_tlps(n, mps, host_off, dev_off)
+    if h2d:
+        return completions(n, mrrs, rcb, host_off)
+    return payload_tlps(n, mps, host_off, dev_off)
+
+
 def h2d_link_bytes(
     n: int, mps: int, mrrs: int, host_off: int = 0, dev_off: int = 0, rcb: int = DEFAULT_RCB
 ) -> tuple[int, int, int]:

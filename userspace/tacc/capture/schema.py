@@ -61,7 +61,7 @@ FUNC_COUNTERS: tuple[tuple[str, int], ...] = (
     # hw 1.2 (link model fidelity, issue 19)
     ("d2h_req_tlps", 38), ("dllp_h2d_bytes", 39), ("dllp_d2h_bytes", 40),
     ("ctrl_h2d_tlps", 41), ("ctrl_d2h_tlps", 42), ("ctrl_h2d_link_bytes", 43),
-    ("ctrl_d2h_link_bytes", 44),
+    ("ctrl_d2h_link_bytes", 44), ("ctrl_dllp_h2d_bytes", 45), ("ctrl_dllp_d2h_bytes", 46),
 )
 GLOBAL_COUNTERS: tuple[tuple[str, int], ...] = (
     ("link_h2d_busy_ticks", 2), ("link_d2h_busy_ticks", 3), ("link_h2d_bytes", 4),
