@@ -193,6 +193,7 @@ int tacc_hw_init(struct tacc_device *tdev)
 
 	tacc_trace_hw_setup(tdev);
 	tacc_sample_hw_setup(tdev);
+	tacc_tlpcap_hw_setup(tdev);
 	if (!tdev->is_vf)
 		tacc_sriov_restore(tdev);
 	tacc_set_hw_up(tdev, true);
@@ -331,6 +332,7 @@ static void tacc_postclose(struct drm_device *dev, struct drm_file *file)
 
 	tacc_trace_release(tdev, file);
 	tacc_sample_release(tdev, file);
+	tacc_tlpcap_release(tdev, file);
 	tacc_ctx_entities_fini(ctx);
 	ctx->file = NULL;
 	file->driver_priv = NULL;
@@ -473,7 +475,7 @@ static int tacc_mmap(struct file *filp, struct vm_area_struct *vma)
 	int idx, ret;
 
 	if (off != DRM_TACC_MMAP_COUNTERS && off != DRM_TACC_MMAP_TRACE &&
-	    off != DRM_TACC_MMAP_SAMPLE)
+	    off != DRM_TACC_MMAP_SAMPLE && off != DRM_TACC_MMAP_TLPCAP)
 		return drm_gem_mmap(filp, vma);
 	if (!drm_dev_enter(&tdev->drm, &idx))
 		return -ENODEV;
@@ -481,6 +483,8 @@ static int tacc_mmap(struct file *filp, struct vm_area_struct *vma)
 		ret = tacc_mmap_counters(tdev, vma);
 	else if (off == DRM_TACC_MMAP_TRACE)
 		ret = tacc_trace_mmap(tdev, file, vma);
+	else if (off == DRM_TACC_MMAP_TLPCAP)
+		ret = tacc_tlpcap_mmap(tdev, file, vma);
 	else
 		ret = tacc_sample_mmap(tdev, file, vma);
 	drm_dev_exit(idx);
@@ -569,6 +573,9 @@ static const struct drm_ioctl_desc tacc_ioctls[] = {
 	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_OPEN, tacc_sample_open_ioctl, 0),
 	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_ADVANCE, tacc_sample_advance_ioctl, 0),
 	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_CLOSE, tacc_sample_close_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TLPCAP_OPEN, tacc_tlpcap_open_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TLPCAP_ADVANCE, tacc_tlpcap_advance_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TLPCAP_CLOSE, tacc_tlpcap_close_ioctl, 0),
 };
 
 static const struct drm_driver tacc_driver = {
@@ -624,6 +631,7 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	mutex_init(&tdev->devmem_lock);
 	mutex_init(&tdev->trace.lock);
 	mutex_init(&tdev->sample.lock);
+	mutex_init(&tdev->tlpcap.lock);
 	mutex_init(&tdev->bo_dma_lock);
 	INIT_LIST_HEAD(&tdev->bo_dma_list);
 	spin_lock_init(&tdev->cnt_lock);
@@ -727,6 +735,7 @@ static void tacc_release_dma(struct tacc_device *tdev)
 	tacc_queues_release_dma(tdev);
 	tacc_trace_release_dma(tdev);
 	tacc_sample_release_dma(tdev);
+	tacc_tlpcap_release_dma(tdev);
 }
 
 static void tacc_remove(struct pci_dev *pdev)

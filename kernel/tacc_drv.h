@@ -209,6 +209,9 @@ struct tacc_ring {
 	u32 cons;			/* consumer index, as ADVANCE set it */
 	u32 period_ns;			/* sample ring: sampling period */
 	u32 last_dropped;		/* trace ring: drops already reported */
+	/* TLP capture ring: the OPEN's filters, re-programmed after a reset */
+	u32 tc_flags, tc_funcs, tc_kinds;
+	u64 tc_addr_lo, tc_addr_hi;
 };
 
 struct tacc_device {
@@ -261,6 +264,7 @@ struct tacc_device {
 
 	struct tacc_ring trace;
 	struct tacc_ring sample;
+	struct tacc_ring tlpcap;	/* PF: TLP capture (TACC_CAP_TLP_CAPTURE) */
 
 	/* BOs with a DMA mapping: unmapped by tacc_remove, not at free */
 	struct mutex bo_dma_lock;	/* bo_dma_list, dma_released, bo->sgt */
@@ -476,5 +480,15 @@ int tacc_sample_mmap(struct tacc_device *tdev, struct drm_file *file,
 void tacc_sample_hw_setup(struct tacc_device *tdev);
 void tacc_sample_release(struct tacc_device *tdev, struct drm_file *file);
 void tacc_sample_release_dma(struct tacc_device *tdev);
+
+/* tacc_ring.c: TLP capture */
+int tacc_tlpcap_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_tlpcap_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_tlpcap_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_tlpcap_mmap(struct tacc_device *tdev, struct drm_file *file,
+		     struct vm_area_struct *vma);
+void tacc_tlpcap_hw_setup(struct tacc_device *tdev);
+void tacc_tlpcap_release(struct tacc_device *tdev, struct drm_file *file);
+void tacc_tlpcap_release_dma(struct tacc_device *tdev);
 
 #endif /* __TACC_DRV_H__ */

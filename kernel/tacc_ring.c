@@ -179,6 +179,45 @@ static int tacc_ring_not_owner_locked(struct tacc_ring *r, struct drm_file *file
 	return r->evicted == file ? -ENODEV : -EPERM;
 }
 
+/*
+ * ADVANCE of @r by @file: the consumer index moves to @cons (header fields
+ * at @prod_off and @cons_off of the ring's first page) and is written to the
+ * device's @cons_reg; *@prod gets the producer index.  With 0 returned the
+ * ring lock is still held and the device entered (*@idx): the caller reads
+ * what else it reports, then calls tacc_ring_advance_end().
+ */
+static int tacc_ring_advance_begin(struct tacc_device *tdev, struct tacc_ring *r,
+				   struct drm_file *file, size_t prod_off, size_t cons_off,
+				   u32 cons_reg, u32 cons, u32 *prod, int *idx)
+{
+	int ret;
+
+	mutex_lock(&r->lock);
+	if (r->owner != file) {
+		ret = tacc_ring_not_owner_locked(r, file);
+		goto out;
+	}
+	if (!r->cpu || !drm_dev_enter(&tdev->drm, idx)) {
+		ret = -ENODEV;
+		goto out;
+	}
+	ret = tacc_ring_advance_locked(r, r->cpu + prod_off, r->cpu + cons_off, cons, prod);
+	if (!ret) {
+		tacc_wr(tdev, cons_reg, r->cons);
+		return 0;
+	}
+	drm_dev_exit(*idx);
+out:
+	mutex_unlock(&r->lock);
+	return ret;
+}
+
+static void tacc_ring_advance_end(struct tacc_ring *r, int idx)
+{
+	drm_dev_exit(idx);
+	mutex_unlock(&r->lock);
+}
+
 static void tacc_ring_put_pm(struct tacc_device *tdev, struct tacc_ring *r)
 {
 	r->owner = NULL;
@@ -232,6 +271,20 @@ static void tacc_ring_retire_locked(struct tacc_device *tdev, struct tacc_ring *
 		drm_dev_exit(idx);
 	}
 	tacc_ring_put_pm(tdev, r);
+}
+
+/* Stop a ring's DMA: the device no longer writes to it once this returns. */
+static void tacc_ring_hw_stop(struct tacc_device *tdev, u32 ctrl, u32 wb, u32 base)
+{
+	int idx;
+
+	if (drm_dev_enter(&tdev->drm, &idx)) {
+		tacc_wr(tdev, ctrl, 0);
+		tacc_wr64(tdev, wb, 0);
+		tacc_wr64(tdev, base, 0);
+		tacc_rd(tdev, ctrl);	/* flush: no DMA to the ring after this */
+		drm_dev_exit(idx);
+	}
 }
 
 /* ----------------------------------------------------------- trace ring ---- */
@@ -371,39 +424,21 @@ int tacc_trace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file
 
 	if (args->flags)
 		return -EINVAL;
-	mutex_lock(&tr->lock);
-	if (tr->owner != file) {
-		ret = tacc_ring_not_owner_locked(tr, file);
-		goto out;
-	}
-	if (!tr->cpu || !drm_dev_enter(dev, &idx)) {
-		ret = -ENODEV;
-		goto out;
-	}
+	ret = tacc_ring_advance_begin(tdev, tr, file, offsetof(typeof(*hdr), prod),
+				      offsetof(typeof(*hdr), cons), TACC_REG_TRACE_CONS,
+				      args->cons, &args->prod, &idx);
+	if (ret)
+		return ret;
 	hdr = tr->cpu;
-	ret = tacc_ring_advance_locked(tr, &hdr->prod, &hdr->cons, args->cons, &args->prod);
-	if (!ret) {
-		tacc_wr(tdev, TACC_REG_TRACE_CONS, tr->cons);
-		args->dropped = READ_ONCE(hdr->dropped);
-		tacc_trace_check_drops(tdev, args->dropped);
-	}
-	drm_dev_exit(idx);
-out:
-	mutex_unlock(&tr->lock);
-	return ret;
+	args->dropped = READ_ONCE(hdr->dropped);
+	tacc_trace_check_drops(tdev, args->dropped);
+	tacc_ring_advance_end(tr, idx);
+	return 0;
 }
 
 static void tacc_trace_stop_locked(struct tacc_device *tdev)
 {
-	int idx;
-
-	if (drm_dev_enter(&tdev->drm, &idx)) {
-		tacc_wr(tdev, TACC_REG_TRACE_CTRL, 0);
-		tacc_wr64(tdev, TACC_REG_TRACE_WB, 0);
-		tacc_wr64(tdev, TACC_REG_TRACE_BASE, 0);
-		tacc_rd(tdev, TACC_REG_TRACE_CTRL);	/* flush: no DMA to the ring after this */
-		drm_dev_exit(idx);
-	}
+	tacc_ring_hw_stop(tdev, TACC_REG_TRACE_CTRL, TACC_REG_TRACE_WB, TACC_REG_TRACE_BASE);
 	tacc_ring_retire_locked(tdev, &tdev->trace, DRM_TACC_MMAP_TRACE);
 }
 
@@ -554,25 +589,15 @@ int tacc_sample_advance_ioctl(struct drm_device *dev, void *data, struct drm_fil
 
 	if (args->flags)
 		return -EINVAL;
-	mutex_lock(&sr->lock);
-	if (sr->owner != file) {
-		ret = tacc_ring_not_owner_locked(sr, file);
-		goto out;
-	}
-	if (!sr->cpu || !drm_dev_enter(dev, &idx)) {
-		ret = -ENODEV;
-		goto out;
-	}
+	ret = tacc_ring_advance_begin(tdev, sr, file, offsetof(typeof(*hdr), prod),
+				      offsetof(typeof(*hdr), cons), TACC_REG_SAMPLE_CONS,
+				      args->cons, &args->prod, &idx);
+	if (ret)
+		return ret;
 	hdr = sr->cpu;
-	ret = tacc_ring_advance_locked(sr, &hdr->prod, &hdr->cons, args->cons, &args->prod);
-	if (!ret) {
-		tacc_wr(tdev, TACC_REG_SAMPLE_CONS, sr->cons);
-		args->dropped = READ_ONCE(hdr->dropped) - READ_ONCE(hdr->dropped_base);
-	}
-	drm_dev_exit(idx);
-out:
-	mutex_unlock(&sr->lock);
-	return ret;
+	args->dropped = READ_ONCE(hdr->dropped) - READ_ONCE(hdr->dropped_base);
+	tacc_ring_advance_end(sr, idx);
+	return 0;
 }
 
 static void tacc_sample_stop_locked(struct tacc_device *tdev)
@@ -610,4 +635,189 @@ int tacc_sample_mmap(struct tacc_device *tdev, struct drm_file *file,
 		     struct vm_area_struct *vma)
 {
 	return tacc_ring_mmap(tdev, &tdev->sample, file, vma, &tacc_sample_vm_ops);
+}
+
+/* --------------------------------------------------- TLP capture ring ---- */
+/*
+ * The device's record of every TLP on its link (docs/hardware.md section 11,
+ * TACC_CAP_TLP_CAPTURE, PF only).  It shows every function's and context's
+ * traffic: CAP_PERFMON is needed, as for the PF's trace ring.  Same ring
+ * protocol as the trace ring: header page (struct drm_tacc_trace_header,
+ * rec_size TACC_TLP_REC_SIZE), then the records; filters are applied by the
+ * device.
+ */
+static_assert(sizeof(struct tacc_tlp_rec) == TACC_TLP_REC_SIZE);
+
+static void tacc_tlpcap_stop_locked(struct tacc_device *tdev);
+
+static void tacc_tlpcap_hw_setup_locked(struct tacc_device *tdev)
+{
+	struct tacc_ring *r = &tdev->tlpcap;
+	struct drm_tacc_trace_header *hdr = r->cpu;
+
+	tacc_wr(tdev, TACC_REG_TLPCAP_CTRL, 0);
+	if (!hdr || !r->owner)
+		return;
+	hdr->prod = 0;
+	hdr->cons = 0;
+	hdr->dropped = 0;
+	r->cons = 0;
+	WRITE_ONCE(hdr->epoch, hdr->epoch + 1);
+	tacc_wr64(tdev, TACC_REG_TLPCAP_BASE, r->dma + PAGE_SIZE);
+	tacc_wr(tdev, TACC_REG_TLPCAP_SIZE, r->entries);
+	tacc_wr64(tdev, TACC_REG_TLPCAP_WB, r->dma + TACC_TRACE_WB_OFFSET);
+	tacc_wr(tdev, TACC_REG_TLPCAP_FUNCS, r->tc_funcs);
+	tacc_wr(tdev, TACC_REG_TLPCAP_KINDS, r->tc_kinds);
+	tacc_wr64(tdev, TACC_REG_TLPCAP_ADDR_LO, r->tc_addr_lo);
+	tacc_wr64(tdev, TACC_REG_TLPCAP_ADDR_HI, r->tc_addr_hi);
+	/* enabling zeroes the device's PROD, CONS, DROPPED and sequence */
+	tacc_wr(tdev, TACC_REG_TLPCAP_CTRL, TACC_TLPCAP_CTRL_ENABLE |
+		(r->tc_flags & DRM_TACC_TLPCAP_NO_CTRL ? TACC_TLPCAP_CTRL_NO_CTRL : 0));
+}
+
+void tacc_tlpcap_hw_setup(struct tacc_device *tdev)
+{
+	if (tdev->is_vf)
+		return;
+	mutex_lock(&tdev->tlpcap.lock);
+	tacc_tlpcap_hw_setup_locked(tdev);
+	mutex_unlock(&tdev->tlpcap.lock);
+}
+
+void tacc_tlpcap_release_dma(struct tacc_device *tdev)
+{
+	tacc_ring_release_dma(tdev, &tdev->tlpcap);
+}
+
+static int tacc_tlpcap_entries(u32 want)
+{
+	if (!want)
+		return DRM_TACC_TLPCAP_DEFAULT_ENTRIES;
+	if (want < DRM_TACC_TLPCAP_MIN_ENTRIES || want > DRM_TACC_TLPCAP_MAX_ENTRIES ||
+	    !is_power_of_2(want))
+		return -EINVAL;
+	return want;
+}
+
+static int tacc_tlpcap_check(struct tacc_device *tdev, const struct drm_tacc_tlpcap_open *args)
+{
+	if (args->flags & ~DRM_TACC_TLPCAP_NO_CTRL || args->pad || args->pad2)
+		return -EINVAL;
+	if (args->addr_hi && args->addr_hi <= args->addr_lo)
+		return -EINVAL;
+	if (args->funcs >> (1 + TACC_MAX_VFS) || args->kinds >> (TACC_TLP_CPLD + 1))
+		return -EINVAL;
+	if (tdev->is_vf || !(tdev->caps & TACC_CAP_TLP_CAPTURE))
+		return -EOPNOTSUPP;
+	return tacc_tlpcap_entries(args->entries);
+}
+
+int tacc_tlpcap_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_ring *r = &tdev->tlpcap;
+	struct drm_tacc_tlpcap_open *args = data;
+	struct drm_tacc_trace_header *hdr;
+	int entries, idx, ret;
+
+	entries = tacc_tlpcap_check(tdev, args);
+	if (entries < 0)
+		return entries;
+	if (!perfmon_capable())
+		return -EACCES;
+	if (!drm_dev_enter(dev, &idx))
+		return -ENODEV;
+	ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
+	if (ret)
+		goto out_exit;
+
+	mutex_lock(&r->lock);
+	ret = tacc_ring_claim_locked(tdev, r, file,
+				     PAGE_SIZE + (size_t)entries * TACC_TLP_REC_SIZE,
+				     tacc_tlpcap_stop_locked);
+	if (ret)
+		goto out_put;
+	hdr = r->cpu;
+	hdr->version = DRM_TACC_TRACE_HDR_VERSION;
+	hdr->rec_size = TACC_TLP_REC_SIZE;
+	hdr->entries = entries;
+	hdr->rec_version = TACC_TLP_VERSION;
+	hdr->data_offset = PAGE_SIZE;
+	r->entries = entries;
+	r->tc_flags = args->flags;
+	r->tc_funcs = args->funcs;
+	r->tc_kinds = args->kinds;
+	r->tc_addr_lo = args->addr_lo;
+	r->tc_addr_hi = args->addr_hi;
+	tacc_tlpcap_hw_setup_locked(tdev);
+	args->entries = entries;
+	args->mmap_offset = DRM_TACC_MMAP_TLPCAP;
+	args->mmap_size = r->size;
+	mutex_unlock(&r->lock);
+	drm_dev_exit(idx);
+	return 0;
+
+out_put:
+	mutex_unlock(&r->lock);
+	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+out_exit:
+	drm_dev_exit(idx);
+	return ret;
+}
+
+int tacc_tlpcap_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct tacc_ring *r = &tdev->tlpcap;
+	struct drm_tacc_trace_advance *args = data;
+	int idx, ret;
+
+	if (args->flags)
+		return -EINVAL;
+	ret = tacc_ring_advance_begin(tdev, r, file, offsetof(struct drm_tacc_trace_header, prod),
+				      offsetof(struct drm_tacc_trace_header, cons),
+				      TACC_REG_TLPCAP_CONS, args->cons, &args->prod, &idx);
+	if (ret)
+		return ret;
+	args->dropped = tacc_rd(tdev, TACC_REG_TLPCAP_DROPPED);
+	tacc_ring_advance_end(r, idx);
+	return 0;
+}
+
+static void tacc_tlpcap_stop_locked(struct tacc_device *tdev)
+{
+	tacc_ring_hw_stop(tdev, TACC_REG_TLPCAP_CTRL, TACC_REG_TLPCAP_WB, TACC_REG_TLPCAP_BASE);
+	tacc_ring_retire_locked(tdev, &tdev->tlpcap, DRM_TACC_MMAP_TLPCAP);
+}
+
+int tacc_tlpcap_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct drm_tacc_trace_close *args = data;
+
+	if (args->flags || args->pad)
+		return -EINVAL;
+	return tacc_ring_close(tdev, &tdev->tlpcap, file, tacc_tlpcap_stop_locked);
+}
+
+void tacc_tlpcap_release(struct tacc_device *tdev, struct drm_file *file)
+{
+	tacc_ring_close(tdev, &tdev->tlpcap, file, tacc_tlpcap_stop_locked);
+}
+
+static vm_fault_t tacc_tlpcap_vm_fault(struct vm_fault *vmf)
+{
+	struct drm_file *file = vmf->vma->vm_file->private_data;
+
+	return tacc_ring_fault(vmf, &to_tacc_dev(file->minor->dev)->tlpcap, DRM_TACC_MMAP_TLPCAP);
+}
+
+static const struct vm_operations_struct tacc_tlpcap_vm_ops = {
+	.fault = tacc_tlpcap_vm_fault,
+};
+
+int tacc_tlpcap_mmap(struct tacc_device *tdev, struct drm_file *file,
+		     struct vm_area_struct *vma)
+{
+	return tacc_ring_mmap(tdev, &tdev->tlpcap, file, vma, &tacc_tlpcap_vm_ops);
 }

@@ -56,6 +56,7 @@ pkgs=(
 	bpfcc-tools python3-bpfcc bpftrace libelf-dev
 	iproute2 procps util-linux passwd chromium pciutils make
 	podman crun bpftool  # containers: tests/vm/test_containers.py, docs/containers.md
+	tshark
 )
 # linux-perf: the 6.12 build (close to the guest kernel's), not bookworm's 6.1 (issue 18)
 bpo_pkgs=(meson python3-pycotap linux-perf)
@@ -73,6 +74,9 @@ fi
 if [ ${#missing[@]} -gt 0 ]; then
 	apt_update
 	log "installing ${missing[*]}"
+	# tshark (TLP capture dissector tests): no setuid dumpcap, and no debconf prompt
+	echo 'wireshark-common wireshark-common/install-setuid boolean false' | debconf-set-selections
+	export DEBIAN_FRONTEND=noninteractive
 	args=()
 	for p in "${missing[@]}"; do
 		case " ${bpo_pkgs[*]} " in *" $p "*) args+=("$p/bookworm-backports") ;; *) args+=("$p") ;; esac

@@ -67,6 +67,8 @@ enum tacc_engine {
 #define   TACC_CAP_SAMPLING		(1u << 4)
 #define   TACC_CAP_FILL			(1u << 5)	/* TACC_OP_FILL (hw 1.1) */
 #define   TACC_CAP_TLB_INV_DONE		(1u << 6)	/* TLB_INV_SEQ/DONE (hw 1.1) */
+#define   TACC_CAP_TLP_CAPTURE		(1u << 8)	/* TLP capture, PF registers 0x600 (hw 1.2) */
+#define   TACC_CAP_LINK_CTRL_COST	(1u << 10)	/* control traffic costs link time (hw 1.2) */
 #define   TACC_CAP_VIRTIO_FN		(1u << 11)	/* PF: a virtio-tacc function is attached (hw 1.2) */
 #define TACC_REG_FUNC			0x00c	/* RO: 0 = PF, n = VF n (1-based) */
 #define TACC_REG_NUM_QUEUES		0x010	/* RO */
@@ -329,16 +331,117 @@ struct tacc_cqe {
 
 /* ------------------------------------------------ link model ---- */
 /*
- * PCIe link model constants (docs/hardware.md, "Timing model").  Gen3, 4
- * and 5 use 128b/130b encoding.  Per-TLP overhead: 4 bytes STP token +
- * sequence number, the TLP header (4 DW for 64-bit memory requests, 3 DW
- * for completions), 4 bytes LCRC.  DLLPs (ACK, flow control) are ignored.
+ * PCIe link model constants (docs/hardware.md section 9, "PCIe link", hw 1.2).
+ * Gen3, 4 and 5 use 128b/130b encoding, with one SKP ordered set (one block)
+ * after every TACC_LINK_SKP_INTERVAL data blocks.  Per-TLP overhead: 4 bytes
+ * STP token + sequence number, the TLP header (4 DW for 64-bit memory
+ * requests, 3 DW for completions), 4 bytes LCRC.  Read requests never
+ * exceed MRRS nor cross a 4 KiB boundary; the root port returns each in
+ * completions cut at its Read Completion Boundary (QOM "rcb").  The receiver
+ * of TLPs acknowledges every TACC_LINK_ACK_TLPS of them with an ACK DLLP;
+ * the root port returns posted and non-posted credits with an UpdateFC DLLP
+ * every TACC_LINK_FC_TLPS TLPs (the device advertises infinite completion
+ * credits, so completions need none).
  */
 #define TACC_LINK_ENC_NUM	128
 #define TACC_LINK_ENC_DEN	130
+#define TACC_LINK_SKP_INTERVAL	370	/* data blocks per SKP ordered set */
 #define TACC_LINK_MWR_OVERHEAD	24	/* per memory-write TLP (D2H payload) */
 #define TACC_LINK_CPL_OVERHEAD	20	/* per completion-with-data TLP (H2D payload) */
 #define TACC_LINK_MRD_BYTES	24	/* per memory-read request TLP (upstream) */
+#define TACC_LINK_DLLP_BYTES	8	/* ACK or UpdateFC: 6 bytes + 2-byte SDP token */
+#define TACC_LINK_ACK_TLPS	4	/* TLPs acknowledged per ACK DLLP */
+#define TACC_LINK_FC_TLPS	4	/* TLPs whose credits one UpdateFC returns */
+#define TACC_LINK_RD_BOUNDARY	4096	/* a read request never crosses it */
+#define TACC_LINK_FC_UNIT	16	/* bytes per flow-control data credit */
+#define TACC_LINK_MSI_BYTES	4	/* an MSI-X message: one 4-byte memory write */
+
+/* ------------------------------------------------ TLP capture (PF) ---- */
+/*
+ * The device records the TLPs of its link model (docs/hardware.md section
+ * 11, TACC_CAP_TLP_CAPTURE): one struct tacc_tlp_rec per TLP that passes the
+ * filters, into a ring with the trace ring's producer/consumer/drop rules.
+ */
+#define TACC_REG_TLPCAP_BASE		0x600	/* RW64: ring IOVA, 64-byte aligned */
+#define TACC_REG_TLPCAP_SIZE		0x608	/* RW: entries, power of two */
+#define TACC_REG_TLPCAP_CTRL		0x60c	/* RW */
+#define   TACC_TLPCAP_CTRL_ENABLE	(1u << 0)	/* zeroes PROD, CONS, DROPPED, seq */
+#define   TACC_TLPCAP_CTRL_NO_CTRL	(1u << 1)	/* leave out control traffic */
+#define TACC_REG_TLPCAP_PROD		0x610	/* RO, free running */
+#define TACC_REG_TLPCAP_CONS		0x614	/* RW, free running */
+#define TACC_REG_TLPCAP_DROPPED		0x618	/* RO */
+#define TACC_REG_TLPCAP_FUNCS		0x61c	/* RW: bit f = function f; 0 = all */
+#define TACC_REG_TLPCAP_KINDS		0x620	/* RW: bit k = TACC_TLP_k; 0 = all */
+#define TACC_REG_TLPCAP_WB		0x628	/* RW64: struct tacc_ring_wb IOVA */
+#define TACC_REG_TLPCAP_ADDR_LO		0x630	/* RW64: capture addresses in [LO, HI) */
+#define TACC_REG_TLPCAP_ADDR_HI		0x638	/* RW64: 0 = no address filter */
+#define TACC_REG_TLPCAP_END		0x700
+#define TACC_TLPCAP_MAX_ENTRIES		(1u << 20)
+
+enum tacc_tlp_kind {
+	TACC_TLP_MRD = 0,	/* memory read request (upstream) */
+	TACC_TLP_MWR = 1,	/* memory write (upstream) */
+	TACC_TLP_CPLD = 2,	/* completion with data (downstream) */
+};
+
+#define TACC_TLP_FMT_MRD64	0x20	/* header byte 0: Fmt 001 (4DW, no data), MRd */
+#define TACC_TLP_FMT_MWR64	0x60	/* Fmt 011 (4DW, data), MWr */
+#define TACC_TLP_FMT_CPLD	0x4a	/* Fmt 010 (3DW, data), Type 01010 CplD */
+#define TACC_TLP_F_UP		(1u << 0)	/* device to host */
+#define TACC_TLP_F_CTRL		(1u << 1)	/* control traffic */
+#define TACC_TLP_VERSION	1
+
+/**
+ * struct tacc_tlp_rec - one captured TLP, 64 bytes.
+ * @t_ps: modelled time the TLP starts on the link, picoseconds.
+ * @addr: bus address (MRd/MWr: the request's; CplD: its first byte's).
+ * @cmd_tag: user tag of the command (0: control traffic).
+ * @seq: capture sequence number; a gap is a drop.
+ * @payload: payload bytes (MRd: bytes requested).
+ * @link_bytes: bytes on the link (payload and TLP overhead).
+ * @req_id: requester ID (the function's BDF).
+ * @cpl_id: completer ID (CplD: the root port's BDF).
+ * @tag: MRd/CplD tag.
+ * @len_dw: the header's Length field (DW).
+ * @byte_count: CplD: bytes of the request left, this one included.
+ * @fmt_type: header byte 0 (TACC_TLP_FMT_*).
+ * @kind: enum tacc_tlp_kind.
+ * @flags: TACC_TLP_F_*.
+ * @be: first DW byte enables [3:0], last DW [7:4] (MRd/MWr).
+ * @lower_addr: CplD: address [6:0].
+ * @func: function (0 = PF, n = VF n).
+ * @version: TACC_TLP_VERSION.
+ * @queue: queue of the command (255: none).
+ * @ctx: context of the command.
+ * @job: job of the command.
+ * @rsvd: 0.
+ */
+struct tacc_tlp_rec {
+	__u64 t_ps;
+	__u64 addr;
+	__u64 cmd_tag;
+	__u32 seq;
+	__u16 payload;
+	__u16 link_bytes;
+	__u16 req_id;
+	__u16 cpl_id;
+	__u16 tag;
+	__u16 len_dw;
+	__u16 byte_count;
+	__u8  fmt_type;
+	__u8  kind;
+	__u8  flags;
+	__u8  be;
+	__u8  lower_addr;
+	__u8  func;
+	__u8  version;
+	__u8  queue;
+	__u16 ctx;
+	__u32 job;
+	__u64 rsvd;
+};
+
+#define TACC_TLP_REC_SIZE	64
 
 /* ---------------------------------------------------- page tables ---- */
 /*
@@ -457,7 +560,16 @@ struct tacc_ring_wb {
 	X(queue2_depth_hwm, 34, "cmds",   "queue 2 depth high-water mark") \
 	X(queue3_depth_hwm, 35, "cmds",   "queue 3 depth high-water mark") \
 	X(devmem_read_bytes,  36, "bytes", "device memory bytes read") \
-	X(devmem_write_bytes, 37, "bytes", "device memory bytes written")
+	X(devmem_write_bytes, 37, "bytes", "device memory bytes written") \
+	X(d2h_req_tlps,     38, "tlps",   "read-request TLPs of H2D copies (upstream)") \
+	X(dllp_h2d_bytes,   39, "bytes",  "DLLP bytes downstream, in h2d_link_bytes") \
+	X(dllp_d2h_bytes,   40, "bytes",  "DLLP bytes upstream, in d2h_link_bytes") \
+	X(ctrl_h2d_tlps,    41, "tlps",   "control TLPs downstream (descriptor completions)") \
+	X(ctrl_d2h_tlps,    42, "tlps",   "control TLPs upstream (requests, CQEs, MSI-X, trace, samples)") \
+	X(ctrl_h2d_link_bytes, 43, "bytes", "control traffic link bytes downstream") \
+	X(ctrl_d2h_link_bytes, 44, "bytes", "control traffic link bytes upstream") \
+	X(ctrl_dllp_h2d_bytes, 45, "bytes", "DLLP bytes in ctrl_h2d_link_bytes") \
+	X(ctrl_dllp_d2h_bytes, 46, "bytes", "DLLP bytes in ctrl_d2h_link_bytes")
 
 #define TACC_GLOBAL_COUNTERS(X) \
 	X(link_h2d_busy_ticks,  2, "ticks", "H2D link direction busy") \

@@ -42,57 +42,72 @@ def test_misaligned_copy(dev, pf, n, h2d, host_off, dev_off):
     cq, d, gbusy, rec = aligned_copy(dev, pf, n, h2d, host_off, dev_off)
     assert cq.status == HW.TACC_ST_OK
     assert d["tlb_walk_reads"] == 0
-    tlps = devinfo.payload_tlps(n, lm.mps, host_off=host_off, dev_off=dev_off)
-    aligned = -(-n // lm.mps)
-    if host_off % lm.mps == dev_off % lm.mps:
-        assert tlps - aligned in ((0,) if host_off == 0 else (0, 1))
+    c = lm.prefix(n, h2d, host_off, dev_off)
+    if h2d:
+        # completions: cut at the root port's RCB of the host address and at request
+        # boundaries (MRRS from the start, 4 KiB of the host address); the device side
+        # does not matter
+        tlps = devinfo.completions(n, lm.mrrs, lm.rcb, host_off)
+        reqs = devinfo.read_requests(n, lm.mrrs, host_off)
+        assert reqs == -(-n // lm.mrrs) + (
+            0 if host_off % lm.mrrs == 0 else (host_off % 4096 + n - 1) // 4096)
+        assert c.tlps == (tlps, reqs)
+        assert tlps == -(-n // lm.rcb) + (
+            0 if host_off % lm.rcb == 0 else 1 + (n - 1) // lm.mrrs)
     else:
-        assert tlps > 1.9 * aligned  # every MPS block is cut in two
+        tlps = devinfo.payload_tlps(n, lm.mps, host_off=host_off, dev_off=dev_off)
+        aligned = -(-n // lm.mps)
+        if host_off % lm.mps == dev_off % lm.mps:
+            assert tlps - aligned in ((0,) if host_off == 0 else (0, 1))
+        else:
+            assert tlps > 1.9 * aligned  # every MPS block is cut in two
+        assert c.tlps == (0, tlps)
     # TLPs: counters and the trace record
     assert rec.opcode == (HW.TACC_OP_COPY_H2D if h2d else HW.TACC_OP_COPY_D2H)
     assert rec.bytes == n and rec.tlps == tlps
-    if h2d:
-        down, up, want = lm.h2d_bytes(n, host_off, dev_off)
-        assert want == tlps
-        assert d["h2d_tlps"] == tlps and d["d2h_tlps"] == 0
-        assert d["h2d_link_bytes"] == down == n + tlps * devinfo.LINK_CPL_OVERHEAD
-        assert d["d2h_link_bytes"] == up == -(-n // lm.mrrs) * devinfo.LINK_MRD_BYTES
-    else:
-        up, want = lm.d2h_bytes(n, host_off, dev_off)
-        down = 0
-        assert want == tlps
-        assert d["d2h_tlps"] == tlps and d["h2d_tlps"] == 0
-        assert d["d2h_link_bytes"] == up == n + tlps * devinfo.LINK_MWR_OVERHEAD
-        assert d["h2d_link_bytes"] == 0
+    assert d["h2d_tlps"] == (tlps if h2d else 0) and d["d2h_tlps"] == (0 if h2d else tlps)
+    assert d["d2h_req_tlps"] == c.tlps[1] if h2d else d["d2h_req_tlps"] == 0
+    assert (d["h2d_link_bytes"], d["d2h_link_bytes"]) == c.bytes
+    assert (d["dllp_h2d_bytes"], d["dllp_d2h_bytes"]) == tuple(8 * x for x in c.dllp)
+    over = (devinfo.LINK_CPL_OVERHEAD if h2d else devinfo.LINK_MWR_OVERHEAD) * tlps
+    assert c.bytes[0 if h2d else 1] == n + over + 8 * c.dllp[0 if h2d else 1]
     # the modelled duration: the 64 KiB link steps with their share of the TLPs
     dur_ps = (cq.end - cq.start) * 1000
     assert abs(dur_ps - lm.copy_ps(n, h2d, host_off=host_off, dev_off=dev_off)) < 1000
     assert (rec.t_end - rec.t_start) == cq.end - cq.start
     # link occupancy per direction: the sum of the steps' t_link (ticks, floored once)
+    # and the job's control traffic (link-ctrl-cost on)
     steps = [lm.step_bytes(a, min(CHUNK, n - a), h2d, host_off, dev_off)
              for a in range(0, n, CHUNK)]
-    assert sum(s[0] for s in steps) == down and sum(s[1] for s in steps) == up
-    busy_ps = [sum(lm.t_link_ps(s[i]) for s in steps if s[i]) for i in (0, 1)]
-    assert abs(gbusy[0] * 1000 - busy_ps[0]) < 1000 and abs(gbusy[1] * 1000 - busy_ps[1]) < 1000
+    assert tuple(sum(s[i] for s in steps) for i in (0, 1)) == c.bytes
+    for i, ctrl in enumerate(("ctrl_h2d_link_bytes", "ctrl_d2h_link_bytes")):
+        busy_ps = sum(lm.t_link_ps(s[i]) for s in steps if s[i]) + lm.t_link_ps(d[ctrl])
+        assert abs(gbusy[i] * 1000 - busy_ps) < 1000 + 8
     assert d["link_stall_ticks"] == 0
 
 
 @pytest.mark.parametrize("h2d", [True, False], ids=["h2d", "d2h"])
 def test_misaligned_host_is_slower(dev, pf, h2d):
-    """A host buffer at page offset 64 doubles the payload TLPs: the copy is slower
-    by the extra headers' link time, and only by that."""
+    """A host buffer at page offset 64 adds TLPs: H2D one completion per read request
+    (a request's end no longer falls on an RCB boundary), D2H doubles the memory writes.
+    The copy is slower by the extra headers' (and DLLPs') link time, and only by that."""
     lm = LinkModel()
     n = 4 << 20
     res = {}
-    for off in (0, 64):
+    mis = 32 if h2d else 64  # H2D: RCB (64 B) misaligned; D2H: MPS misaligned
+    for off in (0, mis):
         cq, d, _, rec = aligned_copy(dev, pf, n, h2d, off, 0)
         assert cq.status == HW.TACC_ST_OK
         res[off] = (cq.end - cq.start, rec.tlps,
                     d["h2d_link_bytes"] if h2d else d["d2h_link_bytes"])
-    (t0, p0, l0), (t1, p1, l1) = res[0], res[64]
-    over = devinfo.LINK_CPL_OVERHEAD if h2d else devinfo.LINK_MWR_OVERHEAD
-    assert p0 == n // lm.mps and p1 == 2 * p0
-    assert l1 - l0 == (p1 - p0) * over
-    extra_ps = lm.copy_ps(n, h2d, host_off=64) - lm.copy_ps(n, h2d)
+    (t0, p0, l0), (t1, p1, l1) = res[0], res[mis]
+    c0, c1 = lm.prefix(n, h2d), lm.prefix(n, h2d, host_off=mis)
+    if h2d:
+        assert p0 == n // lm.rcb and p1 == p0 + n // lm.mrrs
+    else:
+        assert p0 == n // lm.mps and p1 == 2 * p0
+    i = 0 if h2d else 1
+    assert (l0, l1) == (c0.bytes[i], c1.bytes[i])
+    extra_ps = lm.copy_ps(n, h2d, host_off=mis) - lm.copy_ps(n, h2d)
     assert abs((t1 - t0) * 1000 - extra_ps) < 2000
     assert t1 > t0

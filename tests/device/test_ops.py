@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from tacc.capture import devinfo
 from tacc.capture.devinfo import payload_tlps
 from tacc.testing.taccdev import DEVMEM_VA, HW, d_copy, d_elt, d_fence, d_gemm, d_ts, desc
 
@@ -39,13 +40,19 @@ def test_copy_roundtrip(dev, pf, n):
     assert dev.qt.memread(dst, n) == data
     c = pf.counters()
     d = {k: c[k] - c0[k] for k in c}
-    # host buffers page-aligned, device side at offset n % 64: TLPs are cut at MPS
-    # boundaries of both addresses (docs/hardware.md section 9)
-    cpl = payload_tlps(n, 256, host_off=0, dev_off=off)
+    # host buffers page-aligned, device side at offset n % 64 (docs/hardware.md
+    # section 9): memory writes are cut at MPS boundaries of both addresses, completions
+    # at the root port's RCB of the host address, read requests at MRRS
+    wr = payload_tlps(n, 256, host_off=0, dev_off=off)
+    cpl, req = -(-n // 64), -(-n // 512)
     assert d["h2d_bytes"] == n and d["d2h_bytes"] == n
-    assert d["h2d_tlps"] == cpl and d["d2h_tlps"] == cpl
-    assert d["h2d_link_bytes"] == n + 20 * cpl
-    assert d["d2h_link_bytes"] == n + 24 * cpl + 24 * -(-n // 512)
+    assert d["h2d_tlps"] == cpl and d["d2h_tlps"] == wr and d["d2h_req_tlps"] == req
+    ack = devinfo.LINK_DLLP_BYTES
+
+    def q4(x):
+        return -(-x // 4)
+    assert d["h2d_link_bytes"] == n + 20 * cpl + ack * (2 * q4(req) + 2 * q4(wr))
+    assert d["d2h_link_bytes"] == n + 24 * wr + 24 * req + ack * q4(cpl)
     assert d["devmem_write_bytes"] == 2 * n and d["devmem_read_bytes"] == 2 * n
     assert d["cmds_dma_h2d"] == 2 and d["cmds_dma_d2h"] == 1
     assert d["cmds_completed"] == 3 and d["jobs_completed"] == 3

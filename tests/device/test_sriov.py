@@ -123,6 +123,9 @@ def test_global_counters_sum_functions(dev, pf):
     d = {k: pf.gcnt(k) - v for k, v in g0.items()}
     assert d["link_h2d_payload"] == pf.cnt("h2d_bytes") + vf1.cnt("h2d_bytes") == 400_000
     assert d["link_d2h_payload"] == pf.cnt("d2h_bytes") + vf1.cnt("d2h_bytes") == 200_000
-    assert d["link_h2d_bytes"] == pf.cnt("h2d_link_bytes") + vf1.cnt("h2d_link_bytes")
-    assert d["link_d2h_bytes"] == pf.cnt("d2h_link_bytes") + vf1.cnt("d2h_link_bytes")
+    # all link bytes: the commands' and the control traffic's (fetches, CQEs, ...)
+    assert d["link_h2d_bytes"] == sum(f.cnt("h2d_link_bytes") + f.cnt("ctrl_h2d_link_bytes")
+                                      for f in (pf, vf1))
+    assert d["link_d2h_bytes"] == sum(f.cnt("d2h_link_bytes") + f.cnt("ctrl_d2h_link_bytes")
+                                      for f in (pf, vf1))
     dev.enable_vfs(0)

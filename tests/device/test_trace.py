@@ -2,7 +2,7 @@
 
 import struct
 
-from tacc.testing.taccdev import DEVMEM_VA, HW, d_copy, desc
+from tacc.testing.taccdev import DEVMEM_VA, HW, LinkModel, d_copy, desc
 
 
 def test_trace_records(dev, pf):
@@ -25,7 +25,8 @@ def test_trace_records(dev, pf):
         assert x.job == job and x.tag == 0x77 and x.index == i and x.status == 0
         assert x.t_fetch <= x.t_start < x.t_end
     assert r[0].t_start == cq.start and r[1].t_end == cq.end and r[1].t_start == r[0].t_end
-    assert r[1].bytes == n and r[1].tlps == -(-n // 256)
+    # H2D payload TLPs: the root port's completions, cut at its RCB (64 B)
+    assert r[1].bytes == n and r[1].tlps == LinkModel().h2d_bytes(n)[2] == -(-n // 64)
     assert struct.unpack("<II", dev.qt.memread(wb, 8)) == (2, 0)
     assert pf.cnt("trace_records") == 2
 

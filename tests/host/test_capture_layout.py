@@ -93,15 +93,20 @@ def test_link_model_single_source() -> None:
     const = {m[0]: int(m[1]) for m in re.findall(r"#define\s+(TACC_LINK_\w+)\s+(\d+)\b", hw)}
     assert (const["TACC_LINK_ENC_NUM"], const["TACC_LINK_ENC_DEN"]) == (di.LINK_ENC_NUM,
                                                                          di.LINK_ENC_DEN)
-    assert const["TACC_LINK_MWR_OVERHEAD"] == di.LINK_MWR_OVERHEAD
-    assert const["TACC_LINK_CPL_OVERHEAD"] == di.LINK_CPL_OVERHEAD
-    assert const["TACC_LINK_MRD_BYTES"] == di.LINK_MRD_BYTES
+    # every TACC_LINK_* constant has its Python twin (LINK_*), same value
+    for name, v in const.items():
+        if name == "TACC_LINK_WIDTH_SHIFT":  # a register field, not the model
+            continue
+        assert getattr(di, name.removeprefix("TACC_"), None) == v, name
     lm = LinkModel(gen=4, width=16, mps=256, mrrs=512)
-    assert lm.t_link_ps(32) == -(-32 * 8 * 130 * 1000 // (16 * 16 * 128))
-    assert lm.h2d_bytes(4096) == (4096 + 16 * 20, 8 * 24, 16)
+    assert lm.t_link_ps(32) == -(-32 * 8 * 130 * 1000 * 371 // (16 * 16 * 128 * 370))
+    # 4 KiB aligned: 64 completions of 64 B (RCB) + the root port's ACK and UpdateFC for
+    # 8 requests; up: 8 requests + the device's ACKs for 64 completions
+    assert lm.h2d_bytes(4096) == (4096 + 64 * 20 + 4 * 8, 8 * 24 + 16 * 8, 64)
     assert lm.d2h_bytes(4096) == (4096 + 16 * 24, 16)
     # the maximum is the large-transfer limit of the exact formula, per direction
     n = 1 << 30
-    for dirn, link in (("h2d", lm.h2d_bytes(n)[0]), ("d2h", lm.d2h_bytes(n)[0])):
-        bw = n / (di.t_link_ps(link, 4, 16) * 1e-12)
+    for dirn, h2d in (("h2d", True), ("d2h", False)):
+        bw = n / ((lm.copy_ps(n, h2d) - (lm.cmd_ns + (lm.rd_ns if h2d else lm.wr_ns)) * 1000)
+                  * 1e-12)
         assert abs(bw / di.link_max_payload_bw(4, 16, 256, dirn) - 1) < 1e-6

@@ -15,10 +15,14 @@ GEN4X16 = LinkInfo(gen=4, width=16, mps=256)
 def test_link_formula_per_direction() -> None:
     raw = 16 * 16e9 * 128 / 130 / 8
     assert raw / 1e9 == pytest.approx(31.51, abs=0.005)  # hardware.md: Gen4 x16
-    assert GEN4X16.max_bw("h2d") == pytest.approx(raw * 256 / 276)
-    assert GEN4X16.max_bw("d2h") == pytest.approx(raw * 256 / 280)
-    # the capture module's function is the same one (default = D2H overhead)
-    assert link_max_payload_bw(4, 16, 256) == GEN4X16.max_bw("d2h")
+    skp = 370 / 371  # one SKP ordered set per 370 blocks (hw 1.2)
+    # H2D: 64 B completions (the root port's RCB), 20 B each, + the root port's ACK and
+    # UpdateFC DLLPs for the requests (1 each per 4 requests of 512 B: 4 B per 512 B)
+    assert GEN4X16.max_bw("h2d") == pytest.approx(raw * skp * 512 / (512 + 8 * 20 + 4),
+                                                  rel=1e-4)
+    assert GEN4X16.max_bw("d2h") == pytest.approx(raw * skp * 256 / 280, rel=1e-4)
+    # the capture module's function is the same one (default = the lower direction)
+    assert link_max_payload_bw(4, 16, 256) == GEN4X16.max_bw("h2d")
     assert LinkInfo(0, 0, 256).max_bw("h2d") == 0.0
 
 

@@ -1,11 +1,21 @@
 #!/usr/bin/env python3
 """Sweep copy sizes 64 B .. 64 MiB through the tacc device model (qtest, no
 guest) and compare the bandwidth the device reports (payload counters / CQE
-timestamps) with the PCIe link formula of docs/hardware.md.
+timestamps) with the PCIe link formula of docs/hardware.md, then the model's
+error against measured real hardware (the reference table of issue 19).
 
     tools/bench/bench_link.py [--json out.json] [--props link-gen=5,...] [--max 64M]
+    tools/bench/bench_link.py --no-reference --props rcb=128     # the curve only
 
-Prints a table; exits 1 if any size deviates from the formula by more than 1 %.
+Prints two tables; exits 1 if any size deviates from the formula by more than 1 %.
+
+JSON (``version`` 2; h18's report plots ``rows``): ``rows``: one per (size, dir):
+``size`` bytes, ``dir`` "h2d"/"d2h", ``bw_gbps`` (device: payload / CQE time),
+``formula_gbps`` (tacc.testing.taccdev.LinkModel.formula_bw), ``err_pct``, ``ticks``,
+``payload_bytes``, ``link_bytes``, ``tlps``, ``link_efficiency`` (payload / link bytes);
+``model``: the link parameters; ``reference``: one per reference row: ``link``,
+``dir``, ``real_gbps``, ``source``, ``points`` [{``size``, ``model_gbps``, ``err_pct``}]
+(device-measured, sizes >= 1 MiB), ``worst_err_pct``.
 """
 
 from __future__ import annotations
@@ -26,20 +36,37 @@ def parse_size(s: str) -> int:
     return int(s[:-1]) * mult[s[-1].upper()] if s[-1].upper() in mult else int(s)
 
 
+# Measured on real hardware, large pinned transfers (issue 19's reference table)
+REFERENCE = [
+    {"link": "Gen4 x16", "gen": 4, "width": 16, "dir": "h2d", "real_gbps": 25.13,
+     "source": "A100, nvbandwidth host_to_device_memcpy_sm, 512 MiB-1 GiB (NVIDIA/nvbandwidth#42)"},
+    {"link": "Gen3 x16", "gen": 3, "width": 16, "dir": "h2d", "real_gbps": 12.15,
+     "source": "P100, CUDA bandwidthTest, pinned, 32 MiB (mpicbg-scicomp/gearshifft#82)"},
+    {"link": "Gen3 x16", "gen": 3, "width": 16, "dir": "d2h", "real_gbps": 12.89,
+     "source": "P100, CUDA bandwidthTest, pinned, 32 MiB (mpicbg-scicomp/gearshifft#82)"},
+]
+
+
 def props_dict(props: str) -> dict[str, int]:
     out = {}
     for kv in filter(None, props.split(",")):
         k, v = kv.split("=")
-        out[k] = int(v)
+        if v.isdigit():
+            out[k] = int(v)
     return out
 
 
-def run(props: str, max_size: int) -> dict:
+def link_model(props: str) -> LinkModel:
     p = props_dict(props)
-    lm = LinkModel(gen=p.get("link-gen", 4), width=p.get("link-width", 16),
-                   mps=p.get("mps", 256), mrrs=p.get("mrrs", 512),
-                   cmd_ns=p.get("cmd-latency-ns", 100), rd_ns=p.get("read-latency-ns", 600),
-                   wr_ns=p.get("write-latency-ns", 200))
+    return LinkModel(gen=p.get("link-gen", 4), width=p.get("link-width", 16),
+                     mps=p.get("mps", 256), mrrs=p.get("mrrs", 512), rcb=p.get("rcb", 64),
+                     tags=p.get("tags", 32), posted_credits=p.get("posted-credits", 1024),
+                     cmd_ns=p.get("cmd-latency-ns", 100), rd_ns=p.get("read-latency-ns", 600),
+                     wr_ns=p.get("write-latency-ns", 200))
+
+
+def run(props: str, max_size: int, min_size: int = 64, dirs=(True, False)) -> dict:
+    lm = link_model(props)
     dev = Tacc(",".join(filter(None, ["sriov-max-vfs=0", props])))
     rows = []
     try:
@@ -48,9 +75,9 @@ def run(props: str, max_size: int) -> dict:
         pf.reset()
         pf.set_ptbr(0, root)
         host = dev.alloc(max_size)
-        n = 64
+        n = min_size
         while n <= max_size:
-            for h2d in (True, False):
+            for h2d in dirs:
                 op = HW.TACC_OP_COPY_H2D if h2d else HW.TACC_OP_COPY_D2H
                 src, dst = (host, DEVMEM_VA) if h2d else (DEVMEM_VA, host)
                 pf.run_job(0, [d_copy(op, src, dst, n)])  # warm the TLB
@@ -77,10 +104,37 @@ def run(props: str, max_size: int) -> dict:
             n *= 2
     finally:
         dev.close()
-    return {"version": 1, "props": props or "defaults", "link_peak_gbps": lm.bw / 1e9,
+    return {"version": 2, "props": props or "defaults", "link_peak_gbps": lm.bw / 1e9,
             "model": {"gen": lm.gen, "width": lm.width, "mps": lm.mps, "mrrs": lm.mrrs,
+                      "rcb": lm.rcb, "tags": lm.tags, "posted_credits": lm.posted_credits,
                       "cmd_ns": lm.cmd_ns, "read_ns": lm.rd_ns, "write_ns": lm.wr_ns},
             "rows": rows}
+
+
+def reference(props: str, max_size: int) -> list[dict]:
+    """The device's bandwidth (1 MiB .. max_size) against each reference row."""
+    out = []
+    for ref in REFERENCE:
+        extra = f"link-gen={ref['gen']},link-width={ref['width']}"
+        res = run(",".join(filter(None, [props, extra])), max_size, 1 << 20,
+                  (ref["dir"] == "h2d",))
+        pts = [{"size": r["size"], "model_gbps": r["bw_gbps"],
+                "err_pct": 100 * (r["bw_gbps"] - ref["real_gbps"]) / ref["real_gbps"]}
+               for r in res["rows"]]
+        out.append({k: v for k, v in ref.items() if k not in ("gen", "width")}
+                   | {"points": pts, "worst_err_pct": max((p["err_pct"] for p in pts), key=abs)})
+    return out
+
+
+def ref_table(refs: list[dict]) -> str:
+    out = ["model vs real hardware (device-measured, transfers >= 1 MiB; goal within 10 %)",
+           f"{'link':>9} {'dir':>4} {'real':>7} {'1 MiB':>7} {'largest':>8} {'worst err %':>11}"]
+    for r in refs:
+        p = r["points"]
+        out.append(f"{r['link']:>9} {r['dir']:>4} {r['real_gbps']:>7.2f} "
+                   f"{p[0]['model_gbps']:>7.2f} {p[-1]['model_gbps']:>8.2f} "
+                   f"{r['worst_err_pct']:>+11.1f}")
+    return "\n".join(out)
 
 
 def human(n: int) -> str:
@@ -106,11 +160,17 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--props", default="", help="extra -device tacc properties")
     ap.add_argument("--max", default="64M", help="largest size (default 64M)")
+    ap.add_argument("--no-reference", action="store_true",
+                    help="skip the comparison with the real-hardware reference table")
     a = ap.parse_args()
     t0 = time.monotonic()
     res = run(a.props, parse_size(a.max))
+    if not a.no_reference:
+        res["reference"] = reference(a.props, parse_size(a.max))
     res["wall_s"] = round(time.monotonic() - t0, 2)
     print(table(res))
+    if "reference" in res:
+        print(ref_table(res["reference"]))
     worst = max(abs(r["err_pct"]) for r in res["rows"])
     bad = [r for r in res["rows"] if r["status"] != 0]
     print(f"worst deviation from the formula: {worst:.3f} % ({res['wall_s']} s wall)")

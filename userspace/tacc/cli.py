@@ -31,6 +31,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.timeline.cluster_cli",  # cluster offsets|analyze (issue 17)
     "tacc.cli_cdi",  # cdi generate|list: container device specs (issue 15)
     "tacc.vfio.cli",  # vfio list|bind|unbind (issue 15)
+    "tacc.cli_pcie",  # pcie capture|summary|timeline (PCIe analyzer, issue 19)
 )
 
 # Reserved subcommands and the module expected to provide them.

@@ -98,7 +98,9 @@ enum { KIND_ANY, KIND_HOST, KIND_DEVMEM };
 /*
  * Read or write @len bytes at device VA @va of the command's context.
  * @kind restricts the memory the pages may map.  Returns a tacc_status.
- * *@done gets the bytes transferred before any error.
+ * *@done gets the bytes transferred before any error.  A NULL @buf only
+ * translates (and counts the device-memory bytes the copy will move): the
+ * data of a host copy lands later, step by step (tacc_copy_land).
  */
 static uint16_t tacc_va_rw(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
                            void *buf, uint64_t len, bool write, int kind,
@@ -131,17 +133,21 @@ static uint16_t tacc_va_rw(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
         }
         if (x.devmem) {
             if (write) {
-                memcpy(s->devmem + wbase + x.addr, p, n);
+                if (p) {
+                    memcpy(s->devmem + wbase + x.addr, p, n);
+                }
                 res->devmem_wr += n;
             } else {
-                memcpy(p, s->devmem + wbase + x.addr, n);
+                if (p) {
+                    memcpy(p, s->devmem + wbase + x.addr, n);
+                }
                 res->devmem_rd += n;
             }
-        } else if (tacc_dma_rw(f, x.addr, p, n, write) != MEMTX_OK) {
+        } else if (p && tacc_dma_rw(f, x.addr, p, n, write) != MEMTX_OK) {
             return tacc_dma_fail(f);
         }
         va += n;
-        p += n;
+        p = p ? p + n : NULL;
         len -= n;
         *done += n;
     }
@@ -179,6 +185,12 @@ static uint16_t tacc_va_probe(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
     return TACC_ST_OK;
 }
 
+static void tacc_copy_kinds(TaccCmd *c, int *skind, int *dkind)
+{
+    *skind = c->d.opcode == TACC_OP_COPY_H2D ? KIND_HOST : KIND_DEVMEM;
+    *dkind = c->d.opcode == TACC_OP_COPY_D2H ? KIND_HOST : KIND_DEVMEM;
+}
+
 /*
  * Copies and eltwise run at dispatch, but at most @budget bytes of host work
  * at a time: what is left is continued by tacc_exec_continue() (from the
@@ -190,13 +202,11 @@ static bool tacc_copy_run(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
                           uint64_t budget)
 {
     uint64_t len = c->d.copy.len;
-    int skind = KIND_DEVMEM, dkind = KIND_DEVMEM;
+    int skind, dkind;
+    /* host copies only translate now: their data lands step by step */
+    uint8_t *buf = c->d.opcode == TACC_OP_COPY_D2D ? res->work_buf : NULL;
 
-    if (c->d.opcode == TACC_OP_COPY_H2D) {
-        skind = KIND_HOST;
-    } else if (c->d.opcode == TACC_OP_COPY_D2H) {
-        dkind = KIND_HOST;
-    }
+    tacc_copy_kinds(c, &skind, &dkind);
     while (res->work_pos < len) {
         uint64_t moved = res->work_pos;
         uint64_t n = MIN(len - moved, TACC_XFER_BUF), got, put;
@@ -205,11 +215,11 @@ static bool tacc_copy_run(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
             return false;
         }
         budget -= MIN(budget, n);
-        res->status = tacc_va_rw(f, q, c, c->d.copy.src + moved, res->work_buf,
+        res->status = tacc_va_rw(f, q, c, c->d.copy.src + moved, buf,
                                  n, false, skind, res, &got);
         if (res->status == TACC_ST_OK) {
             res->status = tacc_va_rw(f, q, c, c->d.copy.dst + moved,
-                                     res->work_buf, n, true, dkind, res, &put);
+                                     buf, n, true, dkind, res, &put);
         } else {
             put = 0;
         }
@@ -221,6 +231,44 @@ static bool tacc_copy_run(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
     return true;
 }
 
+/*
+ * What a host copy of @moved payload bytes costs the link and counts:
+ * H2D (host side src, device side dst): completions down, read requests up;
+ * D2H (host side dst, device side src): memory writes up; DLLPs both ways.
+ * Device VAs map page to page (pages >= 4 KiB), so a VA's offset modulo
+ * 4 KiB is its bus address's.
+ */
+static void tacc_copy_account(TaccFunc *f, TaccCmd *c, TaccResult *res,
+                              uint64_t moved)
+{
+    TaccState *s = f->pf;
+    bool h2d = c->d.opcode == TACC_OP_COPY_H2D;
+    uint64_t host = h2d ? c->d.copy.src : c->d.copy.dst;
+    uint64_t dev = h2d ? c->d.copy.dst : c->d.copy.src;
+    TaccLinkCount lc;
+
+    res->bytes = moved;
+    res->link_kind = h2d ? TACC_LINK_H2D : TACC_LINK_D2H;
+    res->link_payload = moved;
+    res->link_host_off = host % TACC_LINK_RD_BOUNDARY;
+    res->link_dev_off = dev % TACC_LINK_RD_BOUNDARY;
+    tacc_link_cost(s, res, 0, moved, &lc);
+    res->h2d_bytes = h2d ? moved : 0;
+    res->d2h_bytes = h2d ? 0 : moved;
+    res->h2d_tlps = h2d ? lc.tlps[0] : 0;
+    res->d2h_tlps = h2d ? 0 : lc.tlps[1];
+    res->req_tlps = h2d ? lc.tlps[1] : 0;
+    res->h2d_link = lc.bytes[0];
+    res->d2h_link = lc.bytes[1];
+    res->dllp_bytes[0] = lc.dllp[0] * TACC_LINK_DLLP_BYTES;
+    res->dllp_bytes[1] = lc.dllp[1] * TACC_LINK_DLLP_BYTES;
+    if (h2d) {
+        res->devmem_wr = moved;
+    } else {
+        res->devmem_rd = moved;
+    }
+}
+
 static void tacc_copy_finish(TaccFunc *f, TaccCmd *c, TaccResult *res)
 {
     TaccState *s = f->pf;
@@ -228,45 +276,63 @@ static void tacc_copy_finish(TaccFunc *f, TaccCmd *c, TaccResult *res)
 
     res->bytes = moved;
     switch (c->d.opcode) {
-    case TACC_OP_COPY_H2D: {
-        uint64_t down, up, tlps;
-
-        /*
-         * Payload TLPs are cut at MPS boundaries of both the host-side (src)
-         * and the device-side (dst) address.  Device VAs map page to page
-         * (pages >= MPS), so a VA's offset modulo MPS is its bus address's.
-         */
-        res->link_kind = TACC_LINK_H2D;
-        res->link_payload = moved;
-        res->link_host_off = c->d.copy.src % s->mps;
-        res->link_dev_off = c->d.copy.dst % s->mps;
-        tacc_link_cost(s, res, 0, moved, &down, &up, &tlps);
-        res->h2d_bytes = moved;
-        res->h2d_tlps = tlps;
-        res->h2d_link = down;
-        res->d2h_link = up;
+    case TACC_OP_COPY_H2D:
+        tacc_copy_account(f, c, res, moved);
         res->post_ps = tacc_scale_ps(s, s->read_latency_ns * PS_PER_NS);
+        res->land = true;
         break;
-    }
-    case TACC_OP_COPY_D2H: {
-        uint64_t down, up, tlps;
-
-        /* host side: dst, device side: src */
-        res->link_kind = TACC_LINK_D2H;
-        res->link_payload = moved;
-        res->link_host_off = c->d.copy.dst % s->mps;
-        res->link_dev_off = c->d.copy.src % s->mps;
-        tacc_link_cost(s, res, 0, moved, &down, &up, &tlps);
-        res->d2h_bytes = moved;
-        res->d2h_tlps = tlps;
-        res->d2h_link = up;
+    case TACC_OP_COPY_D2H:
+        tacc_copy_account(f, c, res, moved);
         res->post_ps = tacc_scale_ps(s, s->write_latency_ns * PS_PER_NS);
+        res->land = true;
         break;
-    }
     default:        /* D2D: device memory only */
         res->pre_ps += tacc_compute_ps(s, 0, res->devmem_rd + res->devmem_wr);
         break;
     }
+}
+
+/*
+ * Land payload bytes [land_pos, land_pos + land_len) of a host copy: the
+ * data of a link step moves when that step ends (the last step's at the
+ * command's completion), so a driver that reads the destination before the
+ * completion sees what was there before (docs/hardware.md section 9).  The
+ * translations were made and counted at dispatch; a job's mappings do not
+ * change while it runs, so they are repeated here uncounted.  A DMA error
+ * ends the copy: the bytes landed before it are the command's, and false
+ * is returned (the link phase stops).
+ */
+bool tacc_copy_land(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+{
+    uint64_t pos = res->land_pos, n = res->land_len, got = 0, put = 0;
+    TaccResult scratch;
+    int skind, dkind;
+    uint16_t st;
+    uint8_t *buf;
+
+    if (!res->land || !n) {
+        return true;
+    }
+    res->land_len = 0;
+    memset(&scratch, 0, sizeof(scratch));
+    tacc_copy_kinds(c, &skind, &dkind);
+    buf = g_malloc(n);
+    st = tacc_va_rw(f, q, c, c->d.copy.src + pos, buf, n, false, skind,
+                    &scratch, &got);
+    if (st == TACC_ST_OK) {
+        st = tacc_va_rw(f, q, c, c->d.copy.dst + pos, buf, n, true, dkind,
+                        &scratch, &put);
+    }
+    g_free(buf);
+    res->land_pos = pos + put;
+    if (st == TACC_ST_OK) {
+        return true;
+    }
+    res->status = st;
+    tacc_copy_account(f, c, res, pos + put);
+    trace_tacc_exec(f->fn, q, c->d.opcode, c->d.job, c->d.index, st,
+                    res->bytes, res->work_start_ps / PS_PER_NS);
+    return false;
 }
 
 /*
@@ -740,17 +806,20 @@ static void tacc_exec_write8(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     if (x.devmem) {
         res->devmem_wr = 8;
     } else {
-        uint64_t down, up, tlps;
+        TaccLinkCount lc;
 
         /* an aligned 8-byte write: one TLP (no device-side address) */
         res->link_kind = TACC_LINK_D2H;
         res->link_payload = 8;
-        res->link_host_off = va % s->mps;
+        res->link_host_off = va % TACC_LINK_RD_BOUNDARY;
         res->link_dev_off = res->link_host_off;
-        tacc_link_cost(s, res, 0, 8, &down, &up, &tlps);
+        tacc_link_cost(s, res, 0, 8, &lc);
         res->d2h_bytes = 8;
-        res->d2h_tlps = tlps;
-        res->d2h_link = up;
+        res->d2h_tlps = lc.tlps[1];
+        res->h2d_link = lc.bytes[0];
+        res->d2h_link = lc.bytes[1];
+        res->dllp_bytes[0] = lc.dllp[0] * TACC_LINK_DLLP_BYTES;
+        res->dllp_bytes[1] = lc.dllp[1] * TACC_LINK_DLLP_BYTES;
     }
     res->post_ps = tacc_scale_ps(s, s->write_latency_ns * PS_PER_NS);
 }

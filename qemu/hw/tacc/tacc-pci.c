@@ -24,6 +24,7 @@
 #include "qemu/module.h"
 #include "qapi/error.h"
 #include "qapi/visitor.h"
+#include "hw/pci/msi.h"
 #include "hw/pci/msix.h"
 #include "hw/pci/pcie.h"
 #include "hw/pci/pcie_aer.h"
@@ -131,6 +132,8 @@ void tacc_msix_notify(TaccFunc *f, unsigned vector)
     pdev = PCI_DEVICE(f);
     if (msix_enabled(pdev)) {
         msix_notify(pdev, vector);
+        tacc_link_ctrl(f, true, msix_get_message(pdev, vector).address,
+                       TACC_LINK_MSI_BYTES);
         tacc_counters_begin(f->pf);
         f->cnt[TACC_CNT_irqs]++;
         f->pf->gt.irqs++;
@@ -216,6 +219,7 @@ void tacc_func_reset(TaccFunc *f)
         tacc_tlb_invalidate(s, f->fn, -1);
     }
     if (!f->fn) {
+        tacc_tlpcap_reset(s);
         memset(s->vf_mem_base, 0, sizeof(s->vf_mem_base));
         memset(s->vf_mem_size, 0, sizeof(s->vf_mem_size));
         if (!s->virtio_window_busy || !s->virtio_window_busy(s->virtio)) {
@@ -404,6 +408,15 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
     if (!is_power_of_2(s->mps) || s->mps < 128 || s->mps > 4096 ||
         !is_power_of_2(s->mrrs) || s->mrrs < 128 || s->mrrs > 4096) {
         error_setg(errp, "tacc: mps/mrrs must be powers of two in 128..4096");
+        return;
+    }
+    if (s->rcb != 64 && s->rcb != 128) {
+        error_setg(errp, "tacc: rcb must be 64 or 128");
+        return;
+    }
+    if (s->tags < 1 || s->tags > 1024 || s->posted_credits < 1 ||
+        s->posted_credits > 65536) {
+        error_setg(errp, "tacc: tags must be 1..1024, posted-credits 1..65536");
         return;
     }
     if (s->total_vfs > TACC_MAX_VFS) {
@@ -689,6 +702,10 @@ static const Property tacc_props[] = {
     DEFINE_PROP_UINT8("link-width", TaccState, link_width, 16),
     DEFINE_PROP_UINT32("mps", TaccState, mps, 256),
     DEFINE_PROP_UINT32("mrrs", TaccState, mrrs, 512),
+    DEFINE_PROP_UINT32("rcb", TaccState, rcb, 64),
+    DEFINE_PROP_UINT32("tags", TaccState, tags, 32),
+    DEFINE_PROP_UINT32("posted-credits", TaccState, posted_credits, 1024),
+    DEFINE_PROP_BOOL("link-ctrl-cost", TaccState, link_ctrl_cost, true),
     DEFINE_PROP_UINT32("tlb-entries", TaccState, tlb_entries, 128),
     DEFINE_PROP_UINT32("cmd-latency-ns", TaccState, cmd_latency_ns, 100),
     DEFINE_PROP_UINT32("read-latency-ns", TaccState, read_latency_ns, 600),

@@ -112,6 +112,8 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
         return (f->fn ? TACC_CAP_VF : (s->total_vfs ? TACC_CAP_SRIOV : 0)) |
                TACC_CAP_MMU_2M | TACC_CAP_TRACE | TACC_CAP_SAMPLING |
                TACC_CAP_FILL | TACC_CAP_TLB_INV_DONE |
+               (s->link_ctrl_cost ? TACC_CAP_LINK_CTRL_COST : 0) |
+               (f->fn ? 0 : TACC_CAP_TLP_CAPTURE) |
                (!f->fn && s->virtio ? TACC_CAP_VIRTIO_FN : 0);
     case TACC_REG_FUNC:
         return f->fn;
@@ -229,7 +231,12 @@ static uint64_t tacc_bar0_read_locked(TaccFunc *f, hwaddr addr, unsigned size)
     if (!tacc_reg_static(addr)) {
         tacc_sched_run(f->pf);  /* registers reflect the modelled "now" */
     }
-    if (tacc_reg64(f, reg, &v64)) {
+    if (!f->fn && addr >= TACC_REG_TLPCAP_BASE && addr < TACC_REG_TLPCAP_END) {
+        if (!tacc_tlpcap_reg_read(f->pf, addr, size, &v)) {
+            qemu_log_mask(LOG_GUEST_ERROR, "tacc: bad TLP capture read 0x%"
+                          HWADDR_PRIx "/%u\n", addr, size);
+        }
+    } else if (tacc_reg64(f, reg, &v64)) {
         if (size == 8) {
             v = v64;
         } else if (addr & 4) {
@@ -324,6 +331,12 @@ static void tacc_bar0_write_locked(TaccFunc *f, hwaddr addr, uint64_t val,
 
     if (reg >= TACC_REG_CTX_PTBR(0) && reg < TACC_REG_CTX_PTBR(TACC_NUM_CONTEXTS)) {
         tacc_set64(&f->ptbr[(reg - TACC_REG_CTX_PTBR(0)) / 8], addr, val, size);
+        return;
+    }
+    if (!f->fn && addr >= TACC_REG_TLPCAP_BASE && addr < TACC_REG_TLPCAP_END) {
+        if (!tacc_tlpcap_reg_write(s, addr, val, size)) {
+            goto bad;
+        }
         return;
     }
     if (reg >= TACC_QUEUE_BASE(0) && reg < TACC_QUEUE_BASE(TACC_NUM_QUEUES)) {

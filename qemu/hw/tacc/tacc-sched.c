@@ -125,6 +125,7 @@ static void tacc_fetch(TaccFunc *f, int qi, uint64_t t_ps)
             tacc_queue_error(f, qi, "descriptor fetch DMA failed");
             return;
         }
+        tacc_link_ctrl(f, false, addr, TACC_DESC_SIZE);
         q->sq_head = (q->sq_head + 1) % q->sq_size;
         tacc_fifo_push(f, qi, &d, t_ps);
     }
@@ -165,6 +166,8 @@ static bool tacc_cq_write(TaccFunc *f, int qi, struct tacc_cqe *cqe)
         tacc_queue_error(f, qi, "completion DMA failed");
         return true;
     }
+    tacc_link_ctrl(f, true, q->cq_base + (uint64_t)q->cq_tail * TACC_CQE_SIZE,
+                   TACC_CQE_SIZE);
     q->cq_tail = (q->cq_tail + 1) % q->cq_size;
     f->cnt[TACC_CNT_jobs_completed]++;
     s->gt.jobs++;
@@ -226,6 +229,7 @@ static void tacc_unit_complete(TaccState *s, TaccUnit *u, uint64_t t)
     if (r->gemm) {
         r->status = tacc_gemm_finish(f, u->q, c, r);
     }
+    tacc_copy_land(f, u->q, c, r);      /* the last step's data */
     if (r->post_write && r->status == TACC_ST_OK) {
         uint64_t v = c->d.opcode == TACC_OP_TIMESTAMP ? t / PS_PER_NS
                                                        : r->post_value;
@@ -247,6 +251,9 @@ static void tacc_unit_complete(TaccState *s, TaccUnit *u, uint64_t t)
     f->cnt[TACC_CNT_d2h_tlps] += r->d2h_tlps;
     f->cnt[TACC_CNT_h2d_link_bytes] += r->h2d_link;
     f->cnt[TACC_CNT_d2h_link_bytes] += r->d2h_link;
+    f->cnt[TACC_CNT_d2h_req_tlps] += r->req_tlps;
+    f->cnt[TACC_CNT_dllp_h2d_bytes] += r->dllp_bytes[0];
+    f->cnt[TACC_CNT_dllp_d2h_bytes] += r->dllp_bytes[1];
     f->cnt[TACC_CNT_tlb_hits] += r->tlb_hits;
     f->cnt[TACC_CNT_tlb_misses] += r->tlb_misses;
     f->cnt[TACC_CNT_tlb_walk_reads] += r->walk_reads;
@@ -303,38 +310,94 @@ static void tacc_unit_complete(TaccState *s, TaccUnit *u, uint64_t t)
     tacc_fetch(f, u->q, t);
 }
 
-/* One link step of a unit at time t: the next chunk of its payload. */
+/* The TLPs of a link step go to the TLP capture, when it is on. */
+static void tacc_unit_tlpcap(TaccState *s, TaccUnit *u, uint64_t pos,
+                             uint64_t c, uint64_t st)
+{
+    TaccFunc *f = tacc_func(s, u->fn);
+    const struct tacc_desc *d = &u->cmd.d;
+    bool h2d = u->res.link_kind == TACC_LINK_H2D;
+    TaccTlpSrc t = {
+        .f = f, .q = u->q, .cmd = &u->cmd, .len = u->res.link_payload,
+    };
+
+    if (!f || !tacc_tlpcap_wanted(s, f, false)) {
+        return;
+    }
+    if (u->res.post_write) {            /* fence, timestamp: a bus address */
+        t.bus = true;
+        t.host = t.dev_off = u->res.post_addr;
+    } else {
+        t.host = h2d ? d->copy.src : d->copy.dst;
+        t.dev_off = h2d ? d->copy.dst : d->copy.src;
+    }
+    if (h2d) {
+        tacc_tlpcap_read(s, &t, pos, c, st);
+    } else {
+        tacc_tlpcap_write(s, &t, pos, c, st);
+    }
+}
+
+/*
+ * One link step of a unit at time t: the next chunk of its payload.  The
+ * step's primary direction (down for a host read's completions, up for a
+ * host write) is reserved for t_link(its bytes) from when it is free: the
+ * step waits for it (link_stall_ticks).  The other direction's bytes (read
+ * requests, DLLPs) interleave with whatever that direction carries, TLP by
+ * TLP, so they extend its occupancy (delaying the transfers behind them)
+ * without waiting for it.  The step lasts at least its own bytes' time in
+ * each direction and what flow control allows (tacc_link_fc_ps).
+ */
 static void tacc_unit_link_step(TaccState *s, TaccUnit *u, uint64_t t)
 {
     uint64_t c = MIN(u->link_left, TACC_CHUNK_BYTES);
     uint64_t pos = u->res.link_payload - u->link_left;
-    uint64_t need[2] = { 0, 0 }, tlps, st = t, end = t;
+    int prim = u->res.link_kind == TACC_LINK_H2D ? 0 : 1;
+    uint64_t st = t, end;
+    TaccLinkCount lc;
 
     /* the TLPs that start in [pos, pos + c): see tacc_link_cost() */
-    tacc_link_cost(s, &u->res, pos, c, &need[0], &need[1], &tlps);
+    tacc_link_cost(s, &u->res, pos, c, &lc);
+    end = t + tacc_link_fc_ps(s, u->res.link_kind, c,
+                              u->res.link_kind == TACC_LINK_H2D ?
+                              lc.tlps[1] : 0);
     for (int d = 0; d < 2; d++) {
-        uint64_t b, e, dur;
-        if (!need[d]) {
+        uint64_t dur;
+        if (!lc.bytes[d]) {
             continue;
         }
-        b = MAX(t, s->link_free_ps[d]);
-        dur = tacc_link_ps(s, need[d]);
-        e = b + dur;
-        s->link_free_ps[d] = e;
+        dur = tacc_link_ps(s, lc.bytes[d]);
+        if (d == prim) {
+            st = MAX(t, s->link_free_ps[d]);
+            s->link_free_ps[d] = st + dur;
+            end = MAX(end, st + dur);
+        } else {
+            s->link_free_ps[d] = MAX(t, s->link_free_ps[d]) + dur;
+            end = MAX(end, t + dur);
+        }
         s->link_busy_ps[d] += dur;
-        st = MAX(st, b);
-        end = MAX(end, e);
     }
     u->stall_ps += st - t;
+    tacc_unit_tlpcap(s, u, pos, c, st);
     u->link_left -= c;
+    u->res.land_len = c;        /* lands when the step ends */
     u->next_ps = end;
 }
 
 static void tacc_unit_step(TaccState *s, TaccUnit *u, uint64_t t)
 {
+    TaccFunc *f;
+
     switch (u->phase) {
     case TACC_PHASE_PRE:
     case TACC_PHASE_LINK:
+        if (u->link_left && u->res.land_len) {
+            /* the previous step ended: its data lands */
+            f = tacc_func(s, u->fn);
+            if (f && !tacc_copy_land(f, u->q, &u->cmd, &u->res)) {
+                u->link_left = 0;       /* a DMA error ends the copy */
+            }
+        }
         if (u->link_left) {
             u->phase = TACC_PHASE_LINK;
             tacc_unit_link_step(s, u, t);
@@ -586,6 +649,7 @@ static void tacc_host_finish(TaccState *s)
     TaccUnit *u = s->host_unit;
     TaccFunc *f = tacc_func(s, u->fn);
 
+    s->ev_ps = s->host_t;
     if (s->host_gemm) {
         TaccGemmJob *j = u->res.gemm;
         if (j && j->threaded) {
@@ -641,10 +705,12 @@ static void tacc_sched_advance(TaccState *s, bool wait_host)
                 trace_tacc_host_wait(u->fn, u->q, t / PS_PER_NS, true);
                 continue;
             }
+            s->ev_ps = t;
             tacc_unit_step(s, u, t);
             tacc_dispatch(s, t);
             continue;
         }
+        s->ev_ps = now;
         tacc_dispatch(s, now);
         if (s->host_unit) {
             continue;

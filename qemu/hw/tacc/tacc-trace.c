@@ -25,8 +25,9 @@ void tacc_ring_wb(TaccFunc *f, uint64_t wb, uint32_t prod, uint32_t dropped)
         .dropped = cpu_to_le32(dropped),
     };
 
-    if (wb && !(wb & 7)) {
-        tacc_func_dma(f, wb, &w, sizeof(w), true);
+    if (wb && !(wb & 7) &&
+        tacc_func_dma(f, wb, &w, sizeof(w), true) == MEMTX_OK) {
+        tacc_link_ctrl(f, true, wb, sizeof(w));
     }
 }
 
@@ -94,6 +95,7 @@ void tacc_trace_put(TaccFunc *f, struct tacc_trace_rec *r)
             tacc_irq_cause(f, TACC_IRQ_DMA_ERROR);
             return;
         }
+        tacc_link_ctrl(f, true, a, sizeof(r));
         f->trace_prod++;
         f->cnt[TACC_CNT_trace_records]++;
         s->gt.trace_records++;
@@ -167,6 +169,7 @@ static void tacc_sample_timer_locked(TaccFunc *f)
                      (uint64_t)(f->sample_prod & (f->sample_size - 1)) *
                      TACC_SAMPLE_SIZE;
         if (tacc_func_dma(f, a, buf, sizeof(buf), true) == MEMTX_OK) {
+            tacc_link_ctrl(f, true, a, sizeof(buf));
             f->sample_prod++;
             if (f->sample_prod - f->sample_cons == f->sample_size / 2) {
                 tacc_irq_cause(f, TACC_IRQ_SAMPLE);

@@ -82,12 +82,21 @@ typedef struct TaccGemmJob {
 /* What executing one command did: filled by tacc-exec.c. */
 enum { TACC_LINK_NONE, TACC_LINK_H2D, TACC_LINK_D2H };
 
+/* Link traffic of a transfer (or part of one), per direction: 0 down, 1 up. */
+typedef struct TaccLinkCount {
+    uint64_t tlps[2];           /* TLPs (H2D: completions down, requests up) */
+    uint64_t dllp[2];           /* ACK / UpdateFC DLLPs */
+    uint64_t bytes[2];          /* link bytes: payload, TLP overhead, DLLPs */
+} TaccLinkCount;
+
 typedef struct TaccResult {
     uint16_t status;
     uint64_t bytes;             /* payload bytes (trace record) */
     uint64_t h2d_bytes, d2h_bytes;      /* link payload by direction */
     uint64_t h2d_tlps, d2h_tlps;        /* payload TLPs by direction */
     uint64_t h2d_link, d2h_link;        /* link bytes incl. overhead */
+    uint64_t req_tlps;                  /* read requests (upstream) */
+    uint64_t dllp_bytes[2];             /* DLLP bytes in h2d_link, d2h_link */
     uint64_t devmem_rd, devmem_wr;
     uint64_t flops;
     uint32_t tlb_hits, tlb_misses, walk_reads;
@@ -96,7 +105,9 @@ typedef struct TaccResult {
     uint64_t pre_ps;
     int link_kind;
     uint64_t link_payload;
-    uint32_t link_host_off, link_dev_off;  /* start offsets modulo MPS */
+    uint32_t link_host_off, link_dev_off;  /* start offsets modulo 4 KiB */
+    bool land;                          /* a host copy: data lands per step */
+    uint64_t land_pos, land_len;        /* landed so far, and still to land */
     uint64_t post_ps;
     /* deferred 8-byte write at completion (fence, timestamp) */
     bool post_write;
@@ -202,6 +213,18 @@ struct TaccFunc {
     uint8_t rr_queue[TACC_NUM_CLASSES];
 };
 
+/* What a TLP capture needs of a transfer (tacc-tlpcap.c). */
+typedef struct TaccTlpSrc {
+    TaccFunc *f;
+    int q;
+    const TaccCmd *cmd;         /* NULL: control traffic */
+    bool bus;                   /* host is a bus address, else a device VA */
+    uint64_t host;              /* host side at payload offset 0 */
+    uint64_t dev_off;           /* device side at payload offset 0 (writes) */
+    uint64_t len;               /* the whole transfer */
+    uint64_t page_va, page_bus; /* translation cache: page VA + 1, its bus address */
+} TaccTlpSrc;
+
 typedef struct TaccGroundTruth {
     uint64_t h2d_bytes, d2h_bytes;
     uint64_t h2d_link_bytes, d2h_link_bytes;
@@ -218,6 +241,10 @@ struct TaccState {
     uint64_t devmem_size;
     uint8_t link_gen, link_width;
     uint32_t mps, mrrs;
+    uint32_t rcb;               /* root port's read completion boundary */
+    uint32_t tags;              /* outstanding read requests */
+    uint32_t posted_credits;    /* root port's posted data credits (16 B) */
+    bool link_ctrl_cost;        /* control traffic reserves link time */
     uint32_t tlb_entries;
     uint32_t time_scale;        /* x 1000 */
     uint32_t cmd_latency_ns, read_latency_ns, write_latency_ns;
@@ -243,6 +270,7 @@ struct TaccState {
     uint64_t tlb_clock;
 
     TaccUnit unit[TACC_NUM_UNITS];
+    uint64_t ev_ps;             /* time of the event the model processes */
     uint64_t link_free_ps[2];   /* 0 = down (H2D), 1 = up (D2H) */
     uint64_t link_busy_ps[2];
     uint64_t gcnt[TACC_SAMPLE_SLOTS];   /* counter page 1 */
@@ -253,6 +281,13 @@ struct TaccState {
     bool in_run;
 
     TaccGroundTruth gt;
+
+    /* TLP capture (tacc-tlpcap.c, PF registers 0x600-0x6ff) */
+    uint64_t tc_base, tc_wb, tc_addr_lo, tc_addr_hi;
+    uint32_t tc_size, tc_ctrl, tc_prod, tc_cons, tc_dropped, tc_seq;
+    uint32_t tc_funcs, tc_kinds, tc_nbuf;
+    uint16_t tc_tag[TACC_NUM_FUNCS];
+    struct tacc_tlp_rec tc_buf[64];
 
     /* re-entrancy guard (tacc_enter): device entry points now active */
     uint32_t depth;
@@ -315,6 +350,7 @@ void tacc_exec(TaccFunc *f, int q, TaccCmd *cmd, uint64_t start_ps,
 bool tacc_exec_continue(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
                         uint64_t budget);
 void tacc_exec_drop(TaccResult *res);
+bool tacc_copy_land(TaccFunc *f, int q, TaccCmd *c, TaccResult *res);
 void tacc_host_bh(void *opaque);
 uint16_t tacc_gemm_finish(TaccFunc *f, int q, TaccCmd *c, TaccResult *res);
 void tacc_gemm_job_free(TaccState *s, TaccGemmJob *j);
@@ -339,11 +375,30 @@ uint64_t tacc_link_ps(TaccState *s, uint64_t bytes);
 uint64_t tacc_scale_ps(TaccState *s, uint64_t ps);
 uint64_t tacc_link_tlps(TaccState *s, uint64_t len, uint64_t host_off,
                         uint64_t dev_off);
+uint64_t tacc_link_reqs(TaccState *s, uint64_t len, uint64_t host_off);
+uint64_t tacc_link_cpls(TaccState *s, uint64_t len, uint64_t host_off);
+void tacc_link_prefix(TaccState *s, int kind, uint64_t len, uint64_t host_off,
+                      uint64_t dev_off, TaccLinkCount *c);
 void tacc_link_cost(TaccState *s, const TaccResult *r, uint64_t pos,
-                    uint64_t len, uint64_t *down, uint64_t *up,
-                    uint64_t *tlps);
+                    uint64_t len, TaccLinkCount *c);
+uint64_t tacc_link_fc_ps(TaccState *s, int kind, uint64_t payload,
+                         uint64_t reqs);
+void tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova, uint64_t len);
+uint64_t tacc_ev_ps(TaccState *s);
 uint64_t tacc_compute_ps(TaccState *s, uint64_t flops, uint64_t devmem_bytes);
 unsigned tacc_link_rate_gt(TaccState *s);
+
+/* tacc-tlpcap.c */
+bool tacc_tlpcap_wanted(TaccState *s, TaccFunc *f, bool ctrl);
+void tacc_tlpcap_read(TaccState *s, TaccTlpSrc *t, uint64_t pos, uint64_t c,
+                      uint64_t t_ps);
+void tacc_tlpcap_write(TaccState *s, TaccTlpSrc *t, uint64_t pos, uint64_t c,
+                       uint64_t t_ps);
+bool tacc_tlpcap_reg_write(TaccState *s, hwaddr addr, uint64_t val,
+                           unsigned size);
+bool tacc_tlpcap_reg_read(TaccState *s, hwaddr addr, unsigned size,
+                          uint64_t *val);
+void tacc_tlpcap_reset(TaccState *s);
 
 /* tacc-trace.c */
 void tacc_trace_record(TaccFunc *f, TaccUnit *u, uint64_t end_ps);

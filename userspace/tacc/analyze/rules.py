@@ -427,7 +427,9 @@ def host_memory(d: Data, th: Thresholds) -> list[Finding]:
         if not m.any():
             continue
         s = c.sel(m)
-        ideal = (s.bytes + f.mps - 1) // f.mps
+        # aligned buffers: completions at the root port's RCB (H2D), writes at MPS (D2H)
+        h2d = s.opcode == Opcode.COPY_H2D
+        ideal = np.where(h2d, (s.bytes + f.rcb - 1) // f.rcb, (s.bytes + f.mps - 1) // f.mps)
         extra = np.maximum(s.tlps - ideal - 1, 0)
         extra_total = int(extra.sum())
         # each extra TLP costs its header on the link (docs/hardware.md section 9)

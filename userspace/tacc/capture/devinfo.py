@@ -13,11 +13,22 @@ LINK_RATE_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
 # tacc.counters (share of the link max), tacc analyze and tacc timeline all use it;
 # tests/host/test_capture_layout.py checks the constants against tacc_hw.h.
 LINK_ENC_NUM, LINK_ENC_DEN = 128, 130  # 128b/130b (Gen3+)
+LINK_SKP_INTERVAL = 370  # data blocks per SKP ordered set (one block)
 LINK_MWR_OVERHEAD = 24  # per memory-write TLP (D2H payload): STP+seq 4, 4DW header, LCRC 4
 LINK_CPL_OVERHEAD = 20  # per completion-with-data TLP (H2D payload): 3DW header
 LINK_MRD_BYTES = 24  # per memory-read request TLP (upstream, H2D)
+LINK_DLLP_BYTES = 8  # ACK or UpdateFC DLLP: 6 bytes + 2-byte SDP token
+LINK_ACK_TLPS = 4  # TLPs acknowledged per ACK DLLP
+LINK_FC_TLPS = 4  # TLPs whose credits one UpdateFC returns (posted, non-posted)
+LINK_RD_BOUNDARY = 4096  # a read request never crosses it
+LINK_FC_UNIT = 16  # bytes per flow-control data credit
+LINK_MSI_BYTES = 4  # an MSI-X message: one 4-byte memory write
 TLP_OVERHEAD_BYTES = LINK_MWR_OVERHEAD  # the larger of the two (default when no direction)
 TLP_OVERHEAD_BY_DIR = {"h2d": LINK_CPL_OVERHEAD, "d2h": LINK_MWR_OVERHEAD}
+# QOM defaults of the properties the link model reads (docs/hardware.md section 1)
+DEFAULT_MRRS, DEFAULT_RCB, DEFAULT_TAGS, DEFAULT_POSTED_CREDITS = 512, 64, 32, 1024
+DEFAULT_READ_NS, DEFAULT_WRITE_NS = 600, 200
+H2D, D2H = "h2d", "d2h"
 
 
 def _enc(gen: int) -> float:
@@ -25,17 +36,25 @@ def _enc(gen: int) -> float:
 
 
 def t_link_ps(nbytes: int, gen: int, width: int) -> int:
-    """Modelled time of ``nbytes`` link bytes on one direction, picoseconds (exact ceil):
-    ``ceil(bytes * 8 * 130 * 1000 / (lanes * rate_GT * 128))``."""
+    """Modelled time of ``nbytes`` link bytes on one direction, picoseconds (exact ceil),
+    SKP ordered sets included (one block per ``LINK_SKP_INTERVAL``):
+    ``ceil(bytes * 8 * 130 * 1000 * 371 / (lanes * rate_GT * 128 * 370))``."""
     rate = LINK_RATE_GTS[int(gen)]
     if int(gen) >= 3:
-        den = int(width) * int(rate) * LINK_ENC_NUM
-        return -(-int(nbytes) * 8 * LINK_ENC_DEN * 1000 // den)
+        den = int(width) * int(rate) * LINK_ENC_NUM * LINK_SKP_INTERVAL
+        num = 8 * LINK_ENC_DEN * 1000 * (LINK_SKP_INTERVAL + 1)
+        return -(-int(nbytes) * num // den)
     return int(np.ceil(nbytes * 8 * 1000 / (width * rate * 0.8)))
 
 
+def _cuts(off: int, n: int, period: int) -> int:
+    """#{x in (0, n): (off + x) % period == 0}."""
+    return (int(off) % period + int(n) - 1) // period if n > 0 else 0
+
+
 def payload_tlps(n, mps: int, host_off: int = 0, dev_off: int = 0):
-    """Payload TLPs of a transfer of ``n`` bytes (docs/hardware.md section 9, "PCIe link").
+    """Memory-write TLPs of a host write (COPY_D2H) of ``n`` bytes (docs/hardware.md
+    section 9, "PCIe link").
 
     The DMA engine cuts ``[0, n)`` at every ``x`` in ``(0, n)`` where the device-side
     address ``dev_off + x`` or the host-side address ``host_off + x`` is a multiple of
@@ -52,43 +71,142 @@ def payload_tlps(n, mps: int, host_off: int = 0, dev_off: int = 0):
     n = int(n)
     if n <= 0:
         return 0
-    # cuts(off) = #{x in (0, n): (off + x) % mps == 0} = (off + n - 1) // mps for off < mps;
     # the two sets of cuts coincide when h == d and are disjoint otherwise
-    return 1 + (d + n - 1) // mps + (0 if h == d else (h + n - 1) // mps)
+    return 1 + _cuts(d, n, mps) + (0 if h == d else _cuts(h, n, mps))
+
+
+def read_requests(n: int, mrrs: int, host_off: int = 0) -> int:
+    """Read requests of a host read of ``n`` bytes from host offset ``host_off``: MRRS
+    bytes each from the start of the transfer, never across a 4 KiB boundary of the host
+    address (4 KiB cuts fall on MRRS cuts exactly when ``host_off`` is MRRS-aligned)."""
+    n, h = int(n), int(host_off) % LINK_RD_BOUNDARY
+    if n <= 0:
+        return 0
+    return 1 + (n - 1) // mrrs + (_cuts(h, n, LINK_RD_BOUNDARY) if h % mrrs else 0)
+
+
+def completions(n: int, mrrs: int, rcb: int, host_off: int = 0) -> int:
+    """Completions of those requests: the root port cuts each request's data at its Read
+    Completion Boundary (``rcb``-aligned host addresses), so ``[0, n)`` is cut at every
+    RCB boundary of the host address and at every request boundary."""
+    n, h = int(n), int(host_off) % rcb
+    if n <= 0:
+        return 0
+    return 1 + _cuts(h, n, rcb) + ((n - 1) // mrrs if h else 0)
+
+
+@dataclass(frozen=True)
+class LinkCount:
+    """Link traffic of (a prefix of) a transfer; index 0 = down (H2D), 1 = up (D2H)."""
+
+    tlps: tuple[int, int]
+    dllp: tuple[int, int]
+    bytes: tuple[int, int]
+
+    def __sub__(self, o: LinkCount) -> LinkCount:
+        def sub(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+            return a[0] - b[0], a[1] - b[1]
+        return LinkCount(sub(self.tlps, o.tlps), sub(self.dllp, o.dllp),
+                         sub(self.bytes, o.bytes))
+
+
+def link_prefix(kind: str, n: int, mps: int, mrrs: int = DEFAULT_MRRS,
+                rcb: int = DEFAULT_RCB, host_off: int = 0, dev_off: int = 0) -> LinkCount:
+    """The link traffic of the first ``n`` payload bytes of a host read (``"h2d"``:
+    completions down, read requests up) or host write (``"d2h"``: memory writes up), with
+    the DLLPs that acknowledge them and return their credits (tacc-model.c
+    ``tacc_link_prefix``)."""
+    def acks(t: int) -> int:
+        return -(-t // LINK_ACK_TLPS)
+
+    def fcs(t: int) -> int:
+        return -(-t // LINK_FC_TLPS)
+    n = int(n)
+    if kind == H2D:
+        req = read_requests(n, mrrs, host_off)
+        cpl = completions(n, mrrs, rcb, host_off)
+        tl, dl = (cpl, req), (acks(req) + fcs(req), acks(cpl))
+        by = [n + cpl * LINK_CPL_OVERHEAD, req * LINK_MRD_BYTES]
+    else:
+        w = payload_tlps(n, mps, host_off, dev_off)
+        tl, dl = (0, w), (acks(w) + fcs(w), 0)
+        by = [0, n + w * LINK_MWR_OVERHEAD]
+    return LinkCount(tl, dl, (by[0] + dl[0] * LINK_DLLP_BYTES, by[1] + dl[1] * LINK_DLLP_BYTES))
+
+
+def copy_tlps(n, h2d: bool, mps: int, mrrs: int = DEFAULT_MRRS, rcb: int = DEFAULT_RCB,
+              host_off: int = 0, dev_off: int = 0):
+    """The payload TLPs a copy's trace record reports (``tlps``): the completions of a
+    host read (H2D), the memory writes of a host write (D2H).  ``n`` may be a numpy
+    array (aligned buffers only)."""
+    if isinstance(n, np.ndarray):
+        if h2d:
+            if host_off % rcb:
+                raise ValueError("arrays: aligned host buffers only")
+            return np.where(n > 0, -(-n.astype(np.int64) // rcb), 0)
+        return payload_tlps(n, mps, host_off, dev_off)
+    if h2d:
+        return completions(n, mrrs, rcb, host_off)
+    return payload_tlps(n, mps, host_off, dev_off)
 
 
 def h2d_link_bytes(
-    n: int, mps: int, mrrs: int, host_off: int = 0, dev_off: int = 0
+    n: int, mps: int, mrrs: int, host_off: int = 0, dev_off: int = 0, rcb: int = DEFAULT_RCB
 ) -> tuple[int, int, int]:
-    """(down, up, tlps) link bytes of a host read of ``n`` payload bytes (COPY_H2D) from
-    host-side offset ``host_off`` to device-side offset ``dev_off``: completions
-    (``payload_tlps``) downstream, read requests (``ceil(n / mrrs)``) upstream."""
-    cpl = payload_tlps(n, mps, host_off, dev_off)
-    return int(n) + cpl * LINK_CPL_OVERHEAD, -(-int(n) // int(mrrs)) * LINK_MRD_BYTES, cpl
+    """(down, up, completions) link bytes of a host read of ``n`` payload bytes (COPY_H2D)
+    from host-side offset ``host_off``: completions and the root port's DLLPs downstream,
+    read requests and the device's ACKs upstream.  ``mps`` and ``dev_off`` do not matter
+    (the root port cuts completions at its RCB); kept for a uniform signature."""
+    c = link_prefix(H2D, n, mps, mrrs, rcb, host_off, dev_off)
+    return c.bytes[0], c.bytes[1], c.tlps[0]
 
 
 def d2h_link_bytes(n: int, mps: int, host_off: int = 0, dev_off: int = 0) -> tuple[int, int]:
     """(up, tlps) link bytes of a host write of ``n`` payload bytes (COPY_D2H) from
-    device-side offset ``dev_off`` to host-side offset ``host_off``."""
-    tlps = payload_tlps(n, mps, host_off, dev_off)
-    return int(n) + tlps * LINK_MWR_OVERHEAD, tlps
+    device-side offset ``dev_off`` to host-side offset ``host_off`` (the root port's ACK and
+    UpdateFC DLLPs downstream: ``link_prefix("d2h", ...).bytes[0]``)."""
+    c = link_prefix(D2H, n, mps, host_off=host_off, dev_off=dev_off)
+    return c.bytes[1], c.tlps[1]
 
 
 def link_raw_bw(gen: int, width: int) -> float:
-    """Link bytes per second of one direction after line encoding (TLP headers included)."""
-    return width * LINK_RATE_GTS.get(int(gen), 16.0) * 1e9 * _enc(gen) / 8.0
+    """Link bytes per second of one direction after line encoding and SKP ordered sets
+    (TLP headers and DLLPs included)."""
+    return (width * LINK_RATE_GTS.get(int(gen), 16.0) * 1e9 * _enc(gen) / 8.0
+            * LINK_SKP_INTERVAL / (LINK_SKP_INTERVAL + 1))
 
 
-def link_max_payload_bw(gen: int, width: int, mps: int, direction: str | None = None) -> float:
-    """Modelled maximum payload bandwidth of one link direction, bytes per second.
+STEP = 64 * 1024  # the device's link step (tacc.h TACC_CHUNK_BYTES)
 
-    lanes * rate(GT/s) * 128/130 / 8 * MPS / (MPS + overhead), overhead = 20 bytes per
-    completion (``direction="h2d"``) or 24 per memory write (``"d2h"``, and the default):
-    the limit of ``t_link_ps`` of ``h2d_link_bytes`` / ``d2h_link_bytes`` for large
-    transfers (the read requests of H2D use the other direction).
-    """
-    over = TLP_OVERHEAD_BY_DIR[direction] if direction else TLP_OVERHEAD_BYTES
-    return link_raw_bw(gen, width) * mps / (mps + over)
+
+def fc_ps(kind: str, payload: int, reqs: int, tags: int = DEFAULT_TAGS,
+          rd_ns: int = DEFAULT_READ_NS, wr_ns: int = DEFAULT_WRITE_NS,
+          posted_credits: int = DEFAULT_POSTED_CREDITS) -> int:
+    """The shortest time flow control allows a link step (tacc_link_fc_ps): ``reqs *
+    T_rd / tags`` for a host read, ``payload * T_wr / (posted_credits * 16)`` for a write,
+    picoseconds (unscaled)."""
+    if kind == H2D:
+        return -(-int(reqs) * rd_ns * 1000 // tags)
+    return -(-int(payload) * wr_ns * 1000 // (posted_credits * LINK_FC_UNIT))
+
+
+def link_max_payload_bw(gen: int, width: int, mps: int, direction: str | None = None,
+                        mrrs: int = DEFAULT_MRRS, rcb: int = DEFAULT_RCB,
+                        tags: int = DEFAULT_TAGS, rd_ns: int = DEFAULT_READ_NS,
+                        wr_ns: int = DEFAULT_WRITE_NS,
+                        posted_credits: int = DEFAULT_POSTED_CREDITS) -> float:
+    """Modelled maximum payload bandwidth of one link direction, bytes per second: the
+    payload of one aligned 64 KiB link step in the middle of a long transfer over the
+    step's time (``max`` of both directions' ``t_link`` and flow control), i.e. what a
+    long copy approaches.  ``direction`` None: the lower (D2H-style) of the two."""
+    if direction is None:
+        return min(link_max_payload_bw(gen, width, mps, d, mrrs, rcb, tags, rd_ns, wr_ns,
+                                       posted_credits) for d in (H2D, D2H))
+    c = (link_prefix(direction, 2 * STEP, mps, mrrs, rcb)
+         - link_prefix(direction, STEP, mps, mrrs, rcb))
+    t = max(t_link_ps(c.bytes[0], gen, width), t_link_ps(c.bytes[1], gen, width),
+            fc_ps(direction, STEP, c.tlps[1], tags, rd_ns, wr_ns, posted_credits))
+    return STEP / (t * 1e-12)
 
 
 @dataclass(frozen=True)
@@ -103,6 +221,8 @@ class Function:
     clock_hz: float
     time_scale: float
     devmem: int
+    mrrs: int = DEFAULT_MRRS
+    rcb: int = DEFAULT_RCB
 
     @property
     def name(self) -> str:
@@ -115,11 +235,13 @@ class Function:
     @property
     def max_payload_bw(self) -> float:
         """The lower (D2H) of the two directions' maxima (see ``max_bw``)."""
-        return link_max_payload_bw(self.gen, self.width, self.mps) / self.time_scale
+        return link_max_payload_bw(self.gen, self.width, self.mps, None, self.mrrs,
+                                   self.rcb) / self.time_scale
 
     def max_bw(self, direction: str) -> float:
         """Modelled maximum payload bandwidth of ``"h2d"`` or ``"d2h"``, bytes/s."""
-        return link_max_payload_bw(self.gen, self.width, self.mps, direction) / self.time_scale
+        return link_max_payload_bw(self.gen, self.width, self.mps, direction, self.mrrs,
+                                   self.rcb) / self.time_scale
 
     @property
     def raw_bw(self) -> float:
@@ -141,6 +263,8 @@ def function_from_desc(fid: int, d: dict[str, Any], meta: dict[str, Any]) -> Fun
         clock_hz=float(d.get("clock_hz", 1e9)),
         time_scale=float(d.get("time_scale", meta.get("time_scale", 1.0)) or 1.0),
         devmem=int(d.get("devmem", 0)),
+        mrrs=int(link.get("mrrs", DEFAULT_MRRS)),
+        rcb=int(link.get("rcb", DEFAULT_RCB)),
     )
 
 

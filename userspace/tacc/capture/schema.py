@@ -19,8 +19,9 @@ FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
 # (issue 17); captures of minor 0 may lack device_events.  The coordinator reconciles the
 # number when several branches add to the format in one round.
-FORMAT_MINOR = 5  # docs/capture-format.md "Minor versions": 2 virtio trace records,
-# 3 cluster (net_clock), 4 capture overhead (mix/tail), 5 containers (processes)
+FORMAT_MINOR = 6  # docs/capture-format.md "Minor versions": 2 virtio trace records,
+# 3 cluster (net_clock), 4 capture overhead (mix/tail), 5 containers (processes),
+# 6 link-model counter slots
 TRACE_REC_VERSION = 2  # TACC_TRACE_VERSION (2: virtio event records, docs/virtio.md)
 STRING_MAX = 120
 
@@ -65,6 +66,10 @@ FUNC_COUNTERS: tuple[tuple[str, int], ...] = (
     ("cmds_compute1", 29), ("cmds_compute2", 30), ("cmds_compute3", 31),
     ("queue0_depth_hwm", 32), ("queue1_depth_hwm", 33), ("queue2_depth_hwm", 34),
     ("queue3_depth_hwm", 35), ("devmem_read_bytes", 36), ("devmem_write_bytes", 37),
+    # hw 1.2 (link model fidelity, issue 19)
+    ("d2h_req_tlps", 38), ("dllp_h2d_bytes", 39), ("dllp_d2h_bytes", 40),
+    ("ctrl_h2d_tlps", 41), ("ctrl_d2h_tlps", 42), ("ctrl_h2d_link_bytes", 43),
+    ("ctrl_d2h_link_bytes", 44), ("ctrl_dllp_h2d_bytes", 45), ("ctrl_dllp_d2h_bytes", 46),
 )
 GLOBAL_COUNTERS: tuple[tuple[str, int], ...] = (
     ("link_h2d_busy_ticks", 2), ("link_d2h_busy_ticks", 3), ("link_h2d_bytes", 4),

@@ -25,6 +25,7 @@ from .devinfo import (
     LINK_CPL_OVERHEAD,
     LINK_MWR_OVERHEAD,
     TLP_OVERHEAD_BYTES,
+    copy_tlps,
     link_max_payload_bw,
     link_raw_bw,
     payload_tlps,
@@ -75,7 +76,7 @@ GEMM_FLOP_PER_NS = 2000.0  # 2 TFLOP/s
 SAMPLE_NS = 100_000
 CLOCK_PERIOD_NS = 5_000_000
 
-MAX_BW = link_max_payload_bw(GEN, WIDTH, MPS, "h2d")  # bytes / s (D2H: 1.4 % less)
+MAX_BW = link_max_payload_bw(GEN, WIDTH, MPS, "h2d")  # bytes / s (the lower direction)
 RAW_BW = link_raw_bw(GEN, WIDTH)  # link bytes / s incl. TLP overhead
 
 
@@ -225,8 +226,8 @@ class Sim:
         start, end = serial_schedule(dev_ready, dur, self.queue_end.get((fid, queue), 0))
         self.queue_end[(fid, queue)] = int(end[-1]) if n else self.queue_end.get((fid, queue), 0)
         nbytes = np.broadcast_to(np.asarray(nbytes, np.int64), (n,))
-        if tlps is None:
-            tlps = payload_tlps(nbytes, MPS)  # aligned buffers (devinfo, section 9)
+        if tlps is None:  # aligned buffers (devinfo, section 9)
+            tlps = copy_tlps(nbytes, Opcode(opcode) == Opcode.COPY_H2D, MPS)
         engine = {Opcode.COPY_H2D: Engine.DMA_H2D, Opcode.COPY_D2H: Engine.DMA_D2H}.get(
             Opcode(opcode), Engine.COMPUTE0 + queue % 4)
         self.cmds.append(dict(
@@ -469,12 +470,12 @@ def w_tiny_transfers(sim: Sim, t: int, scale: int, good: bool) -> int:
 def w_unaligned_userptr(sim: Sim, t: int, scale: int, good: bool) -> int:
     size = 8 * MiB
     n = 8 * scale
-    align = 0 if good else 64
+    align = 0 if good else 32
     t = sim.buffers(PID, TID, t, 0, [size, size // 4], userptr=True, align=align)
-    # docs/hardware.md section 9: the host side at offset `align`, the device side
-    # aligned; each extra TLP costs its header on the link
-    tlps = payload_tlps(size, MPS, host_off=align)
-    extra = tlps - payload_tlps(size, MPS)
+    # docs/hardware.md section 9: the host side at offset `align` (off the root port's
+    # 64 B RCB and MPS), the device side aligned; each extra TLP costs its header
+    tlps = copy_tlps(size, True, MPS, host_off=align)
+    extra = tlps - copy_tlps(size, True, MPS)
     dur = xfer_ns(size) + int(extra * LINK_CPL_OVERHEAD / RAW_BW * 1e9)
     t, _ = _async_stream(sim, t, n, name="copy_h2d", opcode=Opcode.COPY_H2D, nbytes=size,
                          dur=np.full(n, dur), tlps=np.full(n, tlps))

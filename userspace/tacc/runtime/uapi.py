@@ -18,7 +18,7 @@ _IOC_WRITE, _IOC_READ = 1, 2
 
 DRM_IOCTL_BASE = ord("d")
 DRM_COMMAND_BASE = 0x40
-DRM_TACC_API_VERSION = 2
+DRM_TACC_API_VERSION = 3
 
 
 def _ioc(direction: int, nr: int, size: int) -> int:
@@ -82,6 +82,12 @@ TRACE_HDR_VERSION = 1
 
 # device-side counter sampling ring
 MMAP_SAMPLE = 0x30000000
+# TLP capture ring (uAPI 3, docs/uapi.md "TLP capture")
+MMAP_TLPCAP = 0x40000000
+TLPCAP_NO_CTRL = 1
+TLPCAP_MIN_ENTRIES = 64
+TLPCAP_MAX_ENTRIES = 262144
+TLPCAP_DEFAULT_ENTRIES = 16384
 SAMPLE_MIN_PERIOD_NS = 100_000
 SAMPLE_MAX_ENTRIES = 2048
 SAMPLE_HDR_VERSION = 1
@@ -175,6 +181,12 @@ class drm_tacc_sample_close(C.Structure):  # noqa: N801
     _fields_ = [("flags", u32), ("pad", u32)]
 
 
+class drm_tacc_tlpcap_open(C.Structure):  # noqa: N801
+    _fields_ = [("flags", u32), ("entries", u32), ("funcs", u32), ("kinds", u32),
+                ("addr_lo", u64), ("addr_hi", u64), ("pad", u32), ("pad2", u32),
+                ("mmap_offset", u64), ("mmap_size", u64)]
+
+
 class drm_tacc_gem_close(C.Structure):  # noqa: N801
     _fields_ = [("handle", u32), ("pad", u32)]
 
@@ -206,6 +218,9 @@ DRM_IOCTL_TACC_TRACE_CLOSE = _iow(DRM_COMMAND_BASE + 0x09, drm_tacc_trace_close)
 DRM_IOCTL_TACC_SAMPLE_OPEN = _iowr(DRM_COMMAND_BASE + 0x0A, drm_tacc_sample_open)
 DRM_IOCTL_TACC_SAMPLE_ADVANCE = _iowr(DRM_COMMAND_BASE + 0x0B, drm_tacc_sample_advance)
 DRM_IOCTL_TACC_SAMPLE_CLOSE = _iow(DRM_COMMAND_BASE + 0x0C, drm_tacc_sample_close)
+DRM_IOCTL_TACC_TLPCAP_OPEN = _iowr(DRM_COMMAND_BASE + 0x0D, drm_tacc_tlpcap_open)
+DRM_IOCTL_TACC_TLPCAP_ADVANCE = _iowr(DRM_COMMAND_BASE + 0x0E, drm_tacc_trace_advance)
+DRM_IOCTL_TACC_TLPCAP_CLOSE = _iow(DRM_COMMAND_BASE + 0x0F, drm_tacc_trace_close)
 DRM_IOCTL_TACC_GEM_CLOSE = _iow(0x09, drm_tacc_gem_close)
 DRM_IOCTL_TACC_SYNCOBJ_CREATE = _iowr(0xBF, drm_tacc_syncobj_create)
 DRM_IOCTL_TACC_SYNCOBJ_DESTROY = _iowr(0xC0, drm_tacc_syncobj_destroy)
@@ -217,7 +232,8 @@ STRUCTS: tuple[type[C.Structure], ...] = (
     drm_tacc_vm_unbind, drm_tacc_operand, drm_tacc_cmd, drm_tacc_submit, drm_tacc_wait,
     drm_tacc_trace_open, drm_tacc_trace_header, drm_tacc_trace_advance,
     drm_tacc_trace_close, drm_tacc_sample_open, drm_tacc_sample_header,
-    drm_tacc_sample_advance, drm_tacc_sample_close, drm_tacc_gem_close, drm_tacc_syncobj_create,
+    drm_tacc_sample_advance, drm_tacc_sample_close, drm_tacc_tlpcap_open,
+    drm_tacc_gem_close, drm_tacc_syncobj_create,
     drm_tacc_syncobj_destroy, drm_tacc_syncobj_wait,
 )
 IOCTLS: dict[str, int] = {k: v for k, v in globals().items() if k.startswith("DRM_IOCTL_TACC_")}
@@ -245,4 +261,8 @@ CONSTANTS: dict[str, int] = {
     "DRM_TACC_TRACE_MIN_ENTRIES": TRACE_MIN_ENTRIES,
     "DRM_TACC_TRACE_MAX_ENTRIES": TRACE_MAX_ENTRIES,
     "DRM_TACC_TRACE_DEFAULT_ENTRIES": TRACE_DEFAULT_ENTRIES,
+    "DRM_TACC_MMAP_TLPCAP": MMAP_TLPCAP, "DRM_TACC_TLPCAP_NO_CTRL": TLPCAP_NO_CTRL,
+    "DRM_TACC_TLPCAP_MIN_ENTRIES": TLPCAP_MIN_ENTRIES,
+    "DRM_TACC_TLPCAP_MAX_ENTRIES": TLPCAP_MAX_ENTRIES,
+    "DRM_TACC_TLPCAP_DEFAULT_ENTRIES": TLPCAP_DEFAULT_ENTRIES,
 }

@@ -456,15 +456,18 @@ class LinkModel:
     gen: int = 4
     width: int = 16
     mps: int = 256
-    mrrs: int = 512
+    mrrs: int = devinfo.DEFAULT_MRRS
+    rcb: int = devinfo.DEFAULT_RCB
+    tags: int = devinfo.DEFAULT_TAGS
+    posted_credits: int = devinfo.DEFAULT_POSTED_CREDITS
     cmd_ns: int = 100
-    rd_ns: int = 600
-    wr_ns: int = 200
+    rd_ns: int = devinfo.DEFAULT_READ_NS
+    wr_ns: int = devinfo.DEFAULT_WRITE_NS
     walk_ns: int = 500
 
     @property
     def bw(self) -> float:
-        """Bytes per second, one direction."""
+        """Link bytes per second, one direction (after encoding and SKP)."""
         return devinfo.link_raw_bw(self.gen, self.width)
 
     # The formulas live in tacc.capture.devinfo (one implementation, also used by the
@@ -472,43 +475,54 @@ class LinkModel:
     def t_link_ps(self, nbytes: int) -> int:
         return devinfo.t_link_ps(nbytes, self.gen, self.width)
 
+    def prefix(self, n: int, h2d: bool, host_off: int = 0,
+               dev_off: int = 0) -> devinfo.LinkCount:
+        return devinfo.link_prefix(devinfo.H2D if h2d else devinfo.D2H, n, self.mps,
+                                   self.mrrs, self.rcb, host_off, dev_off)
+
     # host_off / dev_off: host-side and device-side start addresses (only their offset
-    # modulo MPS matters; 0 = aligned), see devinfo.payload_tlps.
+    # modulo 4 KiB matters; 0 = aligned), see devinfo.link_prefix.
     def h2d_bytes(self, n, host_off: int = 0, dev_off: int = 0):
-        """(down, up, tlps) link bytes of a host read of n bytes."""
-        return devinfo.h2d_link_bytes(n, self.mps, self.mrrs, host_off, dev_off)
+        """(down, up, completions) link bytes of a host read of n bytes."""
+        return devinfo.h2d_link_bytes(n, self.mps, self.mrrs, host_off, dev_off, self.rcb)
 
     def d2h_bytes(self, n, host_off: int = 0, dev_off: int = 0):
         """(up, tlps) link bytes of a host write of n bytes."""
         return devinfo.d2h_link_bytes(n, self.mps, host_off, dev_off)
 
+    def step(self, a: int, c: int, h2d: bool, host_off: int = 0,
+             dev_off: int = 0) -> devinfo.LinkCount:
+        """The link traffic of the step carrying payload [a, a + c): the TLPs and DLLPs
+        that start in it (prefix differences, so the steps add up)."""
+        return (self.prefix(a + c, h2d, host_off, dev_off)
+                - self.prefix(a, h2d, host_off, dev_off))
+
     def step_bytes(self, a: int, c: int, h2d: bool, host_off: int = 0,
                    dev_off: int = 0) -> tuple[int, int]:
-        """(down, up) link bytes of the link step carrying payload [a, a + c) of a
-        transfer: the TLPs that start in it (prefix differences, so the steps add up
-        to the whole transfer's count)."""
-        if h2d:
-            d1, u1, _ = self.h2d_bytes(a + c, host_off, dev_off)
-            d0, u0, _ = self.h2d_bytes(a, host_off, dev_off)
-            return d1 - d0, u1 - u0
-        return 0, self.d2h_bytes(a + c, host_off, dev_off)[0] - self.d2h_bytes(
-            a, host_off, dev_off)[0]
+        """(down, up) link bytes of the link step carrying payload [a, a + c)."""
+        return self.step(a, c, h2d, host_off, dev_off).bytes
+
+    def step_ps(self, a: int, c: int, h2d: bool, host_off: int = 0, dev_off: int = 0) -> int:
+        """Uncontended duration of that step: both directions' t_link and flow control."""
+        st = self.step(a, c, h2d, host_off, dev_off)
+        fc = devinfo.fc_ps(devinfo.H2D if h2d else devinfo.D2H, c, st.tlps[1], self.tags,
+                           self.rd_ns, self.wr_ns, self.posted_credits)
+        return max(self.t_link_ps(st.bytes[0]), self.t_link_ps(st.bytes[1]), fc)
 
     def copy_ps(self, n: int, h2d: bool, walks: int = 0, host_off: int = 0,
                 dev_off: int = 0) -> int:
         """Modelled duration of an uncontended COPY_H2D / COPY_D2H of n bytes."""
         t = (self.cmd_ns + self.walk_ns * walks) * 1000
-        a = 0
-        while a < n:
-            c = min(n - a, CHUNK)
-            down, up = self.step_bytes(a, c, h2d, host_off, dev_off)
-            t += max(self.t_link_ps(down), self.t_link_ps(up))
-            a += c
+        for a in range(0, n, CHUNK):
+            t += self.step_ps(a, min(n - a, CHUNK), h2d, host_off, dev_off)
         return t + (self.rd_ns if h2d else self.wr_ns) * 1000
 
     def formula_bw(self, n: int, h2d: bool, host_off: int = 0, dev_off: int = 0) -> float:
-        """Closed form (no steps): n / (T_cmd + T_lat + link bytes / BW), bytes/s."""
-        link = (self.h2d_bytes(n, host_off, dev_off)[0] if h2d
-                else self.d2h_bytes(n, host_off, dev_off)[0])
-        t = (self.cmd_ns + (self.rd_ns if h2d else self.wr_ns)) * 1e-9 + link / self.bw
+        """Closed form (no steps): n / (T_cmd + T_lat + the busier direction's link bytes
+        / BW, or the flow-control bound if longer), bytes/s."""
+        c = self.prefix(n, h2d, host_off, dev_off)
+        fc = devinfo.fc_ps(devinfo.H2D if h2d else devinfo.D2H, n, c.tlps[1], self.tags,
+                           self.rd_ns, self.wr_ns, self.posted_credits) * 1e-12
+        link = max(max(c.bytes) / self.bw, fc)
+        t = (self.cmd_ns + (self.rd_ns if h2d else self.wr_ns)) * 1e-9 + link
         return n / t

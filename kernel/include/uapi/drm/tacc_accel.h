@@ -35,7 +35,7 @@ extern "C" {
  * 2: DRM_TACC_VM_UNBIND_NOWAIT; VM_UNBIND (and GEM_CLOSE of a bound BO)
  *    waits for the context's jobs submitted before it.
  */
-#define DRM_TACC_API_VERSION		2
+#define DRM_TACC_API_VERSION		3
 
 /* Driver ioctl numbers, relative to DRM_COMMAND_BASE. */
 #define DRM_TACC_GET_PARAM		0x00
@@ -51,6 +51,9 @@ extern "C" {
 #define DRM_TACC_SAMPLE_OPEN		0x0a
 #define DRM_TACC_SAMPLE_ADVANCE		0x0b
 #define DRM_TACC_SAMPLE_CLOSE		0x0c
+#define DRM_TACC_TLPCAP_OPEN		0x0d
+#define DRM_TACC_TLPCAP_ADVANCE		0x0e
+#define DRM_TACC_TLPCAP_CLOSE		0x0f
 
 /* ------------------------------------------------------------ params ---- */
 enum drm_tacc_param {
@@ -498,10 +501,55 @@ struct drm_tacc_sample_close {
 	__u32 pad;
 };
 
+/* ------------------------------------------------- TLP capture ring ---- */
+/**
+ * struct drm_tacc_tlpcap_open - DRM_IOCTL_TACC_TLPCAP_OPEN argument (uAPI 3).
+ *
+ * Registers the calling file as the one consumer of the device's TLP capture
+ * (PF only, TACC_CAP_TLP_CAPTURE; -EOPNOTSUPP otherwise), allocates the ring,
+ * programs the device-side filters and starts capturing.  mmap() @mmap_size
+ * bytes at @mmap_offset (read-only) to see struct drm_tacc_trace_header
+ * (rec_size TACC_TLP_REC_SIZE, rec_version TACC_TLP_VERSION) then the
+ * records (struct tacc_tlp_rec of tacc_hw.h).  ADVANCE and CLOSE take
+ * struct drm_tacc_trace_advance and struct drm_tacc_trace_close.  The
+ * capture shows every function and context: CAP_PERFMON is needed
+ * (-EACCES); a second consumer gets -EBUSY.
+ *
+ * @flags: DRM_TACC_TLPCAP_NO_CTRL or 0.
+ * @entries: in: records wanted, a power of two between
+ *           DRM_TACC_TLPCAP_MIN_ENTRIES and DRM_TACC_TLPCAP_MAX_ENTRIES, or 0
+ *           for DRM_TACC_TLPCAP_DEFAULT_ENTRIES; out: records in the ring.
+ * @funcs: bit f: capture function f (0 = PF, n = VF n); 0 = all.
+ * @kinds: bit k: capture TLP kind k (enum tacc_tlp_kind); 0 = all.
+ * @addr_lo: capture only TLPs whose bus address is in [@addr_lo, @addr_hi).
+ * @addr_hi: 0 = no address filter.
+ * @pad: must be 0.
+ * @mmap_offset: out.
+ * @mmap_size: out.
+ */
+struct drm_tacc_tlpcap_open {
+	__u32 flags;
+	__u32 entries;
+	__u32 funcs;
+	__u32 kinds;
+	__u64 addr_lo;
+	__u64 addr_hi;
+	__u32 pad;
+	__u32 pad2;
+	__u64 mmap_offset;
+	__u64 mmap_size;
+};
+
+#define DRM_TACC_TLPCAP_NO_CTRL		0x1	/* leave out control traffic */
+#define DRM_TACC_TLPCAP_MIN_ENTRIES	64
+#define DRM_TACC_TLPCAP_MAX_ENTRIES	262144
+#define DRM_TACC_TLPCAP_DEFAULT_ENTRIES	16384
+
 /* Fixed mmap() offsets of the DRM fd (below DRM's GEM offset range). */
 #define DRM_TACC_MMAP_COUNTERS		0x10000000ull
 #define DRM_TACC_MMAP_TRACE		0x20000000ull
 #define DRM_TACC_MMAP_SAMPLE		0x30000000ull
+#define DRM_TACC_MMAP_TLPCAP		0x40000000ull
 
 #define DRM_IOCTL_TACC_GET_PARAM \
 	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_GET_PARAM, struct drm_tacc_get_param)
@@ -532,6 +580,13 @@ struct drm_tacc_sample_close {
 #define DRM_IOCTL_TACC_SAMPLE_CLOSE \
 	_IOW(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_SAMPLE_CLOSE, \
 	     struct drm_tacc_sample_close)
+#define DRM_IOCTL_TACC_TLPCAP_OPEN \
+	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_TLPCAP_OPEN, struct drm_tacc_tlpcap_open)
+#define DRM_IOCTL_TACC_TLPCAP_ADVANCE \
+	_IOWR(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_TLPCAP_ADVANCE, \
+	      struct drm_tacc_trace_advance)
+#define DRM_IOCTL_TACC_TLPCAP_CLOSE \
+	_IOW(DRM_IOCTL_BASE, DRM_COMMAND_BASE + DRM_TACC_TLPCAP_CLOSE, struct drm_tacc_trace_close)
 
 /*
  * DRM core ioctls usable on the accel node, mirrored with tacc names so
