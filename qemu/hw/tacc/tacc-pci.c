@@ -93,6 +93,30 @@ void tacc_window(TaccFunc *f, uint64_t *base, uint64_t *size)
     *size = sz;
 }
 
+/* Per-VF policy (TACC_CAP_VF_POLICY): the queues function f may enable. */
+uint32_t tacc_queue_mask(TaccFunc *f)
+{
+    return f->fn ? f->pf->vf_queue_mask[f->fn - 1] : TACC_QUEUE_MASK_ALL;
+}
+
+/*
+ * Reset values of the PF's per-VF policy: no window, weight 1 and, with
+ * @masks, all queues.  The queue masks are writable only while VF Enable
+ * is clear, so they survive a PF reset that leaves the VFs enabled.
+ */
+void tacc_policy_reset(TaccState *s, bool masks)
+{
+    memset(s->vf_mem_base, 0, sizeof(s->vf_mem_base));
+    memset(s->vf_mem_size, 0, sizeof(s->vf_mem_size));
+    memset(s->deficit, 0, sizeof(s->deficit));
+    for (int i = 0; i < TACC_NUM_FUNCS; i++) {
+        s->arb_weight[i] = 1;
+    }
+    for (int i = 0; i < TACC_MAX_VFS && masks; i++) {
+        s->vf_queue_mask[i] = TACC_QUEUE_MASK_ALL;
+    }
+}
+
 void tacc_msix_notify(TaccFunc *f, unsigned vector)
 {
     PCIDevice *pdev = PCI_DEVICE(f);
@@ -184,11 +208,7 @@ void tacc_func_reset(TaccFunc *f)
         tacc_tlb_invalidate(s, f->fn, -1);
     }
     if (!f->fn) {
-        memset(s->vf_mem_base, 0, sizeof(s->vf_mem_base));
-        memset(s->vf_mem_size, 0, sizeof(s->vf_mem_size));
-        for (int i = 0; i < TACC_NUM_FUNCS; i++) {
-            s->arb_weight[i] = 1;
-        }
+        tacc_policy_reset(s, !pcie_sriov_num_vfs(PCI_DEVICE(s)));
     }
     if (!s->in_run) {
         tacc_sched_poll(s);
@@ -265,6 +285,7 @@ static void tacc_qdev_reset(DeviceState *dev)
     tacc_func_reset(f);
     if (!pci_is_vf(pdev)) {
         pcie_sriov_pf_reset(pdev);
+        tacc_policy_reset(TACC(dev), true);
     }
 }
 
@@ -383,9 +404,7 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
     f->fn = 0;
     s->devmem = g_malloc0(s->devmem_size);     /* lazily backed by the OS */
     s->tlb = g_new0(TaccTlbEntry, s->tlb_entries);
-    for (int i = 0; i < TACC_NUM_FUNCS; i++) {
-        s->arb_weight[i] = 1;
-    }
+    tacc_policy_reset(s, true);
     timer_init_ns(&s->timer, QEMU_CLOCK_VIRTUAL, tacc_sched_timer, s);
     s->host_bh = qemu_bh_new_guarded(tacc_host_bh, s,
                                      &DEVICE(s)->mem_reentrancy_guard);

@@ -215,6 +215,7 @@ struct TaccState {
     uint8_t *devmem;
     uint64_t vf_mem_base[TACC_MAX_VFS], vf_mem_size[TACC_MAX_VFS];
     uint32_t arb_weight[TACC_NUM_FUNCS];
+    uint32_t vf_queue_mask[TACC_MAX_VFS];      /* TACC_REG_VF_QUEUE_MASK */
 
     TaccTlbEntry *tlb;
     uint64_t tlb_clock;
@@ -225,7 +226,7 @@ struct TaccState {
     uint64_t gcnt[TACC_SAMPLE_SLOTS];   /* counter page 1 */
     uint64_t cnt_gen;
     uint8_t rr_fn[TACC_NUM_CLASSES];
-    uint32_t credits[TACC_NUM_CLASSES][TACC_NUM_FUNCS];
+    uint64_t deficit[TACC_NUM_CLASSES][TACC_NUM_FUNCS];  /* bytes, DRR */
     QEMUTimer timer;
     bool in_run;
 
@@ -261,6 +262,8 @@ void tacc_msix_notify(TaccFunc *f, unsigned vector);
 bool tacc_func_active(TaccFunc *f);
 uint64_t tacc_now_ps(TaccState *s);
 void tacc_window(TaccFunc *f, uint64_t *base, uint64_t *size);
+uint32_t tacc_queue_mask(TaccFunc *f);
+void tacc_policy_reset(TaccState *s, bool masks);
 
 /* tacc-regs.c */
 extern const MemoryRegionOps tacc_bar0_ops;
