@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.daemon.cli",  # trace start|stop|status (tracing issue)
     "tacc.timeline.cli",  # timeline
     "tacc.analyze.cli",  # analyze
+    "tacc.vfio.cli",  # vfio list|bind|unbind (issue 15)
 )
 
 # Reserved subcommands and the module expected to provide them.

@@ -1,0 +1,235 @@
+"""Move a tacc PCI function between tacc.ko and vfio-pci (``tacc vfio bind|unbind``).
+
+Plain functions for other code (the CDI generator imports them):
+
+- :func:`bind` (BDF to vfio-pci), :func:`unbind` (back to tacc.ko),
+- :func:`group_of` (the function's IOMMU group number), :func:`functions` (every tacc
+  function with its driver, group, accel node and openers).
+
+Binding goes through ``driver_override`` and ``/sys/bus/pci/drivers_probe``, the
+kernel's documented way (Documentation/driver-api/vfio.rst).  A sysfs unbind cannot be
+refused by the driver, so this code refuses what it must not do: a function whose accel
+node (or VFIO group) some process holds open, and the PF while its VFs are enabled (the
+VFs hang off the PF driver: unbinding it disables them).  Every refusal is a
+:class:`VfioError` with one line of text.  The open check and the unbind are not atomic:
+a process that opens the node in between keeps its file, and tacc.ko's remove path
+handles that (the node goes away, the file sees -ENODEV).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tacc.cli import CommandError
+
+SYSFS_PCI = Path("/sys/bus/pci")
+TACC_VENDOR = "0x7acc"
+TACC_DRIVER = "tacc"
+VFIO_DRIVER = "vfio-pci"
+
+
+class VfioError(CommandError):
+    """A refused or failed bind/unbind: one line, exit status 2 from the CLI."""
+
+
+@dataclass
+class Function:
+    """One tacc PCI function as sysfs sees it."""
+
+    bdf: str
+    kind: str  # "PF" or "VF"
+    driver: str | None
+    group: int | None
+    accel: str | None  # /dev/accel/accelN while tacc.ko drives it
+    vfio: str | None  # /dev/vfio/N while vfio-pci drives it
+    num_vfs: int = 0
+    openers: list[str] = field(default_factory=list)  # "pid comm" holding accel/vfio node
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _dev(bdf: str) -> Path:
+    p = SYSFS_PCI / "devices" / bdf
+    if not (p / "vendor").exists():
+        raise VfioError(f"{bdf}: no such PCI function")
+    if (p / "vendor").read_text().strip() != TACC_VENDOR:
+        raise VfioError(f"{bdf}: not a tacc function")
+    return p
+
+
+def normalize(bdf: str) -> str:
+    """'01:00.1' -> '0000:01:00.1' (domain 0 assumed when missing)."""
+    bdf = bdf.strip().lower()
+    return bdf if bdf.count(":") == 2 else f"0000:{bdf}"
+
+
+def driver_of(bdf: str) -> str | None:
+    link = SYSFS_PCI / "devices" / bdf / "driver"
+    return link.resolve().name if link.exists() else None
+
+
+def group_of(bdf: str) -> int:
+    """The IOMMU group number of @bdf (VfioError when it has none: IOMMU off)."""
+    link = _dev(normalize(bdf)) / "iommu_group"
+    if not link.exists():
+        raise VfioError(f"{bdf}: no IOMMU group (is the IOMMU off?); vfio-pci needs one")
+    return int(link.resolve().name)
+
+
+def accel_node(bdf: str) -> str | None:
+    d = SYSFS_PCI / "devices" / bdf / "accel"
+    nodes = sorted(d.glob("accel*")) if d.exists() else []
+    return f"/dev/accel/{nodes[0].name}" if nodes else None
+
+
+def _rdev(path: str) -> int | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_rdev
+
+
+def openers(path: str | None) -> list[str]:
+    """'pid comm' of every process with an open file on the character device @path
+    (found through /proc/*/fd; needs root to see other users' processes)."""
+    rdev = _rdev(path) if path else None
+    if rdev is None:
+        return []
+    out: list[str] = []
+    me = os.getpid()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == me:
+            continue
+        try:
+            fds = list((proc / "fd").iterdir())
+        except OSError:
+            continue  # gone, or not ours to see
+        for fd in fds:
+            try:
+                st = os.stat(fd)
+            except OSError:
+                continue
+            if st.st_rdev == rdev and (st.st_mode & 0o170000) == 0o020000:
+                try:
+                    comm = (proc / "comm").read_text().strip()
+                except OSError:
+                    comm = "?"
+                out.append(f"{proc.name} {comm}")
+                break
+    return out
+
+
+def _vfio_node(bdf: str) -> str | None:
+    try:
+        g = group_of(bdf)
+    except VfioError:
+        return None
+    return f"/dev/vfio/{g}"
+
+
+def describe(bdf: str) -> Function:
+    bdf = normalize(bdf)
+    p = _dev(bdf)
+    drv = driver_of(bdf)
+    grp = int((p / "iommu_group").resolve().name) if (p / "iommu_group").exists() else None
+    numvfs = int((p / "sriov_numvfs").read_text()) if (p / "sriov_numvfs").exists() else 0
+    acc = accel_node(bdf) if drv == TACC_DRIVER else None
+    vf = f"/dev/vfio/{grp}" if drv == VFIO_DRIVER and grp is not None else None
+    return Function(bdf, "VF" if (p / "physfn").exists() else "PF", drv, grp, acc, vf, numvfs,
+                    openers(acc) + openers(vf))
+
+
+def functions() -> list[Function]:
+    """Every tacc function, PF(s) first, then VFs, by BDF."""
+    devs = [p for p in (SYSFS_PCI / "devices").iterdir()
+            if (p / "vendor").exists() and (p / "vendor").read_text().strip() == TACC_VENDOR]
+    devs.sort(key=lambda p: ((p / "physfn").exists(), p.name))
+    return [describe(p.name) for p in devs]
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as e:
+        raise VfioError(f"{path}: {e.strerror}") from None
+
+
+def ensure_vfio_pci() -> None:
+    """Load vfio-pci (and with it vfio_iommu_type1 on first container use)."""
+    if (SYSFS_PCI / "drivers" / VFIO_DRIVER).exists():
+        return
+    r = subprocess.run(["modprobe", "-a", "vfio-pci", "vfio_iommu_type1"],
+                       capture_output=True, text=True, check=False)
+    if r.returncode or not (SYSFS_PCI / "drivers" / VFIO_DRIVER).exists():
+        msg = (r.stderr.strip().splitlines() or ["driver did not register"])[-1]
+        raise VfioError(f"modprobe vfio-pci failed: {msg}")
+
+
+def _wait(pred, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return bool(pred())
+
+
+def _rebind(bdf: str, override: str) -> None:
+    p = SYSFS_PCI / "devices" / bdf
+    _write(p / "driver_override", override + "\n")
+    if (p / "driver").exists():
+        _write(p / "driver" / "unbind", bdf)
+    _write(SYSFS_PCI / "drivers_probe", bdf)
+
+
+def bind(bdf: str, timeout: float = 10.0) -> Function:
+    """Give @bdf to vfio-pci; returns its new description (vfio = /dev/vfio/<group>).
+
+    Refuses: a non-tacc or missing function, the PF while VFs are enabled, a function
+    without an IOMMU group, a function whose accel node is open."""
+    bdf = normalize(bdf)
+    f = describe(bdf)
+    if f.kind == "PF" and f.num_vfs:
+        raise VfioError(f"{bdf}: PF has {f.num_vfs} VFs enabled (write 0 to sriov_numvfs "
+                        "first)")
+    group_of(bdf)
+    if f.driver == VFIO_DRIVER:
+        return f
+    if f.openers:
+        raise VfioError(f"{bdf}: {f.accel} is open (pid {', pid '.join(f.openers)})")
+    ensure_vfio_pci()
+    try:
+        _rebind(bdf, VFIO_DRIVER)
+    except VfioError:
+        _write(SYSFS_PCI / "devices" / bdf / "driver_override", "\n")
+        raise
+    node = f"/dev/vfio/{group_of(bdf)}"
+    if not _wait(lambda: driver_of(bdf) == VFIO_DRIVER and os.path.exists(node), timeout):
+        raise VfioError(f"{bdf}: vfio-pci did not take the function (driver "
+                        f"{driver_of(bdf) or 'none'})")
+    return describe(bdf)
+
+
+def unbind(bdf: str, timeout: float = 20.0) -> Function:
+    """Give @bdf back to tacc.ko (clears driver_override, reprobes); waits for its
+    accel node.  Refuses while a process holds its VFIO group open."""
+    bdf = normalize(bdf)
+    f = describe(bdf)
+    if f.driver == TACC_DRIVER:
+        return f
+    if f.driver == VFIO_DRIVER and f.openers:
+        raise VfioError(f"{bdf}: {f.vfio} is open (pid {', pid '.join(f.openers)})")
+    _rebind(bdf, "")
+    if not (SYSFS_PCI / "drivers" / TACC_DRIVER).exists():
+        raise VfioError(f"{bdf}: tacc.ko is not loaded; the function has no driver")
+    if not _wait(lambda: driver_of(bdf) == TACC_DRIVER and accel_node(bdf) is not None
+                 and os.path.exists(accel_node(bdf) or ""), timeout):
+        raise VfioError(f"{bdf}: tacc.ko did not take the function back (driver "
+                        f"{driver_of(bdf) or 'none'})")
+    return describe(bdf)
