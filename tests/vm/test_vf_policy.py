@@ -14,6 +14,8 @@ test_vf_policy.py.  The boot's VF state and default policy are restored at the e
 from __future__ import annotations
 
 import errno
+import grp
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,8 +55,10 @@ def set_numvfs(n: int) -> list[Path]:
     if n:
         (pci / "sriov_numvfs").write_text(str(n))
     vfs = sorted(p.resolve() for p in pci.glob("virtfn*"))
-    for vf in vfs:
-        wait_accel_node(vf)
+    for vf in vfs:  # new nodes: group tacc 0660, as the guest init sets the boot's
+        node = wait_accel_node(vf)
+        os.chown(node, 0, grp.getgrnam("tacc").gr_gid)
+        os.chmod(node, 0o660)
     return vfs
 
 
