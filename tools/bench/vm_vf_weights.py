@@ -6,7 +6,8 @@ For each weight pair (victim VF1 : neighbour VF2; default 1:1 and 1:3) the PF's
 policy is set through sysfs (sriov_policy/vfN_weight, VFs disabled), two VFs are
 enabled and two processes, one per VF, saturate the H2D link through the tacc
 runtime: each queues ``--rounds`` uploads of 4 MiB on each of 4 streams before the
-measurement starts.  The link bytes of each VF (sysfs counters/h2d_link_bytes) are
+measurement starts, the device's time stretched 50x (QOM time-scale) so the
+uploads outlast the host's time to queue them.  The link bytes of each VF (sysfs counters/h2d_link_bytes) are
 sampled once both have queued everything and again once the victim moved about a
 quarter of its work; the sample is valid only if neither VF had completed all its
 jobs by then (both saturating the whole window).  share = victim / (victim +
@@ -129,6 +130,7 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--weights", default="1:1,1:3")
     ap.add_argument("--rounds", type=int, default=12, help="uploads per stream")
+    ap.add_argument("--time-scale", type=int, default=50_000, help="device time-scale x 1000")
     args = ap.parse_args()
     if not os.environ.get("TACC_IN_VM"):
         print("vm_vf_weights.py runs inside the test VM: `make bench BENCH=vf_weights`",
@@ -141,11 +143,16 @@ def main() -> int:
     before = (pf / "sriov_numvfs").read_text().strip()
     saved = {f: (pf / "sriov_policy" / f).read_text().strip() for f in ("vf1_weight",
                                                                        "vf2_weight")}
+    from tacc.testing.guest_qmp import device_time_scale
+
     rows = []
     try:
-        for pair in args.weights.split(","):
-            wv, wn = (int(x) for x in pair.split(":"))
-            rows.append(measure(pf, wv, wn, args.rounds))
+        # device time x scale (QOM time-scale, as tests/vm/test_e2e_real.py does): the
+        # uploads then outlast the host's time to queue them (TCG guest, ~0.25 ms a call)
+        with device_time_scale(args.time_scale):
+            for pair in args.weights.split(","):
+                wv, wn = (int(x) for x in pair.split(":"))
+                rows.append(measure(pf, wv, wn, args.rounds) | {"time_scale": args.time_scale})
     finally:
         set_numvfs(pf, 0)
         for f, v in saved.items():
