@@ -7,10 +7,10 @@ policy is set through sysfs (sriov_policy/vfN_weight, VFs disabled), two VFs are
 enabled and two processes, one per VF, saturate the H2D link through the tacc
 runtime: each queues ``--rounds`` uploads of 4 MiB on each of 4 streams before the
 measurement starts, the device's time stretched 50x (QOM time-scale) so the
-uploads outlast the host's time to queue them.  The link bytes of each VF (sysfs counters/h2d_link_bytes) are
-sampled once both have queued everything and again once the victim moved about a
-quarter of its work; the sample is valid only if neither VF had completed all its
-jobs by then (both saturating the whole window).  share = victim / (victim +
+uploads outlast the host's time to queue them.  The link bytes of each VF (sysfs
+counters/h2d_link_bytes) are sampled once both have queued everything and again
+once the victim moved about a quarter of its work; the sample is valid only if
+neither VF had completed all its jobs by then (both saturating the whole window).  share = victim / (victim +
 neighbour) bytes; the figure is its relative error against w_v / (w_v + w_n).  The
 boot's VF count and policy are restored at the end.
 
