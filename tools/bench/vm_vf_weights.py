@@ -2,17 +2,17 @@
 """Per-VF arbitration weights, run inside the test VM (`make bench BENCH=vf_weights`):
 the victim's share of the link against its weight share.
 
-For each weight pair (victim VF1 : neighbour VF2; default 1:1 and 1:3) the PF's
-policy is set through sysfs (sriov_policy/vfN_weight, VFs disabled), two VFs are
-enabled and two processes, one per VF, saturate the H2D link through the tacc
-runtime: each queues ``--rounds`` uploads of 4 MiB on each of 4 streams before the
-measurement starts, the device's time stretched 50x (QOM time-scale) so the
-uploads outlast the host's time to queue them.  The link bytes of each VF (sysfs
-counters/h2d_link_bytes) are sampled once both have queued everything and again
-once the victim moved about a quarter of its work; the sample is valid only if
-neither VF had completed all its jobs by then (both saturating the whole window).  share = victim / (victim +
-neighbour) bytes; the figure is its relative error against w_v / (w_v + w_n).  The
-boot's VF count and policy are restored at the end.
+For each weight pair (victim VF1 : neighbour VF2; default 1:1 and 1:3) the PF's policy
+is set through sysfs (sriov_policy/vfN_weight, VFs disabled), two VFs are enabled and
+two processes, one per VF, saturate the H2D link through the tacc runtime: each queues
+``--rounds`` uploads of 4 MiB on each of 4 streams before the measurement starts, the
+device's time stretched 50x (QOM time-scale) so the uploads outlast the host's time to
+queue them. The link bytes of each VF (sysfs counters/h2d_link_bytes) are sampled once
+both have queued everything and again once the victim moved about a quarter of its work;
+the sample is valid only if neither VF had completed all its jobs by then (both
+saturating the whole window). share = victim / (victim + neighbour) bytes; the figure is
+its relative error against w_v / (w_v + w_n). The boot's VF count and policy are
+restored at the end.
 
     tools/bench/vm_vf_weights.py [--json out.json] [--weights 1:1,1:3] [--rounds 12]
 
