@@ -6,6 +6,7 @@
  *   fault_ctx_delay_ms, free_job_delay_ms
  */
 #include <linux/debugfs.h>
+#include <linux/pm_runtime.h>
 #include <linux/seq_file.h>
 
 #include <drm/drm_file.h>
@@ -153,6 +154,29 @@ static int scrub_show(struct seq_file *m, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(scrub);
 
+/* The per-VF policy as the device holds it (PF registers, read live). */
+static int vf_policy_show(struct seq_file *m, void *unused)
+{
+	struct tacc_device *tdev = m->private;
+	struct device *dev = tacc_to_dev(tdev);
+	int i, ret;
+
+	ret = pm_runtime_resume_and_get(dev);
+	if (ret)
+		return ret;
+	seq_puts(m, "# vf devmem_base devmem_size queue_mask weight\n");
+	for (i = 0; i < TACC_MAX_VFS; i++)
+		seq_printf(m, "%d 0x%llx 0x%llx 0x%x %u\n", i + 1,
+			   tacc_rd64(tdev, TACC_REG_VF_DEVMEM_BASE(i)),
+			   tacc_rd64(tdev, TACC_REG_VF_DEVMEM_SIZE(i)),
+			   tacc_rd(tdev, TACC_REG_VF_QUEUE_MASK(i)),
+			   tacc_rd(tdev, TACC_REG_ARB_WEIGHT(i + 1)));
+	pm_runtime_mark_last_busy(dev);
+	pm_runtime_put_autosuspend(dev);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(vf_policy);
+
 void tacc_debugfs_init(struct drm_minor *minor)
 {
 	struct tacc_device *tdev = to_tacc_dev(minor->dev);
@@ -167,4 +191,6 @@ void tacc_debugfs_init(struct drm_minor *minor)
 	debugfs_create_file("objects", 0444, root, tdev, &objects_fops);
 	tacc_debugfs_knobs(tdev, root);
 	debugfs_create_file("scrub", 0444, root, tdev, &scrub_fops);
+	if (!tdev->is_vf && (tdev->caps & TACC_CAP_SRIOV) && (tdev->caps & TACC_CAP_VF_POLICY))
+		debugfs_create_file("vf_policy", 0444, root, tdev, &vf_policy_fops);
 }

@@ -432,7 +432,7 @@ static int tacc_get_param_ioctl(struct drm_device *dev, void *data, struct drm_f
 		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
 		break;
 	case DRM_TACC_PARAM_QUEUE_SIZE:
-		if (args->index >= tdev->num_queues)
+		if (!tacc_queue_usable(tdev, args->index))
 			return -EINVAL;
 		args->value = TACC_SQ_ENTRIES;
 		break;
@@ -613,6 +613,9 @@ static void tacc_read_info(struct tacc_device *tdev)
 	tdev->clock_hz = tacc_rd(tdev, TACC_REG_CLOCK_HZ);
 	tdev->time_scale = tacc_rd(tdev, TACC_REG_TIME_SCALE);
 	tdev->is_vf = !!(tdev->caps & TACC_CAP_VF);
+	tdev->queue_mask = tdev->num_queues ? GENMASK(tdev->num_queues - 1, 0) : 0;
+	if (tdev->caps & TACC_CAP_VF_POLICY)	/* a VF's queues, as its PF set them */
+		tdev->queue_mask &= tacc_rd(tdev, TACC_REG_QUEUE_MASK);
 }
 
 static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
@@ -633,6 +636,7 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	mutex_init(&tdev->sample.lock);
 	mutex_init(&tdev->tlpcap.lock);
 	mutex_init(&tdev->bo_dma_lock);
+	mutex_init(&tdev->sriov_lock);
 	INIT_LIST_HEAD(&tdev->bo_dma_list);
 	spin_lock_init(&tdev->cnt_lock);
 	spin_lock_init(&tdev->tlb_lock);
@@ -667,7 +671,7 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		return -ENODEV;
 	}
 	tacc_read_info(tdev);
-	if (!tdev->num_queues || !tdev->num_contexts) {
+	if (!tdev->num_queues || !tdev->queue_mask || !tdev->num_contexts) {
 		dev_err(&pdev->dev, "no queues or contexts\n");
 		return -ENODEV;
 	}
@@ -676,6 +680,7 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = tacc_devmem_init(tdev);
 	if (ret)
 		return ret;
+	tacc_sriov_init(tdev);
 	ret = tacc_queues_init(tdev);
 	if (ret)
 		return ret;

@@ -214,6 +214,18 @@ struct tacc_ring {
 	u64 tc_addr_lo, tc_addr_hi;
 };
 
+/**
+ * struct tacc_vf_policy - what the PF gives one VF (sysfs sriov_policy/).
+ * @devmem_bytes: size of its device-memory window, 2 MiB multiple.
+ * @queue_mask: queues it may enable (TACC_REG_VF_QUEUE_MASK).
+ * @weight: its arbitration weight (TACC_REG_ARB_WEIGHT), 1 .. 255.
+ */
+struct tacc_vf_policy {
+	u64 devmem_bytes;
+	u32 queue_mask;
+	u32 weight;
+};
+
 struct tacc_device {
 	struct drm_device drm;
 	struct pci_dev *pdev;
@@ -272,8 +284,11 @@ struct tacc_device {
 	bool dma_released;
 
 	/* SR-IOV (PF) */
+	struct mutex sriov_lock;	/* num_vfs changes, vf_policy */
 	int num_vfs;
 	struct drm_mm_node vf_nodes[TACC_MAX_VFS];
+	struct tacc_vf_policy vf_policy[TACC_MAX_VFS];
+	u32 queue_mask;			/* TACC_REG_QUEUE_MASK: usable queues */
 
 	/* runtime PM */
 	bool hw_up;			/* set under every queue lock */
@@ -440,6 +455,13 @@ void tacc_counters_cache(struct tacc_device *tdev);
 int tacc_sriov_configure(struct pci_dev *pdev, int num_vfs);
 void tacc_sriov_restore(struct tacc_device *tdev);
 void tacc_sriov_fini(struct tacc_device *tdev);
+void tacc_sriov_init(struct tacc_device *tdev);
+extern const struct attribute_group tacc_sriov_policy_group;
+
+static inline bool tacc_queue_usable(struct tacc_device *tdev, u32 q)
+{
+	return q < tdev->num_queues && (tdev->queue_mask & BIT(q));
+}
 
 /* tacc_sysfs.c */
 extern const struct attribute_group *tacc_dev_groups[];

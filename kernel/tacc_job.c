@@ -157,6 +157,8 @@ static void tacc_queue_hw_reset_locked(struct tacc_queue *q)
 {
 	int t;
 
+	if (!tacc_queue_usable(q->tdev, q->idx))
+		return;		/* outside the function's QUEUE_MASK: never enabled */
 	tacc_qwr(q, TACC_Q_CTRL, TACC_Q_CTRL_RESET);
 	for (t = 0; t < 1000; t++) {
 		if (!(tacc_qrd(q, TACC_Q_CTRL) & TACC_Q_CTRL_RESET))
@@ -914,7 +916,7 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 
 	if (args->flags || args->cmd_size != sizeof(struct drm_tacc_cmd) ||
 	    !args->num_cmds || args->num_cmds > TACC_MAX_CMDS ||
-	    args->queue >= tdev->num_queues ||
+	    !tacc_queue_usable(tdev, args->queue) ||
 	    args->num_in_syncobjs > DRM_TACC_MAX_IN_SYNCOBJS)
 		return -EINVAL;
 	if (args->num_in_syncobjs &&

@@ -169,6 +169,7 @@ TACC_INFO_ATTR(devmem_bytes, "%llu", tdev->devmem_size);
 TACC_INFO_ATTR(devmem_used_bytes, "%llu", tdev->devmem_used);
 TACC_INFO_ATTR(engines, "%u", tdev->num_engines);
 TACC_INFO_ATTR(queues, "%u", tdev->num_queues);
+TACC_INFO_ATTR(queue_mask, "0x%x", tdev->queue_mask);
 TACC_INFO_ATTR(contexts, "%u", tdev->num_contexts);
 TACC_INFO_ATTR(clock_hz, "%u", tdev->clock_hz);
 TACC_INFO_ATTR(tlb_entries, "%u", tdev->tlb_entries);
@@ -293,6 +294,7 @@ static struct attribute *tacc_info_attrs[] = {
 	&dev_attr_engines.attr,
 	&dev_attr_engine_names.attr,
 	&dev_attr_queues.attr,
+	&dev_attr_queue_mask.attr,
 	&dev_attr_contexts.attr,
 	&dev_attr_clock_hz.attr,
 	&dev_attr_time_scale.attr,
@@ -319,5 +321,6 @@ const struct attribute_group *tacc_dev_groups[] = {
 	&tacc_info_group,
 	&tacc_counter_group,
 	&tacc_global_counter_group,
+	&tacc_sriov_policy_group,
 	NULL
 };

@@ -67,6 +67,7 @@ enum tacc_engine {
 #define   TACC_CAP_SAMPLING		(1u << 4)
 #define   TACC_CAP_FILL			(1u << 5)	/* TACC_OP_FILL (hw 1.1) */
 #define   TACC_CAP_TLB_INV_DONE		(1u << 6)	/* TLB_INV_SEQ/DONE (hw 1.1) */
+#define   TACC_CAP_VF_POLICY		(1u << 7)	/* per-VF policy, QUEUE_MASK (hw 1.2) */
 #define   TACC_CAP_TLP_CAPTURE		(1u << 8)	/* TLP capture, PF registers 0x600 (hw 1.2) */
 #define   TACC_CAP_LINK_CTRL_COST	(1u << 10)	/* control traffic costs link time (hw 1.2) */
 #define   TACC_CAP_VIRTIO_FN		(1u << 11)	/* PF: a virtio-tacc function is attached (hw 1.2) */
@@ -169,8 +170,32 @@ enum tacc_fault_type {
 /* Device-memory partition of VF n (0-based): base and size, 64-bit each. */
 #define TACC_REG_VF_DEVMEM_BASE(vf)	(0x400 + (vf) * 0x10)
 #define TACC_REG_VF_DEVMEM_SIZE(vf)	(0x408 + (vf) * 0x10)
-/* Arbitration weight of function f (0 = PF, 1.. = VFs); 0 means 1. */
+/*
+ * Arbitration weight of function f (0 = PF, 1.. = VFs); 0 means 1.  With
+ * TACC_CAP_VF_POLICY (hw 1.2) a shared engine serves the functions by
+ * deficit round-robin: a function's turn adds weight * TACC_ARB_QUANTUM to
+ * its deficit, and it runs head commands while the deficit covers their
+ * cost (a copy's or fill's length in bytes; TACC_ARB_QUANTUM for any other
+ * command), so a function's share of an engine's bytes is its weight share.
+ * Writes above TACC_ARB_WEIGHT_MAX are refused.
+ */
 #define TACC_REG_ARB_WEIGHT(f)		(0x480 + (f) * 4)
+#define TACC_ARB_WEIGHT_MAX		255
+#define TACC_ARB_QUANTUM		4096	/* bytes per weight unit and turn */
+
+/* ----------------------------- BAR0: per-VF policy (TACC_CAP_VF_POLICY) ---- */
+/*
+ * QUEUE_MASK, on every function: bit q set = queue q may be enabled (the
+ * PF: all of them).  A VF's mask is set by the PF in VF_QUEUE_MASK(vf)
+ * (0-based VF), writable only while VF Enable is clear; a zero mask or a
+ * bit >= TACC_NUM_QUEUES is refused.  Enabling a queue outside the mask is
+ * refused (Q_CTRL reads back without ENABLE).  Reset value: all queues.
+ * A VF's device memory (VF_DEVMEM_*) and weight (ARB_WEIGHT) are the rest
+ * of its policy; docs/hardware.md "Per-VF policy".
+ */
+#define TACC_REG_QUEUE_MASK		0x4c0	/* RO: this function's queues */
+#define TACC_REG_VF_QUEUE_MASK(vf)	(0x4c4 + (vf) * 4)	/* RW, PF only */
+#define   TACC_QUEUE_MASK_ALL		((1u << TACC_NUM_QUEUES) - 1)
 
 /* -------------------------------- BAR0: virtio function (PF only) ---- */
 /*

@@ -121,6 +121,32 @@ MemTxResult tacc_func_dma(TaccFunc *f, uint64_t addr, void *buf, uint64_t len,
                          MEMTXATTRS_UNSPECIFIED);
 }
 
+/* Per-VF policy (TACC_CAP_VF_POLICY): the queues function f may enable. */
+uint32_t tacc_queue_mask(TaccFunc *f)
+{
+    /* the PF and the virtio function (TACC_FN_VIRTIO) have every queue */
+    return f->fn && f->fn <= TACC_MAX_VFS ? f->pf->vf_queue_mask[f->fn - 1]
+                                          : TACC_QUEUE_MASK_ALL;
+}
+
+/*
+ * Reset values of the PF's per-VF policy: no window, weight 1 and, with
+ * @masks, all queues.  The queue masks are writable only while VF Enable
+ * is clear, so they survive a PF reset that leaves the VFs enabled.
+ */
+void tacc_policy_reset(TaccState *s, bool masks)
+{
+    memset(s->vf_mem_base, 0, sizeof(s->vf_mem_base));
+    memset(s->vf_mem_size, 0, sizeof(s->vf_mem_size));
+    memset(s->deficit, 0, sizeof(s->deficit));
+    for (int i = 0; i < TACC_NUM_FUNCS; i++) {
+        s->arb_weight[i] = 1;
+    }
+    for (int i = 0; i < TACC_MAX_VFS && masks; i++) {
+        s->vf_queue_mask[i] = TACC_QUEUE_MASK_ALL;
+    }
+}
+
 void tacc_msix_notify(TaccFunc *f, unsigned vector)
 {
     PCIDevice *pdev;
@@ -220,14 +246,10 @@ void tacc_func_reset(TaccFunc *f)
     }
     if (!f->fn) {
         tacc_tlpcap_reset(s);
-        memset(s->vf_mem_base, 0, sizeof(s->vf_mem_base));
-        memset(s->vf_mem_size, 0, sizeof(s->vf_mem_size));
+        tacc_policy_reset(s, !pcie_sriov_num_vfs(PCI_DEVICE(s)));
         if (!s->virtio_window_busy || !s->virtio_window_busy(s->virtio)) {
             s->virtio_mem_base = s->virtio_mem_reset[0];
             s->virtio_mem_size = s->virtio_mem_reset[1];
-        }
-        for (int i = 0; i < TACC_NUM_FUNCS; i++) {
-            s->arb_weight[i] = 1;
         }
     }
     if (!s->in_run) {
@@ -305,6 +327,7 @@ static void tacc_qdev_reset(DeviceState *dev)
     tacc_func_reset(f);
     if (!pci_is_vf(pdev)) {
         pcie_sriov_pf_reset(pdev);
+        tacc_policy_reset(TACC(dev), true);
     }
 }
 
@@ -440,9 +463,7 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
     f->fn = 0;
     s->devmem = g_malloc0(s->devmem_size);     /* lazily backed by the OS */
     s->tlb = g_new0(TaccTlbEntry, s->tlb_entries);
-    for (int i = 0; i < TACC_NUM_FUNCS; i++) {
-        s->arb_weight[i] = 1;
-    }
+    tacc_policy_reset(s, true);
     timer_init_ns(&s->timer, QEMU_CLOCK_VIRTUAL, tacc_sched_timer, s);
     s->host_bh = qemu_bh_new_guarded(tacc_host_bh, s,
                                      &DEVICE(s)->mem_reentrancy_guard);

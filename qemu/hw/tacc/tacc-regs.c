@@ -10,6 +10,7 @@
 #include "qemu/osdep.h"
 #include "qemu/log.h"
 #include "qemu/timer.h"
+#include "hw/pci/pcie_sriov.h"
 #include "tacc.h"
 #include "trace.h"
 
@@ -111,7 +112,7 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
     case TACC_REG_CAPS:
         return (f->fn ? TACC_CAP_VF : (s->total_vfs ? TACC_CAP_SRIOV : 0)) |
                TACC_CAP_MMU_2M | TACC_CAP_TRACE | TACC_CAP_SAMPLING |
-               TACC_CAP_FILL | TACC_CAP_TLB_INV_DONE |
+               TACC_CAP_FILL | TACC_CAP_TLB_INV_DONE | TACC_CAP_VF_POLICY |
                (s->link_ctrl_cost ? TACC_CAP_LINK_CTRL_COST : 0) |
                (f->fn ? 0 : TACC_CAP_TLP_CAPTURE) |
                (!f->fn && s->virtio ? TACC_CAP_VIRTIO_FN : 0);
@@ -178,6 +179,13 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
     if (!f->fn && addr >= TACC_REG_ARB_WEIGHT(0) &&
         addr < TACC_REG_ARB_WEIGHT(TACC_NUM_FUNCS)) {
         return s->arb_weight[(addr - TACC_REG_ARB_WEIGHT(0)) / 4];
+    }
+    if (addr == TACC_REG_QUEUE_MASK) {
+        return tacc_queue_mask(f);
+    }
+    if (!f->fn && addr >= TACC_REG_VF_QUEUE_MASK(0) &&
+        addr < TACC_REG_VF_QUEUE_MASK(TACC_MAX_VFS)) {
+        return s->vf_queue_mask[(addr - TACC_REG_VF_QUEUE_MASK(0)) / 4];
     }
     if (addr >= TACC_QUEUE_BASE(0) && addr < TACC_QUEUE_BASE(TACC_NUM_QUEUES)) {
         int qi = (addr - TACC_QUEUE_BASE(0)) / 0x100;
@@ -317,6 +325,40 @@ static void tacc_set_irq_mask(TaccFunc *f, uint32_t val)
     tacc_irq_fire(f, fire);
 }
 
+/* ARB_WEIGHT(fn): 0 .. TACC_ARB_WEIGHT_MAX, a bigger value is refused. */
+static void tacc_set_weight(TaccState *s, int fn, uint64_t val)
+{
+    if (val > TACC_ARB_WEIGHT_MAX) {
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: ARB_WEIGHT(%d) = %" PRIu64 " above %u: refused\n",
+                      fn, val, TACC_ARB_WEIGHT_MAX);
+        return;
+    }
+    s->arb_weight[fn] = val;
+}
+
+/*
+ * VF_QUEUE_MASK(vf): non-empty, within the VF's queues, and only while VF
+ * Enable is clear (a VF's queues do not vanish under its driver).
+ */
+static void tacc_set_vf_queue_mask(TaccState *s, int vf, uint64_t val)
+{
+    const char *bad = NULL;
+
+    if (pcie_sriov_num_vfs(PCI_DEVICE(s))) {
+        bad = "while VFs are enabled";
+    } else if (!val || (val & ~(uint64_t)TACC_QUEUE_MASK_ALL)) {
+        bad = "not a non-empty mask of the VF's queues";
+    }
+    if (bad) {
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: VF_QUEUE_MASK(%d) = 0x%" PRIx64 " %s: refused\n",
+                      vf, val, bad);
+        return;
+    }
+    s->vf_queue_mask[vf] = val;
+}
+
 static void tacc_bar0_write_locked(TaccFunc *f, hwaddr addr, uint64_t val,
                                    unsigned size)
 {
@@ -404,8 +446,13 @@ static void tacc_bar0_write_locked(TaccFunc *f, hwaddr addr, uint64_t val,
         return;
     }
     if (!f->fn && addr >= TACC_REG_ARB_WEIGHT(0) &&
-        addr < TACC_REG_ARB_WEIGHT(TACC_NUM_FUNCS)) {
-        s->arb_weight[(addr - TACC_REG_ARB_WEIGHT(0)) / 4] = MIN(val, 255);
+        addr < TACC_REG_ARB_WEIGHT(TACC_NUM_FUNCS) && size == 4) {
+        tacc_set_weight(s, (addr - TACC_REG_ARB_WEIGHT(0)) / 4, val);
+        return;
+    }
+    if (!f->fn && addr >= TACC_REG_VF_QUEUE_MASK(0) &&
+        addr < TACC_REG_VF_QUEUE_MASK(TACC_MAX_VFS) && size == 4) {
+        tacc_set_vf_queue_mask(s, (addr - TACC_REG_VF_QUEUE_MASK(0)) / 4, val);
         return;
     }
 

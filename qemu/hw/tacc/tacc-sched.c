@@ -9,8 +9,9 @@
  * payload crosses the PCIe link in TACC_CHUNK_BYTES steps, each reserving
  * the link direction(s) it needs, so concurrent transfers of all functions
  * interleave), post (read/write latency).  Events are processed in time
- * order; a free engine picks its next command by weighted round-robin over
- * functions, then round-robin over a function's queues.
+ * order; a free engine picks its next command by deficit round-robin over
+ * functions (ARB_WEIGHT: shares of the engine's bytes), then round-robin over
+ * a function's queues.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -511,36 +512,116 @@ static void tacc_start(TaccState *s, TaccFunc *f, int qi, int unit,
     tacc_start_timing(u, t);
 }
 
-/* Weighted round-robin over functions, round-robin over their queues. */
+/*
+ * Arbitration cost of a command (tacc_hw.h TACC_REG_ARB_WEIGHT): the bytes
+ * a copy or fill moves, one quantum for anything else.  A bad length (it
+ * fails at once) costs at most the largest valid one.
+ */
+static uint64_t tacc_arb_cost(const TaccCmd *c)
+{
+    switch (c->d.opcode) {
+    case TACC_OP_COPY_H2D:
+    case TACC_OP_COPY_D2H:
+    case TACC_OP_COPY_D2D:
+        return MIN(c->d.copy.len, TACC_COPY_MAX_LEN);
+    case TACC_OP_FILL:
+        return MIN(c->d.fill.len, TACC_COPY_MAX_LEN);
+    default:
+        return TACC_ARB_QUANTUM;
+    }
+}
+
+static uint64_t tacc_arb_quantum(TaccState *s, int fn)
+{
+    return (uint64_t)MAX(s->arb_weight[fn], 1) * TACC_ARB_QUANTUM;
+}
+
+/* The queue (round-robin from the function's pointer) whose head is of class cls, or -1. */
+static int tacc_arb_head(TaccFunc *f, int cls, uint64_t t, uint64_t *cost)
+{
+    if (!tacc_func_runs(f)) {
+        return -1;
+    }
+    for (int j = 0; j < TACC_NUM_QUEUES; j++) {
+        int qi = (f->rr_queue[cls] + j) % TACC_NUM_QUEUES;
+        TaccCmd *c = tacc_queue_head(f, qi, t);
+
+        if (c && tacc_op_class(c->d.opcode) == cls) {
+            *cost = tacc_arb_cost(c);
+            return qi;
+        }
+    }
+    return -1;
+}
+
+/*
+ * A whole round passed and no backlogged function's deficit covers its
+ * head: add the rounds it takes until the first one does (what that many
+ * turns would add), so a big command costs no loop per quantum.
+ */
+static void tacc_arb_skip_rounds(TaccState *s, int cls, const int *hq,
+                                 const uint64_t *cost)
+{
+    uint64_t k = UINT64_MAX;
+
+    for (int fn = 0; fn < TACC_NUM_FUNCS; fn++) {
+        if (hq[fn] >= 0) {
+            uint64_t q = tacc_arb_quantum(s, fn);
+            uint64_t need = cost[fn] - s->deficit[cls][fn];
+
+            k = MIN(k, need / q + (need % q != 0));
+        }
+    }
+    for (int fn = 0; fn < TACC_NUM_FUNCS; fn++) {
+        if (hq[fn] >= 0 && k > 1) {
+            s->deficit[cls][fn] += (k - 1) * tacc_arb_quantum(s, fn);
+        }
+    }
+}
+
+/*
+ * Deficit round-robin over functions (the turn holder runs head commands
+ * while its deficit covers their cost; each new turn adds weight * quantum;
+ * a function with nothing to run loses its deficit), round-robin over a
+ * function's queues.
+ */
 static bool tacc_arbitrate(TaccState *s, int cls, uint64_t t,
                            TaccFunc **pf, int *pq)
 {
-    for (int i = 0; i < TACC_NUM_FUNCS; i++) {
-        int fn = (s->rr_fn[cls] + i) % TACC_NUM_FUNCS;
-        TaccFunc *f = tacc_func(s, fn);
+    uint64_t cost[TACC_NUM_FUNCS];
+    int hq[TACC_NUM_FUNCS];
+    bool any = false;
 
-        if (!tacc_func_runs(f)) {
-            continue;
+    for (int fn = 0; fn < TACC_NUM_FUNCS; fn++) {
+        hq[fn] = tacc_arb_head(tacc_func(s, fn), cls, t, &cost[fn]);
+        if (hq[fn] < 0) {
+            s->deficit[cls][fn] = 0;
         }
-        for (int j = 0; j < TACC_NUM_QUEUES; j++) {
-            int qi = (f->rr_queue[cls] + j) % TACC_NUM_QUEUES;
-            TaccCmd *c = tacc_queue_head(f, qi, t);
-            if (!c || tacc_op_class(c->d.opcode) != cls) {
-                continue;
-            }
-            f->rr_queue[cls] = (qi + 1) % TACC_NUM_QUEUES;
-            if (!s->credits[cls][fn] || s->rr_fn[cls] != fn) {
-                s->credits[cls][fn] = MAX(s->arb_weight[fn], 1);
-            }
-            s->credits[cls][fn]--;
-            s->rr_fn[cls] = s->credits[cls][fn] ? fn
-                                                  : (fn + 1) % TACC_NUM_FUNCS;
-            *pf = f;
-            *pq = qi;
+        any |= hq[fn] >= 0;
+    }
+    if (!any) {
+        return false;
+    }
+    for (int passes = 0;; passes++) {
+        int fn = s->rr_fn[cls];
+
+        if (hq[fn] >= 0 && s->deficit[cls][fn] >= cost[fn]) {
+            s->deficit[cls][fn] -= cost[fn];
+            *pf = tacc_func(s, fn);
+            *pq = hq[fn];
+            (*pf)->rr_queue[cls] = (hq[fn] + 1) % TACC_NUM_QUEUES;
             return true;
         }
+        if (passes == TACC_NUM_FUNCS) {
+            tacc_arb_skip_rounds(s, cls, hq, cost);
+            passes = 0;
+        }
+        fn = (fn + 1) % TACC_NUM_FUNCS;     /* the turn passes */
+        s->rr_fn[cls] = fn;
+        if (hq[fn] >= 0) {
+            s->deficit[cls][fn] += tacc_arb_quantum(s, fn);
+        }
     }
-    return false;
 }
 
 static void tacc_dispatch(TaccState *s, uint64_t t)
@@ -880,6 +961,13 @@ void tacc_queue_ctrl(TaccFunc *f, int qi, uint32_t val)
         val &= ~TACC_Q_CTRL_RESET;
         was_on = false;                 /* RESET | ENABLE enables afresh */
         q->ctrl = 0;
+    }
+    if ((val & TACC_Q_CTRL_ENABLE) && !(tacc_queue_mask(f) & BIT(qi))) {
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: fn%d: queue %d is outside the function's "
+                      "QUEUE_MASK 0x%x: enable refused\n", f->fn, qi,
+                      tacc_queue_mask(f));
+        val &= ~TACC_Q_CTRL_ENABLE;
     }
     if (!(val & TACC_Q_CTRL_ENABLE) && was_on) {
         tacc_queue_reset(f, qi);        /* disabling aborts like RESET */

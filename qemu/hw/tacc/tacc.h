@@ -265,6 +265,7 @@ struct TaccState {
     uint64_t virtio_mem_reset[2];       /* its properties: base, size */
     bool (*virtio_window_busy)(TaccFunc *f);   /* device BOs exist */
     uint32_t arb_weight[TACC_NUM_FUNCS];
+    uint32_t vf_queue_mask[TACC_MAX_VFS];      /* TACC_REG_VF_QUEUE_MASK */
 
     TaccTlbEntry *tlb;
     uint64_t tlb_clock;
@@ -276,7 +277,7 @@ struct TaccState {
     uint64_t gcnt[TACC_SAMPLE_SLOTS];   /* counter page 1 */
     uint64_t cnt_gen;
     uint8_t rr_fn[TACC_NUM_CLASSES];
-    uint32_t credits[TACC_NUM_CLASSES][TACC_NUM_FUNCS];
+    uint64_t deficit[TACC_NUM_CLASSES][TACC_NUM_FUNCS];  /* bytes, DRR */
     QEMUTimer timer;
     bool in_run;
 
@@ -322,6 +323,8 @@ void tacc_window(TaccFunc *f, uint64_t *base, uint64_t *size);
 AddressSpace *tacc_func_as(TaccFunc *f);
 MemTxResult tacc_func_dma(TaccFunc *f, uint64_t addr, void *buf, uint64_t len,
                           bool write);
+uint32_t tacc_queue_mask(TaccFunc *f);
+void tacc_policy_reset(TaccState *s, bool masks);
 
 /* tacc-regs.c */
 extern const MemoryRegionOps tacc_bar0_ops;

@@ -72,6 +72,9 @@ class Context:
         self._small_va = self.va_end  # 4 KiB-page bindings grow down from the top
         self._ts_buf: HostBuffer = alloc_host(self, TS_SLOTS, np.uint64)
         self._ts_free = list(range(TS_SLOTS - 1, -1, -1))
+        # the queues this function may use (a VF's queue_mask, set by its PF)
+        mask = int(self.device.attrs.get("queue_mask", "0"), 0) or (1 << self.num_queues) - 1
+        self.queues = [q for q in range(self.num_queues) if mask >> q & 1]
         self._next_queue = 0
         if t0:
             tr.end(t0, ID["context_open"], 0, 0, self.dev_id, self.hw_context, 0,
@@ -160,10 +163,10 @@ class Context:
         t0 = tr.begin()
         self._check()
         if queue is None:
-            queue = self._next_queue
-            self._next_queue = (self._next_queue + 1) % self.num_queues
-        if not 0 <= queue < self.num_queues:
-            raise ValueError(f"queue {queue}: this function has queues 0..{self.num_queues - 1}")
+            queue = self.queues[self._next_queue % len(self.queues)]
+            self._next_queue += 1
+        if queue not in self.queues:
+            raise ValueError(f"queue {queue}: this function has queues {self.queues}")
         s = Stream(self, queue)
         self._streams.append(s)
         if t0:
