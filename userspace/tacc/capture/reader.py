@@ -34,6 +34,24 @@ from .schema import (
 )
 
 
+def _older_layout(old: np.dtype, new: np.dtype) -> bool:
+    """``old`` is a record layout of an earlier minor version of ``new``'s stream: every
+    named field of it is in ``new`` with the same type (padding aside), and ``new`` has
+    more (fields added by a minor version, anywhere in the record)."""
+    names = [n for n in old.names or () if not n.startswith("_")]
+    return (bool(names) and len(new.names or ()) > len(old.names or ())
+            and all(n in (new.fields or {}) and new.fields[n][0] == old.fields[n][0]
+                    for n in names))
+
+
+def _widen(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    out = np.zeros(len(arr), dtype=dtype)
+    for n in arr.dtype.names or ():
+        if not n.startswith("_"):
+            out[n] = arr[n]
+    return out
+
+
 @dataclass
 class StreamInfo:
     name: str
@@ -42,6 +60,10 @@ class StreamInfo:
     dtype: np.dtype
     data_start: int
     chunks: list[framing.ChunkRef] = field(default_factory=list)
+    # an older minor's record layout on disk (a subset of ``dtype``'s fields, e.g. the
+    # counters stream before hw 1.2's counters): records are widened to ``dtype`` on read,
+    # the new fields zero
+    file_dtype: np.dtype | None = None
 
     @property
     def records(self) -> int:
@@ -188,12 +210,15 @@ class Capture:
                     fdt = dtype_from_json(info.get("dtype", []))
                 except (TypeError, ValueError):
                     raise CaptureVersionError(f"{what}: unreadable record layout") from None
+                older = None
                 if fdt != dtype:
-                    raise CaptureVersionError(
-                        f"{what}: record layout differs from schema {version}"
-                    )
-                refs, damage = framing.scan_chunks(f, start, dtype.itemsize, verify_payload=False)
-            st = StreamInfo(name, p, version, dtype, start, refs)
+                    if not _older_layout(fdt, dtype):
+                        raise CaptureVersionError(
+                            f"{what}: record layout differs from schema {version}"
+                        )
+                    older = fdt
+                refs, damage = framing.scan_chunks(f, start, fdt.itemsize, verify_payload=False)
+            st = StreamInfo(name, p, version, dtype, start, refs, older)
             want = expected.get(name, {}).get("records") if self.complete else None
             if damage is not None:
                 msg = f"{what}: {damage.reason}; kept {len(refs)} whole chunks"
@@ -259,7 +284,9 @@ class Capture:
                         raise CaptureTruncatedError(str(exc)) from None
                     self.problems.append(str(exc))
                     return
-                arr = np.frombuffer(payload, dtype=st.dtype)
+                arr = np.frombuffer(payload, dtype=st.file_dtype or st.dtype)
+                if st.file_dtype is not None:
+                    arr = _widen(arr, st.dtype)
                 yield arr[columns] if columns else arr
 
     def read(self, name: str, columns: list[str] | None = None) -> np.ndarray:
