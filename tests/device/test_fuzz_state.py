@@ -293,7 +293,8 @@ STEPS = int(os.environ.get("TACC_FUZZ_STEPS", "20000"))
 
 
 def test_fuzz_device_state(fuzzdev):
-    n, secs = run(fuzzdev, examples=max(1, STEPS // 45), steps=50)  # ~46 steps/example
+    # ~43-46 steps/example (hypothesis ends some early): 40 keeps n >= STEPS
+    n, secs = run(fuzzdev, examples=max(1, STEPS // 40), steps=50)
     print(f"device state fuzz: {n} steps in {secs:.1f} s")
     assert n >= STEPS
     assert fuzzdev.pf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC

@@ -95,7 +95,7 @@ void tacc_trace_put(TaccFunc *f, struct tacc_trace_rec *r)
             tacc_irq_cause(f, TACC_IRQ_DMA_ERROR);
             return;
         }
-        tacc_link_ctrl(f, true, a, sizeof(r));
+        tacc_link_ctrl(f, true, a, sizeof(*r));
         f->trace_prod++;
         f->cnt[TACC_CNT_trace_records]++;
         s->gt.trace_records++;
