@@ -239,7 +239,10 @@ class Function:
                                    self.rcb) / self.time_scale
 
     def max_bw(self, direction: str) -> float:
-        """Modelled maximum payload bandwidth of ``"h2d"`` or ``"d2h"``, bytes/s."""
+        """Modelled maximum payload bandwidth of ``"h2d"`` or ``"d2h"``, bytes/s; 0 when
+        the link is not known (a VF described from its hotplug event: no LINK_STATUS)."""
+        if self.gen not in LINK_RATE_GTS or not self.width:
+            return 0.0
         return link_max_payload_bw(self.gen, self.width, self.mps, direction, self.mrrs,
                                    self.rcb) / self.time_scale
 
