@@ -93,7 +93,12 @@ def test_tshark_decodes_with_the_lua_dissector() -> None:
         f = Path(d) / "x.pcapng"
         pcapng.write(f, synth())
         f.chmod(0o644)
-        r = _tshark(f)
+        # the dissector too: a checkout in a 0700 directory (git clone into mktemp -d, as
+        # CI does) is not readable by nobody
+        lua = Path(d) / "tacc-tlp.lua"
+        shutil.copyfile(ROOT / "tools/tacc-tlp.lua", lua)
+        lua.chmod(0o644)
+        r = _tshark(f, lua)
     assert r.returncode == 0, r.stderr
     rows = [ln.split(",", 5) for ln in r.stdout.splitlines()]
     assert len(rows) == 19
@@ -102,10 +107,10 @@ def test_tshark_decodes_with_the_lua_dissector() -> None:
     assert rows[0][5].startswith("MRd up 512 B tag 0 @0x")
 
 
-def _tshark(f: Path) -> subprocess.CompletedProcess:
+def _tshark(f: Path, lua: Path = ROOT / "tools/tacc-tlp.lua") -> subprocess.CompletedProcess:
     fields = ["kind", "payload", "tag", "byte_count", "fmt_type"]
     return subprocess.run(
         ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "env", "HOME=/tmp",
-         "tshark", "-X", f"lua_script:{ROOT / 'tools/tacc-tlp.lua'}", "-r", str(f), "-T",
+         "tshark", "-X", f"lua_script:{lua}", "-r", str(f), "-T",
          "fields", "-E", "separator=,", *sum((["-e", f"tacc_tlp.{x}"] for x in fields), []),
          "-e", "_ws.col.Info"], capture_output=True, text=True, timeout=120)
