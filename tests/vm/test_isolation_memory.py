@@ -173,9 +173,6 @@ def test_new_vf_scrubbed_after_old_vf(sriov):
     assert not dmesg_problems()
 
 
-@pytest.mark.xfail(strict=True, reason="regression in session 5's merges (open, issue 14): "
-                   "BO_CREATE right after freeing all memory gets ENOSPC instead of waiting "
-                   "for the FILL (passed before the hw 1.2 device changes)")
 def test_allocation_waits_for_scrub(pf_accel):
     """All free memory in one BO, freed, allocated again at once: the allocation waits
     for the range's FILL (no ENOSPC), and the new BO reads zeros."""
