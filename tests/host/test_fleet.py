@@ -7,10 +7,12 @@ the real capture writer (synthetic records: tacc.capture.synth and hand-made arr
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,23 @@ from tacc.fleet import arrowmap
 from tacc.fleet.export import MANIFEST, Exporter
 
 DATA = Path(__file__).parent / "data"
-OLD_MINOR = DATA / "capture-v1.0"
+OLD_META = DATA / "capture-v1.0"  # meta.json and complete of a minor-0 capture (text)
+
+
+@functools.cache
+def old_minor() -> Path:
+    """A capture of format 1, minor 0: the stream files as make_capture_v1_0.py writes them
+    (byte for byte what the writer of 350c768 wrote; the streams' framing has not changed),
+    with the minor-0 meta.json (no "minor", that writer's stream list) and complete marker
+    kept as text in tests/host/data/capture-v1.0."""
+    sys.path.insert(0, str(DATA))
+    import make_capture_v1_0
+
+    out = Path(tempfile.mkdtemp(prefix="tacc-capture-v1.0-")) / "capture-v1.0"
+    make_capture_v1_0.main(str(out))
+    for name in ("meta.json", "complete"):
+        shutil.copyfile(OLD_META / name, out / name)
+    return out
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -278,7 +296,7 @@ def test_export_incomplete_capture_says_so(caps: list[Path], tmp_path: Path,
 def test_export_carries_drop_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                     ) -> None:
     out = tmp_path / "x"
-    assert _run(capsys, "export", str(OLD_MINOR), "-o", str(out))[0] == 0
+    assert _run(capsys, "export", str(old_minor()), "-o", str(out))[0] == 0
     man = json.loads((out / MANIFEST).read_text())
     assert man["captures"][0]["dropped"] == {"driver": 3}
     rc, stdout, _ = _run(capsys, "query", str(out), "--json",
@@ -339,13 +357,13 @@ def test_older_minor_capture_is_read_and_exported(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """capture-v1.0 was written by the writer before minor versions (no "minor" key, no
     device_events stream file): read, analysed, exported."""
-    assert "minor" not in json.loads((OLD_MINOR / "meta.json").read_text())
-    cap = open_capture(OLD_MINOR)
+    assert "minor" not in json.loads((old_minor() / "meta.json").read_text())
+    cap = open_capture(old_minor())
     assert cap.format_version == (1, 0) and cap.count("device_events") == 0
     assert cap.complete and cap.problems == []
-    assert _run(capsys, "analyze", str(OLD_MINOR))[0] == 0
+    assert _run(capsys, "analyze", str(old_minor()))[0] == 0
     out = tmp_path / "x"
-    assert _run(capsys, "export", str(OLD_MINOR), "-o", str(out))[0] == 0
+    assert _run(capsys, "export", str(old_minor()), "-o", str(out))[0] == 0
     assert not (out / "device_events").exists()
     rc, stdout, _ = _run(capsys, "query", str(out), "--json",
                          "SELECT format_version, (SELECT count(*) FROM device_trace) AS n "
@@ -356,7 +374,7 @@ def test_older_minor_capture_is_read_and_exported(tmp_path: Path,
 def test_newer_major_capture_refused_one_line(caps: list[Path], tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     src = tmp_path / "v2"
-    shutil.copytree(OLD_MINOR, src)
+    shutil.copytree(old_minor(), src)
     meta = json.loads((src / "meta.json").read_text())
     meta["version"], meta["minor"] = 2, 0
     (src / "meta.json").write_text(json.dumps(meta))
@@ -370,7 +388,7 @@ def test_newer_major_capture_refused_one_line(caps: list[Path], tmp_path: Path,
 
 def test_newer_minor_capture_is_read(caps: list[Path], tmp_path: Path) -> None:
     src = tmp_path / "v1.9"
-    shutil.copytree(OLD_MINOR, src)
+    shutil.copytree(old_minor(), src)
     meta = json.loads((src / "meta.json").read_text())
     meta["minor"] = 9
     (src / "meta.json").write_text(json.dumps(meta))
@@ -508,7 +526,7 @@ def test_stream_of_a_newer_minor_is_exported(tmp_path: Path,
          ("hdr", "<u4", (4,)), ("what", "S8")]))))) == dt
 
     src = tmp_path / "newer"
-    shutil.copytree(OLD_MINOR, src)
+    shutil.copytree(old_minor(), src)
     meta = json.loads((src / "meta.json").read_text())
     meta["minor"] = 7
     (src / "meta.json").write_text(json.dumps(meta))

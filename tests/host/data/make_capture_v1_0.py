@@ -1,9 +1,10 @@
-"""Writes tests/host/data/capture-v1.0: a capture of format 1, minor 0 (meta.json without
-"minor", no device_events stream), made with the writer of commit 350c768 (before minor
-versions existed):
+"""The stream files of tests/host/data/capture-v1.0, a capture of format 1, minor 0
+(meta.json without "minor", no device_events stream).  Made once with the writer of commit
+350c768 (before minor versions existed); today's writer produces the same stream files byte
+for byte, so tests/host/test_fleet.py writes them at test time and keeps only that
+writer's meta.json and complete marker (text) in the tree.  By hand:
 
-    git worktree add /tmp/old 350c768 && cd /tmp/old &&
-    PYTHONPATH=userspace python3 /path/to/make_capture_v1_0.py OUT
+    PYTHONPATH=userspace python3 tests/host/data/make_capture_v1_0.py OUT
 """
 
 from __future__ import annotations
