@@ -68,6 +68,7 @@ setup:
 
 run-vm: setup
 	@[ "$$KERNEL" != debug ] || scripts/debug-kernel.sh
+	@.venv/bin/python scripts/guest-pyc
 	@/usr/bin/python3 scripts/run-vm --make-cmd
 
 test: setup

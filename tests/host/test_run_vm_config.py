@@ -445,3 +445,23 @@ def test_wall_profile_per_test_and_file(tmp_path: Path) -> None:
                              "[pt] tests/vm/test_a.py": 2.0}
     assert prof["tests"][0] == ("tests/vm/test_b.py::test_z", 5.0)
     assert tv.wall_profile(tmp_path / "missing") == {}
+
+
+def test_guest_pyc_writes_what_the_guest_pytest_loads() -> None:
+    """scripts/guest-pyc (run by test-vm before the boots): the guest's / is read-only, so
+    the host writes the assert-rewritten modules; pytest must find each valid (its source
+    hash), for the tests/vm files and for the hypothesis plugin's package, even with
+    PYTHONDONTWRITEBYTECODE set (as this harness's environment has it)."""
+    from _pytest.assertion import rewrite
+
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/guest-pyc")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    import hypothesis
+
+    for fn in (ROOT / "tests/vm/conftest.py", ROOT / "tests/vm/test_e2e_real.py",
+               Path(hypothesis.__file__)):
+        pyc = rewrite.get_cache_dir(fn) / (fn.name[:-3] + rewrite.PYC_TAIL)
+        assert rewrite._read_pyc(fn, pyc) is not None, f"{pyc}: missing or stale"
+    assert (ROOT / "userspace/tacc/capture/__pycache__").is_dir()
