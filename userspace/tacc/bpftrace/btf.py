@@ -27,7 +27,7 @@ _PER_VLEN = {4: 12, 5: 12, 6: 8, 13: 8, 15: 12, 19: 12}  # struct union enum pro
 _FIXED = {1: 4, 3: 12, 14: 4, 17: 4}  # int array var decl_tag
 
 
-class BTFError(Exception):
+class BTFError(ValueError):
     """The BTF blob is missing, malformed, or lacks a struct or member asked for."""
 
 
