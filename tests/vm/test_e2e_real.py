@@ -541,6 +541,7 @@ def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
     return rep
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("name", TWIN_PARAMS)
 def test_rule_fires_on_bad_silent_on_good(recorder: Recorder, name: str) -> None:
     rep = _twin(recorder, name)
@@ -576,6 +577,7 @@ def _section_union_ns(cap_path: Path) -> int:
     return union_length(c.ts[m], c.te[m])
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("name", TWIN_PARAMS)
 def test_estimate_within_25_percent_of_measured(recorder: Recorder, name: str) -> None:
     """Per expected rule on the real captures: |estimated - measured| <= 25 % of measured,
@@ -670,6 +672,7 @@ def two_vfs(pf_pci: Path) -> Iterator[list[str]]:
         numvfs.write_text("0")
 
 
+@pytest.mark.timing
 def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -> None:
     """The victim (VF1) uploads and waits while a neighbour (VF2) streams uploads on four
     queues over the same link (bad), or is quiet (good): vf_contention names the victim
@@ -712,6 +715,7 @@ def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -
     assert abs(est - meas) <= 0.25 * meas, rep
 
 
+@pytest.mark.timing
 def test_mixed_workload_exact_findings(recorder: Recorder) -> None:
     cap_path, results, _ = recorder.capture("mixed", MIXED)
     f = _findings(cap_path, "mixed")
