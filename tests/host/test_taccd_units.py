@@ -783,3 +783,42 @@ def test_trace_ring_size_is_checked_before_any_device_is_touched() -> None:
     for bad in (1, 32, 100, 65536, -64):
         with pytest.raises(ValueError, match="power of two from 64 to 32768"):
             Options(trace_entries=bad)
+
+
+def test_tlp_stream_needs_perfmon_and_a_pf(tmp_path: Path) -> None:
+    """The TLP stream (format minor 7): a client without CAP_PERFMON is refused before
+    anything is opened (one line naming it); a capture without a bound PF cannot have
+    it (and leaves no directory); the ring size is checked like the trace ring's."""
+    from tacc.daemon.main import DaemonError, may_perfmon
+    from tacc.pcie.ring import TlpCaptureError
+
+    assert may_perfmon(os.getpid(), 0)
+    p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                          "--inh-caps=-all", "sleep", "30"])
+    try:
+        for _ in range(100):  # until setpriv has exec'd sleep with the new credentials
+            if Path(f"/proc/{p.pid}/status").read_text().find("Uid:\t65534") >= 0:
+                break
+            time.sleep(0.02)
+        assert not may_perfmon(p.pid, 65534)
+    finally:
+        p.kill()
+        p.wait()
+    d = Daemon(str(tmp_path / "s.sock"), tmp_path / "caps", always_on=False, bpf=False,
+               sysroot=_fake_sysfs(tmp_path))
+    try:
+        with pytest.raises(DaemonError, match=r"^the TLP stream needs CAP_PERFMON \(root\)"):
+            d.handle({"cmd": "start", "output": str(tmp_path / "u"),
+                      "options": {"tlp": True}}, (p.pid, 65534))
+        assert not (tmp_path / "u").exists() and d.session is None
+    finally:
+        d.close()
+    fns = discover(_fake_sysfs(tmp_path / "b"))
+    with pytest.raises(TlpCaptureError, match="needs a PF in the capture"):
+        CaptureSession(tmp_path / "cap", fns, Options(tlp=True, device_trace=False, api=False))
+    assert not (tmp_path / "cap").exists()
+    for bad in (32, 100, 1 << 19):
+        with pytest.raises(ValueError, match="TLP ring entries"):
+            Options(tlp_entries=bad)
+    with pytest.raises(ValueError, match="tlp 1: true or false"):
+        Options(tlp=1)  # type: ignore[arg-type]
