@@ -822,3 +822,23 @@ def test_tlp_stream_needs_perfmon_and_a_pf(tmp_path: Path) -> None:
             Options(tlp_entries=bad)
     with pytest.raises(ValueError, match="tlp 1: true or false"):
         Options(tlp=1)  # type: ignore[arg-type]
+
+
+def test_session_captures_api_rings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capture (no TLP stream) drains the runtime's API rings into its api stream: a
+    regression test of the TLP stream's change to the session's collectors, which once
+    left the API rings to close() (captures then had no API records)."""
+    from tacc.runtime import apitrace
+
+    monkeypatch.setenv("TACC_API_DIR", str(tmp_path / "shm"))
+    (tmp_path / "shm").mkdir()
+    ring = apitrace.Ring(tmp_path / "shm" / "tacc-api.4242", 4242, 4243, 8, enabled=False)
+    fns = discover(_fake_sysfs(tmp_path))
+    s = CaptureSession(tmp_path / "cap", fns, Options(device_trace=False, counters_hz=0.0))
+    assert s.api is not None and not s.tlp_rings
+    s.tick()
+    for i in range(3):
+        ring.emit(apitrace.NAME_ID["nop"], 100 + i, 200 + i, tag=i + 1, dev=1 << 8, args="")
+    s.close()
+    ring.close()
+    assert open_capture(tmp_path / "cap").read("api")["tag"].tolist() == [1, 2, 3]

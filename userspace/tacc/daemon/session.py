@@ -200,6 +200,13 @@ class CaptureSession:
     def _open_collectors(self) -> None:
         for fid, fn in enumerate(self.functions):
             self._open_function(fid, fn)
+        if self.opts.api:
+            ok, why = api_available()
+            if ok:
+                self.api = ApiRings(self.writer.string_id, self.fid_of_pci,
+                                    set(self.opts.pids) or None)
+            else:
+                self.warnings.append(f"runtime API rings not captured: {why}")
 
     def _open_tlp(self) -> None:
         """The TLP capture ring of every PF in the capture (raises TlpCaptureError, one
@@ -228,13 +235,6 @@ class CaptureSession:
             t.close()
         for c in self.counters.values():
             c.close()
-        if self.opts.api:
-            ok, why = api_available()
-            if ok:
-                self.api = ApiRings(self.writer.string_id, self.fid_of_pci,
-                                    set(self.opts.pids) or None)
-            else:
-                self.warnings.append(f"runtime API rings not captured: {why}")
 
     def _open_function(self, fid: int, fn: TaccFunction) -> None:
         if self.opts.device_trace and fn.accel:
