@@ -465,3 +465,44 @@ def test_guest_pyc_writes_what_the_guest_pytest_loads() -> None:
         pyc = rewrite.get_cache_dir(fn) / (fn.name[:-3] + rewrite.PYC_TAIL)
         assert rewrite._read_pyc(fn, pyc) is not None, f"{pyc}: missing or stale"
     assert (ROOT / "userspace/tacc/capture/__pycache__").is_dir()
+
+
+def _a_pci_function() -> str:
+    fns = sorted(p.name for p in Path("/sys/bus/pci/devices").glob("*"))
+    if not fns:
+        pytest.skip("this machine shows no PCI function in sysfs")
+    return fns[0]
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"PASSTHROUGH": "01:00.2"}, "PASSTHROUGH=01:00.2: accepted: a PCI function like"),
+        ({"PASSTHROUGH": "0000:7f:1f.7"}, "PASSTHROUGH=0000:7f:1f.7: no such PCI function"),
+        ({"IOMMU": "strict"}, "PASSTHROUGH with IOMMU=strict: accepted: IOMMU=off"),
+        ({"VFS": "2"}, "PASSTHROUGH with VFS: accepted: no VFS"),
+        ({"VIRTIO": "1"}, "PASSTHROUGH with VIRTIO: accepted: no VIRTIO"),
+        ({"NODES": "2"}, "PASSTHROUGH with NODES: accepted: no NODES"),
+    ],
+)
+def test_passthrough_refusals_one_line(env: dict[str, str], words: str) -> None:
+    r = validate(**{"PASSTHROUGH": _a_pci_function(), **env})
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("run-vm: " + words), lines[0]
+
+
+def test_passthrough_replaces_the_tacc_device(tmp_path: Path) -> None:
+    """PASSTHROUGH=: vfio-pci on the root port instead of the tacc device, no vIOMMU,
+    host time by default (a nested guest, docs/vfio.md)."""
+    bdf = _a_pci_function()
+    cfg = run_vm.VMConfig.from_env({"PASSTHROUGH": bdf, "KERNEL": "6.12.117"},
+                                   require_installed=False)
+    argv = run_vm.qemu_argv(cfg, tmp_path, None, interactive=False)
+    devs = [argv[i + 1] for i, a in enumerate(argv) if a == "-device"]
+    assert f"vfio-pci,host={bdf},bus=rp0,id=pt0" in devs
+    assert not [d for d in devs if d.startswith(("tacc,", "intel-iommu", "virtio-tacc"))], devs
+    assert "-icount" not in argv and "intel_iommu=off" in argv[argv.index("-append") + 1]
+    cfg = run_vm.VMConfig.from_env({"PASSTHROUGH": bdf, "ICOUNT": "1", "KERNEL": "6.12.117"},
+                                   require_installed=False)
+    assert "-icount" in run_vm.qemu_argv(cfg, tmp_path, None, interactive=False)
