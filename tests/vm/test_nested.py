@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,7 @@ def _run_vm_module() -> Any:
     spec = importlib.util.spec_from_loader("run_vm", loader)
     assert spec is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["run_vm"] = mod  # dataclasses look their module up
     loader.exec_module(mod)
     return mod
 
