@@ -316,6 +316,12 @@ static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
 
 /* --------------------------------------------------------------- driver ---- */
 
+/* Rings and captures of the PCI function that a virtio node does not provide. */
+static int tacc_vunsupported_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	return -EOPNOTSUPP;
+}
+
 static const struct drm_ioctl_desc tacc_vioctls[] = {
 	DRM_IOCTL_DEF_DRV(TACC_GET_PARAM, tacc_vget_param_ioctl, 0),
 	DRM_IOCTL_DEF_DRV(TACC_BO_CREATE, tacc_vbo_create_ioctl, 0),
@@ -324,6 +330,15 @@ static const struct drm_ioctl_desc tacc_vioctls[] = {
 	DRM_IOCTL_DEF_DRV(TACC_VM_UNBIND, tacc_vvm_unbind_ioctl, 0),
 	DRM_IOCTL_DEF_DRV(TACC_SUBMIT, tacc_vsubmit_ioctl, 0),
 	DRM_IOCTL_DEF_DRV(TACC_WAIT, tacc_vwait_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TRACE_OPEN, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TRACE_ADVANCE, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TRACE_CLOSE, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_OPEN, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_ADVANCE, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_CLOSE, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TLPCAP_OPEN, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TLPCAP_ADVANCE, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TLPCAP_CLOSE, tacc_vunsupported_ioctl, 0),
 };
 
 DEFINE_DRM_ACCEL_FOPS(tacc_vfops);

@@ -77,10 +77,13 @@ struct tacc_vctx {
 struct tacc_vbo {
 	struct drm_gem_shmem_object shmem;	/* base.* used by every type */
 	struct tacc_vctx *ctx;		/* owner: the creating file */
-	u32 type;			/* DRM_TACC_BO_HOST or _DEVICE */
+	u32 type;			/* enum drm_tacc_bo_type */
 	u32 flags;			/* DRM_TACC_BO_F_* */
 	u32 handle;			/* backend handle, 0 = none */
-	struct sg_table *sgt;		/* HOST: pinned pages, DMA mapped */
+	struct sg_table *sgt;		/* HOST, USERPTR: pinned pages, DMA mapped */
+	struct page **pages;		/* USERPTR: the pinned user pages */
+	unsigned long npages;
+	struct mm_struct *pin_mm;	/* USERPTR: charged pinned_vm */
 	/* binding (ctx->vm_lock) */
 	struct drm_mm_node va;
 	u64 bind_offset;
@@ -127,6 +130,10 @@ int tacc_vvm_bind_ioctl(struct drm_device *dev, void *data, struct drm_file *fil
 int tacc_vvm_unbind_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_vbo_va(struct drm_file *file, const struct drm_tacc_operand *op, u64 len,
 		u32 align, int type, u64 *va);
+
+/* tacc_virtio_userptr.c: USERPTR BOs */
+int tacc_vuserptr_pin(struct tacc_vbo *bo, u64 uaddr);
+void tacc_vuserptr_unpin(struct tacc_vbo *bo);
 
 /* tacc_virtio_job.c: submit, completion, wait */
 int tacc_vsubmit_ioctl(struct drm_device *dev, void *data, struct drm_file *file);

@@ -119,6 +119,10 @@ static void tacc_vbo_unpin(struct tacc_vbo *bo)
 {
 	struct tacc_vdev *vd = to_tacc_vdev(bo->shmem.base.dev);
 
+	if (bo->type == DRM_TACC_BO_USERPTR) {
+		tacc_vuserptr_unpin(bo);
+		return;
+	}
 	if (!bo->sgt)
 		return;
 	if (vd->dma_dev)
@@ -199,7 +203,7 @@ static int tacc_vbo_send_create(struct tacc_vbo *bo, u64 *handle)
 	u32 n = 0;
 	int ret;
 
-	if (bo->type == DRM_TACC_BO_HOST) {
+	if (bo->type != DRM_TACC_BO_DEVICE) {
 		n = tacc_vbo_ents(bo, NULL);
 		if (!n || n > TACC_VIRTIO_MAX_BO_ENTS)
 			return -E2BIG;
@@ -322,9 +326,12 @@ static int tacc_vbo_create_check(struct tacc_vdev *vd, const struct drm_tacc_bo_
 {
 	if (args->flags & ~DRM_TACC_BO_F_ALL || args->pad || args->type >= DRM_TACC_BO_TYPE_COUNT)
 		return -EINVAL;
+	if (!args->size || args->size > TACC_VIRTIO_MAX_BO_SIZE)
+		return -EINVAL;
 	if (args->type == DRM_TACC_BO_USERPTR)
-		return -EOPNOTSUPP;	/* not on virtio-tacc this round */
-	if (args->userptr || !args->size || args->size > TACC_VIRTIO_MAX_BO_SIZE)
+		return args->userptr && PAGE_ALIGNED(args->userptr) &&
+		       PAGE_ALIGNED(args->size) ? 0 : -EINVAL;
+	if (args->userptr)
 		return -EINVAL;
 	if (args->type == DRM_TACC_BO_DEVICE && !vd->has_devmem)
 		return -EOPNOTSUPP;	/* F_DEVMEM not negotiated */
@@ -352,11 +359,12 @@ int tacc_vbo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 		goto out_exit;
 	}
 	bo->flags = args->flags;
-	if (bo->type == DRM_TACC_BO_HOST) {
+	if (bo->type == DRM_TACC_BO_HOST)
 		ret = tacc_vbo_pin(bo);
-		if (ret)
-			goto out_put;
-	}
+	else if (bo->type == DRM_TACC_BO_USERPTR)
+		ret = tacc_vuserptr_pin(bo, args->userptr);
+	if (ret)
+		goto out_put;
 	ret = tacc_vbo_send_create(bo, &handle);
 	if (ret)
 		goto out_put;

@@ -9,9 +9,11 @@ process's buffers, and unbinding the driver with jobs in flight fails their fenc
 
 from __future__ import annotations
 
+import argparse
 import ctypes as C
 import errno
 import fcntl
+import json
 import subprocess
 import sys
 import threading
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import test_runtime_basic as rb
 from tacc.runtime import Context
 from tacc.runtime import uapi as U
 from tacc.runtime.backend import DrmBackend
@@ -107,6 +110,8 @@ def test_node_kind_and_negotiated_features(pf_accel):
             == errno.EOPNOTSUPP
         assert _err(lambda: _ioctl(ctx.backend.fd, U.DRM_IOCTL_TACC_GET_PARAM,
                                    U.drm_tacc_get_param(param=999))) == errno.EINVAL
+        assert _err(lambda: _ioctl(ctx.backend.fd, U.DRM_IOCTL_TACC_TRACE_OPEN,
+                                   U.drm_tacc_trace_open())) == errno.EOPNOTSUPP
     with Context(str(pf_accel)) as pf:
         assert pf.param(U.PARAM_FUNC_KIND) == U.FUNC_KIND_PF
     # §3: the driver accepted what it knows (DEVMEM) and VERSION_1, not FILL or TRACE,
@@ -136,6 +141,36 @@ def test_copy_and_gemm_match_numpy():
         s.copy_d2h(h, dc)
         s.synchronize()
         np.testing.assert_allclose(h.array, a @ b, rtol=1e-4, atol=1e-4)
+
+
+# The runtime's own tests of tests/vm/test_runtime_basic.py, unchanged, on the virtio node
+# (events, syncobjs, timestamps and the runtime's error mapping included).
+@pytest.mark.parametrize("case", [rb.test_roundtrip_host_buffer, rb.test_gemm_eltwise_match_numpy,
+                                  rb.test_userptr_misaligned_and_numpy_staging,
+                                  rb.test_streams_and_events,
+                                  rb.test_errors_are_python_exceptions],
+                         ids=lambda f: f.__name__.removeprefix("test_"))
+def test_runtime_basic_on_virtio(case: Callable[[Context], None]) -> None:
+    ctx = Context(_virtio())
+    try:
+        case(ctx)
+    finally:
+        ctx.close()
+
+
+def test_tacc_run_mlp_on_virtio(capsys: pytest.CaptureFixture[str]) -> None:
+    """``tacc run mlp -d <virtio PCI> --json``, checked against numpy: the subcommand's
+    parser and code in process (the dispatcher's import of every subcommand, or a second
+    interpreter, costs seconds of guest time)."""
+    from tacc import cli_run
+
+    v = _virtio()
+    parser = argparse.ArgumentParser(prog="tacc")
+    cli_run.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["run", "mlp", "-d", v.pci, "--json"])
+    assert args.func(args) == 0
+    [res] = json.loads(capsys.readouterr().out)["results"]
+    assert res["device"] == v.pci and res["checked"] and res["max_abs_err"] < 1e-3, res
 
 
 # ------------------------------------------------------------ bad input ------
@@ -185,7 +220,7 @@ def test_backend_refusals_are_errnos():
         fd = be.fd
         # more device memory than the function's window: the backend's ERR_NOSPC
         assert _err(lambda: _bo(fd, 2 * WINDOW, U.BO_DEVICE)) == errno.ENOSPC
-        assert _err(lambda: _bo(fd, 4096, U.BO_USERPTR)) == errno.EOPNOTSUPP
+        assert _err(lambda: _bo(fd, 4096, U.BO_USERPTR)) == errno.EINVAL  # no address
         # a read-only host BO as a copy destination: the backend maps it without
         # TACC_PTE_WRITE, the device MMU faults, the job's fence says -EFAULT
         ro, _ = _bo(fd, 4096, U.BO_HOST, U.BO_F_READONLY)
@@ -230,6 +265,10 @@ c[0].a.handle, c[0].b.handle = HANDLES
 s = U.drm_tacc_submit(cmds=__import__("ctypes").addressof(c), num_cmds=1,
                       cmd_size=__import__("ctypes").sizeof(U.drm_tacc_cmd))
 print("submit", err(U.DRM_IOCTL_TACC_SUBMIT, s))
+pinme = mmap.mmap(-1, 256 << 10)  # under ulimit -l 64 (KiB): more than RLIMIT_MEMLOCK
+addr = __import__("ctypes").addressof(__import__("ctypes").c_char.from_buffer(pinme))
+print("userptr", err(U.DRM_IOCTL_TACC_BO_CREATE, U.drm_tacc_bo_create(
+    size=256 << 10, userptr=addr, type=U.BO_USERPTR)))
 os.close(fd)
 with Context(find("NODE")) as ctx:  # fresh buffers: the victim's bytes scrubbed away
     d = ctx.device_buffer(1 << 20, np.uint32)
@@ -241,8 +280,9 @@ with Context(find("NODE")) as ctx:  # fresh buffers: the victim's bytes scrubbed
 def test_tacc_user_cannot_reach_another_process_bos():
     """The victim (root) fills a host and a device BO with a secret; tacc-user, on its
     own file of the same node, finds none of the victim's handles, cannot mmap the
-    victim's BO by its offset, cannot name them in a job, and its own new buffers —
-    device memory just freed by the victim among them — read zero."""
+    victim's BO by its offset, cannot name them in a job, cannot pin more user memory
+    than its RLIMIT_MEMLOCK, and its own new buffers — device memory just freed by the
+    victim among them — read zero."""
     v = _virtio()
     with Context(v) as ctx:
         secret = np.full(1 << 20, VICTIM_SECRET, np.uint32)
@@ -254,7 +294,7 @@ def test_tacc_user_cannot_reach_another_process_bos():
         dev.free()  # its memory is scrubbed before the other process may get it
         code = (OTHER_CODE.replace("NODE", v.devnode).replace("OFFSET", str(off))
                 .replace("HANDLES", repr(handles)).replace("PATHS", repr(sys.path)))
-        r = subprocess.run(["su", "tacc-user", "-c", f"{PY} -"], input=code,
+        r = subprocess.run(["su", "tacc-user", "-c", f"ulimit -l 64; {PY} -"], input=code,
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         out = {ln.split()[0]: ln.split()[1:] for ln in r.stdout.splitlines()}
@@ -262,6 +302,7 @@ def test_tacc_user_cannot_reach_another_process_bos():
         assert set(out["info"]) == {str(errno.ENOENT)}, out["info"]
         assert int(out["mmap"][0]) == errno.EACCES, out["mmap"]
         assert int(out["submit"][0]) == errno.ENOENT, out["submit"]
+        assert int(out["userptr"][0]) == errno.ENOMEM, out["userptr"]  # pins are charged
         assert out["devmem-nonzero"] == ["0"] and out["host-nonzero"] == ["0"], out
         assert np.array_equal(host.array, secret)  # the victim's own view is intact
 
