@@ -36,9 +36,13 @@ for layer in $layers; do
 		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check -q -m long ${PYTEST_ARGS:-} &&
 		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check --set long ${PYTEST_ARGS:-} ;;
 	# the VM layer, the tests marked debugkernel (long ones included) and fault injection
-	debug)  scripts/debug-kernel.sh &&
+	# (two boots side by side: the strict files, and the extras' with VFs, SMP and virtio)
+	debug)  scripts/debug-kernel.sh && {
 		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check --config debug \
-			-m 'not long or debugkernel' ${PYTEST_ARGS:-} ;;
+			-m 'not long or debugkernel' ${PYTEST_ARGS:-} & a=$!
+		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check --config debug-extras \
+			-m 'not long or debugkernel' ${PYTEST_ARGS:-}; b=$?
+		wait $a && [ $b = 0 ]; } ;;
 	*) echo "test: unknown layer $layer; accepted: host device vm long debug" >&2; exit 2 ;;
 	esac
 	rc=$?

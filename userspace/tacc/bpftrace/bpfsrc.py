@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import btf
 from .tpformat import Format, c_struct, read_format
 
 # Mode bits of cfg[CFG_FLAGS]
@@ -65,7 +66,6 @@ HOST_EVENTS = (("sched", "sched_switch"), ("sched", "sched_wakeup"),
 
 PRELUDE = r"""
 #include <uapi/linux/ptrace.h>
-#include <linux/sched.h>
 
 struct tacc_ev {
 	u64 ts, tag, a, b, c, d;
@@ -728,16 +728,30 @@ int on_netif_receive_skb(struct tp_netif_receive_skb *args)
 #   sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
 #                unsigned int prev_state)
 #   sched_wakeup(struct task_struct *p)
+#
+# They read struct task_struct at offsets from the kernel's BTF (btf.py, TASK_OFFSETS):
+# including <linux/sched.h> for its layout cost 3 s of a compile's 8.5 s of guest time.
+# The task states are include/linux/sched.h's (6.12), as __trace_sched_switch_state
+# reports them; tests/host checks them against the guest kernel's headers.
+TASK_STATES = {"TASK_INTERRUPTIBLE": 0x1, "TASK_UNINTERRUPTIBLE": 0x2, "TASK_NOLOAD": 0x400,
+               "TASK_RTLOCK_WAIT": 0x1000, "TASK_REPORT": 0x7F}
+TASK_OFFSETS = {"task_struct": ["pid", "comm", "exit_state", "thread_info"],
+                "thread_info": ["cpu"]}
 RAW_HOST: dict[str, str] = {
     "sched_switch": r"""
-static __always_inline s32 switch_state(u64 preempt, u32 prev_state, struct task_struct *p)
+#define TASK_IDLE (TASK_UNINTERRUPTIBLE | TASK_NOLOAD)
+#define TASK_REPORT_IDLE (TASK_REPORT + 1)
+#define TASK_REPORT_MAX (TASK_REPORT_IDLE << 1)
+#define TASK_READ(dst, p, off) bpf_probe_read_kernel(&(dst), sizeof(dst), (char *)(p) + (off))
+
+static __always_inline s32 switch_state(u64 preempt, u32 prev_state, void *p)
 {
 	// __trace_sched_switch_state(): TASK_REPORT_MAX when preempted, else the
 	// reported state bit (fls of the state index)
 	u32 exit_state = 0, state;
 	if (preempt)
 		return TASK_REPORT_MAX;
-	bpf_probe_read_kernel(&exit_state, sizeof(exit_state), &p->exit_state);
+	TASK_READ(exit_state, p, OFF_TASK_EXIT_STATE);
 	state = (prev_state | exit_state) & TASK_REPORT;
 	if ((prev_state & TASK_IDLE) == TASK_IDLE)
 		state = TASK_REPORT_IDLE;
@@ -752,13 +766,13 @@ static __always_inline s32 switch_state(u64 preempt, u32 prev_state, struct task
 
 int raw_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 {
-	struct task_struct *prev = (struct task_struct *)ctx->args[1];
-	struct task_struct *next = (struct task_struct *)ctx->args[2];
+	void *prev = (void *)ctx->args[1];
+	void *next = (void *)ctx->args[2];
 	struct tp_sched_switch a = {};
-	bpf_probe_read_kernel(&a.prev_pid, sizeof(a.prev_pid), &prev->pid);
-	bpf_probe_read_kernel(&a.next_pid, sizeof(a.next_pid), &next->pid);
-	bpf_probe_read_kernel(&a.prev_comm, sizeof(a.prev_comm), &prev->comm);
-	bpf_probe_read_kernel(&a.next_comm, sizeof(a.next_comm), &next->comm);
+	TASK_READ(a.prev_pid, prev, OFF_TASK_PID);
+	TASK_READ(a.next_pid, next, OFF_TASK_PID);
+	TASK_READ(a.prev_comm, prev, OFF_TASK_COMM);
+	TASK_READ(a.next_comm, next, OFF_TASK_COMM);
 	a.prev_state = switch_state(ctx->args[0], (u32)ctx->args[3], prev);
 	return on_sched_switch(&a);
 }
@@ -766,15 +780,11 @@ int raw_sched_switch(struct bpf_raw_tracepoint_args *ctx)
     "sched_wakeup": r"""
 int raw_sched_wakeup(struct bpf_raw_tracepoint_args *ctx)
 {
-	struct task_struct *p = (struct task_struct *)ctx->args[0];
+	void *p = (void *)ctx->args[0];
 	struct tp_sched_wakeup a = {};
-	bpf_probe_read_kernel(&a.pid, sizeof(a.pid), &p->pid);
-	bpf_probe_read_kernel(&a.comm, sizeof(a.comm), &p->comm);
-#ifdef CONFIG_THREAD_INFO_IN_TASK
-	bpf_probe_read_kernel(&a.target_cpu, sizeof(a.target_cpu), &p->thread_info.cpu);
-#else
-	bpf_probe_read_kernel(&a.target_cpu, sizeof(a.target_cpu), &p->cpu);
-#endif
+	TASK_READ(a.pid, p, OFF_TASK_PID);
+	TASK_READ(a.comm, p, OFF_TASK_COMM);
+	TASK_READ(a.target_cpu, p, OFF_TASK_CPU);  // thread_info.cpu (THREAD_INFO_IN_TASK)
 	return on_sched_wakeup(&a);
 }
 """,
@@ -809,8 +819,20 @@ def raw_wrapper(event: str, fmt: Format) -> str:
     return "\n".join(lines)
 
 
+def task_defines(btf_path: Path = btf.VMLINUX) -> list[str]:
+    """The task_struct offsets and task states the scheduler handlers use, as #defines."""
+    off = btf.offsets(TASK_OFFSETS, btf_path)
+    cpu = off["task_struct.thread_info"] + off["thread_info.cpu"]
+    out = [f"#define OFF_TASK_PID {off['task_struct.pid']}",
+           f"#define OFF_TASK_COMM {off['task_struct.comm']}",
+           f"#define OFF_TASK_EXIT_STATE {off['task_struct.exit_state']}",
+           f"#define OFF_TASK_CPU {cpu}"]
+    return out + [f"#define {k} {v:#x}" for k, v in TASK_STATES.items()]
+
+
 def build_source(root: Path, rb_pages: int = 1024, max_scan_cmds: int = 32,
-                 host: bool = True) -> tuple[str, dict[str, Format]]:
+                 host: bool = True, btf_path: Path = btf.VMLINUX
+                 ) -> tuple[str, dict[str, Format]]:
     """The program text for the loaded driver; returns (source, formats found)."""
     from tacc.capture.schema import DriverKind
 
@@ -849,6 +871,8 @@ def build_source(root: Path, rb_pages: int = 1024, max_scan_cmds: int = 32,
                 chunks.append(body[s:e])
                 chunks.append(RAW_HOST.get(n, ""))
         src_host = "".join(chunks)
+        if present & {"sched_switch", "sched_wakeup"}:
+            src_host = "\n".join(task_defines(btf_path)) + "\n" + src_host
     defines = [f"#define RB_PAGES {rb_pages}", f"#define NSTATS {NSTATS}",
                f"#define MAX_SCAN_CMDS {max_scan_cmds}", f"#define HOST_BASE {HOST_BASE}"]
     for name, val in (("F_EMIT", F_EMIT), ("F_LAT", F_LAT), ("F_TOP", F_TOP), ("F_DMA", F_DMA),
