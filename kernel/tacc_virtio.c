@@ -107,47 +107,52 @@ static int tacc_vctrl_xfer(struct tacc_vdev *vd, struct scatterlist **sgs, unsig
 				  TACC_V_CTRL_TIMEOUT);
 	if (got == token)
 		return 0;
+	if (left)
+		return -ENODEV;	/* removed: the reset took the buffer back */
 	/* the device still owns the buffer: the caller must not free it */
-	dev_err(&vd->vdev->dev, "control request %s\n", left ? "aborted" : "timed out");
-	return -ENODEV;
+	dev_err(&vd->vdev->dev, "control request timed out\n");
+	return -ETIMEDOUT;
 }
 
 /*
- * One control request: @req (kmalloc'd, @req_len bytes, starting with the
- * header) and optionally @body (kmalloc or vmalloc, e.g. a BO's page list).
- * Returns 0 and the response value, or the errno of the response status.
+ * One control request: @req (@req_len bytes, starting with the header) and
+ * optionally @body (e.g. a BO's page list), copied into one buffer the
+ * request owns.  Returns 0 and the response value, or the errno of the
+ * response status; -ETIMEDOUT if the device did not answer (the copy is then
+ * leaked: the device may still read it).
  */
 int tacc_vctrl(struct tacc_vdev *vd, void *req, size_t req_len, const void *body,
 	       size_t body_len, u64 *value)
 {
-	struct scatterlist hdr_sg, resp_sg, *body_sg = NULL;
-	struct scatterlist *sgs[3];
+	size_t len = req_len + body_len;
+	struct scatterlist *out_sg, resp_sg, *sgs[2];
 	struct tacc_virtio_resp *resp;
-	unsigned int out = 0, nsg;
-	int ret;
+	unsigned int nsg;
+	void *buf;
+	int ret = -ENOMEM;
 
+	buf = kvmalloc(len, GFP_KERNEL);
 	resp = kzalloc(sizeof(*resp), GFP_KERNEL);
-	if (!resp)
-		return -ENOMEM;
-	sg_init_one(&hdr_sg, req, req_len);
-	sgs[out++] = &hdr_sg;
-	if (body_len) {
-		nsg = is_vmalloc_addr(body) ? DIV_ROUND_UP(body_len, PAGE_SIZE) + 1 : 1;
-		body_sg = kmalloc_array(nsg, sizeof(*body_sg), GFP_KERNEL);
-		ret = body_sg ? tacc_vbuf_sgs(body_sg, nsg, body, body_len) : -ENOMEM;
-		if (ret < 0)
-			goto out_free;
-		sgs[out++] = body_sg;
-	}
+	nsg = is_vmalloc_addr(buf) ? DIV_ROUND_UP(len, PAGE_SIZE) + 1 : 1;
+	out_sg = kmalloc_array(nsg, sizeof(*out_sg), GFP_KERNEL);
+	if (!buf || !resp || !out_sg)
+		goto out_free;
+	memcpy(buf, req, req_len);
+	if (body_len)
+		memcpy(buf + req_len, body, body_len);
+	ret = tacc_vbuf_sgs(out_sg, nsg, buf, len);
+	if (ret < 0)
+		goto out_free;
 	sg_init_one(&resp_sg, resp, sizeof(*resp));
-	sgs[out] = &resp_sg;
+	sgs[0] = out_sg;
+	sgs[1] = &resp_sg;
 
 	mutex_lock(&vd->ctrl_lock);
-	ret = READ_ONCE(vd->gone) ? -ENODEV : tacc_vctrl_xfer(vd, sgs, out, resp);
+	ret = READ_ONCE(vd->gone) ? -ENODEV : tacc_vctrl_xfer(vd, sgs, 1, resp);
 	mutex_unlock(&vd->ctrl_lock);
-	if (ret == -ENODEV && !READ_ONCE(vd->gone)) {
-		resp = NULL;	/* leaked on purpose: the device may still write it */
-		goto out_free;
+	if (ret == -ETIMEDOUT) {
+		kfree(out_sg);	/* only read when the buffer was added */
+		return ret;	/* buf and resp leaked on purpose */
 	}
 	if (!ret) {
 		ret = tacc_vstatus_errno(le32_to_cpu(resp->status));
@@ -155,8 +160,9 @@ int tacc_vctrl(struct tacc_vdev *vd, void *req, size_t req_len, const void *body
 			*value = le64_to_cpu(resp->value);
 	}
 out_free:
-	kfree(body_sg);
+	kfree(out_sg);
 	kfree(resp);
+	kvfree(buf);
 	return ret;
 }
 
@@ -166,7 +172,7 @@ static int tacc_vctrl_idle(struct tacc_vctx *ctx, void *req, size_t len)
 	int ret, i;
 
 	for (i = 0; i < TACC_V_BUSY_RETRIES; i++) {
-		ret = tacc_vctx_wait_idle(ctx);
+		ret = tacc_vctx_wait_quiet(ctx, false);
 		if (ret)
 			return ret;
 		ret = tacc_vctrl(ctx->vd, req, len, NULL, 0, NULL);
@@ -274,7 +280,6 @@ static int tacc_vopen(struct drm_device *dev, struct drm_file *file)
 	mutex_init(&ctx->vm_lock);
 	mutex_init(&ctx->submit_lock);
 	spin_lock_init(&ctx->seq_lock);
-	init_waitqueue_head(&ctx->idle_wq);
 	drm_mm_init(&ctx->va_mm, TACC_V_VA_START, TACC_V_VA_END - TACC_V_VA_START);
 	ctx->fence_ctx = dma_fence_context_alloc(TACC_VIRTIO_NUM_RINGS);
 	file->driver_priv = ctx;
@@ -418,6 +423,9 @@ static int tacc_virtio_probe(struct virtio_device *vdev)
 	init_waitqueue_head(&vd->ctrl_wq);
 	spin_lock_init(&vd->submit_lock);
 	INIT_LIST_HEAD(&vd->inflight);
+	init_waitqueue_head(&vd->idle_wq);
+	mutex_init(&vd->dma_lock);
+	INIT_LIST_HEAD(&vd->dma_bos);
 
 	ret = tacc_vread_config(vd);
 	if (ret)
@@ -445,13 +453,15 @@ err_reset:
 /*
  * Unplug, then reset: the device drops every buffer it holds, so the jobs
  * in flight fail (-ENODEV) and no request waits for an answer that cannot
- * come.  Files left open get -ENODEV from then on; their BOs are unpinned
- * when they are freed.
+ * come.  Files left open get -ENODEV from then on; their BOs' DMA mappings
+ * go now (the DMA device may go with us), their pages when they are freed.
  */
 static void tacc_virtio_remove(struct virtio_device *vdev)
 {
 	struct tacc_vdev *vd = vdev->priv;
 
+	WRITE_ONCE(vd->unplugging, true);
+	wake_up_all(&vd->idle_wq);	/* requests waiting for jobs give up */
 	drm_dev_unplug(&vd->drm);
 	spin_lock_irq(&vd->submit_lock);
 	WRITE_ONCE(vd->gone, true);
@@ -460,6 +470,10 @@ static void tacc_virtio_remove(struct virtio_device *vdev)
 	virtio_reset_device(vdev);
 	tacc_vjobs_fail(vd, -ENODEV);
 	vdev->config->del_vqs(vdev);
+	/* the device holds no page any more: unmap them while the DMA device exists */
+	tacc_vbos_release_dma(vd);
+	WRITE_ONCE(vd->reset_done, true);
+	wake_up_all(&vd->idle_wq);
 }
 
 static const struct virtio_device_id tacc_virtio_ids[] = {

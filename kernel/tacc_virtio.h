@@ -43,6 +43,12 @@ struct tacc_vdev {
 	spinlock_t submit_lock;		/* submitq, inflight, gone */
 	struct list_head inflight;	/* struct tacc_vjob, submission order */
 	bool gone;			/* removed or reset: nothing new is queued */
+	bool unplugging;		/* remove started: idle waits end */
+	bool reset_done;		/* removed: the device holds no buffer or page */
+	wait_queue_head_t idle_wq;	/* a context's last job in flight completed */
+
+	struct mutex dma_lock;		/* dma_bos */
+	struct list_head dma_bos;	/* struct tacc_vbo with pages DMA mapped */
 
 	/* configuration space, read at probe */
 	u32 version;
@@ -69,8 +75,7 @@ struct tacc_vctx {
 		u64 seqno;
 		struct dma_fence *fence;
 	} slot[TACC_V_SEQ_SLOTS];
-	atomic_t inflight;		/* jobs queued, not completed */
-	wait_queue_head_t idle_wq;	/* inflight reached 0 */
+	atomic_t inflight;		/* jobs queued, not completed (vd->idle_wq) */
 	struct mutex submit_lock;	/* seqno order = queue order */
 };
 
@@ -84,6 +89,7 @@ struct tacc_vbo {
 	struct page **pages;		/* USERPTR: the pinned user pages */
 	unsigned long npages;
 	struct mm_struct *pin_mm;	/* USERPTR: charged pinned_vm */
+	struct list_head dma_node;	/* on vd->dma_bos while sgt is DMA mapped */
 	/* binding (ctx->vm_lock) */
 	struct drm_mm_node va;
 	u64 bind_offset;
@@ -128,6 +134,9 @@ int tacc_vbo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 int tacc_vbo_info_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_vvm_bind_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_vvm_unbind_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+void tacc_vbo_dma_map_done(struct tacc_vbo *bo);
+void tacc_vbo_dma_unmap(struct tacc_vbo *bo);
+void tacc_vbos_release_dma(struct tacc_vdev *vd);
 int tacc_vbo_va(struct drm_file *file, const struct drm_tacc_operand *op, u64 len,
 		u32 align, int type, u64 *va);
 
@@ -140,7 +149,8 @@ int tacc_vsubmit_ioctl(struct drm_device *dev, void *data, struct drm_file *file
 int tacc_vwait_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 void tacc_vsubmit_done(struct virtqueue *vq);
 void tacc_vjobs_fail(struct tacc_vdev *vd, int error);
-int tacc_vctx_wait_idle(struct tacc_vctx *ctx);
+void tacc_vctx_wait_idle(struct tacc_vctx *ctx);
+int tacc_vctx_wait_quiet(struct tacc_vctx *ctx, bool intr);
 void tacc_vctx_seq_fini(struct tacc_vctx *ctx);
 
 #endif /* __TACC_VIRTIO_DRV_H__ */

@@ -54,7 +54,7 @@ static int tacc_vbo_msg_idle(struct tacc_vctx *ctx, u16 type, const void *body, 
 	int ret, tries = 100;
 
 	do {
-		ret = tacc_vctx_wait_idle(ctx);
+		ret = tacc_vctx_wait_quiet(ctx, false);
 		ret = ret ?: tacc_vbo_msg(ctx, type, body, len, NULL);
 	} while (ret == -EBUSY && --tries);
 	return ret;
@@ -115,18 +115,52 @@ static int tacc_vbo_bind(struct tacc_vbo *bo, u64 va, u64 offset, u64 size, bool
 
 /* ---------------------------------------------------------------- pages ---- */
 
-static void tacc_vbo_unpin(struct tacc_vbo *bo)
+/* bo->sgt was just DMA mapped (or needs no mapping): track it for removal. */
+void tacc_vbo_dma_map_done(struct tacc_vbo *bo)
 {
 	struct tacc_vdev *vd = to_tacc_vdev(bo->shmem.base.dev);
 
+	mutex_lock(&vd->dma_lock);
+	list_add_tail(&bo->dma_node, &vd->dma_bos);
+	mutex_unlock(&vd->dma_lock);
+}
+
+void tacc_vbo_dma_unmap(struct tacc_vbo *bo)
+{
+	struct tacc_vdev *vd = to_tacc_vdev(bo->shmem.base.dev);
+
+	mutex_lock(&vd->dma_lock);
+	if (!list_empty(&bo->dma_node)) {	/* else tacc_vbos_release_dma() did */
+		list_del_init(&bo->dma_node);
+		if (vd->dma_dev)
+			dma_unmap_sgtable(vd->dma_dev, bo->sgt, DMA_BIDIRECTIONAL, 0);
+	}
+	mutex_unlock(&vd->dma_lock);
+}
+
+/* Removal, after the device reset: unmap what files still open hold. */
+void tacc_vbos_release_dma(struct tacc_vdev *vd)
+{
+	struct tacc_vbo *bo, *next;
+
+	mutex_lock(&vd->dma_lock);
+	list_for_each_entry_safe(bo, next, &vd->dma_bos, dma_node) {
+		list_del_init(&bo->dma_node);
+		if (vd->dma_dev)
+			dma_unmap_sgtable(vd->dma_dev, bo->sgt, DMA_BIDIRECTIONAL, 0);
+	}
+	mutex_unlock(&vd->dma_lock);
+}
+
+static void tacc_vbo_unpin(struct tacc_vbo *bo)
+{
 	if (bo->type == DRM_TACC_BO_USERPTR) {
 		tacc_vuserptr_unpin(bo);
 		return;
 	}
 	if (!bo->sgt)
 		return;
-	if (vd->dma_dev)
-		dma_unmap_sgtable(vd->dma_dev, bo->sgt, DMA_BIDIRECTIONAL, 0);
+	tacc_vbo_dma_unmap(bo);
 	sg_free_table(bo->sgt);
 	kfree(bo->sgt);
 	bo->sgt = NULL;
@@ -154,6 +188,7 @@ static int tacc_vbo_pin(struct tacc_vbo *bo)
 			goto err_free;
 	}
 	bo->sgt = sgt;
+	tacc_vbo_dma_map_done(bo);
 	return 0;
 
 err_free:
@@ -233,6 +268,7 @@ out:
 static void tacc_vgem_free(struct drm_gem_object *obj)
 {
 	struct tacc_vbo *bo = to_tacc_vbo(obj);
+	struct tacc_vdev *vd = to_tacc_vdev(obj->dev);
 	struct tacc_virtio_bo_destroy d = { .handle = cpu_to_le32(bo->handle) };
 	bool bound = drm_mm_node_allocated(&bo->va);
 	int idx, ret = 0;
@@ -242,6 +278,10 @@ static void tacc_vgem_free(struct drm_gem_object *obj)
 			ret = tacc_vbo_send_unbind(bo);
 		ret = ret ?: tacc_vbo_msg_idle(bo->ctx, TACC_VIRTIO_BO_DESTROY, &d, sizeof(d));
 		drm_dev_exit(idx);
+		if (ret == -ENODEV) {	/* a removal began: its reset frees the pages */
+			wait_event(vd->idle_wq, READ_ONCE(vd->reset_done));
+			ret = 0;
+		}
 		if (ret)
 			drm_warn(obj->dev, "BO %u not destroyed: %d\n", bo->handle, ret);
 	}
@@ -294,6 +334,7 @@ struct drm_gem_object *tacc_vgem_create_object(struct drm_device *dev, size_t si
 	if (!bo)
 		return ERR_PTR(-ENOMEM);
 	bo->type = DRM_TACC_BO_HOST;
+	INIT_LIST_HEAD(&bo->dma_node);
 	bo->shmem.base.funcs = &tacc_vshmem_funcs;
 	return &bo->shmem.base;
 }
@@ -315,6 +356,7 @@ static struct tacc_vbo *tacc_vbo_alloc(struct tacc_vctx *ctx, u32 type, u64 size
 		if (!bo)
 			return ERR_PTR(-ENOMEM);
 		bo->type = type;
+		INIT_LIST_HEAD(&bo->dma_node);
 		bo->shmem.base.funcs = &tacc_vprivate_funcs;
 		drm_gem_private_object_init(&ctx->vd->drm, &bo->shmem.base, size);
 	}
@@ -490,7 +532,7 @@ int tacc_vvm_unbind_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 	if (args->flags & DRM_TACC_VM_UNBIND_NOWAIT)
 		ret = atomic_read(&ctx->inflight) ? -EBUSY : 0;
 	else
-		ret = wait_event_interruptible(ctx->idle_wq, !atomic_read(&ctx->inflight));
+		ret = tacc_vctx_wait_quiet(ctx, true);
 	if (ret)
 		goto out_put;
 	if (!drm_dev_enter(dev, &idx)) {

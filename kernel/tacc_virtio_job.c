@@ -97,7 +97,7 @@ static void tacc_vjob_complete(struct tacc_vdev *vd, struct tacc_vjob *job, int 
 	kfree(job->buf);
 	job->buf = NULL;
 	if (atomic_dec_and_test(&ctx->inflight))
-		wake_up_all(&ctx->idle_wq);
+		wake_up_all(&vd->idle_wq);
 	dma_fence_put(&job->fence);
 }
 
@@ -132,16 +132,39 @@ void tacc_vjobs_fail(struct tacc_vdev *vd, int error)
 	spin_unlock_irq(&vd->submit_lock);
 }
 
-/* Waits until the context has no job in flight (or the device is gone). */
-int tacc_vctx_wait_idle(struct tacc_vctx *ctx)
+/*
+ * Waits until the context has no job in flight: before its context goes
+ * (file release, outside any drm_dev_enter() section: a removal fails the
+ * jobs).
+ */
+void tacc_vctx_wait_idle(struct tacc_vctx *ctx)
 {
 	struct tacc_vdev *vd = ctx->vd;
 
-	wait_event(ctx->idle_wq, !atomic_read(&ctx->inflight));
+	wait_event(vd->idle_wq, !atomic_read(&ctx->inflight));
 	/* the completion that woke us may still be in tacc_vjob_complete() */
 	spin_lock_irq(&vd->submit_lock);
 	spin_unlock_irq(&vd->submit_lock);
-	return 0;
+}
+
+/*
+ * Waits until the context has no job in flight, before a request the device
+ * refuses under jobs (inside a drm_dev_enter() section): a removal that
+ * started ends the wait with -ENODEV, so it does not wait for the jobs.
+ */
+int tacc_vctx_wait_quiet(struct tacc_vctx *ctx, bool intr)
+{
+	struct tacc_vdev *vd = ctx->vd;
+	int ret = 0;
+
+	if (intr)
+		ret = wait_event_interruptible(vd->idle_wq, !atomic_read(&ctx->inflight) ||
+					       READ_ONCE(vd->unplugging));
+	else
+		wait_event(vd->idle_wq, !atomic_read(&ctx->inflight) || READ_ONCE(vd->unplugging));
+	if (ret)
+		return ret;
+	return atomic_read(&ctx->inflight) ? -ENODEV : 0;
 }
 
 void tacc_vctx_seq_fini(struct tacc_vctx *ctx)

@@ -80,6 +80,7 @@ int tacc_vuserptr_pin(struct tacc_vbo *bo, u64 uaddr)
 			goto err_table;
 	}
 	bo->sgt = sgt;
+	tacc_vbo_dma_map_done(bo);
 	return 0;
 
 err_table:
@@ -98,12 +99,9 @@ err_free:
 /* After the backend let go of the pages (BO_DESTROY) or the device was reset. */
 void tacc_vuserptr_unpin(struct tacc_vbo *bo)
 {
-	struct tacc_vdev *vd = to_tacc_vdev(bo->shmem.base.dev);
-
 	if (!bo->sgt)
 		return;
-	if (vd->dma_dev)
-		dma_unmap_sgtable(vd->dma_dev, bo->sgt, DMA_BIDIRECTIONAL, 0);
+	tacc_vbo_dma_unmap(bo);
 	sg_free_table(bo->sgt);
 	kfree(bo->sgt);
 	bo->sgt = NULL;
