@@ -8,6 +8,7 @@
  * and the drm_driver.  BOs: tacc_virtio_gem.c; jobs: tacc_virtio_job.c.
  */
 
+#include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
@@ -238,6 +239,16 @@ static int tacc_vget_param_ioctl(struct drm_device *dev, void *data, struct drm_
 		args->value = ctx->last_seqno;
 		spin_unlock(&ctx->seq_lock);
 		break;
+	case DRM_TACC_PARAM_COUNTERS_MMAP_OFFSET:
+		if (!vd->cnt_len)
+			return -EOPNOTSUPP;
+		args->value = DRM_TACC_MMAP_COUNTERS;
+		break;
+	case DRM_TACC_PARAM_COUNTERS_MMAP_SIZE:
+		if (!vd->cnt_len)
+			return -EOPNOTSUPP;
+		args->value = PAGE_SIZE;	/* the function's page, as on a VF */
+		break;
 	case DRM_TACC_PARAM_QUEUE_SIZE:
 		if (args->index >= vd->num_rings)
 			return -EINVAL;
@@ -248,6 +259,43 @@ static int tacc_vget_param_ioctl(struct drm_device *dev, void *data, struct drm_
 		return args->param < DRM_TACC_PARAM_COUNT ? -EOPNOTSUPP : -EINVAL;
 	}
 	return 0;
+}
+
+/* ----------------------------------------------------------------- mmap ---- */
+
+/*
+ * The function's counter page (shared memory region 1, live: each read is an
+ * exit, as on BAR2) at DRM_TACC_MMAP_COUNTERS, read-only; BOs at their GEM
+ * offsets.  drm_dev_unplug() zaps the counter mappings (a later access
+ * faults: SIGBUS).
+ */
+static int tacc_vmmap_counters(struct tacc_vdev *vd, struct vm_area_struct *vma)
+{
+	unsigned long size = vma->vm_end - vma->vm_start;
+
+	if (vma->vm_flags & VM_WRITE)
+		return -EACCES;
+	if (!vd->cnt_len || size > PAGE_SIZE)
+		return -EINVAL;
+	vm_flags_mod(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE);
+	vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);
+	return io_remap_pfn_range(vma, vma->vm_start, vd->cnt_phys >> PAGE_SHIFT, size,
+				  vma->vm_page_prot);
+}
+
+static int tacc_vmmap(struct file *filp, struct vm_area_struct *vma)
+{
+	struct drm_file *file = filp->private_data;
+	struct tacc_vdev *vd = to_tacc_vdev(file->minor->dev);
+	int idx, ret;
+
+	if ((u64)vma->vm_pgoff << PAGE_SHIFT != DRM_TACC_MMAP_COUNTERS)
+		return drm_gem_mmap(filp, vma);
+	if (!drm_dev_enter(&vd->drm, &idx))
+		return -ENODEV;
+	ret = tacc_vmmap_counters(vd, vma);
+	drm_dev_exit(idx);
+	return ret;
 }
 
 /* ---------------------------------------------------------------- files ---- */
@@ -346,7 +394,18 @@ static const struct drm_ioctl_desc tacc_vioctls[] = {
 	DRM_IOCTL_DEF_DRV(TACC_TLPCAP_CLOSE, tacc_vunsupported_ioctl, 0),
 };
 
-DEFINE_DRM_ACCEL_FOPS(tacc_vfops);
+static const struct file_operations tacc_vfops = {
+	.owner = THIS_MODULE,
+	.open = accel_open,
+	.release = drm_release,
+	.unlocked_ioctl = drm_ioctl,
+	.compat_ioctl = drm_compat_ioctl,
+	.poll = drm_poll,
+	.read = drm_read,
+	.llseek = noop_llseek,
+	.mmap = tacc_vmmap,
+	.fop_flags = FOP_UNSIGNED_OFFSET,
+};
 
 static const struct drm_driver tacc_vdriver = {
 	.driver_features = DRIVER_GEM | DRIVER_COMPUTE_ACCEL | DRIVER_SYNCOBJ,
@@ -368,6 +427,7 @@ static const struct drm_driver tacc_vdriver = {
 static int tacc_vread_config(struct tacc_vdev *vd)
 {
 	struct virtio_device *vdev = vd->vdev;
+	struct virtio_shm_region shm;
 
 	virtio_cread_le(vdev, struct tacc_virtio_config, version, &vd->version);
 	virtio_cread_le(vdev, struct tacc_virtio_config, caps, &vd->caps);
@@ -387,6 +447,11 @@ static int tacc_vread_config(struct tacc_vdev *vd)
 		return -ENODEV;
 	/* §3.1: only what was negotiated counts, whatever the device could do */
 	vd->has_devmem = virtio_has_feature(vdev, TACC_VIRTIO_F_DEVMEM);
+	if (virtio_get_shm_region(vdev, &shm, TACC_VIRTIO_SHM_COUNTERS) &&
+	    PAGE_ALIGNED(shm.addr) && shm.len >= PAGE_SIZE) {
+		vd->cnt_phys = shm.addr;
+		vd->cnt_len = shm.len;
+	}
 	return 0;
 }
 

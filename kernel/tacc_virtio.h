@@ -59,6 +59,8 @@ struct tacc_vdev {
 	u32 max_job_cmds;
 	u64 devmem_size;
 	bool has_devmem;		/* TACC_VIRTIO_F_DEVMEM negotiated */
+	u64 cnt_phys;			/* shared memory region 1: the counter block, */
+	u64 cnt_len;			/* 0 if the device has none */
 };
 
 /* One open file: one backend context (device address space). */

@@ -14,6 +14,8 @@ import ctypes as C
 import errno
 import fcntl
 import json
+import mmap
+import re
 import subprocess
 import sys
 import threading
@@ -119,6 +121,39 @@ def test_node_kind_and_negotiated_features(pf_accel):
     feats = (vdir / "features").read_text().strip()
     assert feats[F_DEVMEM] == "1" and feats[F_VERSION_1] == "1", feats
     assert feats[F_FILL] == "0" and feats[F_TRACE] == "0", feats
+
+
+def _counter_slot(name: str) -> int:
+    """The function counter's u64 slot, from tacc_hw.h's X-list (never retyped)."""
+    hw = (Path(__file__).resolve().parents[2] / "kernel/include/tacc_hw.h").read_text()
+    m = re.search(rf"X\({name},\s*(\d+),", hw)
+    assert m, name
+    return int(m.group(1))
+
+
+def test_counter_page_counts_the_functions_work():
+    """The counter page (shared memory region 1) through the node, as on a VF: read-only,
+    one page, the TACC_CNT_HDR header, and the function's commands counted live."""
+    with Context(_virtio()) as ctx:
+        fd = ctx.backend.fd
+        off = ctx.param(U.PARAM_COUNTERS_MMAP_OFFSET)
+        assert off == U.MMAP_COUNTERS and ctx.param(U.PARAM_COUNTERS_MMAP_SIZE) == 4096
+        mm = mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ, offset=off)
+        try:
+            u64 = np.frombuffer(mm, "<u8")
+            assert int(u64[0]) >> 32 == 1, hex(int(u64[0]))  # TACC_CNT_HDR: version 1
+            slot = _counter_slot("cmds_completed")
+            before = int(u64[slot])
+            x = np.ones(1 << 14, np.float32)
+            assert np.array_equal(ctx.to_numpy(ctx.to_device(x)), x)  # two copies
+            assert int(u64[slot]) >= before + 2
+            del u64
+        finally:
+            mm.close()
+        for size, prot, want in ((8192, mmap.PROT_READ, errno.EINVAL),
+                                 (4096, mmap.PROT_READ | mmap.PROT_WRITE, errno.EACCES)):
+            assert _err(lambda s=size, p=prot: mmap.mmap(fd, s, mmap.MAP_SHARED, p,
+                                                         offset=off)) == want
 
 
 # ------------------------------------------------------------- workloads -----
