@@ -231,8 +231,9 @@ static enum drm_gpu_sched_stat tacc_timedout_job(struct drm_sched_job *sched_job
 	struct tacc_queue *q = bad->q;
 	struct tacc_device *tdev = q->tdev;
 	struct drm_sched_job *s_job;
+	struct tacc_ctx *bad_ctx = NULL;
+	u64 bad_seqno = 0, bad_tag = 0;
 	unsigned long flags;
-	bool guilty = false;
 
 	mutex_lock(&tdev->reset_lock);
 	if (tdev->in_reset) {
@@ -249,7 +250,13 @@ static enum drm_gpu_sched_stat tacc_timedout_job(struct drm_sched_job *sched_job
 	if (tdev->hw_up)
 		tacc_queue_process_cq_locked(q);
 	if (bad->hw_fence_init && !list_empty(&bad->node)) {
-		guilty = true;
+		/*
+		 * drm_sched_start() below sees the failed fence and queues free_job:
+		 * the job may be gone before the events are sent, so keep its facts.
+		 */
+		bad_ctx = tacc_ctx_get(bad->ctx);
+		bad_seqno = bad->seqno;
+		bad_tag = bad->tag;
 		trace_tacc_reset(tacc_devid(tdev), bad->ctx->id, q->idx, bad->seqno,
 				 bad->tag, -ETIMEDOUT);
 		/* the queue is reset (the device drops the job) before its fence fails */
@@ -282,13 +289,14 @@ static enum drm_gpu_sched_stat tacc_timedout_job(struct drm_sched_job *sched_job
 	drm_sched_start(&q->sched);
 	mutex_unlock(&tdev->reset_lock);
 
-	if (guilty) {
+	if (bad_ctx) {
 		drm_warn(&tdev->drm, "queue %u: job %llu of context %u (pid %d) timed out, queue reset\n",
-			 q->idx, bad->seqno, bad->ctx->id, bad->ctx->pid);
-		tacc_genl_event(tdev, TACC_EVENT_HANG, bad->ctx, q->idx, 0, 0, bad->tag,
-				bad->seqno, GFP_KERNEL);
-		tacc_genl_event(tdev, TACC_EVENT_RESET, bad->ctx, q->idx, 0, 0, bad->tag,
-				bad->seqno, GFP_KERNEL);
+			 q->idx, bad_seqno, bad_ctx->id, bad_ctx->pid);
+		tacc_genl_event(tdev, TACC_EVENT_HANG, bad_ctx, q->idx, 0, 0, bad_tag,
+				bad_seqno, GFP_KERNEL);
+		tacc_genl_event(tdev, TACC_EVENT_RESET, bad_ctx, q->idx, 0, 0, bad_tag,
+				bad_seqno, GFP_KERNEL);
+		tacc_ctx_put(bad_ctx);
 	}
 	return tdev->hw_up ? DRM_GPU_SCHED_STAT_NOMINAL : DRM_GPU_SCHED_STAT_ENODEV;
 }

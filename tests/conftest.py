@@ -19,6 +19,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "long: heavy test, run by `make test-long` only")
     config.addinivalue_line("markers", "debugkernel: also run by `make test-debug` (on the "
                             "debug kernel), long or not")
+    config.addinivalue_line("markers", "timing: asserts a performance ratio or a finding that "
+                            "follows from timing; on the debug kernel (KASAN, lockdep: several "
+                            "times slower) it runs, and a failure is an xfail")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

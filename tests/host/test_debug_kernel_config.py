@@ -88,8 +88,32 @@ def test_debug_verdict_fails_on_reports_naming_tacc_only(tmp_path):
 
 def test_debug_boot_scans_kmemleak_after_pytest_and_keeps_its_status(tmp_path):
     cmd = test_vm.debug_guest_cmd("pytest tests/vm", tmp_path)
-    assert cmd.startswith("pytest tests/vm; st=$?;")
+    assert cmd.startswith(f"cat /dev/kmsg > {tmp_path}/kmsg.txt")
+    assert "; pytest tests/vm; st=$?;" in cmd
     assert cmd.count("echo scan > /sys/kernel/debug/kmemleak") == 2
     assert f"> {tmp_path}/kmemleak.txt" in cmd and cmd.endswith("exit $st")
     assert "debug" in test_vm.CONFIGS and test_vm.CONFIGS["debug"]["KERNEL"] == "debug"
     assert "debug" not in test_vm.DEFAULT_CONFIGS.split()
+
+
+def test_debug_verdict_reads_the_kmsg_stream_once_per_report(tmp_path):
+    """A report a test's `dmesg -C` removed from the ring is in the /dev/kmsg stream the
+    debug boot keeps (the first full debug run lost a KASAN report so); one also in a saved
+    dmesg counts once."""
+    kasan = ["BUG: KASAN: slab-use-after-free in tacc_timedout_job+0x111c/0x12a0 [tacc]",
+             "Read of size 8 at addr ffff888012345678 by task kworker/u4:1/77",
+             "Call Trace:", " <TASK>", " tacc_timedout_job+0x111c/0x12a0 [tacc]", " </TASK>"]
+    lock = ["WARNING: possible circular locking dependency detected",
+            "Call Trace:", " <TASK>", " tacc_pmu_event_init+0x1/0x2 [tacc]", " </TASK>"]
+    kmsg = "".join(f"3,{i},{293903118 + i},-;{ln}\n" + (" SUBSYSTEM=pci\n" if i == 0 else "")
+                   for i, ln in enumerate(kasan + lock))
+    (tmp_path / "kmsg.txt").write_text(kmsg + "3,99,12")  # a torn last record
+    (tmp_path / "dmesg-before-faults.txt").write_text(
+        "".join(f"[  293.9{i:05d}] {ln}\n" for i, ln in enumerate(lock)))
+    assert test_vm.kmsg_as_dmesg("6,1,2000001,-;hello\n SUBSYSTEM=x\n") == \
+        "[    2.000001] hello\n"
+    bad = test_vm.debug_kernel_check("debug", tmp_path)
+    assert sorted(bad) == ["dmesg-before-faults.txt: WARNING: possible circular locking "
+                           "dependency detected",
+                           "kmsg.txt: BUG: KASAN: slab-use-after-free in tacc_timedout_job"
+                           "+0x111c/0x12a0 [tacc]"], bad

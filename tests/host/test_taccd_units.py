@@ -783,3 +783,62 @@ def test_trace_ring_size_is_checked_before_any_device_is_touched() -> None:
     for bad in (1, 32, 100, 65536, -64):
         with pytest.raises(ValueError, match="power of two from 64 to 32768"):
             Options(trace_entries=bad)
+
+
+def test_tlp_stream_needs_perfmon_and_a_pf(tmp_path: Path) -> None:
+    """The TLP stream (format minor 7): a client without CAP_PERFMON is refused before
+    anything is opened (one line naming it); a capture without a bound PF cannot have
+    it (and leaves no directory); the ring size is checked like the trace ring's."""
+    from tacc.daemon.main import DaemonError, may_perfmon
+    from tacc.pcie.ring import TlpCaptureError
+
+    assert may_perfmon(os.getpid(), 0)
+    p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                          "--inh-caps=-all", "sleep", "30"])
+    try:
+        for _ in range(100):  # until setpriv has exec'd sleep with the new credentials
+            if Path(f"/proc/{p.pid}/status").read_text().find("Uid:\t65534") >= 0:
+                break
+            time.sleep(0.02)
+        assert not may_perfmon(p.pid, 65534)
+    finally:
+        p.kill()
+        p.wait()
+    d = Daemon(str(tmp_path / "s.sock"), tmp_path / "caps", always_on=False, bpf=False,
+               sysroot=_fake_sysfs(tmp_path))
+    try:
+        with pytest.raises(DaemonError, match=r"^the TLP stream needs CAP_PERFMON \(root\)"):
+            d.handle({"cmd": "start", "output": str(tmp_path / "u"),
+                      "options": {"tlp": True}}, (p.pid, 65534))
+        assert not (tmp_path / "u").exists() and d.session is None
+    finally:
+        d.close()
+    fns = discover(_fake_sysfs(tmp_path / "b"))
+    with pytest.raises(TlpCaptureError, match="needs a PF in the capture"):
+        CaptureSession(tmp_path / "cap", fns, Options(tlp=True, device_trace=False, api=False))
+    assert not (tmp_path / "cap").exists()
+    for bad in (32, 100, 1 << 19):
+        with pytest.raises(ValueError, match="TLP ring entries"):
+            Options(tlp_entries=bad)
+    with pytest.raises(ValueError, match="tlp 1: true or false"):
+        Options(tlp=1)  # type: ignore[arg-type]
+
+
+def test_session_captures_api_rings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capture (no TLP stream) drains the runtime's API rings into its api stream: a
+    regression test of the TLP stream's change to the session's collectors, which once
+    left the API rings to close() (captures then had no API records)."""
+    from tacc.runtime import apitrace
+
+    monkeypatch.setenv("TACC_API_DIR", str(tmp_path / "shm"))
+    (tmp_path / "shm").mkdir()
+    ring = apitrace.Ring(tmp_path / "shm" / "tacc-api.4242", 4242, 4243, 8, enabled=False)
+    fns = discover(_fake_sysfs(tmp_path))
+    s = CaptureSession(tmp_path / "cap", fns, Options(device_trace=False, counters_hz=0.0))
+    assert s.api is not None and not s.tlp_rings
+    s.tick()
+    for i in range(3):
+        ring.emit(apitrace.NAME_ID["nop"], 100 + i, 200 + i, tag=i + 1, dev=1 << 8, args="")
+    s.close()
+    ring.close()
+    assert open_capture(tmp_path / "cap").read("api")["tag"].tolist() == [1, 2, 3]

@@ -50,21 +50,15 @@ TWINS: dict[str, tuple[dict[str, Any], set[str], int]] = {
     "host_bound": ({}, {"idle_gaps"}, 25_000),
     # H2D only and saturated: the imbalance rule's workload too
     "link_saturation": ({"scale": 2}, {"link_saturation", "h2d_d2h_imbalance"}, 4000),
-    # scale 4: 16 rounds, so the extra TLP headers (~14 us per round) pass the rules'
-    # 100 us minimum of time lost
+    # scale 4: 16 rounds, so the misaligned copies' cost (~6.3 us per round: link steps
+    # and one extra page walk per copy) passes the rules' 100 us minimum of time lost
     "unaligned_userptr": ({"scale": 4}, {"host_memory"}, 1000),
 }
 QUICK_TWINS = ["tiny_transfers", "tlb_thrash", "map_churn", "serialized_copies", "host_bound",
                "link_saturation", "unaligned_userptr"]
-# A known defect (session 5, issue 19 open): under hw 1.2's link model (completions at the
-# root port's 64 B RCB, DLLPs) the unaligned twin's extra device busy time is ~100 us at
-# scale 4 while host_memory prices only the extra TLPs' headers (~50 us), below its 100 us
-# minimum: the rule's estimate must take the model's per-TLP costs.  strict: it must fail.
-_HOST_MEMORY_XFAIL = pytest.mark.xfail(
-    strict=True, reason="issue 19: host_memory's estimate is header-only under the hw 1.2 "
-    "link model (50 us estimated, 100 us measured at scale 4)")
-TWIN_PARAMS = [pytest.param(n, marks=_HOST_MEMORY_XFAIL) if n == "unaligned_userptr" else n
-               for n in QUICK_TWINS]
+# host_memory prices each misaligned copy by the device's closed forms (issue 19): the link
+# steps at its offsets (read requests at 4 KiB, write TLPs at MPS) and its extra page walk
+TWIN_PARAMS = QUICK_TWINS
 
 # The mixed workload (as tacc.capture.synth.MIXED) and its exact expected findings.
 MIXED = [("mlp", False, {"batches": 4}), ("tiny_transfers", True, {}),
@@ -541,6 +535,7 @@ def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
     return rep
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("name", TWIN_PARAMS)
 def test_rule_fires_on_bad_silent_on_good(recorder: Recorder, name: str) -> None:
     rep = _twin(recorder, name)
@@ -576,6 +571,7 @@ def _section_union_ns(cap_path: Path) -> int:
     return union_length(c.ts[m], c.te[m])
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("name", TWIN_PARAMS)
 def test_estimate_within_25_percent_of_measured(recorder: Recorder, name: str) -> None:
     """Per expected rule on the real captures: |estimated - measured| <= 25 % of measured,
@@ -670,6 +666,7 @@ def two_vfs(pf_pci: Path) -> Iterator[list[str]]:
         numvfs.write_text("0")
 
 
+@pytest.mark.timing
 def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -> None:
     """The victim (VF1) uploads and waits while a neighbour (VF2) streams uploads on four
     queues over the same link (bad), or is quiet (good): vf_contention names the victim
@@ -712,6 +709,7 @@ def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -
     assert abs(est - meas) <= 0.25 * meas, rep
 
 
+@pytest.mark.timing
 def test_mixed_workload_exact_findings(recorder: Recorder) -> None:
     cap_path, results, _ = recorder.capture("mixed", MIXED)
     f = _findings(cap_path, "mixed")

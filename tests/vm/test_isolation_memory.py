@@ -173,6 +173,7 @@ def test_new_vf_scrubbed_after_old_vf(sriov):
     assert not dmesg_problems()
 
 
+@pytest.mark.timing
 def test_allocation_waits_for_scrub(pf_accel):
     """All free memory in one BO, freed, allocated again at once: the allocation waits
     for the range's FILL (no ENOSPC), and the new BO reads zeros."""

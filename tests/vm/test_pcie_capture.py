@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,3 +123,101 @@ def test_perfetto_timeline_has_tracks_and_read_flows(capture, tmp_path):
             first[e["id"]] = e["ts"]
     lat = {round((first[s["id"]] - s["ts"]) * 1000) for s in starts}
     assert lat == {600}
+
+
+# ----------------------------------------------- the TLP stream of a capture --
+def _counter_deltas(cap, fid: int) -> tuple[dict[str, int], tuple[int, int]]:
+    c = cap.read("counters")
+    c = c[c["fid"] == fid]
+    assert len(c) >= 2, len(c)
+    names = ["h2d_tlps", "d2h_tlps", "d2h_req_tlps", "h2d_bytes", "d2h_bytes",
+             "h2d_link_bytes", "d2h_link_bytes", "dllp_h2d_bytes", "dllp_d2h_bytes",
+             "ctrl_h2d_tlps", "ctrl_d2h_tlps", "ctrl_h2d_link_bytes", "ctrl_d2h_link_bytes",
+             "ctrl_dllp_h2d_bytes", "ctrl_dllp_d2h_bytes"]
+    return ({n: int(c[n][-1]) - int(c[n][0]) for n in names},
+            (int(c["devclk"][0]), int(c["devclk"][-1])))
+
+
+def test_taccd_tlp_stream_agrees_with_the_counters(pf_pci: Path) -> None:
+    """``tacc trace start --tlp`` (taccd, no BPF): the capture's tlp stream holds every
+    TLP of a known copy (64 KiB up and down), agreeing exactly with the device counters
+    sampled in the same capture (docs/hardware.md section 11, "Agreement with the
+    counters"), control traffic counted alike; no drops.  tacc-user asking for the stream
+    gets one line naming CAP_PERFMON and no capture."""
+    from tacc.capture import open_capture
+    from tacc.capture.schema import DropSource
+    from tacc.daemon.protocol import request
+    from tacc.pcie import CPLD, F_CTRL, F_UP, MRD, MWR
+    from tacc.testing.taccd import start_taccd
+
+    d = Path(tempfile.mkdtemp(prefix="tacc-tlp-"))  # tacc-user must reach the socket
+    os.chmod(d, 0o755)
+    sock, out = d / "taccd.sock", d / "cap"
+    t0 = time.monotonic()
+    phase: dict[str, float] = {}
+    p = start_taccd(sock, d, "--no-bpf", "--no-always-on", "--no-cdi")
+    try:
+        phase["taccd"] = time.monotonic() - t0
+        os.chmod(sock, 0o666)
+        r = as_user(["tacc", "trace", "--socket", str(sock), "start", "--tlp",
+                     "-o", str(d / "u")])
+        assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, (r.stdout, r.stderr)
+        assert "CAP_PERFMON" in r.stderr and not (d / "u").exists(), r.stderr
+        phase["refused"] = time.monotonic() - t0
+        rep = request({"cmd": "start", "output": str(out),
+                       "options": {"tlp": True, "device": pf_pci.name, "host_events": False}},
+                      str(sock), timeout=120.0)
+        assert rep["ok"], f"{rep}\n{(d / 'taccd.log').read_text()[-2000:]}"
+        end = time.monotonic() + 30
+        while not request({"cmd": "status"}, str(sock))["capture"]["records"].get("counters"):
+            assert time.monotonic() < end, "no counter sample in 30 s"
+            time.sleep(0.05)
+        phase["started"] = time.monotonic() - t0
+        exec(COPY, {})  # in this process: its imports are paid once (guest time)
+        phase["copied"] = time.monotonic() - t0
+        rep = request({"cmd": "stop"}, str(sock), timeout=120.0)
+        assert rep["ok"], rep
+    finally:
+        p.terminate()
+        p.wait(30)
+    phase["stopped"] = time.monotonic() - t0
+    if os.environ.get("TACC_VM_OUT"):  # guest seconds per phase, for the notes
+        (Path(os.environ["TACC_VM_OUT"]) / "tlp-stream-phases.json").write_text(
+            json.dumps(phase))
+    cap = open_capture(out)
+    assert cap.format_version[1] >= 7 and cap.meta["options"]["tlp"] is True
+    fid = [f.pci for f in cap.functions].index(pf_pci.name)
+    dc, (c0, c1) = _counter_deltas(cap, fid)
+    t = cap.read("tlp")
+    drops = cap.read("drops")
+    assert int(drops["count"][drops["source"] == DropSource.TLP].sum()) == 0
+    ticks = t["t_ps"] // 1000
+    t = t[(t["fid"] == fid) & (ticks > c0) & (ticks <= c1)]
+    up, ctrl = (t["flags"] & F_UP) != 0, (t["flags"] & F_CTRL) != 0
+    got = {
+        "h2d_tlps": int((~up & ~ctrl).sum()),
+        "d2h_tlps+req": int((up & ~ctrl).sum()),
+        "h2d_link": int(t["link_bytes"][~up & ~ctrl].sum()),
+        "d2h_link": int(t["link_bytes"][up & ~ctrl].sum()),
+        "h2d_bytes": int(t["payload"][(t["kind"] == CPLD) & ~ctrl].sum()),
+        "d2h_bytes": int(t["payload"][(t["kind"] == MWR) & ~ctrl].sum()),
+        "ctrl_h2d": int((~up & ctrl).sum()), "ctrl_d2h": int((up & ctrl).sum()),
+        "ctrl_h2d_link": int(t["link_bytes"][~up & ctrl].sum()),
+        "ctrl_d2h_link": int(t["link_bytes"][up & ctrl].sum()),
+    }
+    want = {
+        "h2d_tlps": dc["h2d_tlps"], "d2h_tlps+req": dc["d2h_tlps"] + dc["d2h_req_tlps"],
+        "h2d_link": dc["h2d_link_bytes"] - dc["dllp_h2d_bytes"],
+        "d2h_link": dc["d2h_link_bytes"] - dc["dllp_d2h_bytes"],
+        "h2d_bytes": dc["h2d_bytes"], "d2h_bytes": dc["d2h_bytes"],
+        "ctrl_h2d": dc["ctrl_h2d_tlps"], "ctrl_d2h": dc["ctrl_d2h_tlps"],
+        "ctrl_h2d_link": dc["ctrl_h2d_link_bytes"] - dc["ctrl_dllp_h2d_bytes"],
+        "ctrl_d2h_link": dc["ctrl_d2h_link_bytes"] - dc["ctrl_dllp_d2h_bytes"],
+    }
+    assert got == want, (got, want)
+    # the known copy: the link formula's counts (as the pcapng test above)
+    cmd = t[~ctrl]
+    assert int((cmd["kind"] == MRD).sum()) == devinfo.read_requests(N, 512) == 128
+    assert int((cmd["kind"] == CPLD).sum()) == devinfo.completions(N, 512, 64) == 1024
+    assert int(((cmd["kind"] == MWR) & (cmd["payload"] == 256)).sum()) == 256
+    assert got["ctrl_h2d"] + got["ctrl_d2h"] > 0  # descriptor fetches, CQEs, MSI-X, records

@@ -36,6 +36,7 @@ def stretched() -> Iterator[None]:
         yield
 
 
+@pytest.mark.timing
 def test_mlp_matches_numpy(ctx: Context, stretched: None) -> None:
     r = run("mlp", ctx, batches=4)
     s = run("mlp", ctx, True, batches=4)

@@ -44,6 +44,10 @@ def cmd_start(args: argparse.Namespace) -> int:
         opts["max_bytes"] = args.max_bytes
     if args.trace_entries is not None:
         opts["trace_entries"] = args.trace_entries
+    if args.tlp:
+        opts["tlp"] = True
+    if args.tlp_entries is not None:
+        opts["tlp_entries"] = args.tlp_entries
     if args.peers:
         opts["peers"] = [p for p in args.peers.split(",") if p]
     rep = _call(args, {"cmd": "start", "output": args.output, "options": opts})
@@ -101,6 +105,13 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--trace-entries", type=int, default=None, metavar="N",
                    help="device trace ring records per function, a power of two 64..32768 "
                         "(default: the driver's, 4096); more absorbs longer bursts")
+    s.add_argument("--tlp", action="store_true",
+                   help="add the TLP stream: every TLP of each PF's link from its TLP capture "
+                        "ring (docs/capture-format.md \"TLP stream\"); needs CAP_PERFMON "
+                        "(root): it shows every function's and context's traffic")
+    s.add_argument("--tlp-entries", type=int, default=None, metavar="N",
+                   help="TLP ring records, a power of two 64..262144 (default: the "
+                        "driver's, 16384)")
     s.add_argument("--peers", default="", metavar="ADDR[:PORT],...",
                    help="other nodes' taccd (--clock-exchange) to exchange clock "
                         "timestamps with during the capture (docs/cluster.md)")

@@ -104,6 +104,20 @@ class Data:
         s = self.cap.strings
         return {s.get(int(i), f"#{i}"): int(cnt[i]) for i in o}
 
+    def api_args(self, tags: np.ndarray) -> list[str]:
+        """The arguments string of the API call of each tag ("" when none: untagged, no
+        API stream, or a call recorded without arguments); one binary search per tag."""
+        if len(self.api) == 0 or len(tags) == 0:
+            return [""] * len(tags)
+        o = np.argsort(self.api["tag"], kind="stable")
+        stags, sargs = self.api["tag"][o], self.api["args_id"][o]
+        tags = np.asarray(tags, dtype=stags.dtype)
+        idx = np.minimum(np.searchsorted(stags, tags), len(stags) - 1)
+        hit = (stags[idx] == tags) & (tags != 0)
+        s = self.cap.strings
+        return [s.get(int(sargs[i]), "") if h and sargs[i] else ""
+                for i, h in zip(idx.tolist(), hit.tolist(), strict=True)]
+
 
 def load(cap: Capture) -> Data:
     parts: dict[str, list[np.ndarray]] = {k: [] for k in Cmds.__dataclass_fields__}
@@ -141,7 +155,8 @@ def load(cap: Capture) -> Data:
     from tacc.capture.schema import DRIVER_DTYPE
 
     drv = np.concatenate(drv_parts) if drv_parts else np.zeros(0, DRIVER_DTYPE)[DRIVER_COLS]
-    api = cap.read("api", ["t_start", "t_end", "tag", "name_id", "pid", "tid", "bytes", "fid"])
+    api = cap.read("api", ["t_start", "t_end", "tag", "name_id", "args_id", "pid", "tid",
+                           "bytes", "fid"])
     host = cap.read("host", ["t_ns", "dur_ns", "kind", "size", "tid"])
     tlb: dict[int, tuple[int, int, int]] = {}
     first: dict[int, np.ndarray] = {}

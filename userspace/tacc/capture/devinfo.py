@@ -190,6 +190,34 @@ def fc_ps(kind: str, payload: int, reqs: int, tags: int = DEFAULT_TAGS,
     return -(-int(payload) * wr_ns * 1000 // (posted_credits * LINK_FC_UNIT))
 
 
+def step_ps(kind: str, pos: int, c: int, gen: int, width: int, mps: int,
+            mrrs: int = DEFAULT_MRRS, rcb: int = DEFAULT_RCB, tags: int = DEFAULT_TAGS,
+            rd_ns: int = DEFAULT_READ_NS, wr_ns: int = DEFAULT_WRITE_NS,
+            posted_credits: int = DEFAULT_POSTED_CREDITS, host_off: int = 0,
+            dev_off: int = 0) -> int:
+    """Uncontended duration of the link step carrying payload ``[pos, pos + c)`` of a
+    transfer (tacc-sched.c ``tacc_unit_link_step`` with the link otherwise idle): the
+    TLPs and DLLPs that start in it (prefix differences), the larger of both directions'
+    ``t_link`` and the flow-control bound, picoseconds (unscaled)."""
+    st = (link_prefix(kind, pos + c, mps, mrrs, rcb, host_off, dev_off)
+          - link_prefix(kind, pos, mps, mrrs, rcb, host_off, dev_off))
+    fc = fc_ps(kind, c, st.tlps[1] if kind == H2D else 0, tags, rd_ns, wr_ns, posted_credits)
+    return max(t_link_ps(st.bytes[0], gen, width), t_link_ps(st.bytes[1], gen, width), fc)
+
+
+def copy_link_ps(kind: str, n: int, gen: int, width: int, mps: int,
+                 mrrs: int = DEFAULT_MRRS, rcb: int = DEFAULT_RCB, tags: int = DEFAULT_TAGS,
+                 rd_ns: int = DEFAULT_READ_NS, wr_ns: int = DEFAULT_WRITE_NS,
+                 posted_credits: int = DEFAULT_POSTED_CREDITS, host_off: int = 0,
+                 dev_off: int = 0) -> int:
+    """The link steps of an uncontended copy of ``n`` bytes (``STEP`` bytes each, the
+    last one shorter), picoseconds (unscaled): what a copy's duration holds beyond its
+    command latency, page walks and completion latency (docs/hardware.md section 9)."""
+    return sum(step_ps(kind, a, min(int(n) - a, STEP), gen, width, mps, mrrs, rcb, tags,
+                       rd_ns, wr_ns, posted_credits, host_off, dev_off)
+               for a in range(0, int(n), STEP))
+
+
 def link_max_payload_bw(gen: int, width: int, mps: int, direction: str | None = None,
                         mrrs: int = DEFAULT_MRRS, rcb: int = DEFAULT_RCB,
                         tags: int = DEFAULT_TAGS, rd_ns: int = DEFAULT_READ_NS,

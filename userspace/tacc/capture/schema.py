@@ -19,9 +19,9 @@ FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
 # (issue 17); captures of minor 0 may lack device_events.  The coordinator reconciles the
 # number when several branches add to the format in one round.
-FORMAT_MINOR = 6  # docs/capture-format.md "Minor versions": 2 virtio trace records,
+FORMAT_MINOR = 7  # docs/capture-format.md "Minor versions": 2 virtio trace records,
 # 3 cluster (net_clock), 4 capture overhead (mix/tail), 5 containers (processes),
-# 6 link-model counter slots
+# 6 link-model counter slots, 7 the TLP stream (tlp)
 TRACE_REC_VERSION = 2  # TACC_TRACE_VERSION (2: virtio event records, docs/virtio.md)
 STRING_MAX = 120
 
@@ -184,6 +184,7 @@ class DropSource(IntEnum):
     HOST = 5
     CLOCK = 6
     DEVICE_EVENTS = 7  # past max_bytes, or the netlink socket overflowed (ENOBUFS)
+    TLP = 8  # the TLP capture ring was full (the device's TLPCAP_DROPPED), or max_bytes
 
 
 DROPS_DTYPE = np.dtype(
@@ -261,6 +262,24 @@ PROCESSES_DTYPE = np.dtype(
 )
 assert PROCESSES_DTYPE.itemsize == 56
 
+# The TLP stream (format 1, minor 7, "TLP stream" in docs/capture-format.md): the PF's
+# TLP capture ring (docs/hardware.md section 11), opt-in (taccd option ``tlp``, CAP_PERFMON).
+# TLP_REC_DTYPE is ``struct tacc_tlp_rec`` byte for byte (tests/host/test_pcie.py checks it
+# against tacc_hw.h); t_ps is the device's modelled time in ps (t_ps // 1000 = device ticks
+# of the PF's clock), func the function on the PF's link (0 = PF, n = VF n).  The stream
+# adds the capture's fid of that function (NO_FID when it is not in the capture).
+TLP_REC_DTYPE = np.dtype([
+    ("t_ps", "<u8"), ("addr", "<u8"), ("cmd_tag", "<u8"), ("seq", "<u4"),
+    ("payload", "<u2"), ("link_bytes", "<u2"), ("req_id", "<u2"), ("cpl_id", "<u2"),
+    ("tag", "<u2"), ("len_dw", "<u2"), ("byte_count", "<u2"),
+    ("fmt_type", "u1"), ("kind", "u1"), ("flags", "u1"), ("be", "u1"),
+    ("lower_addr", "u1"), ("func", "u1"), ("version", "u1"), ("queue", "u1"),
+    ("ctx", "<u2"), ("job", "<u4"), ("rsvd", "<u8"),
+])
+assert TLP_REC_DTYPE.itemsize == 64
+TLP_DTYPE = np.dtype(TLP_REC_DTYPE.descr + [("fid", "<u2"), ("_pad", "V6")])
+assert TLP_DTYPE.itemsize == 72
+
 # name -> (schema version, dtype)
 STREAMS: dict[str, tuple[int, np.dtype]] = {
     "device_trace": (1, DEVICE_TRACE_DTYPE),
@@ -277,6 +296,8 @@ STREAMS: dict[str, tuple[int, np.dtype]] = {
     "net_clock": (1, NET_CLOCK_DTYPE),
     # containers: added after the others, read as empty from captures without it
     "processes": (1, PROCESSES_DTYPE),
+    # minor 7: the TLP stream, opt-in; read as empty from captures without it
+    "tlp": (1, TLP_DTYPE),
 }
 
 

@@ -22,13 +22,14 @@ from typing import Any
 import numpy as np
 
 from .devinfo import (
+    D2H,
+    H2D,
     LINK_CPL_OVERHEAD,
-    LINK_MWR_OVERHEAD,
     TLP_OVERHEAD_BYTES,
+    copy_link_ps,
     copy_tlps,
     link_max_payload_bw,
     link_raw_bw,
-    payload_tlps,
 )
 from .schema import (
     API_DTYPE,
@@ -210,7 +211,7 @@ class Sim:
         self, *, fid: int, queue: int, pid: int, tid: int, api_t0: np.ndarray, name: str,
         opcode: int, nbytes: np.ndarray, dur: np.ndarray, ready: np.ndarray | None = None,
         tlps: np.ndarray | None = None, tlb_misses: np.ndarray | int = 0, ctx: int = 1,
-        flops: np.ndarray | int = 0, tag: np.ndarray | None = None,
+        flops: np.ndarray | int = 0, tag: np.ndarray | None = None, args: str = "",
     ) -> dict[str, np.ndarray]:
         """One API call = one job = one command per element; returns device start/end.
         ``tag``: the calls' tags (a tag carried from another node), else new ones."""
@@ -238,7 +239,7 @@ class Sim:
             flops=np.broadcast_to(flops, (n,)),
         ))
         self.add_api(pid, tid, name, api_t0, t_sub + IOCTL_NS + 300, tag, nbytes, fid,
-                     args=f"q={queue}")
+                     args=args or f"q={queue}")
         self.add_driver(DriverKind.IOCTL, t_sub, dur_ns=IOCTL_NS, pid=pid, tid=tid, fid=fid,
                         ctx=ctx, queue=queue, tag=tag, job=job, arg=0x40, ncmds=1)
         self.add_driver(DriverKind.SUBMIT, t_sub + 1000, pid=pid, tid=tid, fid=fid, ctx=ctx,
@@ -467,24 +468,37 @@ def w_tiny_transfers(sim: Sim, t: int, scale: int, good: bool) -> int:
     return t
 
 
+# the bad twin's host offset: 64 B as the runtime's workload (on the root port's RCB, off
+# MPS and the 4 KiB read boundary: its H2D completions are those of an aligned copy)
+UNALIGNED_OFFSET = 64
+
+
+def _misaligned_extra_ns(kind: str, n: int, host_off: int) -> tuple[int, int]:
+    """(extra ns, extra TLB misses) of a copy whose host side starts ``host_off`` bytes into
+    a page, against the same copy aligned: the link steps' difference (the device's closed
+    forms, devinfo.copy_link_ps) and one page walk per extra 4 KiB page it spans."""
+    link = (copy_link_ps(kind, n, GEN, WIDTH, MPS, host_off=host_off)
+            - copy_link_ps(kind, n, GEN, WIDTH, MPS))
+    pages = -(-(host_off % 4096 + n) // 4096) - -(-n // 4096)
+    return link // 1000 + pages * TLB_MISS_NS, pages
+
+
 def w_unaligned_userptr(sim: Sim, t: int, scale: int, good: bool) -> int:
     size = 8 * MiB
     n = 8 * scale
-    align = 0 if good else 32
+    align = 0 if good else UNALIGNED_OFFSET
     t = sim.buffers(PID, TID, t, 0, [size, size // 4], userptr=True, align=align)
-    # docs/hardware.md section 9: the host side at offset `align` (off the root port's
-    # 64 B RCB and MPS), the device side aligned; each extra TLP costs its header
-    tlps = copy_tlps(size, True, MPS, host_off=align)
-    extra = tlps - copy_tlps(size, True, MPS)
-    dur = xfer_ns(size) + int(extra * LINK_CPL_OVERHEAD / RAW_BW * 1e9)
-    t, _ = _async_stream(sim, t, n, name="copy_h2d", opcode=Opcode.COPY_H2D, nbytes=size,
-                         dur=np.full(n, dur), tlps=np.full(n, tlps))
-    d = size // 4
-    dtlps = payload_tlps(d, MPS, host_off=align)
-    dextra = dtlps - payload_tlps(d, MPS)
-    ddur = xfer_ns(d) + int(dextra * LINK_MWR_OVERHEAD / RAW_BW * 1e9)
-    t, _ = _async_stream(sim, t, n, queue=1, name="copy_d2h", opcode=Opcode.COPY_D2H, nbytes=d,
-                         dur=np.full(n, ddur), tlps=np.full(n, dtlps))
+    # docs/hardware.md section 9: the host side at offset `align`, the device side
+    # aligned: the copies cost what the device's link model and page walks give
+    u = f"+{align}" if align else ""
+    for kind, op, q, nb, name, args in (
+            (H2D, Opcode.COPY_H2D, 0, size, "copy_h2d", f"u1{u}->d3 {size}"),
+            (D2H, Opcode.COPY_D2H, 1, size // 4, "copy_d2h", f"d3->u2{u} {size // 4}")):
+        extra, walks = _misaligned_extra_ns(kind, nb, align)
+        tlps = copy_tlps(nb, kind == H2D, MPS, host_off=align)
+        t, _ = _async_stream(sim, t, n, queue=q, name=name, opcode=op, nbytes=nb,
+                             dur=np.full(n, xfer_ns(nb) + extra), tlps=np.full(n, tlps),
+                             tlb_misses=-(-nb // 4096) + walks, args=args)
     return t
 
 

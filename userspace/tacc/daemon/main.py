@@ -12,6 +12,7 @@ import os
 import selectors
 import signal
 import socket
+import struct
 import sys
 import time
 from collections import deque
@@ -33,6 +34,34 @@ MIN_GAP_S = 0.01  # after a tick that overran its period
 
 class DaemonError(Exception):
     pass
+
+
+CAP_SYS_ADMIN, CAP_PERFMON = 21, 38
+
+
+def peer_cred(conn: socket.socket) -> tuple[int, int] | None:
+    """(pid, uid) of a UNIX socket's client (SO_PEERCRED), None if unknown."""
+    try:
+        raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid, uid, _gid = struct.unpack("3i", raw)
+    return pid, uid
+
+
+def may_perfmon(pid: int, uid: int) -> bool:
+    """Root, or a process holding CAP_PERFMON or CAP_SYS_ADMIN in its effective set (what
+    the driver asks of a TLP capture opener, docs/uapi.md)."""
+    if uid == 0:
+        return True
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                eff = int(line.split()[1], 16)
+                return bool(eff & (1 << CAP_PERFMON | 1 << CAP_SYS_ADMIN))
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 class Daemon:
@@ -140,7 +169,7 @@ class Daemon:
                     break
                 buf += chunk
             try:
-                reply = self.handle(protocol.decode(buf))
+                reply = self.handle(protocol.decode(buf), peer_cred(conn))
             except (protocol.ProtocolError, DaemonError) as exc:
                 reply = {"ok": False, "error": str(exc)}
             except Exception as exc:  # noqa: BLE001 - a bad request must not end taccd
@@ -210,15 +239,21 @@ class Daemon:
                     self.session._open_function(fid, f)
 
     # ------------------------------------------------------------ requests ---
-    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+    def handle(self, req: dict[str, Any], peer: tuple[int, int] | None = None
+               ) -> dict[str, Any]:
+        """One request; ``peer`` (pid, uid) of the client (SO_PEERCRED), None in-process."""
         cmd = req.get("cmd")
         if cmd == "ping":
             return {"ok": True}
         if cmd == "status":
             return {"ok": True, **self.status()}
         if cmd == "start":
-            return {"ok": True, **self.start_capture(req.get("output"),
-                                                      req.get("options") or {})}
+            opts = req.get("options") or {}
+            if opts.get("tlp") and peer is not None and not may_perfmon(*peer):
+                # the TLP stream shows every function's and context's link traffic
+                raise DaemonError("the TLP stream needs CAP_PERFMON (root): it shows every "
+                                  "function's and context's link traffic")
+            return {"ok": True, **self.start_capture(req.get("output"), opts)}
         if cmd == "stop":
             return {"ok": True, **self.stop_capture()}
         raise DaemonError(f"unknown command {cmd!r}")

@@ -110,12 +110,24 @@ class Options:
     flush_s: float = 1.0
     trace_entries: int = 0  # device trace ring records per function (0 = driver default)
     peers: list[str] = field(default_factory=list)  # clock exchange (issue 17): ADDR[:PORT]
+    # the TLP stream (format minor 7): every PF's TLP capture ring; opt-in, CAP_PERFMON
+    tlp: bool = False
+    tlp_entries: int = 0  # TLP capture ring records (0 = the driver's default)
 
     def __post_init__(self) -> None:
         """Options a device would refuse are refused here, before any device is touched
         (ValueError, one line)."""
         from tacc.runtime.uapi import TRACE_MAX_ENTRIES, TRACE_MIN_ENTRIES
 
+        if not isinstance(self.tlp, bool):
+            raise ValueError(f"tlp {self.tlp!r}: true or false")
+        from tacc.runtime.uapi import TLPCAP_MAX_ENTRIES, TLPCAP_MIN_ENTRIES
+
+        t = self.tlp_entries
+        if not isinstance(t, int) or t < 0 or (t and not (
+                TLPCAP_MIN_ENTRIES <= t <= TLPCAP_MAX_ENTRIES and t & (t - 1) == 0)):
+            raise ValueError(f"TLP ring entries {t}: a power of two from "
+                             f"{TLPCAP_MIN_ENTRIES} to {TLPCAP_MAX_ENTRIES}")
         n = self.trace_entries
         if not isinstance(n, int) or n < 0 or (n and not (
                 TRACE_MIN_ENTRIES <= n <= TRACE_MAX_ENTRIES and n & (n - 1) == 0)):
@@ -142,6 +154,10 @@ class CaptureSession:
         self.fid_of_dev = {f.devid: i for i, f in enumerate(self.functions)}
         self.fid_of_pci = {f.pci: i for i, f in enumerate(self.functions)}
         self.warnings: list[str] = []
+        self.tlp_rings: dict[int, Any] = {}  # PF fid -> tacc.pcie.ring.TlpRing
+        self.tlp_dropped: dict[int, int] = {}  # PF fid -> the ring's drops so far
+        if opts.tlp:  # first: a refusal leaves no capture directory behind
+            self._open_tlp()
         self.added: list[dict[str, Any]] = []
         self.removed: set[int] = set()
         meta = {
@@ -159,7 +175,12 @@ class CaptureSession:
             "python": platform.python_version(),
             "started_mono_ns": time.monotonic_ns(),
         }
-        self.writer = CaptureWriter(self.path, meta, chunk_bytes=256 << 10)
+        try:
+            self.writer = CaptureWriter(self.path, meta, chunk_bytes=256 << 10)
+        except BaseException:
+            for t in self.tlp_rings.values():
+                t.close()
+            raise
         self.procs = ProcessTable(self.writer.string_id)  # containers: cgroup, pid ns
         self.bytes_written = 0
         self.drops: dict[tuple[int, int], int] = {}
@@ -186,6 +207,34 @@ class CaptureSession:
                                     set(self.opts.pids) or None)
             else:
                 self.warnings.append(f"runtime API rings not captured: {why}")
+
+    def _open_tlp(self) -> None:
+        """The TLP capture ring of every PF in the capture (raises TlpCaptureError, one
+        line: the caller asked for the stream, a capture without it would mislead)."""
+        from tacc.pcie.ring import TlpCaptureError, TlpRing
+
+        pfs = [(fid, fn) for fid, fn in enumerate(self.functions)
+               if not fn.is_vf and fn.accel]
+        if not pfs:
+            raise TlpCaptureError("the TLP stream needs a PF in the capture (its link's "
+                                  "analyzer): none is bound to tacc")
+        try:
+            for fid, fn in pfs:
+                assert fn.accel is not None
+                self.tlp_rings[fid] = TlpRing(fn.accel, self.opts.tlp_entries)
+                self.tlp_dropped[fid] = 0
+        except BaseException:
+            for t in self.tlp_rings.values():
+                t.close()
+            raise
+
+    def _close_rings(self) -> None:
+        for ring in self.rings.values():
+            ring.close()
+        for t in self.tlp_rings.values():
+            t.close()
+        for c in self.counters.values():
+            c.close()
 
     def _open_function(self, fid: int, fn: TaccFunction) -> None:
         if self.opts.device_trace and fn.accel:
@@ -225,13 +274,16 @@ class CaptureSession:
         self.removed.add(fid)
         self._hotplug(DeviceEventKind.HOTPLUG_REMOVE, fid, self.functions[fid],
                       time.monotonic_ns())
-        ring = self.rings.pop(fid, None)
-        if ring is not None:
-            try:
-                self._write_ring(fid, ring)
-            except OSError:
-                pass
-            ring.close()
+        rings: tuple[tuple[dict[int, Any], Any], ...] = (
+            (self.rings, self._write_ring), (self.tlp_rings, self._drain_tlp))
+        for owner, drain in rings:  # what it produced up to now, then closed
+            ring = owner.pop(fid, None)
+            if ring is not None:
+                try:
+                    drain(fid, ring)
+                except OSError:
+                    pass
+                ring.close()
         c = self.counters.pop(fid, None)
         if c is not None:
             c.close()
@@ -339,14 +391,35 @@ class CaptureSession:
         if self.opts.host_events:
             self._append("host", to_host(ev, mask), DropSource.HOST)
 
+    def _drain_tlp(self, pf_fid: int, ring: Any) -> None:
+        from tacc.capture.schema import TLP_DTYPE
+
+        recs = ring.drain()
+        pf = self.functions[pf_fid].pci
+        out = np.zeros(len(recs), TLP_DTYPE)
+        for name in recs.dtype.names:
+            out[name] = recs[name]
+        fid = np.full(256, NO_FID, np.uint16)  # func on the PF's link -> capture fid
+        for i, fn in enumerate(self.functions):
+            if fn.pf == pf and 0 <= fn.vf < 256 and i not in self.removed:
+                fid[fn.vf] = i
+        out["fid"] = fid[recs["func"]]
+        self._append("tlp", out, DropSource.TLP)
+        self.drop(DropSource.TLP, ring.dropped - self.tlp_dropped[pf_fid], pf_fid)
+        self.tlp_dropped[pf_fid] = ring.dropped
+
     def _drain_devices(self) -> None:
-        for fid, ring in list(self.rings.items()):
-            try:
-                self._write_ring(fid, ring)
-            except OSError as exc:  # device gone
-                self.warnings.append(f"fid {fid}: trace ring: {exc}")
-                ring.close()
-                del self.rings[fid]
+        rings: tuple[tuple[str, dict[int, Any], Any], ...] = (
+            ("TLP ring", self.tlp_rings, self._drain_tlp),
+            ("trace ring", self.rings, self._write_ring))
+        for what, owner, drain in rings:
+            for fid, ring in list(owner.items()):
+                try:
+                    drain(fid, ring)
+                except OSError as exc:  # device gone
+                    self.warnings.append(f"fid {fid}: {what}: {exc}")
+                    ring.close()
+                    del owner[fid]
 
     def _drain_program(self) -> None:
         """The BPF ring in slices of at most ``BPF_SLICE`` events, the device trace rings
@@ -475,10 +548,7 @@ class CaptureSession:
             self.sample_counters(now)
         if self.t_clock != now:
             self.clock_sample()
-        for ring in self.rings.values():
-            ring.close()
-        for c in self.counters.values():
-            c.close()
+        self._close_rings()
         if self.api is not None:
             self.warnings.extend(self.api.errors)
             self.api.close()

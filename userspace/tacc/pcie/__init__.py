@@ -14,16 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-# struct tacc_tlp_rec (tacc_hw.h); tests/host/test_pcie.py checks it against the header
-TLP_DTYPE = np.dtype([
-    ("t_ps", "<u8"), ("addr", "<u8"), ("cmd_tag", "<u8"), ("seq", "<u4"),
-    ("payload", "<u2"), ("link_bytes", "<u2"), ("req_id", "<u2"), ("cpl_id", "<u2"),
-    ("tag", "<u2"), ("len_dw", "<u2"), ("byte_count", "<u2"),
-    ("fmt_type", "u1"), ("kind", "u1"), ("flags", "u1"), ("be", "u1"),
-    ("lower_addr", "u1"), ("func", "u1"), ("version", "u1"), ("queue", "u1"),
-    ("ctx", "<u2"), ("job", "<u4"), ("rsvd", "<u8"),
-])
-assert TLP_DTYPE.itemsize == 64
+from tacc.capture.schema import TLP_REC_DTYPE
+
+# struct tacc_tlp_rec (tacc_hw.h; one definition, the capture's: tacc.capture.schema);
+# tests/host/test_pcie.py checks it against the header
+TLP_DTYPE = TLP_REC_DTYPE
 
 MRD, MWR, CPLD = 0, 1, 2  # TACC_TLP_*
 KIND_NAMES = {MRD: "MRd", MWR: "MWr", CPLD: "CplD"}

@@ -23,25 +23,55 @@ from . import CPLD, F_CTRL, F_UP, KIND_NAMES, MRD
 DOWN, UP = 1, 2  # thread ids of the two tracks
 
 
+class ReadFlows:
+    """Matches read requests to their completions by function and tag, across batches
+    of records (a capture's chunks): the completions that follow a request until the one
+    whose byte count equals its own length."""
+
+    def __init__(self) -> None:
+        self.open: dict[tuple[int, int], int] = {}
+        self.n = 0
+
+    def feed(self, recs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(flow number per record, 0 = none; True on the last completion of a read)."""
+        flow = np.zeros(len(recs), np.int64)
+        last = np.zeros(len(recs), bool)
+        kind, func, tag = recs["kind"], recs["func"], recs["tag"]
+        done = recs["byte_count"] == recs["payload"]
+        for i in np.flatnonzero((kind == MRD) | (kind == CPLD)).tolist():
+            key = (int(func[i]), int(tag[i]))
+            if kind[i] == MRD:
+                self.n += 1
+                self.open[key] = flow[i] = self.n
+                continue
+            f = self.open.get(key)
+            if f is None:
+                continue  # its request was filtered out or dropped
+            flow[i] = f
+            if done[i]:
+                last[i] = True
+                del self.open[key]
+        return flow, last
+
+
 def read_flows(recs: np.ndarray) -> list[tuple[int, list[int]]]:
     """(index of a read request, indices of its completions) for every request whose
     completions are in ``recs``."""
-    open_: dict[tuple[int, int], tuple[int, list[int]]] = {}
-    flows: list[tuple[int, list[int]]] = []
-    kind, func, tag = recs["kind"], recs["func"], recs["tag"]
-    for i in np.flatnonzero((kind == MRD) | (kind == CPLD)):
-        key = (int(func[i]), int(tag[i]))
-        if kind[i] == MRD:
-            open_[key] = (int(i), [])
-            continue
-        if key not in open_:
-            continue  # its request was filtered out or dropped
-        req, cpls = open_[key]
-        cpls.append(int(i))
-        if int(recs["byte_count"][i]) == int(recs["payload"][i]):  # the last one
-            flows.append((req, cpls))
-            del open_[key]
-    return flows
+    flow, last = ReadFlows().feed(recs)
+    by: dict[int, list[int]] = {}
+    for i in np.flatnonzero(flow).tolist():
+        by.setdefault(int(flow[i]), []).append(i)
+    return [(ix[0], ix[1:]) for f, ix in by.items() if last[ix[-1]] and f]
+
+
+def slices(recs: np.ndarray, gen: int, width: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Each TLP as a slice: (up: on the D2H track, duration ps = its link time
+    ``t_link(link_bytes)`` at the link's generation and width, name "KIND N B")."""
+    lb, inv = np.unique(recs["link_bytes"], return_inverse=True)
+    dur = np.array([t_link_ps(int(b), gen, width) for b in lb.tolist()], np.int64)[inv]
+    names = [f"{KIND_NAMES.get(int(k), '?')} {int(n)} B"
+             for k, n in zip(recs["kind"].tolist(), recs["payload"].tolist(), strict=True)]
+    return (recs["flags"] & F_UP) != 0, dur.reshape(len(recs)), names
 
 
 def events(recs: np.ndarray, gen: int = 4, width: int = 16, name: str = "tacc") -> list[dict]:
@@ -53,14 +83,13 @@ def events(recs: np.ndarray, gen: int = 4, width: int = 16, name: str = "tacc") 
         {"ph": "M", "pid": pid, "tid": UP, "name": "thread_name",
          "args": {"name": "TLPs up (D2H)"}},
     ]
-    tid = np.where((recs["flags"] & F_UP) != 0, UP, DOWN)
+    up, dur, names = slices(recs, gen, width)
+    tid = np.where(up, UP, DOWN)
     ts_us = recs["t_ps"] / 1e6
     for i, r in enumerate(recs):
-        kind = KIND_NAMES.get(int(r["kind"]), "?")
         ev.append({
             "ph": "X", "pid": pid, "tid": int(tid[i]), "ts": float(ts_us[i]),
-            "dur": t_link_ps(int(r["link_bytes"]), gen, width) / 1e6,
-            "name": f"{kind} {int(r['payload'])} B",
+            "dur": int(dur[i]) / 1e6, "name": names[i],
             "cat": "ctrl" if r["flags"] & F_CTRL else "cmd",
             "args": {"addr": hex(int(r["addr"])), "tag": int(r["tag"]),
                      "func": int(r["func"]), "seq": int(r["seq"]),

@@ -504,17 +504,18 @@ class LinkModel:
 
     def step_ps(self, a: int, c: int, h2d: bool, host_off: int = 0, dev_off: int = 0) -> int:
         """Uncontended duration of that step: both directions' t_link and flow control."""
-        st = self.step(a, c, h2d, host_off, dev_off)
-        fc = devinfo.fc_ps(devinfo.H2D if h2d else devinfo.D2H, c, st.tlps[1], self.tags,
-                           self.rd_ns, self.wr_ns, self.posted_credits)
-        return max(self.t_link_ps(st.bytes[0]), self.t_link_ps(st.bytes[1]), fc)
+        return devinfo.step_ps(devinfo.H2D if h2d else devinfo.D2H, a, c, self.gen,
+                               self.width, self.mps, self.mrrs, self.rcb, self.tags,
+                               self.rd_ns, self.wr_ns, self.posted_credits, host_off, dev_off)
 
     def copy_ps(self, n: int, h2d: bool, walks: int = 0, host_off: int = 0,
                 dev_off: int = 0) -> int:
         """Modelled duration of an uncontended COPY_H2D / COPY_D2H of n bytes."""
         t = (self.cmd_ns + self.walk_ns * walks) * 1000
-        for a in range(0, n, CHUNK):
-            t += self.step_ps(a, min(n - a, CHUNK), h2d, host_off, dev_off)
+        t += devinfo.copy_link_ps(devinfo.H2D if h2d else devinfo.D2H, n, self.gen,
+                                  self.width, self.mps, self.mrrs, self.rcb, self.tags,
+                                  self.rd_ns, self.wr_ns, self.posted_credits, host_off,
+                                  dev_off)
         return t + (self.rd_ns if h2d else self.wr_ns) * 1000
 
     def formula_bw(self, n: int, h2d: bool, host_off: int = 0, dev_off: int = 0) -> float:

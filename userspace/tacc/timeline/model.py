@@ -203,6 +203,7 @@ def flow_ids(node_idx: int, tag: np.ndarray, cross: np.ndarray | None = None) ->
 
 
 CROSS_FLOW = np.uint64(0xFF << FLOW_NODE_SHIFT)  # tacc.timeline.cluster.CROSS_FLOW
+TLP_FLOW = 0xFE << FLOW_NODE_SHIFT  # read request -> completions (node << 48 | number)
 
 
 class NoOverlap:
@@ -525,6 +526,54 @@ class Extractor:
                        "status": ch["status"].astype(np.uint64)})
             yield self.nooverlap.fix(b)
 
+    # ------------------------------------------------------------ TLPs ------
+    def tlp(self, src: Source) -> Iterator[Batch]:
+        """The TLP stream (format minor 7) on two tracks of each PF, "TLPs down (H2D)"
+        and "TLPs up (D2H)": one slice per TLP as long as its link time, each read
+        request a flow to its completions (tacc.pcie.perfetto, as ``tacc pcie
+        timeline``)."""
+        from tacc.pcie import F_CTRL
+        from tacc.pcie import perfetto as tp
+
+        fns = src.cap.functions
+        pf_of = {f.pci: f.fid for f in fns if f.vf == 0}
+        flows = tp.ReadFlows()
+        base = np.uint64(TLP_FLOW | (src.node_idx << 48))
+        for ch in src.cap.chunks("tlp"):
+            # the PF whose link (and clock) a record is on: its function's PF
+            pf = np.array([pf_of.get(f.pf, f.fid) for f in fns] + [0], np.int64)[
+                np.minimum(ch["fid"].astype(np.int64), len(fns))]
+            ticks = ch["t_ps"] // 1000
+            ts = np.empty(len(ch), np.int64)
+            for fid in np.unique(pf).tolist():
+                m = pf == fid
+                clk = src.clocks.get(int(fid)) or LinearClock(0, 0, 1.0)
+                ts[m] = clk.convert(ticks[m])
+            link = fns[int(pf[0])] if len(ch) and len(fns) else None
+            up, dur_ps, labels = tp.slices(ch, link.gen if link else 4,
+                                           link.width if link else 16)
+            flow, last = flows.feed(ch)
+            fl = np.where(flow > 0, base | flow.astype(np.uint64), np.uint64(0))
+            names = np.array([self.names.iid(n) for n in labels], np.int64)
+            key = pf * 2 + up
+
+            def make(k: int) -> Track:
+                return self._device_track(src, k // 2, "TLPs up (D2H)" if k % 2 else
+                                          "TLPs down (H2D)")
+
+            args = {"addr": ch["addr"].astype(np.uint64), "tag": ch["tag"].astype(np.uint64),
+                    "func": ch["func"].astype(np.uint64), "seq": ch["seq"].astype(np.uint64),
+                    "cmd_tag": ch["cmd_tag"].astype(np.uint64),
+                    "link_bytes": ch["link_bytes"].astype(np.uint64),
+                    "ctrl": ((ch["flags"] & F_CTRL) != 0).astype(np.uint64)}
+            b = Batch(self._lookup_tracks(key, make), ts, (dur_ps + 999) // 1000, names, fl,
+                      last, args)
+            # requests go up (flows start there), completions come down
+            for part, origin in ((up, True), (~up, False)):
+                sub = b.take(np.flatnonzero(part))
+                sub.flow_origin = origin
+                yield self.nooverlap.fix(sub)
+
     # ------------------------------------------------------- device events --
     def device_events(self, src: Source) -> Iterator[Batch]:
         """Netlink device events and hot-plug: instants on ``device <pci>`` / ``events``
@@ -763,6 +812,7 @@ class Extractor:
             yield from self.api(src)
             yield from self.driver(src)
             yield from self.device(src)
+            yield from self.tlp(src)
             yield from self.device_events(src)
             yield from self.counters(src)
             yield from self.host(src)
