@@ -20,6 +20,7 @@
 
 #include "tacc_drv.h"
 #include "tacc_trace.h"
+#include "tacc_virtio.h"
 
 unsigned int tacc_job_timeout_ms = 2000;
 module_param_named(job_timeout_ms, tacc_job_timeout_ms, uint, 0644);
@@ -363,6 +364,9 @@ static int tacc_get_param_ioctl(struct drm_device *dev, void *data, struct drm_f
 		break;
 	case DRM_TACC_PARAM_FUNC:
 		args->value = tdev->func;
+		break;
+	case DRM_TACC_PARAM_FUNC_KIND:
+		args->value = tdev->is_vf ? DRM_TACC_FUNC_KIND_VF : DRM_TACC_FUNC_KIND_PF;
 		break;
 	case DRM_TACC_PARAM_NUM_QUEUES:
 		args->value = tdev->num_queues;
@@ -801,8 +805,13 @@ static int __init tacc_init(void)
 	ret = pci_register_driver(&tacc_pci_driver);
 	if (ret)
 		goto err_genl;
+	ret = tacc_virtio_register();
+	if (ret)
+		goto err_pci;
 	return 0;
 
+err_pci:
+	pci_unregister_driver(&tacc_pci_driver);
 err_genl:
 	tacc_genl_fini();
 err_pmu:
@@ -812,6 +821,7 @@ err_pmu:
 
 static void __exit tacc_exit(void)
 {
+	tacc_virtio_unregister();
 	pci_unregister_driver(&tacc_pci_driver);
 	rcu_barrier();	/* RCU-deferred fence puts (drm_sched) run our release */
 	tacc_genl_fini();

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -117,3 +118,13 @@ def test_debug_verdict_reads_the_kmsg_stream_once_per_report(tmp_path):
                            "dependency detected",
                            "kmsg.txt: BUG: KASAN: slab-use-after-free in tacc_timedout_job"
                            "+0x111c/0x12a0 [tacc]"], bad
+
+
+def test_container_skip_allowed_on_the_debug_boots_only():
+    """tests/vm/test_containers.py skips where the kernel has no user namespaces (the debug
+    kernel); scripts/test-vm allows that reason on the debug boots and nowhere else."""
+    src = (ROOT / "tests/vm/test_containers.py").read_text()
+    reason = re.search(r'NO_USERNS = "(.*)"', src).group(1)
+    assert reason == test_vm.NO_USERNS_REASON
+    assert test_vm.ALLOWED_SKIPS_DEBUG.fullmatch(reason)
+    assert not test_vm.ALLOWED_SKIPS.fullmatch(reason)

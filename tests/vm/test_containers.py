@@ -34,6 +34,13 @@ PODMAN = ["podman", "--root", "/var/tmp/tacc-podman", "--runroot", "/run/tacc-po
 CGROUP_PARENT = Path("/sys/fs/cgroup/libpod_parent")
 
 
+# The debug kernel (scripts/debug-kernel/config.fragment) is built without user namespaces;
+# crun cannot make a container there ("error opening file /proc/self/setgroups").  The
+# skip is allowed on the debug boots only (scripts/test-vm ALLOWED_SKIPS_DEBUG).
+NO_USERNS = "the kernel has no user namespaces (CONFIG_USER_NS): crun cannot run a container"
+pytestmark = pytest.mark.skipif(not Path("/proc/self/ns/user").exists(), reason=NO_USERNS)
+
+
 def podman_env() -> dict[str, str]:
     return {**os.environ, "CONTAINERS_CONF": str(CONF)}
 

@@ -397,6 +397,7 @@ def test_every_submitted_job_has_a_completion_event(recorder: Recorder) -> None:
 
 
 # ------------------------------------------------------------------ clocks --
+@pytest.mark.timing
 def test_clock_conversion_within_2us_of_device(recorder: Recorder) -> None:
     """Two ground truths the device gives: (a) hold-out clock_sync brackets read during
     the workload and NOT used by the fit (the device clock read between two

@@ -1,8 +1,8 @@
 """The extras boot's virtio-tacc-pci (VIRTIO=1, docs/virtio.md) as the guest sees it.
 
-No frontend driver exists yet: the guest's virtio core binds the PCI function and
-registers virtio device 57 with no driver.  Checks what the spec promises a guest:
-the modern-only PCI identity, the device ID, and the shared-memory BAR.
+The guest's virtio-pci binds the PCI function and registers virtio device 57, which
+tacc.ko's frontend drives (tests/vm/test_virtio_frontend.py).  Checks what the spec
+promises a guest: the modern-only PCI identity, the device ID, and the shared-memory BAR.
 """
 
 from pathlib import Path

@@ -17,6 +17,9 @@ import pyudev
 from .errors import DeviceNotFoundError
 
 TACC_VENDOR = 0x7ACC
+# virtio-tacc-pci (docs/virtio.md): 1af4:(0x1040 + 57), driven by tacc.ko's virtio driver
+VIRTIO_VENDOR, VIRTIO_TACC_DEVICE = 0x1AF4, 0x1079
+VIRTIO_FUNC = 5  # TACC_FN_VIRTIO
 SIM_PCI = "0000:00:00.0"
 
 
@@ -47,14 +50,20 @@ class DeviceInfo:
     tlb_entries: int = 0
     num_vfs: int = 0
     sim: bool = False
+    virtio: bool = False  # the paravirtual function (kind "virtio")
     attrs: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def pci_id(self) -> int:
         return pci_id(self.pci)
 
+    @property
+    def kind(self) -> str:
+        """``pf``, ``vf`` or ``virtio`` (DRM_TACC_PARAM_FUNC_KIND's names)."""
+        return "virtio" if self.virtio else "vf" if self.is_vf else "pf"
+
     def __str__(self) -> str:
-        kind = f"VF{self.function}" if self.is_vf else "PF"
+        kind = "virtio" if self.virtio else f"VF{self.function}" if self.is_vf else "PF"
         link = f"{self.link_speed} x{self.link_width}" if self.link_width else "link ?"
         return (f"{self.pci} {kind} {self.devnode} {link} "
                 f"devmem {self.devmem_bytes >> 20} MiB")
@@ -79,7 +88,13 @@ def _info_from_accel(dev: pyudev.Device) -> DeviceInfo | None:
     if parent is None:
         return None
     pdir = Path(parent.sys_path)
-    if _int(_read(pdir / "vendor")) != TACC_VENDOR:
+    vendor = _int(_read(pdir / "vendor"))
+    if vendor == VIRTIO_VENDOR and _int(_read(pdir / "device")) == VIRTIO_TACC_DEVICE:
+        return DeviceInfo(pci=parent.sys_name,
+                          devnode=dev.device_node or f"/dev/accel/{dev.sys_name}",
+                          minor=_int(dev.sys_name.removeprefix("accel")), is_vf=False,
+                          function=VIRTIO_FUNC, pf=parent.sys_name, virtio=True)
+    if vendor != TACC_VENDOR:
         return None
     t = pdir / "tacc"
     attrs = {p.name: _read(p) for p in t.iterdir() if p.is_file()} if t.is_dir() else {}
@@ -117,7 +132,8 @@ def sim_enabled() -> bool:
 
 
 def devices(sim: bool | None = None) -> list[DeviceInfo]:
-    """Every tacc function with an accel node: PFs first, then VFs, by PCI address.
+    """Every tacc function with an accel node: PFs first, then VFs, then virtio-tacc
+    functions, by PCI address.
 
     Only functions whose node is in ``/dev``: a container given one VF (CDI,
     docs/containers.md) sees every function in sysfs but has the node of its own only."""
@@ -126,7 +142,7 @@ def devices(sim: bool | None = None) -> list[DeviceInfo]:
     ctx = pyudev.Context()
     out = [i for d in ctx.list_devices(subsystem="accel")
            if (i := _info_from_accel(d)) is not None and os.path.exists(i.devnode)]
-    return sorted(out, key=lambda i: (i.is_vf, i.pf, i.pci))
+    return sorted(out, key=lambda i: (i.virtio, i.is_vf, i.pf, i.pci))
 
 
 def find(spec: str | int | DeviceInfo | None = None, sim: bool | None = None) -> DeviceInfo:

@@ -60,7 +60,8 @@ class SimBackend:
     def get_param(self, param: int, index: int = 0) -> int:
         vals = {U.PARAM_API_VERSION: U.DRM_TACC_API_VERSION, U.PARAM_HW_VERSION: 1 << 16 | 1,
                 U.PARAM_CAPS: 0xE,
-                U.PARAM_FUNC: 0, U.PARAM_NUM_QUEUES: self.num_queues,
+                U.PARAM_FUNC: 0, U.PARAM_FUNC_KIND: U.FUNC_KIND_PF,
+                U.PARAM_NUM_QUEUES: self.num_queues,
                 U.PARAM_NUM_CONTEXTS: 16, U.PARAM_NUM_ENGINES: 6,
                 U.PARAM_DEVMEM_SIZE: self.devmem_size, U.PARAM_CLOCK_HZ: 10**9,
                 U.PARAM_CONTEXT_ID: 1, U.PARAM_MAX_CMDS: self.max_cmds,

@@ -81,7 +81,24 @@ enum drm_tacc_param {
 	DRM_TACC_PARAM_CTX_RESETS = 21,		/* timed-out jobs of this context */
 	DRM_TACC_PARAM_TRACE_MMAP_OFFSET = 22,
 	DRM_TACC_PARAM_DEVMEM_FREE = 23,	/* bytes not allocated */
+	DRM_TACC_PARAM_FUNC_KIND = 24,		/* enum drm_tacc_func_kind (uAPI 3) */
 	DRM_TACC_PARAM_COUNT
+};
+
+/**
+ * enum drm_tacc_func_kind - DRM_TACC_PARAM_FUNC_KIND: what kind of function
+ * the node drives (uAPI 3).  The same ioctls work on every kind; a virtio
+ * node answers -EOPNOTSUPP to the parameters and ioctls it does not provide
+ * (docs/uapi.md, "virtio-tacc nodes").
+ * @DRM_TACC_FUNC_KIND_PF: a physical function (tacc.ko's PCI driver).
+ * @DRM_TACC_FUNC_KIND_VF: an SR-IOV virtual function (tacc.ko's PCI driver).
+ * @DRM_TACC_FUNC_KIND_VIRTIO: the paravirtual virtio-tacc function
+ *                             (tacc.ko's virtio driver, docs/virtio.md).
+ */
+enum drm_tacc_func_kind {
+	DRM_TACC_FUNC_KIND_PF = 0,
+	DRM_TACC_FUNC_KIND_VF = 1,
+	DRM_TACC_FUNC_KIND_VIRTIO = 2,
 };
 
 /**

@@ -1,0 +1,572 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * tacc_virtio - the guest frontend of virtio-tacc (docs/virtio.md, "Linux
+ * frontend"): a virtio_driver beside tacc.ko's PCI driver that exposes the
+ * same DRM accel uAPI (tacc_accel.h) on its own /dev/accel node, in the way
+ * of drivers/gpu/drm/virtio and AMD XDNA's vxdna.  This file: probe and
+ * remove, feature negotiation, the control queue, parameters, file contexts
+ * and the drm_driver.  BOs: tacc_virtio_gem.c; jobs: tacc_virtio_job.c.
+ */
+
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+#include <linux/virtio_config.h>
+#include <linux/virtio_ids.h>
+
+#include <drm/drm_accel.h>
+#include <drm/drm_drv.h>
+#include <drm/drm_gem.h>
+#include <drm/drm_ioctl.h>
+
+#include "tacc_virtio.h"
+
+#define TACC_V_BUSY_RETRIES	100
+
+int tacc_vstatus_errno(u32 status)
+{
+	switch (status) {
+	case TACC_VIRTIO_OK:
+		return 0;
+	case TACC_VIRTIO_ERR_INVAL:
+		return -EINVAL;
+	case TACC_VIRTIO_ERR_NOSPC:
+		return -ENOSPC;
+	case TACC_VIRTIO_ERR_NOENT:
+		return -ENOENT;
+	case TACC_VIRTIO_ERR_PERM:
+		return -EACCES;
+	case TACC_VIRTIO_ERR_BUSY:
+		return -EBUSY;
+	case TACC_VIRTIO_ERR_UNSUPP:
+		return -EOPNOTSUPP;
+	default:
+		return -EIO;
+	}
+}
+
+void tacc_vhdr(struct tacc_virtio_hdr *hdr, u16 type, u32 ctx)
+{
+	memset(hdr, 0, sizeof(*hdr));
+	hdr->type = cpu_to_le16(type);
+	hdr->version = TACC_VIRTIO_MSG_VERSION;
+	hdr->ctx = cpu_to_le32(ctx);
+}
+
+/*
+ * Describes @len bytes at @buf (kmalloc or vmalloc memory) in at most @nsg
+ * entries of @sg, one per page for vmalloc memory.  Returns the entries used.
+ */
+int tacc_vbuf_sgs(struct scatterlist *sg, unsigned int nsg, const void *buf, size_t len)
+{
+	unsigned int n = 0;
+	size_t off, chunk;
+
+	if (!is_vmalloc_addr(buf)) {
+		sg_init_one(sg, buf, len);
+		return 1;
+	}
+	sg_init_table(sg, nsg);
+	for (off = 0; off < len; off += chunk, n++) {
+		chunk = min_t(size_t, len - off, PAGE_SIZE - offset_in_page(buf + off));
+		if (n == nsg)
+			return -E2BIG;
+		sg_set_page(&sg[n], vmalloc_to_page(buf + off), chunk, offset_in_page(buf + off));
+	}
+	sg_mark_end(&sg[n - 1]);
+	return n;
+}
+
+/* The control queue is used synchronously by the device; wait for it anyway. */
+static void *tacc_vctrl_get(struct tacc_vdev *vd)
+{
+	unsigned int len;
+
+	return virtqueue_get_buf(vd->ctrlq, &len);
+}
+
+static void tacc_vctrl_done(struct virtqueue *vq)
+{
+	struct tacc_vdev *vd = vq->vdev->priv;
+
+	wake_up(&vd->ctrl_wq);
+}
+
+static int tacc_vctrl_xfer(struct tacc_vdev *vd, struct scatterlist **sgs, unsigned int out,
+			   void *token)
+{
+	void *got = NULL;
+	long left;
+	int ret;
+
+	ret = virtqueue_add_sgs(vd->ctrlq, sgs, out, 1, token, GFP_KERNEL);
+	if (ret)
+		return ret;
+	virtqueue_kick(vd->ctrlq);
+	left = wait_event_timeout(vd->ctrl_wq, (got = tacc_vctrl_get(vd)) || READ_ONCE(vd->gone),
+				  TACC_V_CTRL_TIMEOUT);
+	if (got == token)
+		return 0;
+	if (left)
+		return -ENODEV;	/* removed: the reset took the buffer back */
+	/* the device still owns the buffer: the caller must not free it */
+	dev_err(&vd->vdev->dev, "control request timed out\n");
+	return -ETIMEDOUT;
+}
+
+/*
+ * One control request: @req (@req_len bytes, starting with the header) and
+ * optionally @body (e.g. a BO's page list), copied into one buffer the
+ * request owns.  Returns 0 and the response value, or the errno of the
+ * response status; -ETIMEDOUT if the device did not answer (the copy is then
+ * leaked: the device may still read it).
+ */
+int tacc_vctrl(struct tacc_vdev *vd, void *req, size_t req_len, const void *body,
+	       size_t body_len, u64 *value)
+{
+	size_t len = req_len + body_len;
+	struct scatterlist *out_sg, resp_sg, *sgs[2];
+	struct tacc_virtio_resp *resp;
+	unsigned int nsg;
+	void *buf;
+	int ret = -ENOMEM;
+
+	buf = kvmalloc(len, GFP_KERNEL);
+	resp = kzalloc(sizeof(*resp), GFP_KERNEL);
+	nsg = is_vmalloc_addr(buf) ? DIV_ROUND_UP(len, PAGE_SIZE) + 1 : 1;
+	out_sg = kmalloc_array(nsg, sizeof(*out_sg), GFP_KERNEL);
+	if (!buf || !resp || !out_sg)
+		goto out_free;
+	memcpy(buf, req, req_len);
+	if (body_len)
+		memcpy(buf + req_len, body, body_len);
+	ret = tacc_vbuf_sgs(out_sg, nsg, buf, len);
+	if (ret < 0)
+		goto out_free;
+	sg_init_one(&resp_sg, resp, sizeof(*resp));
+	sgs[0] = out_sg;
+	sgs[1] = &resp_sg;
+
+	mutex_lock(&vd->ctrl_lock);
+	ret = READ_ONCE(vd->gone) ? -ENODEV : tacc_vctrl_xfer(vd, sgs, 1, resp);
+	mutex_unlock(&vd->ctrl_lock);
+	if (ret == -ETIMEDOUT) {
+		kfree(out_sg);	/* only read when the buffer was added */
+		return ret;	/* buf and resp leaked on purpose */
+	}
+	if (!ret) {
+		ret = tacc_vstatus_errno(le32_to_cpu(resp->status));
+		if (!ret && value)
+			*value = le64_to_cpu(resp->value);
+	}
+out_free:
+	kfree(out_sg);
+	kfree(resp);
+	kvfree(buf);
+	return ret;
+}
+
+/* A request that the device refuses while the context has jobs in flight. */
+static int tacc_vctrl_idle(struct tacc_vctx *ctx, void *req, size_t len)
+{
+	int ret, i;
+
+	for (i = 0; i < TACC_V_BUSY_RETRIES; i++) {
+		ret = tacc_vctx_wait_quiet(ctx, false);
+		if (ret)
+			return ret;
+		ret = tacc_vctrl(ctx->vd, req, len, NULL, 0, NULL);
+		if (ret != -EBUSY)
+			return ret;
+	}
+	return ret;
+}
+
+/* --------------------------------------------------------------- params ---- */
+
+static int tacc_vget_param_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_vdev *vd = to_tacc_vdev(dev);
+	struct tacc_vctx *ctx = file->driver_priv;
+	struct drm_tacc_get_param *args = data;
+
+	if (args->index && args->param != DRM_TACC_PARAM_QUEUE_SIZE)
+		return -EINVAL;
+
+	switch (args->param) {
+	case DRM_TACC_PARAM_API_VERSION:
+		args->value = DRM_TACC_API_VERSION;
+		break;
+	case DRM_TACC_PARAM_HW_VERSION:
+		args->value = vd->version;	/* the protocol's */
+		break;
+	case DRM_TACC_PARAM_CAPS:
+		args->value = vd->caps;
+		break;
+	case DRM_TACC_PARAM_FUNC:
+		args->value = vd->func;
+		break;
+	case DRM_TACC_PARAM_FUNC_KIND:
+		args->value = DRM_TACC_FUNC_KIND_VIRTIO;
+		break;
+	case DRM_TACC_PARAM_NUM_QUEUES:
+		args->value = vd->num_rings;
+		break;
+	case DRM_TACC_PARAM_NUM_CONTEXTS:
+		args->value = vd->num_contexts;
+		break;
+	case DRM_TACC_PARAM_DEVMEM_SIZE:
+		args->value = vd->has_devmem ? vd->devmem_size : 0;
+		break;
+	case DRM_TACC_PARAM_CONTEXT_ID:
+		args->value = ctx->id;
+		break;
+	case DRM_TACC_PARAM_MAX_CMDS:
+		args->value = min_t(u32, vd->max_job_cmds, TACC_V_MAX_CMDS);
+		break;
+	case DRM_TACC_PARAM_MAX_INFLIGHT:
+		args->value = TACC_V_MAX_INFLIGHT;
+		break;
+	case DRM_TACC_PARAM_VA_START:
+		args->value = TACC_V_VA_START;
+		break;
+	case DRM_TACC_PARAM_VA_END:
+		args->value = TACC_V_VA_END;
+		break;
+	case DRM_TACC_PARAM_LAST_SEQNO:
+		spin_lock(&ctx->seq_lock);
+		args->value = ctx->last_seqno;
+		spin_unlock(&ctx->seq_lock);
+		break;
+	case DRM_TACC_PARAM_COUNTERS_MMAP_OFFSET:
+		if (!vd->cnt_len)
+			return -EOPNOTSUPP;
+		args->value = DRM_TACC_MMAP_COUNTERS;
+		break;
+	case DRM_TACC_PARAM_COUNTERS_MMAP_SIZE:
+		if (!vd->cnt_len)
+			return -EOPNOTSUPP;
+		args->value = PAGE_SIZE;	/* the function's page, as on a VF */
+		break;
+	case DRM_TACC_PARAM_QUEUE_SIZE:
+		if (args->index >= vd->num_rings)
+			return -EINVAL;
+		args->value = TACC_VIRTIO_VQ_SIZE;
+		break;
+	default:
+		/* known to the uAPI, not provided by this function kind */
+		return args->param < DRM_TACC_PARAM_COUNT ? -EOPNOTSUPP : -EINVAL;
+	}
+	return 0;
+}
+
+/* ----------------------------------------------------------------- mmap ---- */
+
+/*
+ * The function's counter page (shared memory region 1, live: each read is an
+ * exit, as on BAR2) at DRM_TACC_MMAP_COUNTERS, read-only; BOs at their GEM
+ * offsets.  drm_dev_unplug() zaps the counter mappings (a later access
+ * faults: SIGBUS).
+ */
+static int tacc_vmmap_counters(struct tacc_vdev *vd, struct vm_area_struct *vma)
+{
+	unsigned long size = vma->vm_end - vma->vm_start;
+
+	if (vma->vm_flags & VM_WRITE)
+		return -EACCES;
+	if (!vd->cnt_len || size > PAGE_SIZE)
+		return -EINVAL;
+	vm_flags_mod(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE);
+	vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);
+	return io_remap_pfn_range(vma, vma->vm_start, vd->cnt_phys >> PAGE_SHIFT, size,
+				  vma->vm_page_prot);
+}
+
+static int tacc_vmmap(struct file *filp, struct vm_area_struct *vma)
+{
+	struct drm_file *file = filp->private_data;
+	struct tacc_vdev *vd = to_tacc_vdev(file->minor->dev);
+	int idx, ret;
+
+	if ((u64)vma->vm_pgoff << PAGE_SHIFT != DRM_TACC_MMAP_COUNTERS)
+		return drm_gem_mmap(filp, vma);
+	if (!drm_dev_enter(&vd->drm, &idx))
+		return -ENODEV;
+	ret = tacc_vmmap_counters(vd, vma);
+	drm_dev_exit(idx);
+	return ret;
+}
+
+/* ---------------------------------------------------------------- files ---- */
+
+static int tacc_vopen(struct drm_device *dev, struct drm_file *file)
+{
+	struct tacc_vdev *vd = to_tacc_vdev(dev);
+	struct tacc_virtio_hdr *req;
+	struct tacc_vctx *ctx;
+	u64 id;
+	int ret, idx;
+
+	if (!drm_dev_enter(dev, &idx))
+		return -ENODEV;
+	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
+	req = kzalloc(sizeof(*req), GFP_KERNEL);
+	if (!ctx || !req) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	tacc_vhdr(req, TACC_VIRTIO_CTX_CREATE, 0);
+	ret = tacc_vctrl(vd, req, sizeof(*req), NULL, 0, &id);
+	if (ret == -ENOSPC)
+		ret = -EBUSY;	/* all contexts in use, as on the PF */
+	if (ret)
+		goto err_free;
+
+	ctx->vd = vd;
+	ctx->id = id;
+	mutex_init(&ctx->vm_lock);
+	mutex_init(&ctx->submit_lock);
+	spin_lock_init(&ctx->seq_lock);
+	drm_mm_init(&ctx->va_mm, TACC_V_VA_START, TACC_V_VA_END - TACC_V_VA_START);
+	ctx->fence_ctx = dma_fence_context_alloc(TACC_VIRTIO_NUM_RINGS);
+	file->driver_priv = ctx;
+	kfree(req);
+	drm_dev_exit(idx);
+	return 0;
+
+err_free:
+	kfree(req);
+	kfree(ctx);
+	drm_dev_exit(idx);
+	return ret;
+}
+
+/* Runs after drm_gem_release(): the file's BOs are gone from the backend. */
+static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
+{
+	struct tacc_vctx *ctx = file->driver_priv;
+	struct tacc_virtio_hdr *req;
+	int idx, ret = -ENOMEM;
+
+	tacc_vctx_wait_idle(ctx);
+	if (drm_dev_enter(dev, &idx)) {
+		req = kzalloc(sizeof(*req), GFP_KERNEL);
+		if (req) {
+			tacc_vhdr(req, TACC_VIRTIO_CTX_DESTROY, ctx->id);
+			ret = tacc_vctrl_idle(ctx, req, sizeof(*req));
+			kfree(req);
+		}
+		if (ret)
+			drm_warn(dev, "context %u not destroyed: %d\n", ctx->id, ret);
+		drm_dev_exit(idx);
+	}
+	tacc_vctx_seq_fini(ctx);
+	drm_mm_takedown(&ctx->va_mm);
+	file->driver_priv = NULL;
+	kfree(ctx);
+}
+
+/* --------------------------------------------------------------- driver ---- */
+
+/* Rings and captures of the PCI function that a virtio node does not provide. */
+static int tacc_vunsupported_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	return -EOPNOTSUPP;
+}
+
+static const struct drm_ioctl_desc tacc_vioctls[] = {
+	DRM_IOCTL_DEF_DRV(TACC_GET_PARAM, tacc_vget_param_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_BO_CREATE, tacc_vbo_create_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_BO_INFO, tacc_vbo_info_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_VM_BIND, tacc_vvm_bind_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_VM_UNBIND, tacc_vvm_unbind_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_SUBMIT, tacc_vsubmit_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_WAIT, tacc_vwait_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TRACE_OPEN, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TRACE_ADVANCE, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TRACE_CLOSE, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_OPEN, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_ADVANCE, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_CLOSE, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TLPCAP_OPEN, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TLPCAP_ADVANCE, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TLPCAP_CLOSE, tacc_vunsupported_ioctl, 0),
+};
+
+static const struct file_operations tacc_vfops = {
+	.owner = THIS_MODULE,
+	.open = accel_open,
+	.release = drm_release,
+	.unlocked_ioctl = drm_ioctl,
+	.compat_ioctl = drm_compat_ioctl,
+	.poll = drm_poll,
+	.read = drm_read,
+	.llseek = noop_llseek,
+	.mmap = tacc_vmmap,
+	.fop_flags = FOP_UNSIGNED_OFFSET,
+};
+
+static const struct drm_driver tacc_vdriver = {
+	.driver_features = DRIVER_GEM | DRIVER_COMPUTE_ACCEL | DRIVER_SYNCOBJ,
+	.open = tacc_vopen,
+	.postclose = tacc_vpostclose,
+	.gem_create_object = tacc_vgem_create_object,
+	.ioctls = tacc_vioctls,
+	.num_ioctls = ARRAY_SIZE(tacc_vioctls),
+	.fops = &tacc_vfops,
+	.name = "tacc",
+	.desc = "tacc paravirtual function (virtio-tacc)",
+	.date = "20261201",
+	.major = 1,
+	.minor = 0,
+};
+
+/* --------------------------------------------------------------- virtio ---- */
+
+static int tacc_vread_config(struct tacc_vdev *vd)
+{
+	struct virtio_device *vdev = vd->vdev;
+	struct virtio_shm_region shm;
+
+	virtio_cread_le(vdev, struct tacc_virtio_config, version, &vd->version);
+	virtio_cread_le(vdev, struct tacc_virtio_config, caps, &vd->caps);
+	virtio_cread_le(vdev, struct tacc_virtio_config, func, &vd->func);
+	virtio_cread_le(vdev, struct tacc_virtio_config, num_contexts, &vd->num_contexts);
+	virtio_cread_le(vdev, struct tacc_virtio_config, num_rings, &vd->num_rings);
+	virtio_cread_le(vdev, struct tacc_virtio_config, max_job_cmds, &vd->max_job_cmds);
+	virtio_cread_le(vdev, struct tacc_virtio_config, devmem_size, &vd->devmem_size);
+	if (vd->version >> 16 != TACC_VIRTIO_VERSION_MAJOR) {
+		dev_err(&vdev->dev, "protocol %u.%u, this driver speaks %u.x\n",
+			vd->version >> 16, vd->version & 0xffff, TACC_VIRTIO_VERSION_MAJOR);
+		return -ENODEV;
+	}
+	vd->num_rings = min_t(u32, vd->num_rings, TACC_VIRTIO_NUM_RINGS);
+	vd->max_job_cmds = min_t(u32, vd->max_job_cmds, TACC_VIRTIO_MAX_JOB_CMDS);
+	if (!vd->num_rings || !vd->num_contexts || !vd->max_job_cmds)
+		return -ENODEV;
+	/* §3.1: only what was negotiated counts, whatever the device could do */
+	vd->has_devmem = virtio_has_feature(vdev, TACC_VIRTIO_F_DEVMEM);
+	if (virtio_get_shm_region(vdev, &shm, TACC_VIRTIO_SHM_COUNTERS) &&
+	    PAGE_ALIGNED(shm.addr) && shm.len >= PAGE_SIZE) {
+		vd->cnt_phys = shm.addr;
+		vd->cnt_len = shm.len;
+	}
+	return 0;
+}
+
+static int tacc_vfind_vqs(struct tacc_vdev *vd)
+{
+	struct virtqueue_info info[TACC_VIRTIO_NUM_VQS] = {
+		[TACC_VIRTIO_VQ_CONTROL] = { "control", tacc_vctrl_done },
+		[TACC_VIRTIO_VQ_SUBMIT] = { "submit", tacc_vsubmit_done },
+	};
+	struct virtqueue *vqs[TACC_VIRTIO_NUM_VQS];
+	int ret;
+
+	ret = virtio_find_vqs(vd->vdev, TACC_VIRTIO_NUM_VQS, vqs, info, NULL);
+	if (ret)
+		return ret;
+	vd->ctrlq = vqs[TACC_VIRTIO_VQ_CONTROL];
+	vd->submitq = vqs[TACC_VIRTIO_VQ_SUBMIT];
+	/* the vIOMMU's device with ACCESS_PLATFORM, else guest-physical addresses */
+	vd->dma_dev = virtqueue_dma_dev(vd->submitq);
+	return 0;
+}
+
+static int tacc_virtio_probe(struct virtio_device *vdev)
+{
+	struct tacc_vdev *vd;
+	int ret;
+
+	vd = devm_drm_dev_alloc(&vdev->dev, &tacc_vdriver, struct tacc_vdev, drm);
+	if (IS_ERR(vd))
+		return PTR_ERR(vd);
+	vd->vdev = vdev;
+	vdev->priv = vd;
+	mutex_init(&vd->ctrl_lock);
+	init_waitqueue_head(&vd->ctrl_wq);
+	spin_lock_init(&vd->submit_lock);
+	INIT_LIST_HEAD(&vd->inflight);
+	init_waitqueue_head(&vd->idle_wq);
+	mutex_init(&vd->dma_lock);
+	INIT_LIST_HEAD(&vd->dma_bos);
+
+	ret = tacc_vread_config(vd);
+	if (ret)
+		return ret;
+	ret = tacc_vfind_vqs(vd);
+	if (ret)
+		return ret;
+	virtio_device_ready(vdev);
+
+	ret = drm_dev_register(&vd->drm, 0);
+	if (ret)
+		goto err_reset;
+	drm_info(&vd->drm, "virtio-tacc function %u: protocol %u.%u, %u rings, %llu MiB device memory%s\n",
+		 vd->func, vd->version >> 16, vd->version & 0xffff, vd->num_rings,
+		 vd->has_devmem ? vd->devmem_size >> 20 : 0,
+		 vd->dma_dev ? ", behind the platform IOMMU" : "");
+	return 0;
+
+err_reset:
+	virtio_reset_device(vdev);
+	vdev->config->del_vqs(vdev);
+	return ret;
+}
+
+/*
+ * Unplug, then reset: the device drops every buffer it holds, so the jobs
+ * in flight fail (-ENODEV) and no request waits for an answer that cannot
+ * come.  Files left open get -ENODEV from then on; their BOs' DMA mappings
+ * go now (the DMA device may go with us), their pages when they are freed.
+ */
+static void tacc_virtio_remove(struct virtio_device *vdev)
+{
+	struct tacc_vdev *vd = vdev->priv;
+
+	WRITE_ONCE(vd->unplugging, true);
+	wake_up_all(&vd->idle_wq);	/* requests waiting for jobs give up */
+	drm_dev_unplug(&vd->drm);
+	spin_lock_irq(&vd->submit_lock);
+	WRITE_ONCE(vd->gone, true);
+	spin_unlock_irq(&vd->submit_lock);
+	wake_up_all(&vd->ctrl_wq);
+	virtio_reset_device(vdev);
+	tacc_vjobs_fail(vd, -ENODEV);
+	vdev->config->del_vqs(vdev);
+	/* the device holds no page any more: unmap them while the DMA device exists */
+	tacc_vbos_release_dma(vd);
+	WRITE_ONCE(vd->reset_done, true);
+	wake_up_all(&vd->idle_wq);
+}
+
+static const struct virtio_device_id tacc_virtio_ids[] = {
+	{ TACC_VIRTIO_ID, VIRTIO_DEV_ANY_ID },
+	{ }
+};
+MODULE_DEVICE_TABLE(virtio, tacc_virtio_ids);
+
+/* The device features this driver knows and uses (docs/virtio.md §3). */
+static const unsigned int tacc_virtio_features[] = {
+	TACC_VIRTIO_F_DEVMEM,
+};
+
+static struct virtio_driver tacc_virtio_driver = {
+	.driver.name = "tacc-virtio",
+	.id_table = tacc_virtio_ids,
+	.feature_table = tacc_virtio_features,
+	.feature_table_size = ARRAY_SIZE(tacc_virtio_features),
+	.probe = tacc_virtio_probe,
+	.remove = tacc_virtio_remove,
+};
+
+int tacc_virtio_register(void)
+{
+	return register_virtio_driver(&tacc_virtio_driver);
+}
+
+void tacc_virtio_unregister(void)
+{
+	unregister_virtio_driver(&tacc_virtio_driver);
+}

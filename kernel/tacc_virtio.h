@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * tacc_virtio - the guest frontend of virtio-tacc (docs/virtio.md): a
+ * virtio_driver in tacc.ko exposing the tacc DRM accel uAPI on its own
+ * /dev/accel node.  Internal header of tacc_virtio*.c.
+ */
+#ifndef __TACC_VIRTIO_DRV_H__
+#define __TACC_VIRTIO_DRV_H__
+
+#include <linux/dma-fence.h>
+#include <linux/mutex.h>
+#include <linux/spinlock.h>
+#include <linux/virtio.h>
+#include <linux/wait.h>
+
+#include <drm/drm_device.h>
+#include <drm/drm_file.h>
+#include <drm/drm_gem_shmem_helper.h>
+#include <drm/drm_mm.h>
+
+#include "include/tacc_virtio.h"
+#include "include/uapi/drm/tacc_accel.h"
+
+#define TACC_V_MAX_CMDS		64	/* per submit, as on the PF */
+#define TACC_V_MAX_INFLIGHT	128	/* jobs per file, all rings */
+#define TACC_V_SEQ_SLOTS	256	/* per file: remembered job fences */
+#define TACC_V_VA_START		0x200000ull
+#define TACC_V_VA_END		BIT_ULL(39)
+#define TACC_V_SZ_2M		BIT_ULL(21)
+#define TACC_V_CTRL_TIMEOUT	(5 * HZ)
+
+/* One virtio-tacc function: one DRM accel device. */
+struct tacc_vdev {
+	struct drm_device drm;
+	struct virtio_device *vdev;
+	struct virtqueue *ctrlq;
+	struct virtqueue *submitq;
+	struct device *dma_dev;		/* NULL: no ACCESS_PLATFORM, guest-physical */
+
+	struct mutex ctrl_lock;		/* one control request at a time */
+	wait_queue_head_t ctrl_wq;	/* a control buffer was used */
+
+	spinlock_t submit_lock;		/* submitq, inflight, gone */
+	struct list_head inflight;	/* struct tacc_vjob, submission order */
+	bool gone;			/* removed or reset: nothing new is queued */
+	bool unplugging;		/* remove started: idle waits end */
+	bool reset_done;		/* removed: the device holds no buffer or page */
+	wait_queue_head_t idle_wq;	/* a context's last job in flight completed */
+
+	struct mutex dma_lock;		/* dma_bos */
+	struct list_head dma_bos;	/* struct tacc_vbo with pages DMA mapped */
+
+	/* configuration space, read at probe */
+	u32 version;
+	u32 caps;
+	u32 func;
+	u32 num_contexts;
+	u32 num_rings;
+	u32 max_job_cmds;
+	u64 devmem_size;
+	bool has_devmem;		/* TACC_VIRTIO_F_DEVMEM negotiated */
+	u64 cnt_phys;			/* shared memory region 1: the counter block, */
+	u64 cnt_len;			/* 0 if the device has none */
+};
+
+/* One open file: one backend context (device address space). */
+struct tacc_vctx {
+	struct tacc_vdev *vd;
+	u32 id;				/* backend context */
+	struct mutex vm_lock;		/* va_mm, bindings */
+	struct drm_mm va_mm;
+	u64 fence_ctx;			/* + ring */
+
+	spinlock_t seq_lock;		/* last_seqno, slots, inflight */
+	u64 last_seqno;
+	struct {
+		u64 seqno;
+		struct dma_fence *fence;
+	} slot[TACC_V_SEQ_SLOTS];
+	atomic_t inflight;		/* jobs queued, not completed (vd->idle_wq) */
+	struct mutex submit_lock;	/* seqno order = queue order */
+};
+
+struct tacc_vbo {
+	struct drm_gem_shmem_object shmem;	/* base.* used by every type */
+	struct tacc_vctx *ctx;		/* owner: the creating file */
+	u32 type;			/* enum drm_tacc_bo_type */
+	u32 flags;			/* DRM_TACC_BO_F_* */
+	u32 handle;			/* backend handle, 0 = none */
+	struct sg_table *sgt;		/* HOST, USERPTR: pinned pages, DMA mapped */
+	struct page **pages;		/* USERPTR: the pinned user pages */
+	unsigned long npages;
+	struct mm_struct *pin_mm;	/* USERPTR: charged pinned_vm */
+	struct list_head dma_node;	/* on vd->dma_bos while sgt is DMA mapped */
+	/* binding (ctx->vm_lock) */
+	struct drm_mm_node va;
+	u64 bind_offset;
+	bool readonly;
+};
+
+enum { TACC_VT_ANY, TACC_VT_HOST, TACC_VT_DEV };	/* tacc_vbo_va() @type */
+
+/* One submitted job: its fence, and the submit buffer until it is used. */
+struct tacc_vjob {
+	struct dma_fence fence;		/* first: dma_fence_free() */
+	spinlock_t lock;		/* fence lock: lives with the fence */
+	struct tacc_vctx *ctx;		/* valid while on vd->inflight */
+	struct list_head node;
+	void *buf;			/* request then response */
+	size_t out_len;
+	size_t in_len;
+};
+
+static inline struct tacc_vdev *to_tacc_vdev(struct drm_device *dev)
+{
+	return container_of(dev, struct tacc_vdev, drm);
+}
+
+static inline struct tacc_vbo *to_tacc_vbo(struct drm_gem_object *obj)
+{
+	return container_of(obj, struct tacc_vbo, shmem.base);
+}
+
+/* tacc_virtio.c: transport */
+int tacc_vctrl(struct tacc_vdev *vd, void *req, size_t req_len, const void *body,
+	       size_t body_len, u64 *value);
+void tacc_vhdr(struct tacc_virtio_hdr *hdr, u16 type, u32 ctx);
+int tacc_vstatus_errno(u32 status);
+int tacc_vbuf_sgs(struct scatterlist *sg, unsigned int nsg, const void *buf, size_t len);
+int tacc_virtio_register(void);
+void tacc_virtio_unregister(void);
+
+/* tacc_virtio_gem.c: buffer objects and bindings */
+struct drm_gem_object *tacc_vgem_create_object(struct drm_device *dev, size_t size);
+int tacc_vbo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_vbo_info_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_vvm_bind_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_vvm_unbind_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+void tacc_vbo_dma_map_done(struct tacc_vbo *bo);
+void tacc_vbo_dma_unmap(struct tacc_vbo *bo);
+void tacc_vbos_release_dma(struct tacc_vdev *vd);
+int tacc_vbo_va(struct drm_file *file, const struct drm_tacc_operand *op, u64 len,
+		u32 align, int type, u64 *va);
+
+/* tacc_virtio_userptr.c: USERPTR BOs */
+int tacc_vuserptr_pin(struct tacc_vbo *bo, u64 uaddr);
+void tacc_vuserptr_unpin(struct tacc_vbo *bo);
+
+/* tacc_virtio_job.c: submit, completion, wait */
+int tacc_vsubmit_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+int tacc_vwait_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
+void tacc_vsubmit_done(struct virtqueue *vq);
+void tacc_vjobs_fail(struct tacc_vdev *vd, int error);
+void tacc_vctx_wait_idle(struct tacc_vctx *ctx);
+int tacc_vctx_wait_quiet(struct tacc_vctx *ctx, bool intr);
+void tacc_vctx_seq_fini(struct tacc_vctx *ctx);
+
+#endif /* __TACC_VIRTIO_DRV_H__ */
