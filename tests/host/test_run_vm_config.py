@@ -465,3 +465,25 @@ def test_guest_pyc_writes_what_the_guest_pytest_loads() -> None:
         pyc = rewrite.get_cache_dir(fn) / (fn.name[:-3] + rewrite.PYC_TAIL)
         assert rewrite._read_pyc(fn, pyc) is not None, f"{pyc}: missing or stale"
     assert (ROOT / "userspace/tacc/capture/__pycache__").is_dir()
+
+
+def test_results_copy_leaves_sockets_out(tmp_path: Path) -> None:
+    """A VM killed on timeout leaves QEMU's sockets in its run directory; copying the run
+    to build/test-results must skip them (shutil.Error, errno 6, before)."""
+    import socket
+
+    loader = importlib.machinery.SourceFileLoader("test_vm", str(ROOT / "scripts/test-vm"))
+    spec = importlib.util.spec_from_loader("test_vm", loader)
+    tv = importlib.util.module_from_spec(spec)
+    sys.modules["test_vm"] = tv
+    loader.exec_module(tv)
+    run = tmp_path / "run"
+    (run / "out").mkdir(parents=True)
+    (run / "console.log").write_text("x")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(run / "qmp.sock"))
+    try:
+        shutil.copytree(run, tmp_path / "copy", ignore=tv._sockets)
+    finally:
+        s.close()
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["console.log", "out"]
