@@ -398,9 +398,17 @@ static struct tacc_bo *tacc_bo_create_userptr(struct tacc_device *tdev, struct t
 	ret = sg_alloc_table_from_pages(sgt, bo->pages, npages, 0, size, GFP_KERNEL);
 	if (ret)
 		goto err_sgt;
-	ret = dma_map_sgtable(tacc_to_dev(tdev), sgt, dir, 0);
+	/*
+	 * Two USERPTR BOs may share user pages (a buffer registered twice, sub-page
+	 * buffers in one page): overlapping streaming mappings, which DMA-API debug's
+	 * cacheline tracking reports unless the map skips the CPU sync (kernel/dma/
+	 * debug.c add_dma_entry; seen on the debug kernel). Sync explicitly instead:
+	 * the same cache maintenance the plain map does.
+	 */
+	ret = dma_map_sgtable(tacc_to_dev(tdev), sgt, dir, DMA_ATTR_SKIP_CPU_SYNC);
 	if (ret)
 		goto err_table;
+	dma_sync_sgtable_for_device(tacc_to_dev(tdev), sgt, dir);
 
 	bo->npages = npages;
 	mutex_lock(&tdev->bo_dma_lock);

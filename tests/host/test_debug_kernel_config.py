@@ -128,3 +128,22 @@ def test_container_skip_allowed_on_the_debug_boots_only():
     assert reason == test_vm.NO_USERNS_REASON
     assert test_vm.ALLOWED_SKIPS_DEBUG.fullmatch(reason)
     assert not test_vm.ALLOWED_SKIPS.fullmatch(reason)
+
+
+def test_dma_api_boot_lines_open_no_report(tmp_path):
+    """DMA-API's boot line is not a report (it ran to the next stack's </TASK> and charged
+    that stack's tacc frames to itself); its errors, which name driver and device, are."""
+    (tmp_path / "dmesg.txt").write_text(
+        "[ 0.1] DMA-API: preallocated 65536 debug entries\n"
+        "[ 0.1] DMA-API: debugging enabled by kernel config\n"
+        "[ 9.0] tacc 0000:01:00.0: probed\n"
+        "[ 9.1] Call Trace:\n[ 9.1]  <TASK>\n[ 9.1]  tacc_probe+0x1/0x2 [tacc]\n"
+        "[ 9.1]  </TASK>\n"
+        "[ 10.0] DMA-API: tacc 0000:01:00.0: cacheline tracking EEXIST, overlapping mappings "
+        "aren't supported\n"
+        "[ 10.0] WARNING: CPU: 0 PID: 269 at kernel/dma/debug.c:601 add_dma_entry+0x3db/0x590\n"
+        "[ 10.0] Call Trace:\n[ 10.0]  <TASK>\n[ 10.0]  tacc_bo_create_ioctl+0x1/0x2 [tacc]\n"
+        "[ 10.0]  </TASK>\n")
+    bad = test_vm.debug_kernel_check("debug", tmp_path)
+    assert bad == ["dmesg.txt: DMA-API: tacc 0000:01:00.0: cacheline tracking EEXIST, "
+                   "overlapping mappings aren't supported"], bad

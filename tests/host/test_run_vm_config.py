@@ -506,3 +506,25 @@ def test_passthrough_replaces_the_tacc_device(tmp_path: Path) -> None:
     cfg = run_vm.VMConfig.from_env({"PASSTHROUGH": bdf, "ICOUNT": "1", "KERNEL": "6.12.117"},
                                    require_installed=False)
     assert "-icount" in run_vm.qemu_argv(cfg, tmp_path, None, interactive=False)
+
+
+def test_results_copy_leaves_sockets_out(tmp_path: Path) -> None:
+    """A VM killed on timeout leaves QEMU's sockets in its run directory; copying the run
+    to build/test-results must skip them (shutil.Error, errno 6, before)."""
+    import socket
+
+    loader = importlib.machinery.SourceFileLoader("test_vm", str(ROOT / "scripts/test-vm"))
+    spec = importlib.util.spec_from_loader("test_vm", loader)
+    tv = importlib.util.module_from_spec(spec)
+    sys.modules["test_vm"] = tv
+    loader.exec_module(tv)
+    run = tmp_path / "run"
+    (run / "out").mkdir(parents=True)
+    (run / "console.log").write_text("x")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(run / "qmp.sock"))
+    try:
+        shutil.copytree(run, tmp_path / "copy", ignore=tv._sockets)
+    finally:
+        s.close()
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["console.log", "out"]

@@ -165,10 +165,12 @@ def _sample(fn: Function, tmp_path: Path, rate: float, seconds: float) -> None:
     assert rec["h2d_bytes"][-1] > rec["h2d_bytes"][0]
 
 
-def test_sampler_10khz_short(tmp_path: Path) -> None:
-    _sample(functions()[0], tmp_path, 10_000, 0.5)
+def test_sampler_10khz_short(pf: Function, tmp_path: Path) -> None:
+    # the pf fixture puts power/control back: _sample sets it "on", and left so the PF never
+    # runtime-suspended again (test_context_opened_while_resuming_gets_its_root failed after)
+    _sample(pf, tmp_path, 10_000, 0.5)
 
 
 @pytest.mark.long
-def test_sampler_10khz_10s(tmp_path: Path) -> None:
-    _sample(functions()[0], tmp_path, 10_000, 10.0)
+def test_sampler_10khz_10s(pf: Function, tmp_path: Path) -> None:
+    _sample(pf, tmp_path, 10_000, 10.0)

@@ -409,6 +409,29 @@ def test_copy_roundtrip(dev, kind):
     assert np.array_equal(got[n // 2:], data[: n // 2])
 
 
+def test_userptr_registered_twice(dev):
+    """One user buffer behind two USERPTR BOs (read-write: both DMA-mapped both ways): the
+    device writes through one and reads through the other.  Overlapping streaming maps:
+    on the debug kernel, DMA-API debug reported 'cacheline tracking EEXIST' from
+    tacc_bo_create_ioctl until the map skipped the CPU sync and synced explicitly."""
+    n = 8192
+    ub = UserBuf(n)
+    a = dev.bo(n, USERPTR, userptr=ub.addr)
+    b = dev.bo(n, USERPTR, userptr=ub.addr)
+    data = np.arange(n, dtype=np.uint32).astype(np.uint8)
+    src, d = dev.bo(n), dev.bo(n, DEVICE)
+    np.frombuffer(dev.map(src.handle, n), np.uint8)[:] = data
+    assert dev.run([copy(OP_H2D, src.handle, d.handle, n),
+                    copy(OP_D2H, d.handle, a.handle, n)]) == 0
+    assert np.array_equal(ub.array(np.uint8), data)
+    d2 = dev.bo(n, DEVICE)
+    assert dev.run([copy(OP_H2D, b.handle, d2.handle, n),
+                    copy(OP_D2D, d2.handle, d.handle, n)]) == 0
+    back = dev.bo(n)
+    assert dev.run([copy(OP_D2H, d.handle, back.handle, n)]) == 0
+    assert np.array_equal(np.frombuffer(dev.map(back.handle, n), np.uint8), data)
+
+
 @pytest.mark.parametrize("kind", ["host", "userptr"])
 def test_gemm_numpy(dev, kind):
     rng = np.random.default_rng(7)

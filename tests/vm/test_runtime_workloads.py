@@ -44,6 +44,7 @@ def test_mlp_matches_numpy(ctx: Context, stretched: None) -> None:
     assert r.device_ns < s.device_ns, "double buffering should beat the serial reference"
 
 
+@pytest.mark.timing  # the debug kernel: serialized_copies' good twin lost (224 vs 117 ms)
 @pytest.mark.parametrize("name,kw", [
     ("tiny_transfers", {}),
     ("map_churn", {}),

@@ -349,6 +349,9 @@ def test_tacc_user_cannot_reach_another_process_bos():
 
 
 # --------------------------------------------------------------- unplug ------
+# timing: 96 GEMMs outlast the unbind on Debian's kernel; on the debug kernel they
+# completed first (status 0, session 6)
+@pytest.mark.timing
 def test_zz_unbind_with_jobs_in_flight_fails_their_fences():
     """Unbinding tacc-virtio resets the device: queued jobs' fences fail with -ENODEV
     (a WAIT blocked on one returns), the open file gets -ENODEV, nothing oopses, and a

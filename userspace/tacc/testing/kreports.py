@@ -24,7 +24,10 @@ _RULE = re.compile(r"^={20,}$")
 _START = re.compile(
     r"^(-+\[ cut here \]-+|BUG: |WARNING: |INFO: |Oops|general protection fault|"
     r"kernel BUG at|Unable to handle|ODEBUG: |refcount_t: |list_(add|del) corruption|"
-    r"DMA-API: |UBSAN: |.*: page allocation failure: |FAULT_INJECTION: forcing a failure)"
+    # DMA-API's errors name the driver and the device (err_printk: "DMA-API: %s %s: "); its
+    # other lines ("preallocated N debug entries" at boot, "Mapped at:") open nothing
+    r"DMA-API: \S+ \S+: |UBSAN: |.*: page allocation failure: |"
+    r"FAULT_INJECTION: forcing a failure)"
 )
 _END = re.compile(r"^(---\[ end trace [0-9a-f]+ \]---|</TASK>|---\[ end Kernel panic)")
 NAMES_TACC = re.compile(
