@@ -1,6 +1,6 @@
 """A nested guest on a VF (issue 15 item 3; docs/vfio.md "Nested guest").
 
-Runs in its own boot, "nested" (VFS=2 SMP=2 ICOUNT=0), under ``make test-long`` (the
+Runs in its own boot, "nested" (VFS=2 SMP=2), under ``make test-long`` (the
 ``long`` marker: a TCG guest inside a TCG guest takes minutes).  VF 1 goes to vfio-pci in the test VM, and
 ``scripts/run-vm`` itself boots a nested VM on it (``PASSTHROUGH=<VF>``: our QEMU's
 ``-device vfio-pci``, no emulated tacc device, no vIOMMU, host time), with the same
@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.long, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[2]
 NESTED_MEM = "512M"
-NESTED_TIMEOUT = 3000.0  # seconds of the test VM's clock (host time) for the nested run
+NESTED_TIMEOUT = 3000.0  # seconds of the test VM's clock (-icount) for the nested run
 SNOOP_WAIT = 900  # the nested guest's wait for accel-bpftrace's probes (bcc compiles)
 # counters that count the work itself, not where memory sits: equal for the same work
 WORK_COUNTERS = ("jobs_completed", "cmds_completed", "flops", "h2d_bytes", "d2h_bytes")
