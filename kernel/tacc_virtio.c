@@ -503,6 +503,7 @@ static int tacc_virtio_probe(struct virtio_device *vdev)
 	ret = drm_dev_register(&vd->drm, 0);
 	if (ret)
 		goto err_reset;
+	tacc_vdebugfs_init(vd);
 	drm_info(&vd->drm, "virtio-tacc function %u: protocol %u.%u, %u rings, %llu MiB device memory%s\n",
 		 vd->func, vd->version >> 16, vd->version & 0xffff, vd->num_rings,
 		 vd->has_devmem ? vd->devmem_size >> 20 : 0,

@@ -46,6 +46,15 @@ struct tacc_vdev {
 	bool unplugging;		/* remove started: idle waits end */
 	bool reset_done;		/* removed: the device holds no buffer or page */
 	wait_queue_head_t idle_wq;	/* a context's last job in flight completed */
+	struct tacc_vstats {		/* debugfs virtio_stats (submit_lock) */
+		u64 jobs;		/* jobs queued */
+		u64 batches;		/* submit buffers queued */
+		u64 kicks;		/* notifications of the submit queue */
+		u64 irqs;		/* submit queue callbacks (interrupts) */
+		u64 used;		/* submit buffers used by the device */
+		u64 complete_ns;	/* in the callback */
+	} st;
+	atomic64_t submit_ns;		/* in the SUBMIT ioctl */
 
 	struct mutex dma_lock;		/* dma_bos */
 	struct list_head dma_bos;	/* struct tacc_vbo with pages DMA mapped */
@@ -150,6 +159,7 @@ void tacc_vuserptr_unpin(struct tacc_vbo *bo);
 int tacc_vsubmit_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_vwait_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 void tacc_vsubmit_done(struct virtqueue *vq);
+void tacc_vdebugfs_init(struct tacc_vdev *vd);
 void tacc_vjobs_fail(struct tacc_vdev *vd, int error);
 void tacc_vctx_wait_idle(struct tacc_vctx *ctx);
 int tacc_vctx_wait_quiet(struct tacc_vctx *ctx, bool intr);

@@ -11,6 +11,8 @@
  * frees the buffer.  A reset or removal fails every job in flight.
  */
 
+#include <linux/debugfs.h>
+#include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
@@ -104,16 +106,21 @@ static void tacc_vjob_complete(struct tacc_vdev *vd, struct tacc_vjob *job, int 
 void tacc_vsubmit_done(struct virtqueue *vq)
 {
 	struct tacc_vdev *vd = vq->vdev->priv;
+	u64 t0 = ktime_get_ns();
 	struct tacc_vjob *job;
 	unsigned long flags;
 	unsigned int len;
 
 	spin_lock_irqsave(&vd->submit_lock, flags);
+	vd->st.irqs++;
 	do {
 		virtqueue_disable_cb(vq);
-		while ((job = virtqueue_get_buf(vq, &len)))
+		while ((job = virtqueue_get_buf(vq, &len))) {
+			vd->st.used++;
 			tacc_vjob_complete(vd, job, tacc_vjob_errno(job->buf + job->out_len, len));
+		}
 	} while (!virtqueue_enable_cb(vq));
+	vd->st.complete_ns += ktime_get_ns() - t0;
 	spin_unlock_irqrestore(&vd->submit_lock, flags);
 }
 
@@ -399,6 +406,9 @@ static int tacc_vjob_queue(struct tacc_vdev *vd, struct tacc_vjob *job)
 		list_add_tail(&job->node, &vd->inflight);
 		atomic_inc(&job->ctx->inflight);
 		notify = virtqueue_kick_prepare(vd->submitq);
+		vd->st.jobs++;
+		vd->st.batches++;
+		vd->st.kicks += notify;
 	}
 	spin_unlock_irq(&vd->submit_lock);
 	if (notify)
@@ -459,6 +469,7 @@ int tacc_vsubmit_ioctl(struct drm_device *dev, void *data, struct drm_file *file
 	struct tacc_vctx *ctx = file->driver_priv;
 	struct drm_tacc_submit *args = data;
 	struct tacc_vjob *job;
+	u64 t0;
 	int ret, idx;
 
 	ret = tacc_vsubmit_check(to_tacc_vdev(dev), args);
@@ -467,6 +478,7 @@ int tacc_vsubmit_ioctl(struct drm_device *dev, void *data, struct drm_file *file
 	ret = tacc_vwait_in_syncobjs(file, args);
 	if (ret)
 		return ret;
+	t0 = ktime_get_ns();	/* after the in-fences: the submit path's own cost */
 	job = tacc_vjob_build(file, args);
 	if (IS_ERR(job))
 		return PTR_ERR(job);
@@ -478,6 +490,7 @@ int tacc_vsubmit_ioctl(struct drm_device *dev, void *data, struct drm_file *file
 	ret = tacc_vjob_push(file, job, args->queue, args->out_syncobj, &args->seqno);
 	mutex_unlock(&ctx->submit_lock);
 	drm_dev_exit(idx);
+	atomic64_add(ktime_get_ns() - t0, &to_tacc_vdev(dev)->submit_ns);
 	return ret;
 }
 
@@ -518,4 +531,31 @@ int tacc_vwait_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 	}
 	dma_fence_put(f);
 	return ret;
+}
+
+/* ------------------------------------------------------------- debugfs ---- */
+
+/* virtio_stats: `name value` lines, counters since probe (tools/bench/vm_virt.py). */
+static int virtio_stats_show(struct seq_file *m, void *unused)
+{
+	struct tacc_vdev *vd = m->private;
+	struct tacc_vstats st;
+
+	spin_lock_irq(&vd->submit_lock);
+	st = vd->st;
+	spin_unlock_irq(&vd->submit_lock);
+	seq_printf(m, "jobs %llu\nbatches %llu\nkicks %llu\nirqs %llu\nused %llu\n",
+		   st.jobs, st.batches, st.kicks, st.irqs, st.used);
+	seq_printf(m, "submit_ns %lld\ncomplete_ns %llu\n",
+		   atomic64_read(&vd->submit_ns), st.complete_ns);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(virtio_stats);
+
+void tacc_vdebugfs_init(struct tacc_vdev *vd)
+{
+	struct dentry *root = vd->drm.accel ? vd->drm.accel->debugfs_root : NULL;
+
+	if (!IS_ERR_OR_NULL(root))
+		debugfs_create_file("virtio_stats", 0444, root, vd, &virtio_stats_fops);
 }
