@@ -20,6 +20,7 @@
 #include <drm/drm_gem.h>
 #include <drm/drm_ioctl.h>
 
+#include "include/tacc_hw.h"
 #include "tacc_virtio.h"
 
 #define TACC_V_BUSY_RETRIES	100
@@ -442,6 +443,7 @@ static int tacc_vread_config(struct tacc_vdev *vd)
 		return -ENODEV;
 	}
 	vd->num_rings = min_t(u32, vd->num_rings, TACC_VIRTIO_NUM_RINGS);
+	vd->num_contexts = min_t(u32, vd->num_contexts, TACC_NUM_CONTEXTS);
 	vd->max_job_cmds = min_t(u32, vd->max_job_cmds, TACC_VIRTIO_MAX_JOB_CMDS);
 	if (!vd->num_rings || !vd->num_contexts || !vd->max_job_cmds)
 		return -ENODEV;
@@ -486,8 +488,7 @@ static int tacc_virtio_probe(struct virtio_device *vdev)
 	vdev->priv = vd;
 	mutex_init(&vd->ctrl_lock);
 	init_waitqueue_head(&vd->ctrl_wq);
-	spin_lock_init(&vd->submit_lock);
-	INIT_LIST_HEAD(&vd->inflight);
+	tacc_vjobs_init(vd);
 	init_waitqueue_head(&vd->idle_wq);
 	mutex_init(&vd->dma_lock);
 	INIT_LIST_HEAD(&vd->dma_bos);
