@@ -8,7 +8,8 @@
  * part of a submit buffer, and the job is staged.  Staged jobs are queued in
  * batches (§11: "SHOULD batch jobs, one kick per batch"): one submit buffer
  * carries up to TACC_V_BATCH_JOBS ready jobs of one ring.  A ring with fewer
- * than TACC_V_RING_BATCHES buffers in flight takes its ready jobs at once (an
+ * than virtio_ring_batches (module parameter, TACC_V_RING_BATCHES; 0: no
+ * limit, one buffer per job) buffers in flight takes its ready jobs at once (an
  * idle ring adds no latency); a busier ring's jobs wait for its next used
  * buffer, whose callback queues them all in one buffer with one kick.  So
  * the device notifies once per batch (event index) and a stream of jobs
@@ -33,6 +34,11 @@
 #include "tacc_virtio.h"
 
 #define TACC_V_GEMM_MAX_LD	BIT(20)
+
+static unsigned int tacc_v_ring_batches = TACC_V_RING_BATCHES;
+module_param_named(virtio_ring_batches, tacc_v_ring_batches, uint, 0644);
+MODULE_PARM_DESC(virtio_ring_batches,
+		 "virtio-tacc: submit buffers in flight per ring before new jobs are held for one batch (0: never held, one buffer per job)");
 
 /* One job's part of a submit buffer. */
 struct tacc_vjob_req {
@@ -126,7 +132,6 @@ static void tacc_vjob_complete(struct tacc_vdev *vd, struct tacc_vjob *job, int 
 
 static void tacc_vbatch_free(struct tacc_vbatch *b)
 {
-	kfree(b->resp);
 	kfree(b);
 }
 
@@ -180,14 +185,12 @@ static bool tacc_vjob_ready(struct tacc_vjob *job)
 }
 
 /* Up to TACC_V_BATCH_JOBS ready staged jobs of @ring, in order per (ctx, ring). */
-static u32 tacc_vcollect(struct tacc_vdev *vd, u16 ring, struct tacc_vjob **jobs,
-			 size_t *bytes)
+static u32 tacc_vcollect(struct tacc_vdev *vd, u16 ring, struct tacc_vjob **jobs)
 {
 	DECLARE_BITMAP(blocked, TACC_NUM_CONTEXTS) = { 0 };
 	struct tacc_vjob *job;
 	u32 n = 0;
 
-	*bytes = 0;
 	list_for_each_entry(job, &vd->staged, node) {
 		if (job->ring != ring || test_bit(job->ctx->id, blocked))
 			continue;
@@ -196,29 +199,25 @@ static u32 tacc_vcollect(struct tacc_vdev *vd, u16 ring, struct tacc_vjob **jobs
 			continue;
 		}
 		jobs[n++] = job;
-		*bytes += job->len;
 		if (n == TACC_V_BATCH_JOBS)
 			break;
 	}
 	return n;
 }
 
-static struct tacc_vbatch *tacc_vbatch_build(struct tacc_vjob **jobs, u32 n, u16 ring,
-					     size_t bytes)
+static struct tacc_vbatch *tacc_vbatch_build(struct tacc_vjob **jobs, u32 n, u16 ring)
 {
+	size_t resp_len = sizeof(struct tacc_virtio_submit_resp) +
+			  n * sizeof(struct tacc_virtio_job_status);
 	struct tacc_vbatch *b;
 	u32 i;
 
-	b = kzalloc(struct_size(b, sg, n + 2), GFP_ATOMIC);
+	/* one allocation: the batch, its scatterlist, then the response */
+	b = kzalloc(struct_size(b, sg, n + 2) + resp_len, GFP_ATOMIC);
 	if (!b)
 		return NULL;
-	b->resp_len = sizeof(struct tacc_virtio_submit_resp) +
-		      n * sizeof(struct tacc_virtio_job_status);
-	b->resp = kzalloc(b->resp_len, GFP_ATOMIC);
-	if (!b->resp) {
-		kfree(b);
-		return NULL;
-	}
+	b->resp = (void *)&b->sg[n + 2];
+	b->resp_len = resp_len;
 	INIT_LIST_HEAD(&b->jobs);
 	b->njobs = n;
 	b->ring = ring;
@@ -240,19 +239,19 @@ static bool tacc_vflush_locked(struct tacc_vdev *vd)
 	struct scatterlist *sgs[TACC_V_BATCH_JOBS + 2];
 	struct tacc_vbatch *b;
 	bool added = false;
-	size_t bytes;
-	u32 i, n;
+	u32 i, n, limit;
 	u16 r;
 
 	lockdep_assert_held(&vd->submit_lock);
 	if (vd->gone)
 		return false;
+	limit = READ_ONCE(tacc_v_ring_batches) ?: U32_MAX;
 	for (r = 0; r < vd->num_rings; r++) {
-		while (vd->ring_batches[r] < TACC_V_RING_BATCHES) {
-			n = tacc_vcollect(vd, r, jobs, &bytes);
+		while (vd->ring_batches[r] < limit) {
+			n = tacc_vcollect(vd, r, jobs);
 			if (!n)
 				break;
-			b = tacc_vbatch_build(jobs, n, r, bytes);
+			b = tacc_vbatch_build(jobs, n, r);
 			if (!b)
 				goto retry;
 			for (i = 0; i < n + 2; i++)

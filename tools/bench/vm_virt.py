@@ -4,9 +4,13 @@ one boot with VFS=2 VIRTIO=1; docs/virtio.md, issue 16):
 
 - NOP submit-to-completion latency (SUBMIT + WAIT of a one-NOP job; median, p99), and
   where it goes: the SUBMIT ioctl alone and the WAIT after it;
-- jobs/s: one-NOP jobs kept 64 in flight on one queue of one file;
+- jobs/s: one-NOP jobs kept 64 in flight on one queue of one file (the guest CPU is the
+  bottleneck), and one-GEMM jobs of 256^3 (the device is: jobs queue up behind the ring,
+  where batching can act);
 - copy bandwidth by size (H2D and D2H through the runtime, submit to completion);
 - `tacc run mlp` batches/s (the double-buffered pipeline, numpy check off);
+- the same on virtio-tacc with the frontend's batching limit (`virtio_ring_batches`) at 0
+  (one submit buffer per job: no batching) and 1, beside its default (2);
 - per job: interrupts (`msi`: the function's MSI-X vectors in /proc/interrupts) and, on
   virtio-tacc, the frontend's debugfs `virtio_stats` (`fe_*`): submit buffers (batches),
   kicks, completion callbacks (irqs), used buffers, and guest ns in the SUBMIT ioctl and
@@ -44,11 +48,16 @@ from benchstats import median_ci, ratio_ci  # noqa: E402
 from tacc.runtime import Context  # noqa: E402
 from tacc.runtime.device import DeviceInfo, devices  # noqa: E402
 from tacc.workloads.mlp import mlp  # noqa: E402
-from test_driver_basic import Dev, nop, pf_sysfs  # noqa: E402
+from test_driver_basic import DEVICE, Dev, gemm, nop, pf_sysfs  # noqa: E402
 
 KINDS = ("pf", "vf", "virtio")
+# virtio-tacc again with the frontend's batching knob (tacc.ko virtio_ring_batches):
+# 0 = one submit buffer per job (no job held), 1 = held behind one buffer per ring
+VARIANTS = {"virtio_rb0": 0, "virtio_rb1": 1}
+RING_BATCHES = Path("/sys/module/tacc/parameters/virtio_ring_batches")
 DEBUGFS = Path("/sys/kernel/debug/accel")
 COPY_SIZES = (4096, 65536, 1 << 20, 4 << 20)
+GEMM_DIM = 256  # the GEMM jobs of the device-bound jobs/s run: 256^3 multiply-adds
 WARM = 20
 
 
@@ -140,16 +149,24 @@ def nop_round(info: DeviceInfo, iters: int) -> dict[str, Any]:
             "wait_us": statistics.median(wt), **c.per_job(iters)}
 
 
-def jobs_round(info: DeviceInfo, jobs: int, depth: int = 64) -> dict[str, Any]:
+def jobs_round(info: DeviceInfo, jobs: int, gemms: bool = False,
+               depth: int = 64) -> dict[str, Any]:
+    """``jobs`` one-command jobs kept ``depth`` in flight on queue 0: NOPs (the guest CPU
+    is the bottleneck), or 256^3 GEMMs (the device is)."""
     with Dev(info.devnode) as d:
-        d.run([nop()])
+        cmd = nop()
+        if gemms:
+            n = GEMM_DIM
+            a, b, c = (d.bo(n * n * 4, DEVICE).handle for _ in range(3))
+            cmd = gemm(a, b, c, n, n, n)
+        d.run([cmd])
         pending: list[int] = []
         with Counted(info) as c:
             t = now()
-            for i in range(jobs):
+            for _ in range(jobs):
                 while True:
                     try:
-                        pending.append(d.submit([nop(tag=i)]))
+                        pending.append(d.submit([cmd]))
                         break
                     except OSError as e:
                         if e.errno != errno.EAGAIN or not pending:
@@ -210,26 +227,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if missing:
         raise SystemExit(f"vm_virt.py: no {', '.join(missing)} function in this boot "
                          "(make bench BENCH=virt boots with VFS=2 VIRTIO=1)")
-    rounds: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
+    default_rb = RING_BATCHES.read_text().strip() if RING_BATCHES.exists() else None
+    paths = list(KINDS) + (list(VARIANTS) if default_rb is not None else [])
+    rounds: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
     ctxs = {k: Context(fns[k]) for k in KINDS}
     try:
         for k in KINDS:  # warm every path once (runtime PM, page cache, numpy)
             mlp_round(ctxs[k], 2)
         for r in range(args.rounds):
-            order = KINDS[r % 3:] + KINDS[:r % 3]
-            for k in order:
+            order = paths[r % len(paths):] + paths[:r % len(paths)]
+            for p in order:
+                k = p if p in KINDS else "virtio"
+                if default_rb is not None:
+                    RING_BATCHES.write_text(str(VARIANTS.get(p, default_rb)))
                 t = now()
                 row: dict[str, Any] = {"nop": nop_round(fns[k], args.iters),
                                        "jobs": jobs_round(fns[k], args.jobs),
+                                       "gemmjobs": jobs_round(fns[k], args.jobs // 4, True),
                                        "copy": copy_round(ctxs[k], args.copy_reps),
                                        "mlp": mlp_round(ctxs[k], args.batches)}
                 row["seconds"] = now() - t
-                rounds[k].append(row)
+                rounds[p].append(row)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     finally:
+        if default_rb is not None:
+            RING_BATCHES.write_text(default_rb)
         for c in ctxs.values():
             c.close()
-    return summarize(fns, rounds, args)
+    res = summarize(fns, rounds, args)
+    res["virtio_ring_batches_default"] = default_rb
+    return res
 
 
 def _ci(xs: list[float]) -> dict[str, float]:
@@ -250,13 +277,14 @@ def summarize(fns: dict[str, DeviceInfo], rounds: dict[str, list[dict[str, Any]]
                                          for k in KINDS},
                            "per_function": {}, "ratios": {}}
     series: dict[str, dict[str, list[float]]] = {}
-    for k in KINDS:
+    for k in rounds:
         rs = rounds[k]
         allat = [x for r in rs for x in r["nop"]["lat_us"]]
         s = series[k] = {
             "nop_median_us": [statistics.median(r["nop"]["lat_us"]) for r in rs],
             "nop_p99_us": [pct(r["nop"]["lat_us"], 99) for r in rs],
             "jobs_per_s": [r["jobs"]["jobs_per_s"] for r in rs],
+            "gemm_jobs_per_s": [r["gemmjobs"]["jobs_per_s"] for r in rs],
             "mlp_batches_per_s": [r["mlp"]["batches_per_s"] for r in rs],
         }
         for size in COPY_SIZES:
@@ -266,14 +294,16 @@ def summarize(fns: dict[str, DeviceInfo], rounds: dict[str, list[dict[str, Any]]
         pf["nop_all"] = {"n": len(allat), "median_us": statistics.median(allat),
                          "p99_us": pct(allat, 99), "min_us": min(allat)}
         where: dict[str, float] = {}
-        for part in ("nop", "jobs"):
+        for part in ("nop", "jobs", "gemmjobs"):
             keys = [x for x in rs[0][part] if x not in ("lat_us", "jobs_per_s")]
             for x in keys:
                 where[f"{part}.{x}"] = statistics.median(r[part][x] for r in rs)
         pf["where"] = where
         pf["seconds"] = sum(r["seconds"] for r in rs)
         res["per_function"][k] = pf
-    for num, den in (("virtio", "vf"), ("vf", "pf"), ("virtio", "pf")):
+    pairs = [("virtio", "vf"), ("vf", "pf"), ("virtio", "pf")]
+    pairs += [("virtio", v) for v in VARIANTS if v in rounds]
+    for num, den in pairs:
         res["ratios"][f"{num}/{den}"] = {m: _ratio(series[num][m], series[den][m])
                                          for m in series[num]}
     vf = res["ratios"]["virtio/vf"]
@@ -293,32 +323,39 @@ def table(res: dict[str, Any]) -> str:
     L = [f"PF / VF / virtio-tacc, {res['rounds']} interleaved rounds, guest CLOCK_MONOTONIC "
          f"({res['kernel']}); median [95 % CI] of the per-round values"]
 
+    paths = list(pfn)
+
     def row(label: str, metric: str, fmt: str = "{:.1f}") -> None:
         cells = []
-        for k in KINDS:
+        for k in paths:
             v = pfn[k][metric]
             cells.append(f"{fmt.format(v['median'])} [{fmt.format(v['ci95'][0])}-"
                          f"{fmt.format(v['ci95'][1])}]")
-        r = res["ratios"]["virtio/vf"][metric]
-        L.append(f"{label:<26}" + "".join(f"{c:>24}" for c in cells)
-                 + f"{r['ratio']:>9.2f} [{r['ci95'][0]:.2f}-{r['ci95'][1]:.2f}]")
+        rat = ""
+        for name in ("virtio/vf", "virtio/virtio_rb0"):
+            if name in res["ratios"]:
+                r = res["ratios"][name][metric]
+                rat += f"{r['ratio']:>9.2f} [{r['ci95'][0]:.2f}-{r['ci95'][1]:.2f}]"
+        L.append(f"{label:<26}" + "".join(f"{c:>24}" for c in cells) + rat)
 
-    L.append(f"{'metric':<26}" + "".join(f"{k:>24}" for k in KINDS) + f"{'virtio/VF':>22}")
+    L.append(f"{'metric':<26}" + "".join(f"{k:>24}" for k in paths) + f"{'virtio/VF':>22}"
+             + (f"{'virtio/rb0':>22}" if "virtio/virtio_rb0" in res["ratios"] else ""))
     row("NOP latency median us", "nop_median_us")
     row("NOP latency p99 us", "nop_p99_us")
     row("NOP jobs/s (64 in flight)", "jobs_per_s", "{:.0f}")
+    row("GEMM 256^3 jobs/s (64 i.f.)", "gemm_jobs_per_s", "{:.0f}")
     for size in COPY_SIZES:
         for d in ("h2d", "d2h"):
             row(f"copy {d} {size >> 10} KiB MiB/s", f"copy_{d}_{size}_mib_s", "{:.0f}")
     row("mlp batches/s", "mlp_batches_per_s", "{:.2f}")
     L.append("")
     L.append("where the time goes (median over rounds, per job):")
-    keys = sorted({x for k in KINDS for x in pfn[k]["where"]})
-    L.append(f"{'':<30}" + "".join(f"{k:>12}" for k in KINDS))
+    keys = sorted({x for k in paths for x in pfn[k]["where"]})
+    L.append(f"{'':<30}" + "".join(f"{k:>12}" for k in paths))
     for x in keys:
         L.append(f"{x:<30}" + "".join(
             f"{pfn[k]['where'][x]:>12.2f}" if x in pfn[k]["where"] else f"{'-':>12}"
-            for k in KINDS))
+            for k in paths))
     g = res["goals"]
     L.append("")
     L.append(f"goals: virtio mlp / VF = {g['mlp_virtio_over_vf']:.2f} (goal >= 0.90: "
