@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import test_runtime_basic as rb
 from tacc.runtime import Context
 from tacc.runtime import uapi as U
 from tacc.runtime.backend import DrmBackend
@@ -176,21 +175,6 @@ def test_copy_and_gemm_match_numpy():
         s.copy_d2h(h, dc)
         s.synchronize()
         np.testing.assert_allclose(h.array, a @ b, rtol=1e-4, atol=1e-4)
-
-
-# The runtime's own tests of tests/vm/test_runtime_basic.py, unchanged, on the virtio node
-# (events, syncobjs, timestamps and the runtime's error mapping included).
-@pytest.mark.parametrize("case", [rb.test_roundtrip_host_buffer, rb.test_gemm_eltwise_match_numpy,
-                                  rb.test_userptr_misaligned_and_numpy_staging,
-                                  rb.test_streams_and_events,
-                                  rb.test_errors_are_python_exceptions],
-                         ids=lambda f: f.__name__.removeprefix("test_"))
-def test_runtime_basic_on_virtio(case: Callable[[Context], None]) -> None:
-    ctx = Context(_virtio())
-    try:
-        case(ctx)
-    finally:
-        ctx.close()
 
 
 def test_tacc_run_mlp_on_virtio(capsys: pytest.CaptureFixture[str]) -> None:
