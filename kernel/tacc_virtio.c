@@ -449,6 +449,13 @@ static int tacc_vread_config(struct tacc_vdev *vd)
 		return -ENODEV;
 	/* §3.1: only what was negotiated counts, whatever the device could do */
 	vd->has_devmem = virtio_has_feature(vdev, TACC_VIRTIO_F_DEVMEM);
+	/* §5: completions are readable here before the batch's used buffer comes */
+	if (virtio_get_shm_region(vdev, &shm, TACC_VIRTIO_SHM_FENCES) &&
+	    shm.len >= TACC_NUM_CONTEXTS * TACC_VIRTIO_NUM_RINGS * TACC_VIRTIO_FENCE_SIZE) {
+		vd->fences = devm_memremap(&vdev->dev, shm.addr, shm.len, MEMREMAP_WB);
+		if (IS_ERR(vd->fences))
+			vd->fences = NULL;
+	}
 	if (virtio_get_shm_region(vdev, &shm, TACC_VIRTIO_SHM_COUNTERS) &&
 	    PAGE_ALIGNED(shm.addr) && shm.len >= PAGE_SIZE) {
 		vd->cnt_phys = shm.addr;

@@ -31,6 +31,7 @@
 #define TACC_V_CTRL_TIMEOUT	(5 * HZ)
 #define TACC_V_BATCH_JOBS	64	/* jobs per submit buffer */
 #define TACC_V_RING_BATCHES	2	/* buffers in flight per ring before jobs are held */
+#define TACC_V_POLL_US		20	/* WAIT's fence-slot poll interval */
 
 /* One virtio-tacc function: one DRM accel device. */
 struct tacc_vdev {
@@ -60,6 +61,7 @@ struct tacc_vdev {
 		u64 used;		/* submit buffers used by the device */
 		u64 complete_ns;	/* in the callback */
 	} st;
+	atomic64_t slot_waits;		/* WAITs answered from the fence page */
 	atomic64_t submit_ns;		/* in the SUBMIT ioctl */
 
 	struct mutex dma_lock;		/* dma_bos */
@@ -76,6 +78,7 @@ struct tacc_vdev {
 	bool has_devmem;		/* TACC_VIRTIO_F_DEVMEM negotiated */
 	u64 cnt_phys;			/* shared memory region 1: the counter block, */
 	u64 cnt_len;			/* 0 if the device has none */
+	struct tacc_virtio_fence *fences;	/* shared memory region 0, NULL if none */
 };
 
 /* One open file: one backend context (device address space). */
@@ -93,6 +96,8 @@ struct tacc_vctx {
 		struct dma_fence *fence;
 	} slot[TACC_V_SEQ_SLOTS];
 	atomic_t inflight;		/* jobs queued, not completed (vd->idle_wq) */
+	/* per ring: jobs the used buffers reported failed by the device (submit_lock) */
+	u32 dev_failed[TACC_VIRTIO_NUM_RINGS];
 	struct mutex submit_lock;	/* seqno order = queue order */
 };
 
@@ -131,6 +136,8 @@ struct tacc_vjob {
 	struct dma_fence *deps[DRM_TACC_MAX_IN_SYNCOBJS];
 	struct dma_fence_cb dep_cb;	/* on deps[dep_armed - 1], with a job reference */
 	u32 dep_armed;			/* 0: no callback pending */
+	bool queued;			/* in a submit buffer (no longer staged) */
+	bool early;			/* not its batch's last job: WAIT polls its fence slot */
 };
 
 /* One submit buffer: up to TACC_V_BATCH_JOBS jobs of one ring, one kick. */

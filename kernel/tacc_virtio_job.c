@@ -23,6 +23,7 @@
  */
 
 #include <linux/debugfs.h>
+#include <linux/delay.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -98,18 +99,24 @@ static int tacc_vjob_status_errno(u16 status)
 	}
 }
 
-/* The errno of job @i of a used batch that wrote @len response bytes. */
-static int tacc_vbatch_errno(const struct tacc_vbatch *b, unsigned int len, u32 i)
+/*
+ * The errno of job @i of a used batch that wrote @len response bytes;
+ * *@ran: the job ran on the device (its status is the device's, counted in
+ * its fence slot's failed total when it is not OK).
+ */
+static int tacc_vbatch_errno(const struct tacc_vbatch *b, unsigned int len, u32 i, bool *ran)
 {
 	const struct tacc_virtio_submit_resp *r = b->resp;
 	const struct tacc_virtio_job_status *st = b->resp + sizeof(*r);
 
+	*ran = false;
 	if (len < sizeof(*r))
 		return -EIO;
 	if (le32_to_cpu(r->status))	/* the batch was refused whole */
 		return tacc_vstatus_errno(le32_to_cpu(r->status));
 	if (le32_to_cpu(r->njobs) != b->njobs || len < sizeof(*r) + (i + 1) * sizeof(*st))
 		return -EIO;
+	*ran = true;
 	return tacc_vjob_status_errno(le16_to_cpu(st[i].status));
 }
 
@@ -145,8 +152,15 @@ static void tacc_vbatch_done(struct tacc_vdev *vd, struct tacc_vbatch *b, unsign
 	lockdep_assert_held(&vd->submit_lock);
 	list_del(&b->node);
 	vd->ring_batches[b->ring]--;
-	list_for_each_entry_safe(job, tmp, &b->jobs, node)
-		tacc_vjob_complete(vd, job, error ?: tacc_vbatch_errno(b, len, i++));
+	list_for_each_entry_safe(job, tmp, &b->jobs, node) {
+		bool ran = false;
+		int err = error ?: tacc_vbatch_errno(b, len, i++, &ran);
+
+		if (ran && err)	/* as the device counts it in the fence slot */
+			WRITE_ONCE(job->ctx->dev_failed[job->ring],
+				   job->ctx->dev_failed[job->ring] + 1);
+		tacc_vjob_complete(vd, job, err);
+	}
 	tacc_vbatch_free(b);
 }
 
@@ -262,6 +276,8 @@ static bool tacc_vflush_locked(struct tacc_vdev *vd)
 			}
 			for (i = 0; i < n; i++) {
 				tacc_vjob_put_deps(jobs[i]);
+				WRITE_ONCE(jobs[i]->early, i + 1 < n);
+				WRITE_ONCE(jobs[i]->queued, true);
 				list_move_tail(&jobs[i]->node, &b->jobs);
 			}
 			list_add_tail(&b->node, &vd->inflight);
@@ -708,6 +724,67 @@ int tacc_vsubmit_ioctl(struct drm_device *dev, void *data, struct drm_file *file
 	return ret;
 }
 
+/*
+ * §5: the job's fence slot passed its seqno and the slot counts no failure
+ * the used buffers have not reported: the job completed OK, although its
+ * batch (and its dma_fence) is still out.  The known count is read first:
+ * a used job completed before the slot's seqno was read, and the device
+ * completes a timeline in order.
+ */
+static bool tacc_vjob_slot_done(struct tacc_vctx *ctx, struct tacc_vjob *job)
+{
+	struct tacc_vdev *vd = ctx->vd;
+	struct tacc_virtio_fence *fp;
+	u32 known, failed;
+	bool done;
+	u64 seq;
+	int idx;
+
+	if (!vd->fences || !drm_dev_enter(&vd->drm, &idx))
+		return false;
+	fp = &vd->fences[ctx->id * TACC_VIRTIO_NUM_RINGS + job->ring];
+	known = READ_ONCE(ctx->dev_failed[job->ring]);
+	/* acquire: pairs with the device's write barrier before seqno (release) */
+	seq = le64_to_cpu(smp_load_acquire(&fp->seqno));
+	failed = le32_to_cpu(READ_ONCE(fp->failed));
+	done = seq >= job->fence.seqno && failed == known;
+	drm_dev_exit(idx);
+	return done;
+}
+
+/*
+ * A job that is not its batch's last: poll its fence slot (one interrupt per
+ * batch comes only when the batch's last job completed); a staged job is
+ * polled until it is queued, then so if it is not its batch's last.  1:
+ * completed OK, 0: wait for the fence (signalled, its batch's last job, or
+ * the deadline passed), <0: a signal.
+ */
+static int tacc_vwait_poll(struct tacc_vctx *ctx, struct dma_fence *f, s64 timeout_ns)
+{
+	struct tacc_vjob *job = container_of(f, struct tacc_vjob, fence);
+	ktime_t end = ktime_add_ns(ktime_get(), timeout_ns < 0 ? S64_MAX / 2 : timeout_ns);
+
+	if (f->ops != &tacc_vfence_ops)
+		return 0;
+	for (;;) {
+		if (dma_fence_is_signaled(f))
+			return 0;
+		if (READ_ONCE(job->queued)) {
+			if (!READ_ONCE(job->early))
+				return 0;
+			if (tacc_vjob_slot_done(ctx, job)) {
+				atomic64_inc(&ctx->vd->slot_waits);
+				return 1;
+			}
+		}
+		if (ktime_after(ktime_get(), end))
+			return 0;
+		if (signal_pending(current))
+			return -ERESTARTSYS;
+		usleep_range(TACC_V_POLL_US, 2 * TACC_V_POLL_US);
+	}
+}
+
 int tacc_vwait_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 {
 	struct tacc_vctx *ctx = file->driver_priv;
@@ -732,6 +809,12 @@ int tacc_vwait_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 		return 0;
 	}
 
+	ret = tacc_vwait_poll(ctx, f, args->timeout_ns);
+	if (ret) {
+		args->status = 0;
+		dma_fence_put(f);
+		return ret < 0 ? ret : 0;
+	}
 	if (args->timeout_ns < 0)
 		timeout = MAX_SCHEDULE_TIMEOUT;
 	else
@@ -762,6 +845,8 @@ static int virtio_stats_show(struct seq_file *m, void *unused)
 		   st.jobs, st.batches, st.kicks, st.irqs, st.used);
 	seq_printf(m, "submit_ns %lld\ncomplete_ns %llu\n",
 		   atomic64_read(&vd->submit_ns), st.complete_ns);
+	seq_printf(m, "slot_waits %lld\nfence_page %d\n", atomic64_read(&vd->slot_waits),
+		   !!vd->fences);
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(virtio_stats);

@@ -323,6 +323,38 @@ def test_a_job_waiting_for_an_in_fence_does_not_hold_the_submit_ioctl():
     assert not dmesg_problems()
 
 
+def test_a_wait_for_a_job_inside_a_batch_returns_before_the_batch():
+    """§5/§6.5: a batch's used buffer (and its one interrupt) comes when its last job
+    completed; a WAIT for an earlier job of it reads the job's fence slot instead, so it
+    returns while the batch's last job still runs."""
+    v = _virtio()
+    with _Closing(DrmBackend(v.devnode)) as be:
+        fd = be.fd
+        hh, _ = _bo(fd, LONG, U.BO_HOST)
+        dh, _ = _bo(fd, LONG, U.BO_DEVICE)
+        long = _cmd(U.OP_COPY_H2D, (hh, 0), (dh, 0), LONG)
+        first = [_submit(fd, long) for _ in range(2)]  # ring 0's two buffers in flight
+        nop = _submit(fd, _cmd(U.OP_NOP))  # held: one batch with the next copy
+        last = _submit(fd, long)
+        assert _wait(fd, nop) == 0
+        assert _poll(fd, last) == errno.ETIME  # the batch's last job still runs
+        assert [_wait(fd, s) for s in (*first, last)] == [0, 0, 0]
+    # a failed job of the timeline the used buffers did not report yet: no early OK
+    with _Closing(DrmBackend(v.devnode)) as be:
+        fd = be.fd
+        hh, _ = _bo(fd, LONG, U.BO_HOST)
+        dh, _ = _bo(fd, LONG, U.BO_DEVICE)
+        ro, _ = _bo(fd, 4096, U.BO_HOST, U.BO_F_READONLY)
+        long = _cmd(U.OP_COPY_H2D, (hh, 0), (dh, 0), LONG)
+        first = [_submit(fd, long) for _ in range(2)]
+        bad = _submit(fd, _cmd(U.OP_COPY_D2H, (dh, 0), (ro, 0), 4096))  # faults
+        nop = _submit(fd, _cmd(U.OP_NOP))
+        last = _submit(fd, long)
+        assert _wait(fd, bad) == -errno.EFAULT
+        assert _wait(fd, nop) == 0
+        assert [_wait(fd, s) for s in (*first, last)] == [0, 0, 0]
+
+
 # ------------------------------------------------------------- isolation -----
 VICTIM_SECRET = 0x5EC12E7
 
