@@ -124,7 +124,7 @@ class Counted:
     def per_job(self, jobs: int) -> dict[str, float]:
         out = {"msi_per_job": self.irqs / jobs}
         for k, v in self.vdelta.items():
-            if k != "jobs":
+            if k not in ("jobs", "fence_page"):
                 out[f"fe_{k}_per_job"] = v / jobs
         return out
 
