@@ -637,11 +637,12 @@ struct tacc_ring_wb {
 	X(link_d2h_payload,     7, "bytes", "D2H payload bytes, every function") \
 	X(uptime_ticks,         8, "ticks", "device clock at the last counter update") \
 	X(link_l0s_entries,     9, "events", "link entered ASPM L0s") \
-	X(link_l0s_ticks,      10, "ticks", "link in L0s") \
-	X(link_l1_entries,     11, "events", "link entered ASPM L1") \
-	X(link_l1_exits,       12, "events", "link left L1 for a TLP") \
-	X(link_l1_ticks,       13, "ticks", "link in L1") \
-	X(link_pm_exit_ticks,  14, "ticks", "L0s/L1 exit latency the link paid")
+	X(link_l0s_exits,      10, "events", "link left L0s for a TLP") \
+	X(link_l0s_ticks,      11, "ticks", "link in L0s") \
+	X(link_l1_entries,     12, "events", "link entered ASPM L1") \
+	X(link_l1_exits,       13, "events", "link left L1 for a TLP") \
+	X(link_l1_ticks,       14, "ticks", "link in L1") \
+	X(link_pm_exit_ticks,  15, "ticks", "L0s/L1 exit latency the link paid")
 
 #define TACC_CNT_ENUM(name, idx, unit, desc)	TACC_CNT_##name = (idx),
 enum tacc_func_counter { TACC_FUNC_COUNTERS(TACC_CNT_ENUM) TACC_FUNC_CNT_END };

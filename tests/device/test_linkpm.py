@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from conftest import map_ctx0
 from tacc.testing.qtest import QEMU
-from tacc.testing.taccdev import DEVMEM_VA, HW, LinkModel, Tacc, d_copy
+from tacc.testing.taccdev import DEVMEM_VA, HW, LinkModel, Tacc, d_copy, desc
 
 LNKCAP, LNKCTL = 0x0C, 0x10
 ASPM_L0S, ASPM_L1 = 1, 2
@@ -164,6 +164,7 @@ def test_registers_count_the_state_the_link_is_in(rdev, rpf):
     a = lpm(rpf)
     for reg, cnt in (("l1_entries", "link_l1_entries"), ("l1_exits", "link_l1_exits"),
                      ("l1_ticks", "link_l1_ticks"), ("l0s_entries", "link_l0s_entries"),
+                     ("l0s_exits", "link_l0s_exits"), ("l0s_ticks", "link_l0s_ticks"),
                      ("exit_ticks", "link_pm_exit_ticks")):
         assert rpf.gcnt(cnt) == a[reg], cnt
 
@@ -195,3 +196,18 @@ def test_bad_aspm_properties_are_refused(bad):
                         "-nodefaults", "-L", "/usr/share/seabios", "-L", "/usr/share/qemu",
                         "-device", "tacc," + bad], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "aspm-" in r.stderr, r.stderr
+
+
+def test_trace_record_t_fetch_is_the_doorbell(rdev, rpf):
+    """The first command after idle: its trace record's t_start - t_fetch is the L1
+    exit latency (t_fetch = when the fetch was issued), the next one's 100 ns later."""
+    set_aspm(rdev, ASPM_L1, ASPM_L1)
+    rpf.trace_enable(size=256)
+    rdev.qt.clock_step(100_000)
+    _, ds = rpf.job_of(0, [desc(HW.TACC_OP_NOP), desc(HW.TACC_OP_NOP)])
+    t_db = rdev.qt.clock()
+    rpf.submit(0, ds)
+    rdev.qt.clock_step(10_000)
+    recs = rpf.trace_read(0, 2)
+    assert [r.t_fetch for r in recs] == [t_db, t_db]
+    assert [r.t_start - r.t_fetch for r in recs] == [L1_EXIT, L1_EXIT + 100]

@@ -167,6 +167,7 @@ void tacc_lpm_counters(TaccState *s, uint64_t t)
 
     tacc_lpm_view(s, t, &v);
     s->gcnt[TACC_CNT_link_l0s_entries] = v.l0s_entries;
+    s->gcnt[TACC_CNT_link_l0s_exits] = v.l0s_exits;
     s->gcnt[TACC_CNT_link_l0s_ticks] = v.l0s_ps / PS_PER_NS;
     s->gcnt[TACC_CNT_link_l1_entries] = v.l1_entries;
     s->gcnt[TACC_CNT_link_l1_exits] = v.l1_exits;

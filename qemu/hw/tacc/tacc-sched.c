@@ -135,13 +135,16 @@ static void tacc_fetch(TaccFunc *f, int qi, uint64_t t_ps)
         if (t_up > t_ps) {
             TaccState *s = f->pf;
 
-            t_ps = t_up;
-            if (!s->lpm_fetch_ps || t_ps < s->lpm_fetch_ps) {
-                s->lpm_fetch_ps = t_ps;
+            if (!s->lpm_fetch_ps || t_up < s->lpm_fetch_ps) {
+                s->lpm_fetch_ps = t_up;
             }
         }
         q->sq_head = (q->sq_head + 1) % q->sq_size;
-        tacc_fifo_push(f, qi, &d, t_ps);
+        if (tacc_fifo_push(f, qi, &d, MAX(t_ps, t_up))) {
+            /* t_fetch: when the fetch was issued (trace records) */
+            q->fifo[(q->f_head + q->f_count - 1) % TACC_FIFO_DEPTH].t_fetch_ps =
+                t_ps;
+        }
     }
 }
 

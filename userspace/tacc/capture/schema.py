@@ -76,8 +76,9 @@ GLOBAL_COUNTERS: tuple[tuple[str, int], ...] = (
     ("link_d2h_bytes", 5), ("link_h2d_payload", 6), ("link_d2h_payload", 7),
     ("uptime_ticks", 8),
     # hw 1.2 (link power management, issue 19 item 3; capture minor 8)
-    ("link_l0s_entries", 9), ("link_l0s_ticks", 10), ("link_l1_entries", 11),
-    ("link_l1_exits", 12), ("link_l1_ticks", 13), ("link_pm_exit_ticks", 14),
+    ("link_l0s_entries", 9), ("link_l0s_exits", 10), ("link_l0s_ticks", 11),
+    ("link_l1_entries", 12), ("link_l1_exits", 13), ("link_l1_ticks", 14),
+    ("link_pm_exit_ticks", 15),
 )
 
 # Counter samples: columnar, one u64 column per counter (global ones prefixed g_,
