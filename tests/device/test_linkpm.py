@@ -211,3 +211,52 @@ def test_trace_record_t_fetch_is_the_doorbell(rdev, rpf):
     recs = rpf.trace_read(0, 2)
     assert [r.t_fetch for r in recs] == [t_db, t_db]
     assert [r.t_start - r.t_fetch for r in recs] == [L1_EXIT, L1_EXIT + 100]
+
+
+# ------------------------------------------------------------- link faults ----
+LNKSTA = 0x12
+
+
+def lnk(d: Tacc, rp: bool, off: int) -> tuple[int, int]:
+    """(speed code = generation, width) of LNKCAP (off 0x0C) or LNKSTA (0x12)."""
+    bus, devfn, cap = exp(d, rp)
+    v = d.qt.cfg_read(bus, devfn, cap + off, 4 if off == LNKCAP else 2)
+    return v & 0xF, (v >> 4) & 0x3F
+
+
+def copy_ticks(pf) -> int:
+    src = pf.dev.alloc(N)
+    pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, N)])  # TLB warm
+    cq = pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, N)])
+    return cq.end - cq.start
+
+
+def test_link_degraded_at_run_time(rdev, rpf):
+    """qom-set x-link-gen-now / x-link-width-now: the link retrains at Gen3 x4; the PF's
+    Link Status, its root port's (which follows it) and BAR0 LINK_STATUS say so while
+    LNKCAP / LINK_CAP keep Gen4 x16, and a copy takes the Gen3 x4 formula; 0 restores."""
+    try:
+        rdev.qom_set("x-link-gen-now", 3)
+        rdev.qom_set("x-link-width-now", 4)
+        assert (rdev.qom_get("x-link-gen-now"), rdev.qom_get("x-link-width-now")) == (3, 4)
+        assert lnk(rdev, False, LNKSTA) == lnk(rdev, True, LNKSTA) == (3, 4)
+        assert lnk(rdev, False, LNKCAP) == (4, 16)
+        assert rpf.r32(HW.TACC_REG_LINK_STATUS) == 3 | 4 << HW.TACC_LINK_WIDTH_SHIFT
+        assert rpf.r32(HW.TACC_REG_LINK_CAP) == 4 | 16 << HW.TACC_LINK_WIDTH_SHIFT
+        slow = copy_ticks(rpf)
+        assert abs(slow * 1000 - LinkModel(gen=3, width=4).copy_ps(N, True)) < 1000
+    finally:
+        rdev.qom_set("x-link-gen-now", 0)
+        rdev.qom_set("x-link-width-now", 0)
+    assert lnk(rdev, False, LNKSTA) == (4, 16)
+    assert abs(copy_ticks(rpf) * 1000 - LinkModel().copy_ps(N, True)) < 1000
+
+
+@pytest.mark.parametrize("prop,bad", [("x-link-width-now", 3), ("x-link-width-now", 32),
+                                      ("x-link-gen-now", 2), ("x-link-gen-now", 5)])
+def test_link_degrade_refuses_what_the_link_cannot_train_to(rdev, rpf, prop, bad):
+    """Above capable (Gen4 x16), not a width, or below Gen3 (the model's 128b/130b
+    encoding): a QMP error, the link unchanged."""
+    with pytest.raises(Exception, match=prop):
+        rdev.qom_set(prop, bad)
+    assert lnk(rdev, False, LNKSTA) == (4, 16)

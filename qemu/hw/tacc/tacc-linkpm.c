@@ -16,6 +16,8 @@
  */
 #include "qemu/osdep.h"
 #include "qemu/log.h"
+#include "qapi/error.h"
+#include "qapi/visitor.h"
 #include "hw/pci/pci_bridge.h"
 #include "hw/pci/pcie.h"
 #include "tacc.h"
@@ -270,4 +272,75 @@ void tacc_lpm_init_cap(TaccState *s, PCIDevice *pdev)
                                PCI_EXP_DEVCAP_L0S | PCI_EXP_DEVCAP_L1);
     pci_word_test_and_set_mask(pdev->wmask + pdev->exp.exp_cap + PCI_EXP_LNKCTL,
                                PCI_EXP_LNKCTL_ASPMC);
+}
+
+/* ------------------------------------------------------- link faults ---- */
+
+/*
+ * Speed/width degradation at run time (docs/hardware.md "Link faults"): QOM
+ * x-link-gen-now / x-link-width-now (qom-set; 0 = as capable) retrain the
+ * link at a lower rate or width.  Link Status (the PCIe capability's, which
+ * the root port's follows on read, pcie_sync_bridge_lnk, and BAR0
+ * LINK_STATUS) shows it, and the link model times every transfer from then
+ * on with it; transfers already timed keep their times.  LNKCAP and BAR0
+ * LINK_CAP keep the capable values.
+ */
+static void tacc_link_lnksta(TaccState *s)
+{
+    PCIDevice *pdev = PCI_DEVICE(s);
+    uint8_t *exp = pdev->config + pdev->exp.exp_cap;
+
+    /* QEMU's PCIExpLinkSpeed code is the generation (8 GT/s = 3), width the lanes */
+    pci_word_test_and_clear_mask(exp + PCI_EXP_LNKSTA,
+                                 PCI_EXP_LNKSTA_CLS | PCI_EXP_LNKSTA_NLW);
+    pci_word_test_and_set_mask(exp + PCI_EXP_LNKSTA,
+                               QEMU_PCI_EXP_LNKSTA_NLW(s->lnk_width) |
+                               QEMU_PCI_EXP_LNKSTA_CLS(s->lnk_gen));
+}
+
+static void tacc_get_link_now(Object *obj, Visitor *v, const char *name,
+                              void *opaque, Error **errp)
+{
+    TaccState *s = TACC(obj);
+    uint8_t val = opaque ? s->lnk_width : s->lnk_gen;
+
+    visit_type_uint8(v, name, &val, errp);
+}
+
+static void tacc_set_link_now(Object *obj, Visitor *v, const char *name,
+                              void *opaque, Error **errp)
+{
+    TaccState *s = TACC(obj);
+    bool width = opaque;
+    uint8_t cap = width ? s->link_width : s->link_gen, val;
+
+    if (!visit_type_uint8(v, name, &val, errp)) {
+        return;
+    }
+    val = val ? val : cap;
+    if (width ? !is_power_of_2(val) || val > cap : val < 3 || val > cap) {
+        error_setg(errp, "%s: %s (capable: %u; 0 = capable)", name,
+                   width ? "lanes 1, 2, 4, 8, 16" : "generation 3..5", cap);
+        return;
+    }
+    if (!DEVICE(obj)->realized) {
+        error_setg(errp, "%s: set at run time (qom-set)", name);
+        return;
+    }
+    tacc_sched_run(s);          /* what happened until now, at the old rate */
+    if (width) {
+        s->lnk_width = val;
+    } else {
+        s->lnk_gen = val;
+    }
+    tacc_link_lnksta(s);
+    trace_tacc_link_retrain(s->lnk_gen, s->lnk_width);
+}
+
+void tacc_link_fault_props(Object *obj)
+{
+    object_property_add(obj, "x-link-gen-now", "uint8", tacc_get_link_now,
+                        tacc_set_link_now, NULL, NULL);
+    object_property_add(obj, "x-link-width-now", "uint8", tacc_get_link_now,
+                        tacc_set_link_now, NULL, (void *)1);
 }

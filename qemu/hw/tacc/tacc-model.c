@@ -12,7 +12,7 @@
 
 unsigned tacc_link_rate_gt(TaccState *s)
 {
-    switch (s->link_gen) {
+    switch (s->lnk_gen) {     /* negotiated (x-link-gen-now) */
     case 3:
         return 8;
     case 5:
@@ -38,7 +38,7 @@ uint64_t tacc_scale_ps(TaccState *s, uint64_t ps)
  */
 uint64_t tacc_link_ps(TaccState *s, uint64_t bytes)
 {
-    uint64_t den = (uint64_t)s->link_width * tacc_link_rate_gt(s) *
+    uint64_t den = (uint64_t)s->lnk_width * tacc_link_rate_gt(s) *
                    TACC_LINK_ENC_NUM * TACC_LINK_SKP_INTERVAL;
     uint64_t num = 8 * TACC_LINK_ENC_DEN * 1000 *
                    (TACC_LINK_SKP_INTERVAL + 1);

@@ -410,6 +410,8 @@ static bool tacc_init_func(TaccFunc *f, Error **errp)
     }
     if (!pci_is_vf(pdev)) {
         tacc_lpm_init_cap(s, pdev);     /* ASPM L0s + L1 (tacc-linkpm.c) */
+        s->lnk_gen = s->link_gen;       /* trained at full speed and width */
+        s->lnk_width = s->link_width;
     }
     pcie_cap_flr_init(pdev);
     pcie_cap_deverr_init(pdev);
@@ -728,6 +730,7 @@ static void tacc_pf_instance_init(Object *obj)
                         tacc_get_link_busy, NULL, NULL, NULL);
     object_property_add(obj, "gt-link-busy-ns-d2h", "uint64",
                         tacc_get_link_busy, NULL, NULL, (void *)1);
+    tacc_link_fault_props(obj);
 }
 
 static const Property tacc_props[] = {

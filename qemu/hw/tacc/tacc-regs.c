@@ -127,8 +127,9 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
     case TACC_REG_MSIX_VECTORS:
         return TACC_MSIX_VECTORS;
     case TACC_REG_LINK_CAP:
-    case TACC_REG_LINK_STATUS:
         return s->link_gen | (s->link_width << TACC_LINK_WIDTH_SHIFT);
+    case TACC_REG_LINK_STATUS:         /* negotiated: x-link-*-now */
+        return s->lnk_gen | (s->lnk_width << TACC_LINK_WIDTH_SHIFT);
     case TACC_REG_LINK_PARAMS:
         return s->mps | s->mrrs << 16;
     case TACC_REG_TLB_ENTRIES:

@@ -248,7 +248,8 @@ struct TaccState {
 
     /* properties */
     uint64_t devmem_size;
-    uint8_t link_gen, link_width;
+    uint8_t link_gen, link_width;       /* capable */
+    uint8_t lnk_gen, lnk_width;         /* negotiated now (x-link-*-now) */
     uint32_t mps, mrrs;
     uint32_t rcb;               /* root port's read completion boundary */
     uint32_t tags;              /* outstanding read requests */
@@ -417,6 +418,7 @@ bool tacc_lpm_reg_read(TaccState *s, hwaddr addr, unsigned size,
                        uint64_t *val);
 void tacc_lpm_reset(TaccState *s);
 void tacc_lpm_init_cap(TaccState *s, PCIDevice *pdev);
+void tacc_link_fault_props(Object *obj);
 
 /* tacc-tlpcap.c */
 bool tacc_tlpcap_wanted(TaccState *s, TaccFunc *f, bool ctrl);
