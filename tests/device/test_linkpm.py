@@ -32,8 +32,10 @@ def exp(d: Tacc, rp: bool) -> tuple[int, int, int]:
 
 
 def set_aspm(d: Tacc, dev_bits: int, rp_bits: int):
-    """Write ASPM Control (LNKCTL[1:0]) of the PF and of the root port."""
-    for rp, bits in ((True, rp_bits), (False, dev_bits)):
+    """Write ASPM Control (LNKCTL[1:0]) of the PF and of the root port in Linux's order
+    (pcie_config_aspm_link): enabling L1 upstream first, otherwise downstream first."""
+    order = ((True, rp_bits), (False, dev_bits))
+    for rp, bits in order if (dev_bits | rp_bits) & ASPM_L1 else order[::-1]:
         bus, devfn, cap = exp(d, rp)
         v = d.qt.cfg_read(bus, devfn, cap + LNKCTL, 2)
         d.qt.cfg_write(bus, devfn, cap + LNKCTL, (v & ~3) | bits, 2)
@@ -260,3 +262,25 @@ def test_link_degrade_refuses_what_the_link_cannot_train_to(rdev, rpf, prop, bad
     with pytest.raises(Exception, match=prop):
         rdev.qom_set(prop, bad)
     assert lnk(rdev, False, LNKSTA) == (4, 16)
+
+
+def test_enabling_l1_does_not_count_the_idle_before_it(rdev, rpf):
+    """A link idle for 1 s with ASPM off, then L1 enabled (the root port first, the PF
+    last, as Linux does): no L1 residency before the PF's write, and a copy 5 us later
+    (under the entry threshold) pays nothing; disabling leaves L1 (an exit, no cost)."""
+    src = rdev.alloc(N)
+    rpf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, N)])  # 1 s idle after
+    b = lpm(rpf)
+    set_aspm(rdev, ASPM_L1, ASPM_L1)
+    assert delta(b, lpm(rpf)) == dict.fromkeys(b, 0)
+    rdev.qt.clock_step(5_000)
+    _, ds = rpf.job_of(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, N)])
+    t_db = rdev.qt.clock()
+    rpf.submit(0, ds)
+    rdev.qt.clock_step(100_000)
+    (cq,) = rpf.cqes(0)
+    assert cq.start == t_db
+    b = lpm(rpf)  # in L1 now: 100 us idle
+    set_aspm(rdev, 0, 0)
+    d = delta(b, lpm(rpf))
+    assert (d["l1_entries"], d["l1_exits"], d["exit_ticks"]) == (0, 1, 0), d

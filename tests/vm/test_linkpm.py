@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import struct
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ POLICY = Path("/sys/module/pcie_aspm/parameters/policy")
 L0S_EXIT, L1_EXIT = 256, 2000  # the device's defaults, ns (x time_scale / 1000)
 N = 4 << 20
 BURST = f"""
-import time
+import sys, time
 import numpy as np
 from tacc.runtime import Context
 with Context() as ctx:
@@ -28,10 +27,15 @@ with Context() as ctx:
     s = ctx.stream()
     s.copy_h2d(d, x)
     s.synchronize()
-    time.sleep(0.05)  # idle: the link goes L0s -> L1
-    for _ in range(4):
-        s.copy_h2d(d, x)
-    s.synchronize()
+    for _ in range(2):  # one burst per policy the parent sets
+        print("idle", flush=True)
+        sys.stdin.readline()
+        time.sleep(0.05)  # idle: the link goes L0s -> L1
+        for _ in range(4):
+            s.copy_h2d(d, x)
+        s.synchronize()
+        print("burst", flush=True)
+        sys.stdin.readline()
 """
 COUNTERS = ("link_l0s_exits", "link_l1_entries", "link_l1_exits", "link_l1_ticks",
             "link_pm_exit_ticks")
@@ -91,45 +95,57 @@ def test_guest_aspm_core_enables_l0s_l1_on_both_ends(aspm: Path) -> None:
     assert (link / "l1_aspm").read_text().strip() == "0"
 
 
-def burst(pf: Path, pf_accel: Path) -> tuple[np.ndarray, dict[str, int]]:
-    """The idle-then-burst workload in a child process, the PF's trace ring drained here:
-    (the COPY_H2D trace records in fetch order, counter deltas)."""
+def first_copy_lead(copies: np.ndarray) -> int:
+    """t_start - t_fetch of the first copy (in fetch order)."""
+    c = copies[np.argsort(copies["t_fetch"], kind="stable")][0]
+    return int(c["t_start"]) - int(c["t_fetch"])
+
+
+def test_first_copy_after_idle_pays_the_l1_exit(aspm: Path, pf_accel: Path) -> None:
+    """One process, two idle-then-burst rounds (4 copies of 4 MiB after 50 ms idle).
+    powersave: the burst's first copy starts exactly the L1 exit latency after its fetch
+    was issued (the descriptor fetch woke the link) and the link PM counters add up
+    (exit ticks = L1 exits x L1 exit + L0s exits x L0s exit); performance (ASPM off):
+    the first copy starts when it is fetched and the counters stay."""
     import subprocess
 
     from tacc.daemon.devring import DeviceTraceRing
 
-    ring = DeviceTraceRing(str(pf_accel), 0, 256)
-    try:
-        c0 = counters(pf)
-        r = subprocess.run([sys.executable, "-c", BURST], capture_output=True, text=True,
-                           timeout=120)
-        assert r.returncode == 0, r.stderr
-        c1 = counters(pf)
-        recs = ring.drain().records
-    finally:
-        ring.close()
-    copies = recs[recs["opcode"] == 1]  # TACC_OP_COPY_H2D
-    copies = copies[np.argsort(copies["t_fetch"], kind="stable")]
-    assert len(copies) == 5, recs
-    return copies, {k: c1[k] - c0[k] for k in c0}
-
-
-def test_first_copy_after_idle_pays_the_l1_exit(aspm: Path, pf_accel: Path) -> None:
-    """After 50 ms of idleness the burst's first copy starts exactly the L1 exit latency
-    after its fetch was issued (the descriptor fetch woke the link); the link PM counters
-    add up (exit ticks = L1 exits x L1 exit + L0s exits x L0s exit).  With ASPM off
-    (performance) the same copy starts when it is fetched and the counters stay."""
     scale = int((aspm / "tacc/time_scale").read_text())
-    set_policy("powersave")
-    time.sleep(0.01)
-    copies, d = burst(aspm, pf_accel)
-    first = copies[1]  # copies[0] warms the buffers before the idle period
-    assert int(first["t_start"]) - int(first["t_fetch"]) == L1_EXIT * scale // 1000, copies
+    ring = DeviceTraceRing(str(pf_accel), 0, 256)
+    w = subprocess.Popen([sys.executable, "-c", BURST], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rounds = []
+    try:
+        assert w.stdin is not None and w.stdout is not None
+        for pol in ("powersave", "performance"):
+            assert w.stdout.readline().strip() == "idle"
+            set_policy(pol)
+            ring.drain()
+            c0 = counters(aspm)
+            w.stdin.write("\n")
+            w.stdin.flush()
+            assert w.stdout.readline().strip() == "burst"
+            c1 = counters(aspm)
+            recs = ring.drain().records
+            copies = recs[recs["opcode"] == 1]  # TACC_OP_COPY_H2D
+            assert len(copies) == 4, recs
+            rounds.append((first_copy_lead(copies), {k: c1[k] - c0[k] for k in c0}))
+            w.stdin.write("\n")
+            w.stdin.flush()
+        _, err = w.communicate(timeout=60)
+        assert w.returncode == 0, err
+    finally:
+        if w.poll() is None:
+            w.kill()
+            w.wait()
+        ring.close()
+    (lead, d), (lead_off, d_off) = rounds
+    assert lead == L1_EXIT * scale // 1000, rounds
     assert d["link_l1_exits"] >= 1 and d["link_l1_entries"] >= d["link_l1_exits"], d
     assert d["link_pm_exit_ticks"] == (d["link_l1_exits"] * L1_EXIT +
                                        d["link_l0s_exits"] * L0S_EXIT) * scale // 1000, d
     assert d["link_l1_ticks"] >= 40_000_000 * scale // 1000, d  # most of the 50 ms idle
-    set_policy("performance")
-    copies, d = burst(aspm, pf_accel)
-    assert int(copies[1]["t_start"]) == int(copies[1]["t_fetch"]), copies
-    assert d["link_l1_exits"] == d["link_l0s_exits"] == d["link_pm_exit_ticks"] == 0, d
+    assert lead_off == 0, rounds
+    assert d_off["link_l1_exits"] == d_off["link_l0s_exits"] == 0, d_off
+    assert d_off["link_pm_exit_ticks"] == 0, d_off

@@ -156,6 +156,33 @@ uint64_t tacc_lpm_wake(TaccState *s, uint64_t t)
     return s->lpm_wake_ps;
 }
 
+/*
+ * The PF's Link Control is written (the OS changes ASPM Control): what the
+ * link did until now counts with the old enables (a link in L0s/L1 that is
+ * no longer allowed to be there leaves it, with no TLP to pay the exit), and
+ * the idle period restarts now, so a state just enabled is entered an entry
+ * threshold from now, not retroactively.  Linux writes the upstream port
+ * first when it enables ASPM and the PF first when it disables it, so the
+ * PF's write is when the link's enables change.
+ */
+void tacc_lpm_settle(TaccState *s, uint64_t t)
+{
+    TaccLinkPm v = s->lpm;
+
+    if (t < s->lpm_wake_ps) {
+        return;
+    }
+    tacc_lpm_account(s, tacc_lpm_enabled(s), t, &v);
+    if (v.state == TACC_LINKPM_L1) {
+        v.l1_exits++;
+    } else if (v.state == TACC_LINKPM_L0S) {
+        v.l0s_exits++;
+    }
+    tacc_counters_begin(s);
+    s->lpm = v;
+    tacc_lpm_busy(s, t);
+}
+
 /* The link carries traffic until @end_ps: it is not idle before that. */
 void tacc_lpm_busy(TaccState *s, uint64_t end_ps)
 {

@@ -290,6 +290,10 @@ static void tacc_write_config_locked(PCIDevice *pdev, uint32_t addr,
     TaccFunc *f = TACC_FUNC(pdev);
     uint8_t old = tacc_pm_state(pdev), new;
 
+    if (!pci_is_vf(pdev) && pdev->exp.exp_cap &&
+        ranges_overlap(addr, len, pdev->exp.exp_cap + PCI_EXP_LNKCTL, 2)) {
+        tacc_lpm_settle(f->pf, tacc_now_ps(f->pf));    /* ASPM Control may change */
+    }
     pci_default_write_config(pdev, addr, val, len);
     pcie_aer_write_config(pdev, addr, val, len);
     pcie_cap_flr_write_config(pdev, addr, val, len);

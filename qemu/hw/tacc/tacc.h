@@ -413,6 +413,7 @@ uint32_t tacc_lpm_enabled(TaccState *s);
 void tacc_lpm_view(TaccState *s, uint64_t t, TaccLinkPm *v);
 uint64_t tacc_lpm_wake(TaccState *s, uint64_t t);
 void tacc_lpm_busy(TaccState *s, uint64_t end_ps);
+void tacc_lpm_settle(TaccState *s, uint64_t t);
 void tacc_lpm_counters(TaccState *s, uint64_t t);
 bool tacc_lpm_reg_read(TaccState *s, hwaddr addr, unsigned size,
                        uint64_t *val);
