@@ -295,6 +295,50 @@ static ssize_t queue_stats_show(struct device *dev, struct device_attribute *att
 }
 static DEVICE_ATTR_RO(queue_stats);
 
+/*
+ * Handing the function to another driver (tacc vfio bind): "1" refuses new opens
+ * of the accel node with -EBUSY, and is itself refused with -EBUSY while a file
+ * of the node is open; checked and set under ctx_lock, so no open slips between
+ * the check and the unbind that follows.  "0" ends it.  Gone with the binding.
+ */
+static ssize_t handoff_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct tacc_device *tdev = tacc_sysfs_dev(dev);
+
+	return sysfs_emit(buf, "%u\n", READ_ONCE(tdev->handoff));
+}
+
+static bool tacc_files_open(struct tacc_device *tdev)
+{
+	u32 i;
+
+	lockdep_assert_held(&tdev->ctx_lock);
+	for (i = 0; i < tdev->num_contexts; i++)
+		if (tdev->ctxs[i] && READ_ONCE(tdev->ctxs[i]->file))
+			return true;
+	return false;
+}
+
+static ssize_t handoff_store(struct device *dev, struct device_attribute *attr,
+			     const char *buf, size_t count)
+{
+	struct tacc_device *tdev = tacc_sysfs_dev(dev);
+	bool on;
+	int ret;
+
+	ret = kstrtobool(buf, &on);
+	if (ret)
+		return ret;
+	mutex_lock(&tdev->ctx_lock);
+	if (on && tacc_files_open(tdev))
+		ret = -EBUSY;
+	else
+		WRITE_ONCE(tdev->handoff, on);
+	mutex_unlock(&tdev->ctx_lock);
+	return ret ?: count;
+}
+static DEVICE_ATTR_RW(handoff);
+
 static struct attribute *tacc_info_attrs[] = {
 	&dev_attr_function.attr,
 	&dev_attr_is_vf.attr,
@@ -326,6 +370,7 @@ static struct attribute *tacc_info_attrs[] = {
 	&dev_attr_live_objects.attr,
 	&dev_attr_clock_sync.attr,
 	&dev_attr_queue_stats.attr,
+	&dev_attr_handoff.attr,
 	NULL
 };
 
