@@ -285,6 +285,11 @@ static int tacc_open(struct drm_device *dev, struct drm_file *file)
 		goto err_free;
 
 	mutex_lock(&tdev->ctx_lock);
+	if (tdev->handoff) {	/* tacc/handoff: on its way to another driver */
+		mutex_unlock(&tdev->ctx_lock);
+		ret = -EBUSY;
+		goto err_vm;
+	}
 	if (tacc_ctx_over_limit(tdev, ctx->pid)) {
 		mutex_unlock(&tdev->ctx_lock);
 		ret = -EMFILE;

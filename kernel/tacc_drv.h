@@ -293,6 +293,7 @@ struct tacc_device {
 	/* runtime PM */
 	bool hw_up;			/* set under every queue lock */
 	bool ptbr_live;			/* ctx_lock: roots loaded, write through */
+	bool handoff;			/* ctx_lock: tacc/handoff, opens refused */
 	atomic64_t pm_suspends;
 	atomic64_t pm_resumes;
 	u64 cnt_base[TACC_SAMPLE_SLOTS * 2];	/* sums over past resets */

@@ -7,6 +7,7 @@
  * Counter files read the live registers when the device is powered and the
  * snapshot taken at suspend otherwise: reading never wakes the device.
  */
+#include <linux/bitfield.h>
 #include <linux/ktime.h>
 #include <linux/pm_runtime.h>
 #include <linux/sysfs.h>
@@ -157,8 +158,24 @@ TACC_INFO_ATTR(function, "%u", tdev->func);
 TACC_INFO_ATTR(is_vf, "%u", tdev->is_vf);
 TACC_INFO_ATTR(hw_version, "%u.%u", tdev->hw_version >> 16, tdev->hw_version & 0xffff);
 TACC_INFO_ATTR(caps, "0x%x", tdev->caps);
-TACC_INFO_ATTR(link_speed, "%s", tacc_gen_speed(tdev->link_status & TACC_LINK_GEN_MASK));
-TACC_INFO_ATTR(link_width, "%u", (tdev->link_status & TACC_LINK_WIDTH_MASK) >>
+/*
+ * The link as trained now: the PF's Link Status (a degraded link retrains at a
+ * lower speed or width at run time, docs/hardware.md "Link faults"); config
+ * space answers in D3hot too.  LINK_STATUS as read at probe if it cannot be read.
+ */
+static u32 tacc_link_now(struct tacc_device *tdev)
+{
+	u16 sta;
+
+	if (pcie_capability_read_word(pci_physfn(tdev->pdev), PCI_EXP_LNKSTA, &sta) ||
+	    !(sta & PCI_EXP_LNKSTA_NLW))
+		return tdev->link_status;
+	return FIELD_GET(PCI_EXP_LNKSTA_CLS, sta) |
+	       FIELD_GET(PCI_EXP_LNKSTA_NLW, sta) << TACC_LINK_WIDTH_SHIFT;
+}
+
+TACC_INFO_ATTR(link_speed, "%s", tacc_gen_speed(tacc_link_now(tdev) & TACC_LINK_GEN_MASK));
+TACC_INFO_ATTR(link_width, "%u", (tacc_link_now(tdev) & TACC_LINK_WIDTH_MASK) >>
 	       TACC_LINK_WIDTH_SHIFT);
 TACC_INFO_ATTR(max_link_speed, "%s", tacc_gen_speed(tdev->link_cap & TACC_LINK_GEN_MASK));
 TACC_INFO_ATTR(max_link_width, "%u", (tdev->link_cap & TACC_LINK_WIDTH_MASK) >>
@@ -278,6 +295,50 @@ static ssize_t queue_stats_show(struct device *dev, struct device_attribute *att
 }
 static DEVICE_ATTR_RO(queue_stats);
 
+/*
+ * Handing the function to another driver (tacc vfio bind): "1" refuses new opens
+ * of the accel node with -EBUSY, and is itself refused with -EBUSY while a file
+ * of the node is open; checked and set under ctx_lock, so no open slips between
+ * the check and the unbind that follows.  "0" ends it.  Gone with the binding.
+ */
+static ssize_t handoff_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct tacc_device *tdev = tacc_sysfs_dev(dev);
+
+	return sysfs_emit(buf, "%u\n", READ_ONCE(tdev->handoff));
+}
+
+static bool tacc_files_open(struct tacc_device *tdev)
+{
+	u32 i;
+
+	lockdep_assert_held(&tdev->ctx_lock);
+	for (i = 0; i < tdev->num_contexts; i++)
+		if (tdev->ctxs[i] && READ_ONCE(tdev->ctxs[i]->file))
+			return true;
+	return false;
+}
+
+static ssize_t handoff_store(struct device *dev, struct device_attribute *attr,
+			     const char *buf, size_t count)
+{
+	struct tacc_device *tdev = tacc_sysfs_dev(dev);
+	bool on;
+	int ret;
+
+	ret = kstrtobool(buf, &on);
+	if (ret)
+		return ret;
+	mutex_lock(&tdev->ctx_lock);
+	if (on && tacc_files_open(tdev))
+		ret = -EBUSY;
+	else
+		WRITE_ONCE(tdev->handoff, on);
+	mutex_unlock(&tdev->ctx_lock);
+	return ret ?: count;
+}
+static DEVICE_ATTR_RW(handoff);
+
 static struct attribute *tacc_info_attrs[] = {
 	&dev_attr_function.attr,
 	&dev_attr_is_vf.attr,
@@ -309,6 +370,7 @@ static struct attribute *tacc_info_attrs[] = {
 	&dev_attr_live_objects.attr,
 	&dev_attr_clock_sync.attr,
 	&dev_attr_queue_stats.attr,
+	&dev_attr_handoff.attr,
 	NULL
 };
 

@@ -18,6 +18,7 @@ handles that (the node goes away, the file sees -ENODEV).
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import time
@@ -187,6 +188,32 @@ def _rebind(bdf: str, override: str) -> None:
     _write(SYSFS_PCI / "drivers_probe", bdf)
 
 
+def _handoff(bdf: str, f: Function) -> None:
+    """tacc.ko's tacc/handoff (docs/sysfs-abi.md): from here to the unbind no open of
+    the accel node succeeds, and it is refused if one is open now (the /proc scan
+    above names openers, this makes the check atomic)."""
+    p = _dev(bdf) / "tacc" / "handoff"
+    if not p.exists():
+        return  # a tacc.ko without it: the /proc check is all there is
+    try:
+        p.write_text("1\n")
+    except OSError as e:
+        if e.errno == errno.EBUSY:
+            who = openers(f.accel)
+            pids = f" (pid {', pid '.join(who)})" if who else ""
+            raise VfioError(f"{bdf}: {f.accel} is open{pids}") from None
+        raise VfioError(f"{p}: {e.strerror}") from None
+
+
+def _end_handoff(bdf: str) -> None:
+    p = _dev(bdf) / "tacc" / "handoff"
+    if p.exists():
+        try:
+            p.write_text("0\n")
+        except OSError:
+            pass  # the binding went meanwhile: nothing to end
+
+
 def bind(bdf: str, timeout: float = 10.0) -> Function:
     """Give @bdf to vfio-pci; returns its new description (vfio = /dev/vfio/<group>).
 
@@ -203,10 +230,12 @@ def bind(bdf: str, timeout: float = 10.0) -> Function:
     if f.openers:
         raise VfioError(f"{bdf}: {f.accel} is open (pid {', pid '.join(f.openers)})")
     ensure_vfio_pci()
+    _handoff(bdf, f)
     try:
         _rebind(bdf, VFIO_DRIVER)
     except VfioError:
         _write(SYSFS_PCI / "devices" / bdf / "driver_override", "\n")
+        _end_handoff(bdf)
         raise
     node = f"/dev/vfio/{group_of(bdf)}"
     if not _wait(lambda: driver_of(bdf) == VFIO_DRIVER and os.path.exists(node), timeout):
