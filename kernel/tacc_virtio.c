@@ -20,6 +20,7 @@
 #include <drm/drm_gem.h>
 #include <drm/drm_ioctl.h>
 
+#include "include/tacc_hw.h"
 #include "tacc_virtio.h"
 
 #define TACC_V_BUSY_RETRIES	100
@@ -442,11 +443,19 @@ static int tacc_vread_config(struct tacc_vdev *vd)
 		return -ENODEV;
 	}
 	vd->num_rings = min_t(u32, vd->num_rings, TACC_VIRTIO_NUM_RINGS);
+	vd->num_contexts = min_t(u32, vd->num_contexts, TACC_NUM_CONTEXTS);
 	vd->max_job_cmds = min_t(u32, vd->max_job_cmds, TACC_VIRTIO_MAX_JOB_CMDS);
 	if (!vd->num_rings || !vd->num_contexts || !vd->max_job_cmds)
 		return -ENODEV;
 	/* §3.1: only what was negotiated counts, whatever the device could do */
 	vd->has_devmem = virtio_has_feature(vdev, TACC_VIRTIO_F_DEVMEM);
+	/* §5: completions are readable here before the batch's used buffer comes */
+	if (virtio_get_shm_region(vdev, &shm, TACC_VIRTIO_SHM_FENCES) &&
+	    shm.len >= TACC_NUM_CONTEXTS * TACC_VIRTIO_NUM_RINGS * TACC_VIRTIO_FENCE_SIZE) {
+		vd->fences = devm_memremap(&vdev->dev, shm.addr, shm.len, MEMREMAP_WB);
+		if (IS_ERR(vd->fences))
+			vd->fences = NULL;
+	}
 	if (virtio_get_shm_region(vdev, &shm, TACC_VIRTIO_SHM_COUNTERS) &&
 	    PAGE_ALIGNED(shm.addr) && shm.len >= PAGE_SIZE) {
 		vd->cnt_phys = shm.addr;
@@ -486,8 +495,7 @@ static int tacc_virtio_probe(struct virtio_device *vdev)
 	vdev->priv = vd;
 	mutex_init(&vd->ctrl_lock);
 	init_waitqueue_head(&vd->ctrl_wq);
-	spin_lock_init(&vd->submit_lock);
-	INIT_LIST_HEAD(&vd->inflight);
+	tacc_vjobs_init(vd);
 	init_waitqueue_head(&vd->idle_wq);
 	mutex_init(&vd->dma_lock);
 	INIT_LIST_HEAD(&vd->dma_bos);
@@ -503,6 +511,7 @@ static int tacc_virtio_probe(struct virtio_device *vdev)
 	ret = drm_dev_register(&vd->drm, 0);
 	if (ret)
 		goto err_reset;
+	tacc_vdebugfs_init(vd);
 	drm_info(&vd->drm, "virtio-tacc function %u: protocol %u.%u, %u rings, %llu MiB device memory%s\n",
 		 vd->func, vd->version >> 16, vd->version & 0xffff, vd->num_rings,
 		 vd->has_devmem ? vd->devmem_size >> 20 : 0,

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import test_runtime_basic as rb
 from tacc.runtime import Context
 from tacc.runtime import uapi as U
 from tacc.runtime.backend import DrmBackend
@@ -178,21 +177,6 @@ def test_copy_and_gemm_match_numpy():
         np.testing.assert_allclose(h.array, a @ b, rtol=1e-4, atol=1e-4)
 
 
-# The runtime's own tests of tests/vm/test_runtime_basic.py, unchanged, on the virtio node
-# (events, syncobjs, timestamps and the runtime's error mapping included).
-@pytest.mark.parametrize("case", [rb.test_roundtrip_host_buffer, rb.test_gemm_eltwise_match_numpy,
-                                  rb.test_userptr_misaligned_and_numpy_staging,
-                                  rb.test_streams_and_events,
-                                  rb.test_errors_are_python_exceptions],
-                         ids=lambda f: f.__name__.removeprefix("test_"))
-def test_runtime_basic_on_virtio(case: Callable[[Context], None]) -> None:
-    ctx = Context(_virtio())
-    try:
-        case(ctx)
-    finally:
-        ctx.close()
-
-
 def test_tacc_run_mlp_on_virtio(capsys: pytest.CaptureFixture[str]) -> None:
     """``tacc run mlp -d <virtio PCI> --json``, checked against numpy: the subcommand's
     parser and code in process (the dispatcher's import of every subcommand, or a second
@@ -265,6 +249,110 @@ def test_backend_refusals_are_errnos():
         hh, _ = _bo(fd, 4096, U.BO_HOST)
         assert _wait(fd, _submit(fd, _cmd(U.OP_COPY_D2H, (dh, 0), (hh, 0), 4096))) == 0
     assert not dmesg_problems()
+
+
+# -------------------------------------------------------------- batching -----
+LONG = 8 << 20  # an 8 MiB host-to-device copy: milliseconds on the device
+
+
+def _vstats(info: DeviceInfo) -> dict[str, int]:
+    """The frontend's debugfs counters (`name value` lines)."""
+    p = Path("/sys/kernel/debug/accel") / _vdev_dir(info).name / "virtio_stats"
+    return {k: int(v) for k, v in (ln.split() for ln in p.read_text().splitlines())}
+
+
+def _submit_sync(fd: int, cmds: C.Array, queue: int = 0, ins: tuple[int, ...] = (),
+                 out: int = 0) -> int:
+    arr = (C.c_uint32 * max(1, len(ins)))(*ins)
+    s = U.drm_tacc_submit(cmds=C.addressof(cmds), num_cmds=len(cmds), queue=queue,
+                          cmd_size=C.sizeof(U.drm_tacc_cmd), out_syncobj=out,
+                          in_syncobjs=C.addressof(arr) if ins else 0, num_in_syncobjs=len(ins))
+    _ioctl(fd, U.DRM_IOCTL_TACC_SUBMIT, s)
+    return int(s.seqno)
+
+
+def _poll(fd: int, seqno: int) -> int:
+    """WAIT with timeout 0: the errno (ETIME while the job runs), 0 once it completed."""
+    return _err(lambda: _ioctl(fd, U.DRM_IOCTL_TACC_WAIT,
+                               U.drm_tacc_wait(seqno=seqno, timeout_ns=0)))
+
+
+def test_jobs_behind_a_busy_ring_share_one_kick_and_keep_their_statuses():
+    """docs/virtio.md §11 (SHOULD batch jobs, one kick per batch; one interrupt per
+    batch): with two buffers of its ring in flight, the jobs submitted behind them are
+    held and leave in one submit buffer, with one kick; every job keeps its own status."""
+    v = _virtio()
+    with _Closing(DrmBackend(v.devnode)) as be:
+        fd = be.fd
+        hh, _ = _bo(fd, LONG, U.BO_HOST)
+        dh, _ = _bo(fd, LONG, U.BO_DEVICE)
+        ro, _ = _bo(fd, 4096, U.BO_HOST, U.BO_F_READONLY)
+        before = _vstats(v)
+        seqs = [_submit(fd, _cmd(U.OP_COPY_H2D, (hh, 0), (dh, 0), LONG)) for _ in range(2)]
+        seqs += [_submit(fd, _cmd(U.OP_NOP)) for _ in range(32)]
+        seqs.append(_submit(fd, _cmd(U.OP_COPY_D2H, (dh, 0), (ro, 0), 4096)))  # faults
+        statuses = [_wait(fd, s) for s in seqs]
+        after = _vstats(v)
+    d = {k: after[k] - before[k] for k in after}
+    assert statuses == [0] * 34 + [-errno.EFAULT], statuses
+    assert d["jobs"] == 35, d
+    # the two copies alone, then the 33 held jobs together (one more if a copy ended early)
+    assert d["batches"] <= 4, d
+    assert d["used"] == d["batches"] and d["kicks"] <= d["batches"], d
+    assert d["irqs"] <= d["batches"], d  # event index: at most one interrupt per buffer
+
+
+def test_a_job_waiting_for_an_in_fence_does_not_hold_the_submit_ioctl():
+    """In-fences are waited for by the frontend, not in SUBMIT (as drm_sched does on the
+    PF): the ioctl returns while the fence is pending, the job runs after it, and a job
+    submitted behind it on the same ring waits for it (seqnos reach the device in order,
+    §6.3: a later seqno first would make the backend refuse the earlier one)."""
+    v = _virtio()
+    with _Closing(DrmBackend(v.devnode)) as be:
+        fd = be.fd
+        hh, _ = _bo(fd, LONG, U.BO_HOST)
+        dh, _ = _bo(fd, LONG, U.BO_DEVICE)
+        so = U.drm_tacc_syncobj_create()
+        _ioctl(fd, U.DRM_IOCTL_TACC_SYNCOBJ_CREATE, so)
+        copy = _submit_sync(fd, _cmd(U.OP_COPY_H2D, (hh, 0), (dh, 0), LONG), out=so.handle)
+        dep = _submit_sync(fd, _cmd(U.OP_NOP), queue=1, ins=(so.handle,))
+        assert _poll(fd, copy) == errno.ETIME  # SUBMIT returned with the copy running
+        free = _submit_sync(fd, _cmd(U.OP_NOP), queue=1)
+        assert _poll(fd, dep) == errno.ETIME and _poll(fd, free) == errno.ETIME
+        assert _wait(fd, free) == 0 and _wait(fd, dep) == 0 and _wait(fd, copy) == 0
+    assert not dmesg_problems()
+
+
+def test_a_wait_for_a_job_inside_a_batch_returns_before_the_batch():
+    """§5/§6.5: a batch's used buffer (and its one interrupt) comes when its last job
+    completed; a WAIT for an earlier job of it reads the job's fence slot instead, so it
+    returns while the batch's last job still runs."""
+    v = _virtio()
+    with _Closing(DrmBackend(v.devnode)) as be:
+        fd = be.fd
+        hh, _ = _bo(fd, LONG, U.BO_HOST)
+        dh, _ = _bo(fd, LONG, U.BO_DEVICE)
+        long = _cmd(U.OP_COPY_H2D, (hh, 0), (dh, 0), LONG)
+        first = [_submit(fd, long) for _ in range(2)]  # ring 0's two buffers in flight
+        nop = _submit(fd, _cmd(U.OP_NOP))  # held: one batch with the next copy
+        last = _submit(fd, long)
+        assert _wait(fd, nop) == 0
+        assert _poll(fd, last) == errno.ETIME  # the batch's last job still runs
+        assert [_wait(fd, s) for s in (*first, last)] == [0, 0, 0]
+    # a failed job of the timeline the used buffers did not report yet: no early OK
+    with _Closing(DrmBackend(v.devnode)) as be:
+        fd = be.fd
+        hh, _ = _bo(fd, LONG, U.BO_HOST)
+        dh, _ = _bo(fd, LONG, U.BO_DEVICE)
+        ro, _ = _bo(fd, 4096, U.BO_HOST, U.BO_F_READONLY)
+        long = _cmd(U.OP_COPY_H2D, (hh, 0), (dh, 0), LONG)
+        first = [_submit(fd, long) for _ in range(2)]
+        bad = _submit(fd, _cmd(U.OP_COPY_D2H, (dh, 0), (ro, 0), 4096))  # faults
+        nop = _submit(fd, _cmd(U.OP_NOP))
+        last = _submit(fd, long)
+        assert _wait(fd, bad) == -errno.EFAULT
+        assert _wait(fd, nop) == 0
+        assert [_wait(fd, s) for s in (*first, last)] == [0, 0, 0]
 
 
 # ------------------------------------------------------------- isolation -----
