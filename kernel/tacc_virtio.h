@@ -21,6 +21,7 @@
 
 #include "include/tacc_virtio.h"
 #include "include/uapi/drm/tacc_accel.h"
+#include "tacc_ring.h"
 
 #define TACC_V_MAX_CMDS		64	/* per submit, as on the PF */
 #define TACC_V_MAX_INFLIGHT	128	/* jobs per file, all rings */
@@ -76,6 +77,8 @@ struct tacc_vdev {
 	u32 max_job_cmds;
 	u64 devmem_size;
 	bool has_devmem;		/* TACC_VIRTIO_F_DEVMEM negotiated */
+	bool has_trace;			/* TACC_VIRTIO_F_TRACE negotiated */
+	struct tacc_ring trace;		/* the function's trace ring (TRACE_SETUP) */
 	u64 cnt_phys;			/* shared memory region 1: the counter block, */
 	u64 cnt_len;			/* 0 if the device has none */
 	struct tacc_virtio_fence *fences;	/* shared memory region 0, NULL if none */

@@ -105,21 +105,24 @@ def test_node_kind_and_negotiated_features(pf_accel):
         assert ctx.param(U.PARAM_FUNC) == 5  # TACC_FN_VIRTIO
         assert ctx.api_version == U.DRM_TACC_API_VERSION == 3
         assert ctx.num_queues == 4 and ctx.devmem_size == WINDOW  # F_DEVMEM negotiated
+        # what taccd's discovery asks (userspace/tacc/daemon/devices.py) is answered
+        assert ctx.param(U.PARAM_CLOCK_HZ) == 1_000_000_000  # TACC_CLOCK_HZ
+        assert ctx.param(U.PARAM_TRACE_MMAP_OFFSET) == U.MMAP_TRACE
         # a parameter the virtio function does not provide: EOPNOTSUPP, not a made-up 0
         assert _err(lambda: _ioctl(ctx.backend.fd, U.DRM_IOCTL_TACC_GET_PARAM,
-                                   U.drm_tacc_get_param(param=U.PARAM_CLOCK_HZ))) \
+                                   U.drm_tacc_get_param(param=U.PARAM_CTX_FAULTS))) \
             == errno.EOPNOTSUPP
         assert _err(lambda: _ioctl(ctx.backend.fd, U.DRM_IOCTL_TACC_GET_PARAM,
                                    U.drm_tacc_get_param(param=999))) == errno.EINVAL
-        assert _err(lambda: _ioctl(ctx.backend.fd, U.DRM_IOCTL_TACC_TRACE_OPEN,
-                                   U.drm_tacc_trace_open())) == errno.EOPNOTSUPP
+        assert _err(lambda: _ioctl(ctx.backend.fd, U.DRM_IOCTL_TACC_SAMPLE_OPEN,
+                                   U.drm_tacc_sample_open())) == errno.EOPNOTSUPP
     with Context(str(pf_accel)) as pf:
         assert pf.param(U.PARAM_FUNC_KIND) == U.FUNC_KIND_PF
-    # §3: the driver accepted what it knows (DEVMEM) and VERSION_1, not FILL or TRACE,
-    # although this backend offers both
+    # §3: the driver accepted what it knows (DEVMEM, TRACE) and VERSION_1, not FILL,
+    # although this backend offers it
     feats = (vdir / "features").read_text().strip()
     assert feats[F_DEVMEM] == "1" and feats[F_VERSION_1] == "1", feats
-    assert feats[F_FILL] == "0" and feats[F_TRACE] == "0", feats
+    assert feats[F_TRACE] == "1" and feats[F_FILL] == "0", feats
 
 
 def _counter_slot(name: str) -> int:
@@ -153,6 +156,97 @@ def test_counter_page_counts_the_functions_work():
                                  (4096, mmap.PROT_READ | mmap.PROT_WRITE, errno.EACCES)):
             assert _err(lambda s=size, p=prot: mmap.mmap(fd, s, mmap.MAP_SHARED, p,
                                                          offset=off)) == want
+
+
+# ----------------------------------------------------------------- trace -----
+EV_KICK, EV_DISPATCH = 0xF0, 0xF1  # tacc_hw.h TACC_TRACE_EV_VIRTIO_*, docs/virtio.md §10
+TRACE_TAG = 0x16_0000_7A6
+
+
+def _tagged_copy(fd: int, tag: int, size: int = 1 << 16) -> None:
+    """One H2D copy with @tag, waited for: one job, one kick, one dispatch."""
+    host, _ = _bo(fd, size, U.BO_HOST)
+    dev, _ = _bo(fd, size, U.BO_DEVICE)
+    cmds = _cmd(U.OP_COPY_H2D, (host, 0), (dev, 0), size)
+    cmds[0].tag = tag
+    assert _wait(fd, _submit(fd, cmds)) == 0
+
+
+def test_trace_ring_carries_the_tagged_copy_kick_and_dispatch():
+    """TRACE_OPEN on the virtio node (TRACE_SETUP underneath), read through taccd's own
+    consumer (DeviceTraceRing): a tagged copy's command record and its KICK and DISPATCH
+    event records carry the tag, DISPATCH names the job of the command record, every
+    record is the function's (5); after CLOSE (TRACE_SETUP off) the mapping is SIGBUS."""
+    from tacc.daemon.devring import DeviceTraceRing
+
+    v = _virtio()
+    ring = DeviceTraceRing(v.devnode, fid=5, entries=256)
+    try:
+        assert ring.view.entries == 256
+        with Context(v) as ctx:
+            _tagged_copy(ctx.backend.fd, TRACE_TAG)
+        recs = ring.drain().records
+        mine = recs[recs["tag"] == TRACE_TAG]
+        ops = [int(o) for o in mine["opcode"]]
+        assert ops.count(U.OP_COPY_H2D) == 1 and EV_KICK in ops and EV_DISPATCH in ops, \
+            (ops, recs[["opcode", "tag"]])
+        cmd = mine[mine["opcode"] == U.OP_COPY_H2D][0]
+        disp = mine[mine["opcode"] == EV_DISPATCH][0]
+        kick = mine[mine["opcode"] == EV_KICK][0]
+        assert int(disp["job"]) == int(cmd["job"]) and int(cmd["bytes"]) == 1 << 16
+        assert int(kick["t_fetch"]) <= int(disp["t_start"]) <= int(cmd["t_start"])
+        assert set(int(f) for f in recs["func"]) == {5} and set(recs["version"]) == {2}
+        assert ring.drain().records.size == 0  # ADVANCE handed them back
+        # a second consumer is refused while this one holds the ring
+        with Context(v) as other:
+            assert _err(lambda: _ioctl(other.backend.fd, U.DRM_IOCTL_TACC_TRACE_OPEN,
+                                       U.drm_tacc_trace_open())) == errno.EBUSY
+    finally:
+        ring.close()
+    _sigbus_after_close(v.devnode)
+
+
+SIGBUS_CODE = r"""
+import fcntl, importlib.util, mmap, os
+spec = importlib.util.spec_from_file_location("uapi", UAPI)  # stdlib only: few 9p reads
+U = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(U)
+fd = os.open("NODE", os.O_RDWR)
+o = U.drm_tacc_trace_open(entries=64)
+fcntl.ioctl(fd, U.DRM_IOCTL_TACC_TRACE_OPEN, o, True)
+mm = mmap.mmap(fd, o.mmap_size, mmap.MAP_SHARED, mmap.PROT_READ, offset=o.mmap_offset)
+print("open", o.mmap_offset == U.MMAP_TRACE, o.entries, mm[0], flush=True)
+w = 0
+try:
+    mmap.mmap(fd, o.mmap_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
+              offset=o.mmap_offset)
+except OSError as e:
+    w = e.errno
+print("writable", w, flush=True)
+fcntl.ioctl(fd, U.DRM_IOCTL_TACC_TRACE_CLOSE, U.drm_tacc_trace_close(), True)
+print("closed", flush=True)
+print("read", mm[0], flush=True)
+"""
+
+
+def _sigbus_after_close(node: str, user: str | None = None) -> dict[str, list[str]]:
+    """A process (as @user) opens and maps the ring, CLOSEs it, reads the mapping."""
+    code = SIGBUS_CODE.replace("NODE", node).replace("UAPI", repr(U.__file__))
+    argv = ["su", user, "-c", f"{PY} -"] if user else [PY, "-"]
+    r = subprocess.run(argv, input=code, capture_output=True, text=True, timeout=120)
+    out = {ln.split()[0]: ln.split()[1:] for ln in r.stdout.splitlines()}
+    assert out.get("open") == ["True", "64", "1"], (r.stdout, r.stderr)  # header version 1
+    assert out["writable"] == [str(errno.EACCES)] and "closed" in out, r.stdout
+    # SIGBUS: -7 for the interpreter itself, 128 + 7 through su's shell
+    assert r.returncode in (-7, 135) and "read" not in out, (r.returncode, r.stdout)
+    return out
+
+
+def test_tacc_user_may_open_its_own_virtio_trace_ring():
+    """Like a VF's, the virtio function's ring shows only its own work: an unprivileged
+    user of the node opens it (no CAP_PERFMON), maps it read-only, and after CLOSE its
+    mapping is SIGBUS (docs/uapi.md "Threat model")."""
+    _sigbus_after_close(_virtio().devnode, user="tacc-user")
 
 
 # ------------------------------------------------------------- workloads -----
