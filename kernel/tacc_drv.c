@@ -641,9 +641,9 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	pci_set_drvdata(pdev, tdev);
 	mutex_init(&tdev->ctx_lock);
 	mutex_init(&tdev->devmem_lock);
-	mutex_init(&tdev->trace.lock);
-	mutex_init(&tdev->sample.lock);
-	mutex_init(&tdev->tlpcap.lock);
+	tacc_ring_init(&tdev->trace, &tdev->drm, &pdev->dev, &pdev->dev);
+	tacc_ring_init(&tdev->sample, &tdev->drm, &pdev->dev, &pdev->dev);
+	tacc_ring_init(&tdev->tlpcap, &tdev->drm, &pdev->dev, &pdev->dev);
 	mutex_init(&tdev->bo_dma_lock);
 	mutex_init(&tdev->sriov_lock);
 	INIT_LIST_HEAD(&tdev->bo_dma_list);

@@ -24,6 +24,7 @@
 
 #include "include/tacc_hw.h"
 #include "include/uapi/drm/tacc_accel.h"
+#include "tacc_ring.h"
 
 #define DRIVER_NAME		"tacc"
 #define DRIVER_DESC		"tacc PCIe accelerator"
@@ -189,29 +190,6 @@ struct tacc_job {
 	u64 dev_end;
 	int status;
 	bool pm_ref;
-};
-
-/*
- * A device ring towards one user-space consumer (tacc_ring.c): the trace ring
- * and the counter sample ring, each allocated by its OPEN ioctl for its
- * consumer and freed by CLOSE, file release or surprise removal.
- */
-struct tacc_ring {
-	struct mutex lock;		/* everything below */
-	void *cpu;			/* header page, then the entries */
-	dma_addr_t dma;
-	size_t size;
-	unsigned long gen;		/* OPEN count: a mapping's vm_private_data */
-	struct drm_file *owner;		/* the one registered consumer */
-	bool owner_perfmon;		/* the owner had CAP_PERFMON at OPEN */
-	struct drm_file *evicted;	/* owner displaced by a CAP_PERFMON OPEN */
-	u32 entries;
-	u32 cons;			/* consumer index, as ADVANCE set it */
-	u32 period_ns;			/* sample ring: sampling period */
-	u32 last_dropped;		/* trace ring: drops already reported */
-	/* TLP capture ring: the OPEN's filters, re-programmed after a reset */
-	u32 tc_flags, tc_funcs, tc_kinds;
-	u64 tc_addr_lo, tc_addr_hi;
 };
 
 /**

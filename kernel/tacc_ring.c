@@ -19,6 +19,13 @@
  * opener takes a slot held by an unprivileged owner over: that owner's ring
  * is retired as by CLOSE, its next ADVANCE or CLOSE gets -ENODEV.
  *
+ * The same code serves the virtio-tacc frontend's trace ring (tacc_virtio.c):
+ * the generic part below knows the ring's DRM node, the device that
+ * allocates it (none: physically contiguous pages, the device sees
+ * CPU-physical addresses) and the one kept powered (none: no runtime PM);
+ * how the device is told about the ring is the caller's (registers here,
+ * control messages there).
+ *
  * Mappings are populated on fault, under the ring lock, and only while the
  * OPEN that created them (ring->gen, kept in vm_private_data) is the live
  * one: retire zaps at the real mmap offset with the lock held, so no page of
@@ -36,6 +43,15 @@
 #include "tacc_trace.h"
 
 /* ---------------------------------------------------------- both rings ---- */
+
+void tacc_ring_init(struct tacc_ring *r, struct drm_device *drm, struct device *dma_dev,
+		    struct device *pm_dev)
+{
+	mutex_init(&r->lock);
+	r->drm = drm;
+	r->dma_dev = dma_dev;
+	r->pm_dev = pm_dev;
+}
 
 /*
  * ADVANCE: @cons must lie between the consumer's index and the device's
@@ -66,7 +82,7 @@ static unsigned long tacc_ring_pfn(void *p)
 	return is_vmalloc_addr(p) ? vmalloc_to_pfn(p) : PHYS_PFN(virt_to_phys(p));
 }
 
-static vm_fault_t tacc_ring_fault(struct vm_fault *vmf, struct tacc_ring *r, u64 mmap_offset)
+vm_fault_t tacc_ring_fault(struct vm_fault *vmf, struct tacc_ring *r, u64 mmap_offset)
 {
 	struct vm_area_struct *vma = vmf->vma;
 	unsigned long pgoff = vmf->pgoff - (mmap_offset >> PAGE_SHIFT);
@@ -107,9 +123,8 @@ static const struct vm_operations_struct tacc_sample_vm_ops = {
  * Only the registered consumer may map its ring, read-only.  The mapping
  * keeps its real offset (retire zaps there) and the OPEN's generation.
  */
-static int tacc_ring_mmap(struct tacc_device *tdev, struct tacc_ring *r,
-			  struct drm_file *file, struct vm_area_struct *vma,
-			  const struct vm_operations_struct *ops)
+int tacc_ring_mmap(struct tacc_ring *r, struct drm_file *file, struct vm_area_struct *vma,
+		   const struct vm_operations_struct *ops)
 {
 	unsigned long size = vma->vm_end - vma->vm_start;
 	int ret;
@@ -134,18 +149,36 @@ static int tacc_ring_mmap(struct tacc_device *tdev, struct tacc_ring *r,
 	return ret;
 }
 
-static void tacc_ring_free_locked(struct tacc_device *tdev, struct tacc_ring *r)
+/*
+ * Without a DMA device (virtio-tacc without ACCESS_PLATFORM) the device
+ * reads CPU-physical addresses: physically contiguous, zeroed pages.
+ */
+static int tacc_ring_alloc_locked(struct tacc_ring *r, size_t size)
 {
-	if (r->cpu)
-		dma_free_coherent(tacc_to_dev(tdev), r->size, r->cpu, r->dma);
+	r->size = size;
+	if (r->dma_dev) {
+		r->cpu = dma_alloc_coherent(r->dma_dev, size, &r->dma, GFP_KERNEL);
+	} else {
+		r->cpu = alloc_pages_exact(size, GFP_KERNEL | __GFP_ZERO);
+		r->dma = r->cpu ? virt_to_phys(r->cpu) : 0;
+	}
+	return r->cpu ? 0 : -ENOMEM;
+}
+
+static void tacc_ring_free_locked(struct tacc_ring *r)
+{
+	if (r->cpu && r->dma_dev)
+		dma_free_coherent(r->dma_dev, r->size, r->cpu, r->dma);
+	else if (r->cpu)
+		free_pages_exact(r->cpu, r->size);
 	r->cpu = NULL;
 }
 
 /* Surprise removal: drm_dev_unplug() zapped the user mappings already. */
-static void tacc_ring_release_dma(struct tacc_device *tdev, struct tacc_ring *r)
+void tacc_ring_release_dma(struct tacc_ring *r)
 {
 	mutex_lock(&r->lock);
-	tacc_ring_free_locked(tdev, r);
+	tacc_ring_free_locked(r);
 	mutex_unlock(&r->lock);
 }
 
@@ -153,15 +186,13 @@ static void tacc_ring_release_dma(struct tacc_device *tdev, struct tacc_ring *r)
  * The consumer's end: @stop disables the ring and drops the PM reference.
  * A consumer whose slot was taken over learns it here once (-ENODEV).
  */
-static int tacc_ring_close(struct tacc_device *tdev, struct tacc_ring *r,
-			   struct drm_file *file,
-			   void (*stop)(struct tacc_device *tdev))
+int tacc_ring_close(struct tacc_ring *r, struct drm_file *file, tacc_ring_stop_fn stop)
 {
 	int ret = 0;
 
 	mutex_lock(&r->lock);
 	if (r->owner == file) {
-		stop(tdev);
+		stop(r);
 	} else if (r->evicted == file) {
 		r->evicted = NULL;
 		ret = -ENODEV;
@@ -181,14 +212,13 @@ static int tacc_ring_not_owner_locked(struct tacc_ring *r, struct drm_file *file
 
 /*
  * ADVANCE of @r by @file: the consumer index moves to @cons (header fields
- * at @prod_off and @cons_off of the ring's first page) and is written to the
- * device's @cons_reg; *@prod gets the producer index.  With 0 returned the
- * ring lock is still held and the device entered (*@idx): the caller reads
- * what else it reports, then calls tacc_ring_advance_end().
+ * at @prod_off and @cons_off of the ring's first page); *@prod gets the
+ * producer index.  With 0 returned the ring lock is still held and the
+ * device entered (*@idx): the caller tells the device r->cons, reads what
+ * else it reports, then calls tacc_ring_advance_end().
  */
-static int tacc_ring_advance_begin(struct tacc_device *tdev, struct tacc_ring *r,
-				   struct drm_file *file, size_t prod_off, size_t cons_off,
-				   u32 cons_reg, u32 cons, u32 *prod, int *idx)
+int tacc_ring_advance_begin(struct tacc_ring *r, struct drm_file *file, size_t prod_off,
+			    size_t cons_off, u32 cons, u32 *prod, int *idx)
 {
 	int ret;
 
@@ -197,43 +227,55 @@ static int tacc_ring_advance_begin(struct tacc_device *tdev, struct tacc_ring *r
 		ret = tacc_ring_not_owner_locked(r, file);
 		goto out;
 	}
-	if (!r->cpu || !drm_dev_enter(&tdev->drm, idx)) {
+	if (!r->cpu || !drm_dev_enter(r->drm, idx)) {
 		ret = -ENODEV;
 		goto out;
 	}
 	ret = tacc_ring_advance_locked(r, r->cpu + prod_off, r->cpu + cons_off, cons, prod);
-	if (!ret) {
-		tacc_wr(tdev, cons_reg, r->cons);
+	if (!ret)
 		return 0;
-	}
 	drm_dev_exit(*idx);
 out:
 	mutex_unlock(&r->lock);
 	return ret;
 }
 
-static void tacc_ring_advance_end(struct tacc_ring *r, int idx)
+void tacc_ring_advance_end(struct tacc_ring *r, int idx)
 {
 	drm_dev_exit(idx);
 	mutex_unlock(&r->lock);
 }
 
-static void tacc_ring_put_pm(struct tacc_device *tdev, struct tacc_ring *r)
+/* A PCI function's ADVANCE: the consumer index goes to register @cons_reg. */
+static int tacc_ring_advance_reg(struct tacc_device *tdev, struct tacc_ring *r,
+				 struct drm_file *file, size_t prod_off, size_t cons_off,
+				 u32 cons_reg, u32 cons, u32 *prod, int *idx)
+{
+	int ret = tacc_ring_advance_begin(r, file, prod_off, cons_off, cons, prod, idx);
+
+	if (!ret)
+		tacc_wr(tdev, cons_reg, r->cons);
+	return ret;
+}
+
+static void tacc_ring_put_pm(struct tacc_ring *r)
 {
 	r->owner = NULL;
-	pm_runtime_mark_last_busy(tacc_to_dev(tdev));
-	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
+	if (!r->pm_dev)
+		return;
+	pm_runtime_mark_last_busy(r->pm_dev);
+	pm_runtime_put_autosuspend(r->pm_dev);
 }
 
 /*
  * OPEN: @file becomes the consumer of a new ring of @size bytes.  A
  * CAP_PERFMON opener retires an unprivileged owner's ring first (@stop).
  */
-static int tacc_ring_claim_locked(struct tacc_device *tdev, struct tacc_ring *r,
-				  struct drm_file *file, size_t size,
-				  void (*stop)(struct tacc_device *tdev))
+static int tacc_ring_claim_locked(struct tacc_ring *r, struct drm_file *file, size_t size,
+				  tacc_ring_stop_fn stop)
 {
 	bool perfmon = perfmon_capable();
+	int ret;
 
 	lockdep_assert_held(&r->lock);
 	if (r->owner == file)
@@ -242,12 +284,11 @@ static int tacc_ring_claim_locked(struct tacc_device *tdev, struct tacc_ring *r,
 		return -EBUSY;
 	if (r->owner) {
 		r->evicted = r->owner;
-		stop(tdev);
+		stop(r);
 	}
-	r->size = size;
-	r->cpu = dma_alloc_coherent(tacc_to_dev(tdev), size, &r->dma, GFP_KERNEL);
-	if (!r->cpu)
-		return -ENOMEM;
+	ret = tacc_ring_alloc_locked(r, size);
+	if (ret)
+		return ret;
 	r->owner = file;
 	r->owner_perfmon = perfmon;
 	r->gen++;
@@ -259,18 +300,43 @@ static int tacc_ring_claim_locked(struct tacc_device *tdev, struct tacc_ring *r,
  * behind faults (SIGBUS) from now on, the memory is freed, the device may
  * suspend again.  After a surprise removal the memory is gone already.
  */
-static void tacc_ring_retire_locked(struct tacc_device *tdev, struct tacc_ring *r,
-				    u64 mmap_offset)
+void tacc_ring_retire_locked(struct tacc_ring *r, u64 mmap_offset)
 {
-	struct drm_device *dev = &tdev->drm;
+	struct drm_device *dev = r->drm;
 	int idx;
 
 	if (drm_dev_enter(dev, &idx)) {
 		unmap_mapping_range(dev->anon_inode->i_mapping, mmap_offset, r->size, 1);
-		tacc_ring_free_locked(tdev, r);
+		tacc_ring_free_locked(r);
 		drm_dev_exit(idx);
 	}
-	tacc_ring_put_pm(tdev, r);
+	tacc_ring_put_pm(r);
+}
+
+/*
+ * The start of every OPEN: the node still there (*@idx entered) and, with
+ * runtime PM, the device powered for the consumer (D3hot would reset the
+ * ring).  Taken before the ring lock: a resume reprograms the ring under it.
+ */
+static int tacc_ring_open_begin(struct tacc_ring *r, int *idx)
+{
+	int ret;
+
+	if (!drm_dev_enter(r->drm, idx))
+		return -ENODEV;
+	ret = r->pm_dev ? pm_runtime_resume_and_get(r->pm_dev) : 0;
+	if (ret)
+		drm_dev_exit(*idx);
+	return ret;
+}
+
+/* A failed OPEN, after tacc_ring_open_begin() and with the ring lock held. */
+static void tacc_ring_open_fail(struct tacc_ring *r, int idx)
+{
+	mutex_unlock(&r->lock);
+	if (r->pm_dev)
+		pm_runtime_put_autosuspend(r->pm_dev);
+	drm_dev_exit(idx);
 }
 
 /* Stop a ring's DMA: the device no longer writes to it once this returns. */
@@ -289,39 +355,52 @@ static void tacc_ring_hw_stop(struct tacc_device *tdev, u32 ctrl, u32 wb, u32 ba
 
 /* ----------------------------------------------------------- trace ring ---- */
 
-/* The device's producer write-back sits right after the header. */
-#define TACC_TRACE_WB_OFFSET	offsetof(struct drm_tacc_trace_header, prod)
-
 static_assert(TACC_TRACE_REC_SIZE == 64);
 
-static void tacc_trace_stop_locked(struct tacc_device *tdev);
+static void tacc_trace_stop_locked(struct tacc_ring *tr);
+
+/*
+ * Indices restart at 0 when the device is (re)programmed; @dropped seeds the
+ * header's drop count with the device's cumulative one (see below).
+ */
+void tacc_trace_hdr_reset(struct tacc_ring *tr, u32 dropped)
+{
+	struct drm_tacc_trace_header *hdr = tr->cpu;
+
+	hdr->prod = 0;
+	hdr->cons = 0;
+	tr->cons = 0;
+	tr->last_dropped = dropped;
+	hdr->dropped = dropped;
+	WRITE_ONCE(hdr->epoch, hdr->epoch + 1);
+}
 
 static void tacc_trace_hw_setup_locked(struct tacc_device *tdev)
 {
 	struct tacc_ring *tr = &tdev->trace;
-	struct drm_tacc_trace_header *hdr = tr->cpu;
 
 	tacc_wr(tdev, TACC_REG_TRACE_CTRL, 0);
-	if (!hdr || !tr->owner)
+	if (!tr->cpu || !tr->owner)
 		return;
 	/*
-	 * Indices restart at 0 after a reset of the function, but the device's
-	 * drop count is cumulative since the last function reset and its next
-	 * write-back reports all of it: seed the header with it, so that a new
-	 * consumer sees no stale 0 and counts only the drops of its own run.
+	 * The device's drop count is cumulative since the last function reset
+	 * and its next write-back reports all of it: seed the header with it,
+	 * so that a new consumer sees no stale 0 and counts only the drops of
+	 * its own run.
 	 */
-	hdr->prod = 0;
-	hdr->cons = 0;
-	tr->cons = 0;
-	tr->last_dropped = tacc_rd(tdev, TACC_REG_TRACE_DROPPED);
-	hdr->dropped = tr->last_dropped;
-	WRITE_ONCE(hdr->epoch, hdr->epoch + 1);
+	tacc_trace_hdr_reset(tr, tacc_rd(tdev, TACC_REG_TRACE_DROPPED));
 	tacc_wr64(tdev, TACC_REG_TRACE_BASE, tr->dma + PAGE_SIZE);
 	tacc_wr(tdev, TACC_REG_TRACE_SIZE, tr->entries);
 	tacc_wr64(tdev, TACC_REG_TRACE_WB, tr->dma + TACC_TRACE_WB_OFFSET);
 	tacc_wr(tdev, TACC_REG_TRACE_CONS, 0);
 	/* enabling zeroes the device's PROD and CONS */
 	tacc_wr(tdev, TACC_REG_TRACE_CTRL, 1);
+}
+
+static int tacc_trace_setup_pci(struct tacc_ring *tr)
+{
+	tacc_trace_hw_setup_locked(container_of(tr, struct tacc_device, trace));
+	return 0;
 }
 
 /*
@@ -337,7 +416,7 @@ void tacc_trace_hw_setup(struct tacc_device *tdev)
 
 void tacc_trace_release_dma(struct tacc_device *tdev)
 {
-	tacc_ring_release_dma(tdev, &tdev->trace);
+	tacc_ring_release_dma(&tdev->trace);
 }
 
 static int tacc_trace_entries(u32 want)
@@ -350,11 +429,15 @@ static int tacc_trace_entries(u32 want)
 	return want;
 }
 
-int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+/*
+ * TRACE_OPEN on any function: @may_open is the node's rule (docs/uapi.md
+ * "Threat model"); @setup tells the device about the new ring, @stop retires
+ * a ring taken over.
+ */
+int tacc_trace_open(struct tacc_ring *tr, struct drm_file *file,
+		    struct drm_tacc_trace_open *args, bool may_open,
+		    tacc_ring_setup_fn setup, tacc_ring_stop_fn stop)
 {
-	struct tacc_device *tdev = to_tacc_dev(dev);
-	struct tacc_ring *tr = &tdev->trace;
-	struct drm_tacc_trace_open *args = data;
 	struct drm_tacc_trace_header *hdr;
 	int entries, idx, ret;
 
@@ -363,24 +446,17 @@ int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 	entries = tacc_trace_entries(args->entries);
 	if (entries < 0)
 		return entries;
-	if (!tacc_ring_may_open(tdev))
+	if (!may_open)
 		return -EACCES;
-	if (!drm_dev_enter(dev, &idx))
-		return -ENODEV;
-	/*
-	 * The consumer keeps the device powered (D3hot would reset the ring).
-	 * Taken before the lock: the resume reprograms the ring under it.
-	 */
-	ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
+	ret = tacc_ring_open_begin(tr, &idx);
 	if (ret)
-		goto out_exit;
+		return ret;
 
 	mutex_lock(&tr->lock);
-	ret = tacc_ring_claim_locked(tdev, tr, file,
-				     PAGE_SIZE + (size_t)entries * TACC_TRACE_REC_SIZE,
-				     tacc_trace_stop_locked);
+	ret = tacc_ring_claim_locked(tr, file, PAGE_SIZE + (size_t)entries * TACC_TRACE_REC_SIZE,
+				     stop);
 	if (ret)
-		goto out_put;
+		goto out_fail;
 	hdr = tr->cpu;
 	hdr->version = DRM_TACC_TRACE_HDR_VERSION;
 	hdr->rec_size = TACC_TRACE_REC_SIZE;
@@ -388,7 +464,13 @@ int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 	hdr->rec_version = TACC_TRACE_VERSION;
 	hdr->data_offset = PAGE_SIZE;
 	tr->entries = entries;
-	tacc_trace_hw_setup_locked(tdev);
+	ret = setup(tr);
+	if (ret) {
+		stop(tr);	/* retires the ring and drops the PM reference */
+		mutex_unlock(&tr->lock);
+		drm_dev_exit(idx);
+		return ret;
+	}
 	args->entries = entries;
 	args->mmap_offset = DRM_TACC_MMAP_TRACE;
 	args->mmap_size = tr->size;
@@ -396,12 +478,17 @@ int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 	drm_dev_exit(idx);
 	return 0;
 
-out_put:
-	mutex_unlock(&tr->lock);
-	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
-out_exit:
-	drm_dev_exit(idx);
+out_fail:
+	tacc_ring_open_fail(tr, idx);
 	return ret;
+}
+
+int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_device *tdev = to_tacc_dev(dev);
+
+	return tacc_trace_open(&tdev->trace, file, data, tacc_ring_may_open(tdev),
+			       tacc_trace_setup_pci, tacc_trace_stop_locked);
 }
 
 static void tacc_trace_check_drops(struct tacc_device *tdev, u32 dropped)
@@ -414,53 +501,69 @@ static void tacc_trace_check_drops(struct tacc_device *tdev, u32 dropped)
 	}
 }
 
-int tacc_trace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+/* TRACE_ADVANCE's checks; with 0 returned as tacc_ring_advance_begin(). */
+int tacc_trace_advance_begin(struct tacc_ring *tr, struct drm_file *file,
+			     struct drm_tacc_trace_advance *args, int *idx)
 {
-	struct tacc_device *tdev = to_tacc_dev(dev);
-	struct tacc_ring *tr = &tdev->trace;
-	struct drm_tacc_trace_advance *args = data;
 	struct drm_tacc_trace_header *hdr;
-	int idx, ret;
+	int ret;
 
 	if (args->flags)
 		return -EINVAL;
-	ret = tacc_ring_advance_begin(tdev, tr, file, offsetof(typeof(*hdr), prod),
-				      offsetof(typeof(*hdr), cons), TACC_REG_TRACE_CONS,
-				      args->cons, &args->prod, &idx);
+	ret = tacc_ring_advance_begin(tr, file, offsetof(typeof(*hdr), prod),
+				      offsetof(typeof(*hdr), cons), args->cons, &args->prod, idx);
 	if (ret)
 		return ret;
 	hdr = tr->cpu;
 	args->dropped = READ_ONCE(hdr->dropped);
-	tacc_trace_check_drops(tdev, args->dropped);
-	tacc_ring_advance_end(tr, idx);
 	return 0;
 }
 
-static void tacc_trace_stop_locked(struct tacc_device *tdev)
+int tacc_trace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 {
+	struct tacc_device *tdev = to_tacc_dev(dev);
+	struct drm_tacc_trace_advance *args = data;
+	int idx, ret;
+
+	ret = tacc_trace_advance_begin(&tdev->trace, file, args, &idx);
+	if (ret)
+		return ret;
+	tacc_wr(tdev, TACC_REG_TRACE_CONS, tdev->trace.cons);
+	tacc_trace_check_drops(tdev, args->dropped);
+	tacc_ring_advance_end(&tdev->trace, idx);
+	return 0;
+}
+
+static void tacc_trace_stop_locked(struct tacc_ring *tr)
+{
+	struct tacc_device *tdev = container_of(tr, struct tacc_device, trace);
+
 	tacc_ring_hw_stop(tdev, TACC_REG_TRACE_CTRL, TACC_REG_TRACE_WB, TACC_REG_TRACE_BASE);
-	tacc_ring_retire_locked(tdev, &tdev->trace, DRM_TACC_MMAP_TRACE);
+	tacc_ring_retire_locked(tr, DRM_TACC_MMAP_TRACE);
+}
+
+int tacc_trace_close(struct tacc_ring *tr, struct drm_file *file,
+		     const struct drm_tacc_trace_close *args, tacc_ring_stop_fn stop)
+{
+	if (args->flags || args->pad)
+		return -EINVAL;
+	return tacc_ring_close(tr, file, stop);
 }
 
 int tacc_trace_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 {
-	struct tacc_device *tdev = to_tacc_dev(dev);
-	struct drm_tacc_trace_close *args = data;
-
-	if (args->flags || args->pad)
-		return -EINVAL;
-	return tacc_ring_close(tdev, &tdev->trace, file, tacc_trace_stop_locked);
+	return tacc_trace_close(&to_tacc_dev(dev)->trace, file, data, tacc_trace_stop_locked);
 }
 
 void tacc_trace_release(struct tacc_device *tdev, struct drm_file *file)
 {
-	tacc_ring_close(tdev, &tdev->trace, file, tacc_trace_stop_locked);
+	tacc_ring_close(&tdev->trace, file, tacc_trace_stop_locked);
 }
 
 int tacc_trace_mmap(struct tacc_device *tdev, struct drm_file *file,
 		    struct vm_area_struct *vma)
 {
-	return tacc_ring_mmap(tdev, &tdev->trace, file, vma, &tacc_trace_vm_ops);
+	return tacc_ring_mmap(&tdev->trace, file, vma, &tacc_trace_vm_ops);
 }
 
 /* ---------------------------------------------------------- sample ring ---- */
@@ -469,7 +572,7 @@ int tacc_trace_mmap(struct tacc_device *tdev, struct drm_file *file,
 
 static_assert(DRM_TACC_SAMPLE_MIN_PERIOD_NS == TACC_SAMPLE_MIN_PERIOD_NS);
 
-static void tacc_sample_stop_locked(struct tacc_device *tdev);
+static void tacc_sample_stop_locked(struct tacc_ring *sr);
 
 static void tacc_sample_hw_setup_locked(struct tacc_device *tdev)
 {
@@ -509,7 +612,7 @@ void tacc_sample_hw_setup(struct tacc_device *tdev)
 
 void tacc_sample_release_dma(struct tacc_device *tdev)
 {
-	tacc_ring_release_dma(tdev, &tdev->sample);
+	tacc_ring_release_dma(&tdev->sample);
 }
 
 static int tacc_sample_open_check(struct tacc_device *tdev,
@@ -540,22 +643,18 @@ int tacc_sample_open_ioctl(struct drm_device *dev, void *data, struct drm_file *
 		return ret;
 	if (!tacc_ring_may_open(tdev))
 		return -EACCES;
-	if (!drm_dev_enter(dev, &idx))
-		return -ENODEV;
-	/*
-	 * The consumer keeps the device powered (D3hot would reset the ring).
-	 * Taken before the lock: the resume reprograms the ring under it.
-	 */
-	ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
+	ret = tacc_ring_open_begin(sr, &idx);
 	if (ret)
-		goto out_exit;
+		return ret;
 
 	mutex_lock(&sr->lock);
-	ret = tacc_ring_claim_locked(tdev, sr, file,
+	ret = tacc_ring_claim_locked(sr, file,
 				     PAGE_ALIGN(PAGE_SIZE + (size_t)args->entries *
 						TACC_SAMPLE_SIZE), tacc_sample_stop_locked);
-	if (ret)
-		goto out_put;
+	if (ret) {
+		tacc_ring_open_fail(sr, idx);
+		return ret;
+	}
 	hdr = sr->cpu;
 	hdr->version = DRM_TACC_SAMPLE_HDR_VERSION;
 	hdr->entry_size = TACC_SAMPLE_SIZE;
@@ -570,13 +669,6 @@ int tacc_sample_open_ioctl(struct drm_device *dev, void *data, struct drm_file *
 	mutex_unlock(&sr->lock);
 	drm_dev_exit(idx);
 	return 0;
-
-out_put:
-	mutex_unlock(&sr->lock);
-	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
-out_exit:
-	drm_dev_exit(idx);
-	return ret;
 }
 
 int tacc_sample_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
@@ -589,9 +681,9 @@ int tacc_sample_advance_ioctl(struct drm_device *dev, void *data, struct drm_fil
 
 	if (args->flags)
 		return -EINVAL;
-	ret = tacc_ring_advance_begin(tdev, sr, file, offsetof(typeof(*hdr), prod),
-				      offsetof(typeof(*hdr), cons), TACC_REG_SAMPLE_CONS,
-				      args->cons, &args->prod, &idx);
+	ret = tacc_ring_advance_reg(tdev, sr, file, offsetof(typeof(*hdr), prod),
+				    offsetof(typeof(*hdr), cons), TACC_REG_SAMPLE_CONS,
+				    args->cons, &args->prod, &idx);
 	if (ret)
 		return ret;
 	hdr = sr->cpu;
@@ -600,8 +692,9 @@ int tacc_sample_advance_ioctl(struct drm_device *dev, void *data, struct drm_fil
 	return 0;
 }
 
-static void tacc_sample_stop_locked(struct tacc_device *tdev)
+static void tacc_sample_stop_locked(struct tacc_ring *sr)
 {
+	struct tacc_device *tdev = container_of(sr, struct tacc_device, sample);
 	int idx;
 
 	if (drm_dev_enter(&tdev->drm, &idx)) {
@@ -613,7 +706,7 @@ static void tacc_sample_stop_locked(struct tacc_device *tdev)
 		tacc_rd(tdev, TACC_REG_SAMPLE_PERIOD);	/* flush: no DMA to the ring after this */
 		drm_dev_exit(idx);
 	}
-	tacc_ring_retire_locked(tdev, &tdev->sample, DRM_TACC_MMAP_SAMPLE);
+	tacc_ring_retire_locked(sr, DRM_TACC_MMAP_SAMPLE);
 }
 
 int tacc_sample_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
@@ -623,18 +716,18 @@ int tacc_sample_close_ioctl(struct drm_device *dev, void *data, struct drm_file 
 
 	if (args->flags || args->pad)
 		return -EINVAL;
-	return tacc_ring_close(tdev, &tdev->sample, file, tacc_sample_stop_locked);
+	return tacc_ring_close(&tdev->sample, file, tacc_sample_stop_locked);
 }
 
 void tacc_sample_release(struct tacc_device *tdev, struct drm_file *file)
 {
-	tacc_ring_close(tdev, &tdev->sample, file, tacc_sample_stop_locked);
+	tacc_ring_close(&tdev->sample, file, tacc_sample_stop_locked);
 }
 
 int tacc_sample_mmap(struct tacc_device *tdev, struct drm_file *file,
 		     struct vm_area_struct *vma)
 {
-	return tacc_ring_mmap(tdev, &tdev->sample, file, vma, &tacc_sample_vm_ops);
+	return tacc_ring_mmap(&tdev->sample, file, vma, &tacc_sample_vm_ops);
 }
 
 /* --------------------------------------------------- TLP capture ring ---- */
@@ -648,7 +741,7 @@ int tacc_sample_mmap(struct tacc_device *tdev, struct drm_file *file,
  */
 static_assert(sizeof(struct tacc_tlp_rec) == TACC_TLP_REC_SIZE);
 
-static void tacc_tlpcap_stop_locked(struct tacc_device *tdev);
+static void tacc_tlpcap_stop_locked(struct tacc_ring *r);
 
 static void tacc_tlpcap_hw_setup_locked(struct tacc_device *tdev)
 {
@@ -686,7 +779,7 @@ void tacc_tlpcap_hw_setup(struct tacc_device *tdev)
 
 void tacc_tlpcap_release_dma(struct tacc_device *tdev)
 {
-	tacc_ring_release_dma(tdev, &tdev->tlpcap);
+	tacc_ring_release_dma(&tdev->tlpcap);
 }
 
 static int tacc_tlpcap_entries(u32 want)
@@ -725,18 +818,17 @@ int tacc_tlpcap_open_ioctl(struct drm_device *dev, void *data, struct drm_file *
 		return entries;
 	if (!perfmon_capable())
 		return -EACCES;
-	if (!drm_dev_enter(dev, &idx))
-		return -ENODEV;
-	ret = pm_runtime_resume_and_get(tacc_to_dev(tdev));
+	ret = tacc_ring_open_begin(r, &idx);
 	if (ret)
-		goto out_exit;
+		return ret;
 
 	mutex_lock(&r->lock);
-	ret = tacc_ring_claim_locked(tdev, r, file,
-				     PAGE_SIZE + (size_t)entries * TACC_TLP_REC_SIZE,
+	ret = tacc_ring_claim_locked(r, file, PAGE_SIZE + (size_t)entries * TACC_TLP_REC_SIZE,
 				     tacc_tlpcap_stop_locked);
-	if (ret)
-		goto out_put;
+	if (ret) {
+		tacc_ring_open_fail(r, idx);
+		return ret;
+	}
 	hdr = r->cpu;
 	hdr->version = DRM_TACC_TRACE_HDR_VERSION;
 	hdr->rec_size = TACC_TLP_REC_SIZE;
@@ -756,13 +848,6 @@ int tacc_tlpcap_open_ioctl(struct drm_device *dev, void *data, struct drm_file *
 	mutex_unlock(&r->lock);
 	drm_dev_exit(idx);
 	return 0;
-
-out_put:
-	mutex_unlock(&r->lock);
-	pm_runtime_put_autosuspend(tacc_to_dev(tdev));
-out_exit:
-	drm_dev_exit(idx);
-	return ret;
 }
 
 int tacc_tlpcap_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
@@ -774,9 +859,9 @@ int tacc_tlpcap_advance_ioctl(struct drm_device *dev, void *data, struct drm_fil
 
 	if (args->flags)
 		return -EINVAL;
-	ret = tacc_ring_advance_begin(tdev, r, file, offsetof(struct drm_tacc_trace_header, prod),
-				      offsetof(struct drm_tacc_trace_header, cons),
-				      TACC_REG_TLPCAP_CONS, args->cons, &args->prod, &idx);
+	ret = tacc_ring_advance_reg(tdev, r, file, offsetof(struct drm_tacc_trace_header, prod),
+				    offsetof(struct drm_tacc_trace_header, cons),
+				    TACC_REG_TLPCAP_CONS, args->cons, &args->prod, &idx);
 	if (ret)
 		return ret;
 	args->dropped = tacc_rd(tdev, TACC_REG_TLPCAP_DROPPED);
@@ -784,10 +869,12 @@ int tacc_tlpcap_advance_ioctl(struct drm_device *dev, void *data, struct drm_fil
 	return 0;
 }
 
-static void tacc_tlpcap_stop_locked(struct tacc_device *tdev)
+static void tacc_tlpcap_stop_locked(struct tacc_ring *r)
 {
+	struct tacc_device *tdev = container_of(r, struct tacc_device, tlpcap);
+
 	tacc_ring_hw_stop(tdev, TACC_REG_TLPCAP_CTRL, TACC_REG_TLPCAP_WB, TACC_REG_TLPCAP_BASE);
-	tacc_ring_retire_locked(tdev, &tdev->tlpcap, DRM_TACC_MMAP_TLPCAP);
+	tacc_ring_retire_locked(r, DRM_TACC_MMAP_TLPCAP);
 }
 
 int tacc_tlpcap_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
@@ -797,12 +884,12 @@ int tacc_tlpcap_close_ioctl(struct drm_device *dev, void *data, struct drm_file 
 
 	if (args->flags || args->pad)
 		return -EINVAL;
-	return tacc_ring_close(tdev, &tdev->tlpcap, file, tacc_tlpcap_stop_locked);
+	return tacc_ring_close(&tdev->tlpcap, file, tacc_tlpcap_stop_locked);
 }
 
 void tacc_tlpcap_release(struct tacc_device *tdev, struct drm_file *file)
 {
-	tacc_ring_close(tdev, &tdev->tlpcap, file, tacc_tlpcap_stop_locked);
+	tacc_ring_close(&tdev->tlpcap, file, tacc_tlpcap_stop_locked);
 }
 
 static vm_fault_t tacc_tlpcap_vm_fault(struct vm_fault *vmf)
@@ -819,5 +906,5 @@ static const struct vm_operations_struct tacc_tlpcap_vm_ops = {
 int tacc_tlpcap_mmap(struct tacc_device *tdev, struct drm_file *file,
 		     struct vm_area_struct *vma)
 {
-	return tacc_ring_mmap(tdev, &tdev->tlpcap, file, vma, &tacc_tlpcap_vm_ops);
+	return tacc_ring_mmap(&tdev->tlpcap, file, vma, &tacc_tlpcap_vm_ops);
 }

@@ -7,6 +7,7 @@
  * Counter files read the live registers when the device is powered and the
  * snapshot taken at suspend otherwise: reading never wakes the device.
  */
+#include <linux/bitfield.h>
 #include <linux/ktime.h>
 #include <linux/pm_runtime.h>
 #include <linux/sysfs.h>
@@ -157,8 +158,24 @@ TACC_INFO_ATTR(function, "%u", tdev->func);
 TACC_INFO_ATTR(is_vf, "%u", tdev->is_vf);
 TACC_INFO_ATTR(hw_version, "%u.%u", tdev->hw_version >> 16, tdev->hw_version & 0xffff);
 TACC_INFO_ATTR(caps, "0x%x", tdev->caps);
-TACC_INFO_ATTR(link_speed, "%s", tacc_gen_speed(tdev->link_status & TACC_LINK_GEN_MASK));
-TACC_INFO_ATTR(link_width, "%u", (tdev->link_status & TACC_LINK_WIDTH_MASK) >>
+/*
+ * The link as trained now: the PF's Link Status (a degraded link retrains at a
+ * lower speed or width at run time, docs/hardware.md "Link faults"); config
+ * space answers in D3hot too.  LINK_STATUS as read at probe if it cannot be read.
+ */
+static u32 tacc_link_now(struct tacc_device *tdev)
+{
+	u16 sta;
+
+	if (pcie_capability_read_word(pci_physfn(tdev->pdev), PCI_EXP_LNKSTA, &sta) ||
+	    !(sta & PCI_EXP_LNKSTA_NLW))
+		return tdev->link_status;
+	return FIELD_GET(PCI_EXP_LNKSTA_CLS, sta) |
+	       FIELD_GET(PCI_EXP_LNKSTA_NLW, sta) << TACC_LINK_WIDTH_SHIFT;
+}
+
+TACC_INFO_ATTR(link_speed, "%s", tacc_gen_speed(tacc_link_now(tdev) & TACC_LINK_GEN_MASK));
+TACC_INFO_ATTR(link_width, "%u", (tacc_link_now(tdev) & TACC_LINK_WIDTH_MASK) >>
 	       TACC_LINK_WIDTH_SHIFT);
 TACC_INFO_ATTR(max_link_speed, "%s", tacc_gen_speed(tdev->link_cap & TACC_LINK_GEN_MASK));
 TACC_INFO_ATTR(max_link_width, "%u", (tdev->link_cap & TACC_LINK_WIDTH_MASK) >>

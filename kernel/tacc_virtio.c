@@ -20,6 +20,7 @@
 #include <drm/drm_gem.h>
 #include <drm/drm_ioctl.h>
 
+#include "include/tacc_hw.h"
 #include "tacc_virtio.h"
 
 #define TACC_V_BUSY_RETRIES	100
@@ -249,6 +250,15 @@ static int tacc_vget_param_ioctl(struct drm_device *dev, void *data, struct drm_
 			return -EOPNOTSUPP;
 		args->value = PAGE_SIZE;	/* the function's page, as on a VF */
 		break;
+	case DRM_TACC_PARAM_NUM_ENGINES:
+		args->value = TACC_NUM_ENGINES;	/* the tacc device's engines */
+		break;
+	case DRM_TACC_PARAM_CLOCK_HZ:
+		args->value = TACC_CLOCK_HZ;	/* the device ticks of trace records */
+		break;
+	case DRM_TACC_PARAM_TRACE_MMAP_OFFSET:	/* F_TRACE negotiated */
+		args->value = DRM_TACC_MMAP_TRACE;
+		return vd->has_trace ? 0 : -EOPNOTSUPP;
 	case DRM_TACC_PARAM_QUEUE_SIZE:
 		if (args->index >= vd->num_rings)
 			return -EINVAL;
@@ -260,6 +270,122 @@ static int tacc_vget_param_ioctl(struct drm_device *dev, void *data, struct drm_
 	}
 	return 0;
 }
+
+/* ---------------------------------------------------------------- trace ---- */
+
+/*
+ * The function's trace ring (docs/virtio.md section 13, "Trace"): the uAPI
+ * and ring of the PCI functions (tacc_ring.c); the device learns about the
+ * ring by TRACE_SETUP and about the consumer index by TRACE_CONSUME instead
+ * of registers.  Like a VF's, the ring shows only this function's work: any
+ * user of the node may open it.
+ */
+static int tacc_vtrace_msg(struct tacc_vdev *vd, u16 type, const void *body, size_t len)
+{
+	struct {
+		struct tacc_virtio_hdr hdr;
+		union {
+			struct tacc_virtio_trace_setup setup;
+			struct tacc_virtio_trace_consume consume;
+		};
+	} req = {};
+
+	tacc_vhdr(&req.hdr, type, 0);
+	memcpy(&req.setup, body, len);
+	return tacc_vctrl(vd, &req, sizeof(req.hdr) + len, NULL, 0, NULL);
+}
+
+static int tacc_vtrace_program(struct tacc_vdev *vd, u64 base, u64 wb, u32 entries)
+{
+	struct tacc_virtio_trace_setup r = {
+		.base = cpu_to_le64(base),
+		.wb = cpu_to_le64(wb),
+		.entries = cpu_to_le32(entries),
+		.enable = cpu_to_le32(!!base),
+	};
+
+	return tacc_vtrace_msg(vd, TACC_VIRTIO_TRACE_SETUP, &r, sizeof(r));
+}
+
+/*
+ * The backend's drop count is cumulative since its reset and not readable:
+ * the header starts at 0 and its first write-back reports all of it.
+ */
+static int tacc_vtrace_setup(struct tacc_ring *tr)
+{
+	struct tacc_vdev *vd = container_of(tr, struct tacc_vdev, trace);
+
+	tacc_trace_hdr_reset(tr, 0);
+	return tacc_vtrace_program(vd, tr->dma + PAGE_SIZE, tr->dma + TACC_TRACE_WB_OFFSET,
+				   tr->entries);
+}
+
+/*
+ * Stop the device writing, then retire the ring.  If the device did not
+ * confirm (timeout) it may still write: the memory is leaked, not freed.
+ * After removal the reset stopped it and tacc_virtio_remove() frees it.
+ */
+static void tacc_vtrace_stop(struct tacc_ring *tr)
+{
+	struct tacc_vdev *vd = container_of(tr, struct tacc_vdev, trace);
+	int idx, ret;
+
+	if (drm_dev_enter(&vd->drm, &idx)) {
+		ret = tacc_vtrace_program(vd, 0, 0, 0);
+		if (ret && tr->cpu) {
+			drm_warn(&vd->drm, "trace ring not stopped (%d): leaked\n", ret);
+			tr->cpu = NULL;
+		}
+		drm_dev_exit(idx);
+	}
+	tacc_ring_retire_locked(tr, DRM_TACC_MMAP_TRACE);
+}
+
+static int tacc_vtrace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_vdev *vd = to_tacc_vdev(dev);
+
+	if (!vd->has_trace)
+		return -EOPNOTSUPP;
+	return tacc_trace_open(&vd->trace, file, data, true, tacc_vtrace_setup, tacc_vtrace_stop);
+}
+
+static int tacc_vtrace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_vdev *vd = to_tacc_vdev(dev);
+	struct tacc_virtio_trace_consume r = {};
+	int idx, ret;
+
+	if (!vd->has_trace)
+		return -EOPNOTSUPP;
+	ret = tacc_trace_advance_begin(&vd->trace, file, data, &idx);
+	if (ret)
+		return ret;
+	r.cons = cpu_to_le32(vd->trace.cons);
+	ret = tacc_vtrace_msg(vd, TACC_VIRTIO_TRACE_CONSUME, &r, sizeof(r));
+	tacc_ring_advance_end(&vd->trace, idx);
+	return ret;
+}
+
+static int tacc_vtrace_close_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
+{
+	struct tacc_vdev *vd = to_tacc_vdev(dev);
+
+	if (!vd->has_trace)
+		return -EOPNOTSUPP;
+	return tacc_trace_close(&vd->trace, file, data, tacc_vtrace_stop);
+}
+
+static vm_fault_t tacc_vtrace_vm_fault(struct vm_fault *vmf)
+{
+	struct drm_file *file = vmf->vma->vm_file->private_data;
+
+	return tacc_ring_fault(vmf, &to_tacc_vdev(file->minor->dev)->trace, DRM_TACC_MMAP_TRACE);
+}
+
+static const struct vm_operations_struct tacc_vtrace_vm_ops = {
+	.fault = tacc_vtrace_vm_fault,
+};
 
 /* ----------------------------------------------------------------- mmap ---- */
 
@@ -287,13 +413,17 @@ static int tacc_vmmap(struct file *filp, struct vm_area_struct *vma)
 {
 	struct drm_file *file = filp->private_data;
 	struct tacc_vdev *vd = to_tacc_vdev(file->minor->dev);
+	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
 	int idx, ret;
 
-	if ((u64)vma->vm_pgoff << PAGE_SHIFT != DRM_TACC_MMAP_COUNTERS)
+	if (off != DRM_TACC_MMAP_COUNTERS && off != DRM_TACC_MMAP_TRACE)
 		return drm_gem_mmap(filp, vma);
 	if (!drm_dev_enter(&vd->drm, &idx))
 		return -ENODEV;
-	ret = tacc_vmmap_counters(vd, vma);
+	if (off == DRM_TACC_MMAP_TRACE)
+		ret = tacc_ring_mmap(&vd->trace, file, vma, &tacc_vtrace_vm_ops);
+	else
+		ret = tacc_vmmap_counters(vd, vma);
 	drm_dev_exit(idx);
 	return ret;
 }
@@ -349,6 +479,7 @@ static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
 	struct tacc_virtio_hdr *req;
 	int idx, ret = -ENOMEM;
 
+	tacc_ring_close(&to_tacc_vdev(dev)->trace, file, tacc_vtrace_stop);
 	tacc_vctx_wait_idle(ctx);
 	if (drm_dev_enter(dev, &idx)) {
 		req = kzalloc(sizeof(*req), GFP_KERNEL);
@@ -383,9 +514,9 @@ static const struct drm_ioctl_desc tacc_vioctls[] = {
 	DRM_IOCTL_DEF_DRV(TACC_VM_UNBIND, tacc_vvm_unbind_ioctl, 0),
 	DRM_IOCTL_DEF_DRV(TACC_SUBMIT, tacc_vsubmit_ioctl, 0),
 	DRM_IOCTL_DEF_DRV(TACC_WAIT, tacc_vwait_ioctl, 0),
-	DRM_IOCTL_DEF_DRV(TACC_TRACE_OPEN, tacc_vunsupported_ioctl, 0),
-	DRM_IOCTL_DEF_DRV(TACC_TRACE_ADVANCE, tacc_vunsupported_ioctl, 0),
-	DRM_IOCTL_DEF_DRV(TACC_TRACE_CLOSE, tacc_vunsupported_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TRACE_OPEN, tacc_vtrace_open_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TRACE_ADVANCE, tacc_vtrace_advance_ioctl, 0),
+	DRM_IOCTL_DEF_DRV(TACC_TRACE_CLOSE, tacc_vtrace_close_ioctl, 0),
 	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_OPEN, tacc_vunsupported_ioctl, 0),
 	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_ADVANCE, tacc_vunsupported_ioctl, 0),
 	DRM_IOCTL_DEF_DRV(TACC_SAMPLE_CLOSE, tacc_vunsupported_ioctl, 0),
@@ -442,11 +573,20 @@ static int tacc_vread_config(struct tacc_vdev *vd)
 		return -ENODEV;
 	}
 	vd->num_rings = min_t(u32, vd->num_rings, TACC_VIRTIO_NUM_RINGS);
+	vd->num_contexts = min_t(u32, vd->num_contexts, TACC_NUM_CONTEXTS);
 	vd->max_job_cmds = min_t(u32, vd->max_job_cmds, TACC_VIRTIO_MAX_JOB_CMDS);
 	if (!vd->num_rings || !vd->num_contexts || !vd->max_job_cmds)
 		return -ENODEV;
 	/* §3.1: only what was negotiated counts, whatever the device could do */
 	vd->has_devmem = virtio_has_feature(vdev, TACC_VIRTIO_F_DEVMEM);
+	vd->has_trace = virtio_has_feature(vdev, TACC_VIRTIO_F_TRACE);
+	/* §5: completions are readable here before the batch's used buffer comes */
+	if (virtio_get_shm_region(vdev, &shm, TACC_VIRTIO_SHM_FENCES) &&
+	    shm.len >= TACC_NUM_CONTEXTS * TACC_VIRTIO_NUM_RINGS * TACC_VIRTIO_FENCE_SIZE) {
+		vd->fences = devm_memremap(&vdev->dev, shm.addr, shm.len, MEMREMAP_WB);
+		if (IS_ERR(vd->fences))
+			vd->fences = NULL;
+	}
 	if (virtio_get_shm_region(vdev, &shm, TACC_VIRTIO_SHM_COUNTERS) &&
 	    PAGE_ALIGNED(shm.addr) && shm.len >= PAGE_SIZE) {
 		vd->cnt_phys = shm.addr;
@@ -471,6 +611,7 @@ static int tacc_vfind_vqs(struct tacc_vdev *vd)
 	vd->submitq = vqs[TACC_VIRTIO_VQ_SUBMIT];
 	/* the vIOMMU's device with ACCESS_PLATFORM, else guest-physical addresses */
 	vd->dma_dev = virtqueue_dma_dev(vd->submitq);
+	tacc_ring_init(&vd->trace, &vd->drm, vd->dma_dev, NULL);
 	return 0;
 }
 
@@ -486,8 +627,7 @@ static int tacc_virtio_probe(struct virtio_device *vdev)
 	vdev->priv = vd;
 	mutex_init(&vd->ctrl_lock);
 	init_waitqueue_head(&vd->ctrl_wq);
-	spin_lock_init(&vd->submit_lock);
-	INIT_LIST_HEAD(&vd->inflight);
+	tacc_vjobs_init(vd);
 	init_waitqueue_head(&vd->idle_wq);
 	mutex_init(&vd->dma_lock);
 	INIT_LIST_HEAD(&vd->dma_bos);
@@ -503,6 +643,7 @@ static int tacc_virtio_probe(struct virtio_device *vdev)
 	ret = drm_dev_register(&vd->drm, 0);
 	if (ret)
 		goto err_reset;
+	tacc_vdebugfs_init(vd);
 	drm_info(&vd->drm, "virtio-tacc function %u: protocol %u.%u, %u rings, %llu MiB device memory%s\n",
 		 vd->func, vd->version >> 16, vd->version & 0xffff, vd->num_rings,
 		 vd->has_devmem ? vd->devmem_size >> 20 : 0,
@@ -537,6 +678,7 @@ static void tacc_virtio_remove(struct virtio_device *vdev)
 	vdev->config->del_vqs(vdev);
 	/* the device holds no page any more: unmap them while the DMA device exists */
 	tacc_vbos_release_dma(vd);
+	tacc_ring_release_dma(&vd->trace);
 	WRITE_ONCE(vd->reset_done, true);
 	wake_up_all(&vd->idle_wq);
 }
@@ -550,6 +692,7 @@ MODULE_DEVICE_TABLE(virtio, tacc_virtio_ids);
 /* The device features this driver knows and uses (docs/virtio.md §3). */
 static const unsigned int tacc_virtio_features[] = {
 	TACC_VIRTIO_F_DEVMEM,
+	TACC_VIRTIO_F_TRACE,
 };
 
 static struct virtio_driver tacc_virtio_driver = {

@@ -12,6 +12,7 @@
 #include <linux/spinlock.h>
 #include <linux/virtio.h>
 #include <linux/wait.h>
+#include <linux/workqueue.h>
 
 #include <drm/drm_device.h>
 #include <drm/drm_file.h>
@@ -20,6 +21,7 @@
 
 #include "include/tacc_virtio.h"
 #include "include/uapi/drm/tacc_accel.h"
+#include "tacc_ring.h"
 
 #define TACC_V_MAX_CMDS		64	/* per submit, as on the PF */
 #define TACC_V_MAX_INFLIGHT	128	/* jobs per file, all rings */
@@ -28,6 +30,9 @@
 #define TACC_V_VA_END		BIT_ULL(39)
 #define TACC_V_SZ_2M		BIT_ULL(21)
 #define TACC_V_CTRL_TIMEOUT	(5 * HZ)
+#define TACC_V_BATCH_JOBS	64	/* jobs per submit buffer */
+#define TACC_V_RING_BATCHES	2	/* buffers in flight per ring before jobs are held */
+#define TACC_V_POLL_US		20	/* WAIT's fence-slot poll interval */
 
 /* One virtio-tacc function: one DRM accel device. */
 struct tacc_vdev {
@@ -40,12 +45,25 @@ struct tacc_vdev {
 	struct mutex ctrl_lock;		/* one control request at a time */
 	wait_queue_head_t ctrl_wq;	/* a control buffer was used */
 
-	spinlock_t submit_lock;		/* submitq, inflight, gone */
-	struct list_head inflight;	/* struct tacc_vjob, submission order */
+	spinlock_t submit_lock;		/* submitq, staged, inflight, ring_batches, gone */
+	struct list_head staged;	/* struct tacc_vjob not yet queued, submission order */
+	struct list_head inflight;	/* struct tacc_vbatch on the submit queue */
+	u32 ring_batches[TACC_VIRTIO_NUM_RINGS];	/* batches in flight per ring */
+	struct delayed_work flush_work;	/* an in-fence signalled: queue what is ready */
 	bool gone;			/* removed or reset: nothing new is queued */
 	bool unplugging;		/* remove started: idle waits end */
 	bool reset_done;		/* removed: the device holds no buffer or page */
 	wait_queue_head_t idle_wq;	/* a context's last job in flight completed */
+	struct tacc_vstats {		/* debugfs virtio_stats (submit_lock) */
+		u64 jobs;		/* jobs queued */
+		u64 batches;		/* submit buffers queued */
+		u64 kicks;		/* notifications of the submit queue */
+		u64 irqs;		/* submit queue callbacks (interrupts) */
+		u64 used;		/* submit buffers used by the device */
+		u64 complete_ns;	/* in the callback */
+	} st;
+	atomic64_t slot_waits;		/* WAITs answered from the fence page */
+	atomic64_t submit_ns;		/* in the SUBMIT ioctl */
 
 	struct mutex dma_lock;		/* dma_bos */
 	struct list_head dma_bos;	/* struct tacc_vbo with pages DMA mapped */
@@ -59,8 +77,11 @@ struct tacc_vdev {
 	u32 max_job_cmds;
 	u64 devmem_size;
 	bool has_devmem;		/* TACC_VIRTIO_F_DEVMEM negotiated */
+	bool has_trace;			/* TACC_VIRTIO_F_TRACE negotiated */
+	struct tacc_ring trace;		/* the function's trace ring (TRACE_SETUP) */
 	u64 cnt_phys;			/* shared memory region 1: the counter block, */
 	u64 cnt_len;			/* 0 if the device has none */
+	struct tacc_virtio_fence *fences;	/* shared memory region 0, NULL if none */
 };
 
 /* One open file: one backend context (device address space). */
@@ -78,6 +99,8 @@ struct tacc_vctx {
 		struct dma_fence *fence;
 	} slot[TACC_V_SEQ_SLOTS];
 	atomic_t inflight;		/* jobs queued, not completed (vd->idle_wq) */
+	/* per ring: jobs the used buffers reported failed by the device (submit_lock) */
+	u32 dev_failed[TACC_VIRTIO_NUM_RINGS];
 	struct mutex submit_lock;	/* seqno order = queue order */
 };
 
@@ -100,15 +123,36 @@ struct tacc_vbo {
 
 enum { TACC_VT_ANY, TACC_VT_HOST, TACC_VT_DEV };	/* tacc_vbo_va() @type */
 
-/* One submitted job: its fence, and the submit buffer until it is used. */
+/*
+ * One submitted job: its fence, and its part of a submit buffer (the job
+ * header and commands) until the batch carrying it is used.
+ */
 struct tacc_vjob {
 	struct dma_fence fence;		/* first: dma_fence_free() */
 	spinlock_t lock;		/* fence lock: lives with the fence */
-	struct tacc_vctx *ctx;		/* valid while on vd->inflight */
-	struct list_head node;
-	void *buf;			/* request then response */
-	size_t out_len;
-	size_t in_len;
+	struct tacc_vctx *ctx;		/* valid until the job completed */
+	struct list_head node;		/* vd->staged, then its batch's jobs */
+	void *buf;			/* struct tacc_virtio_job + commands */
+	size_t len;
+	u16 ring;
+	u32 ndeps;			/* in-fences, waited for before it is queued */
+	struct dma_fence *deps[DRM_TACC_MAX_IN_SYNCOBJS];
+	struct dma_fence_cb dep_cb;	/* on deps[dep_armed - 1], with a job reference */
+	u32 dep_armed;			/* 0: no callback pending */
+	bool queued;			/* in a submit buffer (no longer staged) */
+	bool early;			/* not its batch's last job: WAIT polls its fence slot */
+};
+
+/* One submit buffer: up to TACC_V_BATCH_JOBS jobs of one ring, one kick. */
+struct tacc_vbatch {
+	struct list_head node;		/* vd->inflight */
+	struct list_head jobs;		/* struct tacc_vjob, buffer order */
+	u32 njobs;
+	u16 ring;
+	struct tacc_virtio_submit hdr;
+	void *resp;			/* tacc_virtio_submit_resp + njobs job statuses */
+	size_t resp_len;
+	struct scatterlist sg[];	/* hdr, each job, resp */
 };
 
 static inline struct tacc_vdev *to_tacc_vdev(struct drm_device *dev)
@@ -150,6 +194,8 @@ void tacc_vuserptr_unpin(struct tacc_vbo *bo);
 int tacc_vsubmit_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_vwait_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 void tacc_vsubmit_done(struct virtqueue *vq);
+void tacc_vdebugfs_init(struct tacc_vdev *vd);
+void tacc_vjobs_init(struct tacc_vdev *vd);
 void tacc_vjobs_fail(struct tacc_vdev *vd, int error);
 void tacc_vctx_wait_idle(struct tacc_vctx *ctx);
 int tacc_vctx_wait_quiet(struct tacc_vctx *ctx, bool intr);

@@ -1,7 +1,8 @@
 #!/bin/bash
 # make bench: every benchmark, JSON under build/bench/ plus a readable table each.
 #   host/device benchmarks: tools/bench/bench_*.py (run on the host)
-#   in-guest benchmarks:    tools/bench/vm_*.py (one VM boot runs them all)
+#   in-guest benchmarks:    tools/bench/vm_*.py (one VM boot runs them all; vm_virt.py
+#                           has its own, with VFS=2 VIRTIO=1)
 # BENCH='link timeline' limits the set; BENCH_EVENTS=N sizes the synthetic captures;
 # BENCH_LINK_CONFIGS='link-gen=3,link-width=4 ...' adds link sweeps (link-<n>.json).
 # Last, tools/bench/report.py draws build/bench/report.html from every JSON there.
@@ -31,17 +32,25 @@ for f in tools/bench/bench_*.py; do
 		done
 	fi
 done
+# vm_boot LOG SCRIPT...: one VM boot runs the in-guest benchmarks, JSON to build/bench/
+vm_boot() {
+	local log=$1; shift
+	echo "==================== bench (in the VM): $* ===================="
+	cmd="cd $root && rc=0; for f in $*; do n=\$(basename \$f .py); .venv/bin/python \$f --json \$TACC_VM_OUT/\${n#vm_}.json || rc=1; done; exit \$rc"
+	TACC_KEEP_RUNDIR=1 /usr/bin/python3 scripts/run-vm --cmd "$cmd" < /dev/null | tee "$out/$log" || fail=1
+	for d in $(ls -dt /tmp/tacc-vm-* 2>/dev/null | head -1); do cp "$d"/out/*.json "$out/" 2>/dev/null; rm -rf "$d"; done
+}
 vm=()
 for f in tools/bench/vm_*.py; do
 	[ -e "$f" ] || continue
 	name=$(basename "$f" .py); name=${name#vm_}
+	[ "$name" = virt ] && continue  # its own boot, below
 	selected "$name" && vm+=("$f")
 done
-if [ ${#vm[@]} -gt 0 ]; then
-	echo "==================== bench (in the VM): ${vm[*]} ===================="
-	cmd="cd $root && rc=0; for f in ${vm[*]}; do n=\$(basename \$f .py); .venv/bin/python \$f --json \$TACC_VM_OUT/\${n#vm_}.json || rc=1; done; exit \$rc"
-	TACC_KEEP_RUNDIR=1 /usr/bin/python3 scripts/run-vm --cmd "$cmd" < /dev/null | tee "$out/vm.log" || fail=1
-	for d in $(ls -dt /tmp/tacc-vm-* 2>/dev/null | head -1); do cp "$d"/out/*.json "$out/" 2>/dev/null; rm -rf "$d"; done
+[ ${#vm[@]} -eq 0 ] || vm_boot vm.log "${vm[@]}"
+# virt: the PF, a VF and virtio-tacc side by side need VFs and the virtio function at boot
+if selected virt; then
+	VFS=2 VIRTIO=1 vm_boot vm-virt.log tools/bench/vm_virt.py
 fi
 $py tools/bench/report.py --dir "$out" || { echo "bench: report FAILED" >&2; fail=1; }
 echo "bench: results in $out/"

@@ -120,4 +120,4 @@ initrd=build/initramfs-$rel.cpio.gz
 if [ ! -f "$initrd" ] || [ scripts/mkinitramfs.sh -nt "$initrd" ]; then
 	TACC_INITRAMFS_NO_MODULES=1 scripts/mkinitramfs.sh "$rel" "$initrd"
 fi
-log "ready: $out/obj/arch/x86/boot/bzImage ($rel), $(du -sh "$out" | cut -f1) under $out"
+log "ready: $out/obj/arch/x86/boot/bzImage ($rel), $(du -sh "$out/" | cut -f1) under $out"

@@ -69,6 +69,7 @@ enum tacc_engine {
 #define   TACC_CAP_TLB_INV_DONE		(1u << 6)	/* TLB_INV_SEQ/DONE (hw 1.1) */
 #define   TACC_CAP_VF_POLICY		(1u << 7)	/* per-VF policy, QUEUE_MASK (hw 1.2) */
 #define   TACC_CAP_TLP_CAPTURE		(1u << 8)	/* TLP capture, PF registers 0x600 (hw 1.2) */
+#define   TACC_CAP_LINK_PM		(1u << 9)	/* PF: ASPM L0s/L1 model, registers 0x700 (hw 1.2) */
 #define   TACC_CAP_LINK_CTRL_COST	(1u << 10)	/* control traffic costs link time (hw 1.2) */
 #define   TACC_CAP_VIRTIO_FN		(1u << 11)	/* PF: a virtio-tacc function is attached (hw 1.2) */
 #define TACC_REG_FUNC			0x00c	/* RO: 0 = PF, n = VF n (1-based) */
@@ -486,6 +487,37 @@ struct tacc_tlp_rec {
 #define TACC_PTE_DEVMEM		(1ull << 3)
 #define TACC_PTE_ADDR_MASK	0x000ffffffffff000ull
 
+/* ------------------------------ BAR0: link power management (PF) ---- */
+/*
+ * ASPM L0s/L1 of the device's link (docs/hardware.md "Link power management",
+ * TACC_CAP_LINK_PM): a state is used when the ASPM Control bits of Link
+ * Control enable it on both ends of the link (this device's PCIe capability
+ * and its upstream port's).  Times are device ticks.  Counts and residency
+ * include the state the link is in at the time of the read.
+ */
+#define TACC_REG_LINKPM_STATE		0x700	/* RO */
+#define   TACC_LINKPM_STATE_MASK	0x3	/* TACC_LINKPM_L0, _L0S, _L1 */
+#define   TACC_LINKPM_EN_L0S		(1u << 4)	/* both ends enable L0s */
+#define   TACC_LINKPM_EN_L1		(1u << 5)	/* both ends enable L1 */
+#define TACC_REG_LINKPM_L0S_ENTRY	0x704	/* RO: idle ns before L0s */
+#define TACC_REG_LINKPM_L0S_EXIT	0x708	/* RO: L0s exit latency, ns */
+#define TACC_REG_LINKPM_L1_ENTRY	0x70c	/* RO: idle ns before L1 */
+#define TACC_REG_LINKPM_L1_EXIT		0x710	/* RO: L1 exit latency, ns */
+#define TACC_REG_LINKPM_L0S_ENTRIES	0x718	/* RO64 */
+#define TACC_REG_LINKPM_L0S_EXITS	0x720	/* RO64 */
+#define TACC_REG_LINKPM_L0S_TICKS	0x728	/* RO64: residency */
+#define TACC_REG_LINKPM_L1_ENTRIES	0x730	/* RO64 */
+#define TACC_REG_LINKPM_L1_EXITS	0x738	/* RO64 */
+#define TACC_REG_LINKPM_L1_TICKS	0x740	/* RO64: residency */
+#define TACC_REG_LINKPM_EXIT_TICKS	0x748	/* RO64: exit latency the link paid */
+#define TACC_REG_LINKPM_END		0x780
+
+enum tacc_linkpm_state {
+	TACC_LINKPM_L0 = 0,
+	TACC_LINKPM_L0S = 1,
+	TACC_LINKPM_L1 = 2,
+};
+
 /* -------------------------------------------------------- trace ring ---- */
 #define TACC_TRACE_VERSION	2
 /*
@@ -603,7 +635,14 @@ struct tacc_ring_wb {
 	X(link_d2h_bytes,       5, "bytes", "all D2H link bytes, every function") \
 	X(link_h2d_payload,     6, "bytes", "H2D payload bytes, every function") \
 	X(link_d2h_payload,     7, "bytes", "D2H payload bytes, every function") \
-	X(uptime_ticks,         8, "ticks", "device clock at the last counter update")
+	X(uptime_ticks,         8, "ticks", "device clock at the last counter update") \
+	X(link_l0s_entries,     9, "events", "link entered ASPM L0s") \
+	X(link_l0s_exits,      10, "events", "link left L0s for a TLP") \
+	X(link_l0s_ticks,      11, "ticks", "link in L0s") \
+	X(link_l1_entries,     12, "events", "link entered ASPM L1") \
+	X(link_l1_exits,       13, "events", "link left L1 for a TLP") \
+	X(link_l1_ticks,       14, "ticks", "link in L1") \
+	X(link_pm_exit_ticks,  15, "ticks", "L0s/L1 exit latency the link paid")
 
 #define TACC_CNT_ENUM(name, idx, unit, desc)	TACC_CNT_##name = (idx),
 enum tacc_func_counter { TACC_FUNC_COUNTERS(TACC_CNT_ENUM) TACC_FUNC_CNT_END };

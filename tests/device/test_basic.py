@@ -64,3 +64,41 @@ def test_counter_block_header(pf):
     assert pf.dev.qt.readq(pf.bar2 + HW.TACC_CNT_GLOBAL_PAGE) == 1 << 32 | (
         max(HW.global_counters.values()) + 1)
     assert pf.gcnt("uptime_ticks") == pf.dev.qt.clock()
+
+
+def test_qemu_dies_with_its_test_process(tmp_path):
+    """A test process killed mid-run (pytest-timeout's SIGKILL, a Ctrl-C'd make, CI's
+    limit) takes its qtest QEMU with it: QEMU does not exit when the qtest socket closes,
+    and one left behind (found spinning at a third of a core for 36 min, session 7)
+    steals CPU from every later run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pidfile = tmp_path / "qemu.pid"
+    code = ("import sys, time; from tacc.testing.qtest import QTest; "
+            f"q = QTest([]); open({str(pidfile)!r}, 'w').write(str(q.proc.pid)); "
+            "time.sleep(600)")
+    child = subprocess.Popen([sys.executable, "-c", code], env={**os.environ})
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() or not pidfile.read_text():
+        assert child.poll() is None and time.monotonic() < deadline, "no QEMU started"
+        time.sleep(0.1)
+    qemu = int(pidfile.read_text())
+    os.kill(qemu, 0)  # it runs
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(qemu, 0)
+        except ProcessLookupError:
+            return
+        with open(f"/proc/{qemu}/stat") as f:
+            if f.read().split(") ", 1)[1].startswith("Z"):
+                return  # a zombie: dead, its parent gone with the reaper pending
+        time.sleep(0.1)
+    os.kill(qemu, signal.SIGKILL)
+    raise AssertionError(f"QEMU {qemu} outlived its test process by 10 s")

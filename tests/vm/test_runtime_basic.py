@@ -1,4 +1,9 @@
-"""In-guest: the runtime against tacc.ko and the QEMU device (small sizes, TCG)."""
+"""In-guest: the runtime against tacc.ko and the QEMU device (small sizes, TCG).
+
+The tests taking ``ctx`` run on every function kind the boot has (issue 16: one uAPI on
+all of them): the PF in every boot, and a VF and virtio-tacc in the extras boot (VFS=2
+VIRTIO=1), where this file runs again.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +19,33 @@ from tacc.runtime import (
     WrongDeviceError,
     devices,
 )
+from tacc.workloads import run, run_twins
 
 
-@pytest.fixture()
-def ctx() -> Context:
-    c = Context()
+def _kinds() -> list[str]:
+    """The function kinds of this boot, PF first (collection time)."""
+    try:
+        have = {d.kind for d in devices()}
+    except OSError:
+        have = set()
+    return ["pf"] + [k for k in ("vf", "virtio") if k in have]
+
+
+KINDS = _kinds()
+
+
+def kind_context(kind: str) -> Context:
+    """A context on the first function of ``kind`` (the PF: the default device)."""
+    if kind == "pf":
+        return Context()
+    found = [d for d in devices() if d.kind == kind]
+    assert found, f"no {kind} function any more (the boot had one at collection)"
+    return Context(found[0])
+
+
+@pytest.fixture(params=KINDS)
+def ctx(request: pytest.FixtureRequest) -> Context:
+    c = kind_context(request.param)
     yield c
     c.close()
 
@@ -118,3 +145,15 @@ def test_errors_are_python_exceptions(ctx: Context) -> None:
         s.relu(d64, d64)
     with pytest.raises(ContextClosedError):
         ctx.device_buffer(4)
+
+
+def test_workloads_match_numpy(ctx: Context) -> None:
+    """The workloads' numpy checks on this function kind: mlp (both variants) and the
+    twins with a small default size (the timed comparisons stay in
+    test_runtime_workloads.py, on the PF)."""
+    for bad in (False, True):
+        r = run("mlp", ctx, bad, batches=2)
+        assert r.checked and r.max_abs_err < 1e-3, r
+    for name, kw in (("tiny_transfers", {}), ("serialized_copies", {"rows": 256})):
+        for r in run_twins(name, ctx, **kw):
+            assert r.checked and r.max_abs_err < 1e-3, (name, r)

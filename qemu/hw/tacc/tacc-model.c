@@ -12,7 +12,7 @@
 
 unsigned tacc_link_rate_gt(TaccState *s)
 {
-    switch (s->link_gen) {
+    switch (s->lnk_gen) {     /* negotiated (x-link-gen-now) */
     case 3:
         return 8;
     case 5:
@@ -38,7 +38,7 @@ uint64_t tacc_scale_ps(TaccState *s, uint64_t ps)
  */
 uint64_t tacc_link_ps(TaccState *s, uint64_t bytes)
 {
-    uint64_t den = (uint64_t)s->link_width * tacc_link_rate_gt(s) *
+    uint64_t den = (uint64_t)s->lnk_width * tacc_link_rate_gt(s) *
                    TACC_LINK_ENC_NUM * TACC_LINK_SKP_INTERVAL;
     uint64_t num = 8 * TACC_LINK_ENC_DEN * 1000 *
                    (TACC_LINK_SKP_INTERVAL + 1);
@@ -209,13 +209,21 @@ uint64_t tacc_ev_ps(TaccState *s)
  * time.  Its TLPs and link bytes (DLLPs included, as for commands) are
  * always counted (ctrl_* counters, global link bytes); with the
  * "link-ctrl-cost" property (TACC_CAP_LINK_CTRL_COST) it also reserves the
- * link direction(s) it uses, so it delays the transfers behind it.
+ * link direction(s) it uses, so it delays the transfers behind it.  A link
+ * in L0s/L1 leaves it first: returns the time the link carries the TLPs
+ * (the current time, or later by an ASPM exit latency).
  */
-void tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova, uint64_t len)
+uint64_t tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova, uint64_t len)
 {
     TaccState *s = f->pf;
-    uint64_t t = tacc_ev_ps(s), off = iova % TACC_LINK_RD_BOUNDARY, st = t;
+    uint64_t t = tacc_ev_ps(s), off = iova % TACC_LINK_RD_BOUNDARY, st;
+    uint64_t end;
     TaccLinkCount c;
+
+    /* a link in L0s/L1 leaves it first (tacc-linkpm.c) */
+    t = tacc_lpm_wake(s, t);
+    st = t;
+    end = t;
 
     tacc_link_prefix(s, write ? TACC_LINK_D2H : TACC_LINK_H2D, len, off, off,
                      &c);
@@ -231,15 +239,21 @@ void tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova, uint64_t len)
     if (s->link_ctrl_cost) {
         /* the TLPs' direction: a read's completions come down, a write goes up */
         st = MAX(t, s->link_free_ps[write]);
-        for (int d = 0; d < 2; d++) {
-            uint64_t dur = tacc_link_ps(s, c.bytes[d]);
+    }
+    for (int d = 0; d < 2; d++) {
+        uint64_t dur = tacc_link_ps(s, c.bytes[d]);
 
-            if (c.bytes[d]) {
-                s->link_free_ps[d] = MAX(t, s->link_free_ps[d]) + dur;
-                s->link_busy_ps[d] += dur;
-            }
+        if (!c.bytes[d]) {
+            continue;
+        }
+        end = MAX(end, t + dur);
+        if (s->link_ctrl_cost) {
+            s->link_free_ps[d] = MAX(t, s->link_free_ps[d]) + dur;
+            s->link_busy_ps[d] += dur;
+            end = MAX(end, s->link_free_ps[d]);
         }
     }
+    tacc_lpm_busy(s, end);
     if (tacc_tlpcap_wanted(s, f, true)) {
         TaccTlpSrc src = {
             .f = f, .bus = true, .host = iova, .dev_off = iova, .len = len,
@@ -250,6 +264,7 @@ void tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova, uint64_t len)
             tacc_tlpcap_read(s, &src, 0, len, st);
         }
     }
+    return t;
 }
 
 /*

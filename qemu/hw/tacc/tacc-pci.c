@@ -290,6 +290,10 @@ static void tacc_write_config_locked(PCIDevice *pdev, uint32_t addr,
     TaccFunc *f = TACC_FUNC(pdev);
     uint8_t old = tacc_pm_state(pdev), new;
 
+    if (!pci_is_vf(pdev) && pdev->exp.exp_cap &&
+        ranges_overlap(addr, len, pdev->exp.exp_cap + PCI_EXP_LNKCTL, 2)) {
+        tacc_lpm_settle(f->pf, tacc_now_ps(f->pf));    /* ASPM Control may change */
+    }
     pci_default_write_config(pdev, addr, val, len);
     pcie_aer_write_config(pdev, addr, val, len);
     pcie_cap_flr_write_config(pdev, addr, val, len);
@@ -328,6 +332,10 @@ static void tacc_qdev_reset(DeviceState *dev)
     if (!pci_is_vf(pdev)) {
         pcie_sriov_pf_reset(pdev);
         tacc_policy_reset(TACC(dev), true);
+        /* the link retrains: L0, ASPM disabled */
+        pci_word_test_and_clear_mask(pdev->config + pdev->exp.exp_cap +
+                                     PCI_EXP_LNKCTL, PCI_EXP_LNKCTL_ASPMC);
+        tacc_lpm_reset(TACC(dev));
     }
 }
 
@@ -404,6 +412,11 @@ static bool tacc_init_func(TaccFunc *f, Error **errp)
                                      PCI_EXP_DEVCTL_PAYLOAD | PCI_EXP_DEVCTL_READRQ);
         pci_word_test_and_set_mask(exp + PCI_EXP_DEVCTL, mps << 5 | mrrs << 12);
     }
+    if (!pci_is_vf(pdev)) {
+        tacc_lpm_init_cap(s, pdev);     /* ASPM L0s + L1 (tacc-linkpm.c) */
+        s->lnk_gen = s->link_gen;       /* trained at full speed and width */
+        s->lnk_width = s->link_width;
+    }
     pcie_cap_flr_init(pdev);
     pcie_cap_deverr_init(pdev);
     if (pcie_aer_init(pdev, PCI_ERR_VER, TACC_AER_CAP, PCI_ERR_SIZEOF,
@@ -431,6 +444,12 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
     if (!is_power_of_2(s->mps) || s->mps < 128 || s->mps > 4096 ||
         !is_power_of_2(s->mrrs) || s->mrrs < 128 || s->mrrs > 4096) {
         error_setg(errp, "tacc: mps/mrrs must be powers of two in 128..4096");
+        return;
+    }
+    if (!s->aspm_l0s_entry_ns || !s->aspm_l1_entry_ns ||
+        s->aspm_l0s_exit_ns > 1000000 || s->aspm_l1_exit_ns > 1000000) {
+        error_setg(errp, "tacc: aspm-*-entry-ns must be >= 1, "
+                   "aspm-*-exit-ns <= 1000000");
         return;
     }
     if (s->rcb != 64 && s->rcb != 128) {
@@ -715,6 +734,7 @@ static void tacc_pf_instance_init(Object *obj)
                         tacc_get_link_busy, NULL, NULL, NULL);
     object_property_add(obj, "gt-link-busy-ns-d2h", "uint64",
                         tacc_get_link_busy, NULL, NULL, (void *)1);
+    tacc_link_fault_props(obj);
 }
 
 static const Property tacc_props[] = {
@@ -727,6 +747,10 @@ static const Property tacc_props[] = {
     DEFINE_PROP_UINT32("tags", TaccState, tags, 32),
     DEFINE_PROP_UINT32("posted-credits", TaccState, posted_credits, 1024),
     DEFINE_PROP_BOOL("link-ctrl-cost", TaccState, link_ctrl_cost, true),
+    DEFINE_PROP_UINT32("aspm-l0s-entry-ns", TaccState, aspm_l0s_entry_ns, 1000),
+    DEFINE_PROP_UINT32("aspm-l0s-exit-ns", TaccState, aspm_l0s_exit_ns, 256),
+    DEFINE_PROP_UINT32("aspm-l1-entry-ns", TaccState, aspm_l1_entry_ns, 10000),
+    DEFINE_PROP_UINT32("aspm-l1-exit-ns", TaccState, aspm_l1_exit_ns, 2000),
     DEFINE_PROP_UINT32("tlb-entries", TaccState, tlb_entries, 128),
     DEFINE_PROP_UINT32("cmd-latency-ns", TaccState, cmd_latency_ns, 100),
     DEFINE_PROP_UINT32("read-latency-ns", TaccState, read_latency_ns, 600),

@@ -114,7 +114,7 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
                TACC_CAP_MMU_2M | TACC_CAP_TRACE | TACC_CAP_SAMPLING |
                TACC_CAP_FILL | TACC_CAP_TLB_INV_DONE | TACC_CAP_VF_POLICY |
                (s->link_ctrl_cost ? TACC_CAP_LINK_CTRL_COST : 0) |
-               (f->fn ? 0 : TACC_CAP_TLP_CAPTURE) |
+               (f->fn ? 0 : TACC_CAP_TLP_CAPTURE | TACC_CAP_LINK_PM) |
                (!f->fn && s->virtio ? TACC_CAP_VIRTIO_FN : 0);
     case TACC_REG_FUNC:
         return f->fn;
@@ -127,8 +127,9 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
     case TACC_REG_MSIX_VECTORS:
         return TACC_MSIX_VECTORS;
     case TACC_REG_LINK_CAP:
-    case TACC_REG_LINK_STATUS:
         return s->link_gen | (s->link_width << TACC_LINK_WIDTH_SHIFT);
+    case TACC_REG_LINK_STATUS:         /* negotiated: x-link-*-now */
+        return s->lnk_gen | (s->lnk_width << TACC_LINK_WIDTH_SHIFT);
     case TACC_REG_LINK_PARAMS:
         return s->mps | s->mrrs << 16;
     case TACC_REG_TLB_ENTRIES:
@@ -242,6 +243,12 @@ static uint64_t tacc_bar0_read_locked(TaccFunc *f, hwaddr addr, unsigned size)
     if (!f->fn && addr >= TACC_REG_TLPCAP_BASE && addr < TACC_REG_TLPCAP_END) {
         if (!tacc_tlpcap_reg_read(f->pf, addr, size, &v)) {
             qemu_log_mask(LOG_GUEST_ERROR, "tacc: bad TLP capture read 0x%"
+                          HWADDR_PRIx "/%u\n", addr, size);
+        }
+    } else if (!f->fn && addr >= TACC_REG_LINKPM_STATE &&
+               addr < TACC_REG_LINKPM_END) {
+        if (!tacc_lpm_reg_read(f->pf, addr, size, &v)) {
+            qemu_log_mask(LOG_GUEST_ERROR, "tacc: bad link PM read 0x%"
                           HWADDR_PRIx "/%u\n", addr, size);
         }
     } else if (tacc_reg64(f, reg, &v64)) {

@@ -106,6 +106,7 @@ static void tacc_fetch(TaccFunc *f, int qi, uint64_t t_ps)
 {
     TaccQueue *q = &f->q[qi];
     struct tacc_desc d;
+    uint64_t t_up;
 
     if (f->ops) {
         if (tacc_queue_on(f, q)) {
@@ -126,9 +127,24 @@ static void tacc_fetch(TaccFunc *f, int qi, uint64_t t_ps)
             tacc_queue_error(f, qi, "descriptor fetch DMA failed");
             return;
         }
-        tacc_link_ctrl(f, false, addr, TACC_DESC_SIZE);
+        /*
+         * The descriptor arrives once the link is up (out of L0s/L1): the
+         * command is ready then, an event of the scheduler (lpm_fetch_ps).
+         */
+        t_up = tacc_link_ctrl(f, false, addr, TACC_DESC_SIZE);
+        if (t_up > t_ps) {
+            TaccState *s = f->pf;
+
+            if (!s->lpm_fetch_ps || t_up < s->lpm_fetch_ps) {
+                s->lpm_fetch_ps = t_up;
+            }
+        }
         q->sq_head = (q->sq_head + 1) % q->sq_size;
-        tacc_fifo_push(f, qi, &d, t_ps);
+        if (tacc_fifo_push(f, qi, &d, MAX(t_ps, t_up))) {
+            /* t_fetch: when the fetch was issued (trace records) */
+            q->fifo[(q->f_head + q->f_count - 1) % TACC_FIFO_DEPTH].t_fetch_ps =
+                t_ps;
+        }
     }
 }
 
@@ -354,9 +370,12 @@ static void tacc_unit_link_step(TaccState *s, TaccUnit *u, uint64_t t)
     uint64_t c = MIN(u->link_left, TACC_CHUNK_BYTES);
     uint64_t pos = u->res.link_payload - u->link_left;
     int prim = u->res.link_kind == TACC_LINK_H2D ? 0 : 1;
-    uint64_t st = t, end;
+    uint64_t st, end;
     TaccLinkCount lc;
 
+    /* a link in L0s/L1 first leaves it (tacc-linkpm.c): the step pays that */
+    t = tacc_lpm_wake(s, t);
+    st = t;
     /* the TLPs that start in [pos, pos + c): see tacc_link_cost() */
     tacc_link_cost(s, &u->res, pos, c, &lc);
     end = t + tacc_link_fc_ps(s, u->res.link_kind, c,
@@ -379,6 +398,7 @@ static void tacc_unit_link_step(TaccState *s, TaccUnit *u, uint64_t t)
         s->link_busy_ps[d] += dur;
     }
     u->stall_ps += st - t;
+    tacc_lpm_busy(s, end);
     tacc_unit_tlpcap(s, u, pos, c, st);
     u->link_left -= c;
     u->res.land_len = c;        /* lands when the step ends */
@@ -777,6 +797,14 @@ static void tacc_sched_advance(TaccState *s, bool wait_host)
             continue;
         }
         u = tacc_next_event(s);
+        if (s->lpm_fetch_ps && s->lpm_fetch_ps <= now &&
+            (!u || s->lpm_fetch_ps <= u->next_ps)) {
+            /* descriptors fetched over a waking link are ready now */
+            s->ev_ps = s->lpm_fetch_ps;
+            s->lpm_fetch_ps = 0;
+            tacc_dispatch(s, s->ev_ps);
+            continue;
+        }
         if (u && u->next_ps <= now) {
             uint64_t t = u->next_ps;
             if (tacc_unit_waits_host(u)) {
@@ -803,6 +831,7 @@ static void tacc_sched_advance(TaccState *s, bool wait_host)
     }
     s->gcnt[TACC_CNT_link_h2d_busy_ticks] = s->link_busy_ps[0] / PS_PER_NS;
     s->gcnt[TACC_CNT_link_d2h_busy_ticks] = s->link_busy_ps[1] / PS_PER_NS;
+    tacc_lpm_counters(s, now);
     tacc_counters_end(s);
 
     if (s->host_unit) {
@@ -810,8 +839,13 @@ static void tacc_sched_advance(TaccState *s, bool wait_host)
         if (!s->host_gemm) {
             qemu_bh_schedule(s->host_bh);
         }
-    } else if (u) {
-        timer_mod(&s->timer, DIV_ROUND_UP(u->next_ps, PS_PER_NS));
+    } else if (u || s->lpm_fetch_ps) {
+        uint64_t next = u ? u->next_ps : UINT64_MAX;
+
+        if (s->lpm_fetch_ps) {
+            next = MIN(next, s->lpm_fetch_ps);
+        }
+        timer_mod(&s->timer, DIV_ROUND_UP(next, PS_PER_NS));
     } else {
         timer_del(&s->timer);
     }

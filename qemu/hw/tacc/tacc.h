@@ -14,6 +14,7 @@
  *   tacc-mmu.c    device MMU: page-table walks, TLB
  *   tacc-model.c  timing model: PCIe link, compute, device memory
  *   tacc-trace.c  trace ring, counter sampling
+ *   tacc-linkpm.c link power management (ASPM L0s/L1)
  *   virtio-tacc.c the paravirtual function's backend (docs/virtio.md)
  *   virtio-tacc-pci.c  its virtio-pci proxy "virtio-tacc-pci"
  *
@@ -225,6 +226,14 @@ typedef struct TaccTlpSrc {
     uint64_t page_va, page_bus; /* translation cache: page VA + 1, its bus address */
 } TaccTlpSrc;
 
+/* ASPM counters of the link (tacc-linkpm.c), ps */
+typedef struct TaccLinkPm {
+    uint64_t l0s_entries, l0s_exits, l0s_ps;
+    uint64_t l1_entries, l1_exits, l1_ps;
+    uint64_t exit_ps;           /* exit latency paid */
+    int state;                  /* TACC_LINKPM_* (a view's) */
+} TaccLinkPm;
+
 typedef struct TaccGroundTruth {
     uint64_t h2d_bytes, d2h_bytes;
     uint64_t h2d_link_bytes, d2h_link_bytes;
@@ -239,12 +248,15 @@ struct TaccState {
 
     /* properties */
     uint64_t devmem_size;
-    uint8_t link_gen, link_width;
+    uint8_t link_gen, link_width;       /* capable */
+    uint8_t lnk_gen, lnk_width;         /* negotiated now (x-link-*-now) */
     uint32_t mps, mrrs;
     uint32_t rcb;               /* root port's read completion boundary */
     uint32_t tags;              /* outstanding read requests */
     uint32_t posted_credits;    /* root port's posted data credits (16 B) */
     bool link_ctrl_cost;        /* control traffic reserves link time */
+    uint32_t aspm_l0s_entry_ns, aspm_l0s_exit_ns;      /* ASPM (linkpm) */
+    uint32_t aspm_l1_entry_ns, aspm_l1_exit_ns;
     uint32_t tlb_entries;
     uint32_t time_scale;        /* x 1000 */
     uint32_t cmd_latency_ns, read_latency_ns, write_latency_ns;
@@ -274,6 +286,10 @@ struct TaccState {
     uint64_t ev_ps;             /* time of the event the model processes */
     uint64_t link_free_ps[2];   /* 0 = down (H2D), 1 = up (D2H) */
     uint64_t link_busy_ps[2];
+    TaccLinkPm lpm;             /* ASPM state machine (tacc-linkpm.c) */
+    uint64_t lpm_last_ps;       /* end of the link's last TLP */
+    uint64_t lpm_wake_ps;       /* link usable again (after an exit) */
+    uint64_t lpm_fetch_ps;      /* descriptors ready then (0: none) */
     uint64_t gcnt[TACC_SAMPLE_SLOTS];   /* counter page 1 */
     uint64_t cnt_gen;
     uint8_t rr_fn[TACC_NUM_CLASSES];
@@ -386,10 +402,24 @@ void tacc_link_cost(TaccState *s, const TaccResult *r, uint64_t pos,
                     uint64_t len, TaccLinkCount *c);
 uint64_t tacc_link_fc_ps(TaccState *s, int kind, uint64_t payload,
                          uint64_t reqs);
-void tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova, uint64_t len);
+uint64_t tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova,
+                        uint64_t len);
 uint64_t tacc_ev_ps(TaccState *s);
 uint64_t tacc_compute_ps(TaccState *s, uint64_t flops, uint64_t devmem_bytes);
 unsigned tacc_link_rate_gt(TaccState *s);
+
+/* tacc-linkpm.c */
+uint32_t tacc_lpm_enabled(TaccState *s);
+void tacc_lpm_view(TaccState *s, uint64_t t, TaccLinkPm *v);
+uint64_t tacc_lpm_wake(TaccState *s, uint64_t t);
+void tacc_lpm_busy(TaccState *s, uint64_t end_ps);
+void tacc_lpm_settle(TaccState *s, uint64_t t);
+void tacc_lpm_counters(TaccState *s, uint64_t t);
+bool tacc_lpm_reg_read(TaccState *s, hwaddr addr, unsigned size,
+                       uint64_t *val);
+void tacc_lpm_reset(TaccState *s);
+void tacc_lpm_init_cap(TaccState *s, PCIDevice *pdev);
+void tacc_link_fault_props(Object *obj);
 
 /* tacc-tlpcap.c */
 bool tacc_tlpcap_wanted(TaccState *s, TaccFunc *f, bool ctrl);

@@ -26,6 +26,7 @@
 #include "trace.h"
 
 #define VT_PAGE                 4096ull
+#define VT_HUGE                 (1ull << TACC_HUGE_SHIFT)
 #define VT_MAX_CTRL_LEN         (sizeof(struct tacc_virtio_hdr) + \
                                  sizeof(struct tacc_virtio_bo_create) + \
                                  TACC_VIRTIO_MAX_BO_ENTS * \
@@ -115,13 +116,14 @@ static void vt_pt_free_tree(VirtIOTacc *vt, uint32_t id, int level)
 {
     uint64_t *t;
 
-    if (!id || !vt->pt[id]) {
+    if (!id || id > TACC_VIRTIO_MAX_PT_PAGES || !vt->pt[id]) {
         return;
     }
     t = vt->pt[id];
     if (level < 2) {
         for (int i = 0; i < TACC_PT_ENTRIES; i++) {
-            if (t[i] & TACC_PTE_VALID) {
+            /* a 2 MiB leaf (level 1) points at data, not at a table */
+            if ((t[i] & TACC_PTE_VALID) && !(t[i] & TACC_PTE_HUGE)) {
                 vt_pt_free_tree(vt, (t[i] & TACC_PTE_ADDR_MASK) >> 12,
                                 level + 1);
             }
@@ -132,13 +134,21 @@ static void vt_pt_free_tree(VirtIOTacc *vt, uint32_t id, int level)
     vt->pt_used--;
 }
 
-/* The level-2 entry of va in ctx, creating tables on the way (if @make). */
-static uint64_t *vt_pt_slot(VirtIOTacc *vt, VtCtx *c, uint64_t va, bool make)
+/*
+ * The entry of va in ctx at @level (1: a 2 MiB slot, 2: a 4 KiB one), creating
+ * tables on the way (if @make).  NULL if a table is missing (or cannot be
+ * made), or if a 2 MiB leaf covers va above the level asked for.
+ */
+static uint64_t *vt_pt_entry(VirtIOTacc *vt, VtCtx *c, uint64_t va, int level,
+                             bool make)
 {
     uint32_t id = c->root;
 
-    for (int level = 0; level < 2; level++) {
-        uint64_t *e = &vt->pt[id][(va >> (30 - 9 * level)) & 511];
+    for (int l = 0; l < level; l++) {
+        uint64_t *e = &vt->pt[id][(va >> (30 - 9 * l)) & 511];
+        if (*e & TACC_PTE_HUGE) {
+            return NULL;
+        }
         if (!(*e & TACC_PTE_VALID)) {
             uint32_t n = make ? vt_pt_alloc(vt) : 0;
             if (!n) {
@@ -148,7 +158,12 @@ static uint64_t *vt_pt_slot(VirtIOTacc *vt, VtCtx *c, uint64_t va, bool make)
         }
         id = (*e & TACC_PTE_ADDR_MASK) >> 12;
     }
-    return &vt->pt[id][(va >> 12) & 511];
+    return &vt->pt[id][(va >> (30 - 9 * level)) & 511];
+}
+
+static uint64_t *vt_pt_slot(VirtIOTacc *vt, VtCtx *c, uint64_t va, bool make)
+{
+    return vt_pt_entry(vt, c, va, 2, make);
 }
 
 /* ------------------------------------------------------------ state ---- */
@@ -444,10 +459,39 @@ static uint64_t vt_bo_pte(VtBo *bo, uint64_t off, uint32_t *ei, uint64_t *base)
     return (bo->ents[*ei].addr + (off - *base)) & TACC_PTE_ADDR_MASK;
 }
 
+/*
+ * The 2 MiB leaf for BO bytes [@off, @off + 2 MiB), or 0 if they are not one
+ * 2 MiB-aligned run (device memory, or one guest-physical entry of a host BO).
+ * The device MMU walks these leaves (TACC_CAP_MMU_2M); a 4 MiB copy then takes
+ * 2 TLB misses per buffer instead of 1024.
+ */
+static uint64_t vt_bo_huge_pte(VtBo *bo, uint64_t off, uint32_t *ei, uint64_t *base)
+{
+    uint64_t a;
+
+    if (bo->devmem) {
+        a = bo->dev_off + off;
+        return a & (VT_HUGE - 1) ? 0 : a | TACC_PTE_DEVMEM;
+    }
+    a = vt_bo_pte(bo, off, ei, base);
+    if ((a & (VT_HUGE - 1)) || off + VT_HUGE > *base + bo->ents[*ei].length) {
+        return 0;
+    }
+    return a;
+}
+
 static void vt_unmap(VirtIOTacc *vt, VtCtx *c, uint64_t va, uint64_t size)
 {
     for (uint64_t o = 0; o < size; o += VT_PAGE) {
-        uint64_t *e = vt_pt_slot(vt, c, va + o, false);
+        uint64_t *e1 = vt_pt_entry(vt, c, va + o, 1, false);
+        uint64_t *e;
+
+        if (e1 && (*e1 & TACC_PTE_HUGE)) {     /* bound 2 MiB-aligned, whole */
+            *e1 = 0;
+            o += VT_HUGE - VT_PAGE;
+            continue;
+        }
+        e = vt_pt_slot(vt, c, va + o, false);
         if (e) {
             *e = 0;
         }
@@ -496,13 +540,27 @@ static uint32_t vt_vm_bind(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
     bd.bo = bo;
     bd.ro = flags & TACC_VIRTIO_BIND_READONLY;
     for (uint64_t o = 0; o < bd.size; o += VT_PAGE) {
-        uint64_t *e = vt_pt_slot(vt, c, bd.va + o, true);
+        uint64_t perm = TACC_PTE_VALID | (bd.ro ? 0 : TACC_PTE_WRITE);
+        uint64_t *e = NULL, huge = 0;
+
+        if (!((bd.va + o) & (VT_HUGE - 1)) && bd.size - o >= VT_HUGE) {
+            huge = vt_bo_huge_pte(bo, bd.offset + o, &ei, &ei_base);
+        }
+        if (huge) {
+            e = vt_pt_entry(vt, c, bd.va + o, 1, true);
+            if (e && !(*e & TACC_PTE_VALID)) {
+                *e = huge | perm | TACC_PTE_HUGE;
+                o += VT_HUGE - VT_PAGE;
+                continue;
+            }
+            /* a table is there already (an earlier binding's): 4 KiB leaves */
+        }
+        e = vt_pt_slot(vt, c, bd.va + o, true);
         if (!e) {
             vt_unmap(vt, c, bd.va, o);
             return vt_bad(TACC_VIRTIO_ERR_NOSPC, "VM_BIND: page tables full");
         }
-        *e = vt_bo_pte(bo, bd.offset + o, &ei, &ei_base) | TACC_PTE_VALID |
-             (bd.ro ? 0 : TACC_PTE_WRITE);
+        *e = vt_bo_pte(bo, bd.offset + o, &ei, &ei_base) | perm;
     }
     bo->binds++;
     g_array_append_val(c->binds, bd);

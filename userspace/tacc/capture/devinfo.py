@@ -251,6 +251,10 @@ class Function:
     devmem: int
     mrrs: int = DEFAULT_MRRS
     rcb: int = DEFAULT_RCB
+    # the capable link (LNKCAP): a link trained below it is degraded (issue 19 item 4);
+    # captures before minor 8 do not say: taken as the negotiated one
+    max_gen: int = 0
+    max_width: int = 0
 
     @property
     def name(self) -> str:
@@ -296,6 +300,8 @@ def function_from_desc(fid: int, d: dict[str, Any], meta: dict[str, Any]) -> Fun
         devmem=int(d.get("devmem", 0)),
         mrrs=int(link.get("mrrs", DEFAULT_MRRS)),
         rcb=int(link.get("rcb", DEFAULT_RCB)),
+        max_gen=int(link.get("max_gen", link.get("gen", 4))),
+        max_width=int(link.get("max_width", link.get("width", 16))),
     )
 
 

@@ -19,9 +19,9 @@ FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
 # (issue 17); captures of minor 0 may lack device_events.  The coordinator reconciles the
 # number when several branches add to the format in one round.
-FORMAT_MINOR = 7  # docs/capture-format.md "Minor versions": 2 virtio trace records,
+FORMAT_MINOR = 8  # docs/capture-format.md "Minor versions": 2 virtio trace records,
 # 3 cluster (net_clock), 4 capture overhead (mix/tail), 5 containers (processes),
-# 6 link-model counter slots, 7 the TLP stream (tlp)
+# 6 link-model counter slots, 7 the TLP stream (tlp), 8 link power-state counters
 TRACE_REC_VERSION = 2  # TACC_TRACE_VERSION (2: virtio event records, docs/virtio.md)
 STRING_MAX = 120
 
@@ -75,6 +75,10 @@ GLOBAL_COUNTERS: tuple[tuple[str, int], ...] = (
     ("link_h2d_busy_ticks", 2), ("link_d2h_busy_ticks", 3), ("link_h2d_bytes", 4),
     ("link_d2h_bytes", 5), ("link_h2d_payload", 6), ("link_d2h_payload", 7),
     ("uptime_ticks", 8),
+    # hw 1.2 (link power management, issue 19 item 3; capture minor 8)
+    ("link_l0s_entries", 9), ("link_l0s_exits", 10), ("link_l0s_ticks", 11),
+    ("link_l1_entries", 12), ("link_l1_exits", 13), ("link_l1_ticks", 14),
+    ("link_pm_exit_ticks", 15),
 )
 
 # Counter samples: columnar, one u64 column per counter (global ones prefixed g_,

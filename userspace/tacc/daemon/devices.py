@@ -66,12 +66,17 @@ class TaccFunction:
             except ValueError:
                 return default
 
-        speed = i.get("link_speed", "")
-        gen = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}.get(
-            speed.split(" ")[0], 0)
+        def gen_of(key: str) -> int:
+            return {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}.get(
+                i.get(key, "").split(" ")[0], 0)
+
+        gen = gen_of("link_speed")
         return {
             "pci": self.pci, "pf": self.pf, "vf": self.vf, "accel": self.accel,
+            # max_*: the capable link (minor 8; a lower gen/width is a degraded link)
             "link": {"gen": gen, "width": int(num("link_width")),
+                     "max_gen": gen_of("max_link_speed") or gen,
+                     "max_width": int(num("max_link_width")) or int(num("link_width")),
                      "mps": int(num("max_payload_bytes", 256)),
                      "mrrs": int(num("max_read_request_bytes", 512))},
             "devmem": int(num("devmem_bytes")), "clock_hz": num("clock_hz", 1e9),
@@ -83,6 +88,7 @@ class TaccFunction:
 
 
 INFO_KEYS = ("function", "is_vf", "hw_version", "caps", "link_speed", "link_width",
+             "max_link_speed", "max_link_width",
              "max_payload_bytes", "max_read_request_bytes", "devmem_bytes", "engines",
              "queues", "contexts", "clock_hz", "time_scale", "tlb_entries", "num_vfs")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -78,6 +79,13 @@ class QMP:
             pass
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the test process dies.  QEMU does not exit
+    when its qtest socket closes, so a killed test would leave it running."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 class QTest:
     """A QEMU under the qtest accelerator."""
 
@@ -97,7 +105,7 @@ class QTest:
         self.log_path = log or os.path.join(self.dir, "qemu.log")
         self._logf = open(self.log_path, "wb")
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._logf,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         try:
             self.sock, _ = srv.accept()
         except TimeoutError as e:

@@ -368,26 +368,51 @@ class Func:
 
 
 class Tacc:
-    """A QEMU (qtest accelerator) with one tacc PF at 00:01.0."""
+    """A QEMU (qtest accelerator) with one tacc PF at 00:01.0, or (root_port) at
+    01:00.0 behind a pcie-root-port at 00:01.0 (a real link: ASPM, link status)."""
 
     def __init__(self, props: str = "", extra: list[str] | None = None,
-                 pre: list[str] | None = None):
-        """pre: arguments before the device (an IOMMU must come first)."""
-        dev = "tacc,id=tacc0,addr=01.0" + ("," + props if props else "")
-        self.qt = QTest([*(pre or []), "-device", dev, *(extra or [])])
+                 pre: list[str] | None = None, root_port: str | None = None):
+        """pre: arguments before the device (an IOMMU must come first).
+        root_port: the pcie-root-port's extra properties ("" for none)."""
+        self.bus = 0 if root_port is None else 1
+        pre = list(pre or [])
+        if root_port is None:
+            dev = "tacc,id=tacc0,addr=01.0"
+        else:
+            pre += ["-device", "pcie-root-port,id=rp0,bus=pcie.0,addr=01.0,chassis=1,slot=1"
+                    + ("," + root_port if root_port else "")]
+            dev = "tacc,id=tacc0,bus=rp0,addr=00.0"
+        dev += "," + props if props else ""
+        self.qt = QTest([*pre, "-device", dev, *(extra or [])])
         self.qt.ecam_enable()
         self.pt_pool = [PT_BASE]
         self.data_next = DATA_BASE
-        fns = self.qt.find_devices(HW.TACC_PCI_VENDOR_ID, HW.TACC_PCI_DEVICE_ID_PF)
-        assert fns == [0x08], fns
-        self.pf = self._setup_func(0, 0x08, PF_BARS, 64)
+        devfn = 0x08
+        if self.bus:
+            self._setup_root_port()
+            devfn = 0x00
+        fns = self.qt.find_devices(HW.TACC_PCI_VENDOR_ID, HW.TACC_PCI_DEVICE_ID_PF, bus=self.bus)
+        assert fns == [devfn], fns
+        self.pf = self._setup_func(0, devfn, PF_BARS, 64)
         self.pt = PageTables(self.qt, self.pt_pool)
         self.vfs: list[Func] = []
 
+    RP_DEVFN = 0x08
+
+    def _setup_root_port(self):
+        """Bus 1 behind the root port; its memory window covers PF_BARS/VF_BARS (below
+        4 GiB: the PF's BARs are non-prefetchable, so they need the 32-bit window)."""
+        qt, rp = self.qt, self.RP_DEVFN
+        qt.cfg_write(0, rp, 0x18, 0x00_01_01_00)  # primary 0, secondary 1, subordinate 1
+        lo, hi = PF_BARS[0], VF_BARS[4] + 0x10_0000 - 1
+        qt.cfg_write(0, rp, 0x20, (lo >> 16) & 0xFFF0 | (hi & 0xFFF0_0000), 4)
+        qt.cfg_write(0, rp, 0x04, 0x0006, 2)  # MEM | MASTER: the device's DMA goes through
+
     def _setup_func(self, fn, devfn, bars, bits):
         for bar, addr in bars.items():
-            self.qt.set_bar(0, devfn, 0x10 + 4 * bar, addr, bits == 64)
-        self.qt.cfg_write(0, devfn, 0x04, 0x0006, 2)  # MEM | MASTER
+            self.qt.set_bar(self.bus, devfn, 0x10 + 4 * bar, addr, bits == 64)
+        self.qt.cfg_write(self.bus, devfn, 0x04, 0x0006, 2)  # MEM | MASTER
         f = Func(self, fn, devfn, bars[0], bars[2], bars[4])
         f.ring = RING_BASE + fn * 0x10_0000 if fn < 5 else 0
         return f

@@ -35,6 +35,27 @@ FLOW_NODE_SHIFT = 56
 TAG_MASK = np.uint64((1 << FLOW_NODE_SHIFT) - 1)
 
 
+def link_pm_series(s: np.ndarray, ok: np.ndarray, dt: np.ndarray
+                   ) -> list[tuple[str, str, np.ndarray]]:
+    """The link power-state tracks of a PF's counter samples (capture minor 8, global
+    counters link_l0s/l1_*, docs/hardware.md "Link power management"): the share of each
+    sample interval the link spent in L0s and in L1, and the L1 exits per interval.  None
+    when the capture has no such columns or the link never left L0 (ASPM off, a VF)."""
+    names = s.dtype.names or ()
+    if "g_link_l1_ticks" not in names:
+        return []
+
+    def d(col: str) -> np.ndarray:
+        return np.diff(s[col].astype(np.int64)).astype(np.float64)[ok]
+
+    l0s, l1, ex = d("g_link_l0s_ticks"), d("g_link_l1_ticks"), d("g_link_l1_exits")
+    if not (l0s.any() or l1.any()):
+        return []
+    return [("link in L1 %", "%", np.minimum(100.0 * l1 / dt, 100.0)),
+            ("link in L0s %", "%", np.minimum(100.0 * l0s / dt, 100.0)),
+            ("link L1 exits", "exits", ex)]
+
+
 @dataclass
 class Track:
     idx: int
@@ -662,6 +683,7 @@ class Extractor:
         if m.any():
             series.append(("TLB hit rate %", "%", np.where(m, 100.0 * hits / np.maximum(tot, 1),
                                                            np.nan)))
+        series += link_pm_series(s, ok, dtt)
         for name, unit, vals in series:
             tr = self._device_track(src, fid, name, kind="counter", unit=unit)
             good = np.isfinite(vals)

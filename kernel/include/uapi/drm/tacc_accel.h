@@ -353,9 +353,10 @@ struct drm_tacc_wait {
  * @mmap_offset (read-only) to see struct drm_tacc_trace_header then the
  * records (struct tacc_trace_rec of tacc_hw.h) at header.data_offset.
  * On the PF the ring shows every context: CAP_PERFMON is needed (-EACCES);
- * on a VF any user of the node may open it.  A CAP_PERFMON opener takes
- * over a ring held by an unprivileged owner, whose ADVANCE/CLOSE then fail
- * with -ENODEV and whose mapping faults (SIGBUS), as after CLOSE.
+ * on a VF or a virtio-tacc node any user of the node may open it.  A
+ * CAP_PERFMON opener takes over a ring held by an unprivileged owner, whose
+ * ADVANCE/CLOSE then fail with -ENODEV and whose mapping faults (SIGBUS), as
+ * after CLOSE.
  *
  * @flags: must be 0.
  * @entries: in: records wanted, a power of two between

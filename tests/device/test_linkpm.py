@@ -1,0 +1,286 @@
+"""Link power management (hw 1.2, TACC_CAP_LINK_PM, docs/hardware.md "Link power
+management"): the tacc PF behind a pcie-root-port (qemu/patches/0004), ASPM L0s/L1
+enabled through both ends' Link Control, an idle link enters the state after its entry
+threshold and the next TLP pays the exit latency; counters and registers agree."""
+
+import subprocess
+
+import pytest
+from conftest import map_ctx0
+from tacc.testing.qtest import QEMU
+from tacc.testing.taccdev import DEVMEM_VA, HW, LinkModel, Tacc, d_copy, desc
+
+LNKCAP, LNKCTL = 0x0C, 0x10
+ASPM_L0S, ASPM_L1 = 1, 2
+L0S_ENTRY, L0S_EXIT, L1_ENTRY, L1_EXIT = 1000, 256, 10000, 2000  # device defaults, ns
+N = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def rdev():
+    """A QEMU of its own: tacc at 01:00.0 behind a pcie-root-port at 00:01.0."""
+    d = Tacc("sriov-max-vfs=0", root_port="")
+    d.root0 = map_ctx0(d)
+    yield d
+    d.close()
+
+
+def exp(d: Tacc, rp: bool) -> tuple[int, int, int]:
+    """(bus, devfn, PCIe capability offset) of the root port or the PF."""
+    bus, devfn = (0, Tacc.RP_DEVFN) if rp else (1, 0)
+    return bus, devfn, d.qt.find_cap(bus, devfn, 0x10)
+
+
+def set_aspm(d: Tacc, dev_bits: int, rp_bits: int):
+    """Write ASPM Control (LNKCTL[1:0]) of the PF and of the root port in Linux's order
+    (pcie_config_aspm_link): enabling L1 upstream first, otherwise downstream first."""
+    order = ((True, rp_bits), (False, dev_bits))
+    for rp, bits in order if (dev_bits | rp_bits) & ASPM_L1 else order[::-1]:
+        bus, devfn, cap = exp(d, rp)
+        v = d.qt.cfg_read(bus, devfn, cap + LNKCTL, 2)
+        d.qt.cfg_write(bus, devfn, cap + LNKCTL, (v & ~3) | bits, 2)
+
+
+@pytest.fixture
+def rpf(rdev):
+    set_aspm(rdev, 0, 0)
+    rdev.pf.reset()
+    rdev.pf.set_ptbr(0, rdev.root0)
+    rdev.reset_alloc()
+    return rdev.pf
+
+
+def lpm(pf) -> dict[str, int]:
+    names = ("L0S_ENTRIES", "L0S_EXITS", "L0S_TICKS", "L1_ENTRIES", "L1_EXITS", "L1_TICKS",
+             "EXIT_TICKS")
+    return {n.lower(): pf.r64(getattr(HW, "TACC_REG_LINKPM_" + n)) for n in names}
+
+
+def test_both_ends_advertise_l0s_l1_and_take_aspm_control(rdev, rpf):
+    """LNKCAP: L0s + L1 with exit latencies on both ends (before 0004 the root port
+    advertised L0s only and ASPM Control read back 0 whatever the OS wrote)."""
+    qt = rdev.qt
+    for rp, l0s_code, l1_code in ((True, 2, 2), (False, 3, 2)):  # 256 ns: 256-512; 2 us: 2-4
+        bus, devfn, cap = exp(rdev, rp)
+        lnkcap = qt.cfg_read(bus, devfn, cap + LNKCAP)
+        assert (lnkcap >> 10) & 3 == 3, (rp, hex(lnkcap))
+        assert ((lnkcap >> 12) & 7, (lnkcap >> 15) & 7) == (l0s_code, l1_code), (rp, hex(lnkcap))
+    set_aspm(rdev, ASPM_L1, ASPM_L1 | ASPM_L0S)
+    for rp, want in ((True, 3), (False, 2)):
+        bus, devfn, cap = exp(rdev, rp)
+        assert qt.cfg_read(bus, devfn, cap + LNKCTL, 2) & 3 == want, rp
+    bus, devfn, cap = exp(rdev, False)
+    assert (qt.cfg_read(bus, devfn, cap + 4) >> 6) & 0x3F == 0x3F  # acceptable: no limit
+    assert rpf.r32(HW.TACC_REG_CAPS) & HW.TACC_CAP_LINK_PM
+    st = rpf.r32(HW.TACC_REG_LINKPM_STATE)
+    assert st & (HW.TACC_LINKPM_EN_L0S | HW.TACC_LINKPM_EN_L1) == HW.TACC_LINKPM_EN_L1
+    assert [rpf.r32(getattr(HW, "TACC_REG_LINKPM_" + r)) for r in
+            ("L0S_ENTRY", "L0S_EXIT", "L1_ENTRY", "L1_EXIT")] == [L0S_ENTRY, L0S_EXIT,
+                                                                   L1_ENTRY, L1_EXIT]
+
+
+def copy_after_idle(d: Tacc, pf, idle_ns: int, wake_ns: int = 0, scale: int = 1,
+                    exit_ns: int = 0):
+    """A warm COPY_H2D (TLB), the same copy again (its descriptor fetch wakes the link
+    from what a second of idleness left: wake_ns of exit latency), then idle_ns after
+    that copy's completion a third one: (its CQE, its doorbell's time, link PM
+    registers before and after it)."""
+    lm, src = LinkModel(), d.alloc(N)
+    pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, N)])
+    _, ds = pf.job_of(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, N)])
+    t1 = d.qt.clock()
+    pf.submit(0, ds)
+    d.qt.clock_step(wake_ns + scale * lm.copy_ps(N, True) // 1000 + 10)
+    (c1,) = pf.cqes(0)
+    assert c1.start - t1 == wake_ns
+    before = lpm(pf)  # the link just carried the CQE: in L0
+    d.qt.clock_step(c1.end + idle_ns - d.qt.clock())
+    _, ds = pf.job_of(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, N)])
+    t_db = d.qt.clock()
+    pf.submit(0, ds)
+    d.qt.clock_step(exit_ns + scale * lm.copy_ps(N, True) // 1000 + 10)  # exit_ns: expected
+    cq = pf.cqes(0)
+    assert len(cq) == 1 and cq[0].status == HW.TACC_ST_OK
+    return cq[0], t_db, before, lpm(pf)
+
+
+def delta(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: b[k] - a[k] for k in a}
+
+
+def test_l1_exit_latency_is_what_the_first_copy_after_idle_pays(rdev, rpf):
+    """L1 on both ends, the link idle longer than the L1 entry threshold: the copy's
+    descriptor fetch wakes the link, so the command starts exactly the L1 exit latency
+    after the doorbell and lasts the formula; without ASPM it starts at the doorbell."""
+    lm = LinkModel()
+    off, t_off, _, _ = copy_after_idle(rdev, rpf, 100_000)
+    assert off.start == t_off
+    assert abs((off.end - off.start) * 1000 - lm.copy_ps(N, True)) < 1000
+    set_aspm(rdev, ASPM_L1, ASPM_L1)
+    on, t_on, b, a = copy_after_idle(rdev, rpf, 100_000, L1_EXIT, exit_ns=L1_EXIT)
+    assert on.start - t_on == L1_EXIT  # added latency == the modelled exit latency
+    assert on.end - on.start == off.end - off.start
+    d = delta(b, a)
+    assert (d["l1_entries"], d["l1_exits"], d["exit_ticks"]) == (1, 1, L1_EXIT), d
+    # residency: from L1 entry (entry threshold after the link's last TLP) to the wake
+    assert 100_000 - L1_ENTRY - 1000 < d["l1_ticks"] <= 100_000 - L1_ENTRY, d
+    assert d["l0s_entries"] == 0
+
+
+def test_l1_needs_both_ends(rdev, rpf):
+    """The device enables L1, its root port does not: the link stays in L0."""
+    set_aspm(rdev, ASPM_L1, 0)
+    cq, t_db, b, a = copy_after_idle(rdev, rpf, 100_000)
+    assert cq.start == t_db and delta(b, a) == dict.fromkeys(b, 0)
+    assert not rpf.r32(HW.TACC_REG_LINKPM_STATE) & HW.TACC_LINKPM_EN_L1
+
+
+def test_l0s_short_idle_then_l1_long_idle(rdev, rpf):
+    """L0s and L1 both on: an idle gap between the thresholds costs the L0s exit, a
+    longer one goes L0s -> L1 and costs the L1 exit; a gap below both costs nothing."""
+    set_aspm(rdev, ASPM_L0S | ASPM_L1, ASPM_L0S | ASPM_L1)
+    cq, t_db, b, a = copy_after_idle(rdev, rpf, 5_000, L1_EXIT, exit_ns=L0S_EXIT)
+    d = delta(b, a)
+    assert cq.start - t_db == L0S_EXIT
+    assert (d["l0s_entries"], d["l0s_exits"], d["l1_entries"]) == (1, 1, 0), d
+    cq, t_db, b, a = copy_after_idle(rdev, rpf, 50_000, L1_EXIT, exit_ns=L1_EXIT)
+    d = delta(b, a)
+    assert cq.start - t_db == L1_EXIT
+    assert (d["l0s_entries"], d["l0s_exits"], d["l1_entries"], d["l1_exits"]) == (1, 0, 1, 1)
+    assert L1_ENTRY - L0S_ENTRY - 1 <= d["l0s_ticks"] <= L1_ENTRY - L0S_ENTRY + 1, d
+    cq, t_db, b, a = copy_after_idle(rdev, rpf, 500, L1_EXIT)
+    assert cq.start == t_db and delta(b, a)["exit_ticks"] == 0
+
+
+def test_registers_count_the_state_the_link_is_in(rdev, rpf):
+    """A read during L1 counts the entry and the residency so far; the global counters
+    (BAR2 page 1) say the same as the registers."""
+    set_aspm(rdev, ASPM_L1, ASPM_L1)
+    cq, _, b, _ = copy_after_idle(rdev, rpf, 100, L1_EXIT)
+    rdev.qt.clock_step(cq.end + L1_ENTRY + 30_000 - rdev.qt.clock())
+    st = rpf.r32(HW.TACC_REG_LINKPM_STATE)
+    assert st & HW.TACC_LINKPM_STATE_MASK == HW.TACC_LINKPM_L1
+    d = delta(b, lpm(rpf))
+    assert d["l1_entries"] == 1 and d["l1_exits"] == 0
+    assert 29_990 <= d["l1_ticks"] <= 30_000, d
+    a = lpm(rpf)
+    for reg, cnt in (("l1_entries", "link_l1_entries"), ("l1_exits", "link_l1_exits"),
+                     ("l1_ticks", "link_l1_ticks"), ("l0s_entries", "link_l0s_entries"),
+                     ("l0s_exits", "link_l0s_exits"), ("l0s_ticks", "link_l0s_ticks"),
+                     ("exit_ticks", "link_pm_exit_ticks")):
+        assert rpf.gcnt(cnt) == a[reg], cnt
+
+
+def test_time_scale_scales_entry_and_exit(rdev, rpf):
+    """time-scale multiplies the thresholds and the exit latency like every duration."""
+    set_aspm(rdev, ASPM_L1, ASPM_L1)
+    rdev.qom_set("time-scale", 2000)
+    try:
+        cq, t_db, _, _ = copy_after_idle(rdev, rpf, 15_000, 2 * L1_EXIT, 2)  # < 2 x L1 entry
+        assert cq.start == t_db
+        cq, t_db, _, _ = copy_after_idle(rdev, rpf, 100_000, 2 * L1_EXIT, 2, 2 * L1_EXIT)
+        assert cq.start - t_db == 2 * L1_EXIT
+    finally:
+        rdev.qom_set("time-scale", 1000)
+
+
+def test_link_pm_registers_are_pf_only_and_read_only(rdev, rpf):
+    """A write is ignored (LOG_GUEST_ERROR); QEMU keeps running."""
+    rpf.w32(HW.TACC_REG_LINKPM_L1_EXIT, 7)
+    assert rpf.r32(HW.TACC_REG_LINKPM_L1_EXIT) == L1_EXIT
+    assert rpf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC
+
+
+@pytest.mark.parametrize("bad", ["aspm-l1-entry-ns=0", "aspm-l0s-entry-ns=0",
+                                 "aspm-l1-exit-ns=1000001"])
+def test_bad_aspm_properties_are_refused(bad):
+    r = subprocess.run([str(QEMU), "-machine", "q35", "-accel", "qtest", "-display", "none",
+                        "-nodefaults", "-L", "/usr/share/seabios", "-L", "/usr/share/qemu",
+                        "-device", "tacc," + bad], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "aspm-" in r.stderr, r.stderr
+
+
+def test_trace_record_t_fetch_is_the_doorbell(rdev, rpf):
+    """The first command after idle: its trace record's t_start - t_fetch is the L1
+    exit latency (t_fetch = when the fetch was issued), the next one's 100 ns later."""
+    set_aspm(rdev, ASPM_L1, ASPM_L1)
+    rpf.trace_enable(size=256)
+    rdev.qt.clock_step(100_000)
+    _, ds = rpf.job_of(0, [desc(HW.TACC_OP_NOP), desc(HW.TACC_OP_NOP)])
+    t_db = rdev.qt.clock()
+    rpf.submit(0, ds)
+    rdev.qt.clock_step(10_000)
+    recs = rpf.trace_read(0, 2)
+    assert [r.t_fetch for r in recs] == [t_db, t_db]
+    assert [r.t_start - r.t_fetch for r in recs] == [L1_EXIT, L1_EXIT + 100]
+
+
+# ------------------------------------------------------------- link faults ----
+LNKSTA = 0x12
+
+
+def lnk(d: Tacc, rp: bool, off: int) -> tuple[int, int]:
+    """(speed code = generation, width) of LNKCAP (off 0x0C) or LNKSTA (0x12)."""
+    bus, devfn, cap = exp(d, rp)
+    v = d.qt.cfg_read(bus, devfn, cap + off, 4 if off == LNKCAP else 2)
+    return v & 0xF, (v >> 4) & 0x3F
+
+
+def copy_ticks(pf) -> int:
+    src = pf.dev.alloc(N)
+    pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, N)])  # TLB warm
+    cq = pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, N)])
+    return cq.end - cq.start
+
+
+def test_link_degraded_at_run_time(rdev, rpf):
+    """qom-set x-link-gen-now / x-link-width-now: the link retrains at Gen3 x4; the PF's
+    Link Status, its root port's (which follows it) and BAR0 LINK_STATUS say so while
+    LNKCAP / LINK_CAP keep Gen4 x16, and a copy takes the Gen3 x4 formula; 0 restores."""
+    try:
+        rdev.qom_set("x-link-gen-now", 3)
+        rdev.qom_set("x-link-width-now", 4)
+        assert (rdev.qom_get("x-link-gen-now"), rdev.qom_get("x-link-width-now")) == (3, 4)
+        assert lnk(rdev, False, LNKSTA) == lnk(rdev, True, LNKSTA) == (3, 4)
+        assert lnk(rdev, False, LNKCAP) == (4, 16)
+        assert rpf.r32(HW.TACC_REG_LINK_STATUS) == 3 | 4 << HW.TACC_LINK_WIDTH_SHIFT
+        assert rpf.r32(HW.TACC_REG_LINK_CAP) == 4 | 16 << HW.TACC_LINK_WIDTH_SHIFT
+        slow = copy_ticks(rpf)
+        assert abs(slow * 1000 - LinkModel(gen=3, width=4).copy_ps(N, True)) < 1000
+    finally:
+        rdev.qom_set("x-link-gen-now", 0)
+        rdev.qom_set("x-link-width-now", 0)
+    assert lnk(rdev, False, LNKSTA) == (4, 16)
+    assert abs(copy_ticks(rpf) * 1000 - LinkModel().copy_ps(N, True)) < 1000
+
+
+@pytest.mark.parametrize("prop,bad", [("x-link-width-now", 3), ("x-link-width-now", 32),
+                                      ("x-link-gen-now", 2), ("x-link-gen-now", 5)])
+def test_link_degrade_refuses_what_the_link_cannot_train_to(rdev, rpf, prop, bad):
+    """Above capable (Gen4 x16), not a width, or below Gen3 (the model's 128b/130b
+    encoding): a QMP error, the link unchanged."""
+    with pytest.raises(Exception, match=prop):
+        rdev.qom_set(prop, bad)
+    assert lnk(rdev, False, LNKSTA) == (4, 16)
+
+
+def test_enabling_l1_does_not_count_the_idle_before_it(rdev, rpf):
+    """A link idle for 1 s with ASPM off, then L1 enabled (the root port first, the PF
+    last, as Linux does): no L1 residency before the PF's write, and a copy 5 us later
+    (under the entry threshold) pays nothing; disabling leaves L1 (an exit, no cost)."""
+    src = rdev.alloc(N)
+    rpf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, N)])  # 1 s idle after
+    b = lpm(rpf)
+    set_aspm(rdev, ASPM_L1, ASPM_L1)
+    assert delta(b, lpm(rpf)) == dict.fromkeys(b, 0)
+    rdev.qt.clock_step(5_000)
+    _, ds = rpf.job_of(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, N)])
+    t_db = rdev.qt.clock()
+    rpf.submit(0, ds)
+    rdev.qt.clock_step(100_000)
+    (cq,) = rpf.cqes(0)
+    assert cq.start == t_db
+    b = lpm(rpf)  # in L1 now: 100 us idle
+    set_aspm(rdev, 0, 0)
+    d = delta(b, lpm(rpf))
+    assert (d["l1_entries"], d["l1_exits"], d["exit_ticks"]) == (0, 1, 0), d

@@ -1,0 +1,31 @@
+"""The timeline's link power-state tracks (issue 19 item 3): from the PF's global link
+PM counters (capture minor 8), per counter-sample interval."""
+
+from __future__ import annotations
+
+import numpy as np
+from tacc.capture.schema import COUNTERS_DTYPE
+from tacc.timeline.model import link_pm_series
+
+
+def _samples(l0s: list[int], l1: list[int], exits: list[int]) -> np.ndarray:
+    s = np.zeros(len(l1), COUNTERS_DTYPE)
+    s["g_link_l0s_ticks"], s["g_link_l1_ticks"], s["g_link_l1_exits"] = l0s, l1, exits
+    return s
+
+
+def test_shares_of_each_interval_and_exits() -> None:
+    s = _samples([0, 100, 100, 100], [0, 0, 60_000, 60_500], [0, 0, 0, 1])
+    ok = np.ones(3, bool)
+    dt = np.full(3, 100_000.0)
+    got = {name: (unit, vals.tolist()) for name, unit, vals in link_pm_series(s, ok, dt)}
+    assert got == {"link in L1 %": ("%", [0.0, 60.0, 0.5]),
+                   "link in L0s %": ("%", [0.1, 0.0, 0.0]),
+                   "link L1 exits": ("exits", [0.0, 0.0, 1.0])}
+
+
+def test_no_tracks_when_the_link_never_left_l0() -> None:
+    s = _samples([0, 0, 0], [0, 0, 0], [0, 0, 0])
+    assert link_pm_series(s, np.ones(2, bool), np.full(2, 1e5)) == []
+    old = np.zeros(3, [("devclk", "<u8"), ("h2d_bytes", "<u8")])  # before minor 8
+    assert link_pm_series(old, np.ones(2, bool), np.full(2, 1e5)) == []

@@ -1,0 +1,224 @@
+"""Link faults in a real guest (issue 19 item 4, docs/hardware.md "Link faults"): the
+link degraded at run time through QMP (the PF's and its root port's Link Status, the
+PCI core's and tacc.ko's sysfs follow), AER errors injected on the PF with QEMU's
+``pcie_aer_inject_error`` (HMP through QMP ``human-monitor-command``, from the guest's
+QMP channel): a correctable one is counted in the PCI core's ``aer_dev_correctable``,
+an uncorrectable non-fatal one goes through the AER core's recovery and another
+context's jobs keep completing with the right data."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tacc.testing.guest_qmp import PF_QOM, GuestQMP
+
+WORKER = """
+import sys, time
+import numpy as np
+from tacc.runtime import Context
+n = 64 << 10
+with Context() as ctx:
+    x = ctx.host_buffer((n,), dtype=np.uint8)
+    y = ctx.host_buffer((n,), dtype=np.uint8)
+    d = ctx.device_buffer((n,), dtype=np.uint8)
+    s = ctx.stream()
+    done, t_end = 0, None
+    while t_end is None or time.monotonic() < t_end:
+        x.array[:] = done % 251
+        s.copy_h2d(d, x)
+        s.copy_d2h(y, d)
+        s.synchronize()
+        assert (y.array == done % 251).all(), done
+        done += 1
+        if done == 1:
+            print("ready", flush=True)
+            sys.stdin.readline()  # the error was injected
+            t_end = time.monotonic() + 0.3
+print("done", done, flush=True)
+"""
+
+
+def hmp(cmd: str) -> str:
+    with GuestQMP() as q:
+        return q.execute("human-monitor-command", **{"command-line": cmd})
+
+
+def aer_counts(dev: Path, kind: str) -> dict[str, int]:
+    out = {}
+    for ln in (dev / f"aer_dev_{kind}").read_text().splitlines():
+        name, val = ln.split()
+        out[name] = int(val)
+    return out
+
+
+def wait_for(pred, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"not seen within {timeout} s: {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def degraded(pf_pci: Path) -> Iterator[Path]:
+    try:
+        yield pf_pci
+    finally:
+        with GuestQMP() as q:
+            q.qom_set(PF_QOM, "x-link-gen-now", 0)
+            q.qom_set(PF_QOM, "x-link-width-now", 0)
+
+
+def test_link_degraded_at_run_time_shows_in_sysfs(degraded: Path) -> None:
+    """Gen4 x16 retrained to Gen3 x4: current_link_* of the PF and its root port and
+    tacc.ko's link_speed/link_width say so; max_* stay; 0 restores the full link."""
+    pf, rp = degraded, degraded.resolve().parent
+    assert (pf / "tacc/link_width").read_text().strip() == "16"
+    with GuestQMP() as q:
+        q.qom_set(PF_QOM, "x-link-gen-now", 3)
+        q.qom_set(PF_QOM, "x-link-width-now", 4)
+    for dev in (pf, rp):
+        assert (dev / "current_link_speed").read_text().strip() == "8.0 GT/s PCIe", dev
+        assert (dev / "current_link_width").read_text().strip() == "4", dev
+    assert (pf / "max_link_width").read_text().strip() == "16"
+    assert (pf / "tacc/link_speed").read_text().strip() == "8.0 GT/s PCIe"
+    assert (pf / "tacc/link_width").read_text().strip() == "4"
+    assert (pf / "tacc/max_link_width").read_text().strip() == "16"
+    with GuestQMP() as q:
+        q.qom_set(PF_QOM, "x-link-gen-now", 0)
+        q.qom_set(PF_QOM, "x-link-width-now", 0)
+    assert (pf / "tacc/link_width").read_text().strip() == "16"
+    assert (pf / "current_link_speed").read_text().strip() == "16.0 GT/s PCIe"
+
+
+def test_correctable_aer_error_is_counted(pf_pci: Path) -> None:
+    """A correctable Bad TLP injected on the PF reaches the root port's AER service:
+    aer_dev_correctable BadTLP and TOTAL_ERR_COR grow by one, the root port counts it."""
+    rp = pf_pci.resolve().parent
+    c0 = aer_counts(pf_pci, "correctable")
+    r0 = int((rp / "aer_rootport_total_err_cor").read_text())
+    # -c takes a numeric status: PCI_ERR_COR_BAD_TLP
+    assert hmp("pcie_aer_inject_error -c tacc0 0x40").startswith("OK id: tacc0")
+    wait_for(lambda: aer_counts(pf_pci, "correctable")["BadTLP"] == c0["BadTLP"] + 1,
+             "aer_dev_correctable BadTLP + 1")
+    c1 = aer_counts(pf_pci, "correctable")
+    assert c1["TOTAL_ERR_COR"] == c0["TOTAL_ERR_COR"] + 1, (c0, c1)
+    assert int((rp / "aer_rootport_total_err_cor").read_text()) == r0 + 1
+
+
+def test_nonfatal_aer_error_recovers_while_other_jobs_complete(pf_pci: Path) -> None:
+    """An uncorrectable non-fatal Completion Timeout injected on the PF while another
+    process's context copies and checks data: aer_dev_nonfatal counts it, the AER core
+    calls tacc.ko's error_detected (channel io_normal) and mmio_enabled, the function
+    recovers without a reset, and the other context's copies all complete correctly
+    before and after."""
+    n0 = aer_counts(pf_pci, "nonfatal")
+    mark = f"tacc-test-nonfatal-{time.monotonic_ns()}"
+    Path("/dev/kmsg").write_text(mark + "\n")
+    w = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert w.stdout is not None and w.stdin is not None
+        assert w.stdout.readline().strip() == "ready"
+        assert hmp("pcie_aer_inject_error tacc0 COMP_TIME").startswith("OK id: tacc0")
+        wait_for(lambda: aer_counts(pf_pci, "nonfatal")["CmpltTO"] == n0["CmpltTO"] + 1,
+                 "aer_dev_nonfatal CmpltTO + 1")
+        w.stdin.write("\n")
+        w.stdin.flush()
+        out, err = w.communicate(timeout=120)
+    finally:
+        if w.poll() is None:
+            w.kill()
+            w.wait()
+    assert w.returncode == 0, err
+    assert out.split()[0] == "done" and int(out.split()[1]) > 1, out
+    log = subprocess.run(["dmesg"], capture_output=True, text=True).stdout
+    log = log[log.rindex(mark):]
+    name = pf_pci.name
+    assert any("PCI error detected, channel state 1" in ln and name in ln
+               for ln in log.splitlines()), log
+    assert any("AER: device recovery successful" in ln for ln in log.splitlines()), log
+    assert not any("function reset" in ln and name in ln for ln in log.splitlines()), log
+    assert aer_counts(pf_pci, "nonfatal")["TOTAL_ERR_NONFATAL"] == \
+        n0["TOTAL_ERR_NONFATAL"] + 1
+
+
+CAPTURE_WORK = """
+import numpy as np
+from tacc.runtime import Context
+n = 4 << 20
+with Context() as ctx:
+    x = ctx.host_buffer((n,), dtype=np.uint8)
+    d = ctx.device_buffer((n,), dtype=np.uint8)
+    s = ctx.stream()
+    for _ in range(6):
+        s.copy_h2d(d, x)
+        s.copy_d2h(x, d)
+    s.synchronize()
+"""
+
+
+def _capture(out: Path) -> list:
+    """A capture (taccd's session, device trace ring and counters, no BPF) of 6 H2D and
+    6 D2H copies of 4 MiB on one stream; its findings."""
+    import threading
+
+    from tacc.analyze.engine import analyze
+    from tacc.capture import open_capture
+    from tacc.daemon.devices import discover
+    from tacc.daemon.session import CaptureSession, Options
+
+    sess = CaptureSession(out, discover(), Options(counters_hz=10.0, clock_hz=4.0),
+                          program=None, tool="test_linkfault", node="lf")
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            sess.tick()
+            stop.wait(0.05)
+
+    th = threading.Thread(target=loop, daemon=True)
+    th.start()
+    try:
+        time.sleep(0.2)
+        r = subprocess.run([sys.executable, "-c", CAPTURE_WORK], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        th.join(30)
+        sess.close(complete=True)
+    return analyze(open_capture(out))
+
+
+@pytest.mark.long  # two captures, ~11 s of guest time: make test-long
+def test_link_degraded_rule_on_a_real_capture(degraded: Path, tmp_path: Path) -> None:
+    """A capture taken on a link retrained to Gen3 x4 has one link_degraded finding; its
+    time lost is what the copies would have saved on the capable Gen4 x16 link (serial
+    copies: busy time x (1 - capable/negotiated link time), within 1 % of the summed
+    per-copy formula difference); the same workload on the full link has none."""
+    from tacc.capture.devinfo import D2H, H2D, copy_link_ps
+
+    with GuestQMP() as q:
+        q.qom_set(PF_QOM, "x-link-gen-now", 3)
+        q.qom_set(PF_QOM, "x-link-width-now", 4)
+    found = [f for f in _capture(tmp_path / "slow") if f.rule == "link_degraded"]
+    assert len(found) == 1, found
+    f = found[0]
+    assert f.evidence["negotiated"] == {"gen": 3, "width": 4}, f.evidence
+    assert f.evidence["capable"] == {"gen": 4, "width": 16}, f.evidence
+    assert f.evidence["affected_transfers"] == 12, f.evidence
+    scale = int((degraded / "tacc/time_scale").read_text()) / 1000
+    n = 4 << 20
+    want = 6 * scale * sum(copy_link_ps(k, n, 3, 4, 256) - copy_link_ps(k, n, 4, 16, 256)
+                           for k in (H2D, D2H)) / 1000
+    assert abs(f.time_lost_ns - want) <= 0.01 * want, (f.time_lost_ns, want)
+    with GuestQMP() as q:
+        q.qom_set(PF_QOM, "x-link-gen-now", 0)
+        q.qom_set(PF_QOM, "x-link-width-now", 0)
+    assert not [f for f in _capture(tmp_path / "full") if f.rule == "link_degraded"]
