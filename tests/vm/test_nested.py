@@ -31,7 +31,10 @@ from test_driver_basic import pf_sysfs, wait_accel_node
 pytestmark = [pytest.mark.long, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[2]
-NESTED_MEM = "512M"
+# 512 MiB was enough to boot and run mlp, but accel-bpftrace's bcc compile (clang over the
+# kernel headers) then ran 50+ min of host wall without finishing; with 1536 MiB it took
+# 2 min 36 s of the nested clock (session 8), so the nested boot gets MEM=4G
+NESTED_MEM = "1536M"
 NESTED_TIMEOUT = 3000.0  # seconds of the test VM's clock (-icount) for the nested run
 SNOOP_WAIT = 900  # the nested guest's wait for accel-bpftrace's probes (bcc compiles)
 # counters that count the work itself, not where memory sits: equal for the same work
