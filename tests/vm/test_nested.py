@@ -1,7 +1,8 @@
 """A nested guest on a VF (issue 15 item 3; docs/vfio.md "Nested guest").
 
-Runs in its own boot, "nested" (VFS=2 SMP=2), under ``make test-long`` (the
-``long`` marker: a TCG guest inside a TCG guest takes minutes).  VF 1 goes to vfio-pci in the test VM, and
+Runs in its own boot, "nested" (VFS=2 SMP=2 MEM=4G), under ``make test-long`` (the
+``long`` marker: a TCG guest inside a TCG guest takes minutes).  VF 1 goes to vfio-pci
+in the test VM, and
 ``scripts/run-vm`` itself boots a nested VM on it (``PASSTHROUGH=<VF>``: our QEMU's
 ``-device vfio-pci``, no emulated tacc device, no vIOMMU, host time), with the same
 kernel, initramfs and guest-init, over 9p the test VM's root (the host's tree).  In the
@@ -244,13 +245,19 @@ def test_nested_mlp_passes(nested: Nested) -> None:
 
 
 def test_nested_snoop_sees_the_jobs(nested: Nested) -> None:
-    """accel-bpftrace in the nested guest sees every job tacc stat counted, none lost."""
+    """accel-bpftrace in the nested guest sees every submitted job complete, none lost.
+    Not equal to the device's jobs_completed: that also counts tacc.ko's own scrub jobs
+    (kernel context, no submit ioctl: 99 device jobs for 90 user jobs in session 8's run,
+    the same in the test VM), which snoop does not trace as user jobs."""
     r = nested.run
     assert r.text("snoop.rc").strip() == "0", r.text("snoop.err")[-2000:]
     rows, summ = r.snoop_rows()
-    assert summ and summ[0]["lost"] == 0, r.text("snoop.err")[-2000:]
+    assert summ and summ[0]["lost"] == 0 and summ[0]["missed"] == 0, summ
+    submits = sum(x["event"] == "submit" for x in rows)
     done = sum(x["event"] == "done" for x in rows)
-    assert done == r.counters()["jobs_completed"], (done, r.counters())
+    assert submits == done > 0, (submits, done)
+    assert all(x["error"] == 0 for x in rows if x["event"] == "done"), rows[-3:]
+    assert done <= r.counters()["jobs_completed"], (done, r.counters())
 
 
 def test_nested_vs_test_vm(nested: Nested, outer: Run) -> None:
