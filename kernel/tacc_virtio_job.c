@@ -299,7 +299,8 @@ static bool tacc_vflush_locked(struct tacc_vdev *vd)
 				list_move_tail(&jobs[i]->node, &b->jobs);
 				/* hw_job 0 (the backend numbers jobs), tail: the buffer's number */
 				trace_tacc_job_start(vd->devid, jobs[i]->ctx->id, r,
-						     jobs[i]->fence.seqno, tacc_vjob_tag(jobs[i]), 0,
+						     jobs[i]->fence.seqno,
+						     tacc_vjob_tag(jobs[i]), 0,
 						     lower_32_bits(vd->st.batches));
 			}
 			list_add_tail(&b->node, &vd->inflight);

@@ -164,3 +164,26 @@ def test_tacc_devices_lists_kinds(tmp_path: Path, capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit) as e:  # argparse: usage and one error line, status 2
         main(["devices", "--kind", "gpu"])
     assert e.value.code == 2 and "invalid choice: 'gpu'" in capsys.readouterr().err
+
+
+def test_taccd_status_and_cdi_name_the_virtio_function(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """taccd's status gives each function's kind; its CDI spec (written at start) has the
+    virtio accel device; ``tacc trace status`` names the function with its kind."""
+    from tacc import cli_trace
+    from tacc.daemon.main import Daemon
+
+    root = fake_sysfs(tmp_path / "root")
+    out = tmp_path / "cdi/tacc.yaml"
+    d = Daemon(str(tmp_path / "sock"), tmp_path / "caps", always_on=False, bpf=False,
+               sysroot=root, cdi_spec=str(out))
+    try:
+        st = d.handle({"cmd": "status"})
+        assert st["devices"][-1] == VIRTIO_PCI and st["kinds"][VIRTIO_PCI] == "virtio"
+        assert VIRTIO_PCI in [x["name"] for x in cdi.load(out)["devices"]]
+        monkeypatch.setattr(cli_trace, "_call", lambda args, req: d.handle(req))
+        assert main(["trace", "status"]) == 0
+        assert f"{VIRTIO_PCI} (virtio)" in capsys.readouterr().out
+    finally:
+        d.close()
