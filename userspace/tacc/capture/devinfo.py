@@ -321,9 +321,14 @@ class Function:
     # captures before minor 8 do not say: taken as the negotiated one
     max_gen: int = 0
     max_width: int = 0
+    # "pf", "vf" or "virtio" (meta ``devices[].kind``, minor 9; older: from ``vf``)
+    kind: str = ""
 
     @property
     def name(self) -> str:
+        """The PCI address, with the kind of a function that is not a PF."""
+        if self.kind == "virtio":
+            return f"{self.pci} (virtio)"
         return self.pci if self.vf == 0 else f"{self.pci} (VF{self.vf})"
 
     # time_scale: the device's modelled-time factor (QOM ``time-scale`` / 1000): every
@@ -368,6 +373,7 @@ def function_from_desc(fid: int, d: dict[str, Any], meta: dict[str, Any]) -> Fun
         rcb=int(link.get("rcb", DEFAULT_RCB)),
         max_gen=int(link.get("max_gen", link.get("gen", 4))),
         max_width=int(link.get("max_width", link.get("width", 16))),
+        kind=str(d.get("kind") or ("vf" if int(d.get("vf", 0)) else "pf")),
     )
 
 
