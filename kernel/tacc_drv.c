@@ -245,22 +245,36 @@ void tacc_ctx_put(struct tacc_ctx *ctx)
 	kref_put(&ctx->ref, tacc_ctx_release);
 }
 
-/* Contexts of the function held by open files of process @pid. */
-static bool tacc_ctx_over_limit(struct tacc_device *tdev, pid_t pid)
+/**
+ * tacc_ctx_open_files() - contexts of the function held by open files
+ * @tdev: the function
+ * @pid: count only those of this process (its thread-group id); 0 counts all
+ *
+ * A context outlives its file while jobs hold it; this counts only those whose
+ * file is still open.  Caller holds &tacc_device.ctx_lock.
+ */
+unsigned int tacc_ctx_open_files(struct tacc_device *tdev, pid_t pid)
 {
-	unsigned int limit = READ_ONCE(tacc_max_ctx_per_process), n = 0;
+	unsigned int n = 0;
 	u32 i;
 
 	lockdep_assert_held(&tdev->ctx_lock);
-	if (!limit || capable(CAP_SYS_ADMIN))
-		return false;
 	for (i = 0; i < tdev->num_contexts; i++) {
 		struct tacc_ctx *ctx = tdev->ctxs[i];
 
-		if (ctx && READ_ONCE(ctx->file) && ctx->pid == pid)
+		if (ctx && READ_ONCE(ctx->file) && (!pid || ctx->pid == pid))
 			n++;
 	}
-	return n >= limit;
+	return n;
+}
+
+static bool tacc_ctx_over_limit(struct tacc_device *tdev, pid_t pid)
+{
+	unsigned int limit = READ_ONCE(tacc_max_ctx_per_process);
+
+	if (!limit || capable(CAP_SYS_ADMIN))
+		return false;
+	return tacc_ctx_open_files(tdev, pid) >= limit;
 }
 
 static int tacc_open(struct drm_device *dev, struct drm_file *file)

@@ -357,6 +357,7 @@ void tacc_hw_fini(struct tacc_device *tdev);
 void tacc_hw_stop(struct tacc_device *tdev, bool mmio);
 struct tacc_ctx *tacc_ctx_get(struct tacc_ctx *ctx);
 void tacc_ctx_put(struct tacc_ctx *ctx);
+unsigned int tacc_ctx_open_files(struct tacc_device *tdev, pid_t pid);
 void tacc_hw_program_ctx(struct tacc_device *tdev, u32 id, u64 ptbr);
 void tacc_tlb_invalidate(struct tacc_device *tdev, u32 ctx);
 

@@ -308,17 +308,6 @@ static ssize_t handoff_show(struct device *dev, struct device_attribute *attr, c
 	return sysfs_emit(buf, "%u\n", READ_ONCE(tdev->handoff));
 }
 
-static bool tacc_files_open(struct tacc_device *tdev)
-{
-	u32 i;
-
-	lockdep_assert_held(&tdev->ctx_lock);
-	for (i = 0; i < tdev->num_contexts; i++)
-		if (tdev->ctxs[i] && READ_ONCE(tdev->ctxs[i]->file))
-			return true;
-	return false;
-}
-
 static ssize_t handoff_store(struct device *dev, struct device_attribute *attr,
 			     const char *buf, size_t count)
 {
@@ -330,7 +319,7 @@ static ssize_t handoff_store(struct device *dev, struct device_attribute *attr,
 	if (ret)
 		return ret;
 	mutex_lock(&tdev->ctx_lock);
-	if (on && tacc_files_open(tdev))
+	if (on && tacc_ctx_open_files(tdev, 0))
 		ret = -EBUSY;
 	else
 		WRITE_ONCE(tdev->handoff, on);

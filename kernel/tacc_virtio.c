@@ -21,6 +21,7 @@
 #include <drm/drm_ioctl.h>
 
 #include "include/tacc_hw.h"
+#include "tacc_trace.h"
 #include "tacc_virtio.h"
 
 #define TACC_V_BUSY_RETRIES	100
@@ -525,11 +526,26 @@ static const struct drm_ioctl_desc tacc_vioctls[] = {
 	DRM_IOCTL_DEF_DRV(TACC_TLPCAP_CLOSE, tacc_vunsupported_ioctl, 0),
 };
 
+/* The PCI functions' ioctl tracepoints (docs/tracepoints.md), with this node's dev. */
+static long tacc_vioctl(struct file *filp, unsigned int cmd, unsigned long arg)
+{
+	struct drm_file *file = filp->private_data;
+	struct tacc_vdev *vd = to_tacc_vdev(file->minor->dev);
+	struct tacc_vctx *ctx = file->driver_priv;
+	u32 id = ctx ? ctx->id : ~0u;
+	long ret;
+
+	trace_tacc_ioctl_enter(vd->devid, id, _IOC_NR(cmd));
+	ret = drm_ioctl(filp, cmd, arg);
+	trace_tacc_ioctl_exit(vd->devid, id, _IOC_NR(cmd), ret);
+	return ret;
+}
+
 static const struct file_operations tacc_vfops = {
 	.owner = THIS_MODULE,
 	.open = accel_open,
 	.release = drm_release,
-	.unlocked_ioctl = drm_ioctl,
+	.unlocked_ioctl = tacc_vioctl,
 	.compat_ioctl = drm_compat_ioctl,
 	.poll = drm_poll,
 	.read = drm_read,
@@ -554,6 +570,18 @@ static const struct drm_driver tacc_vdriver = {
 };
 
 /* --------------------------------------------------------------- virtio ---- */
+
+/* The virtio PCI function's id, domain << 16 | bus << 8 | devfn (as tacc_devid()). */
+static u32 tacc_vdevid(struct virtio_device *vdev)
+{
+	struct device *parent = vdev->dev.parent;
+	struct pci_dev *pdev;
+
+	if (!parent || !dev_is_pci(parent))
+		return 0;
+	pdev = to_pci_dev(parent);
+	return pci_dev_id(pdev) | (pci_domain_nr(pdev->bus) << 16);
+}
 
 static int tacc_vread_config(struct tacc_vdev *vd)
 {
@@ -624,6 +652,7 @@ static int tacc_virtio_probe(struct virtio_device *vdev)
 	if (IS_ERR(vd))
 		return PTR_ERR(vd);
 	vd->vdev = vdev;
+	vd->devid = tacc_vdevid(vdev);
 	vdev->priv = vd;
 	mutex_init(&vd->ctrl_lock);
 	init_waitqueue_head(&vd->ctrl_wq);

@@ -41,6 +41,7 @@ struct tacc_vdev {
 	struct virtqueue *ctrlq;
 	struct virtqueue *submitq;
 	struct device *dma_dev;		/* NULL: no ACCESS_PLATFORM, guest-physical */
+	u32 devid;			/* tracepoints' dev: the virtio PCI function's id */
 
 	struct mutex ctrl_lock;		/* one control request at a time */
 	wait_queue_head_t ctrl_wq;	/* a control buffer was used */
@@ -135,6 +136,8 @@ struct tacc_vjob {
 	void *buf;			/* struct tacc_virtio_job + commands */
 	size_t len;
 	u16 ring;
+	u32 mix;			/* BIT(opcode) of its commands (tacc_submit) */
+	u64 bytes;			/* its copies' bytes (tacc_submit) */
 	u32 ndeps;			/* in-fences, waited for before it is queued */
 	struct dma_fence *deps[DRM_TACC_MAX_IN_SYNCOBJS];
 	struct dma_fence_cb dep_cb;	/* on deps[dep_armed - 1], with a job reference */

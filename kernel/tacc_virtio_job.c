@@ -32,6 +32,7 @@
 #include <drm/drm_syncobj.h>
 
 #include "include/tacc_hw.h"
+#include "tacc_trace.h"
 #include "tacc_virtio.h"
 
 #define TACC_V_GEMM_MAX_LD	BIT(20)
@@ -104,12 +105,14 @@ static int tacc_vjob_status_errno(u16 status)
  * *@ran: the job ran on the device (its status is the device's, counted in
  * its fence slot's failed total when it is not OK).
  */
-static int tacc_vbatch_errno(const struct tacc_vbatch *b, unsigned int len, u32 i, bool *ran)
+static int tacc_vbatch_errno(const struct tacc_vbatch *b, unsigned int len, u32 i, bool *ran,
+			     u16 *status)
 {
 	const struct tacc_virtio_submit_resp *r = b->resp;
 	const struct tacc_virtio_job_status *st = b->resp + sizeof(*r);
 
 	*ran = false;
+	*status = TACC_ST_OK;
 	if (len < sizeof(*r))
 		return -EIO;
 	if (le32_to_cpu(r->status))	/* the batch was refused whole */
@@ -117,15 +120,28 @@ static int tacc_vbatch_errno(const struct tacc_vbatch *b, unsigned int len, u32 
 	if (le32_to_cpu(r->njobs) != b->njobs || len < sizeof(*r) + (i + 1) * sizeof(*st))
 		return -EIO;
 	*ran = true;
-	return tacc_vjob_status_errno(le16_to_cpu(st[i].status));
+	*status = le16_to_cpu(st[i].status);
+	return tacc_vjob_status_errno(*status);
 }
 
-/* Called with vd->submit_lock held; drops the queue's reference of @job. */
-static void tacc_vjob_complete(struct tacc_vdev *vd, struct tacc_vjob *job, int error)
+static u64 tacc_vjob_tag(const struct tacc_vjob *job)
+{
+	return le64_to_cpu(((const struct tacc_virtio_job *)job->buf)->tag);
+}
+
+/*
+ * Called with vd->submit_lock held; drops the queue's reference of @job.
+ * @status: the device's (enum tacc_status), TACC_ST_OK if it did not run.
+ */
+static void tacc_vjob_complete(struct tacc_vdev *vd, struct tacc_vjob *job, int error,
+			       u16 status)
 {
 	struct tacc_vctx *ctx = job->ctx;
 
 	lockdep_assert_held(&vd->submit_lock);
+	/* hw_job 0, no device times: the backend's DISPATCH trace record has them */
+	trace_tacc_job_done(vd->devid, ctx->id, job->ring, job->fence.seqno, tacc_vjob_tag(job),
+			    0, status, error, 0, 0);
 	list_del(&job->node);
 	if (error)
 		dma_fence_set_error(&job->fence, error);
@@ -153,13 +169,14 @@ static void tacc_vbatch_done(struct tacc_vdev *vd, struct tacc_vbatch *b, unsign
 	list_del(&b->node);
 	vd->ring_batches[b->ring]--;
 	list_for_each_entry_safe(job, tmp, &b->jobs, node) {
+		u16 status = TACC_ST_OK;
 		bool ran = false;
-		int err = error ?: tacc_vbatch_errno(b, len, i++, &ran);
+		int err = error ?: tacc_vbatch_errno(b, len, i++, &ran, &status);
 
 		if (ran && err)	/* as the device counts it in the fence slot */
 			WRITE_ONCE(job->ctx->dev_failed[job->ring],
 				   job->ctx->dev_failed[job->ring] + 1);
-		tacc_vjob_complete(vd, job, err);
+		tacc_vjob_complete(vd, job, err, status);
 	}
 	tacc_vbatch_free(b);
 }
@@ -274,15 +291,20 @@ static bool tacc_vflush_locked(struct tacc_vdev *vd)
 				tacc_vbatch_free(b);
 				goto retry;
 			}
+			vd->st.batches++;
 			for (i = 0; i < n; i++) {
 				tacc_vjob_put_deps(jobs[i]);
 				WRITE_ONCE(jobs[i]->early, i + 1 < n);
 				WRITE_ONCE(jobs[i]->queued, true);
 				list_move_tail(&jobs[i]->node, &b->jobs);
+				/* hw_job 0 (the backend numbers jobs), tail: the buffer's number */
+				trace_tacc_job_start(vd->devid, jobs[i]->ctx->id, r,
+						     jobs[i]->fence.seqno,
+						     tacc_vjob_tag(jobs[i]), 0,
+						     lower_32_bits(vd->st.batches));
 			}
 			list_add_tail(&b->node, &vd->inflight);
 			vd->ring_batches[r]++;
-			vd->st.batches++;
 			added = true;
 		}
 	}
@@ -372,7 +394,7 @@ void tacc_vjobs_fail(struct tacc_vdev *vd, int error)
 	WARN_ON(!list_empty(&vd->inflight));
 	while ((job = list_first_entry_or_null(&vd->staged, struct tacc_vjob, node))) {
 		tacc_vjob_disarm(job);
-		tacc_vjob_complete(vd, job, error);
+		tacc_vjob_complete(vd, job, error, TACC_ST_OK);
 	}
 	spin_unlock_irq(&vd->submit_lock);
 	/* no callback is left to queue the work again */
@@ -613,6 +635,9 @@ static struct tacc_vjob *tacc_vjob_build(struct drm_file *file,
 		ret = tacc_vcmd_translate(file, &cmd, &req->cmds[i]);
 		if (ret)
 			goto err_free;
+		job->mix |= BIT(cmd.opcode);	/* translated: a known opcode, < 32 */
+		if (cmd.opcode >= DRM_TACC_OP_COPY_H2D && cmd.opcode <= DRM_TACC_OP_COPY_D2D)
+			job->bytes += cmd.size;
 	}
 	req->job.ctx = cpu_to_le32(ctx->id);
 	req->job.ring = cpu_to_le16(args->queue);
@@ -685,6 +710,9 @@ static int tacc_vjob_push(struct drm_file *file, struct tacc_vjob *job, u32 ring
 	ctx->slot[slot].fence = dma_fence_get(&job->fence);
 	ctx->last_seqno = seq;
 	spin_unlock(&ctx->seq_lock);
+	/* before it can start: tracers see submit, start, done in that order */
+	trace_tacc_submit(ctx->vd->devid, ctx->id, ring, seq, le64_to_cpu(req->job.tag),
+			  le16_to_cpu(req->job.ncmds), job->bytes, job->mix);
 	ret = tacc_vjob_stage(ctx->vd, job);
 	if (ret) {
 		dma_fence_set_error(&job->fence, ret);

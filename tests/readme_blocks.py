@@ -31,7 +31,7 @@ KINDS = ("guest", "host", "skip")
 FENCE = re.compile(r"^```(\S*)\s*$")
 # make run-vm's variables a guest command may name (scripts/run-vm); the rest are the
 # host side's (TACC_KEEP_RUNDIR=1 before make).
-VM_VARS = ("IOMMU", "VFS", "MEM", "KERNEL", "SMP", "ICOUNT", "MODPARAMS", "QEMU_ARGS",
+VM_VARS = ("IOMMU", "VFS", "MEM", "KERNEL", "SMP", "VIRTIO", "ICOUNT", "MODPARAMS", "QEMU_ARGS",
            "KERNEL_ARGS")
 
 

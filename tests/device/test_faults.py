@@ -3,7 +3,7 @@
 import struct
 
 import pytest
-from tacc.testing.taccdev import DEVMEM_VA, HW, d_copy, desc
+from tacc.testing.taccdev import DEVMEM_VA, HW, Tacc, d_copy, desc
 
 
 def test_ground_truth_matches_counters(dev, pf):
@@ -102,6 +102,25 @@ def test_fatal(dev, pf):
     dev.qom_set("fi-fatal", False)
     pf.reset()
     assert not pf.r32(HW.TACC_REG_STATUS) & HW.TACC_STATUS_FATAL
+
+
+def test_fatal_error_keeps_link_capabilities():
+    """An uncorrectable error sets Device Status and leaves Link Capabilities alone.
+    QEMU 10.0's pcie_aer_inject_uncor_error wrote DEVSTA (16 bits at +0x0A) with
+    pci_set_long, zeroing LNKCAP[15:0] (+0x0C): after a fatal error the guest read
+    "Speed unknown, Width x0, ASPM not supported" (qemu/patches/0005).  A QEMU of its
+    own: the session's device has had fatal errors already."""
+    d = Tacc()
+    try:
+        qt, devfn = d.qt, d.pf.devfn
+        cap = qt.find_cap(0, devfn, 0x10)
+        lnkcap = qt.cfg_read(0, devfn, cap + 0x0C)
+        assert (lnkcap >> 4 & 0x3F, lnkcap & 0xF) == (16, 4), hex(lnkcap)  # x16, 16 GT/s
+        d.qom_set("fi-fatal", True)
+        assert qt.cfg_read(0, devfn, cap + 0x0A, 2) & 0x4  # DEVSTA Fatal Error Detected
+        assert hex(qt.cfg_read(0, devfn, cap + 0x0C)) == hex(lnkcap)
+    finally:
+        d.close()
 
 
 def msix_setup(dev, f, devfn):

@@ -151,14 +151,24 @@ def test_link_ctrl_cost_property_observer_effect():
     assert 0 < extra_ps <= lm.t_link_ps(on_d["ctrl_d2h_link_bytes"]) + 64 * 3 * 1000
 
 
+# the credit loop of a posted write at Gen4 x16, MPS 256 (docs/hardware.md section 9):
+# write latency + one UpdateFC per 4 TLPs (their link time) + the UpdateFC's own time
+LOOP4_NS = 200 + (4 * devinfo.t_link_ps(256 + 24, 4, 16) + devinfo.t_link_ps(8, 4, 16)) / 1000
+
+
 @pytest.mark.parametrize("h2d,props,bound_gbps", [
     (True, "link-gen=5,tags=8", 8 * 512 / 600),  # 8 tags x MRRS per read latency
-    (False, "posted-credits=16,write-latency-ns=200", 16 * 16 / 200),  # 256 B / 200 ns
+    (False, "posted-credits=16", 16 * 16 / LOOP4_NS),  # 256 B of data credits per loop
+    (False, "posted-hdr-credits=4", 4 * 256 / LOOP4_NS),  # 4 headers per loop
 ])
 def test_flow_control_bounds_throughput(h2d, props, bound_gbps):
+    """Tags bound a host read, the root port's posted header and data credits (returned
+    one credit loop later, by UpdateFC every 4 TLPs) a host write: the copy takes the
+    formula's time exactly and runs at the bound's rate."""
     with own_device(props) as (d, pf):
         lm = LinkModel(gen=5 if "gen=5" in props else 4, tags=8 if h2d else 32,
-                       posted_credits=1024 if h2d else 16)
+                       posted_credits=16 if "posted-credits" in props else 1024,
+                       posted_hdr_credits=4 if "hdr" in props else 64)
         n = 1 << 20
         host = d.alloc(n)
         op = HW.TACC_OP_COPY_H2D if h2d else HW.TACC_OP_COPY_D2H
@@ -174,9 +184,33 @@ def test_flow_control_bounds_throughput(h2d, props, bound_gbps):
         assert bw < 0.5 * devinfo.link_raw_bw(lm.gen, 16) / 1e9
 
 
+@pytest.mark.parametrize("mps", [128, 256])
+def test_posted_credits_burst_after_idle(mps):
+    """A full credit pool lets a burst go at link rate: after idle, a host write of
+    at most posted-hdr-credits TLPs pays no credit wait; a longer one runs at the
+    pool's rate (posted-hdr-credits TLPs per credit loop), exactly as the formula
+    says."""
+    ph = 8
+    with own_device(f"mps={mps},posted-hdr-credits={ph}") as (d, pf):
+        lm = LinkModel(mps=mps, posted_hdr_credits=ph)
+        free = LinkModel(mps=mps, posted_hdr_credits=1 << 16)
+        host = d.alloc(1 << 16)
+        for n in (ph * mps, 4 * ph * mps):
+            pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])  # TLB
+            d.qt.clock_step(10**5)  # idle: every credit back
+            cq = pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])
+            dur_ps = (cq.end - cq.start) * 1000
+            assert abs(dur_ps - lm.copy_ps(n, False)) < 1000, n
+            if n <= ph * mps:
+                assert lm.copy_ps(n, False) == free.copy_ps(n, False)
+            else:
+                assert lm.copy_ps(n, False) > free.copy_ps(n, False) + 100_000
+
+
 @pytest.mark.parametrize("bad,msg", [("rcb=96", "rcb must be 64 or 128"),
                                      ("tags=0", "tags must be"),
-                                     ("posted-credits=0", "posted-credits 1..65536")])
+                                     ("posted-credits=0", "posted-credits 1..65536"),
+                                     ("posted-hdr-credits=0", "posted-hdr-credits 1..4096")])
 def test_bad_link_properties_refused(bad, msg):
     """QEMU refuses to create the device, naming the property (one line, exit 1)."""
     r = subprocess.run([str(QEMU), "-machine", "q35", "-accel", "qtest", "-display", "none",

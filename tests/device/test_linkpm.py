@@ -284,3 +284,31 @@ def test_enabling_l1_does_not_count_the_idle_before_it(rdev, rpf):
     set_aspm(rdev, 0, 0)
     d = delta(b, lpm(rpf))
     assert (d["l1_entries"], d["l1_exits"], d["exit_ticks"]) == (0, 1, 0), d
+
+
+def test_virtio_submit_wakes_the_link_from_l1():
+    """A virtio-tacc function's DMA crosses the PF's link: after 100 us idle with L1 on
+    both ends, a submit of NOP jobs (no payload: only the request's descriptor and
+    message reads reach the link) wakes the link from L1 and pays the L1 exit latency,
+    as the PF's descriptor fetch does (before: the link stayed in L1, no exit)."""
+    from tacc.testing.virtiodev import Job, VirtioTacc, device_arg
+
+    d = Tacc("sriov-max-vfs=0", root_port="",
+             extra=device_arg(props=f"devmem-base={192 << 20:#x},devmem-size={64 << 20:#x}"))
+    try:
+        v = VirtioTacc(d)
+        assert v.init()
+        c = v.ctx_create()
+        set_aspm(d, ASPM_L1, ASPM_L1)
+        pf = d.pf
+        d.qt.clock_step(100_000)  # idle: the link enters L1
+        assert pf.r32(HW.TACC_REG_LINKPM_STATE) & HW.TACC_LINKPM_STATE_MASK == HW.TACC_LINKPM_L1
+        b = lpm(pf)
+        v.submit([Job(c, 0, 1, [desc(HW.TACC_OP_NOP)], tag=0x19_0002)])
+        [(st, nj, failed, _)] = v.wait_used()
+        assert (st, nj, failed) == (0, 1, 0)
+        dl = delta(b, lpm(pf))
+        assert (dl["l1_exits"], dl["exit_ticks"]) == (1, L1_EXIT), dl
+        assert v.cnt("ctrl_h2d_tlps") > 0  # the request's reads, counted as control traffic
+    finally:
+        d.close()

@@ -12,6 +12,9 @@ from tacc.capture.schema import (
     DEVICE_TRACE_DTYPE,
     FUNC_COUNTERS,
     GLOBAL_COUNTERS,
+    TRACE_EV_BASE,
+    TRACE_EV_VIRTIO_DISPATCH,
+    TRACE_EV_VIRTIO_KICK,
     TRACE_REC_DTYPE,
     TRACE_REC_VERSION,
 )
@@ -31,6 +34,8 @@ int main(void) {
     printf("size %zu\n", sizeof(struct tacc_trace_rec));
     printf("recsize %d\n", TACC_TRACE_REC_SIZE);
     printf("version %d\n", TACC_TRACE_VERSION);
+    printf("ev %d %d %d\n", TACC_TRACE_EV_BASE, TACC_TRACE_EV_VIRTIO_KICK,
+           TACC_TRACE_EV_VIRTIO_DISPATCH);
     F(version) F(opcode) F(engine) F(queue) F(func) F(ctx) F(seq) F(job) F(tag)
     F(t_fetch) F(t_start) F(t_end) F(bytes) F(tlps) F(index) F(status) F(tlb_misses) F(rsvd)
     TACC_FUNC_COUNTERS(C)
@@ -59,6 +64,8 @@ def test_trace_record_matches_c(c_layout: list[list[str]]) -> None:
     assert size == TRACE_REC_DTYPE.itemsize == 64
     assert next(int(r[1]) for r in c_layout if r[0] == "recsize") == 64
     assert next(int(r[1]) for r in c_layout if r[0] == "version") == TRACE_REC_VERSION
+    assert next([int(x) for x in r[1:]] for r in c_layout if r[0] == "ev") == [
+        TRACE_EV_BASE, TRACE_EV_VIRTIO_KICK, TRACE_EV_VIRTIO_DISPATCH]
     assert set(fields) == set(TRACE_REC_DTYPE.names)
     for name, (off, sz) in fields.items():
         dt, doff = TRACE_REC_DTYPE.fields[name][:2]

@@ -402,7 +402,7 @@ def _passes_status(tmp_path: Path, main: int, codes: list[int], args: list[str])
     (venv / "python").chmod(0o755)
 
     class Cfg:
-        vfs, smp, icount = "0", "1", True
+        vfs, smp, icount, virtio = "0", "1", True, False
 
     cmd = tv.domain_passes_cmd(f"(exit {main})", Cfg(), args, tmp_path / "out")
     r = subprocess.run(["sh", "-c", cmd], cwd=tmp_path, capture_output=True, text=True,
@@ -413,8 +413,8 @@ def _passes_status(tmp_path: Path, main: int, codes: list[int], args: list[str])
 def test_domain_passes_status_is_the_first_failure(tmp_path: Path) -> None:
     st, calls = _passes_status(tmp_path / "a", 0, [0, 0], [])
     assert st == 0
-    assert calls.splitlines() == ["lazy DMA-FQ IOMMU=lazy VFS=0 SMP=1 ICOUNT=1",
-                                  "pt identity IOMMU=pt VFS=0 SMP=1 ICOUNT=1"]
+    assert calls.splitlines() == ["lazy DMA-FQ IOMMU=lazy VFS=0 SMP=1 ICOUNT=1 VIRTIO=0",
+                                  "pt identity IOMMU=pt VFS=0 SMP=1 ICOUNT=1 VIRTIO=0"]
     assert _passes_status(tmp_path / "b", 0, [0, 3], [])[0] == 3
     assert _passes_status(tmp_path / "c", 2, [0, 3], [])[0] == 2  # the main session's first
     # a pass whose -k chose nothing (pytest 5) passes only when a selection was given

@@ -80,11 +80,12 @@ if True:
 def test_off_by_default_then_enabled_from_outside(tmp_path: Path) -> None:
     code = """
 import os, sys, numpy as np
-from tacc.runtime import Context
+from tacc.runtime import Context, apitrace
 ctx = Context(); s = ctx.stream(); d = ctx.device_buffer(64)
 print(os.getpid(), flush=True)
 sys.stdin.readline()          # the test enables tracing here
 s.relu(d, d); s.relu(d, d)
+apitrace.flush()              # queued records (a batch) published before a non-tacc wait
 print("done", flush=True)
 sys.stdin.readline()
 """
@@ -178,3 +179,47 @@ def test_decoded_reader_for_taccd(tmp_path: Path) -> None:
     assert rd.dropped == 0 and rd.pid == 7
     assert tr.ring_pid(tmp_path / "tacc-api.7.9") == 7 == tr.ring_pid("tacc-api.7")
     rd.close()
+
+
+def test_batched_publish_and_flush(tmp_path: Path) -> None:
+    """The runtime's rings publish records in batches (issue 18): nothing is visible
+    before the batch fills, a flush() or the age limit; close() publishes the rest; a
+    batch that does not fit is dropped and counted record by record."""
+    r = tr.Ring(tmp_path / "tacc-api.3", 3, 3, 8, enabled=True, batch=4)
+    rd = tr.RingReader(tmp_path / "tacc-api.3")
+    for i in range(3):
+        r.emit(tr.NAME_ID["nop"], 100 + i, 200 + i, tag=i)
+    assert len(rd.drain()) == 0, "queued, not yet published"
+    r.emit(tr.NAME_ID["nop"], 103, 203, tag=3)  # the 4th fills the batch
+    assert rd.drain()["tag"].tolist() == [0, 1, 2, 3]
+    r.emit(tr.NAME_ID["nop"], 104, 204, tag=4)
+    r.emit(tr.NAME_ID["nop"], 105, 205 + tr.BATCH_AGE_NS, tag=5)  # the first is too old
+    assert rd.drain()["tag"].tolist() == [4, 5]
+    for i in range(11):  # 8 fit, then 3 dropped
+        r.emit(tr.NAME_ID["nop"], 1, 2, tag=10 + i)
+    r.publish()
+    assert rd.dropped == 3 and rd.drain()["tag"].tolist() == list(range(10, 18))
+    r.emit(tr.NAME_ID["gemm"], 1, 2, tag=99, args="m=1")
+    r.close()  # publishes what is queued; pending for the reader: the file stays
+    recs = rd.drain()
+    assert recs["tag"].tolist() == [99] and recs["args"][0] == b"m=1"
+    rd.close()
+
+
+def test_runtime_flushes_before_blocking(tmp_path: Path) -> None:
+    """A consumer sees every call made before a synchronize while the thread waits."""
+    code = """
+import os, threading, numpy as np
+from tacc.runtime import Context, apitrace
+with Context() as ctx:
+    s = ctx.stream(); d = ctx.device_buffer(64); s.copy_h2d(d, np.ones(64, np.float32))
+    r = apitrace.RingReader(apitrace.list_rings(pid=os.getpid())[0])
+    before = len(r.drain())
+    s.relu(d, d); s.synchronize()
+    after = [r.names[i] for i in r.drain()["name_id"]]
+    print(before, ",".join(after))
+"""
+    out = _run(code, tmp_path, TACC_API_TRACE="1", TACC_API_BATCH="32").stdout.split()
+    assert out[0] == "0", "records are queued until a batch, flush or wait"
+    assert out[1].split(",") == ["context_open", "stream_create", "device_buffer",
+                                 "copy_h2d", "eltwise"]

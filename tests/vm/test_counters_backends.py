@@ -25,6 +25,7 @@ from tacc.counters import (
     open_backend,
 )
 from tacc.counters.workload import TIMESTAMP_BYTES, CopyWorkload, Device
+from tacc.testing.unpriv import python_as_tacc_user
 
 BACKENDS = ("sysfs", "mmap", "perf")
 SIZE = 4 << 20
@@ -194,12 +195,6 @@ def test_tacc_stat_text_and_top_once(fn: Function) -> None:
     assert fn.pci in r.stdout and "TLB hit" in r.stdout
 
 
-def _as_user(code: str) -> subprocess.CompletedProcess[str]:
-    env = f"PYTHONPATH={os.pathsep.join(sys.path)}"
-    return subprocess.run(["su", "tacc-user", "-c", f"{env} {PY} -c '{code}'"],
-                          capture_output=True, text=True, timeout=60)
-
-
 def test_unprivileged_function_counters_only(fn: Function) -> None:
     code = ("from tacc.counters import *; f = functions()[0]; "
             "cat = default_catalogue(f); assert not any(c.is_global for c in cat); "
@@ -209,7 +204,7 @@ def test_unprivileged_function_counters_only(fn: Function) -> None:
             "for b in (\"mmap\", \"sysfs\", \"perf\"):\n"
             "    try: open_backend(b, f, f.catalogue)\n"
             "    except CounterError as e: print(b, \"refused\")\n")
-    r = _as_user(code)
+    r = python_as_tacc_user(code, timeout=60)
     assert "fn-ok" in r.stdout, r.stderr
     for b in ("mmap", "sysfs", "perf"):
         assert f"{b} refused" in r.stdout, (b, r.stdout, r.stderr)

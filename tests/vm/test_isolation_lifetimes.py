@@ -11,13 +11,11 @@ The unbind/rmmod lifetimes (sync_file, perf event) are in test_driver_zz_reload.
 from __future__ import annotations
 
 import errno
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
+from tacc.testing.unpriv import python_as_tacc_user
 from test_driver_basic import (
     BIND_FIXED,
     BO_NO_BIND,
@@ -36,15 +34,7 @@ from test_driver_basic import (
     pf_sysfs,
 )
 
-PY = sys.executable
 GIB = 1 << 30
-
-
-def _as_user(code: str, prefix: str = "") -> subprocess.CompletedProcess[str]:
-    """Run Python ``code`` as the unprivileged tacc-user (group tacc)."""
-    env = f"PYTHONPATH={os.pathsep.join(sys.path)}"
-    return subprocess.run(["su", "tacc-user", "-c", f"{prefix}{env} {PY} -c '{code}'"],
-                          capture_output=True, text=True, timeout=120)
 
 
 def _debugfs(pf_accel: Path) -> Path:
@@ -104,7 +94,7 @@ def test_userptr_charged_to_memlock(pf_accel):
     with ENOMEM (docs/uapi.md) and is not charged, so 40 KiB more (56 in all) still fit.
     The pins balance in /proc/vmstat once the process is gone."""
     acq0, rel0 = _pins()
-    r = _as_user(USERPTR_CODE.replace("NODE", str(pf_accel)), prefix="ulimit -l 64; ")
+    r = python_as_tacc_user(USERPTR_CODE.replace("NODE", str(pf_accel)), prefix="ulimit -l 64; ")
     # earlier tests' BOs may still be going (the debug kernel frees them late: 7 pins
     # were still outstanding after 10 s there)
     deadline = time.monotonic() + 60
@@ -143,13 +133,14 @@ def test_contexts_limited_per_process(pf_accel):
     limit = int(param.read_text()) if param.exists() else 4
     assert limit == 4  # the documented default
     with Dev(pf_accel):
-        r = _as_user(CTX_CODE.replace("NODE", str(pf_accel)))
+        r = python_as_tacc_user(CTX_CODE.replace("NODE", str(pf_accel)))
         assert r.returncode == 0, r.stderr
         f = r.stdout.split()
         assert int(f[1]) == limit, f"one process took {f[1]} contexts: {r.stdout}"
         assert int(f[3]) == errno.EMFILE, r.stdout
         # another process still gets one, and so does this one
-        r2 = _as_user(CTX_CODE.replace("range(16)", "range(1)").replace("NODE", str(pf_accel)))
+        r2 = python_as_tacc_user(CTX_CODE.replace("range(16)", "range(1)")
+                                 .replace("NODE", str(pf_accel)))
         assert r2.stdout.split()[1] == "1", r2.stdout
     assert not dmesg_problems()
 

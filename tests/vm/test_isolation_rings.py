@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from tacc.runtime import uapi as ru
+from tacc.testing.unpriv import drop_to_tacc_user
 from test_driver_basic import (
     BIND_READONLY,
     BO_NO_BIND,
@@ -125,17 +126,13 @@ class UserProc:
     its result; an OSError there comes back as ("errno", n)."""
 
     def __init__(self) -> None:
-        pw = pwd.getpwnam("tacc-user")
-        gid = grp.getgrnam("tacc").gr_gid
         self.conn, child = Pipe()
         self.pid = os.fork()
         if self.pid == 0:
             code = 0
             try:
                 self.conn.close()
-                os.setgroups([gid])
-                os.setgid(pw.pw_gid)
-                os.setuid(pw.pw_uid)
+                drop_to_tacc_user()
                 _serve(child)
             except BaseException:  # noqa: BLE001
                 code = 1

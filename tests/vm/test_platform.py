@@ -34,7 +34,7 @@ def test_unprivileged_user_opens_node(pf_accel: Path) -> None:
 
 
 def asked(vm_config: str) -> dict[str, str]:
-    """What scripts/test-vm asked this boot for (TACC_VM_EXPECT: IOMMU= VFS= SMP= ICOUNT=);
+    """What scripts/test-vm asked this boot for (TACC_VM_EXPECT: IOMMU= VFS= SMP= ICOUNT= VIRTIO=);
     outside test-vm, the configuration's name is its IOMMU mode."""
     text = os.environ.get("TACC_VM_EXPECT") or f"IOMMU={vm_config}"
     return dict(w.split("=", 1) for w in text.split())
@@ -81,6 +81,11 @@ def test_boot_has_the_vfs_and_cpus_asked_for(pf_pci: Path, vm_config: str) -> No
     # VFS=N: guest-init enabled N VFs, each bound with its accel node in group tacc (0660,
     # the node watcher); SMP=N: N CPUs online.  The extras boot asks VFS=2 SMP=2.
     want = asked(vm_config)
+    if "VIRTIO" in want:  # VIRTIO=1: one virtio-tacc-pci function, bound to tacc.ko
+        fns = [d for d in Path("/sys/bus/pci/devices").iterdir()
+               if (d / "vendor").read_text().strip() == "0x1af4"
+               and (d / "device").read_text().strip() == "0x1079"]
+        assert len(fns) == int(want["VIRTIO"]), fns
     if "SMP" in want:
         assert len(os.sched_getaffinity(0)) == int(want["SMP"])
         assert Path("/sys/devices/system/cpu/online").read_text().strip() == \

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tacc.testing.unpriv import errno_as_tacc_user
 from tacc.vfio import bind as vb
 from test_driver_basic import Dev, dmesg_problems, nop, pf_sysfs, wait_accel_node
 
@@ -226,28 +227,6 @@ def test_kill9_vfio_user_mid_job(vfs, vfio_vf):
     assert not dmesg_problems()
 
 
-def _open_as_tacc_user(node: Path) -> int:
-    """0 if the unprivileged tacc-user (group tacc) can open @node, else the errno."""
-    import grp
-    import pwd
-
-    pw, gid = pwd.getpwnam("tacc-user"), grp.getgrnam("tacc").gr_gid
-    pid = os.fork()
-    if pid == 0:
-        code = 255
-        try:
-            os.setgroups([gid])
-            os.setgid(pw.pw_gid)
-            os.setuid(pw.pw_uid)
-            os.close(os.open(node, os.O_RDWR))
-            code = 0
-        except OSError as e:
-            code = e.errno or 254
-        finally:
-            os._exit(code)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-
-
 def test_bind_check_is_atomic(vfs, monkeypatch):
     """The /proc scan only names openers; the guard is tacc.ko's tacc/handoff, checked and
     set under the context lock.  With the scan blind (an open that came after it), the
@@ -267,11 +246,11 @@ def test_bind_check_is_atomic(vfs, monkeypatch):
         assert d.run([nop()]) == 0  # the open file still works
     handoff.write_text("1")
     try:
-        assert _open_as_tacc_user(node) == errno.EBUSY
+        assert errno_as_tacc_user(node) == errno.EBUSY
         r = subprocess.run(["su", "tacc-user", "-c", f"echo 0 > {handoff}"],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode != 0 and "Permission denied" in r.stderr, (r.returncode, r.stderr)
         assert handoff.read_text() == "1\n"
     finally:
         handoff.write_text("0")
-    assert _open_as_tacc_user(node) == 0
+    assert errno_as_tacc_user(node) == 0

@@ -7,6 +7,10 @@ Two kinds, one device per PCI function, named by its address:
 - ``tacc.dev/vfio=<BDF>``: ``/dev/vfio/vfio`` and ``/dev/vfio/<group>`` of the function's
   IOMMU group (present once the function is bound to vfio-pci: ``tacc vfio bind``).
 
+A virtio-tacc function (docs/virtio.md) is an accel device like the others; it has no
+vfio device (``tacc.vfio`` drives the tacc register interface of a PF or VF, not a
+virtio transport).
+
 A CDI spec holds one kind, so the accel spec goes to ``/etc/cdi/tacc.yaml`` and the vfio
 spec beside it (``tacc-vfio.yaml``).  The files are JSON text, which is YAML too (CDI
 reads ``.yaml`` and ``.json`` alike).  ``cdiVersion`` is the lowest version whose
@@ -47,7 +51,7 @@ class Function:
     """What a CDI spec needs of one tacc PCI function."""
 
     pci: str
-    kind: str  # "pf" or "vf"
+    kind: str  # "pf", "vf" or "virtio"
     accel: str | None  # /dev/accel/accelN, None when tacc.ko is not bound
     iommu_group: str | None  # IOMMU group number, None without an IOMMU
 
@@ -60,8 +64,9 @@ def _group(fn: TaccFunction) -> str | None:
 
 
 def functions(sysroot: str = "/") -> list[Function]:
-    """Every tacc function in sysfs, PF first, then VFs (tacc.daemon.devices.discover)."""
-    return [Function(f.pci, "vf" if f.is_vf else "pf", f.accel, _group(f))
+    """Every tacc function in sysfs: PFs, VFs, then virtio-tacc functions
+    (tacc.daemon.devices.discover)."""
+    return [Function(f.pci, f.kind, f.accel, _group(f))
             for f in discover(sysroot)]
 
 
@@ -91,7 +96,7 @@ def device_edits(kind: str, fn: Function) -> dict[str, Any] | None:
     if kind == ACCEL_KIND:
         return {"deviceNodes": [_node(fn.accel)]} if fn.accel else None
     if kind == VFIO_KIND:
-        if fn.iommu_group is None:
+        if fn.iommu_group is None or fn.kind == "virtio":  # no user-space virtio driver
             return None
         return {"deviceNodes": [_node("/dev/vfio/vfio"), _node(f"/dev/vfio/{fn.iommu_group}")]}
     raise CdiError(f"unknown CDI kind {kind!r} (known: {', '.join(KINDS)})")

@@ -30,6 +30,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.fleet.cli",  # export, query (issue 17)
     "tacc.timeline.cluster_cli",  # cluster offsets|analyze (issue 17)
     "tacc.cli_cdi",  # cdi generate|list: container device specs (issue 15)
+    "tacc.cli_devices",  # devices: PF, VF and virtio-tacc functions (issue 16)
     "tacc.vfio.cli",  # vfio list|bind|unbind (issue 15)
     "tacc.cli_pcie",  # pcie capture|summary|timeline (PCIe analyzer, issue 19)
 )

@@ -74,7 +74,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
-    print(f"taccd pid {rep['pid']}: {rep['mode']}, devices {', '.join(rep['devices']) or '-'}")
+    kinds = rep.get("kinds") or {}  # a VF or virtio-tacc function is named with its kind
+    devs = [p if kinds.get(p, "pf") == "pf" else f"{p} ({kinds[p]})" for p in rep["devices"]]
+    print(f"taccd pid {rep['pid']}: {rep['mode']}, devices {', '.join(devs) or '-'}")
     cap = rep.get("capture")
     if cap:
         print(f"capture {cap['path']}: {cap['bytes']} bytes, records {cap['records']}, "

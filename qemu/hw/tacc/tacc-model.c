@@ -36,14 +36,19 @@ uint64_t tacc_scale_ps(TaccState *s, uint64_t ps)
  *   bytes * 8 bit / (lanes * rate GT/s * 128/130) * (SKP + 1) / SKP
  * = ceil(bytes * 8 * 130 * 1000 * 371 / (lanes * rate * 128 * 370)) ps
  */
-uint64_t tacc_link_ps(TaccState *s, uint64_t bytes)
+static uint64_t tacc_link_raw_ps(TaccState *s, uint64_t bytes)
 {
     uint64_t den = (uint64_t)s->lnk_width * tacc_link_rate_gt(s) *
                    TACC_LINK_ENC_NUM * TACC_LINK_SKP_INTERVAL;
     uint64_t num = 8 * TACC_LINK_ENC_DEN * 1000 *
                    (TACC_LINK_SKP_INTERVAL + 1);
     /* bytes < 2^34 here (steps, control traffic), so no overflow */
-    return tacc_scale_ps(s, (bytes * num + den - 1) / den);
+    return (bytes * num + den - 1) / den;
+}
+
+uint64_t tacc_link_ps(TaccState *s, uint64_t bytes)
+{
+    return tacc_scale_ps(s, tacc_link_raw_ps(s, bytes));
 }
 
 /* #{x in (0, len) : (off + x) % period == 0}, off < period */
@@ -173,12 +178,9 @@ void tacc_link_cost(TaccState *s, const TaccResult *r, uint64_t pos,
 }
 
 /*
- * The lower bound of a link step that flow control sets: a host read keeps
- * at most "tags" read requests outstanding, each for read-latency-ns, so
- * its requests take at least reqs * T_rd / tags; a host write's payload
- * must find posted data credits, which the root port returns
- * write-latency-ns after it took them, so it takes at least
- * bytes * T_wr / (posted-credits * 16).
+ * The lower bound of a host read's link step that flow control sets: at
+ * most "tags" read requests outstanding, each for read-latency-ns, so its
+ * requests take at least reqs * T_rd / tags.
  */
 uint64_t tacc_link_fc_ps(TaccState *s, int kind, uint64_t payload,
                          uint64_t reqs)
@@ -187,13 +189,66 @@ uint64_t tacc_link_fc_ps(TaccState *s, int kind, uint64_t payload,
         return tacc_scale_ps(s, DIV_ROUND_UP(reqs * s->read_latency_ns *
                                              PS_PER_NS, s->tags));
     }
-    if (kind == TACC_LINK_D2H) {
-        return tacc_scale_ps(s, DIV_ROUND_UP(payload * s->write_latency_ns *
-                                             PS_PER_NS,
-                                             (uint64_t)s->posted_credits *
-                                             TACC_LINK_FC_UNIT));
-    }
     return 0;
+}
+
+/*
+ * The credit loop of a posted write (unscaled ps): the root port frees a
+ * TLP's credits write-latency-ns after it took it, returns them with one
+ * UpdateFC DLLP per TACC_LINK_FC_TLPS TLPs (so a batch's link time), and
+ * the DLLP itself crosses the link:
+ *   L = T_wr + FC_TLPS * t_link(MPS + 24) + t_link(8)
+ */
+static uint64_t tacc_link_fc_loop_ps(TaccState *s)
+{
+    return (uint64_t)s->write_latency_ns * PS_PER_NS +
+           TACC_LINK_FC_TLPS * tacc_link_raw_ps(s, s->mps +
+                                                TACC_LINK_MWR_OVERHEAD) +
+           tacc_link_raw_ps(s, TACC_LINK_DLLP_BYTES);
+}
+
+/*
+ * Take @n credits of a pool of @pool credits that returns @pool credits per
+ * @loop ps at time @t: the pool's theoretical return time advances by
+ * n * loop / pool from max(itself, t); what is taken may be on the link no
+ * later than one loop before it (a full pool lets a burst go at link rate,
+ * a long transfer runs at pool / loop).  Returns that earliest end (0 if
+ * the pool does not bind).
+ */
+static uint64_t tacc_posted_take(TaccPostedPool *p, uint64_t t, uint64_t n,
+                                 uint64_t loop, uint64_t pool)
+{
+    uint64_t q, ceil_tat;
+
+    if (p->tat_ps < t) {
+        p->tat_ps = t;
+        p->tat_rem = 0;
+    }
+    q = p->tat_rem + n * loop;
+    p->tat_ps += q / pool;
+    p->tat_rem = q % pool;
+    ceil_tat = p->tat_ps + (p->tat_rem ? 1 : 0);
+    return ceil_tat > loop ? ceil_tat - loop : 0;
+}
+
+/*
+ * Posted-write flow control of a host write's link step of @tlps write
+ * TLPs and @payload bytes sent from @t: the root port's posted header
+ * credits (posted-hdr-credits, one per TLP) and data credits
+ * (posted-credits, 16 bytes each), each returned one credit loop after it
+ * was taken.  Returns the earliest time the step may end.
+ */
+uint64_t tacc_link_posted(TaccState *s, uint64_t t, uint64_t tlps,
+                          uint64_t payload)
+{
+    uint64_t loop = tacc_scale_ps(s, tacc_link_fc_loop_ps(s));
+    uint64_t h = tacc_posted_take(&s->ph_pool, t, tlps, loop,
+                                  s->posted_hdr_credits);
+    uint64_t d = tacc_posted_take(&s->pd_pool, t,
+                                  DIV_ROUND_UP(payload, TACC_LINK_FC_UNIT),
+                                  loop, s->posted_credits);
+
+    return MAX(h, d);
 }
 
 /* Time of what the model does now: the event it processes, or now. */

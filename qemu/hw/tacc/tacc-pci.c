@@ -461,6 +461,10 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         error_setg(errp, "tacc: tags must be 1..1024, posted-credits 1..65536");
         return;
     }
+    if (s->posted_hdr_credits < 1 || s->posted_hdr_credits > 4096) {
+        error_setg(errp, "tacc: posted-hdr-credits 1..4096");
+        return;
+    }
     if (s->total_vfs > TACC_MAX_VFS) {
         error_setg(errp, "tacc: at most %d VFs", TACC_MAX_VFS);
         return;
@@ -746,6 +750,7 @@ static const Property tacc_props[] = {
     DEFINE_PROP_UINT32("rcb", TaccState, rcb, 64),
     DEFINE_PROP_UINT32("tags", TaccState, tags, 32),
     DEFINE_PROP_UINT32("posted-credits", TaccState, posted_credits, 1024),
+    DEFINE_PROP_UINT32("posted-hdr-credits", TaccState, posted_hdr_credits, 64),
     DEFINE_PROP_BOOL("link-ctrl-cost", TaccState, link_ctrl_cost, true),
     DEFINE_PROP_UINT32("aspm-l0s-entry-ns", TaccState, aspm_l0s_entry_ns, 1000),
     DEFINE_PROP_UINT32("aspm-l0s-exit-ns", TaccState, aspm_l0s_exit_ns, 256),

@@ -363,7 +363,8 @@ static void tacc_unit_tlpcap(TaccState *s, TaccUnit *u, uint64_t pos,
  * requests, DLLPs) interleave with whatever that direction carries, TLP by
  * TLP, so they extend its occupancy (delaying the transfers behind them)
  * without waiting for it.  The step lasts at least its own bytes' time in
- * each direction and what flow control allows (tacc_link_fc_ps).
+ * each direction and what flow control allows (tags: tacc_link_fc_ps,
+ * posted credits: tacc_link_posted).
  */
 static void tacc_unit_link_step(TaccState *s, TaccUnit *u, uint64_t t)
 {
@@ -378,9 +379,7 @@ static void tacc_unit_link_step(TaccState *s, TaccUnit *u, uint64_t t)
     st = t;
     /* the TLPs that start in [pos, pos + c): see tacc_link_cost() */
     tacc_link_cost(s, &u->res, pos, c, &lc);
-    end = t + tacc_link_fc_ps(s, u->res.link_kind, c,
-                              u->res.link_kind == TACC_LINK_H2D ?
-                              lc.tlps[1] : 0);
+    end = t + tacc_link_fc_ps(s, u->res.link_kind, c, lc.tlps[1]);
     for (int d = 0; d < 2; d++) {
         uint64_t dur;
         if (!lc.bytes[d]) {
@@ -396,6 +395,10 @@ static void tacc_unit_link_step(TaccState *s, TaccUnit *u, uint64_t t)
             end = MAX(end, t + dur);
         }
         s->link_busy_ps[d] += dur;
+    }
+    if (u->res.link_kind == TACC_LINK_D2H) {
+        /* posted credits: taken when the step's writes go out */
+        end = MAX(end, tacc_link_posted(s, st, lc.tlps[1], c));
     }
     u->stall_ps += st - t;
     tacc_lpm_busy(s, end);

@@ -234,6 +234,14 @@ typedef struct TaccLinkPm {
     int state;                  /* TACC_LINKPM_* (a view's) */
 } TaccLinkPm;
 
+/*
+ * A pool of posted credits as a rate (tacc_link_posted): its theoretical
+ * return time tat_ps + tat_rem / pool picoseconds.
+ */
+typedef struct TaccPostedPool {
+    uint64_t tat_ps, tat_rem;
+} TaccPostedPool;
+
 typedef struct TaccGroundTruth {
     uint64_t h2d_bytes, d2h_bytes;
     uint64_t h2d_link_bytes, d2h_link_bytes;
@@ -254,6 +262,7 @@ struct TaccState {
     uint32_t rcb;               /* root port's read completion boundary */
     uint32_t tags;              /* outstanding read requests */
     uint32_t posted_credits;    /* root port's posted data credits (16 B) */
+    uint32_t posted_hdr_credits;        /* ... and posted header credits */
     bool link_ctrl_cost;        /* control traffic reserves link time */
     uint32_t aspm_l0s_entry_ns, aspm_l0s_exit_ns;      /* ASPM (linkpm) */
     uint32_t aspm_l1_entry_ns, aspm_l1_exit_ns;
@@ -286,6 +295,7 @@ struct TaccState {
     uint64_t ev_ps;             /* time of the event the model processes */
     uint64_t link_free_ps[2];   /* 0 = down (H2D), 1 = up (D2H) */
     uint64_t link_busy_ps[2];
+    TaccPostedPool ph_pool, pd_pool;    /* posted credits (tacc-model.c) */
     TaccLinkPm lpm;             /* ASPM state machine (tacc-linkpm.c) */
     uint64_t lpm_last_ps;       /* end of the link's last TLP */
     uint64_t lpm_wake_ps;       /* link usable again (after an exit) */
@@ -402,6 +412,8 @@ void tacc_link_cost(TaccState *s, const TaccResult *r, uint64_t pos,
                     uint64_t len, TaccLinkCount *c);
 uint64_t tacc_link_fc_ps(TaccState *s, int kind, uint64_t payload,
                          uint64_t reqs);
+uint64_t tacc_link_posted(TaccState *s, uint64_t t, uint64_t tlps,
+                          uint64_t payload);
 uint64_t tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova,
                         uint64_t len);
 uint64_t tacc_ev_ps(TaccState *s);

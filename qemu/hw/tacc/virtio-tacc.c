@@ -1059,6 +1059,29 @@ static const TaccFuncOps vt_ops = {
 
 /* --------------------------------------------------------- virtio ---- */
 
+/*
+ * The guest memory a request's element was read from crossed the PF's link
+ * (the function's DMA shares it): its out buffers (the message and, with
+ * them, the ring's descriptor reads) are control traffic of this function
+ * (tacc_link_ctrl), so they wake a link in L0s/L1 and pay its exit latency,
+ * as the PF's descriptor fetch does.  Returns when the request is in.
+ */
+static uint64_t vt_elem_link(VirtIOTacc *vt, VirtQueueElement *elem,
+                             uint64_t now)
+{
+    TaccState *s = vt->pf;
+    uint64_t t_up = now;
+
+    for (unsigned i = 0; i < elem->out_num; i++) {
+        t_up = MAX(t_up, tacc_link_ctrl(&vt->func, false, elem->out_addr[i],
+                                        elem->out_sg[i].iov_len));
+    }
+    if (t_up > now && (!s->lpm_fetch_ps || t_up < s->lpm_fetch_ps)) {
+        s->lpm_fetch_ps = t_up;         /* the scheduler's event then */
+    }
+    return t_up;
+}
+
 static void vt_handle_ctrl(VirtIODevice *vdev, VirtQueue *vq)
 {
     VirtIOTacc *vt = VIRTIO_TACC(vdev);
@@ -1068,6 +1091,7 @@ static void vt_handle_ctrl(VirtIODevice *vdev, VirtQueue *vq)
         return;
     }
     while ((elem = virtqueue_pop(vq, sizeof(VirtQueueElement)))) {
+        vt_elem_link(vt, elem, tacc_now_ps(vt->pf));
         vt_handle_ctrl_one(vt, vq, elem);
         g_free(elem);
     }
@@ -1079,18 +1103,21 @@ static void vt_handle_submit(VirtIODevice *vdev, VirtQueue *vq)
 {
     VirtIOTacc *vt = VIRTIO_TACC(vdev);
     VirtQueueElement *elem;
-    uint64_t now;
+    uint64_t now, t_up;
 
     if (!tacc_enter(vt->pf, &vt->func, "virtio submit kick")) {
         return;
     }
     now = tacc_now_ps(vt->pf);
+    t_up = now;
     trace_virtio_tacc_kick(now / PS_PER_NS);
     while ((elem = virtqueue_pop(vq, sizeof(VirtQueueElement)))) {
+        /* its commands are ready once the request crossed the link */
+        t_up = MAX(t_up, vt_elem_link(vt, elem, now));
         vt_submit_one(vt, elem, now);
     }
     for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
-        vt_feed(vt, r, now);
+        vt_feed(vt, r, t_up);
     }
     tacc_sched_poll(vt->pf);
     tacc_leave(vt->pf);

@@ -8,7 +8,7 @@ import numpy as np
 
 from tacc.capture import Capture
 from tacc.capture.devinfo import Function
-from tacc.capture.schema import NUM_ENGINES, DriverKind, Engine, Opcode
+from tacc.capture.schema import NUM_ENGINES, TRACE_EV_BASE, DriverKind, Engine, Opcode
 
 DRIVER_KEEP = (DriverKind.DMA_MAP, DriverKind.DMA_UNMAP, DriverKind.VM_BIND,
                DriverKind.VM_UNBIND, DriverKind.BO_CREATE, DriverKind.BO_DESTROY,
@@ -146,6 +146,8 @@ def load(cap: Capture) -> Data:
                    parts.items()})
     # FILL is the driver scrubbing freed device memory (docs/uapi.md), not the workload
     cmds = cmds.sel(cmds.opcode != Opcode.FILL)
+    # virtio-tacc's kick and dispatch records (trace version 2) are events, not commands
+    cmds = cmds.sel(cmds.opcode < TRACE_EV_BASE)
     keep = [int(k) for k in DRIVER_KEEP]
     drv_parts = []
     for ch in cap.chunks("driver"):

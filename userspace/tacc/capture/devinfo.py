@@ -27,6 +27,9 @@ TLP_OVERHEAD_BYTES = LINK_MWR_OVERHEAD  # the larger of the two (default when no
 TLP_OVERHEAD_BY_DIR = {"h2d": LINK_CPL_OVERHEAD, "d2h": LINK_MWR_OVERHEAD}
 # QOM defaults of the properties the link model reads (docs/hardware.md section 1)
 DEFAULT_MRRS, DEFAULT_RCB, DEFAULT_TAGS, DEFAULT_POSTED_CREDITS = 512, 64, 32, 1024
+# posted header credits of the root port: Intel's IIO advertises 64 for an x16 port
+# (Xeon C5500/C3500 datasheet, vol. 1, table 76, "Posted Request Header Credits")
+DEFAULT_POSTED_HDR_CREDITS = 64
 DEFAULT_READ_NS, DEFAULT_WRITE_NS = 600, 200
 H2D, D2H = "h2d", "d2h"
 
@@ -179,61 +182,124 @@ def link_raw_bw(gen: int, width: int) -> float:
 STEP = 64 * 1024  # the device's link step (tacc.h TACC_CHUNK_BYTES)
 
 
+def fc_loop_ps(gen: int, width: int, mps: int, wr_ns: int = DEFAULT_WRITE_NS) -> int:
+    """The credit loop of a posted write, picoseconds (unscaled; tacc-model.c
+    ``tacc_link_fc_loop_ps``): the root port frees a TLP's credits ``wr_ns`` after it took
+    it, returns them with one UpdateFC per ``LINK_FC_TLPS`` TLPs (a batch's link time) and
+    the UpdateFC crosses the link: ``T_wr + 4 t_link(MPS + 24) + t_link(8)``."""
+    return (int(wr_ns) * 1000 + LINK_FC_TLPS * t_link_ps(int(mps) + LINK_MWR_OVERHEAD, gen,
+                                                          width)
+            + t_link_ps(LINK_DLLP_BYTES, gen, width))
+
+
+class PostedPool:
+    """A pool of ``pool`` posted credits returned ``pool`` per ``loop`` ps, as a rate
+    (tacc-model.c ``tacc_posted_take``): taking ``n`` credits at ``t`` advances the
+    pool's theoretical return time by ``n * loop / pool`` from ``max(itself, t)``; what was
+    taken may be on the link no later than one loop before it.  Exact (integers)."""
+
+    def __init__(self, loop: int, pool: int) -> None:
+        self.loop, self.pool = int(loop), int(pool)
+        self.tat = 0  # theoretical return time x pool
+
+    def take(self, t: int, n: int) -> int:
+        """The earliest end of what takes ``n`` credits at ``t`` (0: no bound)."""
+        self.tat = max(self.tat, int(t) * self.pool) + int(n) * self.loop
+        return max(0, -(-self.tat // self.pool) - self.loop)
+
+
+class PostedCredits:
+    """The root port's posted header (one per TLP) and data (16 bytes each) credits of
+    one link (tacc-model.c ``tacc_link_posted``), full at time 0."""
+
+    def __init__(self, gen: int, width: int, mps: int, wr_ns: int = DEFAULT_WRITE_NS,
+                 posted_hdr_credits: int = DEFAULT_POSTED_HDR_CREDITS,
+                 posted_credits: int = DEFAULT_POSTED_CREDITS) -> None:
+        loop = fc_loop_ps(gen, width, mps, wr_ns)
+        self.hdr = PostedPool(loop, posted_hdr_credits)
+        self.data = PostedPool(loop, posted_credits)
+
+    def take(self, t: int, tlps: int, payload: int) -> int:
+        """The earliest end of a step of ``tlps`` writes and ``payload`` bytes sent at
+        ``t``."""
+        return max(self.hdr.take(t, tlps), self.data.take(t, -(-int(payload) // LINK_FC_UNIT)))
+
+
 def fc_ps(kind: str, payload: int, reqs: int, tags: int = DEFAULT_TAGS,
           rd_ns: int = DEFAULT_READ_NS, wr_ns: int = DEFAULT_WRITE_NS,
-          posted_credits: int = DEFAULT_POSTED_CREDITS) -> int:
-    """The shortest time flow control allows a link step (tacc_link_fc_ps): ``reqs *
-    T_rd / tags`` for a host read, ``payload * T_wr / (posted_credits * 16)`` for a write,
-    picoseconds (unscaled)."""
+          posted_credits: int = DEFAULT_POSTED_CREDITS, gen: int = 4, width: int = 16,
+          mps: int = 256, posted_hdr_credits: int = DEFAULT_POSTED_HDR_CREDITS) -> int:
+    """The shortest time flow control allows ``payload`` bytes in steady state,
+    picoseconds (unscaled): ``reqs * T_rd / tags`` for a host read (tacc_link_fc_ps); for a
+    host write of ``reqs`` write TLPs, the posted credits' rate: ``max(reqs / PH, payload
+    / 16 / PD) * L`` (``fc_loop_ps``; a burst after idle gets a full pool first, see
+    ``PostedCredits``)."""
     if kind == H2D:
         return -(-int(reqs) * rd_ns * 1000 // tags)
-    return -(-int(payload) * wr_ns * 1000 // (posted_credits * LINK_FC_UNIT))
+    loop = fc_loop_ps(gen, width, mps, wr_ns)
+    data = -(-int(payload) // LINK_FC_UNIT)
+    return max(-(-int(reqs) * loop // posted_hdr_credits),
+               -(-data * loop // posted_credits))
 
 
 def step_ps(kind: str, pos: int, c: int, gen: int, width: int, mps: int,
             mrrs: int = DEFAULT_MRRS, rcb: int = DEFAULT_RCB, tags: int = DEFAULT_TAGS,
             rd_ns: int = DEFAULT_READ_NS, wr_ns: int = DEFAULT_WRITE_NS,
             posted_credits: int = DEFAULT_POSTED_CREDITS, host_off: int = 0,
-            dev_off: int = 0) -> int:
+            dev_off: int = 0, posted_hdr_credits: int = DEFAULT_POSTED_HDR_CREDITS,
+            credits: PostedCredits | None = None, t: int = 0) -> int:
     """Uncontended duration of the link step carrying payload ``[pos, pos + c)`` of a
-    transfer (tacc-sched.c ``tacc_unit_link_step`` with the link otherwise idle): the
-    TLPs and DLLPs that start in it (prefix differences), the larger of both directions'
-    ``t_link`` and the flow-control bound, picoseconds (unscaled)."""
+    transfer sent at ``t`` (tacc-sched.c ``tacc_unit_link_step`` with the link otherwise
+    idle): the TLPs and DLLPs that start in it (prefix differences), the larger of both
+    directions' ``t_link``, the tags' bound and (a host write) what the posted
+    ``credits`` allow (a full pool when None), picoseconds (unscaled)."""
     st = (link_prefix(kind, pos + c, mps, mrrs, rcb, host_off, dev_off)
           - link_prefix(kind, pos, mps, mrrs, rcb, host_off, dev_off))
-    fc = fc_ps(kind, c, st.tlps[1] if kind == H2D else 0, tags, rd_ns, wr_ns, posted_credits)
-    return max(t_link_ps(st.bytes[0], gen, width), t_link_ps(st.bytes[1], gen, width), fc)
+    d = max(t_link_ps(st.bytes[0], gen, width), t_link_ps(st.bytes[1], gen, width))
+    if kind == H2D:
+        return max(d, fc_ps(kind, c, st.tlps[1], tags, rd_ns))
+    if credits is None:
+        credits = PostedCredits(gen, width, mps, wr_ns, posted_hdr_credits, posted_credits)
+    return max(d, credits.take(t, st.tlps[1], c) - t)
 
 
 def copy_link_ps(kind: str, n: int, gen: int, width: int, mps: int,
                  mrrs: int = DEFAULT_MRRS, rcb: int = DEFAULT_RCB, tags: int = DEFAULT_TAGS,
                  rd_ns: int = DEFAULT_READ_NS, wr_ns: int = DEFAULT_WRITE_NS,
                  posted_credits: int = DEFAULT_POSTED_CREDITS, host_off: int = 0,
-                 dev_off: int = 0) -> int:
+                 dev_off: int = 0,
+                 posted_hdr_credits: int = DEFAULT_POSTED_HDR_CREDITS) -> int:
     """The link steps of an uncontended copy of ``n`` bytes (``STEP`` bytes each, the
-    last one shorter), picoseconds (unscaled): what a copy's duration holds beyond its
-    command latency, page walks and completion latency (docs/hardware.md section 9)."""
-    return sum(step_ps(kind, a, min(int(n) - a, STEP), gen, width, mps, mrrs, rcb, tags,
-                       rd_ns, wr_ns, posted_credits, host_off, dev_off)
-               for a in range(0, int(n), STEP))
+    last one shorter) after idle (a full posted-credit pool), picoseconds (unscaled):
+    what a copy's duration holds beyond its command latency, page walks and completion
+    latency (docs/hardware.md section 9)."""
+    credits = PostedCredits(gen, width, mps, wr_ns, posted_hdr_credits, posted_credits)
+    t = 0
+    for a in range(0, int(n), STEP):
+        t += step_ps(kind, a, min(int(n) - a, STEP), gen, width, mps, mrrs, rcb, tags,
+                     rd_ns, wr_ns, posted_credits, host_off, dev_off, posted_hdr_credits,
+                     credits, t)
+    return t
 
 
 def link_max_payload_bw(gen: int, width: int, mps: int, direction: str | None = None,
                         mrrs: int = DEFAULT_MRRS, rcb: int = DEFAULT_RCB,
                         tags: int = DEFAULT_TAGS, rd_ns: int = DEFAULT_READ_NS,
                         wr_ns: int = DEFAULT_WRITE_NS,
-                        posted_credits: int = DEFAULT_POSTED_CREDITS) -> float:
+                        posted_credits: int = DEFAULT_POSTED_CREDITS,
+                        posted_hdr_credits: int = DEFAULT_POSTED_HDR_CREDITS) -> float:
     """Modelled maximum payload bandwidth of one link direction, bytes per second: the
     payload of one aligned 64 KiB link step in the middle of a long transfer over the
-    step's time (``max`` of both directions' ``t_link`` and flow control), i.e. what a
-    long copy approaches.  ``direction`` None: the lower (D2H-style) of the two."""
+    step's time (``max`` of both directions' ``t_link`` and flow control in steady
+    state), i.e. what a long copy approaches.  ``direction`` None: the lower of the two."""
     if direction is None:
         return min(link_max_payload_bw(gen, width, mps, d, mrrs, rcb, tags, rd_ns, wr_ns,
-                                       posted_credits) for d in (H2D, D2H))
+                                       posted_credits, posted_hdr_credits) for d in (H2D, D2H))
     c = (link_prefix(direction, 2 * STEP, mps, mrrs, rcb)
          - link_prefix(direction, STEP, mps, mrrs, rcb))
     t = max(t_link_ps(c.bytes[0], gen, width), t_link_ps(c.bytes[1], gen, width),
-            fc_ps(direction, STEP, c.tlps[1], tags, rd_ns, wr_ns, posted_credits))
+            fc_ps(direction, STEP, c.tlps[1], tags, rd_ns, wr_ns, posted_credits, gen, width,
+                  mps, posted_hdr_credits))
     return STEP / (t * 1e-12)
 
 
@@ -255,9 +321,14 @@ class Function:
     # captures before minor 8 do not say: taken as the negotiated one
     max_gen: int = 0
     max_width: int = 0
+    # "pf", "vf" or "virtio" (meta ``devices[].kind``, minor 9; older: from ``vf``)
+    kind: str = ""
 
     @property
     def name(self) -> str:
+        """The PCI address, with the kind of a function that is not a PF."""
+        if self.kind == "virtio":
+            return f"{self.pci} (virtio)"
         return self.pci if self.vf == 0 else f"{self.pci} (VF{self.vf})"
 
     # time_scale: the device's modelled-time factor (QOM ``time-scale`` / 1000): every
@@ -302,6 +373,7 @@ def function_from_desc(fid: int, d: dict[str, Any], meta: dict[str, Any]) -> Fun
         rcb=int(link.get("rcb", DEFAULT_RCB)),
         max_gen=int(link.get("max_gen", link.get("gen", 4))),
         max_width=int(link.get("max_width", link.get("width", 16))),
+        kind=str(d.get("kind") or ("vf" if int(d.get("vf", 0)) else "pf")),
     )
 
 

@@ -178,7 +178,8 @@ class Capture:
         pf = next((f for f in pfs if f.pci.rsplit(":", 1)[0] == bus), pfs[0] if pfs else None)
         if pf is None:
             return Function(fid, pci, pci, vf, 4, 16, 256, 1e9, 1.0, 0)
-        return dataclasses.replace(pf, fid=fid, pci=pci, pf=pf.pci, vf=vf)
+        return dataclasses.replace(pf, fid=fid, pci=pci, pf=pf.pci, vf=vf,
+                                   kind="vf" if vf else "pf")
 
     def _scan_streams(self) -> None:
         sdir = self.path / "streams"

@@ -19,10 +19,15 @@ FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
 # (issue 17); captures of minor 0 may lack device_events.  The coordinator reconciles the
 # number when several branches add to the format in one round.
-FORMAT_MINOR = 8  # docs/capture-format.md "Minor versions": 2 virtio trace records,
+FORMAT_MINOR = 9  # docs/capture-format.md "Minor versions": 2 virtio trace records,
 # 3 cluster (net_clock), 4 capture overhead (mix/tail), 5 containers (processes),
-# 6 link-model counter slots, 7 the TLP stream (tlp), 8 link power-state counters
+# 6 link-model counter slots, 7 the TLP stream (tlp), 8 link power-state counters,
+# 9 devices[].kind (virtio-tacc functions in captures)
 TRACE_REC_VERSION = 2  # TACC_TRACE_VERSION (2: virtio event records, docs/virtio.md)
+# event records (trace record version 2): opcode >= TACC_TRACE_EV_BASE is not a command
+TRACE_EV_BASE = 0xF0
+TRACE_EV_VIRTIO_KICK = 0xF0  # TACC_TRACE_EV_VIRTIO_KICK: a submit buffer taken off the queue
+TRACE_EV_VIRTIO_DISPATCH = 0xF1  # TACC_TRACE_EV_VIRTIO_DISPATCH: a job to a hardware queue
 STRING_MAX = 120
 
 TRACE_REC_DTYPE = np.dtype(

@@ -17,6 +17,9 @@ import numpy as np
 from tacc.capture.schema import CLOCK_DTYPE, FUNC_COUNTERS, GLOBAL_COUNTERS
 
 TACC_VENDOR = "0x7acc"
+# virtio-tacc-pci (docs/virtio.md): 1af4:(0x1040 + 57), tacc.ko's tacc-virtio driver
+VIRTIO_VENDOR, VIRTIO_TACC_DEVICE = "0x1af4", "0x1079"
+VIRTIO_FUNC = 5  # TACC_FN_VIRTIO: its function index on the tacc device (trace records)
 PCI_ADDR_RE = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
 
@@ -55,6 +58,15 @@ class TaccFunction:
     pf: str
     accel: str | None  # /dev/accel/accelN, None if the driver is not bound
     info: dict[str, str] = field(default_factory=dict)
+    # "pf", "vf" or "virtio" (DRM_TACC_PARAM_FUNC_KIND's names; "" = from is_vf)
+    kind: str = ""
+    # the tacc/ sysfs directory whose clock_sync pairs this function's device ticks: its
+    # own, or for a virtio-tacc function its PF's (None = its own)
+    clock_sysfs: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not self.kind:
+            self.kind = "vf" if self.is_vf else "pf"
 
     def meta(self) -> dict[str, Any]:
         """The function's entry of meta.json "devices" (docs/capture-format.md)."""
@@ -72,7 +84,8 @@ class TaccFunction:
 
         gen = gen_of("link_speed")
         return {
-            "pci": self.pci, "pf": self.pf, "vf": self.vf, "accel": self.accel,
+            "pci": self.pci, "pf": self.pf, "vf": self.vf, "kind": self.kind,
+            "accel": self.accel,
             # max_*: the capable link (minor 8; a lower gen/width is a degraded link)
             "link": {"gen": gen, "width": int(num("link_width")),
                      "max_gen": gen_of("max_link_speed") or gen,
@@ -100,14 +113,44 @@ def _read(p: Path) -> str:
         return ""
 
 
+def _accel_of(d: Path, pattern: str) -> str | None:
+    nodes = sorted(d.glob(pattern))
+    return f"/dev/accel/{nodes[0].name}" if nodes else None
+
+
+def _virtio_function(d: Path, pfs: list[TaccFunction]) -> TaccFunction:
+    """A virtio-tacc PCI function (docs/virtio.md): its accel node is under the virtio
+    device (``virtioN/accel/accelM``); it has no ``tacc/`` sysfs directory.  To the tacc
+    device it is function 5 of the PF whose engines it drives, so it is described like
+    a VF of that PF (``vf`` 5, the PF's link, clock and time scale: its trace records
+    carry that device's ticks, paired through the PF's ``clock_sync``).  The guest cannot
+    see which PF backs it (a QOM link): with several PFs, the first is taken."""
+    pci, devid = parse_pci(d.name)
+    pf = pfs[0] if pfs else None
+    info = {k: v for k, v in (pf.info if pf else {}).items()
+            if k in ("link_speed", "link_width", "max_link_speed", "max_link_width",
+                     "max_payload_bytes", "max_read_request_bytes", "clock_hz",
+                     "time_scale")}
+    info["function"] = str(VIRTIO_FUNC)
+    return TaccFunction(pci, devid, d, False, VIRTIO_FUNC, pf.pci if pf else pci,
+                        _accel_of(d, "virtio*/accel/accel*"), info, kind="virtio",
+                        clock_sysfs=pf.sysfs if pf else None)
+
+
 def discover(sysroot: str = "/") -> list[TaccFunction]:
-    """Every tacc PCI function, PF first then VFs, in PCI address order."""
+    """Every tacc function: PFs, then VFs, then virtio-tacc functions, each in PCI
+    address order."""
     base = Path(sysroot, "sys/bus/pci/devices")
     out: list[TaccFunction] = []
     if not base.is_dir():
         return out
+    virtio: list[Path] = []
     for d in sorted(base.iterdir()):
-        if _read(d / "vendor") != TACC_VENDOR:
+        vendor = _read(d / "vendor")
+        if vendor == VIRTIO_VENDOR and _read(d / "device") == VIRTIO_TACC_DEVICE:
+            virtio.append(d)
+            continue
+        if vendor != TACC_VENDOR:
             continue
         pci, devid = parse_pci(d.name)
         physfn = d / "physfn"
@@ -119,15 +162,12 @@ def discover(sysroot: str = "/") -> list[TaccFunction]:
             for link in pfdir.glob("virtfn*"):
                 if os.path.basename(os.readlink(link)) == d.name:
                     vf = int(link.name[len("virtfn"):]) + 1
-        accel = None
-        adir = d / "accel"
-        if adir.is_dir():
-            nodes = sorted(adir.glob("accel*"))
-            if nodes:
-                accel = f"/dev/accel/{nodes[0].name}"
+        accel = _accel_of(d, "accel/accel*")
         info = {k: _read(d / "tacc" / k) for k in INFO_KEYS if (d / "tacc" / k).exists()}
         out.append(TaccFunction(pci, devid, d, is_vf, vf, pf, accel, info))
     out.sort(key=lambda f: (f.is_vf, f.pci))
+    pfs = [f for f in out if f.kind == "pf"]
+    out += [_virtio_function(d, pfs) for d in virtio]
     return out
 
 
@@ -154,8 +194,10 @@ def parse_clock_sync(text: str, fid: int) -> np.ndarray:
 
 
 def read_clock_sync(fn: TaccFunction, fid: int) -> np.ndarray:
+    """Clock pairs of ``fn``'s device ticks (a virtio-tacc function's: its PF's)."""
     try:
-        return parse_clock_sync((fn.sysfs / "tacc" / "clock_sync").read_text(), fid)
+        return parse_clock_sync(((fn.clock_sysfs or fn.sysfs) / "tacc" / "clock_sync")
+                                .read_text(), fid)
     except OSError:
         return np.zeros(0, CLOCK_DTYPE)
 

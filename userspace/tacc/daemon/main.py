@@ -263,6 +263,7 @@ class Daemon:
             "pid": os.getpid(), "uptime_s": time.time() - self.started,
             "mode": "capture" if self.session else ("always-on" if self.always_on else "idle"),
             "devices": [f.pci for f in self.functions],
+            "kinds": {f.pci: f.kind for f in self.functions},  # pf, vf, virtio
             "always_on": self.always_on.summary() if self.always_on else None,
             "capture": self.session.status() if self.session else None,
             "captures_done": self.captures_done,

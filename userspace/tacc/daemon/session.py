@@ -214,7 +214,7 @@ class CaptureSession:
         from tacc.pcie.ring import TlpCaptureError, TlpRing
 
         pfs = [(fid, fn) for fid, fn in enumerate(self.functions)
-               if not fn.is_vf and fn.accel]
+               if fn.kind == "pf" and fn.accel]
         if not pfs:
             raise TlpCaptureError("the TLP stream needs a PF in the capture (its link's "
                                   "analyzer): none is bound to tacc")
@@ -345,7 +345,8 @@ class CaptureSession:
         r["ctx"], r["queue"] = NO_CTX, NO_QUEUE
         r["arg"] = fn.vf
         what = "add" if kind == DeviceEventKind.HOTPLUG_ADD else "remove"
-        self._device_record(r, f"hotplug {what} {fn.pci} " + (f"VF {fn.vf}" if fn.vf else "PF"))
+        self._device_record(r, f"hotplug {what} {fn.pci} " + (
+            "virtio" if fn.kind == "virtio" else f"VF {fn.vf}" if fn.vf else "PF"))
 
     def _device_record(self, r: np.ndarray, detail: str) -> None:
         if self.bytes_written + r.nbytes > self.opts.max_bytes:

@@ -245,6 +245,7 @@ class Context:
             self.backend.close()
             if t0:
                 tr.end(t0, ID["context_close"], 0, 0, self.dev_id, self.hw_context, 0)
+                tr.flush()  # the context's last calls are visible at once
 
     def __enter__(self) -> Context:
         return self

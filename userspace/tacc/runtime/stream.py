@@ -87,6 +87,8 @@ class Event:
         st = -1
         try:
             if self.recorded:
+                if t0:
+                    tr.flush()  # a consumer sees the calls before the wait during it
                 dl = time.monotonic_ns() + int(timeout * 1e9) if timeout is not None \
                     else (1 << 63) - 1
                 if not self.ctx.backend.syncobj_wait([self.handle], dl):
@@ -471,6 +473,8 @@ class Stream:
         try:
             self._check()
             if self._jobs:
+                if t0:
+                    tr.flush()  # a consumer sees the calls before the wait during it
                 tns = -1 if timeout is None else int(timeout * 1e9)
                 if not self._wait_one(self.last_seqno, tns):
                     raise DeviceTimeoutError(f"{self!r}: not idle after {timeout} s")

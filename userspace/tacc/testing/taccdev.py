@@ -485,6 +485,7 @@ class LinkModel:
     rcb: int = devinfo.DEFAULT_RCB
     tags: int = devinfo.DEFAULT_TAGS
     posted_credits: int = devinfo.DEFAULT_POSTED_CREDITS
+    posted_hdr_credits: int = devinfo.DEFAULT_POSTED_HDR_CREDITS
     cmd_ns: int = 100
     rd_ns: int = devinfo.DEFAULT_READ_NS
     wr_ns: int = devinfo.DEFAULT_WRITE_NS
@@ -531,7 +532,8 @@ class LinkModel:
         """Uncontended duration of that step: both directions' t_link and flow control."""
         return devinfo.step_ps(devinfo.H2D if h2d else devinfo.D2H, a, c, self.gen,
                                self.width, self.mps, self.mrrs, self.rcb, self.tags,
-                               self.rd_ns, self.wr_ns, self.posted_credits, host_off, dev_off)
+                               self.rd_ns, self.wr_ns, self.posted_credits, host_off, dev_off,
+                               self.posted_hdr_credits)
 
     def copy_ps(self, n: int, h2d: bool, walks: int = 0, host_off: int = 0,
                 dev_off: int = 0) -> int:
@@ -540,15 +542,19 @@ class LinkModel:
         t += devinfo.copy_link_ps(devinfo.H2D if h2d else devinfo.D2H, n, self.gen,
                                   self.width, self.mps, self.mrrs, self.rcb, self.tags,
                                   self.rd_ns, self.wr_ns, self.posted_credits, host_off,
-                                  dev_off)
+                                  dev_off, self.posted_hdr_credits)
         return t + (self.rd_ns if h2d else self.wr_ns) * 1000
 
     def formula_bw(self, n: int, h2d: bool, host_off: int = 0, dev_off: int = 0) -> float:
         """Closed form (no steps): n / (T_cmd + T_lat + the busier direction's link bytes
         / BW, or the flow-control bound if longer), bytes/s."""
         c = self.prefix(n, h2d, host_off, dev_off)
-        fc = devinfo.fc_ps(devinfo.H2D if h2d else devinfo.D2H, n, c.tlps[1], self.tags,
-                           self.rd_ns, self.wr_ns, self.posted_credits) * 1e-12
+        if h2d:
+            fc = devinfo.fc_ps(devinfo.H2D, n, c.tlps[1], self.tags, self.rd_ns) * 1e-12
+        else:  # a full pool first: the whole copy as one step after idle
+            fc = devinfo.PostedCredits(self.gen, self.width, self.mps, self.wr_ns,
+                                       self.posted_hdr_credits,
+                                       self.posted_credits).take(0, c.tlps[1], n) * 1e-12
         link = max(max(c.bytes) / self.bw, fc)
         t = (self.cmd_ns + (self.rd_ns if h2d else self.wr_ns)) * 1e-9 + link
         return n / t

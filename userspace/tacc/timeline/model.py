@@ -19,6 +19,9 @@ from tacc.capture import Capture, LinearClock
 from tacc.capture.clock import IDENTITY, compose
 from tacc.capture.schema import (
     NO_FID,
+    TRACE_EV_BASE,
+    TRACE_EV_VIRTIO_DISPATCH,
+    TRACE_EV_VIRTIO_KICK,
     DeviceEventKind,
     DriverFlag,
     DriverKind,
@@ -28,6 +31,9 @@ from tacc.capture.schema import (
 
 ENGINE_NAMES = ("PCIe H2D", "PCIe D2H", "compute0", "compute1", "compute2", "compute3")
 OPCODE_NAMES = {int(o): o.name.lower() for o in Opcode}
+# virtio-tacc's event records (docs/virtio.md section 10), each on its own track
+OPCODE_NAMES.update({TRACE_EV_VIRTIO_KICK: "virtio kick",
+                     TRACE_EV_VIRTIO_DISPATCH: "virtio dispatch"})
 DRIVER_NAMES = {int(k): k.name.lower() for k in DriverKind}
 DEVICE_EVENT_NAMES = {int(k): k.name.lower() for k in DeviceEventKind}
 DEVICE_EVENT_ARGS = ("ctx", "queue", "tag", "addr", "arg", "status")
@@ -525,11 +531,17 @@ class Extractor:
                 ts[m] = clk.convert(ch["t_start"][m])
                 te[m] = clk.convert(ch["t_end"][m])
                 tf[m] = clk.convert(ch["t_fetch"][m])
-            key = (ch["fid"].astype(np.int64) << 16) | (ch["engine"].astype(np.int64) << 8) \
+            # an event record's track is its kind's (the opcode in the engine's place)
+            eng = np.where(ch["opcode"] >= TRACE_EV_BASE, ch["opcode"], ch["engine"])
+            key = (ch["fid"].astype(np.int64) << 16) | (eng.astype(np.int64) << 8) \
                 | ch["queue"].astype(np.int64)
 
             def make(k: int) -> Track:
                 fid, eng, q = k >> 16, (k >> 8) & 0xFF, k & 0xFF
+                if eng == TRACE_EV_VIRTIO_KICK:  # a submit buffer: no queue (0xff)
+                    return self._device_track(src, fid, "virtio kicks")
+                if eng == TRACE_EV_VIRTIO_DISPATCH:
+                    return self._device_track(src, fid, f"virtio dispatch q{q}")
                 en = (ENGINE_NAMES[eng] if eng < len(ENGINE_NAMES) else
                       "control" if eng == 255 else f"engine{eng}")  # 255: fence/timestamp/nop
                 return self._device_track(src, fid, f"{en} q{q}")

@@ -100,6 +100,8 @@ class Channel:
 
     def recv(self) -> Message:
         t0 = apitrace.begin()
+        if t0:
+            apitrace.flush()  # the calls before a blocking receive, visible during it
         hdr = _recv_exact(self.sock, HEADER.size)
         magic, ver, kind, index, tag, origin, nbytes, rows, cols = HEADER.unpack(hdr)
         if magic != MAGIC or ver != VERSION or nbytes != rows * cols * 4:
