@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers  # noqa: E402
 from benchstats import median_ci, ratio_ci  # noqa: E402
 from tacc.daemon.devices import discover  # noqa: E402
+from vm_stages import prog_stats  # noqa: E402  (bpftool run-time stats)
 from vm_tracing import MlpWork, Taccd, cpu_s  # noqa: E402
 
 OPTIONS: dict[str, dict[str, Any]] = {
@@ -63,22 +64,6 @@ OPTIONS: dict[str, dict[str, Any]] = {
 }
 MODES = ("nothing", *OPTIONS)
 STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
-
-
-def prog_stats() -> dict[str, tuple[int, int]]:
-    """name -> (run_time_ns, run_cnt) summed over loaded BPF programs of that name."""
-    r = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True,
-                       text=True, check=False)
-    try:
-        progs = json.loads(r.stdout)
-    except ValueError:
-        return {}
-    out: dict[str, tuple[int, int]] = {}
-    for p in progs:
-        name = str(p.get("name", ""))
-        a, b = out.get(name, (0, 0))
-        out[name] = (a + int(p.get("run_time_ns", 0)), b + int(p.get("run_cnt", 0)))
-    return out
 
 
 def set_batch(n: int) -> None:
