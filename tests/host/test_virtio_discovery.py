@@ -24,6 +24,7 @@ from tacc.capture.schema import (
 from tacc.cli import main
 from tacc.daemon.devices import discover, read_clock_sync
 from tacc.daemon.session import CaptureSession, Options
+from test_cdi import fake_sysfs as pf_and_vfs
 
 VIRTIO_PCI = "0000:00:04.0"
 
@@ -32,19 +33,11 @@ def fake_sysfs(tmp: Path) -> str:
     """A PF at 0000:01:00.0 (accel0, group 5, clock_sync), a VF at 01:00.1 (accel1,
     group 6), a virtio-tacc function at 00:04.0 (1af4:1079, its accel node accel2 under
     virtio0, driver tacc-virtio, group 7) and an unrelated virtio-net at 00:05.0."""
+    pf_and_vfs(tmp, vfs=1)
     base = tmp / "sys/bus/pci/devices"
     groups = tmp / "sys/kernel/iommu_groups"
     drivers = tmp / "sys/bus/virtio/drivers"
-    for fn in range(2):
-        d = base / f"0000:01:00.{fn}"
-        (d / "accel" / f"accel{fn}").mkdir(parents=True)
-        (d / "tacc").mkdir()
-        (d / "vendor").write_text("0x7acc\n")
-        (groups / str(5 + fn)).mkdir(parents=True)
-        os.symlink(groups / str(5 + fn), d / "iommu_group")
     pf = base / "0000:01:00.0"
-    os.symlink(base / "0000:01:00.1", pf / "virtfn0")
-    os.symlink(pf, base / "0000:01:00.1" / "physfn")
     for k, v in {"clock_hz": "1000000000", "link_speed": "16.0 GT/s PCIe", "link_width": "8",
                  "time_scale": "2000", "clock_sync": "100 7 110\n200 107 210\n"}.items():
         (pf / "tacc" / k).write_text(v)
