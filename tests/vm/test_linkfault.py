@@ -257,6 +257,58 @@ def test_fatal_aer_error_recovers_through_root_port_reset(pf_pci: Path) -> None:
         np.testing.assert_array_equal(y.array, x.array)
 
 
+
+def test_aer_inject_module_correctable_and_nonfatal(pf_pci: Path) -> None:
+    """The guest kernel's aer_inject module (tacc.testing.aer_inject, /dev/aer_inject):
+    a correctable Bad TLP record for the PF is counted in aer_dev_correctable and by
+    the root port; a non-fatal Completion Timeout record goes through the AER core's
+    recovery without a function reset and a copy is right afterwards.  The module is
+    unloaded at the end (its config accessors replaced the buses'), after which QEMU's
+    own injection is counted again through the real registers."""
+    import numpy as np
+    from tacc.runtime import Context
+    from tacc.testing import aer_inject
+
+    assert not aer_inject.is_loaded()
+    rp = pf_pci.resolve().parent
+    c0, n0 = aer_counts(pf_pci, "correctable"), aer_counts(pf_pci, "nonfatal")
+    r0 = int((rp / "aer_rootport_total_err_cor").read_text())
+    mark = f"tacc-test-aerinject-{time.monotonic_ns()}"
+    Path("/dev/kmsg").write_text(mark + "\n")
+    with aer_inject.loaded():
+        aer_inject.inject(pf_pci.name, cor_status=aer_inject.COR["BAD_TLP"])
+        wait_for(lambda: aer_counts(pf_pci, "correctable")["BadTLP"] == c0["BadTLP"] + 1,
+                 "aer_dev_correctable BadTLP + 1")
+        assert int((rp / "aer_rootport_total_err_cor").read_text()) == r0 + 1
+        aer_inject.inject(pf_pci.name, uncor_status=aer_inject.UNCOR["COMP_TIME"])
+        wait_for(lambda: any("AER: device recovery" in ln for ln in _dmesg_since(mark)),
+                 "the end of the AER recovery")
+    assert not aer_inject.is_loaded()
+    log = _dmesg_since(mark)
+    assert any("Injecting errors 00000040/00000000" in ln for ln in log), log
+    assert any("AER: device recovery successful" in ln for ln in log), log
+    assert not any("function reset" in ln and pf_pci.name in ln for ln in log), log
+    n1 = aer_counts(pf_pci, "nonfatal")
+    assert n1["CmpltTO"] == n0["CmpltTO"] + 1, (n0, n1)
+    assert n1["TOTAL_ERR_NONFATAL"] == n0["TOTAL_ERR_NONFATAL"] + 1, (n0, n1)
+    n = 256 << 10
+    with Context() as ctx:
+        x = ctx.host_buffer((n,), dtype=np.uint8)
+        y = ctx.host_buffer((n,), dtype=np.uint8)
+        d = ctx.device_buffer((n,), dtype=np.uint8)
+        x.array[:] = np.arange(n) % 253
+        s = ctx.stream()
+        s.copy_h2d(d, x)
+        s.copy_d2h(y, d)
+        s.synchronize(timeout=60)
+        np.testing.assert_array_equal(y.array, x.array)
+    # the real config accessors are back: QEMU's injection reaches the AER core again
+    c1 = aer_counts(pf_pci, "correctable")
+    assert hmp("pcie_aer_inject_error -c tacc0 0x40").startswith("OK id: tacc0")
+    wait_for(lambda: aer_counts(pf_pci, "correctable")["BadTLP"] == c1["BadTLP"] + 1,
+             "aer_dev_correctable BadTLP + 1 after unloading aer_inject")
+
+
 CAPTURE_WORK = """
 import numpy as np
 from tacc.runtime import Context
