@@ -189,11 +189,39 @@ def test_fatal_aer_error_recovers_through_root_port_reset(pf_pci: Path) -> None:
     secondary bus reset (dmesg "Root Port link has been reset (0)", not tacc.ko's own
     fallback), tacc.ko's error_detected / slot_reset / resume re-initialise the
     function, the in-flight job fails with -EIO (not a hang), the process's next job
-    runs, a copy is right afterwards, and the root port counts the error once."""
+    runs, copies on the PF and on its VF (enabled for the test) are right afterwards,
+    and the root port counts the error once."""
+    from test_driver_basic import wait_accel_node
+
+    rp = pf_pci.resolve().parent
+    numvfs = pf_pci / "sriov_numvfs"
+    assert numvfs.read_text().strip() == "0"
+    numvfs.write_text("1")
+    vf = pf_pci.parent / (pf_pci.name[:-1] + "1")
+    try:
+        _fatal_recovery(pf_pci, rp, wait_accel_node(vf))
+    finally:
+        numvfs.write_text("0")
+
+
+def _copy_checked(dev: str, n: int) -> None:
+    """A random float32 H2D + D2H round trip on @dev, checked against numpy."""
     import numpy as np
     from tacc.runtime import Context
 
-    rp = pf_pci.resolve().parent
+    with Context(dev) as ctx:
+        x = ctx.host_buffer((n,), dtype=np.float32)
+        y = ctx.host_buffer((n,), dtype=np.float32)
+        d = ctx.device_buffer((n,), dtype=np.float32)
+        x.array[:] = np.random.default_rng(19).standard_normal(n, dtype=np.float32)
+        s = ctx.stream()
+        s.copy_h2d(d, x)
+        s.copy_d2h(y, d)
+        s.synchronize(timeout=60)
+        np.testing.assert_array_equal(y.array, x.array)
+
+
+def _fatal_recovery(pf_pci: Path, rp: Path, vf_accel: Path) -> None:
     f0 = aer_counts(pf_pci, "fatal")
     rf0 = int((rp / "aer_rootport_total_err_fatal").read_text())
     r0 = int((pf_pci / "tacc/function_resets").read_text())
@@ -244,17 +272,13 @@ def test_fatal_aer_error_recovers_through_root_port_reset(pf_pci: Path) -> None:
     assert f1["TOTAL_ERR_FATAL"] == f0["TOTAL_ERR_FATAL"] + early, (f0, f1)
     assert f1["DLP"] == f0["DLP"], (f0, f1)
     assert int((pf_pci / "tacc/function_resets").read_text()) == r0 + 1
-    n = 1 << 20
-    with Context() as ctx:
-        x = ctx.host_buffer((n,), dtype=np.float32)
-        y = ctx.host_buffer((n,), dtype=np.float32)
-        d = ctx.device_buffer((n,), dtype=np.float32)
-        x.array[:] = np.random.default_rng(19).standard_normal(n, dtype=np.float32)
-        s = ctx.stream()
-        s.copy_h2d(d, x)
-        s.copy_d2h(y, d)
-        s.synchronize(timeout=60)
-        np.testing.assert_array_equal(y.array, x.array)
+    # the VF went through the same recovery: the bus reset disabled SR-IOV, the PF's
+    # config restore (its slot_reset, first on the bus) enabled it again
+    assert any("PCI error detected, channel state 2" in ln and name[:-1] + "1" in ln
+               for ln in log), log
+    assert sum("function reset (-5): recovered" in ln for ln in log) == 2, log
+    _copy_checked(str(vf_accel), 1 << 18)
+    _copy_checked(f"/dev/accel/{next((pf_pci / 'accel').iterdir()).name}", 1 << 20)
 
 
 
