@@ -222,6 +222,19 @@ def test_pipeline_bubble_bad_twin_only(twins: dict[str, list[Path]]) -> None:
     assert not [f for f in bad + good if f.rule == "network_bound"]
 
 
+def test_pipeline_span_starts_at_the_first_message(tmp_path: Path) -> None:
+    """Device work long before the pipeline (node 0 uploaded its weights 5 s before its
+    peer answered) is not pipeline time: the bubble share is over the message window.
+    Before, the rule took the span from the first device job, and the bad twin's bubble
+    (~70 % of the pipeline) read as 1 % of a 5 s span: no finding."""
+    bad = load_view(sc.write(sc.pipeline("bad", setup_ns=5_000_000_000), tmp_path / "b"))
+    good = load_view(sc.write(sc.pipeline("good", setup_ns=5_000_000_000), tmp_path / "g"))
+    b = {f.node: f for f in analyze_cluster(bad) if f.rule == "pipeline_bubble"}
+    assert set(b) == {"node0", "node1"}, list(b)
+    assert b["node0"].evidence["span_ns"] < 1_000_000_000, b["node0"].evidence
+    assert not [f for f in analyze_cluster(good) if f.rule == "pipeline_bubble"]
+
+
 def test_network_bound_on_wide_activations_only(tmp_path: Path) -> None:
     """A slow link (2 MB/s): 512 KiB activations per batch are network bound, 8 KiB
     ones are not."""

@@ -528,3 +528,15 @@ def test_results_copy_leaves_sockets_out(tmp_path: Path) -> None:
     finally:
         s.close()
     assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["console.log", "out"]
+
+
+def test_make_test_boots_the_cluster() -> None:
+    # issue 17's acceptance: two nodes boot side by side in make test; the cluster is the
+    # last job, so it takes the lane strict-b frees; a -m selection that none of its tests
+    # match (make test-long's -m long pass) boots nothing
+    tv = _load_test_vm()
+    assert tv.DEFAULT_CONFIGS.split()[-1] == "cluster"
+    assert "cluster" not in tv.LONG_CONFIGS.split()
+    assert tv.CONFIGS["cluster"]["NODES"] == "2" and tv.CONFIGS["cluster"]["ICOUNT"] == "0"
+    assert not tv._collects(tv.CLUSTER_TESTS, ["-m", "long"])
+    assert tv._collects(tv.CLUSTER_TESTS, ["-m", "not long"])
