@@ -333,6 +333,39 @@ def test_pipeline_workload_on_the_simulator() -> None:
         assert r0.extra["bytes_sent"] == r1.extra["bytes_received"]  # type: ignore[attr-defined]
 
 
+def _both_stages(name: str, bad: bool, port: int, **kw: object) -> tuple[object, object]:
+    from tacc.runtime import Context
+    from tacc.workloads import run
+
+    res: dict[int, object] = {}
+
+    def stage1() -> None:
+        with Context(sim=True) as c:
+            res[1] = run(name, c, bad, role=1, peer="127.0.0.1", port=port, **kw)
+
+    t = threading.Thread(target=stage1)
+    t.start()
+    with Context(sim=True) as c:
+        r0 = run(name, c, bad, role=0, peer="127.0.0.1", port=port, timeout=30, **kw)
+    t.join(60)
+    return r0, res[1]
+
+
+def test_pipeline_cut_twins_on_the_simulator() -> None:
+    """The network-bound twins compute the same answer (checked against numpy on both
+    nodes); the bad twin's cut after the wide layer puts 16x the bytes on the link."""
+    sent = {}
+    for bad in (True, False):
+        r0, r1 = _both_stages("pipeline_cut", bad, 7521, batches=2, d_wide=1024)
+        assert r0.checked and r1.checked  # type: ignore[attr-defined]
+        assert r0.expected_findings == (["network_bound"] if bad else [])  # type: ignore[attr-defined]
+        assert r0.params["cut"] == (1 if bad else 2)  # type: ignore[attr-defined]
+        assert r0.extra["messages"] == 8  # type: ignore[attr-defined]
+        sent[bad] = r0.extra["bytes_sent"]  # type: ignore[attr-defined]
+        assert r1.extra["bytes_received"] == sent[bad]  # type: ignore[attr-defined]
+    assert sent[True] == 4 * sent[False]  # d_wide 1024 against d_narrow 256
+
+
 def test_pipeline_no_peer_one_line() -> None:
     r = subprocess.run([str(Path(sys.executable).parent / "tacc"), "run", "pipeline", "--sim",
                         "--variant", "bad"], capture_output=True, text=True, timeout=120,

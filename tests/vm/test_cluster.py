@@ -44,6 +44,12 @@ def taccd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     d.wait(60)
 
 
+# capture directory -> (workload, bad twin): the pipeline twins (pipeline_bubble) and the
+# network-bound twins (pipeline_cut: network_bound), two batches each
+TWINS = {"bad": ("pipeline", True), "good": ("pipeline", False),
+         "cut-bad": ("pipeline_cut", True), "cut-good": ("pipeline_cut", False)}
+
+
 def _capture_twin(sock: Path, variant: str) -> tuple[Path, dict]:
     """taccd captures while this process runs its stage of the twin (in process: under
     host time each new Python process costs seconds of imports over 9p)."""
@@ -60,8 +66,9 @@ def _capture_twin(sock: Path, variant: str) -> tuple[Path, dict]:
     assert rep.get("ok"), rep
     try:
         with Context() as ctx:
-            # two batches (the bad twin: 2 messages each way; the good one: 8)
-            res = run("pipeline", ctx, variant == "bad", batches=2).to_json()
+            # two batches (pipeline's bad twin: 2 messages each way; the others: 8)
+            name, bad = TWINS[variant]
+            res = run(name, ctx, bad, batches=2).to_json()
     finally:
         time.sleep(0.3)
         stop = protocol.request({"cmd": "stop"}, str(sock), timeout=300)
@@ -71,7 +78,7 @@ def _capture_twin(sock: Path, variant: str) -> tuple[Path, dict]:
 
 
 @pytest.mark.timeout(1800)  # with BPF the first capture compiles (> 600 s seen under load)
-@pytest.mark.parametrize("variant", ["bad", "good"])
+@pytest.mark.parametrize("variant", list(TWINS))
 def test_pipeline_stage_captured(taccd: Path, variant: str) -> None:
     """The stage ran on this node's device, its results checked against numpy, and the
     capture holds the messages (API net_send/net_recv), the packets (host net tx/rx)
