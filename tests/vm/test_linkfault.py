@@ -390,7 +390,8 @@ def test_link_degraded_rule_on_a_real_capture(degraded: Path, tmp_path: Path) ->
     assert f.evidence["affected_transfers"] == 12, f.evidence
     scale = int((degraded / "tacc/time_scale").read_text()) / 1000
     n = 4 << 20
-    want = 6 * scale * sum(copy_link_ps(k, n, 3, 4, 256) - copy_link_ps(k, n, 4, 16, 256)
+    mps = int((degraded / "tacc/max_payload_bytes").read_text())
+    want = 6 * scale * sum(copy_link_ps(k, n, 3, 4, mps) - copy_link_ps(k, n, 4, 16, mps)
                            for k in (H2D, D2H)) / 1000
     assert abs(f.time_lost_ns - want) <= 0.01 * want, (f.time_lost_ns, want)
     with GuestQMP() as q:
