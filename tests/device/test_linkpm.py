@@ -566,3 +566,21 @@ def test_bad_l1ss_properties_are_refused(dev, bad, msg):
                         "-nodefaults", "-L", "/usr/share/seabios", "-L", "/usr/share/qemu",
                         "-device", dev + bad], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and msg in r.stderr, r.stderr
+
+
+def test_l1ss_capability_survives_reset_behind_sr_iov():
+    """With SR-IOV (the default PF), the L1 PM Substates capability right after the
+    SR-IOV capability (0x148 + 0x40) is intact after the machine's reset: QEMU 10.0's
+    pcie_sriov_pf_reset wrote PCI_NUM_REGIONS (7) VF BAR quads from BAR0, 4 bytes past
+    the capability's 0x40 bytes, zeroing the next capability's header (qemu/patches/0008)."""
+    d = Tacc("", root_port="")
+    try:
+        caps, p = [], 0x100
+        while p:
+            h = d.qt.cfg_read(1, 0, p)
+            caps.append((p, h & 0xFFFF))
+            p = h >> 20
+        assert caps == [(0x100, 0x01), (0x148, 0x10), (0x188, L1SS_ID)], caps
+        assert d.qt.cfg_read(1, 0, 0x188 + L1SS_CAP) & 0x1F == 0x1F
+    finally:
+        d.close()
