@@ -214,6 +214,7 @@ def test_guest_aspm_core_enables_l1_substates_on_both_ends(aspm: Path) -> None:
         out = subprocess.run(["lspci", "-vvv", "-s", dev.name], capture_output=True,
                              text=True, check=True).stdout
         assert "L1SubCtl1: PCI-PM_L1.2+ PCI-PM_L1.1+ ASPM_L1.2+ ASPM_L1.1+" in out, out
+        assert "LTR1.2_Threshold=90112ns" in out and "T_PwrOn=44us" in out, out
     cfg, ss = ext_cap(rp, 0x1E)
     assert (struct.unpack_from("<I", cfg, ss + 8)[0] >> 8) & 0xFF == CMRT_US
     link = aspm / "link"
