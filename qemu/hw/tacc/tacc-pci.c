@@ -285,6 +285,49 @@ static void tacc_fatal(TaccState *s)
 
 /* ------------------------------------------------------ config space ---- */
 
+/* DEVCTL's MPS/MRRS at power-on: the mps/mrrs properties (what firmware sets) */
+static void tacc_devctl_preset(TaccState *s, PCIDevice *pdev)
+{
+    uint8_t *exp = pdev->config + pdev->exp.exp_cap;
+    unsigned mps = ctz32(s->mps_cap) - 7, mrrs = ctz32(s->mrrs_cap) - 7;
+
+    pci_word_test_and_clear_mask(exp + PCI_EXP_DEVCTL,
+                                 PCI_EXP_DEVCTL_PAYLOAD | PCI_EXP_DEVCTL_READRQ);
+    pci_word_test_and_set_mask(exp + PCI_EXP_DEVCTL, mps << 5 | mrrs << 12);
+    if (!pci_is_vf(pdev)) {     /* the link's: a VF's realize leaves them */
+        s->mps = s->mps_cap;
+        s->mrrs = s->mrrs_cap;
+    }
+}
+
+/*
+ * The PF's DEVCTL was written: the link model takes its Max_Payload_Size and
+ * Max_Read_Request_Size from now on, up to what the device supports (an MPS
+ * above DEVCAP's is a software error: PCIe r6.0 7.5.3.4; reserved encodings
+ * too), for transfers timed after the write.
+ */
+static void tacc_link_params_update(TaccState *s, PCIDevice *pdev)
+{
+    uint16_t ctl = pci_get_word(pdev->config + pdev->exp.exp_cap + PCI_EXP_DEVCTL);
+    unsigned mps_code = (ctl & PCI_EXP_DEVCTL_PAYLOAD) >> 5;
+    unsigned rrq_code = (ctl & PCI_EXP_DEVCTL_READRQ) >> 12;
+    uint32_t mps = mps_code <= 5 ? 128u << mps_code : 4096;
+    uint32_t mrrs = rrq_code <= 5 ? 128u << rrq_code : 4096;
+
+    if (mps > s->mps_cap || mps_code > 5) {
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: Device Control MPS code %u above the supported %u bytes\n",
+                      mps_code, s->mps_cap);
+    }
+    if (rrq_code > 5) {
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: Device Control MRRS code %u is reserved\n", rrq_code);
+    }
+    s->mps = MIN(mps, s->mps_cap);
+    s->mrrs = MIN(mrrs, s->mrrs_cap);   /* the DMA engine's largest read request */
+    trace_tacc_link_params(s->mps, s->mrrs);
+}
+
 static void tacc_write_config_locked(PCIDevice *pdev, uint32_t addr,
                                      uint32_t val, int len)
 {
@@ -299,6 +342,10 @@ static void tacc_write_config_locked(PCIDevice *pdev, uint32_t addr,
     pci_default_write_config(pdev, addr, val, len);
     if (!pci_is_vf(pdev)) {
         tacc_lpm_config_written(f->pf, pdev, addr, len, l1ss_ctl1);
+    }
+    if (!pci_is_vf(pdev) && pdev->exp.exp_cap &&
+        ranges_overlap(addr, len, pdev->exp.exp_cap + PCI_EXP_DEVCTL, 2)) {
+        tacc_link_params_update(f->pf, pdev);
     }
     pcie_aer_write_config(pdev, addr, val, len);
     pcie_cap_flr_write_config(pdev, addr, val, len);
@@ -342,6 +389,15 @@ static void tacc_qdev_reset(DeviceState *dev)
                                      PCI_EXP_LNKCTL, PCI_EXP_LNKCTL_ASPMC);
         tacc_lpm_reset_l1ss(pdev);
         tacc_lpm_reset(TACC(dev));
+        /*
+         * A device reset returns MPS/MRRS to the presets; an FLR leaves them
+         * (PCIe r6.0 6.6.2: FLR does not modify Max_Payload_Size; QEMU runs
+         * this with DEVCTL's Initiate FLR bit still set).
+         */
+        if (!(pci_get_word(pdev->config + pdev->exp.exp_cap + PCI_EXP_DEVCTL) &
+              PCI_EXP_DEVCTL_BCR_FLR)) {
+            tacc_devctl_preset(TACC(dev), pdev);
+        }
     }
 }
 
@@ -405,18 +461,22 @@ static bool tacc_init_func(TaccFunc *f, Error **errp)
                               s->link_gen == 5 ? QEMU_PCI_EXP_LNK_32GT :
                               QEMU_PCI_EXP_LNK_16GT);
     /*
-     * Advertise the modelled MPS as supported and preset MPS/MRRS in DEVCTL.
-     * The timing model always uses the mps/mrrs properties (LINK_PARAMS).
+     * Advertise the mps property as supported (DEVCAP), preset MPS/MRRS in
+     * DEVCTL to the properties (as firmware would) and let the OS program
+     * both (the PF's; a VF's are RsvdP): the timing model uses what DEVCTL
+     * holds, up to the properties (tacc_link_params_update, LINK_PARAMS).
      */
     {
         uint8_t *exp = pdev->config + pdev->exp.exp_cap;
-        unsigned mps = ctz32(s->mps) - 7, mrrs = ctz32(s->mrrs) - 7;
+        unsigned mps = ctz32(s->mps_cap) - 7;
 
         pci_long_test_and_clear_mask(exp + PCI_EXP_DEVCAP, PCI_EXP_DEVCAP_PAYLOAD);
         pci_long_test_and_set_mask(exp + PCI_EXP_DEVCAP, mps);
-        pci_word_test_and_clear_mask(exp + PCI_EXP_DEVCTL,
-                                     PCI_EXP_DEVCTL_PAYLOAD | PCI_EXP_DEVCTL_READRQ);
-        pci_word_test_and_set_mask(exp + PCI_EXP_DEVCTL, mps << 5 | mrrs << 12);
+        tacc_devctl_preset(s, pdev);
+        if (!pci_is_vf(pdev)) {
+            pci_word_test_and_set_mask(pdev->wmask + pdev->exp.exp_cap + PCI_EXP_DEVCTL,
+                                       PCI_EXP_DEVCTL_PAYLOAD | PCI_EXP_DEVCTL_READRQ);
+        }
     }
     if (!pci_is_vf(pdev)) {
         tacc_lpm_init_cap(s, pdev);     /* ASPM L0s + L1 (tacc-linkpm.c) */
@@ -447,8 +507,8 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         error_setg(errp, "tacc: link-width must be 1, 2, 4, 8 or 16");
         return;
     }
-    if (!is_power_of_2(s->mps) || s->mps < 128 || s->mps > 4096 ||
-        !is_power_of_2(s->mrrs) || s->mrrs < 128 || s->mrrs > 4096) {
+    if (!is_power_of_2(s->mps_cap) || s->mps_cap < 128 || s->mps_cap > 4096 ||
+        !is_power_of_2(s->mrrs_cap) || s->mrrs_cap < 128 || s->mrrs_cap > 4096) {
         error_setg(errp, "tacc: mps/mrrs must be powers of two in 128..4096");
         return;
     }
@@ -753,8 +813,8 @@ static const Property tacc_props[] = {
     DEFINE_PROP_SIZE("devmem-size", TaccState, devmem_size, 256 * MiB),
     DEFINE_PROP_UINT8("link-gen", TaccState, link_gen, 4),
     DEFINE_PROP_UINT8("link-width", TaccState, link_width, 16),
-    DEFINE_PROP_UINT32("mps", TaccState, mps, 256),
-    DEFINE_PROP_UINT32("mrrs", TaccState, mrrs, 512),
+    DEFINE_PROP_UINT32("mps", TaccState, mps_cap, 256),
+    DEFINE_PROP_UINT32("mrrs", TaccState, mrrs_cap, 512),
     DEFINE_PROP_UINT32("rcb", TaccState, rcb, 64),
     DEFINE_PROP_UINT32("tags", TaccState, tags, 32),
     DEFINE_PROP_UINT32("posted-credits", TaccState, posted_credits, 1024),

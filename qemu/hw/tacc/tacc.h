@@ -261,7 +261,8 @@ struct TaccState {
     uint64_t devmem_size;
     uint8_t link_gen, link_width;       /* capable */
     uint8_t lnk_gen, lnk_width;         /* negotiated now (x-link-*-now) */
-    uint32_t mps, mrrs;
+    uint32_t mps_cap, mrrs_cap;         /* supported (properties), power-on presets */
+    uint32_t mps, mrrs;         /* in use: Device Control's, up to the above */
     uint32_t rcb;               /* root port's read completion boundary */
     uint32_t tags;              /* outstanding read requests */
     uint32_t posted_credits;    /* root port's posted data credits (16 B) */
