@@ -39,6 +39,7 @@
 #define TACC_EXP_CAP        0x80
 #define TACC_AER_CAP        0x100
 #define TACC_SRIOV_CAP      0x148   /* after AER (PCI_ERR_SIZEOF) */
+#define TACC_L1SS_CAP       0x188   /* after SR-IOV (PCI_EXT_CAP_SRIOV_SIZEOF) */
 
 /* ---------------------------------------------------------- helpers ---- */
 
@@ -332,12 +333,16 @@ static void tacc_write_config_locked(PCIDevice *pdev, uint32_t addr,
 {
     TaccFunc *f = TACC_FUNC(pdev);
     uint8_t old = tacc_pm_state(pdev), new;
+    uint32_t l1ss_ctl1 = 0;
 
-    if (!pci_is_vf(pdev) && pdev->exp.exp_cap &&
-        ranges_overlap(addr, len, pdev->exp.exp_cap + PCI_EXP_LNKCTL, 2)) {
-        tacc_lpm_settle(f->pf, tacc_now_ps(f->pf));    /* ASPM Control may change */
+    if (!pci_is_vf(pdev)) {
+        /* ASPM Control, LTR or L1 PM Substates may change (tacc-linkpm.c) */
+        l1ss_ctl1 = tacc_lpm_config_write(f->pf, pdev, addr, len);
     }
     pci_default_write_config(pdev, addr, val, len);
+    if (!pci_is_vf(pdev)) {
+        tacc_lpm_config_written(f->pf, pdev, addr, len, l1ss_ctl1);
+    }
     if (!pci_is_vf(pdev) && pdev->exp.exp_cap &&
         ranges_overlap(addr, len, pdev->exp.exp_cap + PCI_EXP_DEVCTL, 2)) {
         tacc_link_params_update(f->pf, pdev);
@@ -382,6 +387,7 @@ static void tacc_qdev_reset(DeviceState *dev)
         /* the link retrains: L0, ASPM disabled */
         pci_word_test_and_clear_mask(pdev->config + pdev->exp.exp_cap +
                                      PCI_EXP_LNKCTL, PCI_EXP_LNKCTL_ASPMC);
+        tacc_lpm_reset_l1ss(pdev);
         tacc_lpm_reset(TACC(dev));
         /*
          * A device reset returns MPS/MRRS to the presets; an FLR leaves them
@@ -507,7 +513,8 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         return;
     }
     if (!s->aspm_l0s_entry_ns || !s->aspm_l1_entry_ns ||
-        s->aspm_l0s_exit_ns > 1000000 || s->aspm_l1_exit_ns > 1000000) {
+        s->aspm_l0s_exit_ns > 1000000 || s->aspm_l1_exit_ns > 1000000 ||
+        s->aspm_l11_exit_ns > 1000000) {
         error_setg(errp, "tacc: aspm-*-entry-ns must be >= 1, "
                    "aspm-*-exit-ns <= 1000000");
         return;
@@ -568,6 +575,7 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_MSIX, TACC_VF_BAR_TYPE,
                                   TACC_MSIX_BAR_SIZE);
     }
+    tacc_lpm_init_l1ss(s, pdev, TACC_L1SS_CAP, errp);  /* L1.1/L1.2, LTR */
 }
 
 static void tacc_vf_realize(PCIDevice *pdev, Error **errp)
@@ -816,6 +824,12 @@ static const Property tacc_props[] = {
     DEFINE_PROP_UINT32("aspm-l0s-exit-ns", TaccState, aspm_l0s_exit_ns, 256),
     DEFINE_PROP_UINT32("aspm-l1-entry-ns", TaccState, aspm_l1_entry_ns, 10000),
     DEFINE_PROP_UINT32("aspm-l1-exit-ns", TaccState, aspm_l1_exit_ns, 2000),
+    /* L1 PM Substates (docs/hardware.md "L1 PM Substates") */
+    DEFINE_PROP_BOOL("l1ss", TaccState, l1ss, true),
+    DEFINE_PROP_UINT8("l1ss-cm-restore-us", TaccState, l1ss_cm_restore_us, 10),
+    DEFINE_PROP_UINT32("l1ss-t-power-on-us", TaccState, l1ss_t_power_on_us, 10),
+    DEFINE_PROP_UINT32("aspm-l11-exit-ns", TaccState, aspm_l11_exit_ns, 4000),
+    DEFINE_PROP_UINT32("ltr-latency-ns", TaccState, ltr_ns, 1000000),
     DEFINE_PROP_UINT32("tlb-entries", TaccState, tlb_entries, 128),
     DEFINE_PROP_UINT32("cmd-latency-ns", TaccState, cmd_latency_ns, 100),
     DEFINE_PROP_UINT32("read-latency-ns", TaccState, read_latency_ns, 600),
