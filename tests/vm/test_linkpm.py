@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -227,3 +228,70 @@ def test_guest_aspm_core_enables_l1_substates_on_both_ends(aspm: Path) -> None:
     for dev in (rp, aspm):
         cfg, ss = ext_cap(dev, 0x1E)
         assert struct.unpack_from("<I", cfg, ss + 8)[0] & 0xF == 0, dev.name
+
+
+IDLE_BURST = f"""
+import time
+import numpy as np
+from tacc.runtime import Context
+with Context() as ctx:
+    x = ctx.host_buffer(({N},), dtype=np.uint8)
+    d = ctx.device_buffer(({N},), dtype=np.uint8)
+    s = ctx.stream()
+    for _ in range(2):
+        time.sleep(0.2)  # idle: the link goes L0s -> L1 (samples see the residency)
+        for _ in range(4):
+            s.copy_h2d(d, x)
+        s.synchronize()
+    time.sleep(0.05)  # a sample after the last burst
+"""
+
+
+def test_idle_then_burst_capture_shows_l1_exits_on_the_timeline(aspm: Path,
+                                                                tmp_path: Path) -> None:
+    """Issue 19's acceptance: with ASPM L1 on, a taccd capture of the idle-then-burst
+    workload converts to a timeline whose "link in L1 %" track shows the idle link in L1
+    and whose "link L1 exits" track counts the burst's exits, as many as the device's
+    counters (the samples' global link PM slots, capture minor 8)."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+    from tacc.capture import open_capture
+    from tacc.daemon.protocol import request
+    from tacc.testing.taccd import start_taccd
+    from tacc.timeline.convert import convert
+
+    set_policy("powersave")
+    sock, out = tmp_path / "taccd.sock", tmp_path / "cap"
+    p = start_taccd(sock, tmp_path, "--no-bpf", "--no-always-on", "--no-cdi")
+    try:
+        rep = request({"cmd": "start", "output": str(out),
+                       "options": {"device": aspm.name, "host_events": False, "api": False,
+                                   "counters_hz": 100}}, str(sock), timeout=120.0)
+        assert rep["ok"], rep
+        c0 = counters(aspm)
+        exec(IDLE_BURST, {})
+        c1 = counters(aspm)
+        time.sleep(0.05)
+        rep = request({"cmd": "stop"}, str(sock), timeout=120.0)
+        assert rep["ok"], rep
+    finally:
+        p.terminate()
+        p.wait(30)
+    exits = c1["link_l1_exits"] - c0["link_l1_exits"]
+    assert exits >= 2, (c0, c1)  # one per burst at least (the fetch wakes the link)
+    cap = open_capture(out)
+    assert cap.complete, cap.problems
+    pft = tmp_path / "t.pftrace"
+    convert([out], pft)
+    tr = pb.Trace()
+    tr.ParseFromString(pft.read_bytes())
+    names = {q.track_descriptor.uuid: q.track_descriptor.name for q in tr.packet
+             if q.HasField("track_descriptor")}
+    vals: dict[str, list[float]] = {}
+    for q in tr.packet:
+        if q.HasField("track_event") and q.track_event.type == pb.TrackEvent.TYPE_COUNTER:
+            v = q.track_event.double_counter_value or float(q.track_event.counter_value)
+            vals.setdefault(names.get(q.track_event.track_uuid, ""), []).append(v)
+    assert "link L1 exits" in vals and "link in L1 %" in vals, sorted(vals)
+    assert max(vals["link in L1 %"]) > 50, vals["link in L1 %"]  # 200 ms idle in L1
+    # every exit of the capture's window is on the track (the window holds the bursts)
+    assert exits <= sum(vals["link L1 exits"]) <= exits + 2, (exits, vals["link L1 exits"])
