@@ -8,7 +8,9 @@
  * snapshot taken at suspend otherwise: reading never wakes the device.
  */
 #include <linux/bitfield.h>
+#include <linux/fs.h>
 #include <linux/ktime.h>
+#include <linux/mm.h>
 #include <linux/pm_runtime.h>
 #include <linux/sysfs.h>
 
@@ -75,31 +77,61 @@ static struct tacc_cnt_attr tacc_gcnt_list[] = {
 	TACC_GLOBAL_COUNTERS(TACC_GCNT_DEF)
 };
 
-static ssize_t catalogue_show(struct device *dev, struct device_attribute *attr, char *buf)
+/* The catalogue's text, one line per counter: it outgrew a page (issue 19's L1.x slots) */
+#define TACC_CATALOGUE_MAX	(32 * 1024)
+
+static size_t tacc_catalogue_text(struct tacc_device *tdev, char *buf, size_t size)
 {
-	struct tacc_device *tdev = tacc_sysfs_dev(dev);
-	ssize_t len = 0;
+	size_t len;
 	u32 i;
 
-	len += sysfs_emit_at(buf, len, "# version %u: name slot unit scope description\n",
-			     TACC_CNT_VERSION);
+	len = scnprintf(buf, size, "# version %u: name slot unit scope description\n",
+			TACC_CNT_VERSION);
 	for (i = 0; i < ARRAY_SIZE(tacc_fcnt_list); i++) {
 		const struct tacc_cnt_attr *ca = &tacc_fcnt_list[i];
 
-		len += sysfs_emit_at(buf, len, "%s %u %s function %s\n", ca->attr.attr.name,
-				     ca->slot, ca->unit, ca->desc);
+		len += scnprintf(buf + len, size - len, "%s %u %s function %s\n",
+				 ca->attr.attr.name, ca->slot, ca->unit, ca->desc);
 	}
 	for (i = 0; !tdev->is_vf && i < ARRAY_SIZE(tacc_gcnt_list); i++) {
 		const struct tacc_cnt_attr *ca = &tacc_gcnt_list[i];
 
-		len += sysfs_emit_at(buf, len, "%s %u %s global %s\n", ca->attr.attr.name,
-				     ca->slot, ca->unit, ca->desc);
+		len += scnprintf(buf + len, size - len, "%s %u %s global %s\n",
+				 ca->attr.attr.name, ca->slot, ca->unit, ca->desc);
 	}
+	WARN_ON_ONCE(len >= size - 1);	/* TACC_CATALOGUE_MAX too small: truncated */
 	return len;
 }
-static DEVICE_ATTR_RO(catalogue);
 
-static struct attribute *tacc_counter_attrs[ARRAY_SIZE(tacc_fcnt_list) + 2];
+/*
+ * counters/catalogue: a binary attribute read in pieces, as a text file longer
+ * than the page a show() may fill (sysfs_emit_at truncated it at 4096 bytes, in
+ * the middle of a line, once the global counters reached slot 21).
+ */
+static ssize_t catalogue_read(struct file *filp, struct kobject *kobj,
+			      struct bin_attribute *attr, char *buf, loff_t off, size_t count)
+{
+	struct tacc_device *tdev = tacc_sysfs_dev(kobj_to_dev(kobj));
+	ssize_t ret;
+	size_t len;
+	char *text;
+
+	text = kvmalloc(TACC_CATALOGUE_MAX, GFP_KERNEL);
+	if (!text)
+		return -ENOMEM;
+	len = tacc_catalogue_text(tdev, text, TACC_CATALOGUE_MAX);
+	ret = memory_read_from_buffer(buf, count, &off, text, len);
+	kvfree(text);
+	return ret;
+}
+static BIN_ATTR_RO(catalogue, 0);
+
+static struct bin_attribute *tacc_counter_bin_attrs[] = {
+	&bin_attr_catalogue,
+	NULL
+};
+
+static struct attribute *tacc_counter_attrs[ARRAY_SIZE(tacc_fcnt_list) + 1];
 static struct attribute *tacc_global_counter_attrs[ARRAY_SIZE(tacc_gcnt_list) + 1];
 
 /* Module init: fill the attribute arrays from the counter tables. */
@@ -109,7 +141,6 @@ void tacc_sysfs_init(void)
 
 	for (i = 0; i < ARRAY_SIZE(tacc_fcnt_list); i++)
 		tacc_counter_attrs[i] = &tacc_fcnt_list[i].attr.attr;
-	tacc_counter_attrs[i] = &dev_attr_catalogue.attr;
 	for (i = 0; i < ARRAY_SIZE(tacc_gcnt_list); i++)
 		tacc_global_counter_attrs[i] = &tacc_gcnt_list[i].attr.attr;
 }
@@ -124,6 +155,7 @@ static umode_t tacc_global_visible(struct kobject *kobj, struct attribute *attr,
 static const struct attribute_group tacc_counter_group = {
 	.name = "counters",
 	.attrs = tacc_counter_attrs,
+	.bin_attrs = tacc_counter_bin_attrs,
 };
 
 static const struct attribute_group tacc_global_counter_group = {
