@@ -55,6 +55,7 @@ class ApiRings:
         self._dir_mtime: int | None = None
         self._sid_cache: dict[object, int] = {}  # raw column value -> string id
         self._fid_cache: dict[object, int] = {}  # raw device value -> fid
+        self.t_drain = 0.0  # time.monotonic() of the last drain
 
     def scan(self) -> None:
         """Open the rings that appeared since the last scan.  The directory is listed only
@@ -101,9 +102,26 @@ class ApiRings:
             return _RawRing(raw(path), self.string_id)
         return self.mod.open_reader(path)
 
-    def drain(self) -> tuple[np.ndarray, int]:
-        """(API_DTYPE records, newly dropped count)."""
+    def due(self, now: float, watermark: int, max_age_s: float) -> bool:
+        """A drain is due: ``max_age_s`` since the last, or a ring 1/``watermark`` full
+        (its head and tail words; a reader without ``pending()`` is always due)."""
+        if now - self.t_drain >= max_age_s:
+            return True
+        for r in self.readers.values():
+            pending = getattr(r, "pending", None)
+            if pending is None:
+                return True
+            try:
+                if pending() * watermark >= r.capacity:
+                    return True
+            except (ValueError, OSError):
+                return True
+        return False
+
+    def drain(self, now: float | None = None) -> tuple[np.ndarray, int]:
+        """(API_DTYPE records, newly dropped count); ``now``: the caller's clock."""
         parts, drops = [], 0
+        self.t_drain = time.monotonic() if now is None else now
         for path, r in list(self.readers.items()):
             try:
                 recs = r.drain()
@@ -205,6 +223,13 @@ class _RawRing:
 
     def set_enabled(self, on: bool) -> None:
         self.ring.set_enabled(on)
+
+    @property
+    def capacity(self) -> int:
+        return int(self.ring.capacity)
+
+    def pending(self) -> int:
+        return int(self.ring.pending())
 
     def drain(self) -> np.ndarray:
         return self.ring.drain()  # type: ignore[no-any-return]

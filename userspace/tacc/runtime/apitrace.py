@@ -447,6 +447,11 @@ class RingReader:
     def dropped(self) -> int:
         return int(_U64.unpack_from(self.mm, OFF_DROPPED)[0])
 
+    def pending(self) -> int:
+        """Records published and not yet drained."""
+        return int(_U64.unpack_from(self.mm, OFF_HEAD)[0] - _U64.unpack_from(self.mm,
+                                                                             OFF_TAIL)[0])
+
     def drain(self, max_records: int | None = None) -> np.ndarray:
         """Copies out every record published since the last drain and frees their slots."""
         head = _U64.unpack_from(self.mm, OFF_HEAD)[0]
