@@ -37,8 +37,14 @@ vm_boot() {
 	local log=$1; shift
 	echo "==================== bench (in the VM): $* ===================="
 	cmd="cd $root && rc=0; for f in $*; do n=\$(basename \$f .py); .venv/bin/python \$f --json \$TACC_VM_OUT/\${n#vm_}.json || rc=1; done; exit \$rc"
-	TACC_KEEP_RUNDIR=1 /usr/bin/python3 scripts/run-vm --cmd "$cmd" < /dev/null | tee "$out/$log" || fail=1
-	for d in $(ls -dt /tmp/tacc-vm-* 2>/dev/null | head -1); do cp "$d"/out/*.json "$out/" 2>/dev/null; rm -rf "$d"; done
+	TACC_KEEP_RUNDIR=1 /usr/bin/python3 scripts/run-vm --cmd "$cmd" < /dev/null \
+		2> "$out/$log.stderr" | tee "$out/$log" || fail=1
+	cat "$out/$log.stderr" >&2
+	# this boot's own run directory, as run-vm names it (not the newest /tmp/tacc-vm-*:
+	# another engineer's VM may be newer, and removing it broke their run, session 8)
+	local d
+	d=$(sed -n 's/^run-vm: kept the run directory \([^ ]*\) .*/\1/p' "$out/$log.stderr" | tail -1)
+	if [ -n "$d" ] && [ -d "$d" ]; then cp "$d"/out/*.json "$out/" 2>/dev/null; rm -rf "$d"; fi
 }
 vm=()
 for f in tools/bench/vm_*.py; do

@@ -222,6 +222,19 @@ def test_pipeline_bubble_bad_twin_only(twins: dict[str, list[Path]]) -> None:
     assert not [f for f in bad + good if f.rule == "network_bound"]
 
 
+def test_pipeline_span_starts_at_the_first_message(tmp_path: Path) -> None:
+    """Device work long before the pipeline (node 0 uploaded its weights 5 s before its
+    peer answered) is not pipeline time: the bubble share is over the message window.
+    Before, the rule took the span from the first device job, and the bad twin's bubble
+    (~70 % of the pipeline) read as 1 % of a 5 s span: no finding."""
+    bad = load_view(sc.write(sc.pipeline("bad", setup_ns=5_000_000_000), tmp_path / "b"))
+    good = load_view(sc.write(sc.pipeline("good", setup_ns=5_000_000_000), tmp_path / "g"))
+    b = {f.node: f for f in analyze_cluster(bad) if f.rule == "pipeline_bubble"}
+    assert set(b) == {"node0", "node1"}, list(b)
+    assert b["node0"].evidence["span_ns"] < 1_000_000_000, b["node0"].evidence
+    assert not [f for f in analyze_cluster(good) if f.rule == "pipeline_bubble"]
+
+
 def test_network_bound_on_wide_activations_only(tmp_path: Path) -> None:
     """A slow link (2 MB/s): 512 KiB activations per batch are network bound, 8 KiB
     ones are not."""
@@ -318,6 +331,39 @@ def test_pipeline_workload_on_the_simulator() -> None:
         assert r0.expected_findings == (["pipeline_bubble"] if bad else [])
         assert r0.extra["messages"] == (2 if bad else 4)
         assert r0.extra["bytes_sent"] == r1.extra["bytes_received"]  # type: ignore[attr-defined]
+
+
+def _both_stages(name: str, bad: bool, port: int, **kw: object) -> tuple[object, object]:
+    from tacc.runtime import Context
+    from tacc.workloads import run
+
+    res: dict[int, object] = {}
+
+    def stage1() -> None:
+        with Context(sim=True) as c:
+            res[1] = run(name, c, bad, role=1, peer="127.0.0.1", port=port, **kw)
+
+    t = threading.Thread(target=stage1)
+    t.start()
+    with Context(sim=True) as c:
+        r0 = run(name, c, bad, role=0, peer="127.0.0.1", port=port, timeout=30, **kw)
+    t.join(60)
+    return r0, res[1]
+
+
+def test_pipeline_cut_twins_on_the_simulator() -> None:
+    """The network-bound twins compute the same answer (checked against numpy on both
+    nodes); the bad twin's cut after the wide layer puts 16x the bytes on the link."""
+    sent = {}
+    for bad in (True, False):
+        r0, r1 = _both_stages("pipeline_cut", bad, 7521, batches=2, d_wide=1024)
+        assert r0.checked and r1.checked  # type: ignore[attr-defined]
+        assert r0.expected_findings == (["network_bound"] if bad else [])  # type: ignore[attr-defined]
+        assert r0.params["cut"] == (1 if bad else 2)  # type: ignore[attr-defined]
+        assert r0.extra["messages"] == 8  # type: ignore[attr-defined]
+        sent[bad] = r0.extra["bytes_sent"]  # type: ignore[attr-defined]
+        assert r1.extra["bytes_received"] == sent[bad]  # type: ignore[attr-defined]
+    assert sent[True] == 4 * sent[False]  # d_wide 1024 against d_narrow 256
 
 
 def test_pipeline_no_peer_one_line() -> None:

@@ -528,3 +528,28 @@ def test_results_copy_leaves_sockets_out(tmp_path: Path) -> None:
     finally:
         s.close()
     assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["console.log", "out"]
+
+
+def test_make_test_boots_the_cluster() -> None:
+    # issue 17's acceptance: two nodes boot side by side in make test; the cluster is the
+    # last job, so it takes the lane strict-b frees; a -m selection that none of its tests
+    # match (make test-long's -m long pass) boots nothing
+    tv = _load_test_vm()
+    assert tv.DEFAULT_CONFIGS.split()[-1] == "cluster"
+    assert "cluster" not in tv.LONG_CONFIGS.split()
+    assert tv.CONFIGS["cluster"]["NODES"] == "2" and tv.CONFIGS["cluster"]["ICOUNT"] == "0"
+    assert not tv._collects(tv.CLUSTER_TESTS, ["-m", "long"])
+    assert tv._collects(tv.CLUSTER_TESTS, ["-m", "not long"])
+
+
+def test_bench_takes_its_own_run_directory() -> None:
+    # make bench copies its boot's JSON from the run directory run-vm names on stderr,
+    # never "the newest /tmp/tacc-vm-*" (another VM's, which it then removed: session 8)
+    bench = (ROOT / "scripts/bench.sh").read_text()
+    assert "ls -dt /tmp/tacc-vm-" not in bench
+    pat = re.search(r"sed -n '(s/[^']*)'", bench)
+    assert pat, "bench.sh no longer parses run-vm's kept-directory line"
+    assert 'f"run-vm: kept the run directory {run_dir} (' in (ROOT / "scripts/run-vm").read_text()
+    line = "run-vm: kept the run directory /tmp/tacc-vm-x1 (guest files: /tmp/tacc-vm-x1/out)\n"
+    r = subprocess.run(["sed", "-n", pat.group(1)], input=line, capture_output=True, text=True)
+    assert r.stdout.strip() == "/tmp/tacc-vm-x1"

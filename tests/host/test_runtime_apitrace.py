@@ -223,3 +223,26 @@ with Context() as ctx:
     assert out[0] == "0", "records are queued until a batch, flush or wait"
     assert out[1].split(",") == ["context_open", "stream_create", "device_buffer",
                                  "copy_h2d", "eltwise"]
+
+
+def test_thread_exit_publishes_its_queued_records(tmp_path: Path) -> None:
+    """A thread that makes its last traced call and ends (a pipeline's sender thread)
+    leaves no record queued: the records are published when the thread ends, while the
+    process (and a capture of it) goes on.  Before, the last send of node 1's sender
+    thread stayed queued until process exit, so the cluster capture of the good
+    pipeline twin had 15 of its 16 messages."""
+    code = """
+import os, threading
+from tacc.runtime import apitrace
+def work():
+    t0 = apitrace.begin()
+    apitrace.end(t0, apitrace.NAME_ID["net_send"], tag=7, nbytes=64)
+t = threading.Thread(target=work); t.start(); t.join()
+mine = [p for p in apitrace.list_rings(pid=os.getpid()) if p.name.count(".") == 2]
+r = apitrace.RingReader(mine[0])
+print(len(r.drain()), r.dropped)
+"""
+    code = "import threading\nfrom tacc.runtime import apitrace\n" \
+           "t0 = apitrace.begin(); apitrace.end(t0, apitrace.NAME_ID['nop'])\n" + code
+    out = _run(code, tmp_path, TACC_API_TRACE="1", TACC_API_BATCH="32").stdout.split()
+    assert out == ["1", "0"], out

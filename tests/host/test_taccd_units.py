@@ -824,6 +824,37 @@ def test_tlp_stream_needs_perfmon_and_a_pf(tmp_path: Path) -> None:
         Options(tlp=1)  # type: ignore[arg-type]
 
 
+def test_tlp_stream_filters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TLP stream's device-side filters (functions, kinds, address range, no control
+    traffic) become the TLP ring's masks; bad ones are one line each; `tacc trace start`'s
+    filter flags ask for the stream and reach taccd as these options."""
+    from tacc import cli_trace
+
+    o = Options(tlp=True, tlp_funcs=[0, 2], tlp_kinds=["mrd", "cpld"],
+                tlp_addr=[0x1000, 0x2000], tlp_no_ctrl=True)
+    assert o.tlp_filters() == (0b101, 0b101, (0x1000, 0x2000), True)
+    assert Options(tlp=True).tlp_filters() == (0, 0, None, False)  # everything
+    for bad, msg in ((dict(tlp_funcs=[32]), "function 32"), (dict(tlp_kinds=["io"]), "kind"),
+                     (dict(tlp_addr=[9, 9]), "address range"), (dict(tlp_addr=[1]), "range"),
+                     (dict(tlp_no_ctrl=1), "tlp_no_ctrl 1")):
+        with pytest.raises(ValueError, match=msg):
+            Options(**bad)  # type: ignore[arg-type]
+    sent: list[dict] = []
+    monkeypatch.setattr(cli_trace, "_call", lambda a, req: sent.append(req) or {"path": "x"})
+    from tacc.cli import main
+
+    assert main(["trace", "start", "-o", "x", "--tlp-kinds", "MRD,cpld", "--tlp-funcs", "0,1",
+                 "--tlp-addr", "0x1000-0x3000", "--tlp-no-ctrl"]) == 0
+    opts = sent[-1]["options"]
+    assert opts["tlp"] is True and opts["tlp_kinds"] == ["mrd", "cpld"]
+    assert opts["tlp_funcs"] == [0, 1] and opts["tlp_addr"] == [0x1000, 0x3000]
+    assert opts["tlp_no_ctrl"] is True
+    assert Options(**opts).tlp_filters() == (0b11, 0b101, (0x1000, 0x3000), True)
+    assert main(["trace", "start", "-o", "x"]) == 0 and "tlp" not in sent[-1]["options"]
+    assert main(["trace", "start", "-o", "x", "--tlp-addr", "9-3"]) != 0
+    assert main(["trace", "start", "-o", "x", "--tlp-funcs", "pf"]) != 0
+
+
 def test_session_captures_api_rings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A capture (no TLP stream) drains the runtime's API rings into its api stream: a
     regression test of the TLP stream's change to the session's collectors, which once

@@ -177,10 +177,27 @@ def test_taccd_tlp_stream_agrees_with_the_counters(pf_pci: Path) -> None:
         phase["copied"] = time.monotonic() - t0
         rep = request({"cmd": "stop"}, str(sock), timeout=120.0)
         assert rep["ok"], rep
+        phase["stopped"] = time.monotonic() - t0
+        # the same copy again, filtered in the device: read requests of the PF, no
+        # control traffic (`tacc trace start --tlp-kinds mrd --tlp-funcs 0 --tlp-no-ctrl`)
+        rep = request({"cmd": "start", "output": str(d / "mrd"),
+                       "options": {"tlp": True, "device": pf_pci.name, "host_events": False,
+                                   "tlp_kinds": ["mrd"], "tlp_funcs": [0],
+                                   "tlp_no_ctrl": True}}, str(sock), timeout=120.0)
+        assert rep["ok"], rep
+        exec(COPY, {})
+        rep = request({"cmd": "stop"}, str(sock), timeout=120.0)
+        assert rep["ok"], rep
     finally:
         p.terminate()
         p.wait(30)
-    phase["stopped"] = time.monotonic() - t0
+    phase["filtered"] = time.monotonic() - t0
+    only = open_capture(d / "mrd")
+    assert only.meta["options"]["tlp_kinds"] == ["mrd"]
+    t = only.read("tlp")
+    assert len(t) == devinfo.read_requests(N, 512) == 128, len(t)  # the H2D half's MRds
+    assert (t["kind"] == MRD).all() and not (t["flags"] & F_CTRL).any()
+    assert (t["func"] == 0).all()
     if os.environ.get("TACC_VM_OUT"):  # guest seconds per phase, for the notes
         (Path(os.environ["TACC_VM_OUT"]) / "tlp-stream-phases.json").write_text(
             json.dumps(phase))

@@ -48,6 +48,15 @@ def cmd_start(args: argparse.Namespace) -> int:
         opts["tlp"] = True
     if args.tlp_entries is not None:
         opts["tlp_entries"] = args.tlp_entries
+    from tacc.cli_pcie import _addr  # `tacc pcie capture --addr`'s syntax
+
+    filters = {"tlp_funcs": [int(f, 0) for f in _items(args.tlp_funcs, "--tlp-funcs")],
+               "tlp_kinds": [k.lower() for k in _items(args.tlp_kinds, "--tlp-kinds")],
+               "tlp_addr": list(_addr(args.tlp_addr) or ()),
+               "tlp_no_ctrl": bool(args.tlp_no_ctrl)}
+    filters = {k: v for k, v in filters.items() if v}
+    if filters:  # a filter asks for the TLP stream
+        opts.update(filters, tlp=True)
     if args.peers:
         opts["peers"] = [p for p in args.peers.split(",") if p]
     rep = _call(args, {"cmd": "start", "output": args.output, "options": opts})
@@ -55,6 +64,18 @@ def cmd_start(args: argparse.Namespace) -> int:
     for w in rep.get("warnings", []):
         print(f"tacc: warning: {w}")
     return 0
+
+
+def _items(spec: str | None, flag: str) -> list[str]:
+    items = [x.strip() for x in (spec or "").split(",") if x.strip()]
+    if flag == "--tlp-funcs":
+        for x in items:
+            try:
+                int(x, 0)
+            except ValueError:
+                raise _fail(f"bad {flag} {x!r} (want function numbers: 0 = PF, n = VF n)") \
+                    from None
+    return items
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -114,6 +135,17 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--tlp-entries", type=int, default=None, metavar="N",
                    help="TLP ring records, a power of two 64..262144 (default: the "
                         "driver's, 16384)")
+    s.add_argument("--tlp-funcs", metavar="F,...",
+                   help="TLP stream filter (in the device): only these functions' TLPs, "
+                        "0 = PF, n = VF n (implies --tlp)")
+    s.add_argument("--tlp-kinds", metavar="K,...",
+                   help="TLP stream filter: only these kinds, of mrd, mwr, cpld (implies --tlp)")
+    s.add_argument("--tlp-addr", metavar="LO-HI",
+                   help="TLP stream filter: only TLPs addressing host bus addresses [LO, HI) "
+                        "(implies --tlp)")
+    s.add_argument("--tlp-no-ctrl", action="store_true",
+                   help="TLP stream filter: leave out the device's own control traffic "
+                        "(descriptor fetches, CQEs, MSI-X, trace records; implies --tlp)")
     s.add_argument("--peers", default="", metavar="ADDR[:PORT],...",
                    help="other nodes' taccd (--clock-exchange) to exchange clock "
                         "timestamps with during the capture (docs/cluster.md)")

@@ -120,14 +120,17 @@ def overlap(s: np.ndarray, e: np.ndarray, bs: np.ndarray, be: np.ndarray) -> int
 
 
 def _span(view: ClusterView, k: int, busy: tuple[np.ndarray, np.ndarray]) -> tuple[int, int]:
+    """Node k's pipeline span: from its first message (sent or received) to its last.
+    Device work before the first message (weights uploaded while the peer starts) is
+    set-up, not pipeline time; a node without messages spans its device work."""
     m = view.messages
     mine = m[(m["src"] == k) | (m["dst"] == k)]
-    lo = [int(busy[0][0])] if len(busy[0]) else []
-    hi = [int(busy[1][-1])] if len(busy[1]) else []
     if len(mine):
-        lo.append(int(np.where(mine["src"] == k, mine["send_start"], mine["recv_start"]).min()))
-        hi.append(int(np.where(mine["src"] == k, mine["send_end"], mine["recv_end"]).max()))
-    return (min(lo), max(hi)) if lo else (0, 0)
+        return (int(np.where(mine["src"] == k, mine["send_start"], mine["recv_start"]).min()),
+                int(np.where(mine["src"] == k, mine["send_end"], mine["recv_end"]).max()))
+    if len(busy[0]):
+        return int(busy[0][0]), int(busy[1][-1])
+    return 0, 0
 
 
 def _ranges(s: np.ndarray, e: np.ndarray, n: int) -> list[list[int]]:
@@ -211,8 +214,7 @@ def network_bound(view: ClusterView, th: ClusterThresholds) -> list[Finding]:
     if not len(m):
         return out
     busy = [device_busy(view, k) for k in range(len(view.caps))]
-    lo = int(min(m["send_start"].min(), *(int(b[0][0]) for b in busy if len(b[0]))))
-    hi = int(max(m["recv_end"].max(), *(int(b[1][-1]) for b in busy if len(b[1]))))
+    lo, hi = int(m["send_start"].min()), int(m["recv_end"].max())  # the message window
     span = max(hi - lo, 1)
     for a in range(len(view.caps)):
         for b in range(len(view.caps)):

@@ -99,8 +99,11 @@ def pipeline(variant: str, seed: int = 0, batches: int = 4, micro: int = 4,
              compute_ns: tuple[int, int] = (2_000_000, 2_000_000), nbytes: int = 131072,
              net: Net | None = None, host_clock: tuple[bool, bool] = (True, True),
              exchanges: bool = True, names: tuple[str, str] = ("node0", "node1"),
-             boot_gap: int = BOOT_GAP) -> Model:
-    """``boot_gap``: node 1 booted this long after node 0 (negative: before)."""
+             boot_gap: int = BOOT_GAP, setup_ns: int = 0) -> Model:
+    """``boot_gap``: node 1 booted this long after node 0 (negative: before).
+    ``setup_ns``: node 0 uploads its weights (one device job, no tag) this long before the
+    pipeline's first message, e.g. while its peer is still starting (the real cluster
+    boot: node 1's taccd compiling its BPF program)."""
     net = net or Net()
     rng = np.random.default_rng(seed)
     offs = [HOST0, HOST0 + boot_gap]
@@ -109,6 +112,8 @@ def pipeline(variant: str, seed: int = 0, batches: int = 4, micro: int = 4,
     md = Model(sims, offs)
     h0 = max(boot_gap, 0) + 50_000_000  # host time - HOST0 once both nodes are up
     h = h0
+    if setup_ns:
+        md.compute(0, COMPUTE_TID, h0 - setup_ns, 1_000_000, 0)
     if variant == "bad":
         h1_free = h  # node 1 is waiting from here
         for i in range(batches):

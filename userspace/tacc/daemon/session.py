@@ -120,6 +120,14 @@ class Options:
     # the TLP stream (format minor 7): every PF's TLP capture ring; opt-in, CAP_PERFMON
     tlp: bool = False
     tlp_entries: int = 0  # TLP capture ring records (0 = the driver's default)
+    # the TLP stream's device-side filters (docs/capture-format.md "TLP stream"): the
+    # functions on the PF's link (0 = PF, n = VF n; [] = all), TLP kinds (mrd, mwr, cpld;
+    # [] = all), a bus address range [lo, hi) ([] = all), the device's own control
+    # traffic left out
+    tlp_funcs: list[int] = field(default_factory=list)
+    tlp_kinds: list[str] = field(default_factory=list)
+    tlp_addr: list[int] = field(default_factory=list)
+    tlp_no_ctrl: bool = False
 
     def __post_init__(self) -> None:
         """Options a device would refuse are refused here, before any device is touched
@@ -130,6 +138,7 @@ class Options:
             raise ValueError(f"tlp {self.tlp!r}: true or false")
         from tacc.runtime.uapi import TLPCAP_MAX_ENTRIES, TLPCAP_MIN_ENTRIES
 
+        self.tlp_filters()  # raises on a bad filter
         t = self.tlp_entries
         if not isinstance(t, int) or t < 0 or (t and not (
                 TLPCAP_MIN_ENTRIES <= t <= TLPCAP_MAX_ENTRIES and t & (t - 1) == 0)):
@@ -144,6 +153,28 @@ class Options:
 
         for p in self.peers:
             parse_peer(p)
+
+    def tlp_filters(self) -> tuple[int, int, tuple[int, int] | None, bool]:
+        """(function mask, kind mask, address range, no control traffic) for the TLP
+        capture ring (``tacc.pcie.ring.TlpRing``); ValueError, one line, on a bad one."""
+        from tacc.pcie import KINDS
+
+        funcs = kinds = 0
+        for f in self.tlp_funcs:
+            if not isinstance(f, int) or isinstance(f, bool) or not 0 <= f < 32:
+                raise ValueError(f"TLP filter function {f!r}: 0 (the PF) .. 31 (VF n)")
+            funcs |= 1 << f
+        for k in self.tlp_kinds:
+            if k not in KINDS:
+                raise ValueError(f"TLP filter kind {k!r}: one of {', '.join(KINDS)}")
+            kinds |= 1 << KINDS[k]
+        a = self.tlp_addr
+        if a and (len(a) != 2 or not all(isinstance(x, int) and x >= 0 for x in a)
+                  or a[1] <= a[0]):
+            raise ValueError(f"TLP filter address range {a!r}: [lo, hi) with hi > lo >= 0")
+        if not isinstance(self.tlp_no_ctrl, bool):
+            raise ValueError(f"tlp_no_ctrl {self.tlp_no_ctrl!r}: true or false")
+        return funcs, kinds, (a[0], a[1]) if a else None, self.tlp_no_ctrl
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -217,8 +248,9 @@ class CaptureSession:
                 self.warnings.append(f"runtime API rings not captured: {why}")
 
     def _open_tlp(self) -> None:
-        """The TLP capture ring of every PF in the capture (raises TlpCaptureError, one
-        line: the caller asked for the stream, a capture without it would mislead)."""
+        """The TLP capture ring of every PF in the capture, with the options' device-side
+        filters (raises TlpCaptureError, one line: the caller asked for the stream, a
+        capture without it would mislead)."""
         from tacc.pcie.ring import TlpCaptureError, TlpRing
 
         pfs = [(fid, fn) for fid, fn in enumerate(self.functions)
@@ -229,7 +261,8 @@ class CaptureSession:
         try:
             for fid, fn in pfs:
                 assert fn.accel is not None
-                self.tlp_rings[fid] = TlpRing(fn.accel, self.opts.tlp_entries)
+                self.tlp_rings[fid] = TlpRing(fn.accel, self.opts.tlp_entries,
+                                              *self.opts.tlp_filters())
                 self.tlp_dropped[fid] = 0
         except BaseException:
             for t in self.tlp_rings.values():

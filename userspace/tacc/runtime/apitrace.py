@@ -232,6 +232,26 @@ def _remove_stale(d: Path) -> None:
             continue
 
 
+class _PublishAtThreadExit:
+    """Kept in the thread's ``threading.local``: when the thread ends, its locals are
+    freed and this publishes the ring's queued records, so a thread whose last traced
+    call is followed by its end (a sender thread of a pipeline) loses nothing while the
+    process goes on.  (A ring already closed, at process exit, is left alone.)"""
+
+    __slots__ = ("ring",)
+
+    def __init__(self, ring: Ring) -> None:
+        self.ring = ring
+
+    def __del__(self) -> None:
+        r = self.ring
+        if r.pending:
+            try:
+                r.publish()
+            except (ValueError, AttributeError):  # closed (mmap or its views released)
+                pass
+
+
 class _Tracer:
     """Process-wide state: the rings of this process's threads and the tag sequence."""
 
@@ -272,6 +292,8 @@ class _Tracer:
                     r = None
         tls = self.tls
         tls.ring = r
+        if r is not None:
+            tls.at_exit = _PublishAtThreadExit(r)
         if not hasattr(tls, "adopted"):
             tls.adopted = 0  # set once: next_tag reads it without a getattr miss
         return r

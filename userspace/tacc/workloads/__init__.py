@@ -21,7 +21,7 @@ from tacc.runtime import Context
 
 from .common import Result
 from .mlp import mlp
-from .pipeline import pipeline
+from .pipeline import pipeline, pipeline_cut
 from .twins import (
     host_bound,
     link_saturation,
@@ -72,6 +72,10 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              "MLP split over two nodes (TCP): one batch in flight vs micro-batches "
              "overlapped; one stage per node (TACC_NODE)", ("pipeline_bubble",),
              cluster=True),
+    Workload("pipeline_cut", pipeline_cut,
+             "a 3-layer MLP over two nodes cut after its wide layer (16x the bytes on the "
+             "link) vs after its narrow one; one stage per node (TACC_NODE)",
+             ("network_bound",), cluster=True),
 )}
 
 

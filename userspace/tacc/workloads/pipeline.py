@@ -1,10 +1,13 @@
-"""Pipeline-parallel inference of the MLP over TCP, across two nodes (issue 17).
+"""Pipeline-parallel inference of an MLP over TCP, across two nodes (issue 17).
 
-    Y = relu(X @ W1 + b1) @ W2 + b2
+    pipeline:      Y = relu(X @ W1 + b1) @ W2 + b2                 (cut after layer 1)
+    pipeline_cut:  Y = relu(relu(X @ W1 + b1) @ W2 + b2) @ W3 + b3  (W1 wide, W2 narrow)
 
-Stage 0 (node 0) computes ``H = relu(X @ W1 + b1)`` on its device and sends H to stage 1
-(node 1), which computes ``Y = H @ W2 + b2`` on its device and sends Y back; node 0 checks
-Y against numpy.  Both nodes draw the same weights from one seed.
+Stage 0 (node 0) runs the layers before the cut on its device and sends their output
+(the activations) to stage 1 (node 1), which runs the rest on its device and sends Y
+back; node 0 checks Y against numpy.  Both nodes draw the same weights from one seed.
+
+``pipeline`` twins (the ``pipeline_bubble`` rule):
 
 * **bad** twin: synchronous, one batch in flight: node 0 sends a batch and waits for its
   answer before it starts the next, node 1 waits for the next batch after answering, so
@@ -12,6 +15,12 @@ Y against numpy.  Both nodes draw the same weights from one seed.
 * **good** twin: each batch split into ``micro`` micro-batches, kept in flight (up to
   ``window``): a sender and a receiver thread per node carry the messages while the
   compute thread keeps its device busy with the next micro-batch.
+
+``pipeline_cut`` twins (the ``network_bound`` rule), micro-batches overlapped in both:
+
+* **bad** twin: the model cut after its wide layer (4096 activations per row): 16x the
+  bytes of the good twin on the link, which then paces both devices.
+* **good** twin: cut after the narrow layer (node 0 runs two layers, node 1 one).
 
 Every message is one header (``HEADER``: kind, index, the runtime tag, origin node,
 shape) and its float32 payload.  Node 0 takes one tag per (micro-)batch and runs that
@@ -37,7 +46,6 @@ import numpy as np
 from tacc.runtime import Context, TaccError, apitrace
 
 from .common import Result, Span, check_close, jobs_of
-from .mlp import reference
 
 PORT = 7401
 MAGIC = b"TPIP"
@@ -158,50 +166,67 @@ def accept(addr: str, port: int, timeout: float) -> socket.socket:
 
 
 @dataclass
+class Layer:
+    w: np.ndarray
+    b: np.ndarray
+    relu: bool
+
+
+@dataclass
 class Weights:
-    w1: np.ndarray
-    b1: np.ndarray
-    w2: np.ndarray
-    b2: np.ndarray
+    layers: list[Layer]
     inputs: list[np.ndarray]
 
+    def reference(self, x: np.ndarray, layers: list[Layer] | None = None) -> np.ndarray:
+        """numpy (float64) through ``layers`` (default: all of them)."""
+        y = x.astype(np.float64)
+        for ly in self.layers if layers is None else layers:
+            y = y @ ly.w + ly.b
+            if ly.relu:
+                y = np.maximum(y, 0)
+        return y
 
-def weights(nb: int, batch: int, d_in: int, d_hidden: int, d_out: int) -> Weights:
+
+def weights(nb: int, batch: int, dims: list[int]) -> Weights:
+    """Layers ``dims[i] -> dims[i+1]``, relu after every one but the last."""
     rng = np.random.default_rng(17)
-    w1 = (rng.standard_normal((d_in, d_hidden)) / np.sqrt(d_in)).astype(np.float32)
-    b1 = (0.1 * rng.standard_normal(d_hidden)).astype(np.float32)
-    w2 = (rng.standard_normal((d_hidden, d_out)) / np.sqrt(d_hidden)).astype(np.float32)
-    b2 = (0.1 * rng.standard_normal(d_out)).astype(np.float32)
-    inputs = [rng.standard_normal((batch, d_in)).astype(np.float32) for _ in range(nb)]
-    return Weights(w1, b1, w2, b2, inputs)
+    layers = []
+    for i, (a, b) in enumerate(zip(dims, dims[1:], strict=False)):
+        w = (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32)
+        bias = (0.1 * rng.standard_normal(b)).astype(np.float32)
+        layers.append(Layer(w, bias, i < len(dims) - 2))
+    inputs = [rng.standard_normal((batch, dims[0])).astype(np.float32) for _ in range(nb)]
+    return Weights(layers, inputs)
 
 
 class _Stage:
-    """One stage's device state: a GEMM layer (bias by a D2D-preloaded C, beta = 1) and
-    optionally relu, over ``rows``-row (micro-)batches, on one stream."""
+    """One stage's device state: its layers, each a GEMM (bias by a D2D-preloaded C,
+    beta = 1) and optionally relu, over ``rows``-row (micro-)batches, on one stream."""
 
-    def __init__(self, ctx: Context, w: np.ndarray, b: np.ndarray, rows: int, relu: bool
-                 ) -> None:
+    def __init__(self, ctx: Context, layers: list[Layer], rows: int) -> None:
         self.ctx = ctx
         self.s = ctx.stream()
-        self.relu = relu
-        d_in, d_out = w.shape
-        self.dw = ctx.to_device(w)
-        self.db = ctx.to_device(np.broadcast_to(b, (rows, d_out)).copy())
-        self.hx = ctx.host_buffer((rows, d_in))
-        self.hy = ctx.host_buffer((rows, d_out))
-        self.dx = ctx.device_buffer((rows, d_in))
-        self.dy = ctx.device_buffer((rows, d_out))
+        self.layers = layers
+        self.dw = [ctx.to_device(ly.w) for ly in layers]
+        self.db = [ctx.to_device(np.broadcast_to(ly.b, (rows, ly.w.shape[1])).copy())
+                   for ly in layers]
+        self.hx = ctx.host_buffer((rows, layers[0].w.shape[0]))
+        self.hy = ctx.host_buffer((rows, layers[-1].w.shape[1]))
+        self.dx = ctx.device_buffer((rows, layers[0].w.shape[0]))
+        self.dy = [ctx.device_buffer((rows, ly.w.shape[1])) for ly in layers]
 
     def run(self, x: np.ndarray) -> np.ndarray:
         s = self.s
         self.hx.array[...] = x
         s.copy_h2d(self.dx, self.hx)
-        s.copy_d2d(self.dy, self.db)
-        s.gemm(self.dx, self.dw, self.dy, beta=1.0)
-        if self.relu:
-            s.relu(self.dy, self.dy)
-        s.copy_d2h(self.hy, self.dy)
+        src = self.dx
+        for ly, dw, db, dy in zip(self.layers, self.dw, self.db, self.dy, strict=True):
+            s.copy_d2d(dy, db)
+            s.gemm(src, dw, dy, beta=1.0)
+            if ly.relu:
+                s.relu(dy, dy)
+            src = dy
+        s.copy_d2h(self.hy, src)
         s.synchronize()
         return self.hy.array.copy()
 
@@ -219,32 +244,58 @@ def pipeline(ctx: Context, bad: bool = False, scale: int = 1, check: bool = True
     ``peer`` (default node 1's address), role 1 listens on its own address (``peer``: the
     address to listen on).  The bad twin sends whole batches synchronously; the good one
     ``micro`` micro-batches per batch, ``window`` in flight."""
+    return run_stage(ctx, "pipeline", "bad" if bad else "good", [d_in, d_hidden, d_out], 1,
+                     1 if bad else micro, window, batches or 4 * scale, batch, check, role,
+                     peer, port, timeout)
+
+
+def pipeline_cut(ctx: Context, bad: bool = False, scale: int = 1, check: bool = True,
+                 role: int | None = None, peer: str | None = None, port: int = PORT,
+                 batches: int | None = None, batch: int = 128, d_in: int = 256,
+                 d_wide: int = 4096, d_narrow: int = 256, d_out: int = 256, micro: int = 4,
+                 window: int = 4, timeout: float | None = None) -> Result:
+    """The network-bound twins: a three-layer MLP ``d_in -> d_wide -> d_narrow -> d_out``
+    over two nodes, micro-batches overlapped in both.  The bad twin cuts the model after
+    the wide layer (node 0 sends ``d_wide`` activations per row: 16x the bytes), the good
+    one after the narrow layer (node 0 runs two layers, node 1 one): the same work and
+    the same answer, a sixteenth of the bytes on the link."""
+    return run_stage(ctx, "pipeline_cut", "bad" if bad else "good",
+                     [d_in, d_wide, d_narrow, d_out], 1 if bad else 2, micro, window,
+                     batches or 4 * scale, batch, check, role, peer, port, timeout)
+
+
+def run_stage(ctx: Context, workload: str, variant: str, dims: list[int], cut: int, m: int,
+              window: int, nb: int, batch: int, check: bool, role: int | None,
+              peer: str | None, port: int, timeout: float | None) -> Result:
+    """This node's stage of the model of layers ``dims``: node 0 runs the layers before
+    ``cut``, node 1 the rest; ``m`` micro-batches per batch (1: synchronous, one batch
+    in flight), ``window`` in flight."""
     if timeout is None:  # how long a stage waits for its peer (TACC_PIPELINE_TIMEOUT)
         timeout = float(os.environ.get("TACC_PIPELINE_TIMEOUT", "") or 120.0)
     role = node_index() if role is None else role
     peer = peer or os.environ.get("TACC_PIPELINE_PEER") or None  # stage 1's address
     if role not in (0, 1):
-        raise PipelineError(f"pipeline: node {role} has no stage (two stages: nodes 0 and 1)")
-    nb = batches or 4 * scale
-    m = 1 if bad else micro
+        raise PipelineError(f"{workload}: node {role} has no stage "
+                            "(two stages: nodes 0 and 1)")
     if batch % m:
-        raise PipelineError(f"pipeline: batch {batch} does not split into {m} micro-batches")
-    wt = weights(nb, batch, d_in, d_hidden, d_out)
+        raise PipelineError(f"{workload}: batch {batch} does not split into {m} "
+                            "micro-batches")
+    wt = weights(nb, batch, dims)
     rows = batch // m
+    mine = wt.layers[:cut] if role == 0 else wt.layers[cut:]
+    stage = _Stage(ctx, mine, rows)
+    addr = peer or node_addr(1)
     if role == 0:
-        stage = _Stage(ctx, wt.w1, wt.b1, rows, relu=True)
-        addr = peer or node_addr(1)
         ch = Channel(connect(addr, port, timeout), 0, addr)
     else:
-        stage = _Stage(ctx, wt.w2, wt.b2, rows, relu=False)
-        addr = peer or node_addr(1)
         ch = Channel(accept(addr, port, timeout), 1, "stage 0")
     span = Span(ctx, [stage.s])
+    sync = m == 1
     try:
         if role == 0:
-            outs, err = (_stage0_bad if bad else _stage0_good)(stage, ch, wt, m, window)
+            outs, err = (_stage0_bad if sync else _stage0_good)(stage, ch, wt, m, window)
         else:
-            outs, err = (_stage1_bad if bad else _stage1_good)(stage, ch, wt, check)
+            outs, err = (_stage1_bad if sync else _stage1_good)(stage, ch, wt, check)
     finally:
         ch.close()
     jobs = jobs_of([stage.s])
@@ -253,18 +304,17 @@ def pipeline(ctx: Context, bad: bool = False, scale: int = 1, check: bool = True
     if check and role == 0:
         for i in range(nb):
             y = np.concatenate(outs[i * m:(i + 1) * m])
-            err = max(err, check_close(y, reference(wt.inputs[i], wt.w1, wt.b1, wt.w2, wt.b2),
-                                       rtol=1e-4, atol=1e-4))
+            err = max(err, check_close(y, wt.reference(wt.inputs[i]), rtol=1e-4, atol=1e-4))
         ok = True
     elif check:
-        ok = True  # every received activation checked in _stage1_*
-    return Result(workload="pipeline", variant="bad" if bad else "good", device=ctx.device.pci,
+        ok = True  # every received activation checked (_check_stage1)
+    d_x, d_y = mine[0].w.shape[0], mine[-1].w.shape[1]
+    return Result(workload=workload, variant=variant, device=ctx.device.pci,
                   device_ns=span.device_ns, wall_ns=span.wall_ns, jobs=jobs,
-                  api_calls=jobs, bytes_h2d=nb * batch * (d_in if role == 0 else d_hidden) * 4,
-                  bytes_d2h=nb * batch * (d_hidden if role == 0 else d_out) * 4,
-                  checked=ok, max_abs_err=err,
+                  api_calls=jobs, bytes_h2d=nb * batch * d_x * 4,
+                  bytes_d2h=nb * batch * d_y * 4, checked=ok, max_abs_err=err,
                   params={"batches": nb, "batch": batch, "micro": m, "window": window,
-                          "d_in": d_in, "d_hidden": d_hidden, "d_out": d_out},
+                          "dims": dims, "cut": cut},
                   extra={"role": role, "peer": addr, "bytes_sent": ch.sent,
                          "bytes_received": ch.received, "messages": nb * m})
 
@@ -286,20 +336,25 @@ def _stage0_bad(stage: _Stage, ch: Channel, wt: Weights, m: int, window: int
 
 def _stage1_bad(stage: _Stage, ch: Channel, wt: Weights, check: bool
                 ) -> tuple[list[np.ndarray], float]:
-    err = 0.0
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
     while True:
         msg = ch.recv()
         if msg.kind == END:
-            return [], err
+            return [], _check_stage1(stage, seen, wt)
         with apitrace.adopt_tag(msg.tag):
             y = stage.run(msg.payload)
             ch.send(RES, msg.index, msg.tag, y)
         if check:
-            err = max(err, _check_stage1(msg.payload, y, wt))
+            seen.append((msg.payload, y))
 
 
-def _check_stage1(h: np.ndarray, y: np.ndarray, wt: Weights) -> float:
-    return check_close(y, h.astype(np.float64) @ wt.w2 + wt.b2, rtol=1e-4, atol=1e-4)
+def _check_stage1(stage: _Stage, seen: list[tuple[np.ndarray, np.ndarray]], wt: Weights
+                  ) -> float:
+    """Stage 1's answers against numpy, after the pipeline: numpy's float64 GEMMs of a
+    wide layer take seconds under TCG, which inside the loop would be the pipeline's
+    bottleneck instead of the device or the network the twins are about."""
+    return max((check_close(y, wt.reference(h, stage.layers), rtol=1e-4, atol=1e-4)
+                for h, y in seen), default=0.0)
 
 
 class _Pump:
@@ -383,7 +438,7 @@ def _stage0_good(stage: _Stage, ch: Channel, wt: Weights, m: int, window: int
 def _stage1_good(stage: _Stage, ch: Channel, wt: Weights, check: bool
                  ) -> tuple[list[np.ndarray], float]:
     pump = _Pump(ch)
-    err = 0.0
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
     while True:
         msg = pump.get()
         if msg.kind == END:
@@ -392,6 +447,6 @@ def _stage1_good(stage: _Stage, ch: Channel, wt: Weights, check: bool
             y = stage.run(msg.payload)
         pump.outq.put((RES, msg.index, msg.tag, y))
         if check:
-            err = max(err, _check_stage1(msg.payload, y, wt))
+            seen.append((msg.payload, y))
     pump.finish()
-    return [], err
+    return [], _check_stage1(stage, seen, wt)
