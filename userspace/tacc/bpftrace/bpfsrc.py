@@ -250,8 +250,8 @@ static __always_inline int on_ioctl_enter(struct tp_tacc_ioctl_enter *args)
 	u32 tid = (u32)id, tgid = id >> 32;
 	u64 ts = bpf_ktime_get_ns();
 	u64 flags = cfgv(CFG_FLAGS);
-	/* map updates only when the value changes: a hash update costs several lookups'
-	 * worth (issue 18: this handler was the dearest, 2.1 us per ioctl under TCG) */
+	/* map updates only when the value changes (issue 18: an update costs several */
+	/* lookups' worth; this handler was the dearest, 2.1 us per ioctl under TCG) */
 	if (args->ctx != 0xffffffff) {
 		struct ctxkey k = { .dev = args->dev, .ctx = args->ctx };
 		struct owner_t o = { .pid = tgid, .tid = tid };
