@@ -100,10 +100,11 @@ static int tacc_recover_end(struct tacc_device *tdev, int reason)
 
 /*
  * A fatal error without AER recovery (AER not native, masked, or a VF),
- * or an AER recovery that stopped after error_detected (seen with QEMU's
- * root port: its secondary bus reset "fails" for want of Data Link Layer
- * Link Active, and the core then calls neither slot_reset nor resume):
- * the driver restores the function's config space and resets it itself.
+ * or an AER recovery that stopped after error_detected (the root port's
+ * secondary bus reset failed: the core then calls neither slot_reset nor
+ * resume; QEMU's q35 root port did so until qemu/patches/0007, for want
+ * of Data Link Layer Link Active): the driver restores the function's
+ * config space and resets it itself.
  */
 static void tacc_fatal_work(struct work_struct *work)
 {

@@ -497,12 +497,18 @@ struct tacc_tlp_rec {
  */
 #define TACC_REG_LINKPM_STATE		0x700	/* RO */
 #define   TACC_LINKPM_STATE_MASK	0x3	/* TACC_LINKPM_L0, _L0S, _L1 */
+#define   TACC_LINKPM_SUB_SHIFT		2	/* in L1: TACC_LINKPM_L1_0, _1, _2 */
+#define   TACC_LINKPM_SUB_MASK		(0x3u << 2)
 #define   TACC_LINKPM_EN_L0S		(1u << 4)	/* both ends enable L0s */
 #define   TACC_LINKPM_EN_L1		(1u << 5)	/* both ends enable L1 */
+#define   TACC_LINKPM_EN_L1_1		(1u << 6)	/* both ends' L1SS: ASPM L1.1 */
+#define   TACC_LINKPM_EN_L1_2		(1u << 7)	/* ASPM L1.2 and LTR on both ends */
+#define   TACC_LINKPM_LTR_L1_2		(1u << 8)	/* LTR >= LTR_L1.2_THRESHOLD */
 #define TACC_REG_LINKPM_L0S_ENTRY	0x704	/* RO: idle ns before L0s */
 #define TACC_REG_LINKPM_L0S_EXIT	0x708	/* RO: L0s exit latency, ns */
 #define TACC_REG_LINKPM_L1_ENTRY	0x70c	/* RO: idle ns before L1 */
 #define TACC_REG_LINKPM_L1_EXIT		0x710	/* RO: L1 exit latency, ns */
+#define TACC_REG_LINKPM_L11_EXIT	0x714	/* RO: L1.1 exit latency, ns */
 #define TACC_REG_LINKPM_L0S_ENTRIES	0x718	/* RO64 */
 #define TACC_REG_LINKPM_L0S_EXITS	0x720	/* RO64 */
 #define TACC_REG_LINKPM_L0S_TICKS	0x728	/* RO64: residency */
@@ -510,12 +516,28 @@ struct tacc_tlp_rec {
 #define TACC_REG_LINKPM_L1_EXITS	0x738	/* RO64 */
 #define TACC_REG_LINKPM_L1_TICKS	0x740	/* RO64: residency */
 #define TACC_REG_LINKPM_EXIT_TICKS	0x748	/* RO64: exit latency the link paid */
+/* L1 PM Substates (docs/hardware.md "L1 PM Substates"): L1.1/L1.2 within L1 */
+#define TACC_REG_LINKPM_L11_ENTRIES	0x750	/* RO32 */
+#define TACC_REG_LINKPM_L11_EXITS	0x754	/* RO32 */
+#define TACC_REG_LINKPM_L11_TICKS	0x758	/* RO64: residency */
+#define TACC_REG_LINKPM_L12_ENTRIES	0x760	/* RO32 */
+#define TACC_REG_LINKPM_L12_EXITS	0x764	/* RO32 */
+#define TACC_REG_LINKPM_L12_TICKS	0x768	/* RO64: residency */
+#define TACC_REG_LINKPM_L12_EXIT	0x770	/* RO: L1.2 exit latency now, ns */
+#define TACC_REG_LINKPM_L12_THRESHOLD	0x774	/* RO: LTR_L1.2_THRESHOLD now, ns */
+#define TACC_REG_LINKPM_LTR		0x778	/* RO: latency tolerance reported, ns */
 #define TACC_REG_LINKPM_END		0x780
 
 enum tacc_linkpm_state {
 	TACC_LINKPM_L0 = 0,
 	TACC_LINKPM_L0S = 1,
 	TACC_LINKPM_L1 = 2,
+};
+
+enum tacc_linkpm_substate {	/* LINKPM_STATE[3:2] in L1 */
+	TACC_LINKPM_L1_0 = 0,
+	TACC_LINKPM_L1_1 = 1,
+	TACC_LINKPM_L1_2 = 2,
 };
 
 /* -------------------------------------------------------- trace ring ---- */
@@ -642,7 +664,13 @@ struct tacc_ring_wb {
 	X(link_l1_entries,     12, "events", "link entered ASPM L1") \
 	X(link_l1_exits,       13, "events", "link left L1 for a TLP") \
 	X(link_l1_ticks,       14, "ticks", "link in L1") \
-	X(link_pm_exit_ticks,  15, "ticks", "L0s/L1 exit latency the link paid")
+	X(link_pm_exit_ticks,  15, "ticks", "L0s/L1 exit latency the link paid") \
+	X(link_l11_entries,    16, "events", "link entered L1.1 (within L1)") \
+	X(link_l11_exits,      17, "events", "link left L1.1 for a TLP") \
+	X(link_l11_ticks,      18, "ticks", "link in L1.1 (in link_l1_ticks)") \
+	X(link_l12_entries,    19, "events", "link entered L1.2 (within L1)") \
+	X(link_l12_exits,      20, "events", "link left L1.2 for a TLP") \
+	X(link_l12_ticks,      21, "ticks", "link in L1.2 (in link_l1_ticks)")
 
 #define TACC_CNT_ENUM(name, idx, unit, desc)	TACC_CNT_##name = (idx),
 enum tacc_func_counter { TACC_FUNC_COUNTERS(TACC_CNT_ENUM) TACC_FUNC_CNT_END };

@@ -217,3 +217,46 @@ def test_bad_link_properties_refused(bad, msg):
                         "-nodefaults", "-L", "/usr/share/seabios", "-L", "/usr/share/qemu",
                         "-device", "tacc," + bad], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and msg in r.stderr, r.stderr
+
+
+DEVCTL = 0x08  # PCIe capability: Device Control (MPS [7:5], MRRS [14:12])
+
+
+def _devctl(dev: Tacc, mps: int, mrrs: int) -> int:
+    """Program the PF's Device Control as an OS does (Linux's pcie_set_mps /
+    pcie_set_readrq); returns what reads back."""
+    cap = dev.qt.find_cap(dev.bus, dev.pf.devfn, 0x10)
+    v = dev.qt.cfg_read(dev.bus, dev.pf.devfn, cap + DEVCTL, 2) & ~(7 << 5 | 7 << 12)
+    v |= ((mps.bit_length() - 8) << 5) | ((mrrs.bit_length() - 8) << 12)
+    dev.qt.cfg_write(dev.bus, dev.pf.devfn, cap + DEVCTL, v, 2)
+    return dev.qt.cfg_read(dev.bus, dev.pf.devfn, cap + DEVCTL, 2)
+
+
+def test_mps_and_mrrs_follow_device_control():
+    """The link model cuts TLPs at the Max_Payload_Size and Max_Read_Request_Size the OS
+    programmed in Device Control, up to what the device supports (the properties, which
+    are also the power-on presets).  Before: QEMU left DevCtl's MPS/MRRS fields
+    read-only, so Linux's "Max Payload Size set to 128 (was 256, max 256)" (the q35
+    root port supports 128) did not stick and the device kept sending 256-byte writes
+    to a 128-byte root port."""
+    with own_device("mps=256,mrrs=512") as (d, pf):
+        n = 64 << 10
+        host = d.alloc(n)
+        assert pf.r32(HW.TACC_REG_LINK_PARAMS) == 256 | 512 << 16
+        back = _devctl(d, 128, 256)
+        assert (back >> 5 & 7, back >> 12 & 7) == (0, 1), hex(back)
+        assert pf.r32(HW.TACC_REG_LINK_PARAMS) == 128 | 256 << 16
+        pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])  # warm TLB
+        lm = LinkModel(mps=128, mrrs=256)
+        for h2d, key, want in ((False, "d2h_tlps", devinfo.payload_tlps(n, 128)),
+                               (True, "d2h_req_tlps", devinfo.read_requests(n, 256))):
+            c0 = pf.counters()
+            op = HW.TACC_OP_COPY_H2D if h2d else HW.TACC_OP_COPY_D2H
+            src, dst = (host, DEVMEM_VA) if h2d else (DEVMEM_VA, host)
+            cq = pf.run_job(0, [d_copy(op, src, dst, n)])
+            assert cq.status == HW.TACC_ST_OK
+            assert pf.counters()[key] - c0[key] == want == n // (128 if not h2d else 256)
+            assert abs((cq.end - cq.start) * 1000 - lm.copy_ps(n, h2d)) < 1000
+        # above what the device supports: the device's limits (a guest error logged)
+        _devctl(d, 512, 4096)
+        assert pf.r32(HW.TACC_REG_LINK_PARAMS) == 256 | 512 << 16

@@ -29,3 +29,20 @@ def test_no_tracks_when_the_link_never_left_l0() -> None:
     assert link_pm_series(s, np.ones(2, bool), np.full(2, 1e5)) == []
     old = np.zeros(3, [("devclk", "<u8"), ("h2d_bytes", "<u8")])  # before minor 8
     assert link_pm_series(old, np.ones(2, bool), np.full(2, 1e5)) == []
+
+
+def test_l1_substate_shares_when_the_link_used_them() -> None:
+    """Capture minor 10: L1.1 / L1.2 residency (parts of L1's) as their own share tracks,
+    only for a substate the link was in; a minor-8 capture (no such columns) has none."""
+    s = _samples([0, 0, 0], [0, 50_000, 100_000], [0, 1, 2])
+    s["g_link_l12_ticks"] = [0, 40_000, 90_000]
+    got = {name: vals.tolist() for name, _, vals in
+           link_pm_series(s, np.ones(2, bool), np.full(2, 100_000.0))}
+    assert got["link in L1.2 %"] == [40.0, 50.0] and got["link in L1 %"] == [50.0, 50.0]
+    assert "link in L1.1 %" not in got
+    names = [n for n in COUNTERS_DTYPE.names if n not in ("g_link_l11_ticks",
+                                                          "g_link_l12_ticks")]
+    old = np.zeros(3, [(n, COUNTERS_DTYPE[n]) for n in names])
+    old["g_link_l1_ticks"] = [0, 50_000, 100_000]
+    assert [n for n, _, _ in link_pm_series(old, np.ones(2, bool), np.full(2, 1e5))] == [
+        "link in L1 %", "link in L0s %", "link L1 exits"]

@@ -2,11 +2,16 @@
 the guest's ASPM core (policy written at run time, no boot argument) enables L0s and L1
 on both ends of the PF's link (qemu/patches/0004 for the root port); an idle-then-burst
 workload's first copy after idle starts exactly the L1 exit latency after its fetch was
-issued, the link PM counters count it; with ASPM off the same copy pays nothing."""
+issued, the link PM counters count it; with ASPM off the same copy pays nothing.
+powersupersave also enables the L1 PM Substates (qemu/patches/0006: the root port's
+capability and LTR, q35's _OSC granting LTR control): the link idles in L1.2 and the
+first copy pays the L1.2 exit latency the OS programmed (docs/hardware.md "L1 PM
+Substates")."""
 
 from __future__ import annotations
 
 import struct
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +21,13 @@ import pytest
 
 POLICY = Path("/sys/module/pcie_aspm/parameters/policy")
 L0S_EXIT, L1_EXIT = 256, 2000  # the device's defaults, ns (x time_scale / 1000)
+L11_EXIT = 4000  # aspm-l11-exit-ns
+# Linux's aspm_calc_l12_info from the root port's (40 us, 44 us) and the PF's (10, 10)
+# Common_Mode_Restore_Time and T_POWER_ON: the larger of each, threshold 2 + 4 + 40 + 44
+# us = 88 x 1024 ns; L1.2 exit = L1.1 exit + T_POWER_ON + Common_Mode_Restore_Time
+CMRT_US, T_POWER_ON_US, THRESHOLD = 40, 44, (88, 2)
+L12_EXIT = L11_EXIT + (T_POWER_ON_US + CMRT_US) * 1000
+POLICIES = ("powersave", "powersupersave", "performance")
 N = 4 << 20
 BURST = f"""
 import sys, time
@@ -27,7 +39,7 @@ with Context() as ctx:
     s = ctx.stream()
     s.copy_h2d(d, x)
     s.synchronize()
-    for _ in range(2):  # one burst per policy the parent sets
+    for _ in range(3):  # one burst per policy the parent sets
         print("idle", flush=True)
         sys.stdin.readline()
         time.sleep(0.05)  # idle: the link goes L0s -> L1
@@ -38,7 +50,8 @@ with Context() as ctx:
         sys.stdin.readline()
 """
 COUNTERS = ("link_l0s_exits", "link_l1_entries", "link_l1_exits", "link_l1_ticks",
-            "link_pm_exit_ticks")
+            "link_pm_exit_ticks", "link_l11_exits", "link_l12_entries", "link_l12_exits",
+            "link_l12_ticks")
 
 
 def lnkctl(dev: Path) -> int:
@@ -48,6 +61,29 @@ def lnkctl(dev: Path) -> int:
     while p:
         if cfg[p] == 0x10:
             return struct.unpack_from("<H", cfg, p + 0x10)[0]
+        p = cfg[p + 1]
+    raise AssertionError(f"{dev.name}: no PCIe capability")
+
+
+def ext_cap(dev: Path, cap_id: int) -> tuple[bytes, int]:
+    """(config space, offset of extended capability cap_id, 0 if none)."""
+    cfg = (dev / "config").read_bytes()
+    p = 0x100
+    while p and len(cfg) >= p + 4:
+        h = struct.unpack_from("<I", cfg, p)[0]
+        if h & 0xFFFF == cap_id:
+            return cfg, p
+        p = h >> 20
+    return cfg, 0
+
+
+def pcie_word(dev: Path, reg: int) -> int:
+    """A 16-bit register of the PCIe capability (0x10 LNKCTL, 0x28 DEVCTL2)."""
+    cfg = (dev / "config").read_bytes()
+    p = cfg[0x34]
+    while p:
+        if cfg[p] == 0x10:
+            return struct.unpack_from("<H", cfg, p + reg)[0]
         p = cfg[p + 1]
     raise AssertionError(f"{dev.name}: no PCIe capability")
 
@@ -107,8 +143,6 @@ def test_first_copy_after_idle_pays_the_l1_exit(aspm: Path, pf_accel: Path) -> N
     was issued (the descriptor fetch woke the link) and the link PM counters add up
     (exit ticks = L1 exits x L1 exit + L0s exits x L0s exit); performance (ASPM off):
     the first copy starts when it is fetched and the counters stay."""
-    import subprocess
-
     from tacc.daemon.devring import DeviceTraceRing
 
     scale = int((aspm / "tacc/time_scale").read_text())
@@ -118,7 +152,7 @@ def test_first_copy_after_idle_pays_the_l1_exit(aspm: Path, pf_accel: Path) -> N
     rounds = []
     try:
         assert w.stdin is not None and w.stdout is not None
-        for pol in ("powersave", "performance"):
+        for pol in POLICIES:
             assert w.stdout.readline().strip() == "idle"
             set_policy(pol)
             ring.drain()
@@ -140,12 +174,56 @@ def test_first_copy_after_idle_pays_the_l1_exit(aspm: Path, pf_accel: Path) -> N
             w.kill()
             w.wait()
         ring.close()
-    (lead, d), (lead_off, d_off) = rounds
+    (lead, d), (lead_ss, d_ss), (lead_off, d_off) = rounds
     assert lead == L1_EXIT * scale // 1000, rounds
+    assert d["link_l12_entries"] == d["link_l11_exits"] == 0, d  # powersave: no L1.x
     assert d["link_l1_exits"] >= 1 and d["link_l1_entries"] >= d["link_l1_exits"], d
     assert d["link_pm_exit_ticks"] == (d["link_l1_exits"] * L1_EXIT +
                                        d["link_l0s_exits"] * L0S_EXIT) * scale // 1000, d
     assert d["link_l1_ticks"] >= 40_000_000 * scale // 1000, d  # most of the 50 ms idle
+    # powersupersave: every L1 is L1.2 (LTR 1 ms >= threshold); the burst's first copy
+    # pays the L1.2 exit the OS programmed
+    assert lead_ss == L12_EXIT * scale // 1000, rounds
+    assert d_ss["link_l12_exits"] >= 1, d_ss
+    assert d_ss["link_l12_exits"] == d_ss["link_l1_exits"], d_ss
+    assert d_ss["link_pm_exit_ticks"] == (d_ss["link_l12_exits"] * L12_EXIT +
+                                          d_ss["link_l0s_exits"] * L0S_EXIT) * scale // 1000
+    assert d_ss["link_l12_ticks"] >= 40_000_000 * scale // 1000, d_ss
     assert lead_off == 0, rounds
     assert d_off["link_l1_exits"] == d_off["link_l0s_exits"] == 0, d_off
     assert d_off["link_pm_exit_ticks"] == 0, d_off
+
+
+def test_guest_aspm_core_enables_l1_substates_on_both_ends(aspm: Path) -> None:
+    """powersupersave: the guest's ASPM core finds the L1 PM Substates capability on
+    both ends, LTR enabled on the path (pci_configure_ltr: _OSC grants LTR), programs
+    T_POWER_ON, Common_Mode_Restore_Time and LTR_L1.2_THRESHOLD (aspm_calc_l12_info) and
+    enables ASPM and PCI-PM L1.1/L1.2 on both ends: lspci says so and the link/ sysfs
+    attributes read 1; powersave clears the substates again (before 0006: no L1SubCap in
+    lspci, no l1_2_aspm attribute)."""
+    rp = aspm.resolve().parent
+    set_policy("powersupersave")
+    for dev in (rp, aspm):
+        cfg, ss = ext_cap(dev, 0x1E)
+        assert ss, f"{dev.name}: no L1 PM Substates capability"
+        ctl1, ctl2 = struct.unpack_from("<II", cfg, ss + 8)
+        assert ctl1 & 0xF == 0xF, (dev.name, hex(ctl1))
+        assert ((ctl1 >> 16) & 0x3FF, ctl1 >> 29) == THRESHOLD, (dev.name, hex(ctl1))
+        assert ctl2 == (T_POWER_ON_US // 2) << 3, (dev.name, hex(ctl2))  # scale 0: 2 us
+        assert pcie_word(dev, 0x28) & 0x400, f"{dev.name}: LTR not enabled"
+        out = subprocess.run(["lspci", "-vvv", "-s", dev.name], capture_output=True,
+                             text=True, check=True).stdout
+        assert "L1SubCtl1: PCI-PM_L1.2+ PCI-PM_L1.1+ ASPM_L1.2+ ASPM_L1.1+" in out, out
+        assert "LTR1.2_Threshold=90112ns" in out and "T_PwrOn=44us" in out, out
+    cfg, ss = ext_cap(rp, 0x1E)
+    assert (struct.unpack_from("<I", cfg, ss + 8)[0] >> 8) & 0xFF == CMRT_US
+    link = aspm / "link"
+    for attr in ("l1_aspm", "l1_1_aspm", "l1_2_aspm", "l1_1_pcipm", "l1_2_pcipm"):
+        assert (link / attr).read_text().strip() == "1", attr
+    set_policy("powersave")
+    assert (link / "l1_aspm").read_text().strip() == "1"
+    for attr in ("l1_1_aspm", "l1_2_aspm", "l1_1_pcipm", "l1_2_pcipm"):
+        assert (link / attr).read_text().strip() == "0", attr
+    for dev in (rp, aspm):
+        cfg, ss = ext_cap(dev, 0x1E)
+        assert struct.unpack_from("<I", cfg, ss + 8)[0] & 0xF == 0, dev.name

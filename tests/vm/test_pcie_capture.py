@@ -72,10 +72,36 @@ def test_capture_needs_perfmon(capture):
     assert not Path("/tmp/u.pcapng").exists()
 
 
-def test_tshark_decodes_every_tlp_of_a_known_copy(capture):
+def _devctl_sizes(pci: Path) -> tuple[int, int]:
+    """(MPS, MRRS) in a function's PCIe Device Control, read from its config space."""
+    cfg = (pci / "config").read_bytes()
+    cap = cfg[0x34]
+    while cap:
+        if cfg[cap] == 0x10:
+            ctl = int.from_bytes(cfg[cap + 8:cap + 10], "little")
+            return 128 << (ctl >> 5 & 7), 128 << (ctl >> 12 & 7)
+        cap = cfg[cap + 1]
+    raise AssertionError(f"{pci}: no PCIe capability")
+
+
+def test_device_uses_the_mps_linux_programmed(pf_pci: Path) -> None:
+    """Linux sets the PF's Max_Payload_Size to its root port's (q35's supports 128 B:
+    dmesg "Max Payload Size set to 128 (was 256, max 256)"); the device's Device Control
+    holds it and the link model uses it (tacc/max_payload_bytes: LINK_PARAMS).  Before,
+    QEMU kept DevCtl's MPS field read-only: it read back 256 and the device sent 256 B
+    writes to a root port of 128 B (what a real one rejects as malformed TLPs)."""
+    port = pf_pci.resolve().parent
+    mps, mrrs = _devctl_sizes(pf_pci)
+    assert mps == _devctl_sizes(port)[0] == 128, (mps, _devctl_sizes(port))
+    assert int((pf_pci / "tacc/max_payload_bytes").read_text()) == mps
+    assert int((pf_pci / "tacc/max_read_request_bytes").read_text()) == mrrs == 512
+
+
+def test_tshark_decodes_every_tlp_of_a_known_copy(capture, pf_pci: Path):
     """The formula (docs/hardware.md section 9) for a page-aligned 64 KiB H2D + D2H:
-    128 read requests of 512 B, 1024 completions of 64 B (RCB), 256 writes of 256 B;
-    the runtime's fences add 8-byte writes."""
+    128 read requests of 512 B, 1024 completions of 64 B (RCB), 512 writes of 128 B
+    (the MPS Linux programmed, test above); the runtime's fences add 8-byte writes."""
+    mps = int((pf_pci / "tacc/max_payload_bytes").read_text())
     path, info = capture
     if not shutil.which("tshark"):
         pytest.fail("tshark is not installed (scripts/setup.sh installs it)")
@@ -87,8 +113,8 @@ def test_tshark_decodes_every_tlp_of_a_known_copy(capture):
     kinds = collections.Counter(int(x["kind"]) for x in rows)
     reqs, cpls = devinfo.read_requests(N, 512), devinfo.completions(N, 512, 64)
     wr = [x for x in rows if x["kind"] == "1" and x["payload"] != "8"]
-    assert (kinds[0], kinds[2], len(wr)) == (reqs, cpls, devinfo.payload_tlps(N, 256)) \
-        == (128, 1024, 256)
+    assert (kinds[0], kinds[2], len(wr)) == (reqs, cpls, devinfo.payload_tlps(N, mps)) \
+        == (128, 1024, N // mps)
     assert kinds[1] - len(wr) == sum(1 for x in rows if x["kind"] == "1" and x["payload"] == "8")
     for x in rows:
         k, n = int(x["kind"]), int(x["payload"])
@@ -236,5 +262,6 @@ def test_taccd_tlp_stream_agrees_with_the_counters(pf_pci: Path) -> None:
     cmd = t[~ctrl]
     assert int((cmd["kind"] == MRD).sum()) == devinfo.read_requests(N, 512) == 128
     assert int((cmd["kind"] == CPLD).sum()) == devinfo.completions(N, 512, 64) == 1024
-    assert int(((cmd["kind"] == MWR) & (cmd["payload"] == 256)).sum()) == 256
+    mps = int((pf_pci / "tacc/max_payload_bytes").read_text())
+    assert int(((cmd["kind"] == MWR) & (cmd["payload"] == mps)).sum()) == N // mps
     assert got["ctrl_h2d"] + got["ctrl_d2h"] > 0  # descriptor fetches, CQEs, MSI-X, records

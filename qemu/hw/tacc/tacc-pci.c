@@ -39,6 +39,7 @@
 #define TACC_EXP_CAP        0x80
 #define TACC_AER_CAP        0x100
 #define TACC_SRIOV_CAP      0x148   /* after AER (PCI_ERR_SIZEOF) */
+#define TACC_L1SS_CAP       0x188   /* after SR-IOV (PCI_EXT_CAP_SRIOV_SIZEOF) */
 
 /* ---------------------------------------------------------- helpers ---- */
 
@@ -284,17 +285,68 @@ static void tacc_fatal(TaccState *s)
 
 /* ------------------------------------------------------ config space ---- */
 
+/* DEVCTL's MPS/MRRS at power-on: the mps/mrrs properties (what firmware sets) */
+static void tacc_devctl_preset(TaccState *s, PCIDevice *pdev)
+{
+    uint8_t *exp = pdev->config + pdev->exp.exp_cap;
+    unsigned mps = ctz32(s->mps_cap) - 7, mrrs = ctz32(s->mrrs_cap) - 7;
+
+    pci_word_test_and_clear_mask(exp + PCI_EXP_DEVCTL,
+                                 PCI_EXP_DEVCTL_PAYLOAD | PCI_EXP_DEVCTL_READRQ);
+    pci_word_test_and_set_mask(exp + PCI_EXP_DEVCTL, mps << 5 | mrrs << 12);
+    if (!pci_is_vf(pdev)) {     /* the link's: a VF's realize leaves them */
+        s->mps = s->mps_cap;
+        s->mrrs = s->mrrs_cap;
+    }
+}
+
+/*
+ * The PF's DEVCTL was written: the link model takes its Max_Payload_Size and
+ * Max_Read_Request_Size from now on, up to what the device supports (an MPS
+ * above DEVCAP's is a software error: PCIe r6.0 7.5.3.4; reserved encodings
+ * too), for transfers timed after the write.
+ */
+static void tacc_link_params_update(TaccState *s, PCIDevice *pdev)
+{
+    uint16_t ctl = pci_get_word(pdev->config + pdev->exp.exp_cap + PCI_EXP_DEVCTL);
+    unsigned mps_code = (ctl & PCI_EXP_DEVCTL_PAYLOAD) >> 5;
+    unsigned rrq_code = (ctl & PCI_EXP_DEVCTL_READRQ) >> 12;
+    uint32_t mps = mps_code <= 5 ? 128u << mps_code : 4096;
+    uint32_t mrrs = rrq_code <= 5 ? 128u << rrq_code : 4096;
+
+    if (mps > s->mps_cap || mps_code > 5) {
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: Device Control MPS code %u above the supported %u bytes\n",
+                      mps_code, s->mps_cap);
+    }
+    if (rrq_code > 5) {
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: Device Control MRRS code %u is reserved\n", rrq_code);
+    }
+    s->mps = MIN(mps, s->mps_cap);
+    s->mrrs = MIN(mrrs, s->mrrs_cap);   /* the DMA engine's largest read request */
+    trace_tacc_link_params(s->mps, s->mrrs);
+}
+
 static void tacc_write_config_locked(PCIDevice *pdev, uint32_t addr,
                                      uint32_t val, int len)
 {
     TaccFunc *f = TACC_FUNC(pdev);
     uint8_t old = tacc_pm_state(pdev), new;
+    uint32_t l1ss_ctl1 = 0;
 
-    if (!pci_is_vf(pdev) && pdev->exp.exp_cap &&
-        ranges_overlap(addr, len, pdev->exp.exp_cap + PCI_EXP_LNKCTL, 2)) {
-        tacc_lpm_settle(f->pf, tacc_now_ps(f->pf));    /* ASPM Control may change */
+    if (!pci_is_vf(pdev)) {
+        /* ASPM Control, LTR or L1 PM Substates may change (tacc-linkpm.c) */
+        l1ss_ctl1 = tacc_lpm_config_write(f->pf, pdev, addr, len);
     }
     pci_default_write_config(pdev, addr, val, len);
+    if (!pci_is_vf(pdev)) {
+        tacc_lpm_config_written(f->pf, pdev, addr, len, l1ss_ctl1);
+    }
+    if (!pci_is_vf(pdev) && pdev->exp.exp_cap &&
+        ranges_overlap(addr, len, pdev->exp.exp_cap + PCI_EXP_DEVCTL, 2)) {
+        tacc_link_params_update(f->pf, pdev);
+    }
     pcie_aer_write_config(pdev, addr, val, len);
     pcie_cap_flr_write_config(pdev, addr, val, len);
     new = tacc_pm_state(pdev);
@@ -335,7 +387,17 @@ static void tacc_qdev_reset(DeviceState *dev)
         /* the link retrains: L0, ASPM disabled */
         pci_word_test_and_clear_mask(pdev->config + pdev->exp.exp_cap +
                                      PCI_EXP_LNKCTL, PCI_EXP_LNKCTL_ASPMC);
+        tacc_lpm_reset_l1ss(pdev);
         tacc_lpm_reset(TACC(dev));
+        /*
+         * A device reset returns MPS/MRRS to the presets; an FLR leaves them
+         * (PCIe r6.0 6.6.2: FLR does not modify Max_Payload_Size; QEMU runs
+         * this with DEVCTL's Initiate FLR bit still set).
+         */
+        if (!(pci_get_word(pdev->config + pdev->exp.exp_cap + PCI_EXP_DEVCTL) &
+              PCI_EXP_DEVCTL_BCR_FLR)) {
+            tacc_devctl_preset(TACC(dev), pdev);
+        }
     }
 }
 
@@ -399,18 +461,22 @@ static bool tacc_init_func(TaccFunc *f, Error **errp)
                               s->link_gen == 5 ? QEMU_PCI_EXP_LNK_32GT :
                               QEMU_PCI_EXP_LNK_16GT);
     /*
-     * Advertise the modelled MPS as supported and preset MPS/MRRS in DEVCTL.
-     * The timing model always uses the mps/mrrs properties (LINK_PARAMS).
+     * Advertise the mps property as supported (DEVCAP), preset MPS/MRRS in
+     * DEVCTL to the properties (as firmware would) and let the OS program
+     * both (the PF's; a VF's are RsvdP): the timing model uses what DEVCTL
+     * holds, up to the properties (tacc_link_params_update, LINK_PARAMS).
      */
     {
         uint8_t *exp = pdev->config + pdev->exp.exp_cap;
-        unsigned mps = ctz32(s->mps) - 7, mrrs = ctz32(s->mrrs) - 7;
+        unsigned mps = ctz32(s->mps_cap) - 7;
 
         pci_long_test_and_clear_mask(exp + PCI_EXP_DEVCAP, PCI_EXP_DEVCAP_PAYLOAD);
         pci_long_test_and_set_mask(exp + PCI_EXP_DEVCAP, mps);
-        pci_word_test_and_clear_mask(exp + PCI_EXP_DEVCTL,
-                                     PCI_EXP_DEVCTL_PAYLOAD | PCI_EXP_DEVCTL_READRQ);
-        pci_word_test_and_set_mask(exp + PCI_EXP_DEVCTL, mps << 5 | mrrs << 12);
+        tacc_devctl_preset(s, pdev);
+        if (!pci_is_vf(pdev)) {
+            pci_word_test_and_set_mask(pdev->wmask + pdev->exp.exp_cap + PCI_EXP_DEVCTL,
+                                       PCI_EXP_DEVCTL_PAYLOAD | PCI_EXP_DEVCTL_READRQ);
+        }
     }
     if (!pci_is_vf(pdev)) {
         tacc_lpm_init_cap(s, pdev);     /* ASPM L0s + L1 (tacc-linkpm.c) */
@@ -441,13 +507,14 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         error_setg(errp, "tacc: link-width must be 1, 2, 4, 8 or 16");
         return;
     }
-    if (!is_power_of_2(s->mps) || s->mps < 128 || s->mps > 4096 ||
-        !is_power_of_2(s->mrrs) || s->mrrs < 128 || s->mrrs > 4096) {
+    if (!is_power_of_2(s->mps_cap) || s->mps_cap < 128 || s->mps_cap > 4096 ||
+        !is_power_of_2(s->mrrs_cap) || s->mrrs_cap < 128 || s->mrrs_cap > 4096) {
         error_setg(errp, "tacc: mps/mrrs must be powers of two in 128..4096");
         return;
     }
     if (!s->aspm_l0s_entry_ns || !s->aspm_l1_entry_ns ||
-        s->aspm_l0s_exit_ns > 1000000 || s->aspm_l1_exit_ns > 1000000) {
+        s->aspm_l0s_exit_ns > 1000000 || s->aspm_l1_exit_ns > 1000000 ||
+        s->aspm_l11_exit_ns > 1000000) {
         error_setg(errp, "tacc: aspm-*-entry-ns must be >= 1, "
                    "aspm-*-exit-ns <= 1000000");
         return;
@@ -508,6 +575,7 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_MSIX, TACC_VF_BAR_TYPE,
                                   TACC_MSIX_BAR_SIZE);
     }
+    tacc_lpm_init_l1ss(s, pdev, TACC_L1SS_CAP, errp);  /* L1.1/L1.2, LTR */
 }
 
 static void tacc_vf_realize(PCIDevice *pdev, Error **errp)
@@ -745,8 +813,8 @@ static const Property tacc_props[] = {
     DEFINE_PROP_SIZE("devmem-size", TaccState, devmem_size, 256 * MiB),
     DEFINE_PROP_UINT8("link-gen", TaccState, link_gen, 4),
     DEFINE_PROP_UINT8("link-width", TaccState, link_width, 16),
-    DEFINE_PROP_UINT32("mps", TaccState, mps, 256),
-    DEFINE_PROP_UINT32("mrrs", TaccState, mrrs, 512),
+    DEFINE_PROP_UINT32("mps", TaccState, mps_cap, 256),
+    DEFINE_PROP_UINT32("mrrs", TaccState, mrrs_cap, 512),
     DEFINE_PROP_UINT32("rcb", TaccState, rcb, 64),
     DEFINE_PROP_UINT32("tags", TaccState, tags, 32),
     DEFINE_PROP_UINT32("posted-credits", TaccState, posted_credits, 1024),
@@ -756,6 +824,12 @@ static const Property tacc_props[] = {
     DEFINE_PROP_UINT32("aspm-l0s-exit-ns", TaccState, aspm_l0s_exit_ns, 256),
     DEFINE_PROP_UINT32("aspm-l1-entry-ns", TaccState, aspm_l1_entry_ns, 10000),
     DEFINE_PROP_UINT32("aspm-l1-exit-ns", TaccState, aspm_l1_exit_ns, 2000),
+    /* L1 PM Substates (docs/hardware.md "L1 PM Substates") */
+    DEFINE_PROP_BOOL("l1ss", TaccState, l1ss, true),
+    DEFINE_PROP_UINT8("l1ss-cm-restore-us", TaccState, l1ss_cm_restore_us, 10),
+    DEFINE_PROP_UINT32("l1ss-t-power-on-us", TaccState, l1ss_t_power_on_us, 10),
+    DEFINE_PROP_UINT32("aspm-l11-exit-ns", TaccState, aspm_l11_exit_ns, 4000),
+    DEFINE_PROP_UINT32("ltr-latency-ns", TaccState, ltr_ns, 1000000),
     DEFINE_PROP_UINT32("tlb-entries", TaccState, tlb_entries, 128),
     DEFINE_PROP_UINT32("cmd-latency-ns", TaccState, cmd_latency_ns, 100),
     DEFINE_PROP_UINT32("read-latency-ns", TaccState, read_latency_ns, 600),

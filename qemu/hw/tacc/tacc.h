@@ -231,7 +231,10 @@ typedef struct TaccLinkPm {
     uint64_t l0s_entries, l0s_exits, l0s_ps;
     uint64_t l1_entries, l1_exits, l1_ps;
     uint64_t exit_ps;           /* exit latency paid */
+    uint64_t l11_entries, l11_exits, l11_ps;   /* L1 PM Substates, within L1 */
+    uint64_t l12_entries, l12_exits, l12_ps;
     int state;                  /* TACC_LINKPM_* (a view's) */
+    int sub;                    /* TACC_LINKPM_L1_* in L1 (a view's) */
 } TaccLinkPm;
 
 /*
@@ -258,7 +261,8 @@ struct TaccState {
     uint64_t devmem_size;
     uint8_t link_gen, link_width;       /* capable */
     uint8_t lnk_gen, lnk_width;         /* negotiated now (x-link-*-now) */
-    uint32_t mps, mrrs;
+    uint32_t mps_cap, mrrs_cap;         /* supported (properties), power-on presets */
+    uint32_t mps, mrrs;         /* in use: Device Control's, up to the above */
     uint32_t rcb;               /* root port's read completion boundary */
     uint32_t tags;              /* outstanding read requests */
     uint32_t posted_credits;    /* root port's posted data credits (16 B) */
@@ -266,6 +270,9 @@ struct TaccState {
     bool link_ctrl_cost;        /* control traffic reserves link time */
     uint32_t aspm_l0s_entry_ns, aspm_l0s_exit_ns;      /* ASPM (linkpm) */
     uint32_t aspm_l1_entry_ns, aspm_l1_exit_ns;
+    bool l1ss;                  /* L1 PM Substates capability (linkpm) */
+    uint8_t l1ss_cm_restore_us;
+    uint32_t l1ss_t_power_on_us, aspm_l11_exit_ns, ltr_ns;
     uint32_t tlb_entries;
     uint32_t time_scale;        /* x 1000 */
     uint32_t cmd_latency_ns, read_latency_ns, write_latency_ns;
@@ -431,6 +438,13 @@ bool tacc_lpm_reg_read(TaccState *s, hwaddr addr, unsigned size,
                        uint64_t *val);
 void tacc_lpm_reset(TaccState *s);
 void tacc_lpm_init_cap(TaccState *s, PCIDevice *pdev);
+bool tacc_lpm_init_l1ss(TaccState *s, PCIDevice *pdev, uint16_t offset,
+                        Error **errp);
+uint32_t tacc_lpm_config_write(TaccState *s, PCIDevice *pdev, uint32_t addr,
+                               int len);
+void tacc_lpm_config_written(TaccState *s, PCIDevice *pdev, uint32_t addr,
+                             int len, uint32_t old_ctl1);
+void tacc_lpm_reset_l1ss(PCIDevice *pdev);
 void tacc_link_fault_props(Object *obj);
 
 /* tacc-tlpcap.c */

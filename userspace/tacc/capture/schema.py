@@ -19,10 +19,10 @@ FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
 # (issue 17); captures of minor 0 may lack device_events.  The coordinator reconciles the
 # number when several branches add to the format in one round.
-FORMAT_MINOR = 9  # docs/capture-format.md "Minor versions": 2 virtio trace records,
+FORMAT_MINOR = 10  # docs/capture-format.md "Minor versions": 2 virtio trace records,
 # 3 cluster (net_clock), 4 capture overhead (mix/tail), 5 containers (processes),
 # 6 link-model counter slots, 7 the TLP stream (tlp), 8 link power-state counters,
-# 9 devices[].kind (virtio-tacc functions in captures)
+# 9 devices[].kind (virtio-tacc functions in captures), 10 L1.1/L1.2 counters
 TRACE_REC_VERSION = 2  # TACC_TRACE_VERSION (2: virtio event records, docs/virtio.md)
 # event records (trace record version 2): opcode >= TACC_TRACE_EV_BASE is not a command
 TRACE_EV_BASE = 0xF0
@@ -84,6 +84,9 @@ GLOBAL_COUNTERS: tuple[tuple[str, int], ...] = (
     ("link_l0s_entries", 9), ("link_l0s_exits", 10), ("link_l0s_ticks", 11),
     ("link_l1_entries", 12), ("link_l1_exits", 13), ("link_l1_ticks", 14),
     ("link_pm_exit_ticks", 15),
+    # hw 1.2 (L1 PM Substates, issue 19 item 3; capture minor 10)
+    ("link_l11_entries", 16), ("link_l11_exits", 17), ("link_l11_ticks", 18),
+    ("link_l12_entries", 19), ("link_l12_exits", 20), ("link_l12_ticks", 21),
 )
 
 # Counter samples: columnar, one u64 column per counter (global ones prefixed g_,

@@ -87,17 +87,24 @@ class GuestQMP:
                     continue
                 except json.JSONDecodeError:
                     pass
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if time.monotonic() >= deadline:
                 raise TimeoutError("QMP: no reply")
-            r, _, _ = select.select([self.fd], [], [], left)
-            if r:
+            # Poll, never idle: under -icount (sleep=off) an idle guest's clock jumps
+            # to its next timer, so a blocking wait for the host's reply let the guest
+            # clock run through the whole timeout in well under a second of host time
+            # whenever run-vm's proxy was slow to answer on a loaded host ("QMP: no
+            # reply" in strict-b, session 9).  Spinning, guest time moves with the
+            # instructions run, i.e. with the host CPU the guest actually gets.
+            r, _, _ = select.select([self.fd], [], [], 0)
+            if not r:
+                os.sched_yield()
+            else:
                 try:
                     chunk = os.read(self.fd, 65536)
                 except BlockingIOError:
                     continue
                 if not chunk:
-                    time.sleep(0.01)  # host side not connected yet
+                    os.sched_yield()  # host side not connected yet (as above: no idle)
                 self._buf += chunk.decode()
 
     def execute(self, cmd: str, **args: Any) -> Any:

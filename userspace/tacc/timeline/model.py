@@ -45,8 +45,10 @@ def link_pm_series(s: np.ndarray, ok: np.ndarray, dt: np.ndarray
                    ) -> list[tuple[str, str, np.ndarray]]:
     """The link power-state tracks of a PF's counter samples (capture minor 8, global
     counters link_l0s/l1_*, docs/hardware.md "Link power management"): the share of each
-    sample interval the link spent in L0s and in L1, and the L1 exits per interval.  None
-    when the capture has no such columns or the link never left L0 (ASPM off, a VF)."""
+    sample interval the link spent in L0s and in L1, and the L1 exits per interval; with
+    the L1 PM Substates counters (capture minor 10, link_l11/l12_*) and a link that used
+    them, also the shares in L1.1 and L1.2 (parts of L1's).  None when the capture has no
+    such columns or the link never left L0 (ASPM off, a VF)."""
     names = s.dtype.names or ()
     if "g_link_l1_ticks" not in names:
         return []
@@ -54,12 +56,19 @@ def link_pm_series(s: np.ndarray, ok: np.ndarray, dt: np.ndarray
     def d(col: str) -> np.ndarray:
         return np.diff(s[col].astype(np.int64)).astype(np.float64)[ok]
 
+    def share(v: np.ndarray) -> np.ndarray:
+        return np.minimum(100.0 * v / dt, 100.0)
+
     l0s, l1, ex = d("g_link_l0s_ticks"), d("g_link_l1_ticks"), d("g_link_l1_exits")
     if not (l0s.any() or l1.any()):
         return []
-    return [("link in L1 %", "%", np.minimum(100.0 * l1 / dt, 100.0)),
-            ("link in L0s %", "%", np.minimum(100.0 * l0s / dt, 100.0)),
-            ("link L1 exits", "exits", ex)]
+    out = [("link in L1 %", "%", share(l1)), ("link in L0s %", "%", share(l0s)),
+           ("link L1 exits", "exits", ex)]
+    for col, name in (("g_link_l11_ticks", "link in L1.1 %"),
+                      ("g_link_l12_ticks", "link in L1.2 %")):
+        if col in names and (v := d(col)).any():
+            out.append((name, "%", share(v)))
+    return out
 
 
 @dataclass
