@@ -873,3 +873,95 @@ def test_session_captures_api_rings(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     s.close()
     ring.close()
     assert open_capture(tmp_path / "cap").read("api")["tag"].tolist() == [1, 2, 3]
+
+
+def test_api_raw_path_matches_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """taccd converts raw ring records by whole-array operations (issue 18); the records
+    are the ones the decoded reader's per-record path gives: names, argument strings
+    (repeated and distinct, one truncated at 72 bytes), devices in and out of the
+    capture, statuses, across a ring wrap."""
+    from tacc.daemon.apiring import ApiRings, _RawRing
+    from tacc.runtime import apitrace
+
+    monkeypatch.setenv("TACC_API_DIR", str(tmp_path))
+    ring = apitrace.Ring(tmp_path / "tacc-api.9", 9, 10, 16, enabled=True)
+    fids = {"0000:01:00.0": 0, "0000:01:00.1": 1}
+    devs = [1 << 8, (1 << 8) | 1, (2 << 8), apitrace.NO_DEV]
+    argv = ["m=1 n=2", "", "x" * 100, "relu n=8", "m=1 n=2"]
+
+    def fill(base: int, n: int) -> None:
+        for i in range(n):
+            ring.emit(i % len(apitrace.NAMES), base + i, base + 2 * i, tag=base + i,
+                      nbytes=i * 64, dev=devs[i % 4], status=-(i % 3), args=argv[i % 5])
+        ring.publish()
+
+    out = []
+    for path_kind in ("raw", "decoded"):
+        strings: dict[str, int] = {}
+        api = ApiRings(lambda s, t=strings: t.setdefault(s, len(t) + 1), fids)
+        if path_kind == "decoded":  # the runtime's decoded reader, as before issue 18
+            monkeypatch.setattr(api, "_open", lambda p: apitrace.open_reader(p))
+        api.scan()
+        r = next(iter(api.readers.values()))
+        assert isinstance(r, _RawRing) == (path_kind == "raw")
+        got = []
+        for base in (1000, 2000):  # 12 + 12 records in 16 slots: the second batch wraps
+            fill(base, 12)
+            recs, dropped = api.drain()
+            assert dropped == 0 and len(recs) == 12
+            got.append(recs)
+        inv = {v: k for k, v in strings.items()}
+        recs = np.concatenate(got)
+        out.append([(int(x["t_start"]), int(x["t_end"]), int(x["tag"]), int(x["bytes"]),
+                     int(x["pid"]), int(x["tid"]), int(x["status"]), int(x["fid"]),
+                     inv[int(x["name_id"])], inv[int(x["args_id"])]) for x in recs])
+        api.readers.clear()
+    assert out[0] == out[1]
+    assert {row[7] for row in out[0]} == {0, 1, 0xFFFF}
+    assert "x" * 72 in {row[9] for row in out[0]}
+    ring.close()
+
+
+def test_rings_drained_at_watermark_or_age(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API rings are drained when a ring is 1/RING_WATERMARK full or RING_MAX_AGE_S
+    after the last drain, not at every tick (issue 18); nothing is lost in between and
+    the capture's end drains the rest."""
+    from tacc.daemon import session as sm
+    from tacc.runtime import apitrace
+
+    monkeypatch.setenv("TACC_API_DIR", str(tmp_path / "shm"))
+    (tmp_path / "shm").mkdir()
+    ring = apitrace.Ring(tmp_path / "shm" / "tacc-api.4242", 4242, 4243, 64, enabled=False)
+    fns = discover(_fake_sysfs(tmp_path))
+    s = CaptureSession(tmp_path / "cap", fns, Options(device_trace=False, counters_hz=0.0,
+                                                      clock_hz=0.0, flush_s=1e9))
+    assert s.api is not None
+    t = 100.0
+    s.tick(t)  # the first tick drains (age) and enables the ring
+    tag = 0
+
+    def emit(n: int) -> None:
+        nonlocal tag
+        for _ in range(n):
+            tag += 1
+            ring.emit(apitrace.NAME_ID["nop"], tag, tag + 1, tag=tag)
+        ring.publish()
+
+    emit(64 // sm.RING_WATERMARK - 1)  # below the watermark
+    s.tick(t + 0.05)
+    assert s.counts.get("api", 0) == 0, "drained below the watermark"
+    emit(1)  # at the watermark
+    s.tick(t + 0.1)
+    assert s.counts["api"] == 64 // sm.RING_WATERMARK
+    emit(3)
+    s.tick(t + 0.15)
+    assert s.counts["api"] == 64 // sm.RING_WATERMARK
+    s.tick(t + 0.1 + sm.RING_MAX_AGE_S)  # the age limit
+    assert s.counts["api"] == 64 // sm.RING_WATERMARK + 3
+    emit(5)
+    s.close()  # the end drains the rest
+    ring.close()
+    tags = open_capture(tmp_path / "cap").read("api")["tag"].tolist()
+    assert tags == list(range(1, tag + 1))
+    assert not s.drops

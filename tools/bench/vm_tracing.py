@@ -11,6 +11,9 @@ batches in every phase; batches/s over the workload's measured section).  Modes:
   nothing     taccd SIGSTOPped (a stopped process costs nothing), no tracer
   always-on   taccd running (1 Hz sysfs sampling, no BPF)
   taccd       a taccd capture (default options) around the phase
+  taccd-jobs  a taccd capture of perf's scope: the driver events and the device trace
+              (every per-job and per-command fact), counters and clock pairs; no runtime
+              API records and no sched/host events (``api: false, host_events: false``)
   record      ``accel-bpftrace record`` (started for the phase: one bcc compile each)
   perf        ``perf record -e 'tacc:*' -a`` (Debian's linux-perf)
   bpftrace    a bpftrace script printing every tacc event to a file (peers.py)
@@ -140,12 +143,12 @@ class Taccd:
     def resume(self) -> None:
         os.kill(self.p.pid, signal.SIGCONT)
 
-    def start(self) -> str:
+    def start(self, options: dict[str, Any] | None = None) -> str:
         self.ncap += 1
         out = str(self.tmp / f"cap{self.ncap}")
         # capture defaults except the host events, which are about other processes than
         # this benchmark's; the driver events, device trace, counters, clock all run
-        self.req({"cmd": "start", "output": out, "options": {}})
+        self.req({"cmd": "start", "output": out, "options": options or {}})
         return out
 
     def stop(self) -> dict[str, Any]:
@@ -161,7 +164,9 @@ class Taccd:
 
 
 
-MODES = ("nothing", "always-on", "taccd", "record", "perf", "bpftrace")
+MODES = ("nothing", "always-on", "taccd", "taccd-jobs", "record", "perf", "bpftrace")
+CAPTURE_OPTIONS: dict[str, dict[str, Any]] = {
+    "taccd": {}, "taccd-jobs": {"api": False, "host_events": False}}
 PEERS = ("record", "perf", "bpftrace")
 WORKLOADS = ("nop", "mlp")
 
@@ -239,10 +244,10 @@ class Phase:
     def run(self, mode: str, work: Any, facts: bool = True) -> dict[str, Any]:
         self.seq += 1
         tool: peers.Tool | None = None
-        if mode != "always-on" and mode != "taccd":
+        if mode != "always-on" and mode not in CAPTURE_OPTIONS:
             self.d.pause()
-        if mode == "taccd":
-            cap = self.d.start()
+        if mode in CAPTURE_OPTIONS:
+            cap = self.d.start(CAPTURE_OPTIONS[mode])
         elif mode == "perf":
             tool = peers.Perf(self.tmp, self.seq)
         elif mode == "bpftrace":
@@ -270,15 +275,16 @@ class Phase:
                                "gc": gcs, "drops": 0}
         if lat is not None:
             out["lat_us"] = lat
-        if mode == "taccd":
+        if mode in CAPTURE_OPTIONS:
             s = self.d.stop()
             out["records"] = s.get("records", {})
             out["drops"] = peers.drops_total(s.get("drops", {}))
+            out["drops_by_source"] = s.get("drops", {})
         elif tool is not None:
             tool.stop()
         j1, c1n = self._counts()
         out["jobs"], out["cmds"] = j1 - j0, c1n - c0n
-        if mode == "taccd":
+        if mode in CAPTURE_OPTIONS:
             if facts:
                 out["facts"] = peers.capture_facts(Path(cap))
             subprocess.run(["rm", "-rf", cap], check=False)
@@ -289,7 +295,7 @@ class Phase:
             tool.cleanup()
         if "facts" in out:
             out["possible"] = 6 * out["jobs"] + 5 * out["cmds"]
-        if mode not in ("always-on", "taccd"):
+        if mode != "always-on" and mode not in CAPTURE_OPTIONS:
             self.d.resume()
         return out
 
@@ -452,7 +458,10 @@ def main() -> int:
                             if "facts" in res else "")
                     print(f"  round {r + 1} {w} {mode:<10} {res['rate']:10.1f}/s cpu "
                           f"{res['cpu'] * 100:5.1f}% drops {res['drops']}{kept} "
-                          f"pm {res['pm_resumes']} gc {res['gc']}", flush=True)
+                          f"pm {res['pm_resumes']} gc {res['gc']}"
+                          + (f" drops_by {json.dumps(res['drops_by_source'])}"
+                             if res.get("drops") and "drops_by_source" in res else ""),
+                          flush=True)
     finally:
         d.close()
         if "mlp" in works:

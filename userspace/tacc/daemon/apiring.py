@@ -55,6 +55,7 @@ class ApiRings:
         self._dir_mtime: int | None = None
         self._sid_cache: dict[object, int] = {}  # raw column value -> string id
         self._fid_cache: dict[object, int] = {}  # raw device value -> fid
+        self.t_drain = 0.0  # time.monotonic() of the last drain
 
     def scan(self) -> None:
         """Open the rings that appeared since the last scan.  The directory is listed only
@@ -83,7 +84,7 @@ class ApiRings:
             if self.pids and pid not in self.pids:
                 continue
             try:
-                r = self.mod.open_reader(path)
+                r = self._open(path)
                 if hasattr(r, "set_enabled"):
                     r.set_enabled(True)
                 self.readers[path] = r
@@ -92,9 +93,35 @@ class ApiRings:
                 self.bad.add(path)
                 self.errors.append(f"{path}: {exc}")
 
-    def drain(self) -> tuple[np.ndarray, int]:
-        """(API_DTYPE records, newly dropped count)."""
+    def _open(self, path: str) -> Any:
+        """The runtime's raw reader when it has one (records as the ring holds them,
+        converted here by whole-array operations), else its ``open_reader``."""
+        raw = getattr(self.mod, "RingReader", None)
+        if raw is not None and hasattr(self.mod, "RECORD_DTYPE") and \
+                hasattr(self.mod, "pci_name"):
+            return _RawRing(raw(path), self.string_id)
+        return self.mod.open_reader(path)
+
+    def due(self, now: float, watermark: int, max_age_s: float) -> bool:
+        """A drain is due: ``max_age_s`` since the last, or a ring 1/``watermark`` full
+        (its head and tail words; a reader without ``pending()`` is always due)."""
+        if now - self.t_drain >= max_age_s:
+            return True
+        for r in self.readers.values():
+            pending = getattr(r, "pending", None)
+            if pending is None:
+                return True
+            try:
+                if pending() * watermark >= r.capacity:
+                    return True
+            except (ValueError, OSError):
+                return True
+        return False
+
+    def drain(self, now: float | None = None) -> tuple[np.ndarray, int]:
+        """(API_DTYPE records, newly dropped count); ``now``: the caller's clock."""
         parts, drops = [], 0
+        self.t_drain = time.monotonic() if now is None else now
         for path, r in list(self.readers.items()):
             try:
                 recs = r.drain()
@@ -106,9 +133,38 @@ class ApiRings:
             drops += max(d - self.dropped_seen[path], 0)
             self.dropped_seen[path] = d
             if len(recs):
-                parts.append(self._convert(recs))
+                parts.append(self._raw(r, recs) if isinstance(r, _RawRing)
+                             else self._convert(recs))
         out = np.concatenate(parts) if parts else np.zeros(0, API_DTYPE)
         return out, drops
+
+    def _raw(self, r: _RawRing, recs: np.ndarray) -> np.ndarray:
+        """Ring records (apitrace.RECORD_DTYPE) -> API_DTYPE by whole-array operations:
+        names through the ring's name table (string ids looked up once per ring), the
+        argument strings and devices through their distinct values in this drain (a few
+        per drain: the string table and the fid map are asked once per distinct value)."""
+        out = np.zeros(len(recs), API_DTYPE)
+        for f in ("t_start", "t_end", "tag", "bytes", "pid", "tid", "status"):
+            out[f] = recs[f]
+        ids = recs["name_id"]
+        out["name_id"] = r.name_sids[np.minimum(ids, len(r.name_sids) - 1)]
+        out["args_id"] = self._intern_unique(recs["args"])
+        u, inv = np.unique(recs["dev"], return_inverse=True)
+        fids = self._fid_cache
+        mod = self.mod
+        assert mod is not None
+        fu = [fids[d] if d in fids else fids.setdefault(
+            d, self.fid_of_pci.get(mod.pci_name(d), NO_FID)) for d in u.tolist()]
+        out["fid"] = np.array(fu, np.uint16)[inv.reshape(-1)]
+        return out
+
+    def _intern_unique(self, col: np.ndarray) -> np.ndarray:
+        """String ids of a column through its distinct values (one sort)."""
+        u, inv = np.unique(col, return_inverse=True)
+        sids = self._sid_cache
+        ids = [sids[v] if v in sids else sids.setdefault(v, self.string_id(_s(v)))
+               for v in u.tolist()]
+        return np.array(ids, np.uint32)[inv.reshape(-1)]
 
     def _convert(self, recs: np.ndarray) -> np.ndarray:
         if recs.dtype == API_DTYPE:
@@ -151,3 +207,32 @@ class ApiRings:
 
 def _s(x: object) -> str:
     return x.decode(errors="replace").rstrip("\0") if isinstance(x, bytes) else str(x)
+
+
+class _RawRing:
+    """A runtime ring read raw (``apitrace.RingReader``) with its names' string ids."""
+
+    def __init__(self, ring: Any, string_id: Callable[[str], int]) -> None:
+        self.ring = ring
+        names = list(ring.names) + ["?"]
+        self.name_sids = np.array([string_id(n[:32]) for n in names], np.uint32)
+
+    @property
+    def dropped(self) -> int:
+        return int(self.ring.dropped)
+
+    def set_enabled(self, on: bool) -> None:
+        self.ring.set_enabled(on)
+
+    @property
+    def capacity(self) -> int:
+        return int(self.ring.capacity)
+
+    def pending(self) -> int:
+        return int(self.ring.pending())
+
+    def drain(self) -> np.ndarray:
+        return self.ring.drain()  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.ring.close()

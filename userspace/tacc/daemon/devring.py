@@ -12,6 +12,7 @@ import ctypes
 import errno
 import mmap
 import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +29,11 @@ assert DEVICE_TRACE_DTYPE.fields is not None and DEVICE_TRACE_DTYPE.fields["fid"
 _V_REC = np.dtype(f"V{REC}")
 _PAD = slice(DEVICE_TRACE_DTYPE.fields["_pad"][1], OUT_REC)
 _V_OUT = np.dtype({"names": ["rec"], "formats": [_V_REC], "offsets": [0], "itemsize": OUT_REC})
+
+
+_U32 = struct.Struct("<I")
+_OFF_PROD = uapi.TraceHeader.prod.offset
+_OFF_EPOCH = uapi.TraceHeader.epoch.offset
 
 
 class TraceRingError(Exception):
@@ -70,6 +76,15 @@ class RingView:
         self.total_records = 0
         self.total_dropped = 0
         self.total_seq_gaps = 0
+
+    def pending(self) -> int:
+        """Records waiting (two words of the mapped header, no copy of it); a function
+        reset since the last drain reads as a full ring, so that it is drained now."""
+        prod, = _U32.unpack_from(self.buf, _OFF_PROD)
+        epoch, = _U32.unpack_from(self.buf, _OFF_EPOCH)
+        if epoch != self.epoch:
+            return self.entries
+        return min((prod - self.cons) & 0xFFFFFFFF, self.entries)
 
     def header(self) -> uapi.TraceHeader:
         return uapi.TraceHeader.from_buffer_copy(bytes(self.buf[:HDR_SIZE]))
@@ -161,6 +176,13 @@ class DeviceTraceRing:
 
     def drain(self) -> DrainResult:
         return self.view.drain()
+
+    def pending(self) -> int:
+        return self.view.pending()
+
+    @property
+    def entries(self) -> int:
+        return self.view.entries
 
     def close(self) -> None:
         if self.fd < 0:

@@ -66,6 +66,13 @@ BPF_STATS_S = 1.0
 # ~1 ms under TCG) is spread over more events.  The ring (16 MiB, ~140k events) holds
 # more than a second of the heaviest load measured; a full ring's drops are counted.
 BPF_IDLE = 256
+# The device trace rings and the runtime API rings are drained when a ring is
+# 1/RING_WATERMARK full or RING_MAX_AGE_S after its last drain (and at a flush, between
+# BPF slices, at the end): a drain's fixed cost (the numpy calls, an ioctl) is paid a few
+# times a second instead of at every 50 ms tick (issue 18).  The rest of the ring is the
+# headroom for a late tick; a full ring's drops are counted as before.
+RING_WATERMARK = 4
+RING_MAX_AGE_S = 0.25
 BPF_BATCH = 8192
 BPF_MAX_AGE_S = 0.2
 
@@ -217,6 +224,7 @@ class CaptureSession:
         self.drops: dict[tuple[int, int], int] = {}
         self.counts: dict[str, int] = {}
         self.rings: dict[int, DeviceTraceRing] = {}
+        self.t_ring: dict[int, float] = {}  # fid -> time of its trace ring's last drain
         self.counters: dict[int, CounterBlock | SysfsCounters] = {}
         self.api: ApiRings | None = None
         self.t_counters = self.t_clock = self.t_flush = self.t_bpf_stats = self.t_bpf = 0.0
@@ -442,13 +450,24 @@ class CaptureSession:
         self.drop(DropSource.TLP, ring.dropped - self.tlp_dropped[pf_fid], pf_fid)
         self.tlp_dropped[pf_fid] = ring.dropped
 
-    def _drain_devices(self) -> None:
+    def _ring_due(self, fid: int, ring: DeviceTraceRing, now: float) -> bool:
+        """A device trace ring is drained at its watermark or its age (RING_MAX_AGE_S)."""
+        if now - self.t_ring.get(fid, 0.0) >= RING_MAX_AGE_S or \
+                ring.pending() * RING_WATERMARK >= ring.entries:
+            self.t_ring[fid] = now
+            return True
+        return False
+
+    def _drain_devices(self, force: bool = True, now: float = 0.0) -> None:
         rings: tuple[tuple[str, dict[int, Any], Any], ...] = (
             ("TLP ring", self.tlp_rings, self._drain_tlp),
             ("trace ring", self.rings, self._write_ring))
         for what, owner, drain in rings:
             for fid, ring in list(owner.items()):
                 try:
+                    if not force and owner is self.rings and \
+                            not self._ring_due(fid, ring, now):
+                        continue
                     drain(fid, ring)
                 except OSError as exc:  # device gone
                     self.warnings.append(f"fid {fid}: {what}: {exc}")
@@ -499,7 +518,7 @@ class CaptureSession:
         """Drain and sample what is due (``final``: everything, the capture ends)."""
         now = time.monotonic() if now is None else now
         flush = now - self.t_flush >= self.opts.flush_s
-        self._drain_devices()
+        self._drain_devices(final or flush, now)
         if self.program is not None:
             # before a flush too: what is on disk is at most one flush period old
             if final or flush or self._bpf_due(now):
@@ -512,8 +531,10 @@ class CaptureSession:
                 self.t_bpf_stats = now
                 self._bpf_drops()
         if self.api is not None:
-            self.api.scan()
-            recs, dropped = self.api.drain()
+            self.api.scan()  # every tick: a new ring is enabled without delay
+        if self.api is not None and (final or flush or self.api.due(now, RING_WATERMARK,
+                                                                     RING_MAX_AGE_S)):
+            recs, dropped = self.api.drain(now)
             self._append("api", recs, DropSource.API)
             self.drop(DropSource.API, dropped)
         hz = self.opts.counters_hz

@@ -94,7 +94,7 @@ class Ring:
     """The producer side of one thread's ring."""
 
     __slots__ = ("path", "mm", "capacity", "mask", "head", "tail", "pid", "tid", "_fd", "_head",
-                 "_tail", "_dropped", "pending", "batch", "_t_first", "_mv")
+                 "_tail", "_dropped", "published", "batch", "_t_first", "_mv")
 
     def __init__(self, path: Path, pid: int, tid: int, capacity: int, enabled: bool,
                  batch: int = 1) -> None:
@@ -126,10 +126,10 @@ class Ring:
         self._head = ctypes.c_uint64.from_buffer(self.mm, OFF_HEAD)
         self._tail = ctypes.c_uint64.from_buffer(self.mm, OFF_TAIL)
         self._dropped = ctypes.c_uint64.from_buffer(self.mm, OFF_DROPPED)
-        # records of calls not yet published: emit() appends a tuple, publish() writes
-        # them to the ring and stores head once (issue 18: a record cost ~9 µs of guest
-        # CPU in the traced thread when every call packed and published its own)
-        self.pending: list[tuple[object, ...]] = []
+        # records are written to their slots as calls end; head is stored (published) once
+        # per batch (issue 18: a record cost ~9 µs of guest CPU in the traced thread when
+        # every call packed and published its own; ~16 µs per call as a queued tuple)
+        self.published = 0
         self.batch = max(batch, 1)
         self._t_first = 0
         self._mv = memoryview(self.mm)
@@ -141,42 +141,49 @@ class Ring:
     def set_enabled(self, on: bool) -> None:
         struct.pack_into("<I", self.mm, OFF_ENABLE, 1 if on else 0)
 
+    @property
+    def pending(self) -> int:
+        """Records written and not yet published."""
+        return self.head - self.published
+
     def emit(self, name_id: int, t_start: int, t_end: int, tag: int = 0, nbytes: int = 0,
              dev: int = NO_DEV, ctx: int = NO_CTX, status: int = 0, args: str = "") -> None:
-        """Queues one record; it is published (written to the ring, head stored) with the
-        batch it belongs to: when ``batch`` records are queued, when the first queued one
-        is ``BATCH_AGE_NS`` old, before a blocking call (:func:`flush`) and at exit."""
-        p = self.pending
-        if not p:
+        """Writes one record to its slot; it is published (head stored) with the batch it
+        belongs to: when ``batch`` records are written, when the first unpublished one is
+        ``BATCH_AGE_NS`` old, before a blocking call (:func:`flush`) and at exit.  A record
+        that finds the ring full (the consumer is behind) is dropped and counted."""
+        head = self.head
+        if head - self.tail >= self.capacity and not self._room():
+            return
+        a = args.encode("utf-8", "replace") if args else b""
+        _REC.pack_into(self._mv, HEADER_SIZE + ((head & self.mask) << 7), t_start, t_end, tag,
+                       nbytes, self.pid, self.tid, dev, name_id, status, ctx,
+                       len(a) if len(a) < ARGS_MAX else ARGS_MAX, 0, a)  # "72s" truncates
+        self.head = head = head + 1
+        n = head - self.published
+        if n == 1:
             self._t_first = t_end
-        p.append((t_start, t_end, tag, nbytes, dev, name_id, status, ctx, args))
-        if len(p) >= self.batch or t_end - self._t_first >= BATCH_AGE_NS:
-            self.publish()
+        if n >= self.batch or t_end - self._t_first >= BATCH_AGE_NS:
+            self._head.value = head  # publish after the records (x86 TSO)
+            self.published = head
+
+    def _room(self) -> bool:
+        """Re-reads the consumer's tail (only when the ring looks full); False: the record
+        is dropped (counted in the header's ``dropped``)."""
+        self.tail = self._tail.value
+        if self.head - self.tail < self.capacity:
+            return True
+        self._dropped.value += 1
+        return False
 
     def publish(self) -> int:
-        """Writes the queued records to the ring, then stores head once; records that do
-        not fit (the consumer is behind) are dropped and counted.  Returns those written."""
-        p = self.pending
-        if not p:
-            return 0
-        self.pending = []
-        head, cap = self.head, self.capacity
-        room = cap - (head - self.tail)
-        if room < len(p):
-            self.tail = self._tail.value  # re-read the consumer index only when needed
-            room = cap - (head - self.tail)
-        if room < len(p):
-            self._dropped.value += len(p) - max(room, 0)
-            p = p[:max(room, 0)]
-        mv, mask, pid, tid, pack = self._mv, self.mask, self.pid, self.tid, _REC.pack_into
-        for t0, t1, tag, nb, dev, nid, st, ctx, args in p:
-            a = args.encode("utf-8", "replace")  # "72s" truncates
-            pack(mv, HEADER_SIZE + ((head & mask) << 7), t0, t1, tag, nb, pid, tid, dev, nid,
-                 st, ctx, len(a) if len(a) < ARGS_MAX else ARGS_MAX, 0, a)
-            head += 1
-        self.head = head
-        self._head.value = head  # publish after the records (x86 TSO)
-        return len(p)
+        """Stores head: the records written since the last publish become visible.
+        Returns their number."""
+        n = self.head - self.published
+        if n:
+            self._head.value = self.head
+            self.published = self.head
+        return n
 
     def close(self) -> None:
         """At thread/process exit: unlink when nothing is pending, else leave it to the
@@ -255,6 +262,7 @@ class _Tracer:
         self.pid = os.getpid()
         self.seq = _node_seq_base()
         self.mode = _mode()
+        self.adopting = 0  # threads inside adopt_tag() (next_tag reads no tls when 0)
         self.batch = batch_size()
         try:
             self.capacity = int(os.environ.get("TACC_API_RING_RECORDS", DEFAULT_RECORDS))
@@ -282,15 +290,22 @@ class _Tracer:
                     self.rings.append(r)
                 except OSError:
                     r = None
-        self.tls.ring = r
+        tls = self.tls
+        tls.ring = r
         if r is not None:
-            self.tls.at_exit = _PublishAtThreadExit(r)
+            tls.at_exit = _PublishAtThreadExit(r)
+        if not hasattr(tls, "adopted"):
+            tls.adopted = 0  # set once: next_tag reads it without a getattr miss
         return r
 
     def next_tag(self) -> int:
-        adopted = getattr(self.tls, "adopted", 0)
-        if adopted:
-            return int(adopted)
+        if self.adopting:  # some thread is inside adopt_tag(): this one may be
+            try:
+                adopted = self.tls.adopted
+            except AttributeError:  # a thread that has made no traced call yet
+                adopted = 0
+            if adopted:
+                return int(adopted)
         self.seq = s = (self.seq + 1) & 0xFFFFFFFF
         return (self.pid << 32) | s
 
@@ -335,10 +350,14 @@ def adopt_tag(tag: int) -> Iterator[int]:
     prev = getattr(t.tls, "adopted", 0)
     tag = tag or t.next_tag()
     t.tls.adopted = tag
+    with t.lock:
+        t.adopting += 1
     try:
         yield tag
     finally:
         t.tls.adopted = prev
+        with t.lock:
+            t.adopting -= 1
 
 
 def flush() -> None:
@@ -358,11 +377,10 @@ def current_ring() -> Ring | None:
 
 def begin() -> int:
     """0 when tracing is off for this thread, else the call's start time (ns)."""
-    t = _tracer
     try:
-        r = t.tls.ring
+        r = _tracer.tls.ring
     except AttributeError:
-        r = t._open()
+        r = _tracer._open()
     if r is None or not r.mm[OFF_ENABLE]:
         return 0
     return now_ns()
@@ -370,13 +388,32 @@ def begin() -> int:
 
 def end(t0: int, name_id: int, tag: int = 0, nbytes: int = 0, dev: int = NO_DEV,
         ctx: int = NO_CTX, status: int = 0, args: str = "") -> None:
-    """Records a call that began with a non-zero :func:`begin` (same thread)."""
+    """Records a call that began with a non-zero :func:`begin` (same thread).
+
+    :meth:`Ring.emit` inlined (issue 18: the producer's per-call Python work is paid by
+    the traced thread): one clock read, the record packed into its slot, head stored once
+    per batch."""
     try:
         r = _tracer.tls.ring
     except AttributeError:
         return
-    if r is not None:
-        r.emit(name_id, t0, now_ns(), tag, nbytes, dev, ctx, status, args)
+    if r is None:
+        return
+    t1 = now_ns()
+    head = r.head
+    if head - r.tail >= r.capacity and not r._room():
+        return
+    a = args.encode("utf-8", "replace") if args else b""
+    _REC.pack_into(r._mv, HEADER_SIZE + ((head & r.mask) << 7), t0, t1, tag, nbytes, r.pid,
+                   r.tid, dev, name_id, status, ctx, len(a) if len(a) < ARGS_MAX else ARGS_MAX,
+                   0, a)
+    r.head = head = head + 1
+    n = head - r.published
+    if n == 1:
+        r._t_first = t1
+    if n >= r.batch or t1 - r._t_first >= BATCH_AGE_NS:
+        r._head.value = head
+        r.published = head
 
 
 def set_process_enabled(on: bool) -> None:
@@ -453,6 +490,11 @@ class RingReader:
     def dropped(self) -> int:
         return int(_U64.unpack_from(self.mm, OFF_DROPPED)[0])
 
+    def pending(self) -> int:
+        """Records published and not yet drained."""
+        return int(_U64.unpack_from(self.mm, OFF_HEAD)[0] - _U64.unpack_from(self.mm,
+                                                                             OFF_TAIL)[0])
+
     def drain(self, max_records: int | None = None) -> np.ndarray:
         """Copies out every record published since the last drain and frees their slots."""
         head = _U64.unpack_from(self.mm, OFF_HEAD)[0]
@@ -462,8 +504,11 @@ class RingReader:
             n = min(n, max_records)
         if n <= 0:
             return np.empty(0, RECORD_DTYPE)
-        idx = (np.arange(tail, tail + n, dtype=np.uint64) % np.uint64(self.capacity))
-        out = self.records[idx.astype(np.int64)].copy()
+        start = tail % self.capacity  # the records, as at most two slices (one wrap)
+        first = min(n, self.capacity - start)
+        out = np.empty(n, RECORD_DTYPE)
+        out[:first] = self.records[start:start + first]
+        out[first:] = self.records[:n - first]
         _U64.pack_into(self.mm, OFF_TAIL, tail + n)
         return out
 
