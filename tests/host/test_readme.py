@@ -44,18 +44,30 @@ def test_guest_blocks_are_run_vm_commands(block: rb.Block) -> None:
 
 
 HOST_COMMANDS = [(b, c) for b in README_BLOCKS if b.kind == "host" for c in b.commands()]
+# The README's scratch files live under /tmp/tacc-readme-*; each test run takes its own
+# directory for them, so runs in several worktrees at once do not remove each other's
+# (a concurrent run's `rm -rf /tmp/tacc-readme-cluster` failed three cluster commands
+# with "no such capture", session 9)
+README_TMP = "/tmp/tacc-readme-"
+
+
+@pytest.fixture(scope="session")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("readme")
 
 
 @pytest.mark.parametrize(("block", "cmd"), HOST_COMMANDS,
                          ids=[f"{b.where}:{c.line}" for b, c in HOST_COMMANDS])
-def test_readme_host_command(block: rb.Block, cmd: rb.Command) -> None:
+def test_readme_host_command(block: rb.Block, cmd: rb.Command, scratch: Path) -> None:
     env = {**os.environ, "SETUP_QUIET": "1"}
-    r = subprocess.run(["bash", "-c", cmd.text], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+    text = cmd.text.replace(README_TMP, f"{scratch}/tacc-readme-")
+    r = subprocess.run(["bash", "-c", text], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                        capture_output=True, text=True, timeout=180)
     out = r.stdout + r.stderr
-    assert r.returncode == block.status, f"{cmd.text}: exit {r.returncode}\n{out}"
+    assert r.returncode == block.status, f"{text}: exit {r.returncode}\n{out}"
     for want in cmd.expect:
-        assert want in out, f"{cmd.text}: README says it prints {want!r}; it printed:\n{out}"
+        want = want.replace(README_TMP, f"{scratch}/tacc-readme-")
+        assert want in out, f"{text}: README says it prints {want!r}; it printed:\n{out}"
 
 
 # ---- executables -> packages
