@@ -151,7 +151,7 @@ def test_nonfatal_aer_error_recovers_while_other_jobs_complete(pf_pci: Path) -> 
 
 
 FATAL_WORKER = """
-import errno, sys
+import errno, sys, time
 import numpy as np
 from tacc.runtime import Context
 from tacc.runtime.errors import DeviceError
@@ -162,6 +162,12 @@ with Context() as ctx:
     s = ctx.stream()
     x.array[:] = 7
     s.copy_h2d(d, x)                       # engine 0 is hung: this job stays in flight
+    # drm_sched pushes the job to the queue from its workqueue after SUBMIT returns; sleep
+    # so that has happened before the error (the guest idles only once that work ran).
+    # Without it the error came first in one fresh clone: the recovery ran with the job
+    # still in the scheduler, which then pushed it onto the hung engine after the reset,
+    # and it timed out (-ETIMEDOUT after 2 s) instead of failing with the reset (-EIO).
+    time.sleep(0.05)
     print("submitted", flush=True)
     try:
         s.synchronize(timeout=60)
