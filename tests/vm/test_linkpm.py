@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tacc.testing.pcicfg import DEVCTL2, LNKCTL, pcie_word
 
 POLICY = Path("/sys/module/pcie_aspm/parameters/policy")
 L0S_EXIT, L1_EXIT = 256, 2000  # the device's defaults, ns (x time_scale / 1000)
@@ -56,14 +57,8 @@ COUNTERS = ("link_l0s_exits", "link_l1_entries", "link_l1_exits", "link_l1_ticks
 
 
 def lnkctl(dev: Path) -> int:
-    """Link Control of a PCI function, from its config space (root reads all of it)."""
-    cfg = (dev / "config").read_bytes()
-    p = cfg[0x34]
-    while p:
-        if cfg[p] == 0x10:
-            return struct.unpack_from("<H", cfg, p + 0x10)[0]
-        p = cfg[p + 1]
-    raise AssertionError(f"{dev.name}: no PCIe capability")
+    """Link Control of a PCI function."""
+    return pcie_word(dev, LNKCTL)
 
 
 def ext_cap(dev: Path, cap_id: int) -> tuple[bytes, int]:
@@ -76,17 +71,6 @@ def ext_cap(dev: Path, cap_id: int) -> tuple[bytes, int]:
             return cfg, p
         p = h >> 20
     return cfg, 0
-
-
-def pcie_word(dev: Path, reg: int) -> int:
-    """A 16-bit register of the PCIe capability (0x10 LNKCTL, 0x28 DEVCTL2)."""
-    cfg = (dev / "config").read_bytes()
-    p = cfg[0x34]
-    while p:
-        if cfg[p] == 0x10:
-            return struct.unpack_from("<H", cfg, p + reg)[0]
-        p = cfg[p + 1]
-    raise AssertionError(f"{dev.name}: no PCIe capability")
 
 
 def policy() -> str:
@@ -211,7 +195,7 @@ def test_guest_aspm_core_enables_l1_substates_on_both_ends(aspm: Path) -> None:
         assert ctl1 & 0xF == 0xF, (dev.name, hex(ctl1))
         assert ((ctl1 >> 16) & 0x3FF, ctl1 >> 29) == THRESHOLD, (dev.name, hex(ctl1))
         assert ctl2 == (T_POWER_ON_US // 2) << 3, (dev.name, hex(ctl2))  # scale 0: 2 us
-        assert pcie_word(dev, 0x28) & 0x400, f"{dev.name}: LTR not enabled"
+        assert pcie_word(dev, DEVCTL2) & 0x400, f"{dev.name}: LTR not enabled"
         out = subprocess.run(["lspci", "-vvv", "-s", dev.name], capture_output=True,
                              text=True, check=True).stdout
         assert "L1SubCtl1: PCI-PM_L1.2+ PCI-PM_L1.1+ ASPM_L1.2+ ASPM_L1.1+" in out, out

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from tacc.capture import devinfo
+from tacc.testing.pcicfg import DEVCTL, pcie_word
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA = ROOT / "tools/tacc-tlp.lua"
@@ -73,15 +74,9 @@ def test_capture_needs_perfmon(capture):
 
 
 def _devctl_sizes(pci: Path) -> tuple[int, int]:
-    """(MPS, MRRS) in a function's PCIe Device Control, read from its config space."""
-    cfg = (pci / "config").read_bytes()
-    cap = cfg[0x34]
-    while cap:
-        if cfg[cap] == 0x10:
-            ctl = int.from_bytes(cfg[cap + 8:cap + 10], "little")
-            return 128 << (ctl >> 5 & 7), 128 << (ctl >> 12 & 7)
-        cap = cfg[cap + 1]
-    raise AssertionError(f"{pci}: no PCIe capability")
+    """(MPS, MRRS) in a function's PCIe Device Control."""
+    ctl = pcie_word(pci, DEVCTL)
+    return 128 << (ctl >> 5 & 7), 128 << (ctl >> 12 & 7)
 
 
 def test_device_uses_the_mps_linux_programmed(pf_pci: Path) -> None:
