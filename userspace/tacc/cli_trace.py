@@ -50,8 +50,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         opts["tlp_entries"] = args.tlp_entries
     from tacc.cli_pcie import _addr  # `tacc pcie capture --addr`'s syntax
 
-    filters = {"tlp_funcs": [int(f, 0) for f in _items(args.tlp_funcs, "--tlp-funcs")],
-               "tlp_kinds": [k.lower() for k in _items(args.tlp_kinds, "--tlp-kinds")],
+    filters = {"tlp_funcs": _funcs(args.tlp_funcs),
+               "tlp_kinds": [k.lower() for k in _split(args.tlp_kinds)],
                "tlp_addr": list(_addr(args.tlp_addr) or ()),
                "tlp_no_ctrl": bool(args.tlp_no_ctrl)}
     filters = {k: v for k, v in filters.items() if v}
@@ -66,16 +66,16 @@ def cmd_start(args: argparse.Namespace) -> int:
     return 0
 
 
-def _items(spec: str | None, flag: str) -> list[str]:
-    items = [x.strip() for x in (spec or "").split(",") if x.strip()]
-    if flag == "--tlp-funcs":
-        for x in items:
-            try:
-                int(x, 0)
-            except ValueError:
-                raise _fail(f"bad {flag} {x!r} (want function numbers: 0 = PF, n = VF n)") \
-                    from None
-    return items
+def _split(spec: str | None) -> list[str]:
+    return [x.strip() for x in (spec or "").split(",") if x.strip()]
+
+
+def _funcs(spec: str | None) -> list[int]:
+    try:
+        return [int(x, 0) for x in _split(spec)]
+    except ValueError:
+        raise _fail(f"bad --tlp-funcs {spec!r} (want function numbers: 0 = PF, n = VF n)") \
+            from None
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
