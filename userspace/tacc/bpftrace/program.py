@@ -234,9 +234,10 @@ class Program:
         t[ctypes.c_int(0)] = leaf
 
     def trace_pids(self, pids: list[int]) -> None:
-        t = self.bpf["traced_tgid"]
+        t, any_ = self.bpf["traced_tgid"], self.bpf["traced_any"]
         for p in pids:
             t[t.Key(p)] = t.Leaf(1)
+            any_[any_.Key(p & (bpfsrc.TRACED_IDS - 1))] = any_.Leaf(1)  # the prefilter
 
     def reset(self) -> None:
         """Clear aggregates and statistics (between test runs of one session)."""
