@@ -763,18 +763,19 @@ def test_counter_samples_on_a_grid_late_slots_are_drops(tmp_path: Path) -> None:
                                                        host_events=False, flush_s=100.0),
                        tool="test")
     s.t_flush = 100.0
+    assert s.counts["counters"] == 1  # the sample at the start, outside the grid
     # first sample; one a little early (the 50 ms loop's jitter); one 30 ms late: no drop
     for t in (100.0, 100.049, 100.13):
         s.tick(t)
     key = (int(DropSource.COUNTERS), 0xFFFF)
-    assert s.counts["counters"] == 3 and key not in s.drops
+    assert s.counts["counters"] == 4 and key not in s.drops
     s.tick(100.115)  # not due (the next slot, .15, is more than half a period away)
     s.tick(100.36)  # the slots at .15 .20 .25 .30 .35 passed: one sample, four missed
-    assert s.counts["counters"] == 4 and s.drops[key] == 4
+    assert s.counts["counters"] == 5 and s.drops[key] == 4
     s.tick(100.39)  # due at .40, taken up to half a period early
-    assert s.counts["counters"] == 5
+    assert s.counts["counters"] == 6
     summary = s.close()
-    assert summary["drops"]["counters"] == 4 and summary["records"]["counters"] == 6
+    assert summary["drops"]["counters"] == 4 and summary["records"]["counters"] == 7
 
 
 def test_trace_ring_size_is_checked_before_any_device_is_touched() -> None:

@@ -242,6 +242,7 @@ class CaptureSession:
         self.t_counters = self.t_clock = self.t_flush = self.t_bpf_stats = self.t_bpf = 0.0
         self.counters_due: float | None = None  # next slot of the counter sample grid
         self._open_collectors()
+        self._read_counters()  # taccd-sampled counters: a sample at the start too
         self.clock_sample()
         from .clockx import Requester
 
@@ -603,6 +604,10 @@ class CaptureSession:
                     self.drop(DropSource.COUNTERS, missed)
                 self.counters_due += (missed + 1) * period
         self.t_counters = now
+        self._read_counters()
+
+    def _read_counters(self) -> None:
+        """One sample of every taccd-sampled function, now (outside the grid)."""
         for fid, c in list(self.counters.items()):
             try:
                 self._append("counters", c.sample(), DropSource.COUNTERS)
