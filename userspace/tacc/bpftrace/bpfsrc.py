@@ -21,6 +21,10 @@ F_DMA = 8  # per-process DMA table
 F_HOST = 16  # host events (sched, block, net) of traced processes to the ring buffer
 F_AUTOTRACE = 32  # processes calling tacc ioctls become traced
 F_BYTES = 64  # no-op: tacc_submit carries the copy bytes (was a kprobe reading the commands)
+# ioctl_enter/exit not attached (mode "jobs"): the submit handler records the context's
+# owner and traces the process (issue 18: the IOCTL records are no per-job fact, and the
+# two ioctl handlers ran 16 times per mlp batch)
+F_OWNER_AT_SUBMIT = 128
 
 CFG_FLAGS, CFG_PID, CFG_DEV, CFG_HAS_DEV, CFG_HAS_COMM = 0, 1, 2, 3, 4
 
@@ -267,16 +271,16 @@ static __always_inline int comm16_eq(const char *a, const char *b)
 	return 1;
 }
 
-static __always_inline int on_ioctl_enter(struct tp_tacc_ioctl_enter *args)
+/* the calling task as the owner of (dev, ctx), and as traced (F_AUTOTRACE): from
+ * ioctl_enter, or from submit when the ioctl events are not attached (F_OWNER_AT_SUBMIT) */
+static __always_inline void note_owner(u32 dev, u32 ctx, u64 flags)
 {
 	u64 id = bpf_get_current_pid_tgid();
 	u32 tid = (u32)id, tgid = id >> 32;
-	u64 ts = bpf_ktime_get_ns();
-	u64 flags = cfgv(CFG_FLAGS);
 	/* map updates only when the value changes (issue 18: an update costs several */
 	/* lookups' worth; this handler was the dearest, 2.1 us per ioctl under TCG) */
-	if (args->ctx != 0xffffffff) {
-		struct ctxkey k = { .dev = args->dev, .ctx = args->ctx };
+	if (ctx != 0xffffffff) {
+		struct ctxkey k = { .dev = dev, .ctx = ctx };
 		struct owner_t o = { .pid = tgid, .tid = tid };
 		struct owner_t *cur = owners.lookup(&k);
 		bpf_get_current_comm(&o.comm, sizeof(o.comm));
@@ -294,6 +298,13 @@ static __always_inline int on_ioctl_enter(struct tp_tacc_ioctl_enter *args)
 			mark_traced(tid);
 		}
 	}
+}
+
+static __always_inline int on_ioctl_enter(struct tp_tacc_ioctl_enter *args)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u64 ts = bpf_ktime_get_ns();
+	note_owner(args->dev, args->ctx, cfgv(CFG_FLAGS));
 	ioctl_t0.update(&tid, &ts);
 	return 0;
 }
@@ -324,7 +335,10 @@ static __always_inline int on_submit(struct tp_tacc_submit *args)
 	struct tacc_ev e = {};
 	struct jobkey k = { .dev = args->dev, .ctx = args->ctx, .seqno = args->seqno };
 	struct jobval j = { .t_submit = bpf_ktime_get_ns(), .ncmds = args->ncmds };
-	int pass = cur_proc(&e, args->dev);
+	int pass;
+	if (flags & F_OWNER_AT_SUBMIT)
+		note_owner(args->dev, args->ctx, flags);
+	pass = cur_proc(&e, args->dev);
 	j.pid = e.pid;
 	j.bytes = args->bytes;
 	jobs.update(&k, &j);
@@ -937,6 +951,7 @@ def build_source(root: Path, rb_pages: int = 1024, max_scan_cmds: int = 32,
                f"#define MAX_SCAN_CMDS {max_scan_cmds}", f"#define HOST_BASE {HOST_BASE}"]
     for name, val in (("F_EMIT", F_EMIT), ("F_LAT", F_LAT), ("F_TOP", F_TOP), ("F_DMA", F_DMA),
                       ("F_HOST", F_HOST), ("F_AUTOTRACE", F_AUTOTRACE), ("F_BYTES", F_BYTES),
+                      ("F_OWNER_AT_SUBMIT", F_OWNER_AT_SUBMIT),
                       ("CFG_FLAGS", CFG_FLAGS), ("CFG_PID", CFG_PID), ("CFG_DEV", CFG_DEV),
                       ("CFG_HAS_DEV", CFG_HAS_DEV), ("CFG_HAS_COMM", CFG_HAS_COMM),
                       ("ST_EMIT", ST_EMIT), ("ST_DROP", ST_DROP), ("ST_HOST_EMIT", ST_HOST_EMIT),

@@ -329,7 +329,8 @@ class Daemon:
             from tacc.bpftrace.program import AttachError
 
             try:
-                prog.attach("record", host=opts.host_events, autotrace=True)
+                prog.attach("record" if opts.ioctl_events else "jobs",
+                            host=opts.host_events, autotrace=True)
             except AttachError as exc:
                 sess, self.session = self.session, None
                 sess.close(complete=False)

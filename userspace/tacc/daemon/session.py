@@ -112,6 +112,9 @@ class Options:
     host_events: bool = True
     device_trace: bool = True
     api: bool = True
+    # the IOCTL records (one per tacc ioctl of a traced process); false: the per-job facts
+    # only (docs/capture-format.md), the ioctl tracepoints not attached (issue 18)
+    ioctl_events: bool = True
     counters_hz: float = 20.0
     # "device": the device samples into each function's sample ring (default; a function
     # whose ring cannot be opened, e.g. another consumer has it, falls back to "host",
@@ -142,8 +145,9 @@ class Options:
         (ValueError, one line)."""
         from tacc.runtime.uapi import TRACE_MAX_ENTRIES, TRACE_MIN_ENTRIES
 
-        if not isinstance(self.tlp, bool):
-            raise ValueError(f"tlp {self.tlp!r}: true or false")
+        for name in ("tlp", "ioctl_events"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} {getattr(self, name)!r}: true or false")
         from tacc.runtime.uapi import TLPCAP_MAX_ENTRIES, TLPCAP_MIN_ENTRIES
 
         self.tlp_filters()  # raises on a bad filter
