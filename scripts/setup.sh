@@ -151,4 +151,17 @@ if [ ! -x .venv/bin/python ] || [ "$(cat $stamp 2>/dev/null)" != "$want_stamp" ]
 		{ tail -20 build/pip.log >&2; die "pip install failed (log: build/pip.log)"; }
 	echo "$want_stamp" > $stamp
 fi
+
+# ---- the runtime API ring's producer in C (tacc.runtime._apiring, issue 18): without it
+# apitrace.py uses its Python producer (same records, ~5x the traced thread's CPU)
+src=userspace/tacc/runtime/_apiring.c
+ext=userspace/tacc/runtime/_apiring$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+if [ ! -e "$ext" ] || [ "$src" -nt "$ext" ]; then
+	log "runtime C producer ($ext)"
+	# shellcheck disable=SC2046 # python3-config prints several -I flags
+	gcc -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers \
+		-shared -fPIC $(python3-config --includes) -o "$ext.tmp" "$src" ||
+		die "cannot build $src"
+	mv "$ext.tmp" "$ext"
+fi
 log "ready: kernel $kver, $(build/qemu/qemu-system-x86_64 --version | head -1)"

@@ -763,18 +763,19 @@ def test_counter_samples_on_a_grid_late_slots_are_drops(tmp_path: Path) -> None:
                                                        host_events=False, flush_s=100.0),
                        tool="test")
     s.t_flush = 100.0
+    assert s.counts["counters"] == 1  # the sample at the start, outside the grid
     # first sample; one a little early (the 50 ms loop's jitter); one 30 ms late: no drop
     for t in (100.0, 100.049, 100.13):
         s.tick(t)
     key = (int(DropSource.COUNTERS), 0xFFFF)
-    assert s.counts["counters"] == 3 and key not in s.drops
+    assert s.counts["counters"] == 4 and key not in s.drops
     s.tick(100.115)  # not due (the next slot, .15, is more than half a period away)
     s.tick(100.36)  # the slots at .15 .20 .25 .30 .35 passed: one sample, four missed
-    assert s.counts["counters"] == 4 and s.drops[key] == 4
+    assert s.counts["counters"] == 5 and s.drops[key] == 4
     s.tick(100.39)  # due at .40, taken up to half a period early
-    assert s.counts["counters"] == 5
+    assert s.counts["counters"] == 6
     summary = s.close()
-    assert summary["drops"]["counters"] == 4 and summary["records"]["counters"] == 6
+    assert summary["drops"]["counters"] == 4 and summary["records"]["counters"] == 7
 
 
 def test_trace_ring_size_is_checked_before_any_device_is_touched() -> None:
@@ -965,3 +966,67 @@ def test_rings_drained_at_watermark_or_age(tmp_path: Path,
     tags = open_capture(tmp_path / "cap").read("api")["tag"].tolist()
     assert tags == list(range(1, tag + 1))
     assert not s.drops
+
+
+def _ring_counters(batches: list[tuple[list[int], list[int], int, int]]) -> tuple[object, list]:
+    """A SampleRingCounters over a fake device ring: each drain returns the next batch
+    (device seqs, devclks, cumulative dropped, epoch); values = seq * 10 + column."""
+    from tacc.counters.device import SampleBatch
+    from tacc.daemon import counters as dc
+
+    class FakeRing:
+        def __init__(self) -> None:
+            self.i = 0
+
+        def drain(self) -> SampleBatch:
+            seq, clk, dropped, epoch = batches[self.i]
+            self.i += 1
+            s = np.array(seq, np.uint64)
+            vals = s[:, None] * np.uint64(10) + np.arange(len(dc._ENTRY_SLOTS), dtype=np.uint64)
+            return SampleBatch(s, np.array(clk, np.uint64),
+                               vals.reshape(len(seq), len(dc._ENTRY_SLOTS)), dropped, epoch)
+
+    sr = dc.SampleRingCounters.__new__(dc.SampleRingCounters)
+    sr.fid, sr.ring, sr.dropped, sr.epoch, sr.base, sr.last = 3, FakeRing(), 0, 1, None, 0
+    return sr, batches
+
+
+def test_sample_ring_counters_columns_seq_and_drops() -> None:
+    """The device's samples as capture records: each counter in its column, seq from 1 and
+    continued across a ring restart (epoch), the device's drops counted once each."""
+    from tacc.capture.schema import COUNTERS_DTYPE, FUNC_COUNTERS, GLOBAL_COUNTERS
+
+    sr, _ = _ring_counters([([100, 101, 102], [5, 10, 15], 0, 1), ([], [], 0, 1),
+                            ([105, 106], [30, 35], 2, 1),  # 103, 104 dropped
+                            ([0, 1], [2, 7], 2, 2)])  # reset: the ring restarted
+    r1, lost1 = sr.drain()  # type: ignore[attr-defined]
+    assert r1.dtype == COUNTERS_DTYPE and lost1 == 0
+    assert r1["seq"].tolist() == [1, 2, 3] and r1["devclk"].tolist() == [5, 10, 15]
+    assert (r1["fid"] == 3).all()
+    names = [n for n, _ in FUNC_COUNTERS] + ["g_" + n for n, _ in GLOBAL_COUNTERS]
+    for col, name in enumerate(names):  # value = device seq * 10 + column
+        assert r1[name].tolist() == [1000 + col, 1010 + col, 1020 + col], name
+    r2, lost2 = sr.drain()  # type: ignore[attr-defined]
+    assert len(r2) == 0 and lost2 == 0
+    r3, lost3 = sr.drain()  # type: ignore[attr-defined]
+    assert r3["seq"].tolist() == [6, 7] and lost3 == 2  # the gap shows the drop
+    r4, lost4 = sr.drain()  # type: ignore[attr-defined]
+    assert r4["seq"].tolist() == [8, 9] and lost4 == 0
+
+
+def test_counters_source_option_is_checked() -> None:
+    assert Options().counters_source == "device"
+    assert Options(counters_source="host").counters_source == "host"
+    with pytest.raises(ValueError, match="counters_source 'cpu': one of device, host"):
+        Options(counters_source="cpu")
+
+
+def test_ring_entries_hold_seconds_of_samples() -> None:
+    from tacc.daemon.counters import SAMPLE_RING_S, ring_entries
+
+    assert ring_entries(20.0) == 128  # 80 samples in 4 s, the next power of two
+    assert ring_entries(0.1) == 2
+    assert ring_entries(10_000.0) == 2048  # the driver's maximum
+    for hz in (1.0, 20.0, 100.0, 400.0):
+        n = ring_entries(hz)
+        assert n & (n - 1) == 0 and n >= SAMPLE_RING_S * hz

@@ -260,6 +260,23 @@ def test_taccd_capture_accounts_and_kill_leaves_incomplete(tmp_path: Path, pf_ac
         assert int(pf["jobs_completed"][-1]) - int(pf["jobs_completed"][0]) >= NJOBS
         truth.check(NJOBS, 2)
         assert cap.count("clock_sync") >= 2
+        # ioctl_events off (issue 18): the same per-job facts, owner and all, no IOCTL
+        # records; the ioctl tracepoints are not attached
+        r = _tacc(sock, "start", "--no-ioctls", "-o", str(tmp_path / "c1j"))
+        assert r.returncode == 0, r.stderr
+        _workload(pf_accel, tag_base=0x4D4D0000)
+        time.sleep(0.5)
+        r = _tacc(sock, "stop")
+        assert r.returncode == 0, r.stderr
+        capj = open_capture(tmp_path / "c1j")
+        drvj = capj.read("driver")
+        assert not (drvj["kind"] == DriverKind.IOCTL).any()
+        minej = drvj[(drvj["tag"] >> 16) == 0x4D4D]
+        for kind in (DriverKind.SUBMIT, DriverKind.JOB_START, DriverKind.JOB_DONE):
+            k = minej[minej["kind"] == kind]
+            assert len(k) == NJOBS and (k["pid"] == os.getpid()).all(), kind
+        _check_one_event_per_fact(minej)
+        assert os.getpid() in capj.read("processes")["pid"]
         # second capture, killed once its first chunks are on disk
         r = _tacc(sock, "start", "-o", str(tmp_path / "c2"))
         assert r.returncode == 0, r.stderr

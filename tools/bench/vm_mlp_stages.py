@@ -10,6 +10,9 @@ The ``mlp`` workload of vm_tracing.py (batches/s) under, in turn:
   no-host       without the traced process's sched/host events (``host_events: false``)
   no-devtrace   without the device trace ring consumer (``device_trace: false``)
   driver-only   all three off: driver events, counters and clock pairs only
+  driver-paused driver-only with taccd SIGSTOPped for the workload (its BPF ring holds
+                the phase's events; drained after): the kernel side alone, in the
+                traced process and its interrupts; driver-only minus it is taccd's
   capture-b1    a default capture with the runtime publishing each API record on its own
                 (batch 1, as before issue 18's batching): the batching's before/after
   api-local     no capture; this process's API rings enabled and drained by the
@@ -58,6 +61,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "no-host": {"host_events": False},
     "no-devtrace": {"device_trace": False},
     "driver-only": {"api": False, "host_events": False, "device_trace": False},
+    "driver-paused": {"api": False, "host_events": False, "device_trace": False},
     "capture-b1": {},
     "api-local": {},
     "bpf-stats": {},
@@ -93,6 +97,8 @@ def phase(d: Taccd, mode: str, work: MlpWork) -> dict[str, Any]:
         d.req({"cmd": "start", "output": out, "options": OPTIONS[mode]})
     gc.collect()
     gc.disable()
+    if mode == "driver-paused":
+        d.pause()
     work.warm()
     s0 = prog_stats() if mode == "bpf-stats" else {}
     c0, t0 = cpu_s(d.p.pid), time.monotonic()
@@ -100,6 +106,8 @@ def phase(d: Taccd, mode: str, work: MlpWork) -> dict[str, Any]:
     dt = time.monotonic() - t0
     cpu = (cpu_s(d.p.pid) - c0) / dt if mode not in ("nothing", "api-local") else 0.0
     s1 = prog_stats() if mode == "bpf-stats" else {}
+    if mode == "driver-paused":
+        d.resume()
     gc.enable()
     res: dict[str, Any] = {"mode": mode, "rate": rate, "cpu": cpu, "drops": 0}
     set_batch(apitrace.batch_size())

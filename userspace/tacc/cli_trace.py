@@ -38,6 +38,10 @@ def cmd_start(args: argparse.Namespace) -> int:
         opts["host_events"] = False
     if args.counters_hz is not None:
         opts["counters_hz"] = args.counters_hz
+    if args.no_ioctls:
+        opts["ioctl_events"] = False
+    if args.counters_source is not None:
+        opts["counters_source"] = args.counters_source
     if args.duration:
         opts["duration"] = args.duration
     if args.max_bytes:
@@ -123,7 +127,14 @@ def add_parser(sub: Any) -> None:
     s.add_argument("-d", "--device", default=None)
     s.add_argument("--duration", type=float, default=None)
     s.add_argument("--no-host", action="store_true", help="no sched/block/net events")
+    s.add_argument("--no-ioctls", action="store_true",
+                   help="no IOCTL records (one per tacc ioctl): the per-job facts only, "
+                        "the ioctl tracepoints not attached (cheaper)")
     s.add_argument("--counters-hz", type=float, default=None)
+    s.add_argument("--counters-source", choices=("device", "host"), default=None,
+                   help="who samples the counters: the device, into its sample ring "
+                        "(default; falls back to host when the ring is taken), or taccd's "
+                        "loop")
     s.add_argument("--max-bytes", type=int, default=None)
     s.add_argument("--trace-entries", type=int, default=None, metavar="N",
                    help="device trace ring records per function, a power of two 64..32768 "

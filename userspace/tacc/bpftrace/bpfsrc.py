@@ -21,12 +21,18 @@ F_DMA = 8  # per-process DMA table
 F_HOST = 16  # host events (sched, block, net) of traced processes to the ring buffer
 F_AUTOTRACE = 32  # processes calling tacc ioctls become traced
 F_BYTES = 64  # no-op: tacc_submit carries the copy bytes (was a kprobe reading the commands)
+# ioctl_enter/exit not attached (mode "jobs"): the submit handler records the context's
+# owner and traces the process (issue 18: the IOCTL records are no per-job fact, and the
+# two ioctl handlers ran 16 times per mlp batch)
+F_OWNER_AT_SUBMIT = 128
 
 CFG_FLAGS, CFG_PID, CFG_DEV, CFG_HAS_DEV, CFG_HAS_COMM = 0, 1, 2, 3, 4
 
 # per-CPU stats slots
 ST_EMIT, ST_DROP, ST_HOST_EMIT, ST_HOST_DROP, ST_NOJOB = 0, 1, 2, 3, 4
 NSTATS = 8
+# entries of the scheduler handlers' prefilter array (ids are taken modulo this)
+TRACED_IDS = 16384
 
 TACC_EVENTS = ("tacc_ioctl_enter", "tacc_ioctl_exit", "tacc_submit", "tacc_doorbell",
                "tacc_irq", "tacc_job_start", "tacc_job_done", "tacc_bo_create",
@@ -100,6 +106,12 @@ BPF_HASH(jobs, struct jobkey, struct jobval, 65536);
 BPF_HASH(ioctl_t0, u32, u64, 4096);
 BPF_HASH(traced_tgid, u32, u8, 4096);
 BPF_HASH(traced_tid, u32, u8, 16384);
+/* the scheduler handlers' prefilter (issue 18: they run on every context switch and
+ * wakeup of the system, and two hash lookups each cost more than the switch under TCG):
+ * one byte per id & (TRACED_IDS - 1), set with every traced_tgid/traced_tid entry and
+ * never cleared (a stale byte costs one hash lookup, never an event); an array lookup is
+ * inlined by the verifier */
+BPF_ARRAY(traced_any, u8, TRACED_IDS);
 BPF_HASH(lat, struct hkey, u64, 4096);
 BPF_HASH(top, u32, struct topval, 4096);
 BPF_HASH(dma, u32, struct dmaval, 4096);
@@ -107,6 +119,21 @@ BPF_HASH(dmahist, struct dkey, u64, 4096);
 BPF_HASH(dma_t0, u32, u64, 4096);
 BPF_HASH(unmap_t0, u32, struct unmapval, 4096);
 BPF_HASH(blk, struct blkkey, struct blkval, 4096);
+
+static __always_inline void mark_traced(u32 id)
+{
+	u32 i = id & (TRACED_IDS - 1);
+	u8 *v = traced_any.lookup(&i);
+	if (v)
+		*v = 1;
+}
+
+static __always_inline u8 maybe_traced(u32 id)
+{
+	u32 i = id & (TRACED_IDS - 1);
+	u8 *v = traced_any.lookup(&i);
+	return v ? *v : 0;
+}
 
 static __always_inline u64 cfgv(u32 i)
 {
@@ -244,16 +271,16 @@ static __always_inline int comm16_eq(const char *a, const char *b)
 	return 1;
 }
 
-static __always_inline int on_ioctl_enter(struct tp_tacc_ioctl_enter *args)
+/* the calling task as the owner of (dev, ctx), and as traced (F_AUTOTRACE): from
+ * ioctl_enter, or from submit when the ioctl events are not attached (F_OWNER_AT_SUBMIT) */
+static __always_inline void note_owner(u32 dev, u32 ctx, u64 flags)
 {
 	u64 id = bpf_get_current_pid_tgid();
 	u32 tid = (u32)id, tgid = id >> 32;
-	u64 ts = bpf_ktime_get_ns();
-	u64 flags = cfgv(CFG_FLAGS);
 	/* map updates only when the value changes (issue 18: an update costs several */
 	/* lookups' worth; this handler was the dearest, 2.1 us per ioctl under TCG) */
-	if (args->ctx != 0xffffffff) {
-		struct ctxkey k = { .dev = args->dev, .ctx = args->ctx };
+	if (ctx != 0xffffffff) {
+		struct ctxkey k = { .dev = dev, .ctx = ctx };
 		struct owner_t o = { .pid = tgid, .tid = tid };
 		struct owner_t *cur = owners.lookup(&k);
 		bpf_get_current_comm(&o.comm, sizeof(o.comm));
@@ -262,11 +289,22 @@ static __always_inline int on_ioctl_enter(struct tp_tacc_ioctl_enter *args)
 	}
 	if (flags & F_AUTOTRACE) {
 		u8 one = 1;
-		if (!traced_tgid.lookup(&tgid))
+		if (!traced_tgid.lookup(&tgid)) {
 			traced_tgid.update(&tgid, &one);
-		if (!traced_tid.lookup(&tid))
+			mark_traced(tgid);
+		}
+		if (!traced_tid.lookup(&tid)) {
 			traced_tid.update(&tid, &one);
+			mark_traced(tid);
+		}
 	}
+}
+
+static __always_inline int on_ioctl_enter(struct tp_tacc_ioctl_enter *args)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u64 ts = bpf_ktime_get_ns();
+	note_owner(args->dev, args->ctx, cfgv(CFG_FLAGS));
 	ioctl_t0.update(&tid, &ts);
 	return 0;
 }
@@ -297,7 +335,10 @@ static __always_inline int on_submit(struct tp_tacc_submit *args)
 	struct tacc_ev e = {};
 	struct jobkey k = { .dev = args->dev, .ctx = args->ctx, .seqno = args->seqno };
 	struct jobval j = { .t_submit = bpf_ktime_get_ns(), .ncmds = args->ncmds };
-	int pass = cur_proc(&e, args->dev);
+	int pass;
+	if (flags & F_OWNER_AT_SUBMIT)
+		note_owner(args->dev, args->ctx, flags);
+	pass = cur_proc(&e, args->dev);
 	j.pid = e.pid;
 	j.bytes = args->bytes;
 	jobs.update(&k, &j);
@@ -639,12 +680,22 @@ static __always_inline u8 traced_cur(void)
 	return v ? *v : 0;
 }
 
+/* whether a switch from the current task to ``next`` may concern a traced process */
+static __always_inline u8 switch_maybe(u32 next)
+{
+	return maybe_traced(bpf_get_current_pid_tgid() >> 32) | maybe_traced(next);
+}
+
 static __always_inline int on_sched_switch(struct tp_sched_switch *args)
 {
 	u32 next = args->next_pid;
-	u8 *nv = traced_tid.lookup(&next);
-	u8 next_t = nv ? *nv : 0;
+	u8 *nv;
+	u8 next_t;
 	struct tacc_ev e = { .kind = HOST_BASE + 1 };
+	if (!switch_maybe(next))
+		return 0;
+	nv = traced_tid.lookup(&next);
+	next_t = nv ? *nv : 0;
 	if (!(traced_cur() | next_t))
 		return 0;
 	e.pid = bpf_get_current_pid_tgid() >> 32;
@@ -661,7 +712,7 @@ static __always_inline int on_sched_wakeup(struct tp_sched_wakeup *args)
 {
 	u32 tid = args->pid;
 	struct tacc_ev e = { .kind = HOST_BASE + 2 };
-	if (!traced_tid.lookup(&tid))
+	if (!maybe_traced(tid) || !traced_tid.lookup(&tid))
 		return 0;
 	e.tid = tid;
 	e.y = args->target_cpu;
@@ -787,8 +838,10 @@ int raw_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 	void *prev = (void *)ctx->args[1];
 	void *next = (void *)ctx->args[2];
 	struct tp_sched_switch a = {};
-	TASK_READ(a.prev_pid, prev, OFF_TASK_PID);
 	TASK_READ(a.next_pid, next, OFF_TASK_PID);
+	if (!switch_maybe(a.next_pid))  // before the other reads: most switches stop here
+		return 0;
+	TASK_READ(a.prev_pid, prev, OFF_TASK_PID);
 	TASK_READ(a.prev_comm, prev, OFF_TASK_COMM);
 	TASK_READ(a.next_comm, next, OFF_TASK_COMM);
 	a.prev_state = switch_state(ctx->args[0], (u32)ctx->args[3], prev);
@@ -801,6 +854,8 @@ int raw_sched_wakeup(struct bpf_raw_tracepoint_args *ctx)
 	void *p = (void *)ctx->args[0];
 	struct tp_sched_wakeup a = {};
 	TASK_READ(a.pid, p, OFF_TASK_PID);
+	if (!maybe_traced(a.pid))
+		return 0;
 	TASK_READ(a.comm, p, OFF_TASK_COMM);
 	TASK_READ(a.target_cpu, p, OFF_TASK_CPU);  // thread_info.cpu (THREAD_INFO_IN_TASK)
 	return on_sched_wakeup(&a);
@@ -892,9 +947,11 @@ def build_source(root: Path, rb_pages: int = 1024, max_scan_cmds: int = 32,
         if present & {"sched_switch", "sched_wakeup"}:
             src_host = "\n".join(task_defines(btf_path)) + "\n" + src_host
     defines = [f"#define RB_PAGES {rb_pages}", f"#define NSTATS {NSTATS}",
+               f"#define TRACED_IDS {TRACED_IDS}",
                f"#define MAX_SCAN_CMDS {max_scan_cmds}", f"#define HOST_BASE {HOST_BASE}"]
     for name, val in (("F_EMIT", F_EMIT), ("F_LAT", F_LAT), ("F_TOP", F_TOP), ("F_DMA", F_DMA),
                       ("F_HOST", F_HOST), ("F_AUTOTRACE", F_AUTOTRACE), ("F_BYTES", F_BYTES),
+                      ("F_OWNER_AT_SUBMIT", F_OWNER_AT_SUBMIT),
                       ("CFG_FLAGS", CFG_FLAGS), ("CFG_PID", CFG_PID), ("CFG_DEV", CFG_DEV),
                       ("CFG_HAS_DEV", CFG_HAS_DEV), ("CFG_HAS_COMM", CFG_HAS_COMM),
                       ("ST_EMIT", ST_EMIT), ("ST_DROP", ST_DROP), ("ST_HOST_EMIT", ST_HOST_EMIT),

@@ -33,6 +33,7 @@ from .bpfsrc import (
     F_EMIT,
     F_HOST,
     F_LAT,
+    F_OWNER_AT_SUBMIT,
     F_TOP,
     HOST_EVENTS,
     TACC_EVENTS,
@@ -49,6 +50,10 @@ MODE_EVENTS: dict[str, tuple[str, ...]] = {
     # tacc_job_start carries every fact of tacc_doorbell (hw_job, the new SQ tail) and
     # fires at the same point: one event per job instead of two (issue 18)
     "record": tuple(ev for ev in TACC_EVENTS if ev != "tacc_doorbell"),
+    # a capture's per-job facts without the IOCTL records (taccd ``ioctl_events: false``):
+    # the submit handler records the context's owner instead (F_OWNER_AT_SUBMIT)
+    "jobs": tuple(ev for ev in TACC_EVENTS
+                  if ev not in ("tacc_doorbell", "tacc_ioctl_enter", "tacc_ioctl_exit")),
 }
 MODE_FLAGS = {
     "snoop": F_EMIT | F_BYTES,
@@ -56,6 +61,7 @@ MODE_FLAGS = {
     "top": F_TOP | F_BYTES,
     "dma": F_DMA,
     "record": F_EMIT | F_BYTES,
+    "jobs": F_EMIT | F_BYTES | F_OWNER_AT_SUBMIT,
 }
 
 
@@ -234,9 +240,10 @@ class Program:
         t[ctypes.c_int(0)] = leaf
 
     def trace_pids(self, pids: list[int]) -> None:
-        t = self.bpf["traced_tgid"]
+        t, any_ = self.bpf["traced_tgid"], self.bpf["traced_any"]
         for p in pids:
             t[t.Key(p)] = t.Leaf(1)
+            any_[any_.Key(p & (bpfsrc.TRACED_IDS - 1))] = any_.Leaf(1)  # the prefilter
 
     def reset(self) -> None:
         """Clear aggregates and statistics (between test runs of one session)."""

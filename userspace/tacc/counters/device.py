@@ -104,9 +104,13 @@ class DeviceBackend(Backend):
 
     def __init__(self, fn: Function, catalogue: Catalogue | None = None,
                  period_ns: int = ru.SAMPLE_MIN_PERIOD_NS, entries: int = DEFAULT_ENTRIES,
-                 node: Path | None = None) -> None:
-        super().__init__(fn, catalogue)
-        self.slots = entry_slots(self.catalogue)
+                 node: Path | None = None, slots: np.ndarray | None = None) -> None:
+        if slots is None:
+            super().__init__(fn, catalogue)
+            self.slots = entry_slots(self.catalogue)
+        else:  # the entry slots wanted, given (taccd's capture columns): no catalogue read
+            self.fn, self.catalogue = fn, catalogue  # type: ignore[assignment]
+            self.slots = np.asarray(slots, np.intp)
         self.period_ns = int(period_ns)
         self.fd = os.open(node or fn.accel_node, os.O_RDWR)
         self.mm: mmap.mmap | None = None

@@ -6,6 +6,7 @@ will replace this small reader when it lands.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 
@@ -102,3 +103,97 @@ class SysfsCounters:
 
     def close(self) -> None:
         pass
+
+
+#: seconds of samples a capture's sample ring holds (taccd drains it every RING_MAX_AGE_S)
+SAMPLE_RING_S = 4.0
+# an entry's slots (tacc.counters.device: function page 0..63, global page 64..127) in the
+# order of the record's counter words
+_ENTRY_SLOTS = np.concatenate((_FUNC_SLOTS, 64 + _GLOBAL_SLOTS))
+_ENTRY_WORDS = np.concatenate((_FUNC_WORDS, _GLOBAL_WORDS))
+
+
+def ring_entries(hz: float) -> int:
+    """Sample ring entries for ``hz``: a power of two holding SAMPLE_RING_S of samples,
+    within the driver's limits (2 .. DRM_TACC_SAMPLE_MAX_ENTRIES)."""
+    from tacc.runtime import uapi as ru
+
+    want = max(2, math.ceil(SAMPLE_RING_S * hz))
+    return min(ru.SAMPLE_MAX_ENTRIES, 1 << (want - 1).bit_length())
+
+
+class SampleRingCounters:
+    """Counter samples the device takes itself, every 1/hz of device time, into the
+    function's sample ring (docs/uapi.md "Sample ring"); taccd only drains the ring.
+
+    Issue 18: sampled from taccd's loop, a sample whose tick ran a whole period late (a
+    NOP flood's busiest ticks on the traced process's CPU) was a counted drop; the device
+    is never late, and the ring holds SAMPLE_RING_S of samples, so a drop is only a ring
+    the loop left full for that long (the device's ``dropped``, counted).  ``seq`` is the
+    device's sample number from 1 at the first sample of the capture (a gap is a drop;
+    continued across a ring restart by a reset or resume).  The first and the last
+    sample of a capture are read by taccd (:meth:`bracket`, the mmap'd counter block),
+    at its start and end, so the series covers the whole capture."""
+
+    def __init__(self, fn: TaccFunction, fid: int, hz: float) -> None:
+        from pathlib import Path
+
+        from tacc.counters.device import DeviceBackend
+        from tacc.runtime import uapi as ru
+
+        if fn.accel is None:
+            raise OSError(f"{fn.pci}: no accel node")
+        self.fid = fid
+        self.block = CounterBlock(fn, fid)
+        period = max(ru.SAMPLE_MIN_PERIOD_NS, round(1e9 / hz))
+        try:
+            self.ring = DeviceBackend(fn, period_ns=period,  # type: ignore[arg-type]
+                                      entries=ring_entries(hz), node=Path(fn.accel),
+                                      slots=_ENTRY_SLOTS)
+        except BaseException:
+            self.block.close()
+            raise
+        self.period_ns = period
+        self.dropped = self.ring.dropped
+        self.epoch = self.ring.epoch
+        self.base: int | None = None  # device seq - capture seq
+        self.last = 0  # capture seq of the last sample
+
+    def drain(self) -> tuple[np.ndarray, int]:
+        """(the samples taken since the last drain as COUNTERS_DTYPE records, samples the
+        device dropped meanwhile)."""
+        b = self.ring.drain()
+        lost, self.dropped = b.dropped - self.dropped, b.dropped
+        n = len(b)
+        rec = np.zeros(n, COUNTERS_DTYPE)
+        if n:
+            dev_seq = b.seq.astype(np.int64)
+            if self.base is None or b.epoch != self.epoch:
+                self.base, self.epoch = int(dev_seq[0]) - self.last - 1, b.epoch
+            words = rec.view("<u8").reshape(n, -1)
+            words[:, _ENTRY_WORDS] = b.values
+            rec["devclk"] = b.devclk
+            rec["seq"] = dev_seq - self.base
+            rec["fid"] = self.fid
+            self.last = int(rec["seq"][-1])
+        return rec, max(lost, 0)
+
+    def bracket(self) -> np.ndarray:
+        """A sample read now by taccd (the capture's first or last), next in ``seq``."""
+        rec = self.block.sample()
+        self.last += 1
+        rec["seq"] = self.last
+        return rec
+
+    def pending(self) -> int:
+        return self.ring.pending()
+
+    @property
+    def entries(self) -> int:
+        return self.ring.entries
+
+    def close(self) -> None:
+        try:
+            self.ring.close()
+        finally:
+            self.block.close()

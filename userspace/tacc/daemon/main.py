@@ -329,7 +329,8 @@ class Daemon:
             from tacc.bpftrace.program import AttachError
 
             try:
-                prog.attach("record", host=opts.host_events, autotrace=True)
+                prog.attach("record" if opts.ioctl_events else "jobs",
+                            host=opts.host_events, autotrace=True)
             except AttachError as exc:
                 sess, self.session = self.session, None
                 sess.close(complete=False)
@@ -353,8 +354,10 @@ class Daemon:
 
     # ---------------------------------------------------------------- loop ---
     def tick_s(self) -> float:
-        """The loop period: 50 ms, shorter when a capture samples counters faster."""
-        if self.session is not None and self.session.opts.counters_hz > 0:
+        """The loop period: 50 ms, shorter when taccd samples a capture's counters faster
+        (not when the device samples them)."""
+        if self.session is not None and self.session.opts.counters_hz > 0 and \
+                self.session.counters:
             return min(TICK_S, 1.0 / self.session.opts.counters_hz)
         return TICK_S
 

@@ -32,11 +32,12 @@ from tacc.capture.schema import (
     DeviceEventKind,
     DropSource,
 )
+from tacc.counters.catalogue import CounterError
 from tacc.libc import libc
 
 from .apiring import ApiRings
 from .apiring import available as api_available
-from .counters import CounterBlock, SysfsCounters
+from .counters import CounterBlock, SampleRingCounters, SysfsCounters
 from .devices import (
     TaccFunction,
     icount_info,
@@ -103,12 +104,22 @@ def release_memory() -> None:
         libc.malloc_trim(0)
 
 
+COUNTER_SOURCES = ("device", "host")
+
+
 @dataclass
 class Options:
     host_events: bool = True
     device_trace: bool = True
     api: bool = True
-    counters_hz: float = 20.0  # sysfs/mmap reads from taccd's loop (one tick each)
+    # the IOCTL records (one per tacc ioctl of a traced process); false: the per-job facts
+    # only (docs/capture-format.md), the ioctl tracepoints not attached (issue 18)
+    ioctl_events: bool = True
+    counters_hz: float = 20.0
+    # "device": the device samples into each function's sample ring (default; a function
+    # whose ring cannot be opened, e.g. another consumer has it, falls back to "host",
+    # with a warning); "host": mmap/sysfs reads from taccd's loop (one tick each)
+    counters_source: str = "device"
     clock_hz: float = 1.0
     max_bytes: int = 1 << 30
     pids: list[int] = field(default_factory=list)
@@ -134,11 +145,15 @@ class Options:
         (ValueError, one line)."""
         from tacc.runtime.uapi import TRACE_MAX_ENTRIES, TRACE_MIN_ENTRIES
 
-        if not isinstance(self.tlp, bool):
-            raise ValueError(f"tlp {self.tlp!r}: true or false")
+        for name in ("tlp", "ioctl_events"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} {getattr(self, name)!r}: true or false")
         from tacc.runtime.uapi import TLPCAP_MAX_ENTRIES, TLPCAP_MIN_ENTRIES
 
         self.tlp_filters()  # raises on a bad filter
+        if self.counters_source not in COUNTER_SOURCES:
+            raise ValueError(f"counters_source {self.counters_source!r}: one of "
+                             f"{', '.join(COUNTER_SOURCES)}")
         t = self.tlp_entries
         if not isinstance(t, int) or t < 0 or (t and not (
                 TLPCAP_MIN_ENTRIES <= t <= TLPCAP_MAX_ENTRIES and t & (t - 1) == 0)):
@@ -224,12 +239,14 @@ class CaptureSession:
         self.drops: dict[tuple[int, int], int] = {}
         self.counts: dict[str, int] = {}
         self.rings: dict[int, DeviceTraceRing] = {}
-        self.t_ring: dict[int, float] = {}  # fid -> time of its trace ring's last drain
-        self.counters: dict[int, CounterBlock | SysfsCounters] = {}
+        self.t_ring: dict[tuple[str, int], float] = {}  # (ring, fid) -> its last drain
+        self.counters: dict[int, CounterBlock | SysfsCounters] = {}  # sampled by taccd
+        self.sample_rings: dict[int, SampleRingCounters] = {}  # sampled by the device
         self.api: ApiRings | None = None
         self.t_counters = self.t_clock = self.t_flush = self.t_bpf_stats = self.t_bpf = 0.0
         self.counters_due: float | None = None  # next slot of the counter sample grid
         self._open_collectors()
+        self._read_counters()  # taccd-sampled counters: a sample at the start too
         self.clock_sample()
         from .clockx import Requester
 
@@ -276,6 +293,8 @@ class CaptureSession:
             t.close()
         for c in self.counters.values():
             c.close()
+        for sr in self.sample_rings.values():
+            sr.close()
 
     def _open_function(self, fid: int, fn: TaccFunction) -> None:
         if self.opts.device_trace and fn.accel:
@@ -284,6 +303,15 @@ class CaptureSession:
             except (TraceRingError, OSError) as exc:
                 self.warnings.append(f"{fn.pci}: device trace not captured: {exc}")
         if self.opts.counters_hz > 0:
+            if self.opts.counters_source == "device" and fn.accel:
+                try:
+                    sr = self.sample_rings[fid] = SampleRingCounters(fn, fid,
+                                                                     self.opts.counters_hz)
+                    self._append("counters", sr.bracket(), DropSource.COUNTERS)
+                    return
+                except (CounterError, OSError) as exc:
+                    self.warnings.append(f"{fn.pci}: counters sampled by taccd, not the "
+                                         f"device: {exc}")
             try:
                 self.counters[fid] = CounterBlock(fn, fid)
             except OSError:
@@ -325,6 +353,13 @@ class CaptureSession:
                 except OSError:
                     pass
                 ring.close()
+        sr = self.sample_rings.pop(fid, None)
+        if sr is not None:
+            try:
+                self._drain_samples(fid, sr)
+            except OSError:
+                pass
+            sr.close()
         c = self.counters.pop(fid, None)
         if c is not None:
             c.close()
@@ -450,26 +485,33 @@ class CaptureSession:
         self.drop(DropSource.TLP, ring.dropped - self.tlp_dropped[pf_fid], pf_fid)
         self.tlp_dropped[pf_fid] = ring.dropped
 
-    def _ring_due(self, fid: int, ring: DeviceTraceRing, now: float) -> bool:
-        """A device trace ring is drained at its watermark or its age (RING_MAX_AGE_S)."""
-        if now - self.t_ring.get(fid, 0.0) >= RING_MAX_AGE_S or \
+    def _drain_samples(self, fid: int, ring: SampleRingCounters) -> None:
+        recs, lost = ring.drain()
+        self._append("counters", recs, DropSource.COUNTERS)
+        self.drop(DropSource.COUNTERS, lost, fid)
+
+    def _ring_due(self, key: tuple[str, int], ring: DeviceTraceRing | SampleRingCounters,
+                  now: float) -> bool:
+        """A device ring is drained at its watermark or its age (RING_MAX_AGE_S)."""
+        if now - self.t_ring.get(key, 0.0) >= RING_MAX_AGE_S or \
                 ring.pending() * RING_WATERMARK >= ring.entries:
-            self.t_ring[fid] = now
+            self.t_ring[key] = now
             return True
         return False
 
     def _drain_devices(self, force: bool = True, now: float = 0.0) -> None:
         rings: tuple[tuple[str, dict[int, Any], Any], ...] = (
             ("TLP ring", self.tlp_rings, self._drain_tlp),
-            ("trace ring", self.rings, self._write_ring))
+            ("trace ring", self.rings, self._write_ring),
+            ("sample ring", self.sample_rings, self._drain_samples))
         for what, owner, drain in rings:
             for fid, ring in list(owner.items()):
                 try:
-                    if not force and owner is self.rings and \
-                            not self._ring_due(fid, ring, now):
+                    if not force and owner is not self.tlp_rings and \
+                            not self._ring_due((what, fid), ring, now):
                         continue
                     drain(fid, ring)
-                except OSError as exc:  # device gone
+                except (OSError, CounterError) as exc:  # device gone
                     self.warnings.append(f"fid {fid}: {what}: {exc}")
                     ring.close()
                     del owner[fid]
@@ -538,7 +580,8 @@ class CaptureSession:
             self._append("api", recs, DropSource.API)
             self.drop(DropSource.API, dropped)
         hz = self.opts.counters_hz
-        if hz > 0 and (self.counters_due is None or now >= self.counters_due - 0.5 / hz):
+        if hz > 0 and self.counters and (self.counters_due is None
+                                         or now >= self.counters_due - 0.5 / hz):
             self.sample_counters(now)
         if self.opts.clock_hz > 0 and now - self.t_clock >= 1.0 / self.opts.clock_hz:
             self.t_clock = now
@@ -565,6 +608,10 @@ class CaptureSession:
                     self.drop(DropSource.COUNTERS, missed)
                 self.counters_due += (missed + 1) * period
         self.t_counters = now
+        self._read_counters()
+
+    def _read_counters(self) -> None:
+        """One sample of every taccd-sampled function, now (outside the grid)."""
         for fid, c in list(self.counters.items()):
             try:
                 self._append("counters", c.sample(), DropSource.COUNTERS)
@@ -599,8 +646,13 @@ class CaptureSession:
         self.counters_due = None  # the final sample: no late-sample accounting
         self.opts.flush_s = 3600.0
         self.tick(now, final=True)
-        if self.opts.counters_hz > 0 and self.t_counters != now:
+        if self.opts.counters_hz > 0 and self.counters and self.t_counters != now:
             self.sample_counters(now)
+        for fid, sr in list(self.sample_rings.items()):  # the last sample, read now
+            try:
+                self._append("counters", sr.bracket(), DropSource.COUNTERS)
+            except (OSError, ValueError):
+                self.drop(DropSource.COUNTERS, 1, fid)
         if self.t_clock != now:
             self.clock_sample()
         self._close_rings()

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -77,6 +78,23 @@ assert _REC.size == REC_SIZE
 now_ns = time.monotonic_ns  # CLOCK_MONOTONIC
 
 
+def _c_producer() -> Any:
+    """The C producer module (``_apiring.c``, built by scripts/setup.sh), or None: not
+    built, or ``TACC_API_PRODUCER=python`` (the Python producer, for comparison)."""
+    if os.environ.get("TACC_API_PRODUCER", "c") == "python":
+        return None
+    try:
+        from . import _apiring  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _apiring
+
+
+_c = _c_producer()
+#: which producer writes this process's records: "c" or "python"
+PRODUCER = "c" if _c is not None else "python"
+
+
 def ring_dir() -> Path:
     return Path(os.environ.get("TACC_API_DIR", "/dev/shm"))
 
@@ -93,15 +111,15 @@ def _mode() -> str:
 class Ring:
     """The producer side of one thread's ring."""
 
-    __slots__ = ("path", "mm", "capacity", "mask", "head", "tail", "pid", "tid", "_fd", "_head",
-                 "_tail", "_dropped", "published", "batch", "_t_first", "_mv")
+    __slots__ = ("path", "mm", "capacity", "mask", "head_", "tail_", "pid", "tid", "_fd",
+                 "_head", "_tail", "_dropped", "published_", "batch_", "_t_first", "_mv", "_p")
 
     def __init__(self, path: Path, pid: int, tid: int, capacity: int, enabled: bool,
                  batch: int = 1) -> None:
         if capacity & (capacity - 1) or capacity < 2:
             raise ValueError("ring capacity must be a power of two >= 2")
         self.path, self.pid, self.tid = path, pid, tid
-        self.capacity, self.mask, self.head = capacity, capacity - 1, 0
+        self.capacity, self.mask, self.head_ = capacity, capacity - 1, 0
         size = HEADER_SIZE + capacity * REC_SIZE
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -122,17 +140,44 @@ class Ring:
         self.mm[NAMES_OFFSET:NAMES_OFFSET + len(names)] = names
         os.rename(tmp, path)  # readers never see a half-written header
         self._fd = -1
-        self.tail = 0  # last value of the consumer's tail seen by the producer
+        self.tail_ = 0  # last value of the consumer's tail seen by the producer
         self._head = ctypes.c_uint64.from_buffer(self.mm, OFF_HEAD)
         self._tail = ctypes.c_uint64.from_buffer(self.mm, OFF_TAIL)
         self._dropped = ctypes.c_uint64.from_buffer(self.mm, OFF_DROPPED)
         # records are written to their slots as calls end; head is stored (published) once
         # per batch (issue 18: a record cost ~9 µs of guest CPU in the traced thread when
         # every call packed and published its own; ~16 µs per call as a queued tuple)
-        self.published = 0
-        self.batch = max(batch, 1)
+        self.published_ = 0
+        self.batch_ = max(batch, 1)
         self._t_first = 0
         self._mv = memoryview(self.mm)
+        # the C producer keeps head, tail, published and batch itself (the *_ slots are
+        # the Python producer's); both write the same records (tests/host/test_apiring_c.py)
+        self._p = None if _c is None else _c.Producer(self.mm, capacity, pid, tid,
+                                                       self.batch_, BATCH_AGE_NS)
+
+    @property
+    def head(self) -> int:
+        return int(self._p.head) if self._p is not None else self.head_
+
+    @property
+    def tail(self) -> int:
+        return int(self._p.tail) if self._p is not None else self.tail_
+
+    @property
+    def published(self) -> int:
+        return int(self._p.published) if self._p is not None else self.published_
+
+    @property
+    def batch(self) -> int:
+        return int(self._p.batch) if self._p is not None else self.batch_
+
+    @batch.setter
+    def batch(self, n: int) -> None:
+        if self._p is not None:
+            self._p.batch = max(n, 1)
+        else:
+            self.batch_ = max(n, 1)
 
     @property
     def enabled(self) -> bool:
@@ -152,26 +197,29 @@ class Ring:
         belongs to: when ``batch`` records are written, when the first unpublished one is
         ``BATCH_AGE_NS`` old, before a blocking call (:func:`flush`) and at exit.  A record
         that finds the ring full (the consumer is behind) is dropped and counted."""
-        head = self.head
-        if head - self.tail >= self.capacity and not self._room():
+        if self._p is not None:
+            self._p.emit(name_id, t_start, t_end, tag, nbytes, dev, ctx, status, args)
+            return
+        head = self.head_
+        if head - self.tail_ >= self.capacity and not self._room():
             return
         a = args.encode("utf-8", "replace") if args else b""
         _REC.pack_into(self._mv, HEADER_SIZE + ((head & self.mask) << 7), t_start, t_end, tag,
                        nbytes, self.pid, self.tid, dev, name_id, status, ctx,
                        len(a) if len(a) < ARGS_MAX else ARGS_MAX, 0, a)  # "72s" truncates
-        self.head = head = head + 1
-        n = head - self.published
+        self.head_ = head = head + 1
+        n = head - self.published_
         if n == 1:
             self._t_first = t_end
-        if n >= self.batch or t_end - self._t_first >= BATCH_AGE_NS:
+        if n >= self.batch_ or t_end - self._t_first >= BATCH_AGE_NS:
             self._head.value = head  # publish after the records (x86 TSO)
-            self.published = head
+            self.published_ = head
 
     def _room(self) -> bool:
         """Re-reads the consumer's tail (only when the ring looks full); False: the record
         is dropped (counted in the header's ``dropped``)."""
-        self.tail = self._tail.value
-        if self.head - self.tail < self.capacity:
+        self.tail_ = self._tail.value
+        if self.head_ - self.tail_ < self.capacity:
             return True
         self._dropped.value += 1
         return False
@@ -179,10 +227,12 @@ class Ring:
     def publish(self) -> int:
         """Stores head: the records written since the last publish become visible.
         Returns their number."""
-        n = self.head - self.published
+        if self._p is not None:
+            return int(self._p.publish())
+        n = self.head_ - self.published_
         if n:
-            self._head.value = self.head
-            self.published = self.head
+            self._head.value = self.head_
+            self.published_ = self.head_
         return n
 
     def close(self) -> None:
@@ -190,8 +240,11 @@ class Ring:
         consumer (flag EXITED) so that the last records are not lost."""
         try:
             self.publish()
+            head = self.head
+            if self._p is not None:
+                self._p.close()  # its export of the mapping, before mm.close()
             tail = self._tail.value
-            if self.head == tail:
+            if head == tail:
                 self.path.unlink(missing_ok=True)
             else:
                 struct.pack_into("<I", self.mm, OFF_FLAGS, FLAG_EXITED)
@@ -292,6 +345,8 @@ class _Tracer:
                     r = None
         tls = self.tls
         tls.ring = r
+        if _c is not None:
+            _c.set_current(None if r is None else r._p)
         if r is not None:
             tls.at_exit = _PublishAtThreadExit(r)
         if not hasattr(tls, "adopted"):
@@ -330,6 +385,15 @@ _tracer = _Tracer()
 def _after_fork() -> None:
     global _tracer
     _tracer = _Tracer()
+    if _c is not None:
+        _c.forget_thread()  # the parent thread's ring is not this process's
+
+
+def _open_for_c() -> Any:
+    """The C producer's opener: this thread's Producer (its ring opened on the first
+    traced call, as the Python begin() does), or None."""
+    r = _tracer.ring()
+    return None if r is None else r._p
 
 
 os.register_at_fork(after_in_child=_after_fork)
@@ -400,20 +464,27 @@ def end(t0: int, name_id: int, tag: int = 0, nbytes: int = 0, dev: int = NO_DEV,
     if r is None:
         return
     t1 = now_ns()
-    head = r.head
-    if head - r.tail >= r.capacity and not r._room():
+    head = r.head_
+    if head - r.tail_ >= r.capacity and not r._room():
         return
     a = args.encode("utf-8", "replace") if args else b""
     _REC.pack_into(r._mv, HEADER_SIZE + ((head & r.mask) << 7), t0, t1, tag, nbytes, r.pid,
                    r.tid, dev, name_id, status, ctx, len(a) if len(a) < ARGS_MAX else ARGS_MAX,
                    0, a)
-    r.head = head = head + 1
-    n = head - r.published
+    r.head_ = head = head + 1
+    n = head - r.published_
     if n == 1:
         r._t_first = t1
-    if n >= r.batch or t1 - r._t_first >= BATCH_AGE_NS:
+    if n >= r.batch_ or t1 - r._t_first >= BATCH_AGE_NS:
         r._head.value = head
-        r.published = head
+        r.published_ = head
+
+
+if _c is not None:  # the C producer's begin/end/flush replace the Python ones below
+    _c.set_opener(_open_for_c)
+    begin = _c.begin  # type: ignore[assignment]  # noqa: F811
+    end = _c.end  # type: ignore[assignment]  # noqa: F811
+    flush = _c.flush  # type: ignore[assignment]  # noqa: F811
 
 
 def set_process_enabled(on: bool) -> None:
