@@ -303,7 +303,9 @@ class CaptureSession:
             except (TraceRingError, OSError) as exc:
                 self.warnings.append(f"{fn.pci}: device trace not captured: {exc}")
         if self.opts.counters_hz > 0:
-            if self.opts.counters_source == "device" and fn.accel:
+            # a virtio-tacc function has no sample ring (its SAMPLE ioctls fail): taccd's
+            # reads, without a warning
+            if self.opts.counters_source == "device" and fn.accel and fn.kind != "virtio":
                 try:
                     sr = self.sample_rings[fid] = SampleRingCounters(fn, fid,
                                                                      self.opts.counters_hz)
