@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tacc.capture import open_capture
 from tacc.capture.schema import TRACE_REC_DTYPE, DropSource
 from tacc.daemon import uapi
@@ -1030,3 +1032,33 @@ def test_ring_entries_hold_seconds_of_samples() -> None:
     for hz in (1.0, 20.0, 100.0, 400.0):
         n = ring_entries(hz)
         assert n & (n - 1) == 0 and n >= SAMPLE_RING_S * hz
+
+
+@settings(max_examples=60, deadline=None)
+@given(vals=st.lists(st.binary(max_size=72).filter(lambda b: not b.endswith(b"\0")),
+                     min_size=1, max_size=6),
+       picks=st.lists(st.integers(0, 5), min_size=512, max_size=1500),
+       collide=st.booleans())
+def test_api_args_ids_by_hash_match_the_sorted_ones(vals: list[bytes], picks: list[int],
+                                                     collide: bool) -> None:
+    """The API consumer's args ids through a hash of each record's bytes equal the ids
+    through sorting the strings, a hash collision (all multipliers 0: every record
+    hashes alike) included."""
+    from tacc.daemon import apiring
+
+    col = np.array([vals[i % len(vals)] for i in picks], "S72")
+    ta: dict[str, int] = {}
+    tb: dict[str, int] = {}
+    a = apiring.ApiRings(lambda s: ta.setdefault(s, len(ta)), {"x": 0})
+    b = apiring.ApiRings(lambda s: tb.setdefault(s, len(tb)), {"x": 0})
+    old = apiring._HASH_MUL
+    try:
+        if collide:
+            apiring._HASH_MUL = np.zeros(9, np.uint64)
+        got = a._intern_unique(col)
+    finally:
+        apiring._HASH_MUL = old
+    want = b._intern_sorted(col)
+    sa, sb = {v: k for k, v in ta.items()}, {v: k for k, v in tb.items()}
+    assert [sa[i] for i in got.tolist()] == [sb[i] for i in want.tolist()]
+    assert a._sid_cache.keys() == set(col.tolist())

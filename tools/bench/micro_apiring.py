@@ -80,6 +80,7 @@ def per_call(f: object) -> float:
     return best / N * 1e6
 
 
+print(f"producer: {tr.PRODUCER} (TACC_API_PRODUCER=python: the Python one)")
 for f in (call, begin, next_tag, end, fstring):
     print(f"producer {f.__name__:9s} {per_call(f):7.2f} us/call")
 

@@ -39,6 +39,12 @@ def available() -> tuple[bool, str]:
     return True, ""
 
 
+HASHED_MIN = 512  # records from which the args are told apart by hash (measured natively)
+# odd 64-bit multipliers (golden-ratio based) for the args hash of ApiRings._intern_unique
+_HASH_MUL = np.array([(0x9E3779B97F4A7C15 * (2 * i + 1)) & (2**64 - 1) for i in range(9)],
+                     np.uint64)
+
+
 class ApiRings:
     """Discovers and drains every API ring; converts records to API_DTYPE."""
 
@@ -159,12 +165,34 @@ class ApiRings:
         return out
 
     def _intern_unique(self, col: np.ndarray) -> np.ndarray:
-        """String ids of a column through its distinct values (one sort)."""
+        """String ids of a column through its distinct values.
+
+        The distinct values come from a 64-bit hash of each record's bytes (a sort of u64,
+        not of 72-byte strings: ~2x cheaper per record at a drain's ~1000 records); every
+        record is then compared with its hash's first record, and a collision (never
+        seen) falls back to sorting the strings themselves."""
+        if col.dtype.itemsize % 8 or len(col) < HASHED_MIN:
+            return self._intern_sorted(col)  # a small drain: the sort's fixed cost is less
+        w = np.ascontiguousarray(col).view(np.uint64).reshape(len(col), -1)
+        h = w[:, 0] * _HASH_MUL[0]
+        for i in range(1, w.shape[1]):
+            h ^= w[:, i] * _HASH_MUL[i % len(_HASH_MUL)]
+        _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        rep = col[first]
+        if not np.array_equal(rep[inv], col):
+            return self._intern_sorted(col)
+        return self._ids(rep)[inv]
+
+    def _intern_sorted(self, col: np.ndarray) -> np.ndarray:
         u, inv = np.unique(col, return_inverse=True)
+        return self._ids(u)[inv.reshape(-1)]
+
+    def _ids(self, values: np.ndarray) -> np.ndarray:
+        """String ids of distinct values (the string table asked once per new one)."""
         sids = self._sid_cache
-        ids = [sids[v] if v in sids else sids.setdefault(v, self.string_id(_s(v)))
-               for v in u.tolist()]
-        return np.array(ids, np.uint32)[inv.reshape(-1)]
+        return np.array([sids[v] if v in sids else sids.setdefault(v, self.string_id(_s(v)))
+                         for v in values.tolist()], np.uint32)
 
     def _convert(self, recs: np.ndarray) -> np.ndarray:
         if recs.dtype == API_DTYPE:

@@ -164,6 +164,13 @@ class Ring:
     def tail(self) -> int:
         return int(self._p.tail) if self._p is not None else self.tail_
 
+    @tail.setter
+    def tail(self, v: int) -> None:  # the producer's copy of the consumer's tail
+        if self._p is not None:
+            self._p.tail = v
+        else:
+            self.tail_ = v
+
     @property
     def published(self) -> int:
         return int(self._p.published) if self._p is not None else self.published_
