@@ -1,4 +1,5 @@
-"""A taccd capture's counters stream from the device's sample ring (issue 18 item 5):
+"""A taccd capture's counters stream from the device's sample ring (issue 18 item 5,
+``counters_source: device``; the default stays taccd's reads, see session.Options):
 the device samples every 1/counters_hz of device time and taccd only drains the ring, so
 a stalled taccd loop loses no sample (sampled by taccd's loop, every grid slot the loop
 missed was a counted ``counters`` drop); a ring another consumer holds falls back to
@@ -63,7 +64,8 @@ def test_device_sampled_counters_survive_a_stalled_loop(taccd: tuple[Any, Path],
                                                        tmp_path: Path, pf_accel: Path) -> None:
     p, sock = taccd
     out = tmp_path / "c1"
-    _req(sock, cmd="start", output=str(out), options={"counters_hz": HZ, "api": False})
+    _req(sock, cmd="start", output=str(out),
+         options={"counters_hz": HZ, "api": False, "counters_source": "device"})
     _jobs(pf_accel, 50, 0x3C3C0000)
     os.kill(p.pid, signal.SIGSTOP)  # the loop stalls for 20 grid slots
     time.sleep(STALL_S)
@@ -94,7 +96,8 @@ def test_counters_fall_back_to_taccd_reads_when_the_ring_is_taken(
     fn = functions()[0]
     with DeviceBackend(fn, period_ns=10_000_000, entries=64):  # another consumer
         out = tmp_path / "c2"
-        _req(sock, cmd="start", output=str(out), options={"counters_hz": HZ, "api": False})
+        _req(sock, cmd="start", output=str(out),
+             options={"counters_hz": HZ, "api": False, "counters_source": "device"})
         _jobs(pf_accel, 20, 0x3C3E0000)
         time.sleep(0.5)
         s = _req(sock, cmd="stop")["summary"]

@@ -10,11 +10,12 @@ batches in every phase; batches/s over the workload's measured section).  Modes:
 
   nothing     taccd SIGSTOPped (a stopped process costs nothing), no tracer
   always-on   taccd running (1 Hz sysfs sampling, no BPF)
-  taccd       a taccd capture (default options) around the phase
+  taccd       a taccd capture (default options but ``counters_source: device``: the
+              device samples the counters, so a late loop tick loses none) around the phase
   taccd-jobs  a taccd capture of perf's per-job facts: the driver's job events and the
               device trace (every per-job and per-command fact), counters and clock
               pairs; no runtime API records, no sched/host events and no IOCTL records
-              (``api: false, host_events: false, ioctl_events: false``)
+              (``api: false, host_events: false, ioctl_events: false``, device counters)
   record      ``accel-bpftrace record`` (started for the phase: one bcc compile each)
   perf        ``perf record -e 'tacc:*' -a`` (Debian's linux-perf)
   bpftrace    a bpftrace script printing every tacc event to a file (peers.py)
@@ -177,7 +178,11 @@ class Taccd:
 
 MODES = ("nothing", "always-on", "taccd", "taccd-jobs", "record", "perf", "bpftrace")
 CAPTURE_OPTIONS: dict[str, dict[str, Any]] = {
-    "taccd": {}, "taccd-jobs": {"api": False, "host_events": False, "ioctl_events": False}}
+    # counters sampled by the device (a late host tick is a counted drop; these phases
+    # keep the device busy, so its PM is not what is measured)
+    "taccd": {"counters_source": "device"},
+    "taccd-jobs": {"api": False, "host_events": False, "ioctl_events": False,
+                   "counters_source": "device"}}
 PEERS = ("record", "perf", "bpftrace")
 WORKLOADS = ("nop", "mlp")
 

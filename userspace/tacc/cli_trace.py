@@ -132,9 +132,10 @@ def add_parser(sub: Any) -> None:
                         "the ioctl tracepoints not attached (cheaper)")
     s.add_argument("--counters-hz", type=float, default=None)
     s.add_argument("--counters-source", choices=("device", "host"), default=None,
-                   help="who samples the counters: the device, into its sample ring "
-                        "(default; falls back to host when the ring is taken), or taccd's "
-                        "loop")
+                   help="who samples the counters: taccd's loop (host, default) or the "
+                        "device into its sample ring (no late sample is lost, but the "
+                        "device stays in D0 and its link out of L1 for the capture; falls "
+                        "back to host when the ring is taken)")
     s.add_argument("--max-bytes", type=int, default=None)
     s.add_argument("--trace-entries", type=int, default=None, metavar="N",
                    help="device trace ring records per function, a power of two 64..32768 "

@@ -116,10 +116,13 @@ class Options:
     # only (docs/capture-format.md), the ioctl tracepoints not attached (issue 18)
     ioctl_events: bool = True
     counters_hz: float = 20.0
-    # "device": the device samples into each function's sample ring (default; a function
-    # whose ring cannot be opened, e.g. another consumer has it, falls back to "host",
-    # with a warning); "host": mmap/sysfs reads from taccd's loop (one tick each)
-    counters_source: str = "device"
+    # "host" (default): mmap/sysfs reads from taccd's loop (one tick each); "device": the
+    # device samples into each function's sample ring (a function whose ring cannot be
+    # opened, e.g. another consumer has it, falls back to "host", with a warning).  Not
+    # the default: an open sample ring keeps the device out of runtime suspend and its
+    # link out of L1 for the whole capture, which a capture of PM must not change
+    # (test_capture_device_events, test_linkpm's L1 exits on the timeline)
+    counters_source: str = "host"
     clock_hz: float = 1.0
     max_bytes: int = 1 << 30
     pids: list[int] = field(default_factory=list)
