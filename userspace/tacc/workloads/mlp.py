@@ -107,6 +107,11 @@ def mlp(ctx: Context, bad: bool = False, scale: int = 1, check: bool = True,
             collect(b)
     jobs = jobs_of(streams)
     span.stop()
+    # the device memory back to the context: a buffer lives until freed or its context
+    # closes, and a caller running mlp many times on one context (tools/bench/
+    # vm_tracing.py, ~100 runs) ran out of device memory at 2.75 MiB per run
+    for buf in (dw1, dw2, db1, db2, dh, *hx, *hy, *dx, *dy):
+        buf.free()
     err, ok = 0.0, False
     if check:
         for i in range(nb):
