@@ -162,6 +162,13 @@ class Perf(Tool):
     name = "perf"
     MMAP = "8M"  # per-CPU ring; perf's default (512 KiB) loses most of a NOP flood
 
+    def __init__(self, tmp: Path, seq: int, mmap: str | None = MMAP) -> None:
+        super().__init__(tmp, seq)
+        # None: perf's default ring.  An 8 MiB ring holds a whole 1 s mlp phase, so perf
+        # wrote nothing until the phase had ended (its CPU read 0.0 %): its cost was
+        # not measured.  The smallest ring that loses nothing is the fair one.
+        self.mmap = mmap
+
     def start(self) -> None:
         ctl, ack = self.tmp / f"perf{self.seq}.ctl", self.tmp / f"perf{self.seq}.ack"
         for f in (ctl, ack):
@@ -169,7 +176,8 @@ class Perf(Tool):
             os.mkfifo(f)
         self.err = (self.tmp / f"perf{self.seq}.err").open("w+")
         self.p = subprocess.Popen(
-            ["perf", "record", "-q", "-e", "tacc:*", "-a", "-m", self.MMAP, "-D", "-1",
+            ["perf", "record", "-q", "-e", "tacc:*", "-a",
+             *(["-m", self.mmap] if self.mmap else []), "-D", "-1",
              "--control", f"fifo:{ctl},{ack}", "-o", str(self.out)],
             stdout=subprocess.DEVNULL, stderr=self.err)
         wfd = os.open(ctl, os.O_WRONLY)  # blocks until perf opened its end

@@ -265,7 +265,10 @@ class Phase:
         if mode in CAPTURE_OPTIONS:
             cap = self.d.start(CAPTURE_OPTIONS[mode])
         elif mode == "perf":
-            tool = peers.Perf(self.tmp, self.seq)
+            # the NOP flood needs an 8 MiB ring not to lose events; mlp's rate fits
+            # perf's default one, which makes perf write during the phase (peers.Perf)
+            tool = peers.Perf(self.tmp, self.seq,
+                              peers.Perf.MMAP if work.name == "nop" else None)
         elif mode == "bpftrace":
             tool = peers.Bpftrace(self.tmp, self.seq, self.node)
         elif mode == "record":
@@ -317,6 +320,8 @@ class Phase:
 
 
 class NopWork:
+    name = "nop"
+
     def __init__(self, node: str, seconds: float, batch: int) -> None:
         self.node, self.seconds, self.batch = node, seconds, batch
 
@@ -343,6 +348,8 @@ class NopWork:
 
 
 class MlpWork:
+    name = "mlp"
+
     def __init__(self, seconds: float) -> None:
         self.m = Mlp(seconds)
 
