@@ -24,12 +24,14 @@ HZ = 20.0
 STALL_S = 1.0  # taccd SIGSTOPped: 20 grid slots at 20 Hz
 
 
-@pytest.fixture
-def taccd(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
+@pytest.fixture(scope="module")
+def taccd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
+    """One taccd for the file (each capture is its own; a start is seconds of imports)."""
     from tacc.testing.taccd import start_taccd
 
-    sock = tmp_path / "taccd.sock"
-    p = start_taccd(sock, tmp_path, "--no-bpf", "--no-always-on", "--no-cdi")
+    root = tmp_path_factory.mktemp("taccd")
+    sock = root / "taccd.sock"
+    p = start_taccd(sock, root, "--no-bpf", "--no-always-on", "--no-cdi")
     try:
         yield p, sock
     finally:
@@ -68,8 +70,10 @@ def test_device_sampled_counters_survive_a_stalled_loop(taccd: tuple[Any, Path],
          options={"counters_hz": HZ, "api": False, "counters_source": "device"})
     _jobs(pf_accel, 50, 0x3C3C0000)
     os.kill(p.pid, signal.SIGSTOP)  # the loop stalls for 20 grid slots
-    time.sleep(STALL_S)
-    os.kill(p.pid, signal.SIGCONT)
+    try:
+        time.sleep(STALL_S)
+    finally:  # the daemon serves the file's other tests
+        os.kill(p.pid, signal.SIGCONT)
     _jobs(pf_accel, 50, 0x3C3D0000)
     time.sleep(0.3)
     s = _req(sock, cmd="stop")["summary"]

@@ -131,7 +131,7 @@ def add_parser(sub: Any) -> None:
                    help="no IOCTL records (one per tacc ioctl): the per-job facts only, "
                         "the ioctl tracepoints not attached (cheaper)")
     s.add_argument("--counters-hz", type=float, default=None)
-    s.add_argument("--counters-source", choices=("device", "host"), default=None,
+    s.add_argument("--counters-source", default=None, metavar="SOURCE",
                    help="who samples the counters: taccd's loop (host, default) or the "
                         "device into its sample ring (no late sample is lost, but the "
                         "device stays in D0 and its link out of L1 for the capture; falls "

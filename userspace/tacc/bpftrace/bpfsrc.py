@@ -686,16 +686,13 @@ static __always_inline u8 switch_maybe(u32 next)
 	return maybe_traced(bpf_get_current_pid_tgid() >> 32) | maybe_traced(next);
 }
 
+/* called by raw_sched_switch once switch_maybe() passed (the raw wrappers prefilter) */
 static __always_inline int on_sched_switch(struct tp_sched_switch *args)
 {
 	u32 next = args->next_pid;
-	u8 *nv;
-	u8 next_t;
+	u8 *nv = traced_tid.lookup(&next);
+	u8 next_t = nv ? *nv : 0;
 	struct tacc_ev e = { .kind = HOST_BASE + 1 };
-	if (!switch_maybe(next))
-		return 0;
-	nv = traced_tid.lookup(&next);
-	next_t = nv ? *nv : 0;
 	if (!(traced_cur() | next_t))
 		return 0;
 	e.pid = bpf_get_current_pid_tgid() >> 32;
@@ -712,7 +709,7 @@ static __always_inline int on_sched_wakeup(struct tp_sched_wakeup *args)
 {
 	u32 tid = args->pid;
 	struct tacc_ev e = { .kind = HOST_BASE + 2 };
-	if (!maybe_traced(tid) || !traced_tid.lookup(&tid))
+	if (!traced_tid.lookup(&tid))  /* raw_sched_wakeup prefiltered */
 		return 0;
 	e.tid = tid;
 	e.y = args->target_cpu;

@@ -348,9 +348,7 @@ class CaptureSession:
         self.removed.add(fid)
         self._hotplug(DeviceEventKind.HOTPLUG_REMOVE, fid, self.functions[fid],
                       time.monotonic_ns())
-        rings: tuple[tuple[dict[int, Any], Any], ...] = (
-            (self.rings, self._write_ring), (self.tlp_rings, self._drain_tlp))
-        for owner, drain in rings:  # what it produced up to now, then closed
+        for _, owner, drain in self._device_rings():  # what it produced so far, then closed
             ring = owner.pop(fid, None)
             if ring is not None:
                 try:
@@ -358,13 +356,6 @@ class CaptureSession:
                 except OSError:
                     pass
                 ring.close()
-        sr = self.sample_rings.pop(fid, None)
-        if sr is not None:
-            try:
-                self._drain_samples(fid, sr)
-            except OSError:
-                pass
-            sr.close()
         c = self.counters.pop(fid, None)
         if c is not None:
             c.close()
@@ -504,12 +495,14 @@ class CaptureSession:
             return True
         return False
 
+    def _device_rings(self) -> tuple[tuple[str, dict[int, Any], Any], ...]:
+        """(name, fid -> ring, its drain) of every ring read from a device."""
+        return (("TLP ring", self.tlp_rings, self._drain_tlp),
+                ("trace ring", self.rings, self._write_ring),
+                ("sample ring", self.sample_rings, self._drain_samples))
+
     def _drain_devices(self, force: bool = True, now: float = 0.0) -> None:
-        rings: tuple[tuple[str, dict[int, Any], Any], ...] = (
-            ("TLP ring", self.tlp_rings, self._drain_tlp),
-            ("trace ring", self.rings, self._write_ring),
-            ("sample ring", self.sample_rings, self._drain_samples))
-        for what, owner, drain in rings:
+        for what, owner, drain in self._device_rings():
             for fid, ring in list(owner.items()):
                 try:
                     if not force and owner is not self.tlp_rings and \

@@ -234,11 +234,6 @@ static PyObject *producer_publish(Producer *p, PyObject *unused)
 	return PyLong_FromUnsignedLongLong(n);
 }
 
-static PyObject *producer_room(Producer *p, PyObject *unused)
-{
-	return PyBool_FromLong(p->open && room(p));
-}
-
 static PyObject *producer_emit(Producer *p, PyObject *const *a, Py_ssize_t na,
 			       PyObject *kwn);
 
@@ -247,8 +242,6 @@ static PyMethodDef producer_methods[] = {
 	 "Publish what is written and release the mapping; later calls do nothing."},
 	{"publish", (PyCFunction)producer_publish, METH_NOARGS,
 	 "Store head; returns the number of records it made visible."},
-	{"room", (PyCFunction)producer_room, METH_NOARGS,
-	 "Re-read the consumer's tail; False (and one drop counted): the ring is full."},
 	{"emit", (PyCFunction)(void (*)(void))producer_emit, METH_FASTCALL | METH_KEYWORDS,
 	 "emit(name_id, t_start, t_end, tag, nbytes, dev, ctx, status, args): one record."},
 	{NULL}
@@ -262,10 +255,6 @@ static PyMemberDef producer_members[] = {
 	U64_MEMBER(published, "records made visible (head stored)"),
 	U64_MEMBER(tail, "the consumer's tail as last read"),
 	U64_MEMBER(batch, "records per publish"),
-	{"capacity", T_ULONGLONG, offsetof(Producer, capacity), READONLY, "ring records"},
-	{"t_first", T_LONGLONG, offsetof(Producer, t_first), 0,
-	 "end time of the first unpublished record"},
-	{"open", T_INT, offsetof(Producer, open), READONLY, "mapping held"},
 	{NULL}
 };
 
@@ -465,9 +454,17 @@ PyMODINIT_FUNC PyInit__apiring(void)
 	m = PyModule_Create(&moddef);
 	if (!m)
 		return NULL;
+	/* the layout it was built for: apitrace.py checks it against its own (one truth) */
 	if (PyModule_AddObjectRef(m, "Producer", (PyObject *)&ProducerType) < 0 ||
 	    PyModule_AddIntConstant(m, "REC_SIZE", REC_SIZE) < 0 ||
-	    PyModule_AddIntConstant(m, "HEADER_SIZE", HEADER_SIZE) < 0) {
+	    PyModule_AddIntConstant(m, "HEADER_SIZE", HEADER_SIZE) < 0 ||
+	    PyModule_AddIntConstant(m, "ARGS_MAX", ARGS_MAX) < 0 ||
+	    PyModule_AddIntConstant(m, "OFF_ENABLE", OFF_ENABLE) < 0 ||
+	    PyModule_AddIntConstant(m, "OFF_HEAD", OFF_HEAD) < 0 ||
+	    PyModule_AddIntConstant(m, "OFF_TAIL", OFF_TAIL) < 0 ||
+	    PyModule_AddIntConstant(m, "OFF_DROPPED", OFF_DROPPED) < 0 ||
+	    PyModule_AddObject(m, "NO_DEV", PyLong_FromUnsignedLong(NO_DEV)) < 0 ||
+	    PyModule_AddObject(m, "NO_CTX", PyLong_FromUnsignedLong(NO_CTX)) < 0) {
 		Py_DECREF(m);
 		return NULL;
 	}

@@ -91,6 +91,13 @@ def _c_producer() -> Any:
 
 
 _c = _c_producer()
+# the ring layout has one truth, this module: the C producer's copy must agree
+if _c is not None and (_c.HEADER_SIZE, _c.REC_SIZE, _c.ARGS_MAX, _c.OFF_ENABLE, _c.OFF_HEAD,
+                       _c.OFF_TAIL, _c.OFF_DROPPED, _c.NO_DEV, _c.NO_CTX) != (
+        HEADER_SIZE, REC_SIZE, ARGS_MAX, OFF_ENABLE, OFF_HEAD, OFF_TAIL, OFF_DROPPED, NO_DEV,
+        NO_CTX):
+    raise ImportError("tacc.runtime._apiring was built for another ring layout: "
+                      "run make setup")
 #: which producer writes this process's records: "c" or "python"
 PRODUCER = "c" if _c is not None else "python"
 
@@ -106,6 +113,30 @@ def _mode() -> str:
     if v in ("none", "never", "disabled"):
         return "none"
     return "off"
+
+
+class _ProducerField:
+    """A producer counter of a :class:`Ring`: the C producer's attribute when it runs,
+    else the Python producer's ``<name>_`` slot."""
+
+    def __init__(self, minimum: int | None = None) -> None:
+        self.minimum = minimum
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.slot = name, name + "_"
+
+    def __get__(self, r: Ring | None, owner: type | None = None) -> Any:
+        if r is None:
+            return self
+        return int(getattr(r._p, self.name)) if r._p is not None else getattr(r, self.slot)
+
+    def __set__(self, r: Ring, v: int) -> None:
+        if self.minimum is not None:
+            v = max(v, self.minimum)
+        if r._p is not None:
+            setattr(r._p, self.name, v)
+        else:
+            setattr(r, self.slot, v)
 
 
 class Ring:
@@ -156,35 +187,10 @@ class Ring:
         self._p = None if _c is None else _c.Producer(self.mm, capacity, pid, tid,
                                                        self.batch_, BATCH_AGE_NS)
 
-    @property
-    def head(self) -> int:
-        return int(self._p.head) if self._p is not None else self.head_
-
-    @property
-    def tail(self) -> int:
-        return int(self._p.tail) if self._p is not None else self.tail_
-
-    @tail.setter
-    def tail(self, v: int) -> None:  # the producer's copy of the consumer's tail
-        if self._p is not None:
-            self._p.tail = v
-        else:
-            self.tail_ = v
-
-    @property
-    def published(self) -> int:
-        return int(self._p.published) if self._p is not None else self.published_
-
-    @property
-    def batch(self) -> int:
-        return int(self._p.batch) if self._p is not None else self.batch_
-
-    @batch.setter
-    def batch(self, n: int) -> None:
-        if self._p is not None:
-            self._p.batch = max(n, 1)
-        else:
-            self.batch_ = max(n, 1)
+    head = _ProducerField()  # records written
+    tail = _ProducerField()  # the producer's copy of the consumer's tail
+    published = _ProducerField()  # records made visible (head stored)
+    batch = _ProducerField(minimum=1)  # records per publish
 
     @property
     def enabled(self) -> bool:
@@ -459,32 +465,15 @@ def begin() -> int:
 
 def end(t0: int, name_id: int, tag: int = 0, nbytes: int = 0, dev: int = NO_DEV,
         ctx: int = NO_CTX, status: int = 0, args: str = "") -> None:
-    """Records a call that began with a non-zero :func:`begin` (same thread).
+    """Records a call that began with a non-zero :func:`begin` (same thread), ending now.
 
-    :meth:`Ring.emit` inlined (issue 18: the producer's per-call Python work is paid by
-    the traced thread): one clock read, the record packed into its slot, head stored once
-    per batch."""
+    The Python producer's (``_apiring.end`` replaces it when the C producer is built)."""
     try:
         r = _tracer.tls.ring
     except AttributeError:
         return
-    if r is None:
-        return
-    t1 = now_ns()
-    head = r.head_
-    if head - r.tail_ >= r.capacity and not r._room():
-        return
-    a = args.encode("utf-8", "replace") if args else b""
-    _REC.pack_into(r._mv, HEADER_SIZE + ((head & r.mask) << 7), t0, t1, tag, nbytes, r.pid,
-                   r.tid, dev, name_id, status, ctx, len(a) if len(a) < ARGS_MAX else ARGS_MAX,
-                   0, a)
-    r.head_ = head = head + 1
-    n = head - r.published_
-    if n == 1:
-        r._t_first = t1
-    if n >= r.batch_ or t1 - r._t_first >= BATCH_AGE_NS:
-        r._head.value = head
-        r.published_ = head
+    if r is not None:
+        r.emit(name_id, t0, now_ns(), tag, nbytes, dev, ctx, status, args)
 
 
 if _c is not None:  # the C producer's begin/end/flush replace the Python ones below
