@@ -92,10 +92,10 @@ def _c_producer() -> Any:
 
 _c = _c_producer()
 # the ring layout has one truth, this module: the C producer's copy must agree
-if _c is not None and (_c.HEADER_SIZE, _c.REC_SIZE, _c.ARGS_MAX, _c.OFF_ENABLE, _c.OFF_HEAD,
-                       _c.OFF_TAIL, _c.OFF_DROPPED, _c.NO_DEV, _c.NO_CTX) != (
-        HEADER_SIZE, REC_SIZE, ARGS_MAX, OFF_ENABLE, OFF_HEAD, OFF_TAIL, OFF_DROPPED, NO_DEV,
-        NO_CTX):
+_LAYOUT = {"HEADER_SIZE": HEADER_SIZE, "REC_SIZE": REC_SIZE, "ARGS_MAX": ARGS_MAX,
+           "OFF_ENABLE": OFF_ENABLE, "OFF_HEAD": OFF_HEAD, "OFF_TAIL": OFF_TAIL,
+           "OFF_DROPPED": OFF_DROPPED, "NO_DEV": NO_DEV, "NO_CTX": NO_CTX}
+if _c is not None and {k: getattr(_c, k, None) for k in _LAYOUT} != _LAYOUT:
     raise ImportError("tacc.runtime._apiring was built for another ring layout: "
                       "run make setup")
 #: which producer writes this process's records: "c" or "python"
