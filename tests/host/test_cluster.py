@@ -425,3 +425,38 @@ def test_run_vm_nodes_validated() -> None:
                            text=True, timeout=30)
         assert r.returncode == 2 and r.stderr.startswith(f"run-vm: NODES={bad}:")
         assert "1 to 4" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def _plain_env(**extra: str) -> dict[str, str]:
+    """A plain shell's environment: none of the harness's variables (no TIMEOUT: make
+    test's layers set it, a user's shell does not)."""
+    keep = ("PATH", "HOME", "LANG", "USER", "LOGNAME", "TERM")
+    return {**{k: os.environ[k] for k in keep if k in os.environ}, **extra}
+
+
+def test_make_run_vm_cluster_without_timeout_waits_for_quiet_nodes(tmp_path: Path) -> None:
+    # the README's `make run-vm NODES=2 CMD='echo node=$$TACC_NODE'` from a plain shell:
+    # the nodes print nothing for over a second (a boot prints nothing for longer), which
+    # must not count as a timeout when no TIMEOUT is set
+    q = tmp_path / "qemu"
+    q.write_text(FAKE_QEMU)
+    q.chmod(0o755)
+    r = subprocess.run(["make", "--no-print-directory", "-o", "setup", "run-vm", "NODES=2",
+                        "CMD=sleep 1.5; echo node=$$TACC_NODE"], cwd=ROOT,
+                       env=_plain_env(TACC_QEMU=str(q)), stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "[node0] node=0" in r.stdout and "[node1] node=1" in r.stdout, r.stdout
+    assert "timed out" not in r.stderr
+
+
+def test_run_vm_cluster_timeout_still_kills(tmp_path: Path) -> None:
+    q = tmp_path / "qemu"
+    q.write_text(FAKE_QEMU)
+    q.chmod(0o755)
+    r = subprocess.run(["/usr/bin/python3", str(ROOT / "scripts/run-vm"), "--make-cmd"],
+                       env=_plain_env(TACC_QEMU=str(q), NODES="2", TIMEOUT="2",
+                                      TACC_MAKE_CMD="sleep 60"),
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 124, r.stderr
+    assert "[node0] timed out after 2 s" in r.stderr, r.stderr
