@@ -460,3 +460,27 @@ def test_run_vm_cluster_timeout_still_kills(tmp_path: Path) -> None:
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert r.returncode == 124, r.stderr
     assert "[node0] timed out after 2 s" in r.stderr, r.stderr
+
+
+def test_cluster_boot_runs_make_run_vm_from_a_plain_environment(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    # scripts/test-vm's cluster boot also runs the README's `make run-vm NODES=2 CMD=...`
+    # with none of the harness's variables (a TIMEOUT set here must not reach it)
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("test_vm", str(ROOT / "scripts/test-vm"))
+    spec = importlib.util.spec_from_loader("test_vm", loader)
+    tv = importlib.util.module_from_spec(spec)
+    loader.exec_module(tv)
+    assert "make_cluster_check(out)" in (ROOT / "scripts/test-vm").read_text()
+    for var in ("TIMEOUT", "TEST_VM_TIMEOUT", "IOMMU", "NODES", "ICOUNT", "MAKEFLAGS"):
+        monkeypatch.setenv(var, "1")
+    assert not set(tv.plain_env(dict(os.environ))) & {"TIMEOUT", "NODES", "MAKEFLAGS"}
+    q = tmp_path / "qemu"
+    q.write_text(FAKE_QEMU.replace("import os", "import os, time; time.sleep(1.5)\nimport os"))
+    q.chmod(0o755)
+    assert tv.make_cluster_check(tmp_path, {"TACC_QEMU": str(q)}, ("-o", "setup"))
+    log = (tmp_path / "make-run-vm-nodes2.log").read_text()
+    assert "[node0] node=0" in log and "[node1] node=1" in log
