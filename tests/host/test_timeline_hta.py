@@ -87,3 +87,32 @@ def test_hta_temporal_breakdown_equals_tacc_busy(real: Path, tmp_path: Path,
     assert tb["compute_time(us)"] / 1e3 == pytest.approx(tacc["compute"], rel=0.01)
     assert tb["idle_time_pctg"] == pytest.approx(tacc["idle_pct"], rel=0.01)
     assert 0 < tacc["compute"] < tacc["busy"] < tacc["span"]
+
+
+def test_summaries_read_right(real: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """timeline --summary: a track's busy time leaves out its sleeping slices, names are
+    whole, device memory carries its unit; analyze: ranges in ms from the capture's start,
+    evidence rounded and with units (findings.json keeps the exact values)."""
+    from tacc.capture import open_capture
+
+    assert main(["timeline", str(real), "--summary"]) == 0
+    out = capsys.readouterr().out
+    rows = {ln.rsplit(None, 4)[0]: ln.split()[-4:] for ln in out.splitlines()
+            if ln.startswith("e2e / ") and len(ln.split()) > 5 and ln.split()[-1][0].isdigit()}
+    kc = [k for k in rows if "kcompactd0" in k and k.endswith(" CPU")]
+    assert len(kc) == 1, rows.keys()  # the whole name, not cut at 64 characters
+    assert kc[0] == "e2e / kcompactd0 pid 33 / kcompactd0 tid 33 / kcompactd0 tid 33 CPU"
+    slices, busy, pct, sleep = rows[kc[0]]
+    assert float(busy) == 0.0 and float(sleep) > 2000  # it slept (was "76 % busy")
+    m = re.search(r"device memory in use +56 +([\d.]+) MiB +([\d.]+) MiB", out)
+    assert m and float(m[2]) == pytest.approx(21757952 / 2**20, abs=0.005)
+
+    cap = open_capture(real)
+    t0, t1 = cap.time_range
+    assert main(["analyze", str(real)]) == 0
+    table = capsys.readouterr().out
+    firsts = [(float(a), float(b)) for a, b in re.findall(r"first ([\d.]+)-([\d.]+) ms", table)]
+    assert firsts and all(0 <= a <= b <= (t1 - t0) / 1e6 for a, b in firsts)
+    ev = [ln for ln in table.splitlines() if ln.strip().startswith("evidence:")]
+    assert ev and not re.search(r"\d\.\d{5,}", "\n".join(ev))  # no unrounded float
+    assert "observed=70.6 ms" in table and "bytes=2.00 MiB" in table

@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as f:
             f.write(doc + "\n")
     t0, t1 = cap.time_range
-    write_table(sys.stdout, findings, t1 - t0)
+    write_table(sys.stdout, findings, t1 - t0, t0)
     return 0
 
 
@@ -134,7 +134,8 @@ def run_fleet(args: argparse.Namespace, th: Any) -> int:
     for d in docs:
         c = d["capture"]
         sys.stdout.write(f"== {c['node']}: {c['path']}\n")
-        write_table(sys.stdout, [Finding(**f) for f in d["findings"]], c["span_ns"])
+        write_table(sys.stdout, [Finding(**f) for f in d["findings"]], c["span_ns"],
+                    c["t_start_ns"])
     cross = doc["cross"]
     if len(docs) > 1:
         sys.stdout.write(f"== across {len(docs)} captures: "
