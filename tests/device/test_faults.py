@@ -221,3 +221,15 @@ def test_counter_snapshot_protocol(pf):
     raw = pf.dev.qt.memread  # BAR reads via memread also work (mmap-like access)
     blk = raw(pf.bar2, 64)
     assert struct.unpack_from("<Q", blk, 0)[0] >> 32 == 1
+
+
+def test_qmp_through_qemu_qmp(dev) -> None:
+    # tacc.testing.qtest's QMP is qemu.qmp's QEMUMonitorProtocol: values come back, and a
+    # QMP error is one QTestError naming the command and QEMU's description
+    from qemu.qmp.legacy import QEMUMonitorProtocol
+    from tacc.testing.qtest import QTestError
+
+    assert isinstance(dev.qt.qmp.mon, QEMUMonitorProtocol)
+    assert isinstance(dev.qom_get("gt-h2d-bytes"), int)
+    with pytest.raises(QTestError, match=r"^qom-get: .*no-such-prop"):
+        dev.qom_get("no-such-prop")
