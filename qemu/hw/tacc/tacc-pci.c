@@ -29,6 +29,7 @@
 #include "hw/pci/pcie.h"
 #include "hw/pci/pcie_aer.h"
 #include "hw/pci/pcie_sriov.h"
+#include "hw/pci/pci_host.h"
 #include "hw/qdev-properties.h"
 #include "migration/vmstate.h"
 #include "tacc.h"
@@ -113,13 +114,66 @@ AddressSpace *tacc_func_as(TaccFunc *f)
     return f->ops ? f->ops->dma_as(f) : pci_get_address_space(PCI_DEVICE(f));
 }
 
+/*
+ * A memory request of the device never becomes a configuration request: the
+ * host bridge's ECAM window is decoded for the CPU, not for DMA (an inbound
+ * request there is an Unsupported Request on real root complexes).  QEMU's
+ * q35 would route it to config space, where a CQE or a fence could power the
+ * device's slot off, reset it or eject it in the middle of its own
+ * operation.  True if [addr, addr + len) reaches a host bridge's registers.
+ */
+static bool tacc_dma_reaches_host_bridge(AddressSpace *as, hwaddr addr,
+                                         hwaddr len, bool write)
+{
+    RCU_READ_LOCK_GUARD();
+    while (len) {
+        hwaddr xlat, l = len;
+        MemoryRegion *mr = address_space_translate(as, addr, &xlat, &l, write,
+                                                   MEMTXATTRS_UNSPECIFIED);
+
+        if (mr->owner && object_dynamic_cast(mr->owner, TYPE_PCI_HOST_BRIDGE)) {
+            return true;
+        }
+        if (!l) {
+            break;
+        }
+        addr += l;
+        len -= l;
+    }
+    return false;
+}
+
+static bool tacc_config_dma_refused(TaccFunc *f, AddressSpace *as,
+                                    uint64_t addr, uint64_t len, bool write)
+{
+    if (!tacc_dma_reaches_host_bridge(as, addr, len, write)) {
+        return false;
+    }
+    qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d: DMA %s 0x%" PRIx64 "+%" PRIu64
+                  " reaches the host bridge's config window: refused "
+                  "(Unsupported Request)\n", f->fn, write ? "write" : "read",
+                  addr, len);
+    f->pf->config_dma_refused++;
+    return true;
+}
+
 MemTxResult tacc_func_dma(TaccFunc *f, uint64_t addr, void *buf, uint64_t len,
                           bool write)
 {
-    return dma_memory_rw(tacc_func_as(f), addr, buf, len,
-                         write ? DMA_DIRECTION_FROM_DEVICE
-                               : DMA_DIRECTION_TO_DEVICE,
-                         MEMTXATTRS_UNSPECIFIED);
+    AddressSpace *as = tacc_func_as(f);
+    TaccState *s = f->pf;
+    MemTxResult r;
+
+    if (tacc_config_dma_refused(f, as, addr, len, write)) {
+        return MEMTX_DECODE_ERROR;
+    }
+    s->dma_depth++;
+    r = dma_memory_rw(as, addr, buf, len,
+                      write ? DMA_DIRECTION_FROM_DEVICE
+                            : DMA_DIRECTION_TO_DEVICE,
+                      MEMTXATTRS_UNSPECIFIED);
+    s->dma_depth--;
+    return r;
 }
 
 /* Per-VF policy (TACC_CAP_VF_POLICY): the queues function f may enable. */
@@ -158,9 +212,18 @@ void tacc_msix_notify(TaccFunc *f, unsigned vector)
     }
     pdev = PCI_DEVICE(f);
     if (msix_enabled(pdev)) {
+        MSIMessage msg = msix_get_message(pdev, vector);
+
+        /* a message aimed at ECAM is a DMA like any other (tacc_func_dma) */
+        if (!msix_is_masked(pdev, vector) &&
+            tacc_config_dma_refused(f, pci_get_address_space(pdev),
+                                    msg.address, 4, true)) {
+            return;
+        }
+        f->pf->dma_depth++;
         msix_notify(pdev, vector);
-        tacc_link_ctrl(f, true, msix_get_message(pdev, vector).address,
-                       TACC_LINK_MSI_BYTES);
+        f->pf->dma_depth--;
+        tacc_link_ctrl(f, true, msg.address, TACC_LINK_MSI_BYTES);
         tacc_counters_begin(f->pf);
         f->cnt[TACC_CNT_irqs]++;
         f->pf->gt.irqs++;
@@ -375,9 +438,10 @@ static void tacc_write_config(PCIDevice *pdev, uint32_t addr, uint32_t val,
     tacc_leave(f->pf);
 }
 
-static void tacc_qdev_reset(DeviceState *dev)
+/* A device reset of one function (machine, bus, slot power, FLR). */
+static void tacc_device_reset(TaccFunc *f)
 {
-    TaccFunc *f = TACC_FUNC(dev);
+    DeviceState *dev = DEVICE(f);
     PCIDevice *pdev = PCI_DEVICE(dev);
 
     tacc_func_reset(f);
@@ -399,6 +463,45 @@ static void tacc_qdev_reset(DeviceState *dev)
             tacc_devctl_preset(TACC(dev), pdev);
         }
     }
+}
+
+/*
+ * Resets that arrive while the device is inside its own operation (the
+ * scheduler, one of its DMAs or MSI-X messages: another device's side effect
+ * of them) would pull queues and units from under it.  They are deferred to
+ * a guarded bottom half; the PCI core has already reset config space (bus
+ * mastering is off), the device's own state follows right after.
+ */
+static void tacc_reset_bh(void *opaque)
+{
+    TaccState *s = opaque;
+    uint32_t pending = s->reset_pending;
+
+    s->reset_pending = 0;
+    for (int fn = 0; fn < TACC_NUM_FUNCS; fn++) {
+        TaccFunc *f = tacc_func(s, fn);
+
+        if ((pending & BIT(fn)) && f && !f->ops) {
+            tacc_device_reset(f);
+        }
+    }
+}
+
+static void tacc_reset_hold(Object *obj, ResetType type)
+{
+    TaccFunc *f = TACC_FUNC(obj);
+    TaccState *s = f->pf;
+
+    if (s && (s->in_run || s->dma_depth) && s->reset_bh) {
+        trace_tacc_reset_deferred(f->fn);
+        s->reset_pending |= BIT(f->fn);
+        qemu_bh_schedule(s->reset_bh);
+        return;
+    }
+    if (s) {
+        s->reset_pending &= ~BIT(f->fn);
+    }
+    tacc_device_reset(f);
 }
 
 /* ----------------------------------------------------------- realize ---- */
@@ -557,6 +660,8 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
     timer_init_ns(&s->timer, QEMU_CLOCK_VIRTUAL, tacc_sched_timer, s);
     s->host_bh = qemu_bh_new_guarded(tacc_host_bh, s,
                                      &DEVICE(s)->mem_reentrancy_guard);
+    s->reset_bh = qemu_bh_new_guarded(tacc_reset_bh, s,
+                                      &DEVICE(s)->mem_reentrancy_guard);
 
     if (!tacc_init_func(f, errp)) {
         return;
@@ -602,6 +707,15 @@ static void tacc_pf_exit(PCIDevice *pdev)
 {
     TaccState *s = TACC(pdev);
 
+    /*
+     * A guest can eject the PF (ACPI PCI hotplug, a slot powered off) even
+     * while a virtio-tacc function drives it (device_del is refused then):
+     * that function lets go of it first and stays broken until removed.
+     */
+    if (s->virtio) {
+        s->virtio_detach(s->virtio);
+        assert(!s->virtio);
+    }
     for (int i = 0; i < TACC_NUM_UNITS; i++) {
         s->unit[i].busy = false;
         tacc_gemm_job_free(s, s->unit[i].res.gemm);
@@ -611,6 +725,8 @@ static void tacc_pf_exit(PCIDevice *pdev)
     s->host_unit = NULL;
     tacc_gemm_reap(s, true);        /* cancelled workers: at most a row each */
     qemu_bh_delete(s->host_bh);
+    qemu_bh_delete(s->reset_bh);
+    s->reset_bh = NULL;
     timer_del(&s->timer);
     if (s->total_vfs) {
         pcie_sriov_pf_exit(pdev);
@@ -851,11 +967,12 @@ static void tacc_func_class_init(ObjectClass *oc, void *data)
 {
     DeviceClass *dc = DEVICE_CLASS(oc);
     PCIDeviceClass *pc = PCI_DEVICE_CLASS(oc);
+    ResettableClass *rc = RESETTABLE_CLASS(oc);
 
     pc->vendor_id = TACC_PCI_VENDOR_ID;
     pc->class_id = TACC_PCI_CLASS >> 8;
     pc->revision = TACC_PCI_REVISION;
-    device_class_set_legacy_reset(dc, tacc_qdev_reset);
+    rc->phases.hold = tacc_reset_hold;
     dc->vmsd = &tacc_vmstate;
     set_bit(DEVICE_CATEGORY_MISC, dc->categories);
 }

@@ -1047,6 +1047,18 @@ static void vt_queue_reset(TaccFunc *f, int q)
     }
 }
 
+/* Its DMA's requester ID: the virtio-pci proxy's BDF (what an IOMMU sees). */
+static uint16_t vt_requester_id(TaccFunc *f)
+{
+    BusState *bus = qdev_get_parent_bus(DEVICE(vt_of(f)));
+    Object *proxy = bus && bus->parent ? OBJECT(bus->parent) : NULL;
+
+    if (!proxy || !object_dynamic_cast(proxy, TYPE_PCI_DEVICE)) {
+        return 0;
+    }
+    return pci_requester_id(PCI_DEVICE(proxy));
+}
+
 static const TaccFuncOps vt_ops = {
     .dma_as = vt_dma_as,
     .active = vt_active,
@@ -1055,6 +1067,7 @@ static const TaccFuncOps vt_ops = {
     .complete = vt_complete,
     .pt_read = vt_pt_read,
     .queue_reset = vt_queue_reset,
+    .requester_id = vt_requester_id,
 };
 
 /* --------------------------------------------------------- virtio ---- */
@@ -1087,7 +1100,8 @@ static void vt_handle_ctrl(VirtIODevice *vdev, VirtQueue *vq)
     VirtIOTacc *vt = VIRTIO_TACC(vdev);
     VirtQueueElement *elem;
 
-    if (!tacc_enter(vt->pf, &vt->func, "virtio control kick")) {
+    if (vt->detached ||
+        !tacc_enter(vt->pf, &vt->func, "virtio control kick")) {
         return;
     }
     while ((elem = virtqueue_pop(vq, sizeof(VirtQueueElement)))) {
@@ -1105,7 +1119,8 @@ static void vt_handle_submit(VirtIODevice *vdev, VirtQueue *vq)
     VirtQueueElement *elem;
     uint64_t now, t_up;
 
-    if (!tacc_enter(vt->pf, &vt->func, "virtio submit kick")) {
+    if (vt->detached ||
+        !tacc_enter(vt->pf, &vt->func, "virtio submit kick")) {
         return;
     }
     now = tacc_now_ps(vt->pf);
@@ -1168,6 +1183,9 @@ static void vt_reset_bh(void *opaque)
 {
     VirtIOTacc *vt = opaque;
 
+    if (vt->detached) {
+        return;                 /* nothing left: vt_detach emptied it */
+    }
     if (!tacc_enter(vt->pf, &vt->func, "virtio reset")) {
         qemu_bh_schedule(vt->reset_bh);
         return;
@@ -1203,6 +1221,10 @@ static int vt_validate_features(VirtIODevice *vdev)
  */
 static void vt_set_status(VirtIODevice *vdev, uint8_t val)
 {
+    if ((val & VIRTIO_CONFIG_S_DRIVER_OK) && VIRTIO_TACC(vdev)->detached) {
+        virtio_error(vdev, "virtio-tacc: its tacc PF was removed");
+        return;
+    }
     if ((val & VIRTIO_CONFIG_S_FEATURES_OK) &&
         !virtio_vdev_has_feature(vdev, VIRTIO_F_VERSION_1)) {
         virtio_error(vdev, "virtio-tacc: the driver did not accept "
@@ -1216,7 +1238,11 @@ static void vt_get_config(VirtIODevice *vdev, uint8_t *config)
     uint64_t base, size;
     struct tacc_virtio_config c;
 
-    tacc_window(&vt->func, &base, &size);
+    if (vt->detached) {
+        base = size = 0;
+    } else {
+        tacc_window(&vt->func, &base, &size);
+    }
     c.version = cpu_to_le32(TACC_VIRTIO_VERSION_MAJOR << 16 |
                             TACC_VIRTIO_VERSION_MINOR);
     c.caps = cpu_to_le32(TACC_CAP_MMU_2M | TACC_CAP_TRACE |
@@ -1229,6 +1255,40 @@ static void vt_get_config(VirtIODevice *vdev, uint8_t *config)
     c.max_job_cmds = cpu_to_le32(TACC_VIRTIO_MAX_JOB_CMDS);
     c.devmem_size = cpu_to_le64(size);
     memcpy(config, &c, sizeof(c));
+}
+
+/*
+ * The PF is being removed (its unrealize): drop everything that refers to
+ * it now, while it still works, and never touch it again.  The device is
+ * broken (DEVICE_NEEDS_RESET) from now on; a reset does not revive it.
+ */
+static void vt_detach_pf(VirtIOTacc *vt, bool broken)
+{
+    TaccFunc *f = &vt->func;
+    TaccState *s = vt->pf;
+
+    vt_reset_locked(vt);
+    for (int i = 0; i < TACC_NUM_UNITS; i++) {
+        if (s->unit[i].busy && s->unit[i].fn == TACC_FN_VIRTIO) {
+            s->unit[i].busy = false;
+        }
+    }
+    timer_del(&f->sample_timer);
+    qemu_bh_cancel(vt->reset_bh);
+    memory_region_set_enabled(&vt->counters_mr, false);
+    qdev_del_unplug_blocker(DEVICE(s), vt->unplug_blocker);
+    s->virtio = NULL;
+    s->virtio_window_busy = NULL;
+    s->virtio_detach = NULL;
+    vt->detached = true;
+    if (broken) {
+        virtio_error(VIRTIO_DEVICE(vt), "virtio-tacc: its tacc PF was removed");
+    }
+}
+
+static void vt_detach(TaccFunc *f)
+{
+    vt_detach_pf(vt_of(f), true);
 }
 
 static void vt_realize(DeviceState *dev, Error **errp)
@@ -1286,7 +1346,11 @@ static void vt_realize(DeviceState *dev, Error **errp)
     s->virtio_mem_reset[0] = s->virtio_mem_base = vt->devmem_base;
     s->virtio_mem_reset[1] = s->virtio_mem_size = vt->devmem_size;
     s->virtio_window_busy = vt_window_busy;
+    s->virtio_detach = vt_detach;
     s->virtio = f;
+    error_setg(&vt->unplug_blocker, "tacc: the PF is linked by a "
+               "virtio-tacc-pci (device_del that one first)");
+    qdev_add_unplug_blocker(DEVICE(s), vt->unplug_blocker);
     vt_reset_locked(vt);
 }
 
@@ -1294,16 +1358,12 @@ static void vt_unrealize(DeviceState *dev)
 {
     VirtIODevice *vdev = VIRTIO_DEVICE(dev);
     VirtIOTacc *vt = VIRTIO_TACC(dev);
-    TaccState *s = vt->pf;
 
-    vt_reset_locked(vt);
-    for (int i = 0; i < TACC_NUM_UNITS; i++) {
-        if (s->unit[i].busy && s->unit[i].fn == TACC_FN_VIRTIO) {
-            s->unit[i].busy = false;
-        }
+    if (!vt->detached) {
+        vt_detach_pf(vt, false);
     }
-    s->virtio = NULL;
-    timer_del(&vt->func.sample_timer);
+    error_free(vt->unplug_blocker);
+    vt->unplug_blocker = NULL;
     qemu_bh_delete(vt->reset_bh);
     g_hash_table_destroy(vt->bos);
     g_free(vt->pt);

@@ -64,6 +64,8 @@ struct VirtIOTacc {
     uint32_t next_job;
     bool resetting;
     QEMUBH *reset_bh;
+    Error *unplug_blocker;      /* the PF is not device_del'ed while linked */
+    bool detached;              /* the PF was removed (guest eject) */
 };
 
 #endif
