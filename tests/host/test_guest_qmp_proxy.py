@@ -119,8 +119,8 @@ def test_what_the_tests_need_still_works(guest) -> None:
     pf = "/machine/peripheral/tacc0"
     assert g.cmd("query-status")["return"]["status"] == "prelaunch"
     assert g.cmd("qom-get", path=pf, property="type")["return"] == "tacc"
-    assert g.cmd("qom-get", path=pf, property="gt-jobs")["return"] == 0
-    assert g.cmd("qom-set", path=pf, property="fi-hang-engine", value=-1) == \
+    assert g.cmd("qom-get", path=pf, property="x-gt-jobs")["return"] == 0
+    assert g.cmd("qom-set", path=pf, property="x-fi-hang-engine", value=-1) == \
         {"return": {}, "id": f"g{g.n}"}
     assert "return" in g.cmd("qom-set", path=pf, property="x-link-gen-now", value=0)
     r = g.cmd("human-monitor-command", **{"command-line": "info jit"})

@@ -10,11 +10,11 @@
  * PCI-SIG: private IDs of an emulated device.
  *
  * Fault injection (qom-set at run time on the PF):
- *   fi-hang-engine=N   engine N stops completing (-1: none; clearing resumes)
- *   fi-fail-next-dma   the next command data DMA fails (self-clearing)
- *   fi-corrupt-next-cqe the next CQE is written corrupted (self-clearing)
- *   fi-fatal           fatal error on every function (until function reset)
- * Ground truth (qom-get, read-only): gt-* properties, see docs/hardware.md.
+ *   x-fi-hang-engine=N   engine N stops completing (-1: none; clearing resumes)
+ *   x-fi-fail-next-dma   the next command data DMA fails (self-clearing)
+ *   x-fi-corrupt-next-cqe the next CQE is written corrupted (self-clearing)
+ *   x-fi-fatal           fatal error on every function (until function reset)
+ * Ground truth (qom-get, read-only): x-gt-* properties, see docs/hardware.md.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -644,7 +644,7 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         return;
     }
     if (s->host_slice < 64 * KiB || s->host_slice % (64 * KiB)) {
-        error_setg(errp, "tacc: host-slice must be a multiple of 64 KiB");
+        error_setg(errp, "tacc: x-host-slice must be a multiple of 64 KiB");
         return;
     }
     if (s->devmem_size < 4 * KiB || s->devmem_size > 16 * GiB) {
@@ -762,7 +762,7 @@ static void tacc_set_hang(Object *obj, Visitor *v, const char *name,
         return;
     }
     if (val < -1 || val >= TACC_NUM_ENGINES) {
-        error_setg(errp, "fi-hang-engine: -1 or 0..%d", TACC_NUM_ENGINES - 1);
+        error_setg(errp, "x-fi-hang-engine: -1 or 0..%d", TACC_NUM_ENGINES - 1);
         return;
     }
     trace_tacc_fi_hang(val);
@@ -808,7 +808,7 @@ static void tacc_set_fatal(Object *obj, bool v, Error **errp)
 
     s->fi_fatal = v;
     if (v && qdev_is_realized(DEVICE(obj)) &&
-        tacc_enter(s, &s->func, "fi-fatal")) {
+        tacc_enter(s, &s->func, "x-fi-fatal")) {
         trace_tacc_fi_fatal();
         tacc_fatal(s);
         tacc_leave(s);
@@ -824,24 +824,24 @@ typedef struct TaccGtProp {
 #define GT(n, f)        { n, offsetof(TaccState, gt.f), false }
 #define GT_NS(n, f)     { n, offsetof(TaccState, gt.f), true }
 static const TaccGtProp tacc_gt_props[] = {
-    GT("gt-h2d-bytes", h2d_bytes),
-    GT("gt-d2h-bytes", d2h_bytes),
-    GT("gt-h2d-link-bytes", h2d_link_bytes),
-    GT("gt-d2h-link-bytes", d2h_link_bytes),
-    GT_NS("gt-busy-ns-dma-h2d", busy_ps[0]),
-    GT_NS("gt-busy-ns-dma-d2h", busy_ps[1]),
-    GT_NS("gt-busy-ns-compute0", busy_ps[2]),
-    GT_NS("gt-busy-ns-compute1", busy_ps[3]),
-    GT_NS("gt-busy-ns-compute2", busy_ps[4]),
-    GT_NS("gt-busy-ns-compute3", busy_ps[5]),
-    GT("gt-trace-records", trace_records),
-    GT("gt-trace-dropped", trace_dropped),
-    GT("gt-cmds", cmds),
-    GT("gt-jobs", jobs),
-    GT("gt-mmu-faults", faults),
-    GT("gt-dma-errors", dma_errors),
-    GT("gt-irqs", irqs),
-    GT("gt-flops", flops),
+    GT("x-gt-h2d-bytes", h2d_bytes),
+    GT("x-gt-d2h-bytes", d2h_bytes),
+    GT("x-gt-h2d-link-bytes", h2d_link_bytes),
+    GT("x-gt-d2h-link-bytes", d2h_link_bytes),
+    GT_NS("x-gt-busy-ns-dma-h2d", busy_ps[0]),
+    GT_NS("x-gt-busy-ns-dma-d2h", busy_ps[1]),
+    GT_NS("x-gt-busy-ns-compute0", busy_ps[2]),
+    GT_NS("x-gt-busy-ns-compute1", busy_ps[3]),
+    GT_NS("x-gt-busy-ns-compute2", busy_ps[4]),
+    GT_NS("x-gt-busy-ns-compute3", busy_ps[5]),
+    GT("x-gt-trace-records", trace_records),
+    GT("x-gt-trace-dropped", trace_dropped),
+    GT("x-gt-cmds", cmds),
+    GT("x-gt-jobs", jobs),
+    GT("x-gt-mmu-faults", faults),
+    GT("x-gt-dma-errors", dma_errors),
+    GT("x-gt-irqs", irqs),
+    GT("x-gt-flops", flops),
 };
 
 static void tacc_get_gt(Object *obj, Visitor *v, const char *name,
@@ -907,20 +907,20 @@ static void tacc_pf_instance_init(Object *obj)
     s->time_scale = 1000;
     object_property_add(obj, "time-scale", "uint32", tacc_get_time_scale,
                         tacc_set_time_scale, NULL, NULL);
-    object_property_add(obj, "fi-hang-engine", "int32", tacc_get_hang,
+    object_property_add(obj, "x-fi-hang-engine", "int32", tacc_get_hang,
                         tacc_set_hang, NULL, NULL);
-    object_property_add_bool(obj, "fi-fail-next-dma", tacc_get_fail_dma,
+    object_property_add_bool(obj, "x-fi-fail-next-dma", tacc_get_fail_dma,
                              tacc_set_fail_dma);
-    object_property_add_bool(obj, "fi-corrupt-next-cqe", tacc_get_corrupt,
+    object_property_add_bool(obj, "x-fi-corrupt-next-cqe", tacc_get_corrupt,
                              tacc_set_corrupt);
-    object_property_add_bool(obj, "fi-fatal", tacc_get_fatal, tacc_set_fatal);
+    object_property_add_bool(obj, "x-fi-fatal", tacc_get_fatal, tacc_set_fatal);
     for (size_t i = 0; i < ARRAY_SIZE(tacc_gt_props); i++) {
         object_property_add(obj, tacc_gt_props[i].name, "uint64", tacc_get_gt,
                             NULL, NULL, (void *)&tacc_gt_props[i]);
     }
-    object_property_add(obj, "gt-link-busy-ns-h2d", "uint64",
+    object_property_add(obj, "x-gt-link-busy-ns-h2d", "uint64",
                         tacc_get_link_busy, NULL, NULL, NULL);
-    object_property_add(obj, "gt-link-busy-ns-d2h", "uint64",
+    object_property_add(obj, "x-gt-link-busy-ns-d2h", "uint64",
                         tacc_get_link_busy, NULL, NULL, (void *)1);
     tacc_link_fault_props(obj);
 }
@@ -954,7 +954,7 @@ static const Property tacc_props[] = {
     DEFINE_PROP_UINT32("compute-gflops", TaccState, compute_gflops, 4000),
     DEFINE_PROP_UINT32("devmem-gbps", TaccState, devmem_gbps, 800),
     DEFINE_PROP_UINT8("sriov-max-vfs", TaccState, total_vfs, TACC_MAX_VFS),
-    DEFINE_PROP_SIZE("host-slice", TaccState, host_slice, 16 * MiB),
+    DEFINE_PROP_SIZE("x-host-slice", TaccState, host_slice, 16 * MiB),
 };
 
 /* Device memory, in-flight commands and host threads are not migrated. */
