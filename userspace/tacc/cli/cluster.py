@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Any
 
-from tacc.analyze.cli import JsonTarget, json_captures
+from tacc.cli.analyze import JsonTarget, json_captures
 from tacc.cli import CommandError
 
 FINDINGS_SCHEMA = "tacc-cluster-findings"
