@@ -13,7 +13,7 @@ from tacc.pcie import CPLD, F_CTRL, TLP_DTYPE
 from tacc.testing.qtest import QEMU, QTestError
 from tacc import hw
 from tacc.testing.taccdev import DEVMEM_VA, Tacc, d_copy, d_fence
-from tacc.testing.virtiodev import VT, Job, VirtioTacc, device_arg
+from tacc.testing.virtiodev import Job, VirtioTacc, device_arg
 
 WIN = "devmem-base=0xc000000,devmem-size=0x4000000"
 HOST_VA = 0x1000_0000
@@ -41,10 +41,10 @@ def _virtio_copy_job(v: VirtioTacc) -> tuple[int, int]:
     a = v.dev.alloc(size)
     v.qt.memwrite(a, bytes(range(256)) * (size // 256))
     h = v.bo_host(c, a, size)
-    assert v.bind(c, h, HOST_VA, size) == VT.TACC_VIRTIO_OK
+    assert v.bind(c, h, HOST_VA, size) == hw.TACC_VIRTIO_OK
     st, hd = v.bo_create(c, 1 << 20, devmem=True)
-    assert st == VT.TACC_VIRTIO_OK
-    assert v.bind(c, hd, DEVMEM_VA, 1 << 20) == VT.TACC_VIRTIO_OK
+    assert st == hw.TACC_VIRTIO_OK
+    assert v.bind(c, hd, DEVMEM_VA, 1 << 20) == hw.TACC_VIRTIO_OK
     v.submit([Job(c, 0, 1, [d_copy(hw.TACC_OP_COPY_H2D, HOST_VA, DEVMEM_VA, 64 << 10)])])
     (st, _, _, _), = v.wait_used(1)
     return c, st
@@ -67,7 +67,7 @@ def test_tlp_capture_of_virtio_traffic():
         pf.w32(hw.TACC_REG_TLPCAP_FUNCS, 0)
         pf.w32(hw.TACC_REG_TLPCAP_CTRL, hw.TACC_TLPCAP_CTRL_ENABLE)
         _, st = _virtio_copy_job(v)
-        assert st == VT.TACC_VIRTIO_OK
+        assert st == hw.TACC_VIRTIO_OK
         _alive(d)
         prod = pf.r32(hw.TACC_REG_TLPCAP_PROD)
         pf.w32(hw.TACC_REG_TLPCAP_CTRL, 0)  # flushes the batch
@@ -107,15 +107,15 @@ def test_pf_ejected_by_guest_while_virtio_links_it():
     try:
         assert v.init()
         c, st = _virtio_copy_job(v)
-        assert st == VT.TACC_VIRTIO_OK
+        assert st == hw.TACC_VIRTIO_OK
         d.qt.outl(PCIHP_SEL, 0)
         d.qt.outl(PCIHP_EJ, 1 << (d.pf.devfn >> 3))
         assert d.qt.find_devices(hw.TACC_PCI_VENDOR_ID, hw.TACC_PCI_DEVICE_ID_PF, bus=1) == []
         v.subq.add([v.batch([Job(c, 0, 2, [d_copy(hw.TACC_OP_COPY_H2D, HOST_VA, DEVMEM_VA,
                                                   4096)])])], 64)
         v.subq.kick()
-        v.ctrlq.add([struct.pack("<HBBIQ", VT.TACC_VIRTIO_CTX_CREATE,
-                                 VT.TACC_VIRTIO_MSG_VERSION, 0, 0, 0)], 16)
+        v.ctrlq.add([struct.pack("<HBBIQ", hw.TACC_VIRTIO_CTX_CREATE,
+                                 hw.TACC_VIRTIO_MSG_VERSION, 0, 0, 0)], 16)
         v.ctrlq.kick()
         d.qt.clock_step(10**8)
         assert not d.qt.died(), d.qt.died()
