@@ -114,7 +114,7 @@ def test_version_caps_and_roofline_registers(dev, pf):
     assert pf.r32(hw.TACC_REG_VERSION) == (1 << 16) | 3
     caps = pf.r32(hw.TACC_REG_CAPS)
     for bit in ("GEMM_EX", "BF16", "NN_OPS", "CMD_LIST", "TRACE_V3", "ROOFLINE"):
-        assert caps & getattr(HW, f"TACC_CAP_{bit}"), bit
+        assert caps & getattr(hw, f"TACC_CAP_{bit}"), bit
     assert pf.r32(hw.TACC_REG_PEAK_FP32_GFLOPS) == dev.qom_get("compute-gflops") == 7575
     assert pf.r32(hw.TACC_REG_PEAK_BF16_GFLOPS) == dev.qom_get("bf16-gflops") == 30250
     assert pf.r32(hw.TACC_REG_DEVMEM_GBPS) == dev.qom_get("devmem-gbps") == 300
@@ -209,7 +209,7 @@ def test_eltwise_ops(dev, pf, op, da, dc):
     b = rnd((cols if bcast else n,), da)
     va, vb = load(dev, pf, a, 0), load(dev, pf, b, 1 << 20)
     vc = DEVMEM_VA + (2 << 20)
-    code = getattr(HW, f"TACC_ELT_{op}")
+    code = getattr(hw, f"TACC_ELT_{op}")
     two = op in ("ADD", "MUL")
     c0 = pf.counters()
     cq = pf.run_job(2, [d_elt3(code, va, vb if two else 0, vc, n, scalar=-0.75 if op == "SCALE"
@@ -282,7 +282,7 @@ def test_norm(dev, pf, kind, dx, dy, dw):
     vx, vg, vb = load(dev, pf, x, 0), load(dev, pf, g, 1 << 20), load(dev, pf, b, 2 << 20)
     vy = DEVMEM_VA + (3 << 20)
     assert pf.run_job(1, [d_norm(vx, vy, vg, vb if layer else 0, rows, cols, cols, cols,
-                                 eps=eps, kind=getattr(HW, f"TACC_NORM_{kind}"),
+                                 eps=eps, kind=getattr(hw, f"TACC_NORM_{kind}"),
                                  dx=dx, dy=dy, dw=dw)]).status == OK
     xf = x.astype(np.float64)
     if layer:
