@@ -18,7 +18,7 @@ EXAMPLES = 110
 FUZZ_CTX = 3
 HOST_VA = 0x20_0000_0000  # 2 MiB of host memory in the fuzz context
 DEV_VA = DEVMEM_VA  # 2 MiB of device memory in the fuzz context
-STATUSES = set(range(8))
+STATUSES = set(range(hw.TACC_ST_BAD_INDEX + 1))  # enum tacc_status (hw 1.3: 8, 9, 10)
 
 u64 = st.integers(0, 2**64 - 1)
 addr = st.one_of(
@@ -40,7 +40,7 @@ def descriptor(draw):
     flags = draw(st.integers(0, 255)) | hw.TACC_DESC_F_LAST
     ctx = draw(st.sampled_from([FUZZ_CTX, FUZZ_CTX, FUZZ_CTX, 4, 15, 16, 65535]))
     tag = draw(u64)
-    kind = draw(st.sampled_from(["copy", "gemm", "elt", "fence", "raw"]))
+    kind = draw(st.sampled_from(["copy", "gemm", "elt", "fence", "rows", "list", "raw"]))
     if kind == "copy":
         payload = struct.pack("<QQQ", draw(addr), draw(addr), draw(length))
     elif kind == "gemm":
@@ -57,6 +57,15 @@ def descriptor(draw):
                               draw(st.integers(0, 6)), draw(f32bits))
     elif kind == "fence":
         payload = struct.pack("<QQ", draw(addr), draw(u64))
+    elif kind == "rows":  # SOFTMAX / NORM / GATHER shapes, dtypes and flags (hw 1.3)
+        payload = struct.pack("<QQQQIIIIIBBBB", draw(addr), draw(addr), draw(addr), draw(addr),
+                              draw(dim), draw(dim), draw(dim), draw(dim), draw(f32bits),
+                              *(draw(st.integers(0, 3)) for _ in range(4)))
+    elif kind == "list":  # a LIST: count, patches, params (hw 1.3)
+        payload = struct.pack("<QQIIII16IQ", draw(addr), draw(addr),
+                              draw(st.one_of(st.integers(0, 8), st.sampled_from([65536, 65537]))),
+                              draw(st.integers(0, 3)), draw(st.integers(0, 3)), 0,
+                              *(draw(st.integers(0, 2**32 - 1)) for _ in range(16)), 0)
     else:
         payload = draw(st.binary(min_size=104, max_size=104))
     return op, flags, ctx, tag, payload

@@ -23,13 +23,15 @@ void tacc_list_reset(TaccQueue *q)
     q->list_on = q->list_cur_ok = q->list_end = false;
     q->list_pos = q->list_patch = 0;
     q->list_status = 0;
-    q->list_fail_tag = 0;
     q->list_start_ps = 0;
 }
 
-/* The LIST descriptor's own checks. */
+/* The LIST descriptor's own checks (the context first, as for any command). */
 static uint16_t tacc_list_check(const struct tacc_desc *d)
 {
+    if (d->ctx >= TACC_NUM_CONTEXTS) {
+        return TACC_ST_BAD_CTX;
+    }
     if (!d->list.list_id || d->list.rsvd || d->list.rsvd2 ||
         (!d->list.npatch && d->list.patches)) {
         return TACC_ST_BAD_LIST;
@@ -180,7 +182,6 @@ TaccCmd *tacc_list_head(TaccFunc *f, int qi, uint64_t t)
             qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: bad LIST: "
                           "status %u\n", f->fn, qi, st);
             q->list_status = st;
-            q->list_fail_tag = lc->d.tag;
             q->list_end = true;
         }
     }
@@ -194,9 +195,6 @@ TaccCmd *tacc_list_head(TaccFunc *f, int qi, uint64_t t)
         cur->list_id = lc->d.list.list_id;
         cur->list_index = lc->d.index;
         cur->list_start_ps = q->list_start_ps;
-        if (q->list_status) {
-            cur->d.tag = q->list_fail_tag;      /* the CQE names the culprit */
-        }
     } else {
         tacc_list_fetch(f, qi, lc, t);
     }
@@ -215,8 +213,7 @@ bool tacc_list_step(TaccFunc *f, int qi, const TaccCmd *c, uint16_t status)
 
     q->list_cur_ok = false;
     if (status != TACC_ST_OK) {
-        q->list_status = status;
-        q->list_fail_tag = c->d.tag;
+        q->list_status = status;        /* its record names the culprit */
         q->list_end = true;
     } else if (++q->list_pos >= ld->list.count) {
         q->list_end = true;

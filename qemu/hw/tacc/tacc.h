@@ -181,7 +181,6 @@ typedef struct TaccQueue {
     bool list_end;              /* its commands are done: the LIST ends */
     uint32_t list_pos, list_patch;
     uint16_t list_status;
-    uint64_t list_fail_tag;
     uint64_t list_start_ps;
     TaccCmd list_cur;
 } TaccQueue;
