@@ -64,12 +64,12 @@ def _gt() -> tuple[int, int]:
     from tacc.testing.guest_qmp import PF_QOM, GuestQMP
 
     with GuestQMP() as q:
-        return (int(q.qom_get(PF_QOM, "gt-jobs")),
-                int(q.qom_get(PF_QOM, "gt-cmds")))
+        return (int(q.qom_get(PF_QOM, "x-gt-jobs")),
+                int(q.qom_get(PF_QOM, "x-gt-cmds")))
 
 
 class Truth:
-    """sysfs jobs_completed and the device's gt-jobs/gt-cmds around a workload."""
+    """sysfs jobs_completed and the device's x-gt-jobs/x-gt-cmds around a workload."""
 
     def __init__(self, pci: Path) -> None:
         self.pci = pci
