@@ -327,7 +327,8 @@ def run(argv: Sequence[str] | None) -> int:
     if not args.cmd:
         raise ToolError(f"a command is required: {', '.join(COMMANDS)}", status=2)
     if args.device:
-        from tacc.daemon.devices import DeviceError, parse_pci
+        from tacc.daemon.devices import parse_pci
+        from tacc.errors import DeviceError
 
         try:
             parse_pci(args.device)

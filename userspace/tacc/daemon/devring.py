@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tacc.capture.schema import DEVICE_TRACE_DTYPE, TRACE_REC_DTYPE
+from tacc.errors import TaccError
 
 from . import uapi
 
@@ -36,7 +37,7 @@ _OFF_PROD = uapi.TraceHeader.prod.offset
 _OFF_EPOCH = uapi.TraceHeader.epoch.offset
 
 
-class TraceRingError(Exception):
+class TraceRingError(TaccError):
     pass
 
 

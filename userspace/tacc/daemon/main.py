@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tacc.capture.schema import DropSource
+from tacc.errors import DeviceError, TaccError
 
 from . import protocol
 from .alwayson import AlwaysOn
-from .devices import DeviceError, TaccFunction, discover, find
+from .devices import TaccFunction, discover, find
 from .session import CaptureSession, Options
 
 log = logging.getLogger("taccd")
@@ -32,7 +33,7 @@ TICK_S = 0.05
 MIN_GAP_S = 0.01  # after a tick that overran its period
 
 
-class DaemonError(Exception):
+class DaemonError(TaccError):
     pass
 
 
