@@ -212,7 +212,7 @@ class Recorder:
 def _idle_prefix(accel: str | None, idle_s: float) -> None:
     """One driver event (GET_PARAM ioctl on the PF: no device command, no API call), then
     ``idle_s`` seconds idle (free under icount sleep=off)."""
-    from tacc.daemon import uapi
+    from tacc.runtime import uapi
 
     assert accel, "PF has no accel node"
     fd = uapi.open_node(accel)

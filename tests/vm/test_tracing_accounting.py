@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from tacc.capture import open_capture
 from tacc.capture.schema import DriverKind, DropSource, HostKind
-from tacc.daemon import uapi
 from tacc.daemon.devices import discover
+from tacc.runtime import uapi
 
 NJOBS = 40
 BIN = Path(sys.executable).parent
