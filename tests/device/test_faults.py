@@ -9,31 +9,31 @@ from tacc.testing.taccdev import DEVMEM_VA, Tacc
 
 
 def test_ground_truth_matches_counters(dev, pf):
-    gt0 = {k: dev.qom_get(k) for k in ("gt-h2d-bytes", "gt-d2h-bytes", "gt-h2d-link-bytes",
-                                       "gt-d2h-link-bytes", "gt-busy-ns-dma-h2d", "gt-cmds")}
+    gt0 = {k: dev.qom_get(k) for k in ("x-gt-h2d-bytes", "x-gt-d2h-bytes", "x-gt-h2d-link-bytes",
+                                       "x-gt-d2h-link-bytes", "x-gt-busy-ns-dma-h2d", "x-gt-cmds")}
     n = 300000
     a = dev.alloc(n)
     pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, a, DEVMEM_VA, n),
                    d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, a, n)])
     c = pf.counters()
     gt = {k: dev.qom_get(k) - v for k, v in gt0.items()}
-    assert gt["gt-h2d-bytes"] == c["h2d_bytes"] == n
-    assert gt["gt-d2h-bytes"] == c["d2h_bytes"] == n
-    assert gt["gt-h2d-link-bytes"] == c["h2d_link_bytes"]
-    assert gt["gt-d2h-link-bytes"] == c["d2h_link_bytes"]
-    assert abs(gt["gt-busy-ns-dma-h2d"] - c["busy_dma_h2d"]) <= 1
-    assert gt["gt-cmds"] == 2
-    assert dev.qom_get("gt-link-busy-ns-h2d") == pf.gcnt("link_h2d_busy_ticks")
+    assert gt["x-gt-h2d-bytes"] == c["h2d_bytes"] == n
+    assert gt["x-gt-d2h-bytes"] == c["d2h_bytes"] == n
+    assert gt["x-gt-h2d-link-bytes"] == c["h2d_link_bytes"]
+    assert gt["x-gt-d2h-link-bytes"] == c["d2h_link_bytes"]
+    assert abs(gt["x-gt-busy-ns-dma-h2d"] - c["busy_dma_h2d"]) <= 1
+    assert gt["x-gt-cmds"] == 2
+    assert dev.qom_get("x-gt-link-busy-ns-h2d") == pf.gcnt("link_h2d_busy_ticks")
 
 
 def test_fail_next_dma(dev, pf):
     a = dev.alloc(4096)
     pf.w32(hw.TACC_REG_IRQ_STATUS, 0xFFFFFFFF)
-    dev.qom_set("fi-fail-next-dma", True)
+    dev.qom_set("x-fi-fail-next-dma", True)
     cq = pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, a, DEVMEM_VA, 4096)])
     assert cq.status == hw.TACC_ST_DMA_ERROR
     assert pf.cnt("dma_errors") == 1 and pf.r32(hw.TACC_REG_IRQ_STATUS) & hw.TACC_IRQ_DMA_ERROR
-    assert dev.qom_get("fi-fail-next-dma") is False
+    assert dev.qom_get("x-fi-fail-next-dma") is False
     assert pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, a, DEVMEM_VA, 4096)]).status == 0
 
 
@@ -49,7 +49,7 @@ def test_dma_to_unbacked_address(dev, pf):
 
 
 def test_corrupt_next_cqe(dev, pf):
-    dev.qom_set("fi-corrupt-next-cqe", True)
+    dev.qom_set("x-fi-corrupt-next-cqe", True)
     job, ds = pf.job_of(0, [desc(hw.TACC_OP_NOP)])
     pf.submit(0, ds)
     dev.qt.clock_step(10**6)
@@ -60,7 +60,7 @@ def test_corrupt_next_cqe(dev, pf):
 
 def test_hang_engine(dev, pf):
     a = dev.alloc(4096)
-    dev.qom_set("fi-hang-engine", hw.TACC_ENGINE_DMA_H2D)
+    dev.qom_set("x-fi-hang-engine", hw.TACC_ENGINE_DMA_H2D)
     job, ds = pf.job_of(1, [d_copy(hw.TACC_OP_COPY_H2D, a, DEVMEM_VA, 4096)])
     pf.submit(1, ds)
     dev.qt.clock_step(10**8)
@@ -70,7 +70,7 @@ def test_hang_engine(dev, pf):
     # other engines keep working
     assert pf.run_job(0, [desc(hw.TACC_OP_NOP)]).status == 0
     t = dev.qt.clock()
-    dev.qom_set("fi-hang-engine", -1)
+    dev.qom_set("x-fi-hang-engine", -1)
     dev.qt.clock_step(10**6)
     cq = pf.cqes(1)
     assert cq and cq[0].status == 0 and cq[0].end >= t
@@ -80,12 +80,12 @@ def test_hang_engine(dev, pf):
 def test_hang_then_queue_reset(dev, pf):
     a = dev.alloc(4096)
     pf.trace_enable(size=16)
-    dev.qom_set("fi-hang-engine", hw.TACC_ENGINE_DMA_H2D)
+    dev.qom_set("x-fi-hang-engine", hw.TACC_ENGINE_DMA_H2D)
     _, ds = pf.job_of(1, [d_copy(hw.TACC_OP_COPY_H2D, a, DEVMEM_VA, 4096)])
     pf.submit(1, ds)
     dev.qt.clock_step(10**6)
     pf.w32(0x1100 + hw.TACC_Q_CTRL, hw.TACC_Q_CTRL_RESET)
-    dev.qom_set("fi-hang-engine", -1)
+    dev.qom_set("x-fi-hang-engine", -1)
     assert pf.qstatus(1) & hw.TACC_Q_STATUS_IDLE
     rec = pf.trace_read(0, 1, 16)[0]
     assert rec.status == hw.TACC_ST_ABORTED
@@ -95,13 +95,13 @@ def test_hang_then_queue_reset(dev, pf):
 
 def test_fatal(dev, pf):
     pf.w32(hw.TACC_REG_IRQ_STATUS, 0xFFFFFFFF)
-    dev.qom_set("fi-fatal", True)
+    dev.qom_set("x-fi-fatal", True)
     assert pf.r32(hw.TACC_REG_STATUS) & hw.TACC_STATUS_FATAL
     assert pf.r32(hw.TACC_REG_IRQ_STATUS) & hw.TACC_IRQ_FATAL
     assert pf.r32(0x1000 + hw.TACC_Q_CTRL) == 0  # queues stopped
     aer = dev.qt.find_ext_cap(0, 0x08, 0x01)
     assert aer and dev.qt.cfg_read(0, 0x08, aer + 4) & (1 << 22)  # AER: internal error
-    dev.qom_set("fi-fatal", False)
+    dev.qom_set("x-fi-fatal", False)
     pf.reset()
     assert not pf.r32(hw.TACC_REG_STATUS) & hw.TACC_STATUS_FATAL
 
@@ -118,7 +118,7 @@ def test_fatal_error_keeps_link_capabilities():
         cap = qt.find_cap(0, devfn, 0x10)
         lnkcap = qt.cfg_read(0, devfn, cap + 0x0C)
         assert (lnkcap >> 4 & 0x3F, lnkcap & 0xF) == (16, 4), hex(lnkcap)  # x16, 16 GT/s
-        d.qom_set("fi-fatal", True)
+        d.qom_set("x-fi-fatal", True)
         assert qt.cfg_read(0, devfn, cap + 0x0A, 2) & 0x4  # DEVSTA Fatal Error Detected
         assert hex(qt.cfg_read(0, devfn, cap + 0x0C)) == hex(lnkcap)
     finally:
@@ -151,7 +151,7 @@ def test_msix_vectors(dev, pf):
         pf.w32(hw.TACC_REG_IRQ_MASK, hw.TACC_IRQ_MMU_FAULT)
         pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, 0x7F_0000_0000, DEVMEM_VA, 64)])
         assert dev.qt.readl(msg + 4 * hw.TACC_MSIX_ERROR) == 0x100 + hw.TACC_MSIX_ERROR
-        assert dev.qom_get("gt-irqs") >= 3
+        assert dev.qom_get("x-gt-irqs") >= 3
     finally:
         dev.qt.cfg_write(0, 0x08, cap + 2, 0, 2)
 
@@ -223,3 +223,15 @@ def test_counter_snapshot_protocol(pf):
     raw = pf.dev.qt.memread  # BAR reads via memread also work (mmap-like access)
     blk = raw(pf.bar2, 64)
     assert struct.unpack_from("<Q", blk, 0)[0] >> 32 == 1
+
+
+def test_qmp_through_qemu_qmp(dev) -> None:
+    # tacc.testing.qtest's QMP is qemu.qmp's QEMUMonitorProtocol: values come back, and a
+    # QMP error is one QTestError naming the command and QEMU's description
+    from qemu.qmp.legacy import QEMUMonitorProtocol
+    from tacc.testing.qtest import QTestError
+
+    assert isinstance(dev.qt.qmp.mon, QEMUMonitorProtocol)
+    assert isinstance(dev.qom_get("x-gt-h2d-bytes"), int)
+    with pytest.raises(QTestError, match=r"^qom-get: .*no-such-prop"):
+        dev.qom_get("no-such-prop")

@@ -58,7 +58,7 @@ def test_dma_error_mid_copy_lands_only_what_came_before(dev, pf):
     pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])
     dev.qt.memset(host, n, OLD[0])
     c0 = pf.counters()
-    dev.qom_set("fi-fail-next-dma", True)
+    dev.qom_set("x-fi-fail-next-dma", True)
     cq = pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])
     assert cq.status == hw.TACC_ST_DMA_ERROR
     d = {k: v - c0[k] for k, v in pf.counters().items()}

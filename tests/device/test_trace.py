@@ -35,13 +35,13 @@ def test_trace_records(dev, pf):
 
 def test_trace_drop_never_overwrites(dev, pf):
     pf.trace_enable(size=8)
-    g0 = dev.qom_get("gt-trace-dropped")
+    g0 = dev.qom_get("x-gt-trace-dropped")
     job, ds = pf.job_of(0, [desc(hw.TACC_OP_NOP) for _ in range(20)])
     pf.submit(0, ds)
     dev.qt.clock_step(10**8)
     assert pf.r32(hw.TACC_REG_TRACE_PROD) == 8
     assert pf.r32(hw.TACC_REG_TRACE_DROPPED) == 12 and pf.cnt("trace_dropped") == 12
-    assert dev.qom_get("gt-trace-dropped") - g0 == 12
+    assert dev.qom_get("x-gt-trace-dropped") - g0 == 12
     assert [r.seq for r in pf.trace_read(0, 8, 8)] == list(range(8))  # not overwritten
     assert pf.r32(hw.TACC_REG_IRQ_STATUS) & hw.TACC_IRQ_TRACE
     # the consumer catches up: records resume, the seq gap shows the drop
