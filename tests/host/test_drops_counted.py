@@ -15,9 +15,9 @@ import pytest
 from tacc.capture import open_capture
 from tacc.capture.schema import TRACE_REC_DTYPE, DropSource
 from tacc.daemon import uapi
-from tacc.daemon.devices import TaccFunction
 from tacc.daemon.devring import RingView
 from tacc.daemon.session import CaptureSession, Options
+from tacc.devices import TaccFunction
 
 
 class OverflowingRing:

@@ -21,11 +21,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tacc.capture import open_capture
 from tacc.capture.schema import TRACE_REC_DTYPE, DropSource
-from tacc.daemon.devices import TaccFunction, discover, parse_clock_sync
 from tacc.daemon.devring import RingView
 from tacc.daemon.main import Daemon
 from tacc.daemon.protocol import request
 from tacc.daemon.session import CaptureSession, Options
+from tacc.devices import TaccFunction, discover, parse_clock_sync
 from tacc.runtime import uapi
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,7 +132,7 @@ def test_session_disk_bound_counts_drops(tmp_path: Path) -> None:
 KILL_SCRIPT = textwrap.dedent("""
     import sys, time, numpy as np
     from tacc.daemon.session import CaptureSession, Options
-    from tacc.daemon.devices import TaccFunction
+    from tacc.devices import TaccFunction
     from tacc.bpftrace.events import EV_DTYPE
     from pathlib import Path
     fn = TaccFunction("0000:01:00.0", 0x100, Path("/nonexistent"), False, 0, "0000:01:00.0", None)
@@ -437,7 +437,7 @@ KILL_EVENTS_SCRIPT = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from tacc.daemon.session import CaptureSession, Options
-    from tacc.daemon.devices import TaccFunction
+    from tacc.devices import TaccFunction
     fn = TaccFunction("0000:01:00.0", 0x100, Path("/nonexistent"), False, 0, "0000:01:00.0",
                       None)
     s = CaptureSession(sys.argv[1], [fn], Options(device_trace=False, api=False,

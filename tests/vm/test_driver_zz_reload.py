@@ -107,7 +107,7 @@ def test_fences_and_perf_events_outlive_unbind_and_rmmod():
     cut, and an open perf event of the PMU survive the unbind (device memory gone):
     poll, SYNC_IOC_FILE_INFO, read and close work and name the right timeline; rmmod
     refuses while a fence lives (its ops are module code) and works once closed."""
-    from tacc.testing.guest_qmp import PF_QOM, GuestQMP
+    from tacc.guest_qmp import PF_QOM, GuestQMP
 
     pci = pf_sysfs()
     if int((pci / "sriov_numvfs").read_text() or 0):

@@ -19,9 +19,9 @@ sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else
                 str(Path(__file__).resolve().parents[2] / "userspace"))
 import numpy as np  # noqa: E402
 from tacc.capture.schema import TRACE_REC_DTYPE  # noqa: E402
-from tacc.daemon.devices import discover  # noqa: E402
 from tacc.daemon.devring import RingView  # noqa: E402
 from tacc.daemon.session import CaptureSession, Options  # noqa: E402
+from tacc.devices import discover  # noqa: E402
 from tacc.runtime import uapi  # noqa: E402
 
 fns = [f for f in discover() if f.accel]

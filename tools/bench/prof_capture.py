@@ -147,8 +147,8 @@ def _instrument(st: Stages, d: Any) -> None:
 
 # -------------------------------------------------------------------------- vm ---
 def vm(args: argparse.Namespace) -> dict[str, Any]:
-    from tacc.daemon.devices import discover
     from tacc.daemon.main import Daemon
+    from tacc.devices import discover
 
     if os.geteuid() != 0:
         raise SystemExit("prof_capture: vm mode must run as root inside the VM")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tacc.daemon.devices import TaccFunction, discover, parse_pci
+from tacc.devices import TaccFunction, discover, parse_pci
 from tacc.errors import DeviceError, TaccError
 
 VENDOR = "tacc.dev"
@@ -66,7 +66,7 @@ def _group(fn: TaccFunction) -> str | None:
 
 def functions(sysroot: str = "/") -> list[Function]:
     """Every tacc function in sysfs: PFs, VFs, then virtio-tacc functions
-    (tacc.daemon.devices.discover)."""
+    (tacc.devices.discover)."""
     return [Function(f.pci, f.kind, f.accel, _group(f))
             for f in discover(sysroot)]
 

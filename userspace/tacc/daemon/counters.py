@@ -13,9 +13,8 @@ import os
 import numpy as np
 
 from tacc.capture.schema import COUNTERS_DTYPE, FUNC_COUNTERS, GLOBAL_COUNTERS
+from tacc.devices import TaccFunction, read_counters_sysfs
 from tacc.runtime import uapi
-
-from .devices import TaccFunction, read_counters_sysfs
 
 SLOT_HDR, SLOT_GEN = 0, 1
 GLOBAL_PAGE = 0x1000

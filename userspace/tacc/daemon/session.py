@@ -34,18 +34,18 @@ from tacc.capture.schema import (
     DropSource,
 )
 from tacc.counters.catalogue import CounterError
-from tacc.libc import libc
-
-from .apiring import ApiRings
-from .apiring import available as api_available
-from .counters import CounterBlock, SampleRingCounters, SysfsCounters
-from .devices import (
+from tacc.devices import (
     TaccFunction,
     icount_info,
     kernel_release,
     machine_info,
     read_clock_sync,
 )
+from tacc.libc import libc
+
+from .apiring import ApiRings
+from .apiring import available as api_available
+from .counters import CounterBlock, SampleRingCounters, SysfsCounters
 from .devring import DeviceTraceRing, TraceRingError
 from .procinfo import ProcessTable
 
@@ -164,7 +164,7 @@ class Options:
                 TRACE_MIN_ENTRIES <= n <= TRACE_MAX_ENTRIES and n & (n - 1) == 0)):
             raise ValueError(f"trace ring entries {n}: a power of two from "
                              f"{TRACE_MIN_ENTRIES} to {TRACE_MAX_ENTRIES}")
-        from .clockx import parse_peer
+        from tacc.capture.clockx import parse_peer
 
         for p in self.peers:
             parse_peer(p)
@@ -248,7 +248,7 @@ class CaptureSession:
         self._open_collectors()
         self._read_counters()  # taccd-sampled counters: a sample at the start too
         self.clock_sample()
-        from .clockx import Requester
+        from tacc.capture.clockx import Requester
 
         self.clockx = Requester(opts.peers) if opts.peers else None
 

@@ -233,13 +233,13 @@ def icount_info(timeout: float = 2.0) -> dict[str, object] | None:
     """QEMU's -icount state, when the guest has a QMP channel to its own QEMU.
 
     The test VM (scripts/run-vm) gives the guest a virtio-serial QMP port
-    (tacc.testing.guest_qmp).  QMP has no query for the -icount options: HMP ``info jit``
+    (tacc.guest_qmp).  QMP has no query for the -icount options: HMP ``info jit``
     prints its "Host - Guest clock" drift line only with icount on, and ``query-replay``
     reports the executed-instruction counter; the shift itself is not visible (null).
     Without the port (a real machine, other VMs) the answer is None.
     """
     try:
-        from tacc.testing.guest_qmp import GuestQMP, find_port
+        from tacc.guest_qmp import GuestQMP, find_port
 
         port = find_port()
     except (ImportError, OSError):
