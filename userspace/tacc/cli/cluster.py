@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Any
 
-from tacc.analyze.cli import JsonTarget, json_captures
+from tacc.cli.analyze import JsonTarget, json_captures
 from tacc.cli import CommandError
 
 FINDINGS_SCHEMA = "tacc-cluster-findings"
@@ -48,7 +48,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _view(args: argparse.Namespace) -> Any:
-    from .cluster import load_view
+    from tacc.timeline.cluster import load_view
 
     args.captures = json_captures(args, "captures", f"cluster {args.cluster_cmd}")
 
