@@ -30,7 +30,7 @@ from test_driver_basic import (
     pf_sysfs,
 )
 
-HANG_PROP = "fi-hang-engine"  # the device's fault injection: engine 0 stops completing
+HANG_PROP = "x-fi-hang-engine"  # the device's fault injection: engine 0 stops completing
 
 # ---------------------------------------------------------- generic netlink ---
 NETLINK_GENERIC, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP = 16, 270, 1
