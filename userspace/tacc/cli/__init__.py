@@ -26,6 +26,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.cli.run",  # run: workloads
     "tacc.cli.counters",  # stat, top: device counters
     "tacc.cli.trace",  # trace start|stop|status: taccd capture control
+    "tacc.cli.profile",  # profile -o CAP -- CMD: taccd, capture, findings, timeline
     "tacc.cli.timeline",  # timeline
     "tacc.cli.analyze",  # analyze
     "tacc.cli.fleet",  # export, query
