@@ -24,11 +24,13 @@ if TYPE_CHECKING:
 
 FLOATS = (K.F32, K.BF16)
 INDEX = (np.dtype(np.int32), np.dtype(np.int64))
+# Nodes whose output follows from the static shapes alone: constants of the plan.
+HOST_CONST_OPS = ("Shape", "Size", "Constant", "ConstantOfShape")
 LAYOUT_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 # The op types the device runs (some only with given attributes, shapes or dtypes).
 DEVICE_OPS = ("MatMul", "Gemm", "Add", "Mul", "Softmax", "LayerNormalization",
               "RMSNormalization", "Gelu", "Sigmoid", "Swish", "Exp", "Relu", "Cast", "Gather",
-              "Transpose", "Concat", "Constant", *LAYOUT_OPS)
+              "Transpose", "Concat", "Sub", "Neg", "CastLike", *HOST_CONST_OPS, *LAYOUT_OPS)
 
 
 class Unsupported(Exception):
@@ -69,6 +71,16 @@ def _prod(s: tuple[int, ...]) -> int:
 def lower_node(plan: Plan, i: int) -> Step:
     """Lowers ``plan.nodes[i]`` (and the nodes fused into it, marked done in ``plan``)."""
     node = plan.nodes[i]
+    if node.op_type in HOST_CONST_OPS or (node.input and all(
+            not x or plan.is_const(x) for x in node.input) and node.op_type not in
+            ("Identity",)):
+        # every input a constant (Shape of a static shape too): folded once, at plan time
+        try:
+            plan.fold_constant(node)
+            return Step([node], lambda s: None, fused="folded", outputs=[])
+        except Exception as e:  # the reference cannot fold it: lowered as any node
+            if node.op_type in HOST_CONST_OPS:
+                return Step([node], None, f"{node.op_type} could not be folded: {e}")
     fn = LOWER.get(node.op_type)
     if node.domain not in ("", "ai.onnx") or fn is None:
         return Step([node], None, f"no device command for {node.op_type}"
@@ -398,9 +410,31 @@ def _concat(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Ste
     return Step([node], run, outputs=[y])
 
 
-def _constant(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:
-    plan.fold_constant(node)
-    return Step([node], lambda s: None, outputs=[])
+def _sub(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:
+    """a - b = a + (-1 * b): the element-wise SCALE then ADD commands (float32)."""
+    a, b = node.input[0], node.input[1]
+    y = node.output[0]
+    if any(plan.dtype(x) != K.F32 for x in (a, b, y)):
+        raise Unsupported("Sub on other than float32 (the device negates with SCALE, fp32)")
+    sy = plan.shape(y)
+    if plan.shape(a) != sy or plan.shape(b) != sy:
+        raise Unsupported(f"Sub with broadcast {plan.shape(a)} - {plan.shape(b)}")
+    tmp = plan.temp(y + "/neg", sy, K.F32)
+    plan.alloc(y)
+
+    def run(s: Any) -> None:
+        s.scale(plan.dev(b), -1.0, plan.dev(tmp))
+        s.add(plan.dev(a), plan.dev(tmp), plan.dev(y))
+
+    return Step([node], run, outputs=[y])
+
+
+def _neg(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:
+    x, y = node.input[0], node.output[0]
+    if plan.dtype(x) != K.F32:
+        raise Unsupported("Neg on other than float32 (the device's SCALE is fp32)")
+    plan.alloc(y)
+    return Step([node], lambda s: s.scale(plan.dev(x), -1.0, plan.dev(y)), outputs=[y])
 
 
 LOWER: dict[str, Callable[..., Step]] = {
@@ -409,5 +443,5 @@ LOWER: dict[str, Callable[..., Step]] = {
     "Sigmoid": _sigmoid, "Gelu": _unary("gelu"), "Swish": _unary("silu"),
     "Exp": _unary("exp"), "Relu": _unary("relu"), "Softmax": _softmax,
     "LayerNormalization": _norm, "RMSNormalization": _norm, "Cast": _cast,
-    "Gather": _gather, "Concat": _concat, "Constant": _constant,
+    "Gather": _gather, "Concat": _concat, "Sub": _sub, "Neg": _neg, "CastLike": _cast,
 }

@@ -163,14 +163,34 @@ class Plan:
         elif name in self.inputs:
             self.index_norm[name] = rows
 
+    def temp(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> str:
+        """A scratch value of the device (a lowering's intermediate)."""
+        self.vals[name] = _Val(tuple(shape), np.dtype(dtype), on_device=True)
+        return name
+
     def fold_constant(self, node: onnx.NodeProto) -> None:
+        """Evaluates a node of constants (or of static shapes only) on the host, once."""
         from onnx.reference import ReferenceEvaluator
 
-        m = helper.make_model(helper.make_graph([node], "c", [], [
-            helper.make_empty_tensor_value_info(node.output[0])]),
+        if node.op_type in ("Shape", "Size"):
+            shape = self.shape(node.input[0])
+            if node.op_type == "Size":
+                a = np.array(int(np.prod(shape, dtype=np.int64)), np.int64)
+            else:
+                at = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+                a = np.array(shape[at.get("start", 0):at.get("end", len(shape))], np.int64)
+            self.vals[node.output[0]] = _Val(a.shape, a.dtype, host=a, const=True)
+            return
+        feeds = {x: self.const(x) for x in node.input if x}
+        vi = [helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(
+            feeds[x].dtype), feeds[x].shape) for x in feeds]
+        m = helper.make_model(helper.make_graph([node], "c", vi, [
+            helper.make_empty_tensor_value_info(y) for y in node.output if y]),
             opset_imports=[helper.make_opsetid("", self.opset)])
-        a = np.asarray(ReferenceEvaluator(m).run(None, {})[0])
-        self.vals[node.output[0]] = _Val(a.shape, a.dtype, host=a, const=True)
+        outs = ReferenceEvaluator(m).run(None, feeds)
+        for y, a in zip([y for y in node.output if y], outs, strict=False):
+            a = np.asarray(a)
+            self.vals[y] = _Val(a.shape, a.dtype, host=a, const=True)
 
     def dev(self, name: str) -> DeviceBuffer:
         """The device memory of a value (at run time)."""
