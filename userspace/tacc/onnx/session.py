@@ -157,11 +157,14 @@ class Plan:
         self.val(name).on_device = True
 
     def index_input(self, name: str, rows: int) -> None:
+        """Gather indices: the device reads int32 in [0, rows); constants and fed inputs
+        are converted (negative ones counted from the end, as ONNX says) on the way in."""
         v = self.val(name)
         if v.const and v.host is not None:
-            v.host = np.where(v.host < 0, v.host + rows, v.host)
+            v.host = np.where(v.host < 0, v.host + rows, v.host).astype(np.int32)
         elif name in self.inputs:
             self.index_norm[name] = rows
+        v.dtype = np.dtype(np.int32)
 
     def temp(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> str:
         """A scratch value of the device (a lowering's intermediate)."""
