@@ -14,9 +14,8 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
-from tacc.runtime import Context, DeviceError, DtypeError, ShapeError, TaccError
+from tacc.runtime import Context, DeviceError, DtypeError, ShapeError, TaccError, opcost
 from tacc.runtime import apitrace as tr
-from tacc.runtime import opcost
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -28,7 +27,10 @@ def ctx():
     c.close()
 
 
-def close(out: np.ndarray, ref: np.ndarray, dtype: np.dtype = np.dtype(np.float32)) -> None:
+F32 = np.dtype(np.float32)
+
+
+def close(out: np.ndarray, ref: np.ndarray, dtype: np.dtype = F32) -> None:
     ref = np.asarray(ref, np.float64)
     scale = max(float(np.max(np.abs(ref))), 1e-30)
     tol = 1e-5 * scale + (np.abs(ref) * 2.0 ** -8 if dtype == BF16 else 0)
