@@ -176,7 +176,7 @@ def _matmul(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Ste
 
     if trans_b:
         nodes.insert(0, prod)
-        plan.done(prod)
+        plan.undo(prod)
     return Step(nodes, run, fused="+".join(x.op_type for x in nodes) if len(nodes) > 1 else "",
                 outputs=[out])
 

@@ -43,6 +43,11 @@ class _Val:
     const: bool = False
     alias: str = ""          # a view of this value's device memory
     on_device: bool = False  # produced on, or needed by, the device
+    own: DeviceBuffer | None = None  # the plan's memory (dev may be a bound buffer instead)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
 
 def _np_dtype(elem_type: int) -> np.dtype:
@@ -135,7 +140,7 @@ class Plan:
 
     def const_name(self, name: str, arr: np.ndarray) -> str:
         a = np.ascontiguousarray(arr)
-        self.vals[name] = _Val(a.shape, a.dtype, host=a, const=True)
+        self.vals[name] = _Val(a.shape, a.dtype, host=a, const=True, on_device=True)
         return name
 
     def const_device(self, arr: np.ndarray) -> DeviceBuffer:
@@ -143,6 +148,15 @@ class Plan:
 
     def done(self, node: onnx.NodeProto) -> None:
         self._done.add(id(node))
+
+    def undo(self, node: onnx.NodeProto) -> None:
+        """Takes back the step of an earlier node that a later one fuses."""
+        st = self._step_of.pop(id(node), None)
+        if st is not None and st in self.steps:
+            self.steps.remove(st)
+            for y in st.outputs:
+                if y in self.vals and not self.vals[y].alias:
+                    self.vals[y].on_device = False
 
     def step_of(self, node: onnx.NodeProto) -> Step | None:
         return self._step_of.get(id(node))
@@ -235,25 +249,22 @@ class Plan:
         for name, v in self.vals.items():
             if v.alias:
                 continue
-            if name in dev_in and v.const and v.host is not None:
+            if (name in dev_in or v.on_device) and v.const and v.host is not None:
                 v.dev = self.const_device(v.host)
             elif v.on_device or name in dev_in:
                 if -1 in v.shape:
                     raise _unsupported_shape(name)
                 v.dev = self.ctx.device_buffer(v.shape, v.dtype)
-        for name in self.inputs:
-            v = self.vals[name]
-            if v.dev is None and not v.alias and name in dev_in:
-                v.dev = self.ctx.device_buffer(v.shape, v.dtype)
+            v.own = v.dev
 
     def free(self) -> None:
         for v in self.vals.values():
-            if v.dev is not None and not v.alias:
+            if v.own is not None and not v.alias:
                 try:
-                    v.dev.free()
+                    v.own.free()
                 except TaccError:
                     pass
-                v.dev = None
+            v.dev = v.own = None
 
 
 def _unsupported_shape(name: str) -> UnsupportedNodeError:
@@ -382,14 +393,23 @@ class InferenceSession:
                    n not in self._shape_inputs]
         if missing:
             raise ValueError(f"tacc.onnx: missing input(s) {missing}")
+        for name, out in binding.outputs.items():   # outputs written in place when bound
+            v = p.vals.get(name)
+            if v is not None and not v.alias and v.own is not None:
+                v.dev = out.view(v.shape, v.dtype) if out is not None and \
+                    out.nbytes == v.own.nbytes else v.own
         for name in p.inputs:
             v = p.vals[name]
             x = binding.inputs.get(name)
             if x is None or name in self._shape_inputs and v.const:
                 continue
             if isinstance(x, DeviceBuffer):
-                v.dev = x
+                if x.nbytes != v.nbytes:
+                    raise ValueError(f"tacc.onnx: input {name}: {x!r} is not {v.shape} "
+                                     f"{v.dtype}")
+                v.dev = x.view(v.shape, v.dtype)
                 continue
+            v.dev = v.own
             arr = np.ascontiguousarray(x, dtype=v.dtype)
             if name in p.index_norm:
                 arr = np.where(arr < 0, arr + p.index_norm[name], arr).astype(v.dtype)
@@ -412,10 +432,9 @@ class InferenceSession:
                 continue
             out = binding.outputs[name]
             src = p.dev(name)
-            if out is not None and out is not src:
+            if out is not None and (src.handle, src.offset) != (out.handle, out.offset):
                 s.copy_d2d(out, src.view(out.shape, out.dtype))
-                src = out
-            binding._results[name] = src
+            binding._results[name] = out if out is not None else src
 
     def _run_host(self, p: Plan, st: Step, fresh: set[str]) -> None:
         """A node on the host: its device inputs copied back, its outputs up again."""
