@@ -155,7 +155,7 @@ def test_iobinding_resident_buffers() -> None:
         b.bind_input("x", x)
         b.bind_output("y", y)
         h2d = []
-        for i in range(3):
+        for _ in range(3):
             X = rng.standard_normal((2, 8)).astype(np.float32)
             s = sess.stream
             s.copy_h2d(x, X)
