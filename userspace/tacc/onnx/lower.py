@@ -314,8 +314,9 @@ def _norm(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:
     bias = node.input[2] if node.op_type == "LayerNormalization" and len(node.input) > 2 \
         else ""
     y = node.output[0]
-    if any(o for o in node.output[1:]):
-        raise Unsupported(f"{node.op_type}: the Mean/InvStdDev outputs")
+    if any(o and (plan.is_output(o) or plan.consumers(o)) for o in node.output[1:]):
+        raise Unsupported(f"{node.op_type}: the Mean/InvStdDev outputs (the device's NORM "
+                          "writes Y only)")
     _floats(plan, [x, scale, bias, y], node.op_type)
     shape = plan.shape(x)
     axis = int(at.get("axis", -1))

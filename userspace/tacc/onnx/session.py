@@ -62,7 +62,8 @@ class Plan:
     """A model specialised to its input shapes (and shape-input values): the steps, the
     device memory of every value, the constants uploaded once."""
 
-    def __init__(self, sess: InferenceSession, model: onnx.ModelProto) -> None:
+    def __init__(self, sess: InferenceSession, model: onnx.ModelProto,
+                 wanted: tuple[str, ...] = ()) -> None:
         self.sess = sess
         self.ctx = sess.ctx
         g = model.graph
@@ -70,7 +71,7 @@ class Plan:
                           1)
         self.nodes = list(g.node)
         self.inputs = [i.name for i in g.input if i.name not in sess._init_names]
-        self.outputs = [o.name for o in g.output]
+        self.outputs = list(wanted) or [o.name for o in g.output]   # the outputs computed
         self.vals: dict[str, _Val] = {}
         for vi in [*g.input, *g.value_info, *g.output]:
             t = vi.type.tensor_type
@@ -333,9 +334,10 @@ class InferenceSession:
 
     # ----------------------------------------------------------------- plan ---
     def plan(self, shapes: dict[str, tuple[tuple[int, ...], np.dtype]],
-             values: dict[str, np.ndarray]) -> Plan:
-        """The plan for these input shapes (and values of shape inputs); cached."""
-        key = (tuple(sorted((k, tuple(s), str(d)) for k, (s, d) in shapes.items())),
+             values: dict[str, np.ndarray], wanted: tuple[str, ...] = ()) -> Plan:
+        """The plan for these input shapes (and values of shape inputs) computing the
+        ``wanted`` outputs (default: all); cached."""
+        key = (wanted, tuple(sorted((k, tuple(s), str(d)) for k, (s, d) in shapes.items())),
                tuple(sorted((k, v.tobytes()) for k, v in values.items()
                             if k in self._shape_inputs)))
         p = self._plans.get(key)
@@ -360,7 +362,7 @@ class InferenceSession:
             raise TaccError(f"tacc.onnx: shape inference failed: {e}") from None
         self._init_names = {i.name for i in self.model.graph.initializer} | \
             {i.name for i in m.graph.initializer}
-        p = Plan(self, m)
+        p = Plan(self, m, wanted)
         self._plans[key] = p
         return p
 
@@ -388,7 +390,7 @@ class InferenceSession:
         unknown = set(shapes) - {i.name for i in self.model.graph.input}
         if unknown:
             raise ValueError(f"tacc.onnx: unknown input(s) {sorted(unknown)}")
-        p = self.plan(shapes, host_vals)
+        p = self.plan(shapes, host_vals, tuple(binding.outputs))
         missing = [n for n in p.inputs if n not in binding.inputs and
                    n not in self._shape_inputs]
         if missing:
