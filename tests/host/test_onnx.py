@@ -192,3 +192,21 @@ def test_bf16_model() -> None:
     ref = 0.5 * r * (1 + np.tanh(np.sqrt(2 / np.pi) * (r + 0.044715 * r ** 3)))
     # two bf16 roundings (the GEMM's output, GELU's): 2 ulps of 2^-8, plus fp32 noise
     assert np.allclose(y, ref, rtol=2 * 2.0 ** -8, atol=1e-3), float(np.max(np.abs(y - ref)))
+
+
+def test_cli_run_and_bad_file(tmp_path) -> None:
+    from tacc.cli import main
+
+    m, feeds = _block()
+    path = tmp_path / "block.onnx"
+    onnx.save(m, str(path))
+    np.save(tmp_path / "ids.npy", feeds["ids"])
+    out = tmp_path / "out.npz"
+    assert main(["onnx", "run", str(path), "--sim", "-i", f"ids={tmp_path}/ids.npy",
+                 "-o", str(out)]) == 0
+    (ref,) = ReferenceEvaluator(m).run(None, feeds)
+    assert np.allclose(np.load(out)["y"], ref, rtol=1e-4, atol=1e-5)
+    r = subprocess.run([sys.executable, "-m", "tacc.cli", "onnx", "run",
+                        str(tmp_path / "missing.onnx"), "--sim"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "missing.onnx" in r.stderr
