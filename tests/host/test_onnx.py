@@ -159,6 +159,13 @@ def test_iobinding_resident_buffers() -> None:
             assert np.allclose(ctx.to_numpy(y), X @ W, rtol=1e-5, atol=1e-6)
         # the first run uploads W; then one GEMM per run, writing y in place
         assert h2d == [2, 1, 1]
+        g = sess.capture(b)                       # the model as a graph: one job a launch
+        X = rng.standard_normal((2, 8)).astype(np.float32)
+        sess.stream.copy_h2d(x, X)
+        n0 = len(ctx.backend.jobs)
+        g.launch()
+        assert len(ctx.backend.jobs) == n0 + 1
+        assert np.allclose(ctx.to_numpy(y), X @ W, rtol=1e-5, atol=1e-6)
         sess.close()
 
 
