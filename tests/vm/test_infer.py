@@ -77,13 +77,23 @@ def test_all_node_tests_on_pf() -> None:
 
 
 # ------------------------------------------------------------------ graphs ---
-REC3 = np.dtype([("version", "u1"), ("opcode", "u1"), ("engine", "u1"), ("queue", "u1"),
-                 ("func", "<u2"), ("ctx", "<u2"), ("seq", "<u4"), ("job", "<u4"),
-                 ("tag", "<u8"), ("t_fetch", "<u8"), ("t_start", "<u8"), ("t_end", "<u8"),
-                 ("status", "<u2"), ("index", "<u2"), ("rsvd", "<u4"),
-                 ("flops", "<u8"), ("devmem_rd", "<u8"), ("devmem_wr", "<u8"),
-                 ("list_id", "<u4"), ("list_index", "<u2"), ("dtype", "u1"), ("sub_op", "u1"),
-                 ("rsvd3", "<u8", (4,))])
+def _rec3() -> np.dtype:
+    """struct tacc_trace_rec3: the version-2 record, then FLOPs, bytes and the list id."""
+    from tacc import hw
+
+    base = hw.dtype("tacc_trace_rec")
+    tail = [f for f in hw.STRUCTS["tacc_trace_rec3"]["fields"] if f["name"] != "rec"
+            and f["name"] != "rsvd"]
+    fmt = {"__u64": "<u8", "__u32": "<u4", "__u16": "<u2", "__u8": "u1"}
+    return np.dtype({"names": [*base.names, *(f["name"] for f in tail)],
+                     "formats": [base.fields[n][0] for n in base.names]
+                     + [fmt[f["type"]] for f in tail],
+                     "offsets": [base.fields[n][1] for n in base.names]
+                     + [f["offset"] for f in tail],
+                     "itemsize": hw.TACC_TRACE_REC3_SIZE})
+
+
+REC3 = _rec3()
 assert REC3.itemsize == 128
 
 
