@@ -35,6 +35,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.cli.devices",  # devices: PF, VF and virtio-tacc functions
     "tacc.cli.vfio",  # vfio list|bind|unbind
     "tacc.cli.pcie",  # pcie capture|summary|timeline (PCIe analyzer)
+    "tacc.cli.onnx",  # onnx run|test: ONNX models
 )
 
 
