@@ -1,32 +1,38 @@
-"""A GPT-2-architecture decoder-only transformer as an ONNX graph, with a static KV cache.
+"""A GPT-2-architecture decoder-only transformer as ONNX graphs, with a static KV cache.
 
     from tacc.models import gpt2
     cfg = gpt2.CONFIGS["tiny"]
-    w = gpt2.weights(cfg)                       # seeded, deterministic
-    model = gpt2.build(cfg, w)                  # onnx.ModelProto, one graph for prefill and decode
-    tokens, logits = gpt2.reference_decode(model, cfg, prompt, n_new=8)
+    w = gpt2.weights(cfg)                                 # seeded, deterministic
+    prefill = gpt2.build(cfg, w, batch=4, seq=16)         # onnx.ModelProto
+    step = gpt2.build(cfg, w, batch=4, seq=1)             # the decode step
+    tokens, logits = gpt2.reference_decode(cfg, w, prompt, n_new=8)
 
 The graph (opset 24) is GPT-2's: token and position embedding (``Gather``); per block
 LayerNorm, causal multi-head attention, residual, LayerNorm, GELU (tanh form) MLP,
 residual; a final LayerNorm; the LM head tied to the token embedding
-(``MatMul(h, Transpose(wte))``).  One graph serves prefill (``S`` = prompt length) and
-decode (``S`` = 1): the batch ``B`` and the step length ``S`` are symbolic.
+(``MatMul(h, Transpose(wte))``).  Shapes are static, one graph per (batch ``B``, step
+length ``S``): the prefill graph (``S`` = prompt length) and the decode-step graph
+(``S`` = 1) share the weights; static shapes are what a captured command list replays.
 
-The KV cache is static, as engines that replay a captured graph keep it (the shapes of a
-decode step never change): ``past_key_<i>`` / ``past_value_<i>`` are ``[B, H, T, dh]``
-with ``T = cfg.max_len``; the step's keys and values are written at ``write_index``
-(the number of tokens already in the cache) by ``TensorScatter`` (axis -2) into
-``present_key_<i>`` / ``present_value_<i>``, which the next step takes as its past (a
-device-resident binding can give both the same buffer).  Attention runs over all ``T``
-slots with the additive ``attn_mask`` ``[S, T]`` (0 where key ``t <= write_index + s``,
-:data:`MASK_NEG` elsewhere), which covers causality and the unwritten slots.
+The KV cache is static: ``past_key_<i>`` / ``past_value_<i>`` are ``[H, B, T, dh]`` with
+``T = cfg.max_len``; the step's keys and values are written at ``write_index`` (``[H]``,
+each the number of tokens already cached: ``TensorScatter``'s index per slice of axis 0)
+along axis -2 into ``present_key_<i>`` / ``present_value_<i>``, which the next step takes
+as its past (a device-resident binding gives both the same buffer: an in-place update).
+Attention runs over all ``T`` slots with the additive ``attn_mask`` ``[S, T]`` (0 where
+key ``t <= write_index + s``, :data:`MASK_NEG` elsewhere), which covers causality and the
+unwritten slots.
 
-The projections use a per-head weight layout so that no activation is ever transposed
-or reshaped: ``q = MatMul(Unsqueeze(x, 1) [B,1,S,D], Wq [H,D,dh]) + bq [H,1,dh]`` gives
-``[B,H,S,dh]`` directly (a batched matmul over heads with the activation broadcast), and
-the output projection ``ReduceSum(MatMul(ctx [B,H,S,dh], Wo [H,dh,D]), axis 1)`` sums
-the heads' contributions, the same FLOPs as GPT-2's ``concat(heads) @ W_o``.  The only
-transposes are of ``K`` and ``wte`` in front of a ``MatMul`` (a GEMM's ``trans_b``).
+Layout: the residual stream is ``[N, D]`` (``N = B*S`` tokens, batch-major).  The
+projections use a per-head weight layout so that no activation is ever transposed:
+``MatMul(x [N,D], Wq [H,D,dh])`` gives ``[H,N,dh]`` (one batched matmul over heads, the
+activation shared by all), a ``Reshape`` (no data movement) makes it ``[H,B,S,dh]``, and
+the output projection ``ReduceSum(MatMul(ctx [H,N,dh], Wo [H,dh,D]), axis 0)`` sums the
+heads' contributions: the FLOPs of GPT-2's ``concat(heads) @ W_o``.  The only transposes
+are of ``K`` and ``wte`` in front of a ``MatMul`` (a GEMM's ``trans_b``).  The q, k, v
+projections have no bias (a per-head bias is not a row vector the device can broadcast;
+k's bias cancels in the softmax and v's folds into the output bias exactly, q's is the
+one real difference from GPT-2); every other bias is GPT-2's.
 
 ``dtype="bf16"`` stores the weights of the projection, MLP and LM-head matmuls as
 bfloat16 (``ml_dtypes``), casts their activations to bfloat16 in front of them and the
@@ -72,7 +78,7 @@ class Config:
 
     def n_params(self) -> int:
         d, f = self.d_model, self.d_ff
-        per_layer = 4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d
+        per_layer = 4 * d * d + d + 2 * d * f + f + d + 4 * d
         return self.vocab * d + self.n_pos * d + self.n_layer * per_layer + 2 * d
 
 
@@ -115,7 +121,6 @@ def weights(cfg: Config) -> dict[str, np.ndarray]:
         w[p + "ln1.g"], w[p + "ln1.b"] = around_one(d), normal(d)
         for n in "qkv":
             w[p + f"attn.W{n}"] = normal(h, d, dh)  # GPT-2's c_attn split per head
-            w[p + f"attn.b{n}"] = normal(h, 1, dh)
         # residual projections scaled by 1/sqrt(2 n_layer), as GPT-2 initialises them
         w[p + "attn.Wo"] = normal(h, dh, d, std=s / math.sqrt(2 * cfg.n_layer))
         w[p + "attn.bo"] = normal(d)
@@ -171,23 +176,36 @@ def output_names(cfg: Config) -> list[str]:
     return names
 
 
-def build(cfg: Config, w: dict[str, np.ndarray] | None = None, dtype: str = "fp32"
-          ) -> onnx.ModelProto:
-    """The model's ONNX graph with ``w`` (default: :func:`weights`) as initializers."""
+def cache_shape(cfg: Config, batch: int) -> tuple[int, int, int, int]:
+    return (cfg.n_head, batch, cfg.max_len, cfg.d_head)
+
+
+def build(cfg: Config, w: dict[str, np.ndarray] | None = None, dtype: str = "fp32",
+          batch: int = 1, seq: int = 1) -> onnx.ModelProto:
+    """The model's ONNX graph for ``batch`` sequences of ``seq`` new tokens a step, with
+    ``w`` (default: :func:`weights`) as initializers."""
     if dtype not in ("fp32", "bf16"):
         raise ValueError(f"dtype {dtype!r}: fp32 or bf16")
+    if not (batch >= 1 and 1 <= seq <= cfg.max_len):
+        raise ValueError(f"batch {batch}, seq {seq}: need batch >= 1, 1 <= seq <= "
+                         f"{cfg.max_len}")
     w = weights(cfg) if w is None else w
     bf16 = dtype == "bf16"
     g = _G()
     F, I64 = TensorProto.FLOAT, TensorProto.INT64
     BF = TensorProto.BFLOAT16
     d, h, dh, t = cfg.d_model, cfg.n_head, cfg.d_head, cfg.max_len
+    n = batch * seq
     for k, v in w.items():
         g.const(k, v.astype(_bf16()) if bf16 and matmul_weight(k) else v)
     if bf16:  # the LM head's own bf16 copy of wte (the gather keeps the fp32 table)
         g.const("wte_lm", w["wte"].astype(_bf16()))
     g.const("scale", np.array(1.0 / math.sqrt(dh), np.float32))
-    g.const("axis1", np.array([1], np.int64))
+    g.const("axis0", np.array([0], np.int64))
+    g.const("shape.tokens", np.array([n], np.int64))
+    g.const("shape.heads", np.array([h, batch, seq, dh], np.int64))
+    g.const("shape.heads_flat", np.array([h, n, dh], np.int64))
+    g.const("shape.logits", np.array([batch, seq, cfg.vocab], np.int64))
 
     def matmul(x: str, wname: str, name: str, trans_w: bool = False) -> str:
         if not bf16:
@@ -205,29 +223,31 @@ def build(cfg: Config, w: dict[str, np.ndarray] | None = None, dtype: str = "fp3
         return g.op("LayerNormalization", [x, p + ".g", p + ".b"], p, axis=-1,
                     epsilon=LN_EPS)
 
-    tok = g.op("Gather", ["wte", "input_ids"], "embed.tok", axis=0)
-    pos = g.op("Gather", ["wpe", "position_ids"], "embed.pos", axis=0)
+    ids = g.op("Reshape", ["input_ids", "shape.tokens"], "embed.ids")
+    pids = g.op("Reshape", ["position_ids", "shape.tokens"], "embed.pos_ids")
+    tok = g.op("Gather", ["wte", ids], "embed.tok", axis=0)  # [N, D]
+    pos = g.op("Gather", ["wpe", pids], "embed.pos", axis=0)
     x = g.op("Add", [tok, pos], "embed")
     for i in range(cfg.n_layer):
         p = f"L{i}."
         a = layer_norm(x, p + "ln1")
-        au = g.op("Unsqueeze", [a, "axis1"], p + "attn.heads")  # [B,1,S,D]
         qkv = {}
-        for n in "qkv":
-            y = matmul(au, p + f"attn.W{n}", p + f"attn.{n}_proj")  # [B,H,S,dh]
-            qkv[n] = g.op("Add", [y, p + f"attn.b{n}"], p + f"attn.{n}")
+        for nm in "qkv":
+            y = matmul(a, p + f"attn.W{nm}", p + f"attn.{nm}_proj")  # [H, N, dh]
+            qkv[nm] = g.op("Reshape", [y, "shape.heads"], p + f"attn.{nm}")  # [H,B,S,dh]
         k_all = g.op("TensorScatter", [f"past_key_{i}", qkv["k"], "write_index"],
                      f"present_key_{i}", axis=-2)
         v_all = g.op("TensorScatter", [f"past_value_{i}", qkv["v"], "write_index"],
                      f"present_value_{i}", axis=-2)
         kt = g.op("Transpose", [k_all], p + "attn.kT", perm=[0, 1, 3, 2])
-        sc = g.op("MatMul", [qkv["q"], kt], p + "attn.qk")  # [B,H,S,T]
+        sc = g.op("MatMul", [qkv["q"], kt], p + "attn.qk")  # [H,B,S,T]
         sc = g.op("Mul", [sc, "scale"], p + "attn.scale")
         sc = g.op("Add", [sc, "attn_mask"], p + "attn.mask")
         pr = g.op("Softmax", [sc], p + "attn.softmax", axis=-1)
-        ctx = g.op("MatMul", [pr, v_all], p + "attn.pv")  # [B,H,S,dh]
-        o = matmul(ctx, p + "attn.Wo", p + "attn.o_proj")  # [B,H,S,D]
-        o = g.op("ReduceSum", [o, "axis1"], p + "attn.heads_sum", keepdims=0)  # [B,S,D]
+        ctx = g.op("MatMul", [pr, v_all], p + "attn.pv")  # [H,B,S,dh]
+        ctx = g.op("Reshape", [ctx, "shape.heads_flat"], p + "attn.ctx")  # [H,N,dh]
+        o = matmul(ctx, p + "attn.Wo", p + "attn.o_proj")  # [H,N,D]
+        o = g.op("ReduceSum", [o, "axis0"], p + "attn.heads_sum", keepdims=0)  # [N,D]
         o = g.op("Add", [o, p + "attn.bo"], p + "attn.out")
         x = g.op("Add", [x, o], p + "attn.residual")
         m = layer_norm(x, p + "ln2")
@@ -238,25 +258,27 @@ def build(cfg: Config, w: dict[str, np.ndarray] | None = None, dtype: str = "fp3
                  p + "mlp.out")
         x = g.op("Add", [x, m], p + "mlp.residual")
     x = layer_norm(x, "lnf")
-    logits = matmul(x, "wte", "lm_head", trans_w=True)
-    g.nodes.append(helper.make_node("Identity", [logits], ["logits"], name="logits"))
+    logits = matmul(x, "wte", "lm_head", trans_w=True)  # [N, V]
+    g.op("Reshape", [logits, "shape.logits"], "logits")
 
-    ins = [helper.make_tensor_value_info("input_ids", I64, ["B", "S"]),
-           helper.make_tensor_value_info("position_ids", I64, ["B", "S"]),
-           helper.make_tensor_value_info("attn_mask", F, ["S", t]),
-           helper.make_tensor_value_info("write_index", I64, ["B"])]
-    outs = [helper.make_tensor_value_info("logits", F, ["B", "S", cfg.vocab])]
+    ins = [helper.make_tensor_value_info("input_ids", I64, [batch, seq]),
+           helper.make_tensor_value_info("position_ids", I64, [batch, seq]),
+           helper.make_tensor_value_info("attn_mask", F, [seq, t]),
+           helper.make_tensor_value_info("write_index", I64, [h])]
+    outs = [helper.make_tensor_value_info("logits", F, [batch, seq, cfg.vocab])]
     for i in range(cfg.n_layer):
         for kind in ("key", "value"):
-            ins.append(helper.make_tensor_value_info(f"past_{kind}_{i}", F, ["B", h, t, dh]))
+            ins.append(helper.make_tensor_value_info(f"past_{kind}_{i}", F,
+                                                     list(cache_shape(cfg, batch))))
             outs.append(helper.make_tensor_value_info(f"present_{kind}_{i}", F,
-                                                      ["B", h, t, dh]))
-    graph = helper.make_graph(g.nodes, f"{cfg.name}_{dtype}", ins, outs, g.inits)
+                                                      list(cache_shape(cfg, batch))))
+    graph = helper.make_graph(g.nodes, f"{cfg.name}_{dtype}_b{batch}_s{seq}", ins, outs,
+                              g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="tacc.models.gpt2")
     model.doc_string = (f"GPT-2 architecture, config {cfg.name} ({cfg.n_layer} layers, "
                         f"d {d}, {h} heads, vocab {cfg.vocab}, KV cache {t}), {dtype}, "
-                        f"seed {cfg.seed}")
+                        f"batch {batch}, step {seq}, seed {cfg.seed}")
     return model
 
 
@@ -279,11 +301,11 @@ def step_feeds(cfg: Config, tokens: np.ndarray, past: int) -> dict[str, np.ndarr
             "position_ids": np.broadcast_to(np.arange(past, past + s, dtype=np.int64),
                                             (b, s)).copy(),
             "attn_mask": attn_mask(past, s, cfg.max_len),
-            "write_index": np.full(b, past, np.int64)}
+            "write_index": np.full(cfg.n_head, past, np.int64)}
 
 
 def empty_cache(cfg: Config, batch: int) -> dict[str, np.ndarray]:
-    shape = (batch, cfg.n_head, cfg.max_len, cfg.d_head)
+    shape = cache_shape(cfg, batch)
     return {f"past_{k}_{i}": np.zeros(shape, np.float32)
             for i in range(cfg.n_layer) for k in ("key", "value")}
 
@@ -318,16 +340,19 @@ def greedy_decode(run: Any, cfg: Config, prompt_ids: np.ndarray, n_new: int
     return np.stack(out, axis=1), step_logits
 
 
-def reference_decode(model: onnx.ModelProto, cfg: Config, prompt_ids: np.ndarray, n_new: int
+def reference_decode(cfg: Config, w: dict[str, np.ndarray], prompt_ids: np.ndarray,
+                     n_new: int, dtype: str = "fp32"
                      ) -> tuple[np.ndarray, list[np.ndarray]]:
-    """:func:`greedy_decode` with ``onnx.reference.ReferenceEvaluator`` running the graph."""
+    """:func:`greedy_decode` with ``onnx.reference.ReferenceEvaluator`` running the
+    prefill graph, then the decode-step graph."""
     from onnx.reference import ReferenceEvaluator
 
-    ev = ReferenceEvaluator(model)
+    b, p = prompt_ids.shape
+    evs = {s: ReferenceEvaluator(build(cfg, w, dtype, b, s)) for s in {p, 1}}
     outs = output_names(cfg)
 
     def run(feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-        r = ev.run(outs, feeds)
+        r = evs[feeds["input_ids"].shape[1]].run(outs, feeds)
         return r[0], list(r[1:])
 
     return greedy_decode(run, cfg, prompt_ids, n_new)
@@ -354,8 +379,7 @@ def numpy_logits(cfg: Config, w: dict[str, np.ndarray], ids: np.ndarray) -> np.n
         p = f"L{i}."
         a = ln(x, f8[p + "ln1.g"], f8[p + "ln1.b"])
         # per-head weights back to GPT-2's [D, D] (heads side by side in the columns)
-        qkv = [a @ f8[p + f"attn.W{n}"].transpose(1, 0, 2).reshape(d, d)
-               + f8[p + f"attn.b{n}"].reshape(d) for n in "qkv"]
+        qkv = [a @ f8[p + f"attn.W{n}"].transpose(1, 0, 2).reshape(d, d) for n in "qkv"]
         q, k, v = (y.reshape(bsz, s, h, dh).transpose(0, 2, 1, 3) for y in qkv)
         sc = q @ k.transpose(0, 1, 3, 2) / math.sqrt(dh)
         sc = np.where(causal, sc, -np.inf)
