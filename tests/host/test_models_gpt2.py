@@ -11,7 +11,7 @@ import pytest
 from tacc.models import gpt2
 
 CFG = gpt2.CONFIGS["tiny"]
-BF16_LOGIT_BOUND = 0.05  # |bf16 - fp32| of any logit, tiny (measured max 0.028)
+BF16_LOGIT_BOUND = 0.15  # |bf16 - fp32| of any logit, tiny (reference: max 0.089; std 1.75)
 
 
 @pytest.fixture(scope="module")
@@ -21,13 +21,13 @@ def w() -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def model(w: dict[str, np.ndarray]) -> onnx.ModelProto:
-    return gpt2.build(CFG, w, batch=3, seq=8)
+    return gpt2.build(CFG, w, batch=4, seq=8)
 
 
 @pytest.fixture(scope="module")
 def decoded(w: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    ids = gpt2.prompt(CFG, 3, 8)
-    toks, logits = gpt2.reference_decode(CFG, w, ids, 10)
+    ids = gpt2.prompt(CFG, 4, 8)
+    toks, logits = gpt2.reference_decode(CFG, w, ids, 8)
     return ids, toks, logits
 
 
@@ -85,20 +85,21 @@ def test_reference_decode_with_kv_cache_equals_full_recompute(
     numpy forward over the whole sequence each time, no cache, textbook head layout."""
     ids, toks, logits = decoded
     p, n = ids.shape[1], toks.shape[1]
-    assert toks.shape == (3, 10) and len(logits) == n
+    assert toks.shape == (4, 8) and len(logits) == n
+    assert min(len(set(r)) for r in toks.tolist()) >= 5  # not one token repeated
     full = gpt2.numpy_logits(CFG, w, np.concatenate([ids, toks], axis=1))
     for j in range(n):
         np.testing.assert_allclose(logits[j], full[:, p - 1 + j], rtol=0, atol=2e-5)
         np.testing.assert_array_equal(toks[:, j], np.argmax(full[:, p - 1 + j], axis=-1))
     # greedy margins of this seed are clear of the bf16 bound's rounding
     top2 = np.sort(np.stack(logits), axis=-1)[..., -2:]
-    assert (top2[..., 1] - top2[..., 0]).min() > 1e-3
+    assert (top2[..., 1] - top2[..., 0]).min() > 0.06
 
 
 def test_bf16_graph_halves_matmul_weights_and_keeps_the_tokens(
         w: dict[str, np.ndarray], decoded: tuple[np.ndarray, np.ndarray, list[np.ndarray]]
 ) -> None:
-    mb = gpt2.build(CFG, w, "bf16", batch=3, seq=1)
+    mb = gpt2.build(CFG, w, "bf16", batch=4, seq=1)
     onnx.checker.check_model(mb, full_check=True)
     sizes = {t.name: len(t.raw_data) for t in mb.graph.initializer}
     for k in ("L0.attn.Wq", "L1.mlp.W1", "L1.mlp.W2", "L1.attn.Wo"):

@@ -83,10 +83,12 @@ class Config:
 
 
 CONFIGS: dict[str, Config] = {c.name: c for c in (
-    # tests: 2 layers, d 128; weights wider than GPT-2's init so that the greedy choices
-    # are clear of bf16 rounding (the reference check compares tokens)
+    # tests: 2 layers, d 128; weights wider than GPT-2's init and a seed whose greedy
+    # choices for the default prompt (4 x 8 tokens, 8 new) are varied and clear of bf16
+    # rounding (top-2 margin >= 0.064, logits' std 1.75: the reference check compares
+    # tokens)
     Config("tiny", n_layer=2, d_model=128, n_head=4, vocab=512, max_len=64, n_pos=64,
-           init_std=0.08),
+           init_std=0.15, seed=13),
     # GPT-2 small's shapes (124M parameters): benchmarks
     Config("gpt2", n_layer=12, d_model=768, n_head=12, vocab=50257, max_len=128, n_pos=1024,
            init_std=0.02),
