@@ -60,7 +60,7 @@ help:
 	@echo '  KERNEL_ARGS   extra guest kernel command line'
 	@echo '  NODES         run-vm: 1..4 VMs side by side on a loopback-only network (docs/cluster.md)'
 	@echo '  CMD           run-vm: run this in the guest instead of a shell (as typed; $$$$ for $$)'
-	@echo '  PYTEST_ARGS   test layers: extra pytest arguments, e.g. "-k capture -x"'
+	@echo '  PYTEST_ARGS   test layers: extra pytest arguments, split like a shell: -k "capture and format" -x'
 	@echo '  TEST_VM_CONFIGS  test-vm: configurations to boot, e.g. "strict pt" (scripts/test-vm)'
 
 setup:

@@ -68,7 +68,7 @@ def test_struct_fields_complete(c_layout: dict[str, int]) -> None:
         m = re.search(r"struct " + st.__name__ + r" \{(.*?)\};", text, re.S)
         assert m, st.__name__
         body = re.sub(r"/\*.*?\*/", "", m.group(1), flags=re.S)
-        cnames = re.findall(r"(\w+)\s*;", body)
+        cnames = re.findall(r"(\w+)\s*(?:\[[^\]]*\])?\s*;", body)
         assert cnames == [f for f, _ in st._fields_], st.__name__
 
 

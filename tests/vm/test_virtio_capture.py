@@ -276,7 +276,8 @@ def test_tacc_devices_and_cdi_name_the_virtio_function(tmp_path: Path,
     vfio device (docs/containers.md)."""
     import argparse
 
-    from tacc import cdi, cli_devices
+    from tacc import cdi
+    from tacc.cli import devices as cli_devices
 
     v = _virtio_fn()
     # the subcommand's parser and code in process (tacc.cli imports every subcommand:

@@ -3,7 +3,8 @@
 The one place the runtime's simulator takes a command's modelled device time from:
 ``max(FLOPs / peak of the dtype, device bytes / memory bandwidth) + fixed cost``.  The
 parameters are the QEMU device's property defaults (docs/hardware.md, the timing model);
-the device model package absorbs this module when it lands.
+the device model package absorbs this module when it lands.  Only a GEMM with bf16 A
+and B runs at the bf16 peak; every other command computes in fp32.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 FLOPS_PER_ELEM = {
     "softmax": 5,      # scale, max, subtract, exp, sum + one divide
     "layer_norm": 8,   # mean, subtract, square, sum, rsqrt-multiply, gamma, beta
-    "rms_norm": 5,     # square, sum, rsqrt-multiply, gamma
+    "rms_norm": 4,     # square, sum, rsqrt-multiply, gamma
     "gelu": 8,         # x^3, fma, tanh, add, 2 multiplies
     "silu": 4,         # negate, exp, add, divide
     "exp": 1,
@@ -32,10 +33,10 @@ FLOPS_PER_ELEM = {
 class Roofline:
     """Peaks of the modelled part (defaults: docs/hardware.md "timing model")."""
 
-    peak_fp32: float = 30.3e12      # FLOP/s
-    peak_bf16: float = 121.0e12     # FLOP/s, fp32 accumulation
-    mem_bw: float = 300e9           # device-memory bytes/s
-    fixed_ns: int = 100             # per command
+    peak_fp32: float = 7575e9       # FLOP/s of one compute engine (`compute-gflops`)
+    peak_bf16: float = 30250e9      # FLOP/s, GEMMs with bf16 A and B (`bf16-gflops`)
+    mem_bw: float = 300e9           # device-memory bytes/s (`devmem-gbps`)
+    fixed_ns: int = 100             # per command (`cmd-latency-ns`)
 
     def time_ns(self, flops: int, nbytes: int, bf16: bool = False) -> int:
         peak = self.peak_bf16 if bf16 else self.peak_fp32
@@ -46,13 +47,16 @@ DEFAULT = Roofline()
 
 
 def gemm_cost(m: int, n: int, k: int, batch: int, in_size: int, out_size: int,
-              bias: bool, beta: bool) -> tuple[int, int]:
-    flops = 2 * m * n * k * batch + (m * n * batch if bias or beta else 0)
-    nbytes = batch * ((m * k + k * n) * in_size + m * n * out_size * (2 if beta else 1))
-    return flops, nbytes + (n * out_size if bias else 0)
+              bias: bool, beta: bool, b_shared: bool = False) -> tuple[int, int]:
+    flops = 2 * m * n * k * batch + (m * n * batch if bias else 0)
+    rd = batch * m * k * in_size + (1 if b_shared else batch) * k * n * in_size
+    rd += batch * m * n * out_size if beta else 0
+    rd += n * out_size if bias else 0
+    return flops, rd + batch * m * n * out_size
 
 
 def rows_cost(kind: str, elems: int, in_size: int, out_size: int, extra: int = 0
               ) -> tuple[int, int]:
-    """Element-wise and per-row commands: ``extra`` bytes of vectors (gamma, beta, b)."""
+    """Element-wise and per-row commands: ``extra`` bytes of vectors (gamma, beta, b)
+    (docs/hardware.md section 14, "FLOPs and bytes of a command")."""
     return FLOPS_PER_ELEM[kind] * elems, elems * (in_size + out_size) + extra

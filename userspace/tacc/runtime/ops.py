@@ -27,10 +27,13 @@ if TYPE_CHECKING:
     from .stream import Stream
 
 FLOAT_DTYPES = (K.F32, K.BF16)
-INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
-MAX_DIM = 1 << 16          # rows, columns, m/n/k of one command
-MAX_ELEMS = 1 << 26        # elements one command reads from one operand
-MAX_BATCH = 4096
+INDEX_DTYPES = (np.dtype(np.int32),)
+# device limits (docs/hardware.md section 14)
+GEMM_MAX_DIM = 4096        # m, n, k
+GEMM_MAX_MNK = 1 << 30     # batch * m * n * k
+MAX_BATCH = 65536
+MAX_COLS = 65536           # SOFTMAX, NORM, GATHER columns
+MAX_ELEMS = 1 << 26        # elements of one operand (rows * cols, eltwise n)
 
 
 @dataclass
@@ -46,7 +49,7 @@ class Op:
     p: dict[str, Any] = field(default_factory=dict)
     flops: int = 0
     nbytes: int = 0
-    bf16: bool = False
+    bf16: bool = False   # a GEMM with bf16 A and B: the bf16 peak
     tag: int = 0
 
     def summary(self) -> str:
@@ -123,8 +126,8 @@ def _rows(x: Buffer, what: str) -> tuple[int, int]:
     if not x.shape or x.shape[-1] == 0 or x.size == 0:
         raise ShapeError(f"{what}: empty or 0-D operand {x.shape}")
     cols = x.shape[-1]
-    if cols > MAX_DIM or x.size // cols > MAX_ELEMS:
-        raise ShapeError(f"{what}: rows of {cols} exceed the device limit {MAX_DIM}")
+    if cols > MAX_COLS:
+        raise ShapeError(f"{what}: rows of {cols} exceed the device limit {MAX_COLS}")
     return x.size // cols, cols
 
 
@@ -170,13 +173,16 @@ def build_gemm(ctx: Context, a: Any, b: Any, c: Any, *, alpha: float, beta: floa
     if nb != bo or ba not in (1, nb) or bb not in (1, nb) or not 1 <= nb <= MAX_BATCH:
         raise ShapeError(f"gemm: batch {nb}: a has {ba}, b {bb}, c {bo} matrices "
                          f"(each {nb} or 1; batch <= {MAX_BATCH})")
-    if max(m, n, k) > MAX_DIM:
-        raise ShapeError(f"gemm: {m}x{n}x{k} exceeds the device limit {MAX_DIM}")
+    if max(m, n, k) > GEMM_MAX_DIM or nb * m * n * k > GEMM_MAX_MNK:
+        raise ShapeError(f"gemm: {nb}x{m}x{n}x{k} exceeds the device limits (m, n, k <= "
+                         f"{GEMM_MAX_DIM}, batch*m*n*k <= 2^30)")
     bufs = {"a": da, "b": db, "out": dc}
     if bias is not None:
         bufs["bias"] = _vec(ctx, bias, n, "gemm bias")
+        if bufs["bias"].dtype != dc.dtype:
+            raise DtypeError(f"gemm: bias is {bufs['bias'].dtype}, c {dc.dtype} (the same)")
     flops, nbytes = opcost.gemm_cost(m, n, k, nb, da.dtype.itemsize, dc.dtype.itemsize,
-                                     bias is not None, beta != 0.0)
+                                     bias is not None, beta != 0.0, bb == 1 and nb > 1)
     p = {"m": m, "n": n, "k": k, "batch": nb, "ba": ba, "bb": bb, "a_mat": (ar, ac),
          "b_mat": (br, bc), "trans_a": bool(trans_a), "trans_b": bool(trans_b),
          "alpha": float(alpha), "beta": float(beta)}
@@ -203,6 +209,8 @@ def build_rows(ctx: Context, kind: str, x: Any, out: Any, **kw: Any) -> Op:
         bufs["gamma"] = _vec(ctx, kw["gamma"], cols, f"{kind} gamma")
         if kw.get("beta") is not None:
             bufs["beta"] = _vec(ctx, kw["beta"], cols, f"{kind} beta")
+            if bufs["beta"].dtype != bufs["gamma"].dtype:
+                raise DtypeError(f"{kind}: gamma and beta of different dtypes")
         p["eps"] = float(kw["eps"])
         if not p["eps"] > 0:
             raise ValueError(f"{kind}: eps {kw['eps']} must be > 0")
@@ -212,6 +220,8 @@ def build_rows(ctx: Context, kind: str, x: Any, out: Any, **kw: Any) -> Op:
         if dy.size not in (dx.size, cols):
             raise ShapeError(f"{kind}: b {dy.shape} is neither a's shape {dx.shape} nor a "
                              f"row vector of {cols}")
+        if dy.dtype != dx.dtype:
+            raise DtypeError(f"{kind}: a is {dx.dtype}, b {dy.dtype} (the same)")
         bufs["y"] = dy
         p["row_bcast"] = dy.size != dx.size
         extra = dy.nbytes
@@ -221,9 +231,11 @@ def build_rows(ctx: Context, kind: str, x: Any, out: Any, **kw: Any) -> Op:
     rows_total = dx.size // cols
     flops, nbytes = opcost.rows_cost(kind, rows_total * cols, dx.dtype.itemsize,
                                      do.dtype.itemsize, extra)
+    if dx.size > MAX_ELEMS:
+        raise ShapeError(f"{kind}: {dx.size} elements exceed the device limit {MAX_ELEMS}")
     if kind == "softmax":
         p["batch"] = rows_total // p["rows"]
-    return Op(kind, bufs, p, flops, nbytes, _is_bf16(dx, do))
+    return Op(kind, bufs, p, flops, nbytes)
 
 
 def build_gather(ctx: Context, table: Any, idx: Any, out: Any) -> Op:
@@ -236,8 +248,10 @@ def build_gather(ctx: Context, table: Any, idx: Any, out: Any) -> Op:
     if do.size != di.size * cols:
         raise ShapeError(f"gather: out {do.shape} is not {di.size} rows of {cols}")
     nbytes = di.nbytes + 2 * do.nbytes
+    if di.size * cols > MAX_ELEMS:
+        raise ShapeError(f"gather: {di.size} rows of {cols} exceed the device limit")
     return Op("gather", {"table": dt, "idx": di, "out": do},
-              {"rows": rows, "cols": cols, "n": di.size}, 0, nbytes, _is_bf16(dt))
+              {"rows": rows, "cols": cols, "n": di.size}, 0, nbytes)
 
 
 # ------------------------------------------------------------ stream API ---
@@ -328,6 +342,6 @@ class InferenceOps:
         self._op("cast", lambda: build_rows(self.ctx, "cast", x, out))
 
     def gather(self: Stream, table: Any, idx: Any, out: Any) -> None:
-        """``out[i] = table[idx[i]]``: rows of a (V, D) table by int32/int64 indices; an
-        index outside [0, V) fails the job on the device."""
+        """``out[i] = table[idx[i]]``: rows of a (V, D) table by int32 indices; an index
+        outside [0, V) fails the job on the device (nothing written)."""
         self._op("gather", lambda: build_gather(self.ctx, table, idx, out))

@@ -18,7 +18,7 @@ _IOC_WRITE, _IOC_READ = 1, 2
 
 DRM_IOCTL_BASE = ord("d")
 DRM_COMMAND_BASE = 0x40
-DRM_TACC_API_VERSION = 3
+DRM_TACC_API_VERSION = 4
 
 
 def _ioc(direction: int, nr: int, size: int) -> int:
@@ -77,6 +77,10 @@ VM_UNBIND_NOWAIT = 1 << 0
 OP_NOP, OP_COPY_H2D, OP_COPY_D2H, OP_COPY_D2D = 0, 1, 2, 3
 OP_GEMM, OP_ELTWISE, OP_FENCE, OP_TIMESTAMP, OP_BARRIER = 4, 5, 6, 7, 8
 ELT_ADD, ELT_MUL, ELT_RELU, ELT_SCALE = 0, 1, 2, 3
+# hw 1.3 (uAPI 4, struct drm_tacc_cmd2 only)
+OP_SOFTMAX, OP_NORM, OP_GATHER, OP_LIST = 10, 11, 12, 13
+ELT_GELU, ELT_SILU, ELT_EXP, ELT_CAST = 4, 5, 6, 7
+CMD2_OPERANDS = 6
 MAX_IN_SYNCOBJS = 16
 SYNCOBJ_WAIT_FLAGS_WAIT_ALL = 1
 
@@ -137,6 +141,14 @@ class drm_tacc_cmd(C.Structure):  # noqa: N801
                 ("m", u32), ("n", u32), ("k", u32), ("lda", u32), ("ldb", u32), ("ldc", u32),
                 ("alpha", u32), ("beta", u32), ("elt_op", u32), ("scalar", u32),
                 ("rsvd", u64)]
+
+
+class drm_tacc_cmd2(C.Structure):  # noqa: N801
+    """uAPI 4: any opcode; ``args`` is the device descriptor's payload, addresses zero."""
+
+    _fields_ = [("opcode", u32), ("flags", u32), ("tag", u64),
+                ("op", drm_tacc_operand * CMD2_OPERANDS), ("args", C.c_uint8 * 104),
+                ("rsvd", u64 * 5)]
 
 
 class drm_tacc_submit(C.Structure):  # noqa: N801
@@ -234,7 +246,8 @@ DRM_IOCTL_TACC_SYNCOBJ_WAIT = _iowr(0xC3, drm_tacc_syncobj_wait)
 # Every structure and ioctl number the layout test compares with the C header.
 STRUCTS: tuple[type[C.Structure], ...] = (
     drm_tacc_get_param, drm_tacc_bo_create, drm_tacc_bo_info, drm_tacc_vm_bind,
-    drm_tacc_vm_unbind, drm_tacc_operand, drm_tacc_cmd, drm_tacc_submit, drm_tacc_wait,
+    drm_tacc_vm_unbind, drm_tacc_operand, drm_tacc_cmd, drm_tacc_cmd2, drm_tacc_submit,
+    drm_tacc_wait,
     drm_tacc_trace_open, drm_tacc_trace_header, drm_tacc_trace_advance,
     drm_tacc_trace_close, drm_tacc_sample_open, drm_tacc_sample_header,
     drm_tacc_sample_advance, drm_tacc_sample_close, drm_tacc_tlpcap_open,
@@ -256,6 +269,10 @@ CONSTANTS: dict[str, int] = {
     "DRM_TACC_OP_BARRIER": OP_BARRIER, "DRM_TACC_ELT_ADD": ELT_ADD,
     "DRM_TACC_ELT_MUL": ELT_MUL, "DRM_TACC_ELT_RELU": ELT_RELU,
     "DRM_TACC_ELT_SCALE": ELT_SCALE, "DRM_TACC_MAX_IN_SYNCOBJS": MAX_IN_SYNCOBJS,
+    "DRM_TACC_OP_SOFTMAX": OP_SOFTMAX, "DRM_TACC_OP_NORM": OP_NORM,
+    "DRM_TACC_OP_GATHER": OP_GATHER, "DRM_TACC_OP_LIST": OP_LIST,
+    "DRM_TACC_ELT_GELU": ELT_GELU, "DRM_TACC_ELT_SILU": ELT_SILU, "DRM_TACC_ELT_EXP": ELT_EXP,
+    "DRM_TACC_ELT_CAST": ELT_CAST, "DRM_TACC_CMD2_OPERANDS": CMD2_OPERANDS,
     "DRM_TACC_PARAM_DEVMEM_FREE": PARAM_DEVMEM_FREE,
     "DRM_TACC_PARAM_FUNC_KIND": PARAM_FUNC_KIND, "DRM_TACC_FUNC_KIND_PF": FUNC_KIND_PF,
     "DRM_TACC_FUNC_KIND_VF": FUNC_KIND_VF, "DRM_TACC_FUNC_KIND_VIRTIO": FUNC_KIND_VIRTIO,

@@ -46,7 +46,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _view(args: argparse.Namespace) -> Any:
-    from .cluster import load_view
+    from tacc.timeline.cluster import load_view
 
     return load_view(args.captures, args.rename, args.align)
 

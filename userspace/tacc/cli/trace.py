@@ -52,7 +52,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         opts["tlp"] = True
     if args.tlp_entries is not None:
         opts["tlp_entries"] = args.tlp_entries
-    from tacc.cli_pcie import _addr  # `tacc pcie capture --addr`'s syntax
+    from tacc.cli.pcie import _addr  # `tacc pcie capture --addr`'s syntax
 
     filters = {"tlp_funcs": _funcs(args.tlp_funcs),
                "tlp_kinds": [k.lower() for k in _split(args.tlp_kinds)],

@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .convert import convert, load_findings
+    from tacc.timeline.convert import convert, load_findings
 
     if not args.output and not args.summary:
         raise CommandError("timeline: give -o OUTPUT and/or --summary")
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     res = convert(args.captures, args.output, fmt or "perfetto", args.summary, findings,
                   args.rename, args.align)
     if args.manifest:
-        from .manifest import write_manifest
+        from tacc.timeline.manifest import write_manifest
 
         path = write_manifest(args.captures, args.manifest, args.rename, args.align)
         print(f"wrote {path}", file=sys.stderr)

@@ -39,10 +39,9 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tacc.analyze.engine import analyze, load_thresholds, to_json, write_table
+    from tacc.analyze.rules import RULES
     from tacc.capture import open_capture
-
-    from .engine import analyze, load_thresholds, to_json, write_table
-    from .rules import RULES
 
     try:
         th = load_thresholds(args.config, args.set)
@@ -50,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"analyze: unknown threshold {exc}") from None
     except (OSError, ValueError) as exc:
         raise CommandError(f"analyze: bad thresholds: {exc}") from None
-    from .cross import CROSS_RULES
+    from tacc.analyze.cross import CROSS_RULES
 
     known = [*RULES, *CROSS_RULES]
     for r in args.rule or []:
@@ -78,10 +77,9 @@ def run_fleet(args: argparse.Namespace, th: Any) -> int:
     """Several captures (or an explicit scheduler): per-capture tasks, then cross rules."""
     from pathlib import Path
 
+    from tacc.analyze.engine import write_table
+    from tacc.analyze.rules import Finding
     from tacc.fleet.dist import analyze_many, check_scheduler, fleet_doc
-
-    from .engine import write_table
-    from .rules import Finding
 
     spec = check_scheduler(args.scheduler or "local")
     if args.workers < 0:
