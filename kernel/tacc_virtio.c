@@ -722,6 +722,7 @@ MODULE_DEVICE_TABLE(virtio, tacc_virtio_ids);
 static const unsigned int tacc_virtio_features[] = {
 	TACC_VIRTIO_F_DEVMEM,
 	TACC_VIRTIO_F_TRACE,
+	TACC_VIRTIO_F_INFER,
 };
 
 static struct virtio_driver tacc_virtio_driver = {
