@@ -407,11 +407,12 @@ class Extractor:
 
         range_sids = np.array([sid for sid, s in strings.items() if s == "range"], np.int64)
         proj = self._projection(src)
+        ranges = []
         for ch in cap.chunks("api"):
             is_range = np.isin(ch["name_id"], range_sids)
             if is_range.any():
-                yield self._range_batch(src, ch[is_range], iid_of, proj)
-                ch = ch[~is_range]
+                ranges.append(ch[is_range])  # one batch at the end: a range is written
+                ch = ch[~is_range]  # when it ends, after the ranges nested in it
             key = (ch["pid"].astype(np.int64) << 32) | ch["tid"].astype(np.int64)
             ts = src.align.convert(ch["t_start"].view(np.uint64)) if src.node_idx else \
                 ch["t_start"].astype(np.int64)
@@ -432,6 +433,8 @@ class Extractor:
             b.term = np.zeros(len(b), bool)
             b.flow_origin = True
             yield self.nooverlap.fix(b)
+        if ranges:
+            yield self._range_batch(src, np.concatenate(ranges), iid_of, proj)
 
     # ------------------------------------------------------------ ranges ----
     def _projection(self, src: Source) -> RangeProjection:
