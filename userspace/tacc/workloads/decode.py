@@ -80,6 +80,7 @@ class Decoder:
         self.pre = Engine(ctx, gpt2.build(cfg, w, dtype, batch, plen), self.shared)
         self.step = Engine(ctx, gpt2.build(cfg, w, dtype, batch, 1), self.shared)
         self.graph: Any = None
+        self.prefill_graph: Any = None
         self.kv_host: dict[str, HostBuffer] = {}
 
     def load(self, s: Stream) -> int:
@@ -91,11 +92,15 @@ class Decoder:
         return time.monotonic_ns() - t0
 
     def capture(self, s: Stream) -> int:
+        """The prefill and the decode step captured as command lists (launched once per
+        prompt / once per step)."""
         t0 = time.monotonic_ns()
+        with tacc.range("capture prefill"), s.capture() as gp:
+            self.pre.run(s, 0)
         with tacc.range("capture decode step"), s.capture() as g:
             pos = g.param("pos", high=self.cfg.max_len - 1)
             self.step.run(s, pos)
-        self.graph = g
+        self.prefill_graph, self.graph = gp, g
         return time.monotonic_ns() - t0
 
     def kv_out(self, s: Stream) -> None:
@@ -119,7 +124,10 @@ class Decoder:
         t0 = time.monotonic_ns()
         with tacc.range("prefill"):
             self.pre.feed(gpt2.step_feeds(cfg, ids, 0))
-            self.pre.run(s, 0)
+            if mode == "graph":
+                self.prefill_graph.launch()
+            else:
+                self.pre.run(s, 0, sync_layers=mode == "launch")
             s.synchronize()
             last = self.pre.host_out["logits"].array[:, -1, :].copy()
         run.logits.append(last)

@@ -133,8 +133,11 @@ class Engine:
         if b is None:
             if name in self.inputs:  # a per-step input: device buffer + pinned host side
                 shape = self._input_shape(name)
-                b = self._dev(shape, self.dtypes[name])
-                self.host_in[name] = self.ctx.host_buffer(shape, self.dtypes[name])
+                dt = self.dtypes[name]
+                if dt == np.int64:  # token and position ids: the device gathers by int32
+                    dt = np.dtype(np.int32)
+                b = self._dev(shape, dt)
+                self.host_in[name] = self.ctx.host_buffer(shape, dt)
                 self.owned.append(self.host_in[name])
             else:
                 b = self._dev(self.shapes[name], self.dtypes[name])
