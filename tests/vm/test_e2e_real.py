@@ -42,6 +42,7 @@ OUT = Path(os.environ.get("TACC_VM_OUT") or "/tmp/tacc-e2e") / "e2e"
 # against ~1.6 ms of nominal device work (25x: the device then does ~40 ms per batch);
 # link_saturation's 4 queues must out-run the ~150 us a Python API call costs.  The
 # analysis divides the link maximum by the scale.
+DECODE_KW: dict[str, Any] = {"batch": 2, "prompt": 8, "tokens": 4}
 TWINS: dict[str, tuple[dict[str, Any], set[str], int]] = {
     "tiny_transfers": ({}, {"small_transfers"}, 1000),
     "map_churn": ({}, {"iommu_churn"}, 1000),
@@ -53,9 +54,14 @@ TWINS: dict[str, tuple[dict[str, Any], set[str], int]] = {
     # scale 4: 16 rounds, so the misaligned copies' cost (~6.3 us per round: link steps
     # and one extra page walk per copy) passes the rules' 100 us minimum of time lost
     "unaligned_userptr": ({"scale": 4}, {"host_memory"}, 1000),
+    # the decoder (tiny config, 2 sequences, 8 prompt + 4 generated tokens)
+    "decode_launch": (DECODE_KW, {"launch_bound"}, 1000),
+    "decode_weights": (DECODE_KW, {"redundant_upload"}, 1000),
+    "decode_kv": (DECODE_KW, {"kv_roundtrip"}, 1000),
 }
 QUICK_TWINS = ["tiny_transfers", "tlb_thrash", "map_churn", "serialized_copies", "host_bound",
-               "link_saturation", "unaligned_userptr"]
+               "link_saturation", "unaligned_userptr", "decode_launch", "decode_weights",
+               "decode_kv"]
 # host_memory prices each misaligned copy by the device's closed forms (issue 19): the link
 # steps at its offsets (read requests at 4 KiB, write TLPs at MPS) and its extra page walk
 TWIN_PARAMS = QUICK_TWINS
@@ -552,7 +558,8 @@ def test_rule_fires_on_bad_silent_on_good(recorder: Recorder, name: str) -> None
 # commands) less the workload thread's run-queue waits in it, "busy" = the device's
 # summed command durations
 MEASURED_BY = {"small_transfers": "span", "iommu_churn": "span", "tlb_thrash": "busy",
-               "idle_gaps": "span", "link_saturation": "busy", "host_memory": "busy"}
+               "idle_gaps": "span", "link_saturation": "busy", "host_memory": "busy",
+               "launch_bound": "span", "redundant_upload": "span", "kv_roundtrip": "span"}
 # rules whose estimate is checked against its documented bound instead (docs/analysis.md):
 # h2d_d2h_imbalance is an upper bound of rebalancing (no twin measures it);
 # serialized_copies prices the device-side overlap only, not the host round trips

@@ -86,8 +86,7 @@ class Decoder:
     def load(self, s: Stream) -> int:
         t0 = time.monotonic_ns()
         with tacc.range("load weights"):
-            self.pre.upload_weights(s)
-            self.step.upload_weights(s)  # its own constants (the weights are shared)
+            self.pre.upload_weights(s)  # the step engine shares these buffers
             s.synchronize()
         return time.monotonic_ns() - t0
 
