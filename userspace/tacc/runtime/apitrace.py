@@ -69,7 +69,7 @@ NAMES: tuple[str, ...] = (
     "stream_synchronize", "synchronize", "event_query", "stream_query", "nop",
     "host_preprocess", "net_send", "net_recv",
     "softmax", "layer_norm", "rms_norm", "gelu", "silu", "exp", "cast", "gather",
-    "graph_capture", "graph_launch", "host_op",
+    "graph_capture", "graph_launch", "host_op", "range",
 )
 NAME_ID: dict[str, int] = {n: i for i, n in enumerate(NAMES)}
 

@@ -6,6 +6,7 @@ import ctypes as C
 import errno
 import struct
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -343,8 +344,10 @@ class Stream(InferenceOps):
             st = 0
         finally:
             if t0:
-                tr.end(t0, name_id, tag, n, ctx.dev_id, ctx.hw_context, st,
-                       _args(dst, src, n) if st == 0 else "error")
+                a = _args(dst, src, n) if st == 0 else "error"
+                if st == 0 and opcode == U.OP_COPY_H2D:
+                    a += f" fp={fingerprint(src, src_offset, n)}"
+                tr.end(t0, name_id, tag, n, ctx.dev_id, ctx.hw_context, st, a)
 
     def copy_h2d(self, dst: DeviceBuffer, src: HostBuffer | UserptrBuffer | np.ndarray,
                  nbytes: int | None = None, *, dst_offset: int = 0, src_offset: int = 0
@@ -541,6 +544,27 @@ def _span(off: Any) -> tuple[int, int]:
     if isinstance(off, int):
         return off, off
     return off.low, off.high
+
+
+def fingerprint(src: Any, off: int, n: int) -> str:
+    """8 hex digits identifying the ``n`` host bytes at ``off`` of a copy's source: the
+    CRC-32 of all of them up to 4 KiB, else of 16 spread 64-byte samples and the length
+    (the analysis's "the same host bytes uploaded again", docs/analysis.md
+    redundant_upload).  '' when the bytes cannot be read."""
+    arr = src if isinstance(src, np.ndarray) else getattr(src, "array", None)
+    if arr is None or not isinstance(off, int) or n <= 0:
+        return ""
+    try:
+        b = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    except (ValueError, TypeError):
+        return ""
+    if off + n > b.size:
+        return ""
+    if n <= 4096:
+        return f"{zlib.crc32(b[off:off + n]):08x}"
+    at = off + (np.arange(16) * ((n - 64) // 15))
+    sample = b[(at[:, None] + np.arange(64)[None, :]).reshape(-1)]
+    return f"{zlib.crc32(sample.tobytes(), n & 0xFFFFFFFF):08x}"
 
 
 def _args(dst: Any, src: Any, n: int) -> str:
