@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from tacc import hw
-from tacc.hw.records import d_copy, d_elt, d_gemm, desc
+from tacc.hw.records import PAYLOAD, d_copy, d_elt, d_gemm, desc
 from tacc.testing.taccdev import DEVMEM_VA, Tacc
 
 Q0 = 0x1000
@@ -340,9 +340,11 @@ def test_queue_reset_does_not_wait_for_gemm_worker():
 
 
 def test_gemm_host_allocation_failure_fails_cleanly():
-    """GEMM operands of 3 x 1 GiB (valid: they fit a 4 GiB device memory) in a
-    QEMU whose address space is capped: the allocation fails and the command
-    ends with BAD_LENGTH, QEMU stays up (g_malloc aborted it before)."""
+    """A batched GEMM whose operands gather into 4 GiB of host buffers (valid:
+    64 batches of a 4096 x 4096 A fit a 4 GiB device memory; 2^30 multiply-adds) in
+    a QEMU whose address space is capped: the allocation fails and the command
+    ends with BAD_LENGTH, QEMU stays up (g_malloc aborted it before).  The host
+    buffers hold the elements only (padding between rows is not gathered)."""
     d = Tacc("devmem-size=4G")
     try:
         pf = d.pf
@@ -352,8 +354,11 @@ def test_gemm_host_allocation_failure_fails_cleanly():
         vm = int(re.search(r"VmSize:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())[1])
         limit = vm * 1024 + (3 << 29)  # 1.5 GiB more than QEMU has mapped
         resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
-        m, n, k, ld = 4096, 64, 4096, 65536
-        cq = pf.run_job(0, [d_gemm(DEVMEM_VA, DEVMEM_VA, DEVMEM_VA, m, n, k, ld, ld, ld)])
+        m, n, k, batch = 4096, 1, 4096, 64
+        gemm = desc(hw.TACC_OP_GEMM, payload=PAYLOAD["gemm"].pack(
+            DEVMEM_VA, DEVMEM_VA, DEVMEM_VA, m, n, k, k, n, n, 0x3F800000, 0, 0, 0, 0, 0,
+            batch, 0, m * k, 0, m * n, 0))
+        cq = pf.run_job(0, [gemm])
         assert cq.status == hw.TACC_ST_BAD_LENGTH
         assert_alive(d)
         assert pf.run_job(0, [desc(hw.TACC_OP_NOP)]).status == hw.TACC_ST_OK
@@ -374,11 +379,13 @@ def test_huge_command_does_not_block_the_main_loop(what):
         if what == "copy":
             n = 1 << 30
             cmd = d_copy(hw.TACC_OP_COPY_D2D, DEVMEM_VA, DEVMEM_VA + n, n)
-            model_ps = 100_000 + tacc_devmem_ps(2 * n)  # T_cmd + 2L / BW_devmem
+            model_ps = 100_000 + tacc_devmem_ps(d, 2 * n)  # T_cmd + 2L / BW_devmem
         else:
             n = hw.TACC_ELT_MAX_N
             cmd = d_elt(hw.TACC_ELT_ADD, DEVMEM_VA, DEVMEM_VA + 4 * n, DEVMEM_VA + 8 * n, n)
-            model_ps = 100_000 + max(n, tacc_devmem_ps(12 * n))  # flops n at 4 TF/s
+            # flops n at compute-gflops per engine, or the bytes (the roofline)
+            model_ps = 100_000 + max(n * 1000 // d.qom_get("compute-gflops"),
+                                     tacc_devmem_ps(d, 12 * n))
         _, ds = pf.job_of(0, [cmd])
         t0 = time.monotonic()
         pf.submit(0, ds)  # the doorbell returns before the work is done
@@ -398,5 +405,5 @@ def test_huge_command_does_not_block_the_main_loop(what):
         d.close()
 
 
-def tacc_devmem_ps(nbytes: int) -> int:
-    return nbytes * 1000 // 800  # devmem-gbps 800: ps per byte = 1000 / 800
+def tacc_devmem_ps(d: Tacc, nbytes: int) -> int:
+    return nbytes * 1000 // d.qom_get("devmem-gbps")  # ps per byte = 1000 / GB/s

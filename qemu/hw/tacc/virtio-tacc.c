@@ -668,7 +668,8 @@ static uint32_t vt_trace_setup(VirtIOTacc *vt, const uint8_t *b, size_t len)
          TACC_VIRTIO_TRACE_V3 : 0;
     if (base && ((base & ((le32_to_cpu(r.enable) & v3) ? 127 : 63)) ||
                  n < 2 || n > (1u << 20) || !is_power_of_2(n) ||
-                 (wb & 7) || (le32_to_cpu(r.enable) & ~(1u | v3)))) {
+                 (wb & 7) || (le32_to_cpu(r.enable) & ~(1u | v3)) ||
+                 le32_to_cpu(r.enable) == TACC_VIRTIO_TRACE_V3)) {
         return vt_bad(TACC_VIRTIO_ERR_INVAL, "TRACE_SETUP base 0x%" PRIx64
                       " entries %u wb 0x%" PRIx64, base, n, wb);
     }
