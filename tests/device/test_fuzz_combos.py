@@ -21,9 +21,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from tacc import hw
 from tacc.testing.qtest import ECAM_BASE, QEMU, QTestError
-from tacc.testing.taccdev import DEVMEM_VA, HW, PF_BARS, Tacc
-from tacc.testing.virtiodev import VT, Job, VirtioTacc, device_arg
+from tacc.testing.taccdev import DEVMEM_VA, PF_BARS, Tacc
+from tacc.testing.virtiodev import Job, VirtioTacc, device_arg
 
 REPLY_TIMEOUT = 5.0
 HOST_VA = 0x20_0000_0000  # 2 MiB of guest RAM
@@ -47,7 +48,7 @@ def shape(raw: bytes, ctx: int) -> bytes:
     """A descriptor from random bytes: opcode in range, addresses mostly from ADDRS
     (RAM, device memory, own BAR0, the root port's and the PF's config space)."""
     b = bytearray(raw)
-    b[0] %= HW.TACC_OP_MAX
+    b[0] %= hw.TACC_OP_MAX
     b[1] = 0
     struct.pack_into("<H", b, 2, ctx)
     words = list(struct.unpack_from("<QQQ", b, 24))
@@ -55,14 +56,14 @@ def shape(raw: bytes, ctx: int) -> bytes:
         if words[i] % 4:
             words[i] = (ADDRS[words[i] % len(ADDRS)] + (words[i] >> 40) % 16 * 8) & (2**64 - 1)
     struct.pack_into("<QQQ", b, 24, *words)
-    if b[0] in (HW.TACC_OP_COPY_H2D, HW.TACC_OP_COPY_D2H, HW.TACC_OP_COPY_D2D,
-                HW.TACC_OP_FILL):
+    if b[0] in (hw.TACC_OP_COPY_H2D, hw.TACC_OP_COPY_D2H, hw.TACC_OP_COPY_D2D,
+                hw.TACC_OP_FILL):
         ln = struct.unpack_from("<Q", b, 40)[0]
         struct.pack_into("<Q", b, 40, ln % (96 << 10))
-    elif b[0] == HW.TACC_OP_GEMM:
+    elif b[0] == hw.TACC_OP_GEMM:
         dm = [v % 33 for v in struct.unpack_from("<IIIIII", b, 48)]
         struct.pack_into("<IIIIII", b, 48, *dm)
-    elif b[0] == HW.TACC_OP_ELTWISE:
+    elif b[0] == hw.TACC_OP_ELTWISE:
         n = struct.unpack_from("<Q", b, 48)[0] % 8193
         struct.pack_into("<QI", b, 48, n, b[56] % 7)
     return bytes(b)
@@ -114,7 +115,7 @@ class ComboMachine(RuleBasedStateMachine):
         if self.rig.v.init():
             self.vctx = self.rig.v.ctx_create()
             st_, h = self.rig.v.bo_create(self.vctx, 1 << 20, devmem=True)
-            if st_ == VT.TACC_VIRTIO_OK:
+            if st_ == hw.TACC_VIRTIO_OK:
                 self.rig.v.bind(self.vctx, h, VT_DEV_VA, 1 << 20)
             a = d.alloc(64 << 10) if d.data_next + (64 << 10) < 0x1F00_0000 else 0x0300_0000
             hh = self.rig.v.bo_host(self.vctx, a, 64 << 10)
@@ -132,13 +133,13 @@ class ComboMachine(RuleBasedStateMachine):
             qt.cfg_write(1, 0, 0x04, 0x0006, 2)
             for t, data in d.pt.tables.items():
                 qt.memwrite(t, bytes(data))
-            d.pf.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_ENABLE)
+            d.pf.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_ENABLE)
             d.pf.set_ptbr(0, d.fuzz_root)
             for q in range(2):
                 d.pf.setup_queue(q, sq_size=64, cq_size=64)
 
     def check_id(self):
-        assert self.rig.d.pf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC
+        assert self.rig.d.pf.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC
 
     def func(self, i):
         d = self.rig.d
@@ -150,7 +151,7 @@ class ComboMachine(RuleBasedStateMachine):
     def pf_job(self, fn, q, descs):
         f = self.func(fn)
         ds = [shape(r, 0) for r in descs]
-        ds[-1] = ds[-1][:1] + bytes([HW.TACC_DESC_F_LAST]) + ds[-1][2:]
+        ds[-1] = ds[-1][:1] + bytes([hw.TACC_DESC_F_LAST]) + ds[-1][2:]
         with self.rig.d.qt.deferred():
             f.submit(q, ds)
 
@@ -164,7 +165,7 @@ class ComboMachine(RuleBasedStateMachine):
         cmds = []
         for r in descs:
             b = bytearray(shape(r, self.vctx))
-            if b[0] == HW.TACC_OP_FILL:  # FILL takes a VA of a devmem binding here
+            if b[0] == hw.TACC_OP_FILL:  # FILL takes a VA of a devmem binding here
                 struct.pack_into("<Q", b, 24, VT_DEV_VA + b[30] * 64)
             cmds.append(bytes(b))
         if v.buf_next + (64 << 10) >= 0x2000_0000:
@@ -181,12 +182,12 @@ class ComboMachine(RuleBasedStateMachine):
         pf = self.rig.d.pf
         base = {"ram": 0x0500_0000, "ecam": RP_ECAM, "bar": PF_BARS[0]}[where]
         with self.rig.d.qt.deferred():
-            pf.w32(HW.TACC_REG_TLPCAP_CTRL, 0)
-            pf.w64(HW.TACC_REG_TLPCAP_BASE, base)
-            pf.w32(HW.TACC_REG_TLPCAP_SIZE, 1024)
-            pf.w32(HW.TACC_REG_TLPCAP_FUNCS, funcs)
-            pf.w64(HW.TACC_REG_TLPCAP_WB, base + 0x1000 if where == "ram" else base)
-            pf.w32(HW.TACC_REG_TLPCAP_CTRL, HW.TACC_TLPCAP_CTRL_ENABLE if on else 0)
+            pf.w32(hw.TACC_REG_TLPCAP_CTRL, 0)
+            pf.w64(hw.TACC_REG_TLPCAP_BASE, base)
+            pf.w32(hw.TACC_REG_TLPCAP_SIZE, 1024)
+            pf.w32(hw.TACC_REG_TLPCAP_FUNCS, funcs)
+            pf.w64(hw.TACC_REG_TLPCAP_WB, base + 0x1000 if where == "ram" else base)
+            pf.w32(hw.TACC_REG_TLPCAP_CTRL, hw.TACC_TLPCAP_CTRL_ENABLE if on else 0)
 
     @precondition(lambda self: not self.rig.gone)
     @rule(q=st.integers(0, 1), where=st.sampled_from(["ecam-rp", "ecam-pf", "ram"]))
@@ -195,9 +196,9 @@ class ComboMachine(RuleBasedStateMachine):
         b = 0x1000 + 0x100 * q
         base = {"ecam-rp": RP_ECAM, "ecam-pf": PF_ECAM, "ram": pf.cq_addr(q)}[where]
         with self.rig.d.qt.deferred():
-            pf.w32(b + HW.TACC_Q_CTRL, 0)
-            pf.w64(b + HW.TACC_Q_CQ_BASE, base)
-            pf.w32(b + HW.TACC_Q_CTRL, HW.TACC_Q_CTRL_ENABLE)
+            pf.w32(b + hw.TACC_Q_CTRL, 0)
+            pf.w64(b + hw.TACC_Q_CQ_BASE, base)
+            pf.w32(b + hw.TACC_Q_CTRL, hw.TACC_Q_CTRL_ENABLE)
             pf.tail[q] = pf.cq_head[q] = 0
 
     @precondition(lambda self: not self.rig.gone)
@@ -228,7 +229,7 @@ class ComboMachine(RuleBasedStateMachine):
         for i, vf in enumerate(d.vfs):
             d.pf.w64(0x400 + 16 * i, (64 << 20) * (i + 2))
             d.pf.w64(0x408 + 16 * i, 16 << 20)
-            vf.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_ENABLE)
+            vf.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_ENABLE)
             vf.setup_queue(0, sq_size=64, cq_size=64)
             vf.set_ptbr(0, d.fuzz_root)
 
@@ -241,7 +242,7 @@ class ComboMachine(RuleBasedStateMachine):
             qt.cfg_write(1, 0, exp + 8, qt.cfg_read(1, 0, exp + 8, 2) | 0x8000, 2)
             d.vfs = []
         elif kind == "ctrl":
-            d.pf.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_RESET)
+            d.pf.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_RESET)
         else:
             self.rig.v.reset()
             self.vctx = -1

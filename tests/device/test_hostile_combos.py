@@ -9,10 +9,12 @@ import struct
 
 import numpy as np
 import pytest
+from tacc import hw
+from tacc.hw.records import d_copy, d_fence
 from tacc.pcie import CPLD, F_CTRL, TLP_DTYPE
 from tacc.testing.qtest import QEMU, QTestError
-from tacc.testing.taccdev import DEVMEM_VA, HW, Tacc, d_copy, d_fence
-from tacc.testing.virtiodev import VT, Job, VirtioTacc, device_arg
+from tacc.testing.taccdev import DEVMEM_VA, Tacc
+from tacc.testing.virtiodev import Job, VirtioTacc, device_arg
 
 WIN = "devmem-base=0xc000000,devmem-size=0x4000000"
 HOST_VA = 0x1000_0000
@@ -29,7 +31,7 @@ def _virtio_qemu(props: str = "sriov-max-vfs=2",
 
 def _alive(d: Tacc) -> None:
     assert not d.qt.died(), d.qt.died()
-    assert d.pf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC
+    assert d.pf.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC
 
 
 def _virtio_copy_job(v: VirtioTacc) -> tuple[int, int]:
@@ -40,11 +42,11 @@ def _virtio_copy_job(v: VirtioTacc) -> tuple[int, int]:
     a = v.dev.alloc(size)
     v.qt.memwrite(a, bytes(range(256)) * (size // 256))
     h = v.bo_host(c, a, size)
-    assert v.bind(c, h, HOST_VA, size) == VT.TACC_VIRTIO_OK
+    assert v.bind(c, h, HOST_VA, size) == hw.TACC_VIRTIO_OK
     st, hd = v.bo_create(c, 1 << 20, devmem=True)
-    assert st == VT.TACC_VIRTIO_OK
-    assert v.bind(c, hd, DEVMEM_VA, 1 << 20) == VT.TACC_VIRTIO_OK
-    v.submit([Job(c, 0, 1, [d_copy(HW.TACC_OP_COPY_H2D, HOST_VA, DEVMEM_VA, 64 << 10)])])
+    assert st == hw.TACC_VIRTIO_OK
+    assert v.bind(c, hd, DEVMEM_VA, 1 << 20) == hw.TACC_VIRTIO_OK
+    v.submit([Job(c, 0, 1, [d_copy(hw.TACC_OP_COPY_H2D, HOST_VA, DEVMEM_VA, 64 << 10)])])
     (st, _, _, _), = v.wait_used(1)
     return c, st
 
@@ -61,17 +63,17 @@ def test_tlp_capture_of_virtio_traffic():
         pf.set_ptbr(0, d.root0)
         assert v.init()
         ring, size = d.alloc(1 << 16 << 6), 1 << 16
-        pf.w64(HW.TACC_REG_TLPCAP_BASE, ring)
-        pf.w32(HW.TACC_REG_TLPCAP_SIZE, size)
-        pf.w32(HW.TACC_REG_TLPCAP_FUNCS, 0)
-        pf.w32(HW.TACC_REG_TLPCAP_CTRL, HW.TACC_TLPCAP_CTRL_ENABLE)
+        pf.w64(hw.TACC_REG_TLPCAP_BASE, ring)
+        pf.w32(hw.TACC_REG_TLPCAP_SIZE, size)
+        pf.w32(hw.TACC_REG_TLPCAP_FUNCS, 0)
+        pf.w32(hw.TACC_REG_TLPCAP_CTRL, hw.TACC_TLPCAP_CTRL_ENABLE)
         _, st = _virtio_copy_job(v)
-        assert st == VT.TACC_VIRTIO_OK
+        assert st == hw.TACC_VIRTIO_OK
         _alive(d)
-        prod = pf.r32(HW.TACC_REG_TLPCAP_PROD)
-        pf.w32(HW.TACC_REG_TLPCAP_CTRL, 0)  # flushes the batch
+        prod = pf.r32(hw.TACC_REG_TLPCAP_PROD)
+        pf.w32(hw.TACC_REG_TLPCAP_CTRL, 0)  # flushes the batch
         recs = np.frombuffer(d.qt.memread(ring, prod * 64), TLP_DTYPE)
-        vrec = recs[recs["func"] == HW.TACC_FN_VIRTIO]
+        vrec = recs[recs["func"] == hw.TACC_FN_VIRTIO]
         assert len(vrec) > 0
         assert set(vrec["req_id"]) == {v.devfn}  # bus 0: the BDF is the devfn
         cmd = vrec[(vrec["flags"] & F_CTRL) == 0]
@@ -106,15 +108,15 @@ def test_pf_ejected_by_guest_while_virtio_links_it():
     try:
         assert v.init()
         c, st = _virtio_copy_job(v)
-        assert st == VT.TACC_VIRTIO_OK
+        assert st == hw.TACC_VIRTIO_OK
         d.qt.outl(PCIHP_SEL, 0)
         d.qt.outl(PCIHP_EJ, 1 << (d.pf.devfn >> 3))
-        assert d.qt.find_devices(HW.TACC_PCI_VENDOR_ID, HW.TACC_PCI_DEVICE_ID_PF, bus=1) == []
-        v.subq.add([v.batch([Job(c, 0, 2, [d_copy(HW.TACC_OP_COPY_H2D, HOST_VA, DEVMEM_VA,
+        assert d.qt.find_devices(hw.TACC_PCI_VENDOR_ID, hw.TACC_PCI_DEVICE_ID_PF, bus=1) == []
+        v.subq.add([v.batch([Job(c, 0, 2, [d_copy(hw.TACC_OP_COPY_H2D, HOST_VA, DEVMEM_VA,
                                                   4096)])])], 64)
         v.subq.kick()
-        v.ctrlq.add([struct.pack("<HBBIQ", VT.TACC_VIRTIO_CTX_CREATE,
-                                 VT.TACC_VIRTIO_MSG_VERSION, 0, 0, 0)], 16)
+        v.ctrlq.add([struct.pack("<HBBIQ", hw.TACC_VIRTIO_CTX_CREATE,
+                                 hw.TACC_VIRTIO_MSG_VERSION, 0, 0, 0)], 16)
         v.ctrlq.kick()
         d.qt.clock_step(10**8)
         assert not d.qt.died(), d.qt.died()
@@ -169,13 +171,13 @@ def test_fence_into_root_port_slot_control(rpdev, sltctl):
     fence = d.alloc(4096)
     cqe = pf.run_job(0, [d_fence(fence, 1), d_fence(slt, sltctl << 32)])
     assert not qt.died(), qt.died()
-    assert cqe.status == HW.TACC_ST_DMA_ERROR
+    assert cqe.status == hw.TACC_ST_DMA_ERROR
     assert qt.cfg_read(0, Tacc.RP_DEVFN, exp + 0x18, 2) == before
-    assert qt.find_devices(HW.TACC_PCI_VENDOR_ID, HW.TACC_PCI_DEVICE_ID_PF, bus=1) == [0]
-    assert pf.qstatus(0) & HW.TACC_Q_STATUS_IDLE
+    assert qt.find_devices(hw.TACC_PCI_VENDOR_ID, hw.TACC_PCI_DEVICE_ID_PF, bus=1) == [0]
+    assert pf.qstatus(0) & hw.TACC_Q_STATUS_IDLE
     assert qt.readq(fence) == 1
     # the queue runs on
-    assert pf.run_job(0, [d_fence(fence, 2)]).status == HW.TACC_ST_OK
+    assert pf.run_job(0, [d_fence(fence, 2)]).status == hw.TACC_ST_OK
     assert qt.readq(fence) == 2
 
 
@@ -189,14 +191,14 @@ def test_cq_into_root_port_config(rpdev):
     d.reset_alloc()
     cmd = qt.cfg_read(0, Tacc.RP_DEVFN, 0x04, 2)
     b = 0x1000
-    pf.w32(b + HW.TACC_Q_CTRL, 0)
-    pf.w64(b + HW.TACC_Q_CQ_BASE, qt.ecam(0, Tacc.RP_DEVFN, 0))
-    pf.w32(b + HW.TACC_Q_CTRL, HW.TACC_Q_CTRL_ENABLE)
+    pf.w32(b + hw.TACC_Q_CTRL, 0)
+    pf.w64(b + hw.TACC_Q_CQ_BASE, qt.ecam(0, Tacc.RP_DEVFN, 0))
+    pf.w32(b + hw.TACC_Q_CTRL, hw.TACC_Q_CTRL_ENABLE)
     job, ds = pf.job_of(0, [d_fence(d.alloc(4096), 1)])
     pf.submit(0, ds)
     qt.clock_step(10**7)
     assert not qt.died(), qt.died()
     assert qt.cfg_read(0, Tacc.RP_DEVFN, 0x04, 2) == cmd
-    assert pf.qstatus(0) & HW.TACC_Q_STATUS_ERROR, hex(pf.qstatus(0))
+    assert pf.qstatus(0) & hw.TACC_Q_STATUS_ERROR, hex(pf.qstatus(0))
     assert pf.cnt("dma_errors") >= 1
 

@@ -831,7 +831,7 @@ def test_tlp_stream_filters(monkeypatch: pytest.MonkeyPatch) -> None:
     """The TLP stream's device-side filters (functions, kinds, address range, no control
     traffic) become the TLP ring's masks; bad ones are one line each; `tacc trace start`'s
     filter flags ask for the stream and reach taccd as these options."""
-    from tacc import cli_trace
+    from tacc.cli import trace as cli_trace
 
     o = Options(tlp=True, tlp_funcs=[0, 2], tlp_kinds=["mrd", "cpld"],
                 tlp_addr=[0x1000, 0x2000], tlp_no_ctrl=True)

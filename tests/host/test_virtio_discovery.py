@@ -164,7 +164,7 @@ def test_taccd_status_and_cdi_name_the_virtio_function(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """taccd's status gives each function's kind; its CDI spec (written at start) has the
     virtio accel device; ``tacc trace status`` names the function with its kind."""
-    from tacc import cli_trace
+    from tacc.cli import trace as cli_trace
     from tacc.daemon.main import Daemon
 
     root = fake_sysfs(tmp_path / "root")

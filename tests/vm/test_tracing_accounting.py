@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import timing
 from tacc.capture import open_capture
 from tacc.capture.schema import DriverKind, DropSource, HostKind
 from tacc.daemon import uapi
@@ -160,7 +161,6 @@ def test_snoop_cli_json_accounts_for_every_job(pf_accel: Path, pf_pci: Path) -> 
     truth.check(NJOBS, 2)
 
 
-@pytest.mark.timing
 def test_record_accounts_for_every_job(tmp_path: Path, pf_accel: Path, pf_pci: Path) -> None:
     out = tmp_path / "rec"
     p, err = _start_tool(["record", "-o", str(out), "--duration", "300"])
@@ -178,8 +178,12 @@ def test_record_accounts_for_every_job(tmp_path: Path, pf_accel: Path, pf_pci: P
     _check_one_event_per_fact(mine)
     dt = cap.read("device_trace")
     dmine = dt[(dt["tag"] >> 16) == 0x5A5A]
-    assert len(dmine) == 2 * NJOBS  # one record per command
-    assert int(cap.read("drops")["count"].sum()) == 0
+    drops = cap.read("drops")
+    dev_drops = int(drops["count"][drops["source"] == DropSource.DEVICE_TRACE].sum())
+    # one record per command, or a counted drop; no drop at all unless the guest is slow
+    assert len(dmine) + dev_drops >= 2 * NJOBS and len(dmine) <= 2 * NJOBS, (len(dmine),
+                                                                            dev_drops)
+    timing.check(int(drops["count"].sum()) == 0, f"drops {drops}")
     truth.check(NJOBS, 2)
 
 

@@ -275,7 +275,7 @@ def test_tacc_run_mlp_on_virtio(capsys: pytest.CaptureFixture[str]) -> None:
     """``tacc run mlp -d <virtio PCI> --json``, checked against numpy: the subcommand's
     parser and code in process (the dispatcher's import of every subcommand, or a second
     interpreter, costs seconds of guest time)."""
-    from tacc import cli_run
+    from tacc.cli import run as cli_run
 
     v = _virtio()
     parser = argparse.ArgumentParser(prog="tacc")

@@ -16,8 +16,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("captures", nargs="+", metavar="CAPTURE",
                    help="capture directories (several: merged, one node each)")
     p.add_argument("-o", "--output", help="output file (default: none with --summary)")
-    p.add_argument("--format", choices=["perfetto", "json", "html"],
-                   help="output format (default: from the extension, else perfetto)")
+    p.add_argument("--format", choices=["perfetto", "json", "hta", "html"],
+                   help="output format (default: from the extension, else perfetto); json: "
+                        "Chrome trace JSON (chrome://tracing, Perfetto, HTA); hta: OUTPUT is "
+                        "a directory of one Chrome JSON per node/function rank, HTA's "
+                        "trace_dir")
     p.add_argument("--summary", action="store_true", help="print a text overview")
     p.add_argument("--findings", help="findings.json of tacc analyze to overlay")
     p.add_argument("--rename", action="append", default=[], metavar="CAPTURE=NAME",
@@ -34,7 +37,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .convert import convert, load_findings
+    from tacc.timeline.convert import convert, load_findings
 
     if not args.output and not args.summary:
         raise CommandError("timeline: give -o OUTPUT and/or --summary")
@@ -46,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     res = convert(args.captures, args.output, fmt or "perfetto", args.summary, findings,
                   args.rename, args.align)
     if args.manifest:
-        from .manifest import write_manifest
+        from tacc.timeline.manifest import write_manifest
 
         path = write_manifest(args.captures, args.manifest, args.rename, args.align)
         print(f"wrote {path}", file=sys.stderr)

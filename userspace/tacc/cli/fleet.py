@@ -63,8 +63,7 @@ def run_export(args: argparse.Namespace) -> int:
     import json
 
     from tacc.capture import open_capture
-
-    from .export import Exporter, capture_ids
+    from tacc.fleet.export import Exporter, capture_ids
 
     out = Path(args.output)
     if out.exists() and not out.is_dir():
@@ -98,6 +97,6 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_query(args: argparse.Namespace) -> int:
-    from .query import main
+    from tacc.fleet.query import main
 
     return main(Path(args.dir), args.sql, args.fmt)

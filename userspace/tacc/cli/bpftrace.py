@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .errors import ToolError
+from tacc.bpftrace.errors import ToolError
 
 PROG = "accel-bpftrace"
 POLL_S = 0.05
@@ -97,15 +97,15 @@ def _loop(duration: float | None, step: Any, interval: float = POLL_S) -> float:
 
 
 def _filters(args: argparse.Namespace) -> Any:
-    from .preflight import resolve_device
-    from .program import Filters
+    from tacc.bpftrace.preflight import resolve_device
+    from tacc.bpftrace.program import Filters
 
     fn = resolve_device(args.device)
     return Filters(pid=args.pid, comm=args.comm, dev=fn.devid if fn else None), fn
 
 
 def _program(root: Path, host: bool = False, rb_pages: int = 1024) -> Any:
-    from .program import Program
+    from tacc.bpftrace.program import Program
 
     try:
         return Program(root, rb_pages=rb_pages, host=host)
@@ -116,7 +116,7 @@ def _program(root: Path, host: bool = False, rb_pages: int = 1024) -> Any:
 
 
 def _attach(prog: Any, mode: str) -> None:
-    from .program import AttachError
+    from tacc.bpftrace.program import AttachError
 
     try:
         prog.attach(mode)
@@ -143,7 +143,7 @@ def _lost_line(prog: Any, as_json: bool, out: Any = None) -> None:
 
 # ------------------------------------------------------------- subcommands ---
 def cmd_list(args: argparse.Namespace, root: Path) -> int:
-    from .tpformat import list_system
+    from tacc.bpftrace.tpformat import list_system
 
     fmts = list_system(root, "tacc")
     if args.json:
@@ -162,7 +162,7 @@ def cmd_list(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_snoop(args: argparse.Namespace, root: Path) -> int:
-    from .output import SNOOP_HEADER, snoop_line, snoop_rows
+    from tacc.bpftrace.output import SNOOP_HEADER, snoop_line, snoop_rows
 
     flt, _fn = _filters(args)
     prog = _program(root)
@@ -189,7 +189,7 @@ def cmd_snoop(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_latency(args: argparse.Namespace, root: Path) -> int:
-    from .output import latency_report
+    from tacc.bpftrace.output import latency_report
 
     flt, _fn = _filters(args)
     prog = _program(root)
@@ -217,7 +217,7 @@ def _clock_hz(fn: Any) -> float:
 
 
 def cmd_top(args: argparse.Namespace, root: Path) -> int:
-    from .output import top_lines, top_rows
+    from tacc.bpftrace.output import top_lines, top_rows
 
     flt, fn = _filters(args)
     hz = _clock_hz(fn)
@@ -248,7 +248,7 @@ def cmd_top(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_dma(args: argparse.Namespace, root: Path) -> int:
-    from .output import dma_lines
+    from tacc.bpftrace.output import dma_lines
 
     flt, _fn = _filters(args)
     prog = _program(root)
@@ -321,7 +321,7 @@ COMMANDS = {"snoop": cmd_snoop, "latency": cmd_latency, "top": cmd_top, "dma": c
 
 
 def run(argv: Sequence[str] | None) -> int:
-    from . import preflight
+    from tacc.bpftrace import preflight
 
     args = build_parser().parse_args(argv)
     if not args.cmd:
