@@ -467,7 +467,10 @@ bool tacc_lpm_init_l1ss(TaccState *s, PCIDevice *pdev, uint16_t offset,
                           s->l1ss_t_power_on_us, errp);
 }
 
-/* Does a config write at @addr, @len touch @size bytes at @off of a capability at @cap? */
+/*
+ * Does a config write at @addr, @len touch @size bytes at @off of a
+ * capability at @cap?
+ */
 static bool tacc_lpm_hits(uint32_t addr, int len, uint16_t cap, int off,
                           int size)
 {
@@ -514,17 +517,17 @@ void tacc_lpm_config_written(TaccState *s, PCIDevice *pdev, uint32_t addr,
         return;
     }
     if (tacc_lpm_l12_threshold(ctl1) == UINT64_MAX) {
-        qemu_log_mask(LOG_GUEST_ERROR, "tacc: L1SS Control 1 %#x: "
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: L1SS Control 1 0x%x: "
                       "LTR_L1.2_THRESHOLD scale %u is reserved\n", ctl1,
                       ctl1 >> ctz32(PCI_L1SS_CTL1_LTR_L12_TH_SCALE));
     }
     if ((ctl2 & PCI_L1SS_CTL2_T_PWR_ON_SCALE) == 3) {
-        qemu_log_mask(LOG_GUEST_ERROR, "tacc: L1SS Control 2 %#x: "
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: L1SS Control 2 0x%x: "
                       "T_POWER_ON scale 3 is reserved\n", ctl2);
     }
     if ((old_ctl1 & PCI_L1SS_CTL1_L1_2_MASK) &&
         ((old_ctl1 ^ ctl1) & timing)) {
-        qemu_log_mask(LOG_GUEST_ERROR, "tacc: L1SS Control 1 %#x -> %#x: "
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: L1SS Control 1 0x%x -> 0x%x: "
                       "L1.2 timing changed while L1.2 is enabled\n",
                       old_ctl1, ctl1);
     }

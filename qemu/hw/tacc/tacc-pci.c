@@ -510,9 +510,9 @@ static void tacc_reset_hold(Object *obj, ResetType type)
  * VF BARs: 64-bit prefetchable, so a bridge's (64-bit) prefetchable window can
  * hold them; every driver maps them uncached (docs/hardware.md section 1).
  */
-#define TACC_VF_BAR_TYPE	(PCI_BASE_ADDRESS_SPACE_MEMORY | \
-				 PCI_BASE_ADDRESS_MEM_TYPE_64 | \
-				 PCI_BASE_ADDRESS_MEM_PREFETCH)
+#define TACC_VF_BAR_TYPE        (PCI_BASE_ADDRESS_SPACE_MEMORY | \
+                                 PCI_BASE_ADDRESS_MEM_TYPE_64 | \
+                                 PCI_BASE_ADDRESS_MEM_PREFETCH)
 
 static bool tacc_init_func(TaccFunc *f, Error **errp)
 {

@@ -559,7 +559,10 @@ static uint64_t tacc_arb_quantum(TaccState *s, int fn)
     return (uint64_t)MAX(s->arb_weight[fn], 1) * TACC_ARB_QUANTUM;
 }
 
-/* The queue (round-robin from the function's pointer) whose head is of class cls, or -1. */
+/*
+ * The queue (round-robin from the function's pointer) whose head is of
+ * class cls, or -1.
+ */
 static int tacc_arb_head(TaccFunc *f, int cls, uint64_t t, uint64_t *cost)
 {
     if (!tacc_func_runs(f)) {
