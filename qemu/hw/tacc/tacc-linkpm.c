@@ -163,8 +163,10 @@ static int tacc_lpm_state_at(TaccState *s, uint32_t en, uint64_t t,
     uint64_t idle0 = MAX(s->lpm_last_ps, s->lpm_wake_ps);
     int st = TACC_LINKPM_L0;
 
-    *l0s_at = idle0 + tacc_scale_ps(s, (uint64_t)s->aspm_l0s_entry_ns * PS_PER_NS);
-    *l1_at = idle0 + tacc_scale_ps(s, (uint64_t)s->aspm_l1_entry_ns * PS_PER_NS);
+    *l0s_at = idle0 +
+              tacc_scale_ps(s, (uint64_t)s->aspm_l0s_entry_ns * PS_PER_NS);
+    *l1_at = idle0 +
+             tacc_scale_ps(s, (uint64_t)s->aspm_l1_entry_ns * PS_PER_NS);
     if (t <= idle0) {
         return st;
     }
@@ -533,7 +535,7 @@ void tacc_lpm_config_written(TaccState *s, PCIDevice *pdev, uint32_t addr,
     }
 }
 
-/* Device reset: LTR and the L1 PM Substates controls are 0 (the link retrains) */
+/* Device reset: LTR and the L1 PM Substates controls are 0 (link retrains) */
 void tacc_lpm_reset_l1ss(PCIDevice *pdev)
 {
     pcie_cap_ltr_reset(pdev);
@@ -556,7 +558,7 @@ static void tacc_link_lnksta(TaccState *s)
     PCIDevice *pdev = PCI_DEVICE(s);
     uint8_t *exp = pdev->config + pdev->exp.exp_cap;
 
-    /* QEMU's PCIExpLinkSpeed code is the generation (8 GT/s = 3), width the lanes */
+    /* QEMU's PCIExpLinkSpeed code is the generation (8 GT/s = 3) */
     pci_word_test_and_clear_mask(exp + PCI_EXP_LNKSTA,
                                  PCI_EXP_LNKSTA_CLS | PCI_EXP_LNKSTA_NLW);
     pci_word_test_and_set_mask(exp + PCI_EXP_LNKSTA,

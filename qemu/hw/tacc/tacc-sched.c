@@ -223,7 +223,8 @@ static void tacc_charge_engine(TaccFunc *f, TaccUnit *u, uint64_t end_ps)
     }
     tacc_counters_begin(s);
     f->busy_ps[u->engine] += busy;
-    f->cnt[TACC_CNT_busy_dma_h2d + u->engine] = f->busy_ps[u->engine] / PS_PER_NS;
+    f->cnt[TACC_CNT_busy_dma_h2d + u->engine] =
+        f->busy_ps[u->engine] / PS_PER_NS;
     f->cnt[TACC_CNT_cmds_dma_h2d + u->engine]++;
     s->gt.busy_ps[u->engine] += busy;
 }
@@ -1030,7 +1031,8 @@ void tacc_queue_cq_head(TaccFunc *f, int qi, uint32_t head)
     TaccQueue *q = &f->q[qi];
 
     if (!q->cq_size || head >= q->cq_size) {
-        qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: CQ head %u beyond ring\n",
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: fn%d q%d: CQ head %u beyond ring\n",
                       f->fn, qi, head);
         return;
     }

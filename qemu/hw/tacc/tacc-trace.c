@@ -41,7 +41,8 @@ void tacc_trace_record(TaccFunc *f, TaccUnit *u, uint64_t end_ps)
 {
     struct tacc_trace_rec r;
 
-    if (!(f->trace_ctrl & 1) || !tacc_ring_ok(f->trace_base, f->trace_size, 64)) {
+    if (!(f->trace_ctrl & 1) ||
+        !tacc_ring_ok(f->trace_base, f->trace_size, 64)) {
         return;
     }
     memset(&r, 0, sizeof(r));
@@ -113,7 +114,8 @@ void tacc_sample_rearm(TaccFunc *f)
                       f->fn, f->sample_period, TACC_SAMPLE_MIN_PERIOD_NS);
     }
     if (f->sample_period >= TACC_SAMPLE_MIN_PERIOD_NS &&
-        tacc_ring_ok(f->sample_base, f->sample_size, 8) && tacc_func_active(f)) {
+        tacc_ring_ok(f->sample_base, f->sample_size, 8) &&
+        tacc_func_active(f)) {
         timer_mod(&f->sample_timer,
                   qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) + f->sample_period);
     } else {
