@@ -8,7 +8,7 @@ clock steps, and a guest eject of the PF (ACPI PCI hotplug; a new QEMU then).
 
 Invariants: every qtest reply within 5 s (QEMU neither died nor wedged its main
 loop) and, while the PF is there and powered, its ID register after every reset.
-Fixed seed.  TACC_FUZZ_COMBO_STEPS steps (default 200) in the device layer, 200,000
+Fixed seed.  TACC_FUZZ_COMBO_STEPS steps (default 1,000) in the device layer, 200,000
 under ``@pytest.mark.long``."""
 
 from __future__ import annotations
@@ -268,7 +268,8 @@ class ComboMachine(RuleBasedStateMachine):
     @invariant()
     def alive(self):
         ComboMachine.steps += 1
-        assert not self.rig.d.qt.died(), self.rig.d.qt.died()
+        if self.rig.d.qt.proc.poll() is not None:
+            pytest.fail(f"QEMU ended: {self.rig.d.qt.died()}")
 
 
 def run(rig: Rig, examples: int, steps: int) -> tuple[int, float]:
@@ -294,11 +295,11 @@ def rig():
     ComboMachine.rig.close()
 
 
-STEPS = int(os.environ.get("TACC_FUZZ_COMBO_STEPS", "200"))
+STEPS = int(os.environ.get("TACC_FUZZ_COMBO_STEPS", "1000"))
 
 
 def test_fuzz_combinations(rig):
-    n, secs = run(rig, examples=max(1, STEPS // 40), steps=50)
+    n, secs = run(rig, examples=max(1, STEPS // 30), steps=50)
     print(f"combination fuzz: {n} steps in {secs:.1f} s")
     assert n >= STEPS
 
