@@ -252,8 +252,18 @@ static void tacc_unit_complete(TaccState *s, TaccUnit *u, uint64_t t)
         uint64_t v = c->d.opcode == TACC_OP_TIMESTAMP ? t / PS_PER_NS
                                                        : r->post_value;
         uint64_t le = cpu_to_le64(v);
-        if (r->post_write_devmem) {
-            memcpy(s->devmem + r->post_addr, &le, 8);
+        uint64_t wbase, wsize;
+
+        tacc_window(f, &wbase, &wsize);
+        if (r->post_write_devmem && r->post_addr < wsize &&
+            8 <= wsize - r->post_addr) {
+            /* the window the function has now (the PF may have moved it) */
+            memcpy(s->devmem + wbase + r->post_addr, &le, 8);
+        } else if (r->post_write_devmem) {
+            qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d: fence/timestamp at "
+                          "window offset 0x%" PRIx64 " outside its window now\n",
+                          f->fn, r->post_addr);
+            r->status = TACC_ST_MMU_FAULT;
         } else if (tacc_dma_write(f, r->post_addr, &le, 8) != MEMTX_OK) {
             f->cnt[TACC_CNT_dma_errors]++;
             s->gt.dma_errors++;
