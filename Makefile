@@ -33,7 +33,7 @@ $(error $(BAD_VARS))
 endif
 endif
 
-.PHONY: all setup run-vm test test-host test-device test-vm test-long test-debug bench lint checkpatch module qemu clean distclean help fixtures mutation
+.PHONY: all setup run-vm test test-host test-device test-vm test-long test-debug bench lint checkpatch module qemu clean distclean help fixtures mutation fuzz
 
 all: setup
 
@@ -47,7 +47,7 @@ help:
 	@echo '  setup         install and build everything (run by the others first)'
 	@echo '  fixtures      record real captures for the host tests, in the VM (tests/host/data/fixtures)'
 	@echo '  mutation      mutation testing of capture/timeline/analyze/session (MODULE=capture ...)'
-	@echo '  bench lint qemu clean distclean'
+	@echo '  bench lint qemu clean distclean fuzz (FUZZ_S=seconds: QEMU generic-fuzz on the device)'
 	@echo
 	@echo 'variables (run-vm, test-vm):'
 	@echo '  IOMMU         strict | lazy | pt | off: guest IOMMU mode (default strict)'
@@ -87,6 +87,12 @@ test-vm: setup
 
 test-long: setup
 	@TACC_LONG=1 scripts/test.sh long debug
+	@scripts/fuzz.sh 1800
+
+# QEMU's coverage-guided fuzzer on the device (clang/libFuzzer build, not part of setup)
+FUZZ_S ?= 60
+fuzz: setup
+	@scripts/fuzz.sh $(FUZZ_S)
 
 # The VM layer on the KASAN/lockdep/kmemleak kernel (built first: scripts/debug-kernel.sh)
 test-debug: setup

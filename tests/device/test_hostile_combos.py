@@ -202,3 +202,33 @@ def test_cq_into_root_port_config(rpdev):
     assert pf.qstatus(0) & hw.TACC_Q_STATUS_ERROR, hex(pf.qstatus(0))
     assert pf.cnt("dma_errors") >= 1
 
+
+
+# ------------------------------------- FENCE to device memory, window moved --
+def test_devmem_fence_lands_in_the_window_at_completion(rpdev):
+    """A VF's FENCE to device memory is resolved against its window when it completes:
+    the PF moves the VF's window between dispatch and completion, the value lands in
+    the new window (it landed in the old range, another function's memory, before)."""
+    d = rpdev
+    qt, pf = d.qt, d.pf
+    pf.reset()
+    pf.set_ptbr(0, d.root0)
+    d.reset_alloc()
+    (vf,) = d.enable_vfs(1)
+    old, new, size = 64 << 20, 96 << 20, 16 << 20
+    pf.w64(0x400, old)
+    pf.w64(0x408, size)
+    vf.reset()
+    vf.set_ptbr(0, d.root0)  # DEVMEM_VA + x: window offset x
+    off = 0x1000
+    job, ds = vf.job_of(0, [d_fence(DEVMEM_VA + off, 0x5EED)])
+    vf.submit(0, ds)  # dispatched now, completes cmd-latency later
+    pf.w64(0x400, new)  # the PF moves the window before that
+    qt.clock_step(10**7)
+    (cqe,) = vf.cqes(0)
+    assert cqe.job == job and cqe.status == hw.TACC_ST_OK
+    host = d.alloc(4096)
+    for base, want in ((new, 0x5EED), (old, 0)):
+        pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA + base + off, host, 8)])
+        assert qt.readq(host) == want, hex(base)
+    d.enable_vfs(0)

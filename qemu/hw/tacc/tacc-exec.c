@@ -1205,7 +1205,7 @@ static void tacc_exec_write8(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     }
     res->post_write = true;
     res->post_write_devmem = x.devmem;
-    res->post_addr = x.devmem ? wbase + x.addr : x.addr;
+    res->post_addr = x.addr;    /* devmem: window offset, placed at completion */
     res->post_value = c->d.fence.value;     /* timestamp: set at completion */
     res->bytes = 8;
     if (x.devmem) {

@@ -163,8 +163,10 @@ static int tacc_lpm_state_at(TaccState *s, uint32_t en, uint64_t t,
     uint64_t idle0 = MAX(s->lpm_last_ps, s->lpm_wake_ps);
     int st = TACC_LINKPM_L0;
 
-    *l0s_at = idle0 + tacc_scale_ps(s, (uint64_t)s->aspm_l0s_entry_ns * PS_PER_NS);
-    *l1_at = idle0 + tacc_scale_ps(s, (uint64_t)s->aspm_l1_entry_ns * PS_PER_NS);
+    *l0s_at = idle0 +
+              tacc_scale_ps(s, (uint64_t)s->aspm_l0s_entry_ns * PS_PER_NS);
+    *l1_at = idle0 +
+             tacc_scale_ps(s, (uint64_t)s->aspm_l1_entry_ns * PS_PER_NS);
     if (t <= idle0) {
         return st;
     }
@@ -467,7 +469,10 @@ bool tacc_lpm_init_l1ss(TaccState *s, PCIDevice *pdev, uint16_t offset,
                           s->l1ss_t_power_on_us, errp);
 }
 
-/* Does a config write at @addr, @len touch @size bytes at @off of a capability at @cap? */
+/*
+ * Does a config write at @addr, @len touch @size bytes at @off of a
+ * capability at @cap?
+ */
 static bool tacc_lpm_hits(uint32_t addr, int len, uint16_t cap, int off,
                           int size)
 {
@@ -514,23 +519,23 @@ void tacc_lpm_config_written(TaccState *s, PCIDevice *pdev, uint32_t addr,
         return;
     }
     if (tacc_lpm_l12_threshold(ctl1) == UINT64_MAX) {
-        qemu_log_mask(LOG_GUEST_ERROR, "tacc: L1SS Control 1 %#x: "
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: L1SS Control 1 0x%x: "
                       "LTR_L1.2_THRESHOLD scale %u is reserved\n", ctl1,
                       ctl1 >> ctz32(PCI_L1SS_CTL1_LTR_L12_TH_SCALE));
     }
     if ((ctl2 & PCI_L1SS_CTL2_T_PWR_ON_SCALE) == 3) {
-        qemu_log_mask(LOG_GUEST_ERROR, "tacc: L1SS Control 2 %#x: "
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: L1SS Control 2 0x%x: "
                       "T_POWER_ON scale 3 is reserved\n", ctl2);
     }
     if ((old_ctl1 & PCI_L1SS_CTL1_L1_2_MASK) &&
         ((old_ctl1 ^ ctl1) & timing)) {
-        qemu_log_mask(LOG_GUEST_ERROR, "tacc: L1SS Control 1 %#x -> %#x: "
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: L1SS Control 1 0x%x -> 0x%x: "
                       "L1.2 timing changed while L1.2 is enabled\n",
                       old_ctl1, ctl1);
     }
 }
 
-/* Device reset: LTR and the L1 PM Substates controls are 0 (the link retrains) */
+/* Device reset: LTR and the L1 PM Substates controls are 0 (link retrains) */
 void tacc_lpm_reset_l1ss(PCIDevice *pdev)
 {
     pcie_cap_ltr_reset(pdev);
@@ -553,7 +558,7 @@ static void tacc_link_lnksta(TaccState *s)
     PCIDevice *pdev = PCI_DEVICE(s);
     uint8_t *exp = pdev->config + pdev->exp.exp_cap;
 
-    /* QEMU's PCIExpLinkSpeed code is the generation (8 GT/s = 3), width the lanes */
+    /* QEMU's PCIExpLinkSpeed code is the generation (8 GT/s = 3) */
     pci_word_test_and_clear_mask(exp + PCI_EXP_LNKSTA,
                                  PCI_EXP_LNKSTA_CLS | PCI_EXP_LNKSTA_NLW);
     pci_word_test_and_set_mask(exp + PCI_EXP_LNKSTA,

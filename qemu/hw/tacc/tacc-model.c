@@ -292,7 +292,7 @@ uint64_t tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova, uint64_t len)
     s->gcnt[TACC_CNT_link_h2d_bytes] += c.bytes[0];
     s->gcnt[TACC_CNT_link_d2h_bytes] += c.bytes[1];
     if (s->link_ctrl_cost) {
-        /* the TLPs' direction: a read's completions come down, a write goes up */
+        /* TLP direction: a read's completions come down, a write goes up */
         st = MAX(t, s->link_free_ps[write]);
     }
     for (int d = 0; d < 2; d++) {

@@ -40,7 +40,7 @@
 #define TACC_EXP_CAP        0x80
 #define TACC_AER_CAP        0x100
 #define TACC_SRIOV_CAP      0x148   /* after AER (PCI_ERR_SIZEOF) */
-#define TACC_L1SS_CAP       0x188   /* after SR-IOV (PCI_EXT_CAP_SRIOV_SIZEOF) */
+#define TACC_L1SS_CAP       0x188   /* after SR-IOV (its SIZEOF) */
 
 /* ---------------------------------------------------------- helpers ---- */
 
@@ -348,14 +348,15 @@ static void tacc_fatal(TaccState *s)
 
 /* ------------------------------------------------------ config space ---- */
 
-/* DEVCTL's MPS/MRRS at power-on: the mps/mrrs properties (what firmware sets) */
+/* DEVCTL's MPS/MRRS at power-on: the mps/mrrs properties (firmware's) */
 static void tacc_devctl_preset(TaccState *s, PCIDevice *pdev)
 {
     uint8_t *exp = pdev->config + pdev->exp.exp_cap;
     unsigned mps = ctz32(s->mps_cap) - 7, mrrs = ctz32(s->mrrs_cap) - 7;
 
     pci_word_test_and_clear_mask(exp + PCI_EXP_DEVCTL,
-                                 PCI_EXP_DEVCTL_PAYLOAD | PCI_EXP_DEVCTL_READRQ);
+                                 PCI_EXP_DEVCTL_PAYLOAD |
+                                 PCI_EXP_DEVCTL_READRQ);
     pci_word_test_and_set_mask(exp + PCI_EXP_DEVCTL, mps << 5 | mrrs << 12);
     if (!pci_is_vf(pdev)) {     /* the link's: a VF's realize leaves them */
         s->mps = s->mps_cap;
@@ -371,7 +372,8 @@ static void tacc_devctl_preset(TaccState *s, PCIDevice *pdev)
  */
 static void tacc_link_params_update(TaccState *s, PCIDevice *pdev)
 {
-    uint16_t ctl = pci_get_word(pdev->config + pdev->exp.exp_cap + PCI_EXP_DEVCTL);
+    uint16_t ctl = pci_get_word(pdev->config + pdev->exp.exp_cap +
+                                PCI_EXP_DEVCTL);
     unsigned mps_code = (ctl & PCI_EXP_DEVCTL_PAYLOAD) >> 5;
     unsigned rrq_code = (ctl & PCI_EXP_DEVCTL_READRQ) >> 12;
     uint32_t mps = mps_code <= 5 ? 128u << mps_code : 4096;
@@ -384,10 +386,11 @@ static void tacc_link_params_update(TaccState *s, PCIDevice *pdev)
     }
     if (rrq_code > 5) {
         qemu_log_mask(LOG_GUEST_ERROR,
-                      "tacc: Device Control MRRS code %u is reserved\n", rrq_code);
+                      "tacc: Device Control MRRS code %u is reserved\n",
+                      rrq_code);
     }
     s->mps = MIN(mps, s->mps_cap);
-    s->mrrs = MIN(mrrs, s->mrrs_cap);   /* the DMA engine's largest read request */
+    s->mrrs = MIN(mrrs, s->mrrs_cap);   /* the DMA engine's largest request */
     trace_tacc_link_params(s->mps, s->mrrs);
 }
 
@@ -510,9 +513,9 @@ static void tacc_reset_hold(Object *obj, ResetType type)
  * VF BARs: 64-bit prefetchable, so a bridge's (64-bit) prefetchable window can
  * hold them; every driver maps them uncached (docs/hardware.md section 1).
  */
-#define TACC_VF_BAR_TYPE	(PCI_BASE_ADDRESS_SPACE_MEMORY | \
-				 PCI_BASE_ADDRESS_MEM_TYPE_64 | \
-				 PCI_BASE_ADDRESS_MEM_PREFETCH)
+#define TACC_VF_BAR_TYPE        (PCI_BASE_ADDRESS_SPACE_MEMORY | \
+                                 PCI_BASE_ADDRESS_MEM_TYPE_64 | \
+                                 PCI_BASE_ADDRESS_MEM_PREFETCH)
 
 static bool tacc_init_func(TaccFunc *f, Error **errp)
 {
@@ -539,7 +542,8 @@ static bool tacc_init_func(TaccFunc *f, Error **errp)
     pci_register_bar(pdev, TACC_BAR_COUNTERS, t, &f->bar2);
     pci_register_bar(pdev, TACC_BAR_MSIX, t, &f->bar4);
     ret = msix_init(pdev, TACC_MSIX_VECTORS, &f->bar4, TACC_BAR_MSIX, 0,
-                    &f->bar4, TACC_BAR_MSIX, TACC_MSIX_PBA_OFFSET, TACC_MSIX_CAP,
+                    &f->bar4, TACC_BAR_MSIX, TACC_MSIX_PBA_OFFSET,
+                    TACC_MSIX_CAP,
                     errp);
     if (ret < 0) {
         return false;
@@ -573,12 +577,15 @@ static bool tacc_init_func(TaccFunc *f, Error **errp)
         uint8_t *exp = pdev->config + pdev->exp.exp_cap;
         unsigned mps = ctz32(s->mps_cap) - 7;
 
-        pci_long_test_and_clear_mask(exp + PCI_EXP_DEVCAP, PCI_EXP_DEVCAP_PAYLOAD);
+        pci_long_test_and_clear_mask(exp + PCI_EXP_DEVCAP,
+                                     PCI_EXP_DEVCAP_PAYLOAD);
         pci_long_test_and_set_mask(exp + PCI_EXP_DEVCAP, mps);
         tacc_devctl_preset(s, pdev);
         if (!pci_is_vf(pdev)) {
-            pci_word_test_and_set_mask(pdev->wmask + pdev->exp.exp_cap + PCI_EXP_DEVCTL,
-                                       PCI_EXP_DEVCTL_PAYLOAD | PCI_EXP_DEVCTL_READRQ);
+            pci_word_test_and_set_mask(pdev->wmask + pdev->exp.exp_cap +
+                                       PCI_EXP_DEVCTL,
+                                       PCI_EXP_DEVCTL_PAYLOAD |
+                                       PCI_EXP_DEVCTL_READRQ);
         }
     }
     if (!pci_is_vf(pdev)) {
@@ -611,7 +618,8 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         return;
     }
     if (!is_power_of_2(s->mps_cap) || s->mps_cap < 128 || s->mps_cap > 4096 ||
-        !is_power_of_2(s->mrrs_cap) || s->mrrs_cap < 128 || s->mrrs_cap > 4096) {
+        !is_power_of_2(s->mrrs_cap) || s->mrrs_cap < 128 ||
+        s->mrrs_cap > 4096) {
         error_setg(errp, "tacc: mps/mrrs must be powers of two in 128..4096");
         return;
     }

@@ -69,7 +69,8 @@ static bool tacc_reg64(TaccFunc *f, hwaddr reg, uint64_t *v)
         *v = f->sample_wb;
         return true;
     }
-    if (reg >= TACC_REG_CTX_PTBR(0) && reg < TACC_REG_CTX_PTBR(TACC_NUM_CONTEXTS)) {
+    if (reg >= TACC_REG_CTX_PTBR(0) &&
+        reg < TACC_REG_CTX_PTBR(TACC_NUM_CONTEXTS)) {
         *v = f->ptbr[(reg - TACC_REG_CTX_PTBR(0)) / 8];
         return true;
     }
@@ -386,7 +387,8 @@ static void tacc_bar0_write_locked(TaccFunc *f, hwaddr addr, uint64_t val,
         goto bad;
     }
 
-    if (reg >= TACC_REG_CTX_PTBR(0) && reg < TACC_REG_CTX_PTBR(TACC_NUM_CONTEXTS)) {
+    if (reg >= TACC_REG_CTX_PTBR(0) &&
+        reg < TACC_REG_CTX_PTBR(TACC_NUM_CONTEXTS)) {
         tacc_set64(&f->ptbr[(reg - TACC_REG_CTX_PTBR(0)) / 8], addr, val, size);
         return;
     }
@@ -625,7 +627,8 @@ static uint64_t tacc_bar2_read(void *opaque, hwaddr addr, unsigned size)
             v = f->cnt[slot];
         } else if (!f->fn) {
             v = slot == TACC_CNT_uptime_ticks
-                ? (uint64_t)qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) : s->gcnt[slot];
+                ? (uint64_t)qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL)
+                : s->gcnt[slot];
         }
     }
     if (size == 4) {

@@ -223,7 +223,8 @@ static void tacc_charge_engine(TaccFunc *f, TaccUnit *u, uint64_t end_ps)
     }
     tacc_counters_begin(s);
     f->busy_ps[u->engine] += busy;
-    f->cnt[TACC_CNT_busy_dma_h2d + u->engine] = f->busy_ps[u->engine] / PS_PER_NS;
+    f->cnt[TACC_CNT_busy_dma_h2d + u->engine] =
+        f->busy_ps[u->engine] / PS_PER_NS;
     f->cnt[TACC_CNT_cmds_dma_h2d + u->engine]++;
     s->gt.busy_ps[u->engine] += busy;
 }
@@ -251,8 +252,18 @@ static void tacc_unit_complete(TaccState *s, TaccUnit *u, uint64_t t)
         uint64_t v = c->d.opcode == TACC_OP_TIMESTAMP ? t / PS_PER_NS
                                                        : r->post_value;
         uint64_t le = cpu_to_le64(v);
-        if (r->post_write_devmem) {
-            memcpy(s->devmem + r->post_addr, &le, 8);
+        uint64_t wbase, wsize;
+
+        tacc_window(f, &wbase, &wsize);
+        if (r->post_write_devmem && r->post_addr < wsize &&
+            8 <= wsize - r->post_addr) {
+            /* the window the function has now (the PF may have moved it) */
+            memcpy(s->devmem + wbase + r->post_addr, &le, 8);
+        } else if (r->post_write_devmem) {
+            qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d: fence/timestamp at "
+                          "window offset 0x%" PRIx64 " outside its window now\n",
+                          f->fn, r->post_addr);
+            r->status = TACC_ST_MMU_FAULT;
         } else if (tacc_dma_write(f, r->post_addr, &le, 8) != MEMTX_OK) {
             f->cnt[TACC_CNT_dma_errors]++;
             s->gt.dma_errors++;
@@ -584,7 +595,10 @@ static uint64_t tacc_arb_quantum(TaccState *s, int fn)
     return (uint64_t)MAX(s->arb_weight[fn], 1) * TACC_ARB_QUANTUM;
 }
 
-/* The queue (round-robin from the function's pointer) whose head is of class cls, or -1. */
+/*
+ * The queue (round-robin from the function's pointer) whose head is of
+ * class cls, or -1.
+ */
 static int tacc_arb_head(TaccFunc *f, int cls, uint64_t t, uint64_t *cost)
 {
     if (!tacc_func_runs(f)) {
@@ -1053,7 +1067,8 @@ void tacc_queue_cq_head(TaccFunc *f, int qi, uint32_t head)
     TaccQueue *q = &f->q[qi];
 
     if (!q->cq_size || head >= q->cq_size) {
-        qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: CQ head %u beyond ring\n",
+        qemu_log_mask(LOG_GUEST_ERROR,
+                      "tacc: fn%d q%d: CQ head %u beyond ring\n",
                       f->fn, qi, head);
         return;
     }

@@ -59,7 +59,8 @@ static void tacc_tlpcap_flush(TaccState *s)
                           s->tc_base + (uint64_t)slot * TACC_TLP_REC_SIZE,
                           &s->tc_buf[i], n * TACC_TLP_REC_SIZE,
                           true) != MEMTX_OK) {
-            qemu_log_mask(LOG_GUEST_ERROR, "tacc: TLP capture ring DMA failed\n");
+            qemu_log_mask(LOG_GUEST_ERROR,
+                          "tacc: TLP capture ring DMA failed\n");
             s->tc_ctrl &= ~TACC_TLPCAP_CTRL_ENABLE;
             break;
         }
@@ -117,12 +118,13 @@ static uint16_t tacc_tlp_dws(uint64_t addr, uint64_t len)
 /* Bus address of host-side byte @x of the transfer. */
 static uint64_t tacc_tlpcap_addr(TaccTlpSrc *t, uint64_t x)
 {
-    uint64_t va = t->host + x, page = va & ~(uint64_t)(TACC_LINK_RD_BOUNDARY - 1);
+    uint64_t va = t->host + x;
+    uint64_t page = va & ~(uint64_t)(TACC_LINK_RD_BOUNDARY - 1);
     TaccResult scratch;
     TaccXlate xl;
 
     if (t->bus) {
-        return va;                      /* control traffic, fences: bus addresses */
+        return va;      /* control traffic, fences: bus addresses */
     }
     if (t->page_va != page + 1) {
         memset(&scratch, 0, sizeof(scratch));
@@ -213,8 +215,8 @@ void tacc_tlpcap_read(TaccState *s, TaccTlpSrc *t, uint64_t pos, uint64_t c,
 
     rd = tacc_scale_ps(s, s->read_latency_ns * PS_PER_NS);
     while (x < pos + c && x < t->len) {
-        uint64_t e = MIN(MIN((x / s->mrrs + 1) * s->mrrs,
-                             tacc_next_cut(h, x, TACC_LINK_RD_BOUNDARY)), t->len);
+        uint64_t cut = tacc_next_cut(h, x, TACC_LINK_RD_BOUNDARY);
+        uint64_t e = MIN(MIN((x / s->mrrs + 1) * s->mrrs, cut), t->len);
         uint16_t tag = s->tc_tag[t->f->fn]++ % s->tags;
         uint64_t addr = tacc_tlpcap_addr(t, x);
         uint64_t y = x;
@@ -270,7 +272,7 @@ void tacc_tlpcap_write(TaccState *s, TaccTlpSrc *t, uint64_t pos, uint64_t c,
     }
 }
 
-/* The capture block's 64-bit registers (RW64: one 8-byte or two 4-byte accesses). */
+/* The capture block's 64-bit registers (RW64: one 8-byte or two 4-byte). */
 static uint64_t *tacc_tlpcap_reg64(TaccState *s, hwaddr reg)
 {
     switch (reg) {
@@ -288,7 +290,8 @@ static uint64_t *tacc_tlpcap_reg64(TaccState *s, hwaddr reg)
 }
 
 /* A register write of the capture block (PF only, 0x600-0x6ff). */
-bool tacc_tlpcap_reg_write(TaccState *s, hwaddr addr, uint64_t val, unsigned size)
+bool tacc_tlpcap_reg_write(TaccState *s, hwaddr addr, uint64_t val,
+                           unsigned size)
 {
     uint64_t *r = tacc_tlpcap_reg64(s, addr & ~7ull);
 
@@ -306,8 +309,8 @@ bool tacc_tlpcap_reg_write(TaccState *s, hwaddr addr, uint64_t val, unsigned siz
     switch (addr) {
     case TACC_REG_TLPCAP_SIZE:
         if (val < 2 || val > TACC_TLPCAP_MAX_ENTRIES || !is_power_of_2(val)) {
-            qemu_log_mask(LOG_GUEST_ERROR, "tacc: bad TLPCAP_SIZE %" PRIu64 "\n",
-                          val);
+            qemu_log_mask(LOG_GUEST_ERROR,
+                          "tacc: bad TLPCAP_SIZE %" PRIu64 "\n", val);
             return true;
         }
         s->tc_size = val;

@@ -162,7 +162,8 @@ void tacc_sample_rearm(TaccFunc *f)
                       f->fn, f->sample_period, TACC_SAMPLE_MIN_PERIOD_NS);
     }
     if (f->sample_period >= TACC_SAMPLE_MIN_PERIOD_NS &&
-        tacc_ring_ok(f->sample_base, f->sample_size, 8) && tacc_func_active(f)) {
+        tacc_ring_ok(f->sample_base, f->sample_size, 8) &&
+        tacc_func_active(f)) {
         timer_mod(&f->sample_timer,
                   qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) + f->sample_period);
     } else {

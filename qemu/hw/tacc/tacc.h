@@ -50,8 +50,10 @@ enum { TACC_PHASE_PRE, TACC_PHASE_LINK, TACC_PHASE_POST };
 #define PS_PER_NS               1000ull
 
 /* Execution units: 6 shared engines, then one local unit per queue. */
-#define TACC_UNIT_LOCAL(fn, q)  (TACC_NUM_ENGINES + (fn) * TACC_NUM_QUEUES + (q))
-#define TACC_NUM_UNITS          (TACC_NUM_ENGINES + TACC_NUM_FUNCS * TACC_NUM_QUEUES)
+#define TACC_UNIT_LOCAL(fn, q)  \
+    (TACC_NUM_ENGINES + (fn) * TACC_NUM_QUEUES + (q))
+#define TACC_NUM_UNITS          \
+    (TACC_NUM_ENGINES + TACC_NUM_FUNCS * TACC_NUM_QUEUES)
 
 enum tacc_engine_class {
     TACC_CLASS_H2D,         /* COPY_H2D, COPY_D2D */
@@ -251,7 +253,7 @@ typedef struct TaccTlpSrc {
     uint64_t host;              /* host side at payload offset 0 */
     uint64_t dev_off;           /* device side at payload offset 0 (writes) */
     uint64_t len;               /* the whole transfer */
-    uint64_t page_va, page_bus; /* translation cache: page VA + 1, its bus address */
+    uint64_t page_va, page_bus; /* translation cache: page VA + 1, bus addr */
 } TaccTlpSrc;
 
 /* ASPM counters of the link (tacc-linkpm.c), ps */
@@ -289,7 +291,7 @@ struct TaccState {
     uint64_t devmem_size;
     uint8_t link_gen, link_width;       /* capable */
     uint8_t lnk_gen, lnk_width;         /* negotiated now (x-link-*-now) */
-    uint32_t mps_cap, mrrs_cap;         /* supported (properties), power-on presets */
+    uint32_t mps_cap, mrrs_cap;         /* supported (properties), presets */
     uint32_t mps, mrrs;         /* in use: Device Control's, up to the above */
     uint32_t rcb;               /* root port's read completion boundary */
     uint32_t tags;              /* outstanding read requests */

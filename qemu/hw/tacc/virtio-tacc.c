@@ -512,7 +512,8 @@ static uint64_t vt_bo_pte(VtBo *bo, uint64_t off, uint32_t *ei, uint64_t *base)
  * The device MMU walks these leaves (TACC_CAP_MMU_2M); a 4 MiB copy then takes
  * 2 TLB misses per buffer instead of 1024.
  */
-static uint64_t vt_bo_huge_pte(VtBo *bo, uint64_t off, uint32_t *ei, uint64_t *base)
+static uint64_t vt_bo_huge_pte(VtBo *bo, uint64_t off, uint32_t *ei,
+                               uint64_t *base)
 {
     uint64_t a;
 

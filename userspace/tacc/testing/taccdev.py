@@ -295,24 +295,24 @@ class Tacc:
 
     def enable_vfs(self, n: int) -> list[Func]:
         """Enable n VFs through the PF's SR-IOV capability, map their BARs."""
-        sr = self.qt.find_ext_cap(0, self.pf.devfn, 0x10)
-        qt = self.qt
-        qt.cfg_write(0, 0x08, sr + 0x08, 0, 2)  # VF disable first
+        qt, bus, pf = self.qt, self.bus, self.pf.devfn
+        sr = qt.find_ext_cap(bus, pf, 0x10)
+        qt.cfg_write(bus, pf, sr + 0x08, 0, 2)  # VF disable first
         for bar, addr in VF_BARS.items():  # 64-bit VF BARs (hw 1.2): both halves
-            qt.cfg_write(0, 0x08, sr + 0x24 + 4 * bar, addr & 0xFFFFFFFF)
-            qt.cfg_write(0, 0x08, sr + 0x28 + 4 * bar, addr >> 32)
-        qt.cfg_write(0, 0x08, sr + 0x10, n, 2)  # NumVFs
-        qt.cfg_write(0, 0x08, sr + 0x08, 0x9 if n else 0, 2)  # VF Enable | VF MSE
-        off = qt.cfg_read(0, 0x08, sr + 0x14, 2)
-        stride = qt.cfg_read(0, 0x08, sr + 0x16, 2)
+            qt.cfg_write(bus, pf, sr + 0x24 + 4 * bar, addr & 0xFFFFFFFF)
+            qt.cfg_write(bus, pf, sr + 0x28 + 4 * bar, addr >> 32)
+        qt.cfg_write(bus, pf, sr + 0x10, n, 2)  # NumVFs
+        qt.cfg_write(bus, pf, sr + 0x08, 0x9 if n else 0, 2)  # VF Enable | VF MSE
+        off = qt.cfg_read(bus, pf, sr + 0x14, 2)
+        stride = qt.cfg_read(bus, pf, sr + 0x16, 2)
         sizes = {0: hw.TACC_BAR_REGS_SIZE, 2: hw.TACC_BAR_COUNTERS_SIZE, 4: 0x1000}
         self.vfs = []
         for i in range(n):
-            devfn = 0x08 + off + i * stride
+            devfn = pf + off + i * stride
             f = Func(self, i + 1, devfn, VF_BARS[0] + i * sizes[0], VF_BARS[2] + i * sizes[2],
                      VF_BARS[4] + i * sizes[4])
             f.ring = RING_BASE + (i + 1) * 0x10_0000
-            qt.cfg_write(0, devfn, 0x04, 0x0006, 2)  # VFs decode only with their own MEM
+            qt.cfg_write(bus, devfn, 0x04, 0x0006, 2)  # VFs decode only with their own MEM
             self.vfs.append(f)
         return self.vfs
 
