@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from tacc import hw
+from tacc.errors import VfioError
 from tacc.testing.unpriv import errno_as_tacc_user
 from tacc.vfio import bind as vb
 from test_driver_basic import Dev, dmesg_problems, nop, pf_sysfs, wait_accel_node
@@ -114,7 +115,7 @@ def test_bind_refusals(vfs):
     with Dev(node):
         line = _one_line_error(_cli("bind", vfs[0].name), str(node), "is open", str(os.getpid()))
     assert vb.driver_of(vfs[0].name) == "tacc", line
-    with pytest.raises(vb.VfioError, match="no such PCI function"):
+    with pytest.raises(VfioError, match="no such PCI function"):
         vb.bind("0000:7f:1f.7")
 
 
@@ -122,7 +123,7 @@ def test_vfio_workload_reset(vfs, vfio_vf):
     """Copies and a GEMM through tacc.vfio equal numpy; the PF and VF 1 work beside it,
     across a VFIO_DEVICE_RESET of VF 2; a second open of the group is one clear error."""
     from tacc.vfio import workload
-    from tacc.vfio.driver import TaccVfio, VfioError
+    from tacc.vfio.driver import TaccVfio
 
     bdf, node = vfio_vf
     with TaccVfio(bdf) as t:
@@ -243,7 +244,7 @@ def test_bind_check_is_atomic(vfs, monkeypatch):
     handoff = vfs[0] / "tacc" / "handoff"
     monkeypatch.setattr(vb, "openers", lambda path: [])
     with Dev(node) as d:
-        with pytest.raises(vb.VfioError, match="is open"):
+        with pytest.raises(VfioError, match="is open"):
             vb.bind(vfs[0].name)
         assert vb.driver_of(vfs[0].name) == "tacc"
         assert handoff.read_text() == "0\n"
