@@ -37,8 +37,8 @@ EXPECTED: dict[str, set[str]] = {
     "host_bound-bad": {"idle_gaps", "serialized_copies", "tlb_thrash", "host_memory"},
     "host_bound-good": {"tlb_thrash", "host_memory"},
     "link_saturation-bad": {"link_saturation", "h2d_d2h_imbalance", "host_memory"},
-    # launch_bound (high, 72 ms) since that rule came (fa29bc5): the good twin's GEMMs go
-    # one job each from Python at TCG speed; to be confirmed by the rule's author
+    # launch_bound (high, 72 ms) since that rule came (fa29bc5); whether it is true of this
+    # twin is for the rule's author to confirm (not examined here)
     "link_saturation-good": {"host_memory", "launch_bound"},
     "unaligned_userptr-bad": {"host_memory"},
     "unaligned_userptr-good": set(),
