@@ -65,7 +65,7 @@ def _flip(f: Path, off: int, bit: int) -> None:
         fh.write(bytes([b ^ (1 << bit)]))
 
 
-@settings(max_examples=300, deadline=None, derandomize=True,
+@settings(max_examples=150, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_flipped_bit_is_an_error_never_silent_records(caps: dict, data: st.DataObject) -> None:

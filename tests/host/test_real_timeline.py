@@ -24,7 +24,7 @@ from tacc.timeline.convert import convert
 # the conversions: every real capture would cost ~0.3 s each; these cover the PF, the
 # virtio function and a VF pair (the others are analysed in test_real_analysis.py)
 TIMELINE_CAPTURES = ["real-mixed", "mixed", "virtio-mixed", "noisy_neighbour-bad",
-                     "tiny_transfers-bad", "link_saturation-bad"]
+                     "tiny_transfers-bad"]
 
 
 @pytest.fixture(scope="module")

@@ -389,3 +389,35 @@ def test_without_module_one_line(pf_pci: Path) -> None:
             if list((pf_pci / "accel").glob("accel*")) if (pf_pci / "accel").exists() else []:
                 break
             time.sleep(0.1)
+
+
+BURST_JOBS = 200  # 400 commands into a ring of TRACE_MIN_ENTRIES (64) with no drain between
+
+
+def test_tiny_trace_ring_records_plus_drops_equal_commands(tmp_path: Path, pf_accel: Path,
+                                                           pf_pci: Path) -> None:
+    """A capture whose device trace ring holds the minimum of records, under a burst of
+    jobs nothing drains meanwhile: every command the device ran (x-gt-cmds) is a record
+    of the capture or a counted drop of the PF's device trace."""
+    from tacc.daemon.session import CaptureSession, Options
+    from tacc.runtime.uapi import TRACE_MIN_ENTRIES
+
+    out = tmp_path / "tiny"
+    sess = CaptureSession(out, discover(), Options(trace_entries=TRACE_MIN_ENTRIES, api=False,
+                                                   counters_hz=0.0, host_events=False),
+                          tool="test_tracing_accounting")
+    truth = Truth(pf_pci)
+    try:
+        _workload(pf_accel, BURST_JOBS, tag_base=0x5B5B0000)
+        time.sleep(0.2)
+    finally:
+        sess.close(complete=True)
+    truth.check(BURST_JOBS, 2)
+    cap = open_capture(out)
+    dt = cap.read("device_trace")
+    dr = cap.read("drops")
+    recs = dt[dt["fid"] == 0]
+    dropped = int(dr["count"][(dr["source"] == DropSource.DEVICE_TRACE) & (dr["fid"] == 0)].sum())
+    assert dropped >= 2 * BURST_JOBS - TRACE_MIN_ENTRIES, (len(recs), dropped)
+    assert len(recs) + dropped == 2 * BURST_JOBS, (len(recs), dropped)
+    assert set(((recs["tag"] >> 16) == 0x5B5B).tolist()) == {True}
