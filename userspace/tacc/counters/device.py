@@ -28,7 +28,7 @@ import numpy as np
 from tacc.runtime import uapi as ru
 from tacc.runtime.uapi import ioctl as _ioctl
 
-from .backends import Backend, Snapshot
+from .base import Backend, Snapshot
 from .catalogue import GLOBAL_PAGE, Catalogue, CounterError, Function
 
 SAMPLE_SLOTS = 64  # TACC_SAMPLE_SLOTS
