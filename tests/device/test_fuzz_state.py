@@ -1,4 +1,4 @@
-"""Stateful device fuzz (issue 14): a hypothesis RuleBasedStateMachine drives one
+"""Stateful device fuzz: a hypothesis RuleBasedStateMachine drives one
 QEMU through qtest with BAR0/BAR2/config-space/MSI-X-table writes, descriptors in
 guest memory, doorbells, function resets, FLR, SR-IOV enable/disable and clock
 steps; examples are separated by QMP ``system_reset``.

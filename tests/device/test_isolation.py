@@ -1,4 +1,4 @@
-"""Isolation and lifetimes, device model (issue 14, items 11-15): a guest's
+"""Isolation and lifetimes, device model: a guest's
 register writes never crash or wedge QEMU, the device's own DMA and MSI-X never
 reach its registers, QEMU's SR-IOV code keeps VF Enable and NumVFs consistent,
 and the device does what docs/hardware.md says.

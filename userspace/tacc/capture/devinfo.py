@@ -319,7 +319,7 @@ class Function:
     devmem: int
     mrrs: int = DEFAULT_MRRS
     rcb: int = DEFAULT_RCB
-    # the capable link (LNKCAP): a link trained below it is degraded (issue 19 item 4);
+    # the capable link (LNKCAP): a link trained below it is degraded;
     # captures before minor 8 do not say: taken as the negotiated one
     max_gen: int = 0
     max_width: int = 0

@@ -80,7 +80,7 @@ def parse_entries(buf: bytes | bytearray | memoryview | np.ndarray, slots: np.nd
 
     Only the words wanted are read (the header words and the selected slots: 41 of an
     entry's 131 for the function catalogue): one gather out of the ring, no copy of whole
-    1048-byte entries (issue 18: that copy was most of the consumer's CPU at 10 kHz).
+    1048-byte entries (that copy was most of the consumer's CPU at 10 kHz).
     """
     words = np.frombuffer(buf, dtype="<u8", count=entries * ENTRY_WORDS)
     words = words.reshape(entries, ENTRY_WORDS)
