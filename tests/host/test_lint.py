@@ -32,7 +32,7 @@ def test_import_layers() -> None:
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     assert all("ignore_imports" not in c for c in cfg["contracts"]), "no exceptions listed"
     lint = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
-    r = subprocess.run([lint, "--no-cache", "--config", str(ROOT / "pyproject.toml")],
+    r = subprocess.run([lint, "--no-cache", str(ROOT / "pyproject.toml")],
                        cwd=ROOT / "userspace", capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
 

@@ -482,7 +482,7 @@ def test_fdinfo_sysfs_counters(dev, pf_accel):
     info = Path(f"/proc/self/fdinfo/{dev.fd}").read_text()
     assert "drm-driver:\ttacc" in info
     assert "drm-engine-queue0:" in info
-    assert "drm-memory-device:\t1024 KiB" in info
+    assert "tacc-memory-device:\t1024 KiB" in info and "drm-total-memory:\t" in info
     pci = pf_sysfs()
     t = pci / "tacc"
     assert (t / "link_width").read_text().strip().isdigit()

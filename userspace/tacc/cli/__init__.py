@@ -26,6 +26,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.cli.run",  # run: workloads
     "tacc.cli.counters",  # stat, top: device counters
     "tacc.cli.trace",  # trace start|stop|status: taccd capture control
+    "tacc.cli.profile",  # profile -o CAP -- CMD: taccd, capture, findings, timeline
     "tacc.cli.timeline",  # timeline
     "tacc.cli.analyze",  # analyze
     "tacc.cli.fleet",  # export, query
@@ -34,6 +35,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.cli.devices",  # devices: PF, VF and virtio-tacc functions
     "tacc.cli.vfio",  # vfio list|bind|unbind
     "tacc.cli.pcie",  # pcie capture|summary|timeline (PCIe analyzer)
+    "tacc.cli.onnx",  # onnx run|test: ONNX models
 )
 
 
