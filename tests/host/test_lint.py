@@ -31,6 +31,12 @@ def test_import_layers() -> None:
 
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     assert all("ignore_imports" not in c for c in cfg["contracts"]), "no exceptions listed"
+    # every top-level module of the package is in a layer (a new one cannot slip past)
+    layered = {m.strip() for c in cfg["contracts"] if c["type"] == "layers"
+               for layer in c["layers"] for m in re.split(r"[:|]", layer)}
+    tops = {p.stem if p.is_file() else p.name for p in (ROOT / "userspace/tacc").iterdir()
+            if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()}
+    assert tops - {"testing"} <= layered, sorted(tops - {"testing"} - layered)
     lint = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
     r = subprocess.run([lint, "--no-cache", str(ROOT / "pyproject.toml")],
                        cwd=ROOT / "userspace", capture_output=True, text=True, timeout=300)
