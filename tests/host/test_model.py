@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from tacc import model
 from tacc.capture import devinfo
+from tacc.runtime import opcost
 from tacc.testing.taccdev import LinkModel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,9 +53,12 @@ def test_users_take_the_model_parameters() -> None:
 
 def test_roofline() -> None:
     p = model.DEFAULT
-    # compute bound: 512^3 GEMM, 2*512^3 FLOP at 4000 GFLOP/s = 67108.864 ns (+100)
-    assert model.gemm_ns(512, 512, 512) == 100 + int(2 * 512**3 / 4000)
-    # memory bound: 1 FLOP over 8 MB of device memory at 800 GB/s = 10000 ns
-    assert model.compute_ns(1, 8_000_000) == p.cmd_latency_ns + 10_000
+    # compute bound: 512^3 GEMM, 2*512^3 FLOP at 7575 GFLOP/s (fp32), 30250 (bf16), +100
+    assert model.gemm_ns(512, 512, 512) == 100 + int(2 * 512**3 / 7575)
+    assert model.gemm_ns(512, 512, 512, "bf16", 2) == 100 + int(2 * 512**3 / 30250)
+    # memory bound: 1 FLOP over 3 MB of device memory at 300 GB/s = 10000 ns
+    assert model.compute_ns(1, 3_000_000) == p.cmd_latency_ns + 10_000
+    # the runtime simulator's roofline is the model's
+    assert opcost.DEFAULT.time_ns(2 * 512**3, 0) == model.compute_ns(2 * 512**3, 0)
     with pytest.raises(KeyError):
         model.compute_ns(1, 0, "int4")

@@ -42,8 +42,9 @@ QEMU_DEFAULTS: dict[str, int | bool] = {
     "read-latency-ns": 600,
     "write-latency-ns": 200,
     "walk-latency-ns": 500,
-    "compute-gflops": 4000,
-    "devmem-gbps": 800,
+    "compute-gflops": 7575,  # fp32, one compute engine
+    "bf16-gflops": 30250,  # GEMMs with bf16 A and B
+    "devmem-gbps": 300,
     "sriov-max-vfs": 4,
 }
 
@@ -70,9 +71,10 @@ class DeviceParams:
     walk_latency_ns: int = _p("walk-latency-ns")
     tlb_entries: int = _p("tlb-entries")
     devmem_gbps: int = _p("devmem-gbps")
-    # peak arithmetic rate per data type, GFLOP/s (fp32: the device's compute-gflops)
+    # peak arithmetic rate per data type, GFLOP/s (compute-gflops, bf16-gflops)
     peak_gflops: dict[str, float] = field(
-        default_factory=lambda: {"fp32": float(_p("compute-gflops"))})
+        default_factory=lambda: {"fp32": float(_p("compute-gflops")),
+                                 "bf16": float(_p("bf16-gflops"))})
 
 
 DEFAULT = DeviceParams()
