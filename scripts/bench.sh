@@ -41,7 +41,7 @@ vm_boot() {
 		2> "$out/$log.stderr" | tee "$out/$log" || fail=1
 	cat "$out/$log.stderr" >&2
 	# this boot's own run directory, as run-vm names it (not the newest /tmp/tacc-vm-*:
-	# another engineer's VM may be newer, and removing it broke their run, session 8)
+	# another engineer's VM may be newer, and removing it broke their run)
 	local d
 	d=$(sed -n 's/^run-vm: kept the run directory \([^ ]*\) .*/\1/p' "$out/$log.stderr" | tail -1)
 	if [ -n "$d" ] && [ -d "$d" ]; then cp "$d"/out/*.json "$out/" 2>/dev/null; rm -rf "$d"; fi

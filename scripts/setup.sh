@@ -59,7 +59,7 @@ pkgs=(
 	tshark
 	libopenblas-dev  # the device GEMM (qemu/hw/tacc/tacc-ops.c): cblas_sgemm
 )
-# linux-perf: the 6.12 build (close to the guest kernel's), not bookworm's 6.1 (issue 18)
+# linux-perf: the 6.12 build (close to the guest kernel's), not bookworm's 6.1
 bpo_pkgs=(meson python3-pycotap linux-perf)
 installed() { dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q '^install ok installed'; }
 missing=()

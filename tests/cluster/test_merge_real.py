@@ -3,7 +3,7 @@ REAL captures of the pipeline twins (tests/vm/test_cluster.py) merged.  Run by t
 with TACC_CLUSTER_RESULTS = the nodes' output directories (os.pathsep-separated); not
 part of the host layer.
 
-Acceptance (issue 17): the captures merge; every cross-node message goes forward in time
+Acceptance: the captures merge; every cross-node message goes forward in time
 after alignment (its first packet sent before its last packet received, its send started
 before its receive returned); each stated offset bound contains the HOSTCLK truth (every
 network exchange's interval, the network estimate and the host-clock estimate agree

@@ -69,7 +69,7 @@ def test_counter_block_header(pf):
 def test_qemu_dies_with_its_test_process(tmp_path):
     """A test process killed mid-run (pytest-timeout's SIGKILL, a Ctrl-C'd make, CI's
     limit) takes its qtest QEMU with it: QEMU does not exit when the qtest socket closes,
-    and one left behind (found spinning at a third of a core for 36 min, session 7)
+    and one left behind (found spinning at a third of a core for 36 min)
     steals CPU from every later run."""
     import os
     import signal

@@ -84,7 +84,7 @@ def test_hang_then_queue_reset(dev, pf):
     _, ds = pf.job_of(1, [d_copy(hw.TACC_OP_COPY_H2D, a, DEVMEM_VA, 4096)])
     pf.submit(1, ds)
     dev.qt.clock_step(10**6)
-    pf.w32(0x1100 + hw.TACC_Q_CTRL, hw.TACC_Q_CTRL_RESET)
+    pf.w32(hw.TACC_QUEUE_BASE(1) + hw.TACC_Q_CTRL, hw.TACC_Q_CTRL_RESET)
     dev.qom_set("x-fi-hang-engine", -1)
     assert pf.qstatus(1) & hw.TACC_Q_STATUS_IDLE
     rec = pf.trace_read(0, 1, 16)[0]
@@ -98,7 +98,7 @@ def test_fatal(dev, pf):
     dev.qom_set("x-fi-fatal", True)
     assert pf.r32(hw.TACC_REG_STATUS) & hw.TACC_STATUS_FATAL
     assert pf.r32(hw.TACC_REG_IRQ_STATUS) & hw.TACC_IRQ_FATAL
-    assert pf.r32(0x1000 + hw.TACC_Q_CTRL) == 0  # queues stopped
+    assert pf.r32(hw.TACC_QUEUE_BASE(0) + hw.TACC_Q_CTRL) == 0  # queues stopped
     aer = dev.qt.find_ext_cap(0, 0x08, 0x01)
     assert aer and dev.qt.cfg_read(0, 0x08, aer + 4) & (1 << 22)  # AER: internal error
     dev.qom_set("x-fi-fatal", False)
@@ -166,8 +166,8 @@ def test_d3hot_loses_queue_state(dev, pf):
     qt.cfg_write(0, 0x08, pm + 4, 0, 2)  # back to D0: function reset
     qt.cfg_write(0, 0x08, 0x04, 0x0006, 2)
     assert pf.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC
-    assert pf.r32(0x1000 + hw.TACC_Q_CTRL) == 0 and pf.r32(hw.TACC_REG_CTRL) == 0
-    assert pf.r64(0x1000 + hw.TACC_Q_SQ_BASE) == 0
+    assert pf.r32(hw.TACC_QUEUE_BASE(0) + hw.TACC_Q_CTRL) == 0 and pf.r32(hw.TACC_REG_CTRL) == 0
+    assert pf.r64(hw.TACC_QUEUE_BASE(0) + hw.TACC_Q_SQ_BASE) == 0
 
 
 def test_flr(dev, pf):
@@ -204,8 +204,8 @@ def test_cq_full_stalls_until_head_moves(dev, pf):
     jobs = [pf.job_of(1, [desc(hw.TACC_OP_NOP)]) for _ in range(6)]
     pf.submit(1, [d for _, ds in jobs for d in ds])
     dev.qt.clock_step(10**6)
-    assert pf.r32(0x1100 + hw.TACC_Q_CQ_TAIL) == 3  # 3 of 4 slots usable
-    assert pf.r32(0x1100 + hw.TACC_Q_DEPTH) == 2
+    assert pf.r32(hw.TACC_QUEUE_BASE(1) + hw.TACC_Q_CQ_TAIL) == 3  # 3 of 4 slots usable
+    assert pf.r32(hw.TACC_QUEUE_BASE(1) + hw.TACC_Q_DEPTH) == 2
     got = pf.cqes(1)  # moves CQ_HEAD
     dev.qt.clock_step(10**6)
     got += pf.cqes(1)

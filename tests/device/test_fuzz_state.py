@@ -1,4 +1,4 @@
-"""Stateful device fuzz (issue 14): a hypothesis RuleBasedStateMachine drives one
+"""Stateful device fuzz: a hypothesis RuleBasedStateMachine drives one
 QEMU through qtest with BAR0/BAR2/config-space/MSI-X-table writes, descriptors in
 guest memory, doorbells, function resets, FLR, SR-IOV enable/disable and clock
 steps; examples are separated by QMP ``system_reset``.
@@ -193,11 +193,11 @@ class DeviceMachine(RuleBasedStateMachine):
         f = self.func(fn)
         with self.d.qt.deferred():
             self.d.qt.memwrite(f.sq_addr(q), b"".join(descs))
-            f.w32(0x1000 + 0x100 * q + hw.TACC_Q_SQ_TAIL, tail)
+            f.w32(hw.TACC_QUEUE_BASE(q) + hw.TACC_Q_SQ_TAIL, tail)
 
     @rule(q=st.integers(0, 3), fn=st.integers(0, 4), head=st.integers(0, 70))
     def cq_head(self, q, fn, head):
-        self.func(fn).w32(0x1000 + 0x100 * q + hw.TACC_Q_CQ_HEAD, head)
+        self.func(fn).w32(hw.TACC_QUEUE_BASE(q) + hw.TACC_Q_CQ_HEAD, head)
 
     @rule(ns=st.one_of(st.integers(1, 2000), st.integers(1, 10**6)))
     def clock_step(self, ns):
@@ -227,8 +227,8 @@ class DeviceMachine(RuleBasedStateMachine):
         else:
             d.enable_vfs(min(n, 4))
             for i in range(len(d.vfs)):
-                d.pf.w64(0x400 + 16 * i, (64 << 20) * (i + 1))
-                d.pf.w64(0x408 + 16 * i, 32 << 20)
+                d.pf.w64(hw.TACC_REG_VF_DEVMEM_BASE(i), (64 << 20) * (i + 1))
+                d.pf.w64(hw.TACC_REG_VF_DEVMEM_SIZE(i), 32 << 20)
 
     @precondition(lambda self: len(self.d.vfs) > 0)
     @rule(i=st.integers(0, 3))

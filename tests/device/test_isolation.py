@@ -1,4 +1,4 @@
-"""Isolation and lifetimes, device model (issue 14, items 11-15): a guest's
+"""Isolation and lifetimes, device model: a guest's
 register writes never crash or wedge QEMU, the device's own DMA and MSI-X never
 reach its registers, QEMU's SR-IOV code keeps VF Enable and NumVFs consistent,
 and the device does what docs/hardware.md says.
@@ -128,14 +128,14 @@ def test_trace_wb_into_own_ptbr_is_refused(fresh):
     context 0's page-table root."""
     pf = fresh.pf
     root = fresh.root0 | hw.TACC_PTBR_VALID
-    assert pf.r64(0x100) == root
+    assert pf.r64(hw.TACC_REG_CTX_PTBR(0)) == root
     pf.trace_enable(size=64, wb=pf.bar0 + 0x100)
     src = fresh.alloc(4096)
     for _ in range(3):
         cq = pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA, 4096)])
         assert cq.status == hw.TACC_ST_OK
     assert_alive(fresh)
-    assert pf.r64(0x100) == root
+    assert pf.r64(hw.TACC_REG_CTX_PTBR(0)) == root
     assert pf.r32(hw.TACC_REG_TRACE_PROD) == 3
 
 
@@ -150,15 +150,15 @@ def test_sample_wb_into_own_bar0_is_refused(fresh):
     fresh.qt.clock_step(3 * hw.TACC_SAMPLE_MIN_PERIOD_NS + 1)
     assert_alive(fresh)
     assert pf.r32(hw.TACC_REG_SAMPLE_PROD) == 3
-    assert pf.r64(0x108) == fresh.root0 | hw.TACC_PTBR_VALID
+    assert pf.r64(hw.TACC_REG_CTX_PTBR(1)) == fresh.root0 | hw.TACC_PTBR_VALID
 
 
 def test_pf_msix_into_vf_bar0_is_refused(fresh):
     """Cross-function: the PF's queue vector aimed at VF1's Q0 CTRL (abort)."""
     pf = fresh.pf
     (vf1,) = fresh.enable_vfs(1)
-    pf.w64(0x400, 64 << 20)
-    pf.w64(0x408, 32 << 20)
+    pf.w64(hw.TACC_REG_VF_DEVMEM_BASE(0), 64 << 20)
+    pf.w64(hw.TACC_REG_VF_DEVMEM_SIZE(0), 32 << 20)
     vf1.reset()
     pf.setup_queue(0, irq=True)
     msix_to(fresh, pf, 0x08, 0, vf1.bar0 + Q0 + hw.TACC_Q_CTRL, 0)
@@ -275,13 +275,13 @@ def test_pf_ctrl_reset_keeps_sriov_flr_disables(fresh):
     pf, qt = fresh.pf, fresh.qt
     sr = qt.find_ext_cap(0, 0x08, 0x10)
     vf1, _ = fresh.enable_vfs(2)
-    pf.w64(0x400, 64 << 20)
-    pf.w64(0x408, 32 << 20)
+    pf.w64(hw.TACC_REG_VF_DEVMEM_BASE(0), 64 << 20)
+    pf.w64(hw.TACC_REG_VF_DEVMEM_SIZE(0), 32 << 20)
     assert vf1.r64(hw.TACC_REG_DEVMEM_SIZE) == 32 << 20
     pf.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_RESET)
     assert qt.cfg_read(0, 0x08, sr + SRIOV_CTRL, 2) & 1
     assert vf1.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC
-    assert vf1.r64(hw.TACC_REG_DEVMEM_SIZE) == 0 and pf.r64(0x400) == 0
+    assert vf1.r64(hw.TACC_REG_DEVMEM_SIZE) == 0 and pf.r64(hw.TACC_REG_VF_DEVMEM_BASE(0)) == 0
     exp = qt.find_cap(0, 0x08, 0x10)
     qt.cfg_write(0, 0x08, exp + 8, qt.cfg_read(0, 0x08, exp + 8, 2) | 0x8000, 2)
     assert not qt.cfg_read(0, 0x08, sr + SRIOV_CTRL, 2) & 1

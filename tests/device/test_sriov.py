@@ -9,8 +9,9 @@ from tacc.testing.taccdev import DEVMEM_VA
 def setup_vfs(dev, pf, n=2):
     vfs = dev.enable_vfs(n)
     for i in range(n):
-        pf.w64(0x400 + 16 * i, (64 << 20) * (i + 1))  # VF i+1: [64 MiB * (i+1), +32 MiB)
-        pf.w64(0x408 + 16 * i, 32 << 20)
+        # VF i+1: [64 MiB * (i+1), +32 MiB)
+        pf.w64(hw.TACC_REG_VF_DEVMEM_BASE(i), (64 << 20) * (i + 1))
+        pf.w64(hw.TACC_REG_VF_DEVMEM_SIZE(i), 32 << 20)
     for vf in vfs:
         vf.reset()
         vf.set_ptbr(0, dev.map_default(devmem=32 << 20))
@@ -71,8 +72,8 @@ def test_vf_arbitration_weights(dev, pf):
     """PF weight 3, VF1 weight 1: with both queues full of H2D copies, the
     engine serves PF, PF, PF, VF1, PF, PF, PF, VF1 ..."""
     (vf1,) = setup_vfs(dev, pf, 1)
-    pf.w32(0x480, 3)
-    pf.w32(0x484, 1)
+    pf.w32(hw.TACC_REG_ARB_WEIGHT(0), 3)
+    pf.w32(hw.TACC_REG_ARB_WEIGHT(1), 1)
     src = dev.alloc(4096)
     pf.trace_enable(size=64)
     vf1.trace_enable(size=64)

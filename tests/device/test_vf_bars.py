@@ -1,4 +1,4 @@
-"""VF BARs as vfio-pci and a VMM want them: 64-bit prefetchable (issue 15).
+"""VF BARs as vfio-pci and a VMM want them: 64-bit prefetchable.
 
 QEMU 10.0.2 realizes VFs before the PF sets the VF BAR type, so a 64-bit VF BAR never
 decoded; qemu/patches/0002 (upstream 2e54e5fda779) registers VF BARs with their type.

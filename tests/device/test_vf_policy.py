@@ -70,8 +70,8 @@ def vfs_with(dev: Tacc, pf, n: int, window: int = 32 << 20, mapped: int = 32 << 
              queues: tuple[int, ...] = (0, 1, 2, 3)):
     vfs = dev.enable_vfs(n)
     for i in range(n):
-        pf.w64(0x400 + 16 * i, (64 << 20) * (i + 1))
-        pf.w64(0x408 + 16 * i, window)
+        pf.w64(hw.TACC_REG_VF_DEVMEM_BASE(i), (64 << 20) * (i + 1))
+        pf.w64(hw.TACC_REG_VF_DEVMEM_SIZE(i), window)
     for vf in vfs:
         vf.reset(queues=0)
         for q in queues:

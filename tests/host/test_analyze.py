@@ -123,7 +123,7 @@ def _idle_prefix_capture(path: Path, workload: str, bad: bool, idle_ns: int = 8_
                          other_fid_at: int | None = None) -> None:
     """A capture that starts with one driver event (an ioctl: no device command, no API
     call) ``idle_ns`` before the workload, as ``tacc trace start`` a few seconds before
-    ``tacc run`` (issue 13 item 6)."""
+    ``tacc run``."""
     from tacc.capture.schema import DriverKind
     from tacc.capture.synth import Sim, run
 

@@ -1,4 +1,4 @@
-"""The runtime API ring's C producer (tacc.runtime._apiring, issue 18) against the Python
+"""The runtime API ring's C producer (tacc.runtime._apiring) against the Python
 producer of apitrace.py: the same calls write the same bytes (records, head, dropped),
 batching, a full ring's drops and argument strings included; the module-level begin/end
 the runtime calls record this thread's call into its ring."""

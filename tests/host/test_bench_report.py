@@ -1,5 +1,5 @@
 """make bench's report.html (tools/bench/report.py) from fixture JSON: self-contained, one
-PNG per plot, and every image decodes in headless Chromium (issue 18 item 6)."""
+PNG per plot, and every image decodes in headless Chromium."""
 
 from __future__ import annotations
 

@@ -340,7 +340,7 @@ def test_to_host_fields_per_kind() -> None:
 
 def test_log2l_no_loop_and_matches_floor_log2(tmp_path: Path) -> None:
     """The histogram slot function: floor(log2(v)) (0 for v <= 1), written without a
-    loop, so clang has nothing to fail to unroll (issue 13: "loop not unrolled" printed
+    loop, so clang has nothing to fail to unroll ("loop not unrolled" printed
     at every capture start).  Compiled with the host's C compiler and checked."""
     import re
     import shutil

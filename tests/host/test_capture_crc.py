@@ -1,4 +1,4 @@
-"""The capture's CRC-32 is zlib's whichever implementation computes it (issue 18 item 4).
+"""The capture's CRC-32 is zlib's whichever implementation computes it.
 
 taccd takes ISA-L's ``isal_zlib.crc32`` (faster) when installed; the format's CRC stays
 zlib's: same results on every size and alignment, incrementally (seeded) and one-shot,

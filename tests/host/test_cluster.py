@@ -1,4 +1,4 @@
-"""Merging captures of several nodes (issue 17, docs/cluster.md) on synthetic captures of
+"""Merging captures of several nodes (docs/cluster.md) on synthetic captures of
 the two-node pipeline (tacc.capture.synth_cluster): node ids, both clock alignments and
 their bounds (hypothesis), cross-node messages and flows, the perfetto_manifest, the
 cross-node rules, the clock exchange over loopback, the pipeline workload on the

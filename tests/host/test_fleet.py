@@ -1,4 +1,4 @@
-"""Fleet analysis (issue 17, item 5): Parquet export, DuckDB query, Dask analysis.
+"""Fleet analysis: Parquet export, DuckDB query, Dask analysis.
 
 Real engines throughout: pyarrow writes and reads the Parquet, DuckDB runs the SQL, Dask's
 LocalCluster runs the analysis in worker processes on loopback.  Captures are written by

@@ -1,4 +1,4 @@
-"""host_memory's estimate against the device's link model (issue 19).
+"""host_memory's estimate against the device's link model.
 
 The synthetic unaligned twin (tacc.capture.synth.w_unaligned_userptr) costs what the
 device's closed forms give a copy whose host side starts off a page: the link steps of

@@ -1,4 +1,4 @@
-"""The link_degraded rule (issue 19 item 4, docs/analysis.md): a link trained below its
+"""The link_degraded rule (docs/analysis.md): a link trained below its
 capable speed/width; time lost = per copy, the modelled link time at the negotiated link
 less at the capable one (tacc.capture.devinfo.copy_link_ps), capped at the copy's time.
 Synthetic captures here; tests/vm/test_linkfault.py runs it on a real one."""

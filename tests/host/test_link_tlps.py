@@ -198,7 +198,7 @@ def test_posted_credits_steady_rate(gen, mps, ph, pd):
         "d2h", small, gen, 16, mps, posted_hdr_credits=1 << 20, posted_credits=1 << 20)
 
 
-# Measured on real hardware, large pinned copies (issue 19's table; tools/bench/bench_link.py
+# Measured on real hardware, large pinned copies (table; tools/bench/bench_link.py
 # REFERENCE): (gen, dir, mps, GB/s).  The P100 host's D2H is what 128-byte write TLPs give
 # (docs/hardware.md section 9, "Against real hardware"); with 256-byte TLPs the model is
 # 11 % above it.
@@ -207,7 +207,7 @@ REFERENCE = [(4, "h2d", 256, 25.13e9), (3, "h2d", 256, 12.15e9), (3, "d2h", 128,
 
 def test_reference_table_error():
     """The model against the issue's reference table: every row within 10 % for copies
-    of 1 MiB and more (goal of issue 19), the D2H row with the host's 128-byte MPS; with
+    of 1 MiB and more , the D2H row with the host's 128-byte MPS; with
     MPS 256 that row is +11 % (the figure docs/hardware.md reports)."""
     for gen, dirn, mps, real in REFERENCE:
         lm = LinkModel(gen=gen, mps=mps)

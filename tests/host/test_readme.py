@@ -47,7 +47,7 @@ HOST_COMMANDS = [(b, c) for b in README_BLOCKS if b.kind == "host" for c in b.co
 # The README's scratch files live under /tmp/tacc-readme-*; each test run takes its own
 # directory for them, so runs in several worktrees at once do not remove each other's
 # (a concurrent run's `rm -rf /tmp/tacc-readme-cluster` failed three cluster commands
-# with "no such capture", session 9)
+# with "no such capture")
 README_TMP = "/tmp/tacc-readme-"
 
 
@@ -157,7 +157,7 @@ def test_executable_comes_from_setup(exe: str) -> None:
 
 
 def test_lspci_maps_to_pciutils() -> None:
-    # the README's `lspci -nn` (issue 13 item 3): found, and from pciutils, which setup installs
+    # the README's `lspci -nn`: found, and from pciutils, which setup installs
     found = shutil.which("lspci", path=GUEST_PATH)
     assert found, "lspci: not installed (scripts/setup.sh must install pciutils)"
     assert owning_package(found) == "pciutils"

@@ -532,7 +532,7 @@ def test_results_copy_leaves_sockets_out(tmp_path: Path) -> None:
 
 
 def test_make_test_boots_the_cluster() -> None:
-    # issue 17's acceptance: two nodes boot side by side in make test; the cluster is the
+    # two nodes boot side by side in make test; the cluster is the
     # last job, so it takes the lane strict-b frees; a -m selection that none of its tests
     # match (make test-long's -m long pass) boots nothing
     tv = _load_test_vm()
@@ -545,7 +545,7 @@ def test_make_test_boots_the_cluster() -> None:
 
 def test_bench_takes_its_own_run_directory() -> None:
     # make bench copies its boot's JSON from the run directory run-vm names on stderr,
-    # never "the newest /tmp/tacc-vm-*" (another VM's, which it then removed: session 8)
+    # never "the newest /tmp/tacc-vm-*" (another VM's, which it then removed)
     bench = (ROOT / "scripts/bench.sh").read_text()
     assert "ls -dt /tmp/tacc-vm-" not in bench
     pat = re.search(r"sed -n '(s/[^']*)'", bench)

@@ -182,7 +182,7 @@ def test_decoded_reader_for_taccd(tmp_path: Path) -> None:
 
 
 def test_batched_publish_and_flush(tmp_path: Path) -> None:
-    """The runtime's rings publish records in batches (issue 18): nothing is visible
+    """The runtime's rings publish records in batches: nothing is visible
     before the batch fills, a flush() or the age limit; close() publishes the rest; a
     batch that does not fit is dropped and counted record by record."""
     r = tr.Ring(tmp_path / "tacc-api.3", 3, 3, 8, enabled=True, batch=4)

@@ -879,7 +879,7 @@ def test_session_captures_api_rings(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_api_raw_path_matches_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """taccd converts raw ring records by whole-array operations (issue 18); the records
+    """taccd converts raw ring records by whole-array operations; the records
     are the ones the decoded reader's per-record path gives: names, argument strings
     (repeated and distinct, one truncated at 72 bytes), devices in and out of the
     capture, statuses, across a ring wrap."""
@@ -902,7 +902,7 @@ def test_api_raw_path_matches_decoded(tmp_path: Path, monkeypatch: pytest.Monkey
     for path_kind in ("raw", "decoded"):
         strings: dict[str, int] = {}
         api = ApiRings(lambda s, t=strings: t.setdefault(s, len(t) + 1), fids)
-        if path_kind == "decoded":  # the runtime's decoded reader, as before issue 18
+        if path_kind == "decoded":  # the runtime's decoded reader, as without batching
             monkeypatch.setattr(api, "_open", lambda p: apitrace.open_reader(p))
         api.scan()
         r = next(iter(api.readers.values()))
@@ -928,7 +928,7 @@ def test_api_raw_path_matches_decoded(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_rings_drained_at_watermark_or_age(tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The API rings are drained when a ring is 1/RING_WATERMARK full or RING_MAX_AGE_S
-    after the last drain, not at every tick (issue 18); nothing is lost in between and
+    after the last drain, not at every tick; nothing is lost in between and
     the capture's end drains the rest."""
     from tacc.daemon import session as sm
     from tacc.runtime import apitrace

@@ -133,7 +133,7 @@ def test_device_time_conversion_within_2us(mixed: tuple[Path, dict]) -> None:
 
 def test_host_tracks_carry_process_and_thread_names(mixed: tuple[Path, dict],
                                                     tmp_path: Path) -> None:
-    """issue 13 item 7: the comm of the sched records names the processes and threads:
+    """the comm of the sched records names the processes and threads:
     Perfetto process/thread descriptors (decoded with the official protos), and the names
     of the tracks in the Perfetto, JSON and HTML views."""
     from tacc.capture.synth import PID, TID

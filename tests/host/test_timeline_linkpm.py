@@ -1,4 +1,4 @@
-"""The timeline's link power-state tracks (issue 19 item 3): from the PF's global link
+"""The timeline's link power-state tracks: from the PF's global link
 PM counters (capture minor 8), per counter-sample interval."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A virtio-tacc function (docs/virtio.md) as taccd, captures, CDI and ``tacc devices``
-see it, from a fake sysfs (issue 16): discovered after the PF and VFs with kind
+see it, from a fake sysfs: discovered after the PF and VFs with kind
 ``virtio``, its device ticks paired through its PF's clock_sync, its kick and dispatch
 records on their own timeline tracks and out of the analysis' commands, an accel device in
 the CDI spec and no vfio one."""

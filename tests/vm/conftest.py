@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=key)  # stable: the rest keeps pytest's order
     if os.uname().release.endswith("-tacc-debug"):
         # the debug kernel runs the code for its checkers; its timing is not the product's
-        # (session 6: the rules judged a 4x slower host "host bound", not link-saturated)
+        # (the rules judged a 4x slower host "host bound", not link-saturated)
         lax = pytest.mark.xfail(strict=False, reason="timing, on the debug kernel")
         for item in items:
             if item.get_closest_marker("timing"):

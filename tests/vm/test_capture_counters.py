@@ -1,5 +1,5 @@
-"""A taccd capture's counters stream from the device's sample ring (issue 18 item 5,
-``counters_source: device``; the default stays taccd's reads, see session.Options):
+"""A taccd capture's counters stream from the device's sample ring
+(``counters_source: device``; the default stays taccd's reads, see session.Options):
 the device samples every 1/counters_hz of device time and taccd only drains the ring, so
 a stalled taccd loop loses no sample (sampled by taccd's loop, every grid slot the loop
 missed was a counted ``counters`` drop); a ring another consumer holds falls back to

@@ -6,7 +6,7 @@ captures on the host after the boot.  Not in the single-VM boots (no peer).
 
 taccd captures with its BPF program (the packets: host net tx/rx, and the driver's and
 scheduler's events), as a user's capture does: the compile costs each node ~1-2 min of host
-wall on a loaded 2-core host (33 s for the whole boot without BPF, idle; session 9).
+wall on a loaded 2-core host (33 s for the whole boot without BPF, idle).
 ``TACC_CLUSTER_BPF=0`` (scripts/test-vm passes it on) captures without BPF, for a quick
 look at the rest (API rings, device trace, clock pairs and exchanges)."""
 

@@ -36,7 +36,7 @@ CGROUP_PARENT = Path("/sys/fs/cgroup/libpod_parent")
 
 # Without user namespaces crun cannot make a container ("error opening file
 # /proc/self/setgroups"): a clear skip, which scripts/test-vm counts as a failure on every
-# boot (the debug kernel has CONFIG_USER_NS since session 7: config.fragment).
+# boot (the debug kernel has CONFIG_USER_NS now: config.fragment).
 NO_USERNS = "the kernel has no user namespaces (CONFIG_USER_NS): crun cannot run a container"
 pytestmark = pytest.mark.skipif(not Path("/proc/self/ns/user").exists(), reason=NO_USERNS)
 

@@ -489,7 +489,7 @@ def test_fdinfo_sysfs_counters(dev, pf_accel):
     assert "GT/s" in (t / "link_speed").read_text()
     assert int((t / "devmem_bytes").read_text()) == dev.param(P_DEVMEM)
     for ln in (t / "clock_sync").read_text().splitlines():
-        # before, DEVCLK, after, HOSTCLK (the fourth column since issue 17)
+        # before, DEVCLK, after, HOSTCLK (the fourth column now)
         before, devclk, after, hostclk = map(int, ln.split())
         assert before <= after and devclk > 0 and hostclk > 0
     cat = (pci / "counters/catalogue").read_text().splitlines()

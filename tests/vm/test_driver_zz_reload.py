@@ -103,7 +103,7 @@ def _perf_open(pci: Path) -> int:
 
 @pytest.mark.skipif(not KO.exists(), reason=f"{KO} missing")
 def test_fences_and_perf_events_outlive_unbind_and_rmmod():
-    """Issue 14 items 7 and 10: a sync_file of a finished job, one of a job the unbind
+    """a sync_file of a finished job, one of a job the unbind
     cut, and an open perf event of the PMU survive the unbind (device memory gone):
     poll, SYNC_IOC_FILE_INFO, read and close work and name the right timeline; rmmod
     refuses while a fence lives (its ops are module code) and works once closed."""

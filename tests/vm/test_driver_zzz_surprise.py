@@ -77,7 +77,7 @@ def test_surprise_removal(pf_accel):
     cnt_map.close()
     tr_map.close()
     d.close()
-    # the stuck job's sync_file outlives the device (issue 14 item 7): it signalled
+    # the stuck job's sync_file outlives the device: it signalled
     # with an error and still names its timeline; closing it lets the module go
     assert select.select([sync_fd], [], [], 30)[0] == [sync_fd]
     status, fences = sync_file_info(sync_fd)

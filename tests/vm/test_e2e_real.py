@@ -63,7 +63,7 @@ TWINS: dict[str, tuple[dict[str, Any], set[str], int]] = {
 QUICK_TWINS = ["tiny_transfers", "tlb_thrash", "map_churn", "serialized_copies", "host_bound",
                "link_saturation", "unaligned_userptr", "decode_launch", "decode_weights",
                "decode_kv"]
-# host_memory prices each misaligned copy by the device's closed forms (issue 19): the link
+# host_memory prices each misaligned copy by the device's closed forms: the link
 # steps at its offsets (read requests at 4 KiB, write TLPs at MPS) and its extra page walk
 TWIN_PARAMS = QUICK_TWINS
 
@@ -325,7 +325,7 @@ def test_timeline_real_capture_every_event_flow_monotonic(recorder: Recorder) ->
     instants = [p for p in te if p.track_event.type == pb.TrackEvent.TYPE_INSTANT]
     assert len(begins) == len(ends)
 
-    # issue 13 item 7: process and thread descriptors carry the names (the worker's comm
+    # process and thread descriptors carry the names (the worker's comm
     # from the sched records); host tracks are named with it
     comm = Path(f"/proc/{wpid}/comm").read_text().strip()
     procs = {t.process.pid: t.process.process_name for t in tracks.values()
@@ -424,7 +424,7 @@ def test_clock_conversion_within_bracket_of_device(recorder: Recorder) -> None:
     half = (hold["mono_after"].astype(np.int64) - hold["mono_before"].astype(np.int64)) / 2
     err = clk.convert(hold["devclk"]) - mid
     drv = cap.read("driver")
-    # the job start record is the doorbell's (issue 18: tacc_job_start fires right after
+    # the job start record is the doorbell's (tacc_job_start fires right after
     # the doorbell write and carries its facts; captures no longer hold doorbell records)
     db = drv[(drv["kind"] == DriverKind.JOB_START) & (drv["fid"] == 0)]
     done = drv[(drv["kind"] == DriverKind.JOB_DONE) & (drv["fid"] == 0)]
@@ -457,7 +457,7 @@ def test_clock_conversion_within_bracket_of_device(recorder: Recorder) -> None:
 
 # ------------------------------------------------------- compiler output --
 def test_capture_start_prints_no_compiler_warnings(program: Any) -> None:
-    """issue 13 item 5: the session's one compile of the capture program (what taccd and
+    """the session's one compile of the capture program (what taccd and
     accel-bpftrace compile at capture start) prints no compiler warning."""
     log = program.compile_log
     _save("bpf-compile.log", log)
@@ -625,7 +625,7 @@ IDLE_S = 3.0
 
 
 def test_tiny_transfers_idle_prefix_rated_on_active_span(recorder: Recorder) -> None:
-    """issue 13 item 6: the bad twin captured after a few idle seconds is rated high (its
+    """the bad twin captured after a few idle seconds is rated high (its
     time lost over the active span of its function); the good twin in its own capture,
     after the same idle prefix, has no finding at all."""
     from tacc.capture import open_capture
@@ -853,7 +853,7 @@ if __name__ == "__main__" and "--worker" in sys.argv:
 
 def test_submit_records_carry_copy_bytes_and_mix(recorder: Recorder) -> None:
     """The driver's tacc_submit reports the bytes a job's copies move and its command mix
-    (issue 18: no kprobe re-reads the commands): per job, the submit record's size is the
+    (no kprobe re-reads the commands): per job, the submit record's size is the
     sum of the device trace's copy bytes of that job, and its mix has the bit of every
     opcode the device ran for it; job start records carry the doorbell's SQ tail."""
     from tacc.capture import open_capture

@@ -1,4 +1,4 @@
-"""tacc.ko in the guest: lifetimes and resource limits (issue 14, driver items 6 and 10).
+"""tacc.ko in the guest: lifetimes and resource limits (driver items 6 and 10).
 
 - a job whose fence a function reset failed never writes its memory afterwards;
 - page tables emptied by VM_UNBIND are freed (a bind/unbind loop stays flat);

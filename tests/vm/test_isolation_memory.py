@@ -1,4 +1,4 @@
-"""Isolation of device memory and of a context's device VAs (issue 14, items 3 and 4).
+"""Isolation of device memory and of a context's device VAs.
 
 Device memory is scrubbed (the device's FILL command) before it changes owner: a freed
 DEVICE BO before another process gets it, the PF's memory before it becomes a VF's

@@ -1,5 +1,5 @@
 """tacc.ko in the guest: isolation and lifetimes of the trace/sample rings, the MMU-fault
-context lookup, WAIT's status of a failed job, and who may open what (issue 14, items
+context lookup, WAIT's status of a failed job, and who may open what (items
 1, 2, 5, 8; docs/uapi.md "Threat model").
 
 Adversarial: the unprivileged side runs in a forked child that has dropped to

@@ -1,4 +1,4 @@
-"""Link faults in a real guest (issue 19 item 4, docs/hardware.md "Link faults"): the
+"""Link faults in a real guest (docs/hardware.md "Link faults"): the
 link degraded at run time through QMP (the PF's and its root port's Link Status, the
 PCI core's and tacc.ko's sysfs follow), AER errors injected on the PF with QEMU's
 ``pcie_aer_inject_error`` (HMP through QMP ``human-monitor-command``, from the guest's

@@ -1,4 +1,4 @@
-"""ASPM in a real guest (issue 19 item 3, docs/hardware.md "Link power management"):
+"""ASPM in a real guest (docs/hardware.md "Link power management"):
 the guest's ASPM core (policy written at run time, no boot argument) enables L0s and L1
 on both ends of the PF's link (qemu/patches/0004 for the root port); an idle-then-burst
 workload's first copy after idle starts exactly the L1 exit latency after its fetch was
@@ -233,7 +233,7 @@ with Context() as ctx:
 
 def test_idle_then_burst_capture_shows_l1_exits_on_the_timeline(aspm: Path,
                                                                 tmp_path: Path) -> None:
-    """Issue 19's acceptance: with ASPM L1 on, a taccd capture of the idle-then-burst
+    """with ASPM L1 on, a taccd capture of the idle-then-burst
     workload converts to a timeline whose "link in L1 %" track shows the idle link in L1
     and whose "link L1 exits" track counts the burst's exits, as many as the device's
     counters (the samples' global link PM slots, capture minor 8)."""

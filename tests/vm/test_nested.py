@@ -1,4 +1,4 @@
-"""A nested guest on a VF (issue 15 item 3; docs/vfio.md "Nested guest").
+"""A nested guest on a VF (docs/vfio.md "Nested guest").
 
 Runs in its own boot, "nested" (VFS=2 SMP=2 MEM=4G), under ``make test-long`` (the
 ``long`` marker: a TCG guest inside a TCG guest takes minutes).  VF 1 goes to vfio-pci
@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.long, pytest.mark.timeout(2400)]
 ROOT = Path(__file__).resolve().parents[2]
 # 512 MiB was enough to boot and run mlp, but accel-bpftrace's bcc compile (clang over the
 # kernel headers) then ran 50+ min of host wall without finishing; with 1536 MiB it took
-# 2 min 36 s of the nested clock (session 8), so the nested boot gets MEM=4G
+# 2 min 36 s of the nested clock, so the nested boot gets MEM=4G
 NESTED_MEM = "1536M"
 NESTED_TIMEOUT = 3000.0  # seconds of the test VM's clock (-icount) for the nested run
 SNOOP_WAIT = 900  # the nested guest's wait for accel-bpftrace's probes (bcc compiles)
@@ -247,7 +247,7 @@ def test_nested_mlp_passes(nested: Nested) -> None:
 def test_nested_snoop_sees_the_jobs(nested: Nested) -> None:
     """accel-bpftrace in the nested guest sees every submitted job complete, none lost.
     Not equal to the device's jobs_completed: that also counts tacc.ko's own scrub jobs
-    (kernel context, no submit ioctl: 99 device jobs for 90 user jobs in session 8's run,
+    (kernel context, no submit ioctl: 99 device jobs for 90 user jobs in one run,
     the same in the test VM), which snoop does not trace as user jobs."""
     r = nested.run
     assert r.text("snoop.rc").strip() == "0", r.text("snoop.err")[-2000:]

@@ -1,4 +1,4 @@
-"""The software PCIe analyzer in the guest (issue 19, docs/hardware.md section 11):
+"""The software PCIe analyzer in the guest (docs/hardware.md section 11):
 ``tacc pcie capture`` of a known copy, decoded by the real tshark with
 tools/tacc-tlp.lua: every TLP, the count the link formula gives, the right types and
 lengths; the capture needs CAP_PERFMON (tacc-user gets EACCES); the Perfetto export

@@ -1,6 +1,6 @@
 """In-guest: the runtime against tacc.ko and the QEMU device (small sizes, TCG).
 
-The tests taking ``ctx`` run on every function kind the boot has (issue 16: one uAPI on
+The tests taking ``ctx`` run on every function kind the boot has (one uAPI on
 all of them): the PF in every boot, and a VF and virtio-tacc in the extras boot (VFS=2
 VIRTIO=1), where this file runs again.
 """

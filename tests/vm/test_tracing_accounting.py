@@ -188,7 +188,7 @@ def test_record_accounts_for_every_job(tmp_path: Path, pf_accel: Path, pf_pci: P
 
 
 def _check_one_event_per_fact(mine: np.ndarray) -> None:
-    """Issue 18: the submit record has the driver's copy bytes (0 for NOPs) and command
+    """the submit record has the driver's copy bytes (0 for NOPs) and command
     mix (BIT(NOP)); one job start record per job carries the doorbell's facts (no
     doorbell records: they held nothing else)."""
     sub = mine[mine["kind"] == DriverKind.SUBMIT]
@@ -264,7 +264,7 @@ def test_taccd_capture_accounts_and_kill_leaves_incomplete(tmp_path: Path, pf_ac
         assert int(pf["jobs_completed"][-1]) - int(pf["jobs_completed"][0]) >= NJOBS
         truth.check(NJOBS, 2)
         assert cap.count("clock_sync") >= 2
-        # ioctl_events off (issue 18): the same per-job facts, owner and all, no IOCTL
+        # ioctl_events off: the same per-job facts, owner and all, no IOCTL
         # records; the ioctl tracepoints are not attached
         r = _tacc(sock, "start", "--no-ioctls", "-o", str(tmp_path / "c1j"))
         assert r.returncode == 0, r.stderr

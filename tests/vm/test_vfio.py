@@ -1,4 +1,4 @@
-"""VFs given to user space: ``tacc vfio bind/unbind`` and the tacc.vfio driver (issue 15).
+"""VFs given to user space: ``tacc vfio bind/unbind`` and the tacc.vfio driver.
 
 Runs in the "extras" boot (VFS=2).  VF 2 goes to vfio-pci; the PF and VF 1 stay with
 tacc.ko and must keep working while the VFIO user runs, resets the VF and is killed

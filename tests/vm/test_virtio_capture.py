@@ -1,4 +1,4 @@
-"""One real capture of the mixed workload on virtio-tacc (issue 16 acceptance), in the
+"""One real capture of the mixed workload on virtio-tacc, in the
 extras boot (VIRTIO=1).
 
 As tests/vm/test_e2e_real.py does on the PF: taccd's capture engine

@@ -1,5 +1,5 @@
 """tacc.ko's virtio-tacc frontend in the extras boot (VIRTIO=1; docs/virtio.md, "Linux
-frontend"; issue 16).
+frontend").
 
 The paravirtual function has its own /dev/accel node speaking the unchanged uAPI: the
 runtime's copies and GEMMs match numpy on it, bad input gets an errno (from the frontend
@@ -536,8 +536,8 @@ def test_zz_unbind_with_jobs_in_flight_fails_their_fences():
     (a WAIT blocked on one returns), the open file gets -ENODEV, nothing oopses, and a
     rebind brings a working node back.  The job is held in flight by the PF's
     x-fi-hang-engine on the H2D engine (shared with the virtio function): 96 GEMMs were
-    meant to outlast the unbind, but finished first on the debug kernel (session 6) and,
-    with the backend's 2 MiB leaves, on Debian's (session 7: status 0)."""
+    meant to outlast the unbind, but finished first on the debug kernel and,
+    with the backend's 2 MiB leaves, on Debian's (status 0)."""
     from tacc.guest_qmp import PF_QOM, GuestQMP
 
     v = _virtio()

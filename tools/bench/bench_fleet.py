@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: fleet analysis on existing engines (issue 17).
+"""Benchmark: fleet analysis on existing engines.
 
 1. ``tacc export`` of a synthetic N-event capture (default 10 million events, written by
    the real capture writer through tacc.capture.synth.generate_events): events/s;

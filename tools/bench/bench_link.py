@@ -2,7 +2,7 @@
 """Sweep copy sizes 64 B .. 64 MiB through the tacc device model (qtest, no
 guest) and compare the bandwidth the device reports (payload counters / CQE
 timestamps) with the PCIe link formula of docs/hardware.md, then the model's
-error against measured real hardware (the reference table of issue 19).
+error against measured real hardware (its reference table).
 
     tools/bench/bench_link.py [--json out.json] [--props link-gen=5,...] [--max 64M]
     tools/bench/bench_link.py --no-reference --props rcb=128     # the curve only
@@ -38,7 +38,7 @@ def parse_size(s: str) -> int:
     return int(s[:-1]) * mult[s[-1].upper()] if s[-1].upper() in mult else int(s)
 
 
-# Measured on real hardware, large pinned transfers (issue 19's reference table)
+# Measured on real hardware, large pinned transfers (reference table)
 REFERENCE = [
     {"link": "Gen4 x16", "gen": 4, "width": 16, "dir": "h2d", "real_gbps": 25.13,
      "source": "A100, nvbandwidth host_to_device_memcpy_sm, 512 MiB-1 GiB (NVIDIA/nvbandwidth#42)"},

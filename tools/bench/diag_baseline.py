@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""In-guest: why "nothing" varied and "always-on" read faster than it (issue 18 item 1).
+"""In-guest: why "nothing" varied and "always-on" read faster than it.
 
 Runs "nothing" NOP-flood phases (taccd SIGSTOPped) in the contexts the old
 vm_tracing.py put them in, and records per phase what could differ: the benchmark

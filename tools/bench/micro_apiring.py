@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Micro-benchmark of the runtime API ring (issue 18): the producer's cost per traced
+"""Micro-benchmark of the runtime API ring: the producer's cost per traced
 call and its parts, and taccd's consumer per record, for the ``userspace`` tree given
 (run it in the guest, where -icount makes these instruction times; compare two trees
 in one boot: ``micro_apiring.py OLD/userspace; micro_apiring.py userspace``).

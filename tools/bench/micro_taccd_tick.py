@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""In-guest micro-benchmark (issue 18): taccd's fixed per-tick cost (a capture session
+"""In-guest micro-benchmark: taccd's fixed per-tick cost (a capture session
 on the real device, no BPF program, no workload) and its parts, and a device trace ring
 drain of 100 records (a fake ring); guest µs under -icount are instruction times.
 

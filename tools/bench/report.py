@@ -28,8 +28,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "userspace"))
+from tacc.errors import MissingExtraError, require_extra  # noqa: E402
 
+try:
+    matplotlib: Any = require_extra("matplotlib", "bench", "make bench's report")
+except MissingExtraError as exc:
+    raise SystemExit(f"report: {exc}") from None
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 

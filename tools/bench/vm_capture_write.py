@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""In-guest: taccd's chunk write path (issue 18 item 4): CRC-32 by zlib vs ISA-L
+"""In-guest: taccd's chunk write path: CRC-32 by zlib vs ISA-L
 (``isal_zlib.crc32``, the same CRC) and the whole chunk write (crc + header + writev(2)
 to tmpfs, CaptureWriter's _Stream.write_chunk) per chunk size, in guest CPU ns per byte
 and per 104-byte driver record (under -icount guest time is instructions).

@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""In-guest: where a taccd capture's cost on ``mlp`` goes, one source off at a time
-(issue 18 item 3).
+"""In-guest: where a taccd capture's cost on ``mlp`` goes, one source off at a time.
 
 The ``mlp`` workload of vm_tracing.py (batches/s) under, in turn:
 
@@ -14,7 +13,7 @@ The ``mlp`` workload of vm_tracing.py (batches/s) under, in turn:
                 the phase's events; drained after): the kernel side alone, in the
                 traced process and its interrupts; driver-only minus it is taccd's
   capture-b1    a default capture with the runtime publishing each API record on its own
-                (batch 1, as before issue 18's batching): the batching's before/after
+                (batch 1, as without batching): the batching's before/after
   api-local     no capture; this process's API rings enabled and drained by the
                 benchmark after the phase: the producer's cost alone (batch 32)
   bpf-stats     a default capture with ``kernel.bpf_stats_enabled`` on: the kernel's
@@ -126,7 +125,7 @@ def phase(d: Taccd, mode: str, work: MlpWork) -> dict[str, Any]:
         STATS.write_text("0")
         # per batch of the run: the stats cover the whole run (its set-up, the measured
         # batches, the output check), ``rate * dt`` would count the set-up's and check's
-        # wall as batches (session 9's per-batch handler figures were ~3.3x too low)
+        # wall as batches (per-batch handler figures were ~3.3x too low)
         nb = work.m.batches
         res["handlers"] = {
             k: {"ns_per_run": (t1 - s0.get(k, (0, 0))[0]) / (c1 - s0.get(k, (0, 0))[1]),

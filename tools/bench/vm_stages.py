@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""In-guest: what a capture costs the traced process, stage by stage (issue 18 item 3).
+"""In-guest: what a capture costs the traced process, stage by stage.
 
 The NOP flood of vm_tracing.py (one process, 1-NOP jobs) with, in turn:
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """In-guest: the cost of every tracer of the tacc driver on two workloads, as ratios to
-"nothing" measured side by side in one run (issue 18).
+"nothing" measured side by side in one run.
 
 Runs inside the VM as root (``make bench BENCH=tracing``).  Workloads: ``nop`` (one
 process submitting jobs of one NOP command through DRM_IOCTL_TACC_SUBMIT, waiting only
@@ -20,7 +20,7 @@ batches in every phase; batches/s over the workload's measured section).  Modes:
   perf        ``perf record -e 'tacc:*' -a`` (Debian's linux-perf)
   bpftrace    a bpftrace script printing every tacc event to a file (peers.py)
 
-The baseline (issue 18 item 1; tools/bench/diag_baseline.py shows the cause): the old
+The baseline (tools/bench/diag_baseline.py shows the cause): the old
 run put "nothing" right after an ``mlp`` phase in every round, and the benchmark
 process's garbage collector then scanned the objects mlp left (gen-2 collections inside
 the measured loop), so "nothing" read slower than "always-on".  Now every phase starts

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PF, VF and virtio-tacc side by side, run inside the test VM (`make bench BENCH=virt`,
-one boot with VFS=2 VIRTIO=1; docs/virtio.md, issue 16):
+one boot with VFS=2 VIRTIO=1; docs/virtio.md):
 
 - NOP submit-to-completion latency (SUBMIT + WAIT of a one-NOP job; median, p99), and
   where it goes: the SUBMIT ioctl alone and the WAIT after it;

@@ -96,7 +96,7 @@ class GuestQMP:
             # to its next timer, so a blocking wait for the host's reply let the guest
             # clock run through the whole timeout in well under a second of host time
             # whenever run-vm's proxy was slow to answer on a loaded host ("QMP: no
-            # reply" in strict-b, session 9).  Spinning, guest time moves with the
+            # reply" in strict-b).  Spinning, guest time moves with the
             # instructions run, i.e. with the host CPU the guest actually gets.
             r, _, _ = select.select([self.fd], [], [], 0)
             if not r:

@@ -17,7 +17,7 @@ from .rules import RULES, Finding, Thresholds
 
 FINDINGS_SCHEMA = "tacc-findings"
 FINDINGS_VERSION = 1  # major: readers reject another one
-# minor 1 (issue 13): capture.span_ns; per finding active_range, active_span_ns, share
+# minor 1: capture.span_ns; per finding active_range, active_span_ns, share
 # (of the active span: what the severity is judged on) and capture_share
 FINDINGS_MINOR = 1
 

@@ -31,7 +31,7 @@ F_HOST = 16  # host events (sched, block, net) of traced processes to the ring b
 F_AUTOTRACE = 32  # processes calling tacc ioctls become traced
 F_BYTES = 64  # no-op: tacc_submit carries the copy bytes (was a kprobe reading the commands)
 # ioctl_enter/exit not attached (mode "jobs"): the submit handler records the context's
-# owner and traces the process (issue 18: the IOCTL records are no per-job fact, and the
+# owner and traces the process (the IOCTL records are no per-job fact, and the
 # two ioctl handlers ran 16 times per mlp batch)
 F_OWNER_AT_SUBMIT = 128
 
@@ -52,7 +52,7 @@ TACC_EVENTS = ("tacc_ioctl_enter", "tacc_ioctl_exit", "tacc_submit", "tacc_doorb
 # (``cmd`` is stored as ``nr``).  Raw tracepoints guard recursion per program, whereas
 # classic tracepoints and kprobes share one per-CPU guard: a classic tacc_job_done
 # handler firing in the completion IRQ while any other handler ran on that CPU was
-# skipped by the kernel, and the job lost its completion event (issue 8).  They are
+# skipped by the kernel, and the job lost its completion event.  They are
 # also cheaper (no trace record is built).  tests/host checks this table against the
 # header.
 RAW_ARGS: dict[str, tuple[str, ...]] = {
@@ -88,7 +88,7 @@ HOST_HANDLERS = _c("host.c")
 
 # The scheduler events are raw tracepoints too: a classic sched_wakeup handler shares the
 # per-CPU guard with the kprobes, so a wakeup (often from irq_work) that interrupted one
-# of our kprobe handlers was skipped and counted as a HOST drop (CI, session 2).  These
+# of our kprobe handlers was skipped and counted as a HOST drop (CI).  These
 # wrappers rebuild the classic record from the TP_PROTO arguments, as the kernel's
 # TP_fast_assign does (include/trace/events/sched.h, 6.12):
 #   sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,

@@ -2,7 +2,7 @@
 
 The capture program's scheduler handlers read four fields of ``struct task_struct``.
 Including ``<linux/sched.h>`` for them made every bcc compile parse most of the kernel's
-headers: 8.5 s of a compile's guest time was 3 s of that include (session 6, measured in
+headers: 8.5 s of a compile's guest time was 3 s of that include (measured in
 the test VM).  The kernel describes its own types in ``/sys/kernel/btf/vmlinux``
 (Documentation/bpf/btf.rst); this module walks that type section to the structs it is
 asked for and returns byte offsets, which the C source takes as constants.

@@ -48,7 +48,7 @@ MODE_EVENTS: dict[str, tuple[str, ...]] = {
     "top": ("tacc_ioctl_enter", "tacc_submit", "tacc_job_done"),
     "dma": ("tacc_ioctl_enter", "tacc_dma_map", "tacc_dma_unmap"),
     # tacc_job_start carries every fact of tacc_doorbell (hw_job, the new SQ tail) and
-    # fires at the same point: one event per job instead of two (issue 18)
+    # fires at the same point: one event per job instead of two
     "record": tuple(ev for ev in TACC_EVENTS if ev != "tacc_doorbell"),
     # a capture's per-job facts without the IOCTL records (taccd ``ioctl_events: false``):
     # the submit handler records the context's owner instead (F_OWNER_AT_SUBMIT)

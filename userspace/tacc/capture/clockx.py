@@ -1,4 +1,4 @@
-"""Network clock exchange between the nodes' taccd (issue 17, docs/cluster.md).
+"""Network clock exchange between the nodes' taccd (docs/cluster.md).
 
 NTP's on-wire protocol reduced to what an alignment needs: the requester sends its
 CLOCK_MONOTONIC ``t1``; the peer's taccd answers with ``t1``, its receive time ``t2`` and

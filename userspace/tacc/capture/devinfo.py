@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tacc import hw
+from tacc import hw, model
 
 LINK_RATE_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
 # docs/hardware.md section 9 (kernel/include/tacc_hw.h TACC_LINK_*): the ONE Python
@@ -27,12 +27,12 @@ LINK_FC_UNIT = hw.TACC_LINK_FC_UNIT  # bytes per flow-control data credit
 LINK_MSI_BYTES = hw.TACC_LINK_MSI_BYTES  # an MSI-X message: one 4-byte memory write
 TLP_OVERHEAD_BYTES = LINK_MWR_OVERHEAD  # the larger of the two (default when no direction)
 TLP_OVERHEAD_BY_DIR = {"h2d": LINK_CPL_OVERHEAD, "d2h": LINK_MWR_OVERHEAD}
-# QOM defaults of the properties the link model reads (docs/hardware.md section 1)
-DEFAULT_MRRS, DEFAULT_RCB, DEFAULT_TAGS, DEFAULT_POSTED_CREDITS = 512, 64, 32, 1024
-# posted header credits of the root port: Intel's IIO advertises 64 for an x16 port
-# (Xeon C5500/C3500 datasheet, vol. 1, table 76, "Posted Request Header Credits")
-DEFAULT_POSTED_HDR_CREDITS = 64
-DEFAULT_READ_NS, DEFAULT_WRITE_NS = 600, 200
+# the QEMU device's defaults of the parameters the link model reads (tacc.model)
+DEFAULT_MRRS, DEFAULT_RCB, DEFAULT_TAGS = model.DEFAULT.mrrs, model.DEFAULT.rcb, model.DEFAULT.tags
+DEFAULT_POSTED_CREDITS = model.DEFAULT.posted_credits
+DEFAULT_POSTED_HDR_CREDITS = model.DEFAULT.posted_hdr_credits
+DEFAULT_READ_NS = model.DEFAULT.read_latency_ns
+DEFAULT_WRITE_NS = model.DEFAULT.write_latency_ns
 H2D, D2H = "h2d", "d2h"
 
 
@@ -319,7 +319,7 @@ class Function:
     devmem: int
     mrrs: int = DEFAULT_MRRS
     rcb: int = DEFAULT_RCB
-    # the capable link (LNKCAP): a link trained below it is degraded (issue 19 item 4);
+    # the capable link (LNKCAP): a link trained below it is degraded;
     # captures before minor 8 do not say: taken as the negotiated one
     max_gen: int = 0
     max_width: int = 0

@@ -19,7 +19,7 @@ FORMAT_NAME = "tacc-capture"
 FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # minor: additions (new streams, new fields) that older readers may skip; a reader reads
 # every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
-# (issue 17); captures of minor 0 may lack device_events.  The coordinator reconciles the
+#; captures of minor 0 may lack device_events.  The coordinator reconciles the
 # number when several branches add to the format in one round.
 FORMAT_MINOR = 10  # docs/capture-format.md "Minor versions": 2 virtio trace records,
 # 3 cluster (net_clock), 4 capture overhead (mix/tail), 5 containers (processes),
@@ -201,7 +201,7 @@ DEVICE_TICK_FIELDS: dict[str, tuple[str, ...]] = {
     "counters": ("devclk",),
 }
 
-# issue 17, clock alignment across nodes: one record per four-timestamp exchange between
+# clock alignment across nodes: one record per four-timestamp exchange between
 # this node's taccd (the requester) and a peer's (docs/cluster.md).  t1 request sent, t4
 # reply received (this node's CLOCK_MONOTONIC ns); t2 request received, t3 reply sent (the
 # peer's).  offset (peer - this) = ((t2 - t1) + (t3 - t4)) / 2, within +- delay / 2 where
@@ -251,7 +251,7 @@ STREAMS: dict[str, tuple[int, np.dtype]] = {
     "drops": (1, DROPS_DTYPE),
     # added after the others: older captures have no file for it (read as empty)
     "device_events": (1, DEVICE_EVENTS_DTYPE),
-    # issue 17 (cluster captures): older captures have no file for it (read as empty)
+    # older captures have no file for it (read as empty)
     "net_clock": (1, NET_CLOCK_DTYPE),
     # containers: added after the others, read as empty from captures without it
     "processes": (1, PROCESSES_DTYPE),

@@ -125,7 +125,7 @@ class Sim:
     segments: list[dict[str, Any]] = field(default_factory=list)
     dev_events: list[np.ndarray] = field(default_factory=list)
     device_events: bool = True  # write() adds a PM resume, an MMU fault and a PM suspend
-    net_clock: list[np.ndarray] = field(default_factory=list)  # clock exchanges (issue 17)
+    net_clock: list[np.ndarray] = field(default_factory=list)  # clock exchanges
     host_clock: bool = True  # clock_sync pairs carry the host clock (False: hostclk 0)
 
     def __post_init__(self) -> None:

@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tacc.counters.backends import Backend, Snapshot, default_catalogue, open_backend
+from tacc.counters.backends import default_catalogue, open_backend
+from tacc.counters.base import Backend, Snapshot
 from tacc.counters.catalogue import Catalogue, CounterError, Function, select_functions
 from tacc.counters.derived import LinkInfo, deltas, derive
 

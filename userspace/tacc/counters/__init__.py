@@ -3,17 +3,16 @@
 
 from .backends import (
     BACKENDS,
-    Backend,
-    DeviceBackend,
     MmapBackend,
     PerfBackend,
-    Snapshot,
     SysfsBackend,
     default_catalogue,
     open_backend,
 )
+from .base import Backend, Snapshot
 from .catalogue import Catalogue, Counter, CounterError, Function, functions, select_functions
 from .derived import LinkInfo, deltas, derive
+from .device import DeviceBackend
 
 __all__ = [
     "BACKENDS", "Backend", "Catalogue", "Counter", "CounterError", "DeviceBackend", "Function",

@@ -14,16 +14,14 @@ import ctypes as C
 import mmap
 import os
 import time
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import numpy as np
 
 from tacc.libc import libc
 from tacc.runtime import uapi
 
+from .base import Backend, Snapshot
 from .catalogue import (
     GLOBAL_PAGE,
     SLOT_GEN,
@@ -33,39 +31,10 @@ from .catalogue import (
     CounterError,
     Function,
 )
+from .device import DeviceBackend
 
 ALL_ONES = 0xFFFF_FFFF_FFFF_FFFF
 SEQLOCK_TRIES = 16
-
-
-@dataclass
-class Snapshot:
-    values: np.ndarray  # uint64, one per counter of the backend's catalogue
-    t_ns: int  # CLOCK_MONOTONIC, middle of the read
-    valid: bool = True  # False: the source returned no defined value (see state)
-    state: str = "ok"  # ok | unavailable (function in D3hot or in reset) | torn
-    retries: int = 0  # seqlock retries (mmap)
-
-
-class Backend(ABC):
-    name = "?"
-
-    def __init__(self, fn: Function, catalogue: Catalogue | None = None) -> None:
-        self.fn = fn
-        self.catalogue = catalogue if catalogue is not None else fn.catalogue
-
-    @abstractmethod
-    def read(self) -> Snapshot: ...
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        return None
-
-    def __enter__(self) -> Backend:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
 
 # ------------------------------------------------------------------- sysfs ----
@@ -268,7 +237,6 @@ class PerfBackend(Backend):
         self.fds = []
 
 
-from .device import DeviceBackend  # noqa: E402 - device.py builds on Backend above
 
 BACKENDS: dict[str, type[Backend]] = {
     "sysfs": SysfsBackend, "mmap": MmapBackend, "perf": PerfBackend, "device": DeviceBackend,

@@ -28,7 +28,7 @@ import numpy as np
 from tacc.runtime import uapi as ru
 from tacc.runtime.uapi import ioctl as _ioctl
 
-from .backends import Backend, Snapshot
+from .base import Backend, Snapshot
 from .catalogue import GLOBAL_PAGE, Catalogue, CounterError, Function
 
 SAMPLE_SLOTS = 64  # TACC_SAMPLE_SLOTS
@@ -80,7 +80,7 @@ def parse_entries(buf: bytes | bytearray | memoryview | np.ndarray, slots: np.nd
 
     Only the words wanted are read (the header words and the selected slots: 41 of an
     entry's 131 for the function catalogue): one gather out of the ring, no copy of whole
-    1048-byte entries (issue 18: that copy was most of the consumer's CPU at 10 kHz).
+    1048-byte entries (that copy was most of the consumer's CPU at 10 kHz).
     """
     words = np.frombuffer(buf, dtype="<u8", count=entries * ENTRY_WORDS)
     words = words.reshape(entries, ENTRY_WORDS)

@@ -22,7 +22,8 @@ from tacc.capture import CaptureWriter
 from tacc.capture.schema import CLOCK_DTYPE, COUNTERS_DTYPE, DROPS_DTYPE, DropSource
 from tacc.libc import libc
 
-from .backends import Backend, default_catalogue, open_backend
+from .backends import default_catalogue, open_backend
+from .base import Backend
 from .catalogue import Catalogue, Function
 
 MAX_RATE_HZ = 10_000.0

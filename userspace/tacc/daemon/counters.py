@@ -125,7 +125,7 @@ class SampleRingCounters:
     """Counter samples the device takes itself, every 1/hz of device time, into the
     function's sample ring (docs/uapi.md "Sample ring"); taccd only drains the ring.
 
-    Issue 18: sampled from taccd's loop, a sample whose tick ran a whole period late (a
+    sampled from taccd's loop, a sample whose tick ran a whole period late (a
     NOP flood's busiest ticks on the traced process's CPU) was a counted drop; the device
     is never late, and the ring holds SAMPLE_RING_S of samples, so a drop is only a ring
     the loop left full for that long (the device's ``dropped``, counted).  ``seq`` is the

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
-import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import numpy as np
 from tacc.capture.schema import DEVICE_TRACE_DTYPE, TRACE_REC_DTYPE
 from tacc.errors import TaccError
 from tacc.runtime import uapi
+from tacc.runtime.ring import KernelRing
 
 HDR_SIZE = ctypes.sizeof(uapi.drm_tacc_trace_header)
 REC = TRACE_REC_DTYPE.itemsize  # 64
@@ -156,31 +156,20 @@ class DeviceTraceRing:
     def __init__(self, node: str, fid: int, entries: int = 0) -> None:
         """``entries``: ring size asked of TRACE_OPEN (0 = the driver's default)."""
         self.node = node
-        self.fd = uapi.open_node(node)
-        try:
-            op = uapi.drm_tacc_trace_open(entries=entries)
-            try:
-                uapi.ioctl(self.fd, uapi.DRM_IOCTL_TACC_TRACE_OPEN, op)
-            except OSError as exc:
-                if exc.errno == errno.EBUSY:
-                    raise TraceRingError(
-                        f"{node}: trace ring already has a consumer (taccd or "
-                        f"accel-bpftrace record)") from None
-                if exc.errno == errno.EACCES:
-                    raise TraceRingError(
-                        f"{node}: the PF's trace ring needs CAP_PERFMON (root)") from None
-                raise TraceRingError(f"{node}: TRACE_OPEN failed: {exc.strerror}") from None
-            self.mm = mmap.mmap(self.fd, int(op.mmap_size), mmap.MAP_SHARED, mmap.PROT_READ,
-                                offset=int(op.mmap_offset))
-            self.view = RingView(self.mm, fid, self._advance)
-        except BaseException:
-            os.close(self.fd)
-            raise
 
-    def _advance(self, cons: int) -> tuple[int, int]:
-        a = uapi.drm_tacc_trace_advance(cons=cons)
-        uapi.ioctl(self.fd, uapi.DRM_IOCTL_TACC_TRACE_ADVANCE, a)
-        return int(a.prod), int(a.dropped)
+        def refused(exc: OSError) -> TraceRingError:
+            why = {errno.EBUSY: "trace ring already has a consumer (taccd or accel-bpftrace "
+                                "record)",
+                   errno.EACCES: "the PF's trace ring needs CAP_PERFMON (root)"}
+            if exc.errno in why:
+                return TraceRingError(f"{node}: {why[exc.errno]}")
+            return TraceRingError(f"{node}: TRACE_OPEN failed: {exc.strerror}")
+
+        self.ring = KernelRing(node, uapi.DRM_IOCTL_TACC_TRACE_OPEN,
+                               uapi.drm_tacc_trace_open(entries=entries), refused,
+                               uapi.DRM_IOCTL_TACC_TRACE_ADVANCE, uapi.DRM_IOCTL_TACC_TRACE_CLOSE)
+        self.fd, self.mm = self.ring.fd, self.ring.mm
+        self.view = RingView(self.mm, fid, self.ring.advance)
 
     def drain(self) -> DrainResult:
         return self.view.drain()
@@ -193,15 +182,5 @@ class DeviceTraceRing:
         return self.view.entries
 
     def close(self) -> None:
-        if self.fd < 0:
-            return
-        try:
-            self.mm.close()
-        except (BufferError, ValueError):
-            pass
-        try:
-            uapi.ioctl(self.fd, uapi.DRM_IOCTL_TACC_TRACE_CLOSE, uapi.drm_tacc_trace_close())
-        except OSError:
-            pass
-        os.close(self.fd)
-        self.fd = -1
+        self.ring.close()
+        self.fd = self.ring.fd

@@ -67,7 +67,7 @@ BPF_IDLE = 256
 # The device trace rings and the runtime API rings are drained when a ring is
 # 1/RING_WATERMARK full or RING_MAX_AGE_S after its last drain (and at a flush, between
 # BPF slices, at the end): a drain's fixed cost (the numpy calls, an ioctl) is paid a few
-# times a second instead of at every 50 ms tick (issue 18).  The rest of the ring is the
+# times a second instead of at every 50 ms tick.  The rest of the ring is the
 # headroom for a late tick; a full ring's drops are counted as before.
 RING_WATERMARK = 4
 RING_MAX_AGE_S = 0.25
@@ -110,7 +110,7 @@ class Options:
     device_trace: bool = True
     api: bool = True
     # the IOCTL records (one per tacc ioctl of a traced process); false: the per-job facts
-    # only (docs/capture-format.md), the ioctl tracepoints not attached (issue 18)
+    # only (docs/capture-format.md), the ioctl tracepoints not attached
     ioctl_events: bool = True
     counters_hz: float = 20.0
     # "host" (default): mmap/sysfs reads from taccd's loop (one tick each); "device": the
@@ -127,7 +127,7 @@ class Options:
     device: str | None = None
     flush_s: float = 1.0
     trace_entries: int = 0  # device trace ring records per function (0 = driver default)
-    peers: list[str] = field(default_factory=list)  # clock exchange (issue 17): ADDR[:PORT]
+    peers: list[str] = field(default_factory=list)  # clock exchange: ADDR[:PORT]
     # the TLP stream (format minor 7): every PF's TLP capture ring; opt-in, CAP_PERFMON
     tlp: bool = False
     tlp_entries: int = 0  # TLP capture ring records (0 = the driver's default)

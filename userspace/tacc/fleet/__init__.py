@@ -1,4 +1,4 @@
-"""Fleet analysis on existing engines (issue 17): Parquet export (pyarrow), SQL over it
+"""Fleet analysis on existing engines: Parquet export (pyarrow), SQL over it
 (DuckDB, embedded) and per-capture analysis on a Dask distributed cluster.
 
 See docs/export.md.  pyarrow, duckdb and dask are imported lazily through

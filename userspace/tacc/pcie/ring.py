@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
-import mmap
-import os
 
 import numpy as np
 
 from tacc.errors import TaccError
 from tacc.runtime import uapi
+from tacc.runtime.ring import KernelRing
 
 from . import TLP_DTYPE
 
@@ -37,22 +35,22 @@ class TlpRing:
 
     def __init__(self, node: str, entries: int = 0, funcs: int = 0, kinds: int = 0,
                  addr: tuple[int, int] | None = None, no_ctrl: bool = False) -> None:
-        self.fd = os.open(node, os.O_RDWR | os.O_CLOEXEC)
+        def refused(exc: OSError) -> TlpCaptureError:
+            why = {errno.EACCES: "the TLP capture needs CAP_PERFMON (root)",
+                   errno.EBUSY: "the TLP capture already has a consumer",
+                   errno.EOPNOTSUPP: "no TLP capture on this function (a VF, or the "
+                                     "device lacks TACC_CAP_TLP_CAPTURE)"}
+            return TlpCaptureError(f"{node}: {why.get(exc.errno or 0, exc.strerror)}")
+
+        op = uapi.drm_tacc_tlpcap_open(
+            flags=uapi.TLPCAP_NO_CTRL if no_ctrl else 0, entries=entries, funcs=funcs,
+            kinds=kinds, addr_lo=addr[0] if addr else 0, addr_hi=addr[1] if addr else 0)
+        self.ring = KernelRing(node, uapi.DRM_IOCTL_TACC_TLPCAP_OPEN, op, refused,
+                               uapi.DRM_IOCTL_TACC_TLPCAP_ADVANCE,
+                               uapi.DRM_IOCTL_TACC_TLPCAP_CLOSE)
+        self.fd, self.mm = self.ring.fd, self.ring.mm
         try:
-            op = uapi.drm_tacc_tlpcap_open(
-                flags=uapi.TLPCAP_NO_CTRL if no_ctrl else 0, entries=entries, funcs=funcs,
-                kinds=kinds, addr_lo=addr[0] if addr else 0, addr_hi=addr[1] if addr else 0)
-            try:
-                fcntl.ioctl(self.fd, uapi.DRM_IOCTL_TACC_TLPCAP_OPEN, op)
-            except OSError as exc:
-                why = {errno.EACCES: "the TLP capture needs CAP_PERFMON (root)",
-                       errno.EBUSY: "the TLP capture already has a consumer",
-                       errno.EOPNOTSUPP: "no TLP capture on this function (a VF, or the "
-                                         "device lacks TACC_CAP_TLP_CAPTURE)"}
-                raise TlpCaptureError(f"{node}: {why.get(exc.errno, exc.strerror)}") from None
             self.entries = int(op.entries)
-            self.mm = mmap.mmap(self.fd, int(op.mmap_size), mmap.MAP_SHARED, mmap.PROT_READ,
-                                offset=int(op.mmap_offset))
             hdr = self.header()
             if hdr.rec_size != REC:
                 raise TlpCaptureError(f"{node}: TLP record size {hdr.rec_size} != {REC}")
@@ -60,7 +58,7 @@ class TlpRing:
             self.cons = int(hdr.cons)
             self.dropped = 0
         except BaseException:
-            os.close(self.fd)
+            self.ring.close()
             raise
 
     def header(self) -> uapi.drm_tacc_trace_header:
@@ -76,24 +74,12 @@ class TlpRing:
         first = min(n, self.entries - start)
         out = np.concatenate([ring[start:start + first], ring[:n - first]])
         self.cons = (self.cons + n) & 0xFFFFFFFF
-        a = uapi.drm_tacc_trace_advance(cons=self.cons)
-        fcntl.ioctl(self.fd, uapi.DRM_IOCTL_TACC_TLPCAP_ADVANCE, a)
-        self.dropped = int(a.dropped)
+        _, self.dropped = self.ring.advance(self.cons)
         return out
 
     def close(self) -> None:
-        if self.fd < 0:
-            return
-        try:
-            self.mm.close()
-        except (BufferError, ValueError):
-            pass
-        try:
-            fcntl.ioctl(self.fd, uapi.DRM_IOCTL_TACC_TLPCAP_CLOSE, uapi.drm_tacc_trace_close())
-        except OSError:
-            pass
-        os.close(self.fd)
-        self.fd = -1
+        self.ring.close()
+        self.fd = self.ring.fd
 
     def __enter__(self) -> TlpRing:
         return self

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * The runtime API ring's producer in C (issue 18): tacc.runtime.apitrace's begin() and
+ * The runtime API ring's producer in C: tacc.runtime.apitrace's begin() and
  * end() for the calling thread's ring, without the Python-level work of the pure-Python
  * producer (a threading.local lookup, two clock calls through Python, a 14-field
  * struct.pack_into): under TCG a traced call cost ~15 us of guest CPU in the traced

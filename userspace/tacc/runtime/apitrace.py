@@ -178,7 +178,7 @@ class Ring:
         self._tail = ctypes.c_uint64.from_buffer(self.mm, OFF_TAIL)
         self._dropped = ctypes.c_uint64.from_buffer(self.mm, OFF_DROPPED)
         # records are written to their slots as calls end; head is stored (published) once
-        # per batch (issue 18: a record cost ~9 µs of guest CPU in the traced thread when
+        # per batch (a record cost ~9 µs of guest CPU in the traced thread when
         # every call packed and published its own; ~16 µs per call as a queued tuple)
         self.published_ = 0
         self.batch_ = max(batch, 1)

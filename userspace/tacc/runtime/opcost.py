@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tacc import model
+
 # FLOPs per element of the row/element-wise commands (counted as the device counts them:
 # one per add, multiply, compare, divide, exp or tanh).
 FLOPS_PER_ELEM = {
@@ -33,10 +35,10 @@ FLOPS_PER_ELEM = {
 class Roofline:
     """Peaks of the modelled part (defaults: docs/hardware.md "timing model")."""
 
-    peak_fp32: float = 7575e9       # FLOP/s of one compute engine (`compute-gflops`)
-    peak_bf16: float = 30250e9      # FLOP/s, GEMMs with bf16 A and B (`bf16-gflops`)
-    mem_bw: float = 300e9           # device-memory bytes/s (`devmem-gbps`)
-    fixed_ns: int = 100             # per command (`cmd-latency-ns`)
+    peak_fp32: float = model.DEFAULT.peak_gflops["fp32"] * 1e9  # FLOP/s (`compute-gflops`)
+    peak_bf16: float = model.DEFAULT.peak_gflops["bf16"] * 1e9  # bf16 GEMMs (`bf16-gflops`)
+    mem_bw: float = model.DEFAULT.devmem_gbps * 1e9  # device-memory bytes/s (`devmem-gbps`)
+    fixed_ns: int = model.DEFAULT.cmd_latency_ns  # per command (`cmd-latency-ns`)
 
     def time_ns(self, flops: int, nbytes: int, bf16: bool = False) -> int:
         peak = self.peak_bf16 if bf16 else self.peak_fp32

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from tacc import hw
+from tacc import hw, model
 from tacc.capture import devinfo
 from tacc.hw.records import CQE, TRACE, Cqe, TraceRec
 from tacc.testing.qtest import QTest
@@ -354,18 +354,18 @@ CHUNK = 64 * 1024
 
 @dataclass
 class LinkModel:
-    gen: int = 4
-    width: int = 16
-    mps: int = 256
-    mrrs: int = devinfo.DEFAULT_MRRS
-    rcb: int = devinfo.DEFAULT_RCB
-    tags: int = devinfo.DEFAULT_TAGS
-    posted_credits: int = devinfo.DEFAULT_POSTED_CREDITS
-    posted_hdr_credits: int = devinfo.DEFAULT_POSTED_HDR_CREDITS
-    cmd_ns: int = 100
-    rd_ns: int = devinfo.DEFAULT_READ_NS
-    wr_ns: int = devinfo.DEFAULT_WRITE_NS
-    walk_ns: int = 500
+    gen: int = model.DEFAULT.link_gen
+    width: int = model.DEFAULT.link_width
+    mps: int = model.DEFAULT.mps
+    mrrs: int = model.DEFAULT.mrrs
+    rcb: int = model.DEFAULT.rcb
+    tags: int = model.DEFAULT.tags
+    posted_credits: int = model.DEFAULT.posted_credits
+    posted_hdr_credits: int = model.DEFAULT.posted_hdr_credits
+    cmd_ns: int = model.DEFAULT.cmd_latency_ns
+    rd_ns: int = model.DEFAULT.read_latency_ns
+    wr_ns: int = model.DEFAULT.write_latency_ns
+    walk_ns: int = model.DEFAULT.walk_latency_ns
 
     @property
     def bw(self) -> float:

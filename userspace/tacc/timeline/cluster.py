@@ -1,4 +1,4 @@
-"""Several nodes on one timeline (issue 17, docs/cluster.md).
+"""Several nodes on one timeline (docs/cluster.md).
 
 The merged view of N captures, one per node:
 

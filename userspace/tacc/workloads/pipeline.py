@@ -1,4 +1,4 @@
-"""Pipeline-parallel inference of an MLP over TCP, across two nodes (issue 17).
+"""Pipeline-parallel inference of an MLP over TCP, across two nodes.
 
     pipeline:      Y = relu(X @ W1 + b1) @ W2 + b2                 (cut after layer 1)
     pipeline_cut:  Y = relu(relu(X @ W1 + b1) @ W2 + b2) @ W3 + b3  (W1 wide, W2 narrow)

@@ -17,7 +17,7 @@ static __always_inline void note_owner(u32 dev, u32 ctx, u64 flags)
 {
 	u64 id = bpf_get_current_pid_tgid();
 	u32 tid = (u32)id, tgid = id >> 32;
-	/* map updates only when the value changes (issue 18: an update costs several */
+	/* map updates only when the value changes (an update costs several */
 	/* lookups' worth; this handler was the dearest, 2.1 us per ioctl under TCG) */
 	if (ctx != 0xffffffff) {
 		struct ctxkey k = { .dev = dev, .ctx = ctx };

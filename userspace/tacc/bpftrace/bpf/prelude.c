@@ -34,7 +34,7 @@ BPF_HASH(jobs, struct jobkey, struct jobval, 65536);
 BPF_HASH(ioctl_t0, u32, u64, 4096);
 BPF_HASH(traced_tgid, u32, u8, 4096);
 BPF_HASH(traced_tid, u32, u8, 16384);
-/* the scheduler handlers' prefilter (issue 18: they run on every context switch and
+/* the scheduler handlers' prefilter (they run on every context switch and
  * wakeup of the system, and two hash lookups each cost more than the switch under TCG):
  * one byte per id & (TRACED_IDS - 1), set with every traced_tgid/traced_tid entry and
  * never cleared (a stale byte costs one hash lookup, never an event); an array lookup is
@@ -165,7 +165,7 @@ static __always_inline int owner_proc(struct tacc_ev *e, u32 dev, u32 ctx)
 
 /* floor(log2(v)), 0 for v <= 1: a binary search over the bits, no loop (the earlier
  * "#pragma unroll" loop with an early exit made clang print "loop not unrolled" once per
- * caller at every compile, issue 13) */
+ * caller at every compile) */
 static __always_inline u8 log2l(u64 v)
 {
 	u8 r = 0;
