@@ -149,6 +149,7 @@ def test_graph_one_submit_per_launch_traced(pf_accel: Path, submits: Path) -> No
                 s.copy_h2d(kn, np.ascontiguousarray(K[:, t:t + 1]))
                 g.launch({"pos": t})
             s.synchronize()
+            text = submits.read_text()
             probs = ctx.to_numpy(pr)
         recs, dropped = dev.drain()
     finally:
@@ -159,7 +160,6 @@ def test_graph_one_submit_per_launch_traced(pf_accel: Path, submits: Path) -> No
     e = np.exp(sc - sc.max(-1, keepdims=True))
     assert np.allclose(probs[..., :t + 1], e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
     assert np.all(probs[..., t + 1:] == 0)
-    text = submits.read_text()
     pid = os.getpid()
     mine = [int(x, 16) for x in re.findall(r"tacc_submit: .*? tag=0x([0-9a-f]+)", text)
             if int(x, 16) >> 32 == pid]
