@@ -165,8 +165,10 @@ def test_graph_one_submit_per_launch_traced(pf_accel: Path, submits: Path) -> No
             if int(x, 16) >> 32 == pid]
     # per launch: one copy_h2d job and one LIST job; nothing else was submitted
     assert len(mine) == 2 * launches
-    listed = recs[recs["list_id"] == g.id]
+    ours = recs[recs["list_id"] == g.id]
+    listed = ours[ours["opcode"] != U.OP_LIST]
     assert dropped == 0 and len(listed) == launches * len(g)
+    assert np.sum(ours["opcode"] == U.OP_LIST) == launches   # the LIST's own record
     per = {}
     for r in listed:
         per.setdefault(int(r["opcode"]), []).append(r)
