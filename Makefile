@@ -33,7 +33,7 @@ $(error $(BAD_VARS))
 endif
 endif
 
-.PHONY: all setup run-vm test test-host test-device test-vm test-long test-debug bench lint checkpatch module qemu clean distclean help
+.PHONY: all setup run-vm test test-host test-device test-vm test-long test-debug bench lint checkpatch module qemu clean distclean help fixtures mutation
 
 all: setup
 
@@ -45,6 +45,8 @@ help:
 	@echo '  test          every test layer (host, device, vm) with one verdict'
 	@echo '  test-host test-device test-vm    one layer; test-long: the heavy runs'
 	@echo '  setup         install and build everything (run by the others first)'
+	@echo '  fixtures      record real captures for the host tests, in the VM (tests/host/data/fixtures)'
+	@echo '  mutation      mutation testing of capture/timeline/analyze/session (MODULE=capture ...)'
 	@echo '  bench lint qemu clean distclean'
 	@echo
 	@echo 'variables (run-vm, test-vm):'
@@ -92,6 +94,10 @@ test-debug: setup
 
 bench: setup
 	@scripts/bench.sh
+
+# Real captures for the host layer (tests/host/data/fixtures/RECORDED.json says how)
+fixtures: setup
+	@/usr/bin/python3 scripts/record-fixtures
 
 module: setup
 

@@ -3,7 +3,6 @@ onnx.reference.ReferenceEvaluator, unsupported nodes, host fallback, IOBinding."
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -17,7 +16,7 @@ from onnx import numpy_helper as nh
 from onnx.reference import ReferenceEvaluator
 from tacc.onnx import InferenceSession, UnsupportedNodeError, conformance
 from tacc.runtime import Context, TaccError
-from tacc.runtime import apitrace as tr
+from test_runtime_infer import traced_run
 
 # pass counts of the node tests on the simulator (onnx 1.23); every supported op but
 # LayerNormalization (its tests also output Mean and InvStdDev: Y is compared, "partial")
@@ -118,14 +117,7 @@ s = InferenceSession({str(path)!r}, sim=True, fallback="cpu")
 (c,) = s.run(["c"], {{"a": np.arange(4, dtype=np.float32), "b": np.full(4, 2, np.float32)}})
 assert c.tolist() == [0.0, 0.5, 1.0, 1.5], c
 """
-    env = dict(os.environ, TACC_API_DIR=str(tmp_path), TACC_API_TRACE="1",
-               TACC_API_PRODUCER="python")
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
-    names = []
-    for p in tr.list_rings(tmp_path):
-        r = tr.open_reader(p)
-        names += [(x["name"], x["args"]) for x in r.drain()]
-        r.close()
+    names = [(x["name"], x["args"]) for x in traced_run(code, tmp_path)]
     assert (b"host_op", b"Div the_div") in names
 
 
@@ -167,6 +159,13 @@ def test_iobinding_resident_buffers() -> None:
             assert np.allclose(ctx.to_numpy(y), X @ W, rtol=1e-5, atol=1e-6)
         # the first run uploads W; then one GEMM per run, writing y in place
         assert h2d == [2, 1, 1]
+        g = sess.capture(b)                       # the model as a graph: one job a launch
+        X = rng.standard_normal((2, 8)).astype(np.float32)
+        sess.stream.copy_h2d(x, X)
+        n0 = len(ctx.backend.jobs)
+        g.launch()
+        assert len(ctx.backend.jobs) == n0 + 1
+        assert np.allclose(ctx.to_numpy(y), X @ W, rtol=1e-5, atol=1e-6)
         sess.close()
 
 

@@ -157,6 +157,19 @@ def test_bad_inputs(ctx) -> None:
         s.synchronize()
 
 
+def traced_run(code: str, tmp_path) -> list:
+    """Runs ``code`` in a process with API tracing on; its records (decoded)."""
+    env = dict(os.environ, TACC_API_DIR=str(tmp_path), TACC_API_TRACE="1",
+               TACC_API_PRODUCER="python")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    recs = []
+    for path in tr.list_rings(tmp_path):
+        r = tr.open_reader(path)
+        recs += list(r.drain())
+        r.close()
+    return recs
+
+
 def test_ops_traced_with_flops_and_bytes(tmp_path) -> None:
     code = """
 import numpy as np, ml_dtypes
@@ -173,15 +186,8 @@ with Context(sim=True) as ctx:
         s.exp(y, y)
     g.launch()
 """
-    env = dict(os.environ, TACC_API_DIR=str(tmp_path), TACC_API_TRACE="1",
-               TACC_API_PRODUCER="python")
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
-    recs = []
-    for path in tr.list_rings(tmp_path):
-        r = tr.open_reader(path)
-        recs += [x for x in r.drain() if x["name"] in (b"gemm", b"softmax", b"exp",
-                                                       b"graph_capture", b"graph_launch")]
-        r.close()
+    recs = [x for x in traced_run(code, tmp_path) if x["name"] in (
+        b"gemm", b"softmax", b"exp", b"graph_capture", b"graph_launch")]
     names = [x["name"].decode() for x in recs]
     assert names == ["gemm", "softmax", "exp", "graph_capture", "graph_launch"]
     # GEMM: 2 m n k FLOPs; bytes: A and W (bf16) read, y (fp32) written

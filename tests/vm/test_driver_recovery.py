@@ -143,7 +143,7 @@ def test_hang_recovery(pf_accel):
         h = a.bo(8192)
         d = a.bo(8192, DEVICE)
         qmp.execute("qom-set", path=PF_QOM,
-                    property="fi-hang-engine", value=0)
+                    property="x-fi-hang-engine", value=0)
         try:
             t0 = time.monotonic()
             hung = a.submit([copy(OP_H2D, h.handle, d.handle, 4096, tag=0xdead)], queue=0)
@@ -165,7 +165,7 @@ def test_hang_recovery(pf_accel):
             elapsed = time.monotonic() - t0
         finally:
             qmp.execute("qom-set", path=PF_QOM,
-                        property="fi-hang-engine", value=-1)
+                        property="x-fi-hang-engine", value=-1)
         assert st == -errno.ETIMEDOUT
         assert elapsed < timeout_ms / 1000 * 3 + 10
         assert a.param(P_CTX_RESETS) == 1

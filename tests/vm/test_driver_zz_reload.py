@@ -119,7 +119,7 @@ def test_fences_and_perf_events_outlive_unbind_and_rmmod():
     d.wait(d.submit([nop()], out=done), 30)
     h, dv = d.bo(8192).handle, d.bo(8192, DEVICE).handle
     with GuestQMP() as q:
-        q.qom_set(PF_QOM, "fi-hang-engine", 0)  # the unbind (or the timeout) cuts it
+        q.qom_set(PF_QOM, "x-fi-hang-engine", 0)  # the unbind (or the timeout) cuts it
         try:
             d.submit([copy(OP_H2D, h, dv, 4096)], out=cut)
             files = [export_sync_file(d, done), export_sync_file(d, cut)]
@@ -128,7 +128,7 @@ def test_fences_and_perf_events_outlive_unbind_and_rmmod():
             d.close()
             Path("/sys/bus/pci/drivers/tacc/unbind").write_text(pci.name)
         finally:
-            q.qom_set(PF_QOM, "fi-hang-engine", -1)
+            q.qom_set(PF_QOM, "x-fi-hang-engine", -1)
     try:
         r, _, _ = select.select(files, [], [], 30)
         assert sorted(r) == sorted(files), "a sync_file did not signal at unbind"

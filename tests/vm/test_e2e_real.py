@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import timing
 
 BIN = Path(sys.executable).parent
 OUT = Path(os.environ.get("TACC_VM_OUT") or "/tmp/tacc-e2e") / "e2e"
@@ -403,13 +404,14 @@ def test_every_submitted_job_has_a_completion_event(recorder: Recorder) -> None:
 
 
 # ------------------------------------------------------------------ clocks --
-@pytest.mark.timing
-def test_clock_conversion_within_2us_of_device(recorder: Recorder) -> None:
+def test_clock_conversion_within_bracket_of_device(recorder: Recorder) -> None:
     """Two ground truths the device gives: (a) hold-out clock_sync brackets read during
     the workload and NOT used by the fit (the device clock read between two
-    CLOCK_MONOTONIC reads): |converted devclk - bracket midpoint|; (b) causality of every
-    job: the device cannot fetch a job before its doorbell, nor end it after the driver's
-    completion interrupt handler saw it."""
+    CLOCK_MONOTONIC reads): each converted devclk lies in its bracket, widened by the
+    fit's stated bound and 2 ns of rounding; (b) causality of every job: the device
+    cannot fetch a job before its doorbell, nor end it after the driver's completion
+    interrupt handler saw it (within 2 us: the driver's tracepoints follow the doorbell
+    write and precede the handler's read, a latency of the guest's speed)."""
     from tacc.capture import open_capture
     from tacc.capture.schema import DriverKind
 
@@ -448,9 +450,9 @@ def test_clock_conversion_within_2us_of_device(recorder: Recorder) -> None:
                               "median": float(np.median(lag)), "max": int(lag.max())},
     }
     _save("clock-mixed.json", fig)
-    assert np.abs(err).max() <= 2000, fig
-    assert lead.min() >= -2000, fig  # device fetch never before the doorbell (± 2 us)
-    assert lag.min() >= -2000, fig  # completion seen by the driver after the device ended it
+    assert (np.abs(err) <= half + clk.bound_ns + 2).all(), fig
+    # device fetch never before the doorbell, completion seen after the device ended it
+    timing.check(lead.min() >= -2000 and lag.min() >= -2000, str(fig))
 
 
 # ------------------------------------------------------- compiler output --
@@ -542,7 +544,6 @@ def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
     return rep
 
 
-@pytest.mark.timing
 @pytest.mark.parametrize("name", TWIN_PARAMS)
 def test_rule_fires_on_bad_silent_on_good(recorder: Recorder, name: str) -> None:
     rep = _twin(recorder, name)
@@ -674,7 +675,6 @@ def two_vfs(pf_pci: Path) -> Iterator[list[str]]:
         numvfs.write_text("0")
 
 
-@pytest.mark.timing
 def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -> None:
     """The victim (VF1) uploads and waits while a neighbour (VF2) streams uploads on four
     queues over the same link (bad), or is quiet (good): vf_contention names the victim
@@ -714,10 +714,9 @@ def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -
     # bad - good, within 25 %
     est = rep["estimated_lost_ns"][two_vfs[0]]
     meas = rep["measured_diff_victim_service_ns"]
-    assert abs(est - meas) <= 0.25 * meas, rep
+    timing.check(abs(est - meas) <= 0.25 * meas, str(rep))
 
 
-@pytest.mark.timing
 def test_mixed_workload_exact_findings(recorder: Recorder) -> None:
     cap_path, results, _ = recorder.capture("mixed", MIXED)
     f = _findings(cap_path, "mixed")
@@ -731,7 +730,9 @@ def test_mixed_workload_exact_findings(recorder: Recorder) -> None:
     _save("mixed-table.json", [{"rule": x["rule"], "severity": x["severity"],
                                 "time_lost_ms": x["time_lost_ns"] / 1e6, "title": x["title"]}
                                for x in f])
-    assert got == MIXED_EXPECTED, got
+    # idle_gaps follows from the host's speed between the segments (TCG Python)
+    assert MIXED_EXPECTED - {"idle_gaps"} <= got, got
+    timing.check(got == MIXED_EXPECTED, str(got))
 
 
 # ----------------------------------------------- capture after a suspend --

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes as C
 import errno
-import mmap
 import os
 import re
 import subprocess
@@ -23,33 +22,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tacc.runtime import Context, DeviceError, devices
+from tacc.runtime import Context, DeviceError
 from tacc.runtime import uapi as U
-from tacc.runtime.backend import DrmBackend
-from tacc.runtime.errors import DriverError
+from test_runtime_basic import KINDS, kind_context
+from test_runtime_join import DeviceTrace
 
 HERE = Path(__file__).resolve().parent
 TRACEFS = Path("/sys/kernel/tracing")
 # a small set of the node tests: one module each, ~60 cases
 SMALL_OPS = ("MatMul", "Gemm", "Softmax", "RMSNormalization", "Gelu", "Gather", "Cast",
              "Swish")
-
-
-def _kinds() -> list[str]:
-    try:
-        have = {d.kind for d in devices()}
-    except OSError:
-        have = set()
-    return ["pf"] + [k for k in ("vf", "virtio") if k in have]
-
-
-KINDS = _kinds()
-
-
-def _ctx(kind: str) -> Context:
-    if kind == "pf":
-        return Context()
-    return Context(next(d for d in devices() if d.kind == kind))
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +48,7 @@ def test_node_tests_on_device(kind: str, small_cases: list) -> None:
 
     with Context(sim=True) as sim:
         ref = {r.name: r.status for r in conformance.run(sim, small_cases, reference=False)}
-    with _ctx(kind) as ctx:
+    with kind_context(kind) as ctx:
         res = conformance.run(ctx, small_cases, reference=False)
     fails = [(r.name, r.reason) for r in res if r.status == "fail"]
     assert not fails, fails
@@ -95,48 +77,24 @@ def test_all_node_tests_on_pf() -> None:
 
 
 # ------------------------------------------------------------------ graphs ---
-REC3 = np.dtype([("version", "u1"), ("opcode", "u1"), ("engine", "u1"), ("queue", "u1"),
-                 ("func", "<u2"), ("ctx", "<u2"), ("seq", "<u4"), ("job", "<u4"),
-                 ("tag", "<u8"), ("t_fetch", "<u8"), ("t_start", "<u8"), ("t_end", "<u8"),
-                 ("status", "<u2"), ("index", "<u2"), ("rsvd", "<u4"),
-                 ("flops", "<u8"), ("devmem_rd", "<u8"), ("devmem_wr", "<u8"),
-                 ("list_id", "<u4"), ("list_index", "<u2"), ("dtype", "u1"), ("sub_op", "u1"),
-                 ("rsvd3", "<u8", (4,))])
+def _rec3() -> np.dtype:
+    """struct tacc_trace_rec3: the version-2 record, then FLOPs, bytes and the list id."""
+    from tacc import hw
+
+    base = hw.dtype("tacc_trace_rec")
+    tail = [f for f in hw.STRUCTS["tacc_trace_rec3"]["fields"] if f["name"] != "rec"
+            and f["name"] != "rsvd"]
+    fmt = {"__u64": "<u8", "__u32": "<u4", "__u16": "<u2", "__u8": "u1"}
+    return np.dtype({"names": [*base.names, *(f["name"] for f in tail)],
+                     "formats": [base.fields[n][0] for n in base.names]
+                     + [fmt[f["type"]] for f in tail],
+                     "offsets": [base.fields[n][1] for n in base.names]
+                     + [f["offset"] for f in tail],
+                     "itemsize": hw.TACC_TRACE_REC3_SIZE})
+
+
+REC3 = _rec3()
 assert REC3.itemsize == 128
-
-
-class TraceV3:
-    """The device trace ring, version-3 records (DRM_TACC_TRACE_F_V3)."""
-
-    def __init__(self, devnode: str) -> None:
-        self.be = DrmBackend(devnode)
-        a = U.drm_tacc_trace_open(flags=1)
-        try:
-            self.be._ioctl(U.DRM_IOCTL_TACC_TRACE_OPEN, a, "TRACE_OPEN")
-        except DriverError as e:
-            self.be.close()
-            if e.errno == errno.EBUSY:
-                pytest.skip("another consumer owns the device trace ring")
-            raise
-        self.mm = mmap.mmap(self.be.fd, a.mmap_size, mmap.MAP_SHARED, mmap.PROT_READ,
-                            offset=a.mmap_offset)
-        h = U.drm_tacc_trace_header.from_buffer_copy(self.mm)
-        assert h.rec_size == 128
-        self.cons = h.cons
-
-    def drain(self) -> np.ndarray:
-        h = U.drm_tacc_trace_header.from_buffer_copy(self.mm)
-        recs = np.frombuffer(self.mm, REC3, h.entries, h.data_offset)
-        out = recs[np.arange(self.cons, h.prod, dtype=np.int64) % h.entries].copy()
-        self.be._ioctl(U.DRM_IOCTL_TACC_TRACE_ADVANCE, U.drm_tacc_trace_advance(cons=h.prod),
-                       "TRACE_ADVANCE")
-        self.cons = h.prod
-        return out
-
-    def close(self) -> None:
-        self.be._ioctl(U.DRM_IOCTL_TACC_TRACE_CLOSE, U.drm_tacc_trace_close(), "TRACE_CLOSE")
-        self.mm.close()
-        self.be.close()
 
 
 @pytest.fixture()
@@ -175,7 +133,7 @@ def _decode_step(ctx: Context, heads: int = 2, dh: int = 8, maxlen: int = 16) ->
 def test_graph_one_submit_per_launch_traced(pf_accel: Path, submits: Path) -> None:
     import ml_dtypes
 
-    dev = TraceV3(str(pf_accel))
+    dev = DeviceTrace(str(pf_accel), flags=1, dtype=REC3)   # DRM_TACC_TRACE_F_V3
     try:
         dev.drain()
         with Context() as ctx:
@@ -192,7 +150,7 @@ def test_graph_one_submit_per_launch_traced(pf_accel: Path, submits: Path) -> No
                 g.launch({"pos": t})
             s.synchronize()
             probs = ctx.to_numpy(pr)
-        recs = dev.drain()
+        recs, dropped = dev.drain()
     finally:
         dev.close()
     t = launches - 1
@@ -208,7 +166,7 @@ def test_graph_one_submit_per_launch_traced(pf_accel: Path, submits: Path) -> No
     # per launch: one copy_h2d job and one LIST job; nothing else was submitted
     assert len(mine) == 2 * launches
     listed = recs[recs["list_id"] == g.id]
-    assert len(listed) == launches * len(g)
+    assert dropped == 0 and len(listed) == launches * len(g)
     per = {}
     for r in listed:
         per.setdefault(int(r["opcode"]), []).append(r)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tacc import hw
 from tacc.testing.unpriv import errno_as_tacc_user
 from tacc.vfio import bind as vb
 from test_driver_basic import Dev, dmesg_problems, nop, pf_sysfs, wait_accel_node
@@ -177,10 +178,10 @@ def test_iommu_holds_for_the_vfio_user(vfs, vfio_vf):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     st_dma = 4  # TACC_ST_DMA_ERROR, checked against the header below
-    from tacc.vfio.hw import HW
-    assert HW.TACC_ST_DMA_ERROR == st_dma
+
+    assert hw.TACC_ST_DMA_ERROR == st_dma
     assert res["write"] == st_dma and res["read"] == st_dma and res["after"] == 0, res
-    assert res["irq_status"] & HW.TACC_IRQ_DMA_ERROR, res
+    assert res["irq_status"] & hw.TACC_IRQ_DMA_ERROR, res
     assert victim[:] == b"\x5a" * 4096  # untouched
     log = subprocess.run(["dmesg"], capture_output=True, text=True).stdout
     dev = bdf.split(":", 1)[1]  # 01:00.2

@@ -209,6 +209,7 @@ typedef struct TaccFuncOps {
     void (*complete)(TaccFunc *f, int q, const struct tacc_cqe *cqe);
     bool (*pt_read)(TaccFunc *f, uint64_t addr, uint64_t *pte);
     void (*queue_reset)(TaccFunc *f, int q);   /* its FIFO was emptied */
+    uint16_t (*requester_id)(TaccFunc *f);     /* its DMA's, on the PF's link */
 } TaccFuncOps;
 
 struct TaccFunc {
@@ -321,6 +322,7 @@ struct TaccState {
     uint64_t virtio_mem_base, virtio_mem_size;
     uint64_t virtio_mem_reset[2];       /* its properties: base, size */
     bool (*virtio_window_busy)(TaccFunc *f);   /* device BOs exist */
+    void (*virtio_detach)(TaccFunc *f);        /* the PF goes away */
     uint32_t arb_weight[TACC_NUM_FUNCS];
     uint32_t vf_queue_mask[TACC_MAX_VFS];      /* TACC_REG_VF_QUEUE_MASK */
 
@@ -354,6 +356,10 @@ struct TaccState {
 
     /* re-entrancy guard (tacc_enter): device entry points now active */
     uint32_t depth;
+    uint32_t dma_depth;         /* inside one of its own DMAs / MSI-X writes */
+    uint32_t reset_pending;     /* bit fn: a reset deferred to reset_bh */
+    QEMUBH *reset_bh;
+    uint64_t config_dma_refused;        /* DMA/MSI-X aimed at ECAM */
     uint64_t reentrant_refused;
     uint64_t fetch_seq;
     TaccGemmJob *orphans;       /* aborted GEMMs, worker still running */

@@ -10,6 +10,33 @@ from typing import Any
 from tacc.cli import CommandError
 
 
+class JsonTarget(argparse.Action):
+    """``--json [FILE]``: JSON to FILE, or to stdout with no FILE.  A directory is never
+    the file (a capture is a directory): ``tacc analyze --json CAPTURE`` is CAPTURE's
+    JSON on stdout, the directory one of the captures (``captures_dest``)."""
+
+    def __init__(self, *a: Any, captures_dest: str = "capture", **kw: Any) -> None:
+        self.captures_dest = captures_dest
+        super().__init__(*a, nargs="?", const="-", metavar="FILE", **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from pathlib import Path
+
+        if values not in (None, "-") and Path(values).is_dir():
+            ns.json_captures = [*getattr(ns, "json_captures", []), values]
+            values = "-"
+        setattr(ns, self.dest, values)
+
+
+def json_captures(args: argparse.Namespace, dest: str, what: str) -> list[str]:
+    """The positional captures, with a capture directory ``--json`` was given first."""
+    caps = [*getattr(args, "json_captures", []), *getattr(args, dest)]
+    if not caps:
+        raise CommandError(f"{what}: give at least one CAPTURE")
+    return caps
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "analyze", help="find inefficiencies in a capture (or a fleet of captures)",
@@ -21,10 +48,11 @@ def add_parser(sub: Any) -> None:
         "  tacc analyze --scheduler tcp://10.0.0.1:8786 caps/*   # a running scheduler\n"
         "  tacc analyze --scheduler serial caps/* --json fleet.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("capture", metavar="CAPTURE", nargs="+")
-    p.add_argument("--json", nargs="?", const="-", metavar="FILE",
-                   help="write versioned findings.json to FILE (or stdout); several captures: "
-                   "a tacc-fleet-findings document holding one findings.json each")
+    p.add_argument("capture", metavar="CAPTURE", nargs="*", help="capture directories")
+    p.add_argument("--json", action=JsonTarget,
+                   help="write versioned findings.json to FILE (or stdout: no FILE, or a "
+                   "directory, which is a CAPTURE); several captures: a tacc-fleet-findings "
+                   "document holding one findings.json each")
     p.add_argument("--scheduler", metavar="SPEC",
                    help="where the per-capture analyses run: local (Dask LocalCluster, the "
                    "default for several captures), tcp://HOST:PORT (a Dask scheduler), or "
@@ -42,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     from tacc.analyze.engine import analyze, load_thresholds, to_json, write_table
     from tacc.analyze.rules import RULES
     from tacc.capture import open_capture
+
+    args.capture = json_captures(args, "capture", "analyze")
 
     try:
         th = load_thresholds(args.config, args.set)
@@ -69,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as f:
             f.write(doc + "\n")
     t0, t1 = cap.time_range
-    write_table(sys.stdout, findings, t1 - t0)
+    write_table(sys.stdout, findings, t1 - t0, t0)
     return 0
 
 
@@ -102,7 +132,8 @@ def run_fleet(args: argparse.Namespace, th: Any) -> int:
     for d in docs:
         c = d["capture"]
         sys.stdout.write(f"== {c['node']}: {c['path']}\n")
-        write_table(sys.stdout, [Finding(**f) for f in d["findings"]], c["span_ns"])
+        write_table(sys.stdout, [Finding(**f) for f in d["findings"]], c["span_ns"],
+                    c["t_start_ns"])
     cross = doc["cross"]
     if len(docs) > 1:
         sys.stdout.write(f"== across {len(docs)} captures: "

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from tacc.cli import CommandError
+from tacc.cli.analyze import JsonTarget, json_captures
 
 FINDINGS_SCHEMA = "tacc-cluster-findings"
 
@@ -28,11 +29,12 @@ def add_parser(sub: Any) -> None:
     for name, fn, what in (("offsets", cmd_offsets, "each node's clock offset and bound"),
                            ("analyze", cmd_analyze, "the cross-node rules")):
         c = cs.add_parser(name, help=what)
-        c.add_argument("captures", nargs="+", metavar="CAPTURE", help="one capture per node")
+        c.add_argument("captures", nargs="*", metavar="CAPTURE", help="one capture per node")
         c.add_argument("--rename", action="append", default=[], metavar="CAPTURE=NAME")
         c.add_argument("--align", choices=["auto", "hostclk", "network"], default="auto")
-        c.add_argument("--json", nargs="?", const="-", metavar="FILE",
-                       help="JSON to FILE (or stdout)")
+        c.add_argument("--json", action=JsonTarget, captures_dest="captures",
+                       help="JSON to FILE (or stdout: no FILE, or a directory, which is a "
+                            "CAPTURE)")
         if name == "analyze":
             c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                            help="override a cluster threshold (repeatable)")
@@ -47,6 +49,8 @@ def add_parser(sub: Any) -> None:
 
 def _view(args: argparse.Namespace) -> Any:
     from tacc.timeline.cluster import load_view
+
+    args.captures = json_captures(args, "captures", f"cluster {args.cluster_cmd}")
 
     return load_view(args.captures, args.rename, args.align)
 

@@ -16,8 +16,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("captures", nargs="+", metavar="CAPTURE",
                    help="capture directories (several: merged, one node each)")
     p.add_argument("-o", "--output", help="output file (default: none with --summary)")
-    p.add_argument("--format", choices=["perfetto", "json", "html"],
-                   help="output format (default: from the extension, else perfetto)")
+    p.add_argument("--format", choices=["perfetto", "json", "hta", "html"],
+                   help="output format (default: from the extension, else perfetto); json: "
+                        "Chrome trace JSON (chrome://tracing, Perfetto, HTA); hta: OUTPUT is "
+                        "a directory of one Chrome JSON per node/function rank, HTA's "
+                        "trace_dir")
     p.add_argument("--summary", action="store_true", help="print a text overview")
     p.add_argument("--findings", help="findings.json of tacc analyze to overlay")
     p.add_argument("--rename", action="append", default=[], metavar="CAPTURE=NAME",

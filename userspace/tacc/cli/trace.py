@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from tacc.daemon import protocol
@@ -65,8 +66,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         opts["peers"] = [p for p in args.peers.split(",") if p]
     rep = _call(args, {"cmd": "start", "output": args.output, "options": opts})
     print(json.dumps(rep) if args.json else f"capturing to {rep['path']}")
-    for w in rep.get("warnings", []):
-        print(f"tacc: warning: {w}")
+    for w in rep.get("warnings", []):  # stdout is the result (JSON with --json)
+        print(f"tacc: warning: {w}", file=sys.stderr)
     return 0
 
 

@@ -43,7 +43,7 @@ class TraceRingError(Exception):
 @dataclass
 class DrainResult:
     records: np.ndarray  # DEVICE_TRACE_DTYPE
-    dropped: int  # newly dropped records (device count or sequence gaps, the larger)
+    dropped: int  # records newly known dropped (device count or sequence gaps, the larger)
     seq_gaps: int
 
 
@@ -74,8 +74,10 @@ class RingView:
         self.dropped_seen = int(hdr.dropped)
         self.next_seq: int | None = None
         self.total_records = 0
-        self.total_dropped = 0
+        self.total_dropped = 0  # reported: max of the two totals below (+ overrun)
+        self.total_device_drops = 0  # the header's count, since this consumer opened
         self.total_seq_gaps = 0
+        self.overrun = 0  # records skipped when PROD ran more than a ring ahead
 
     def pending(self) -> int:
         """Records waiting (two words of the mapped header, no copy of it); a function
@@ -97,7 +99,7 @@ class RingView:
         prod = int(hdr.prod)
         n = (prod - self.cons) & 0xFFFFFFFF
         if n > self.entries:  # cannot happen with a sane device; resynchronise
-            self.total_dropped += n - self.entries
+            self.overrun += n - self.entries
             self.cons = (prod - self.entries) & 0xFFFFFFFF
             n = self.entries
         if max_records is not None:
@@ -125,10 +127,16 @@ class RingView:
         new_drops = (dropped - self.dropped_seen) & 0xFFFFFFFF
         self.dropped_seen = dropped
         gaps = self._seq_gaps(out)
-        lost = max(new_drops, gaps)
         self.total_records += n
-        self.total_dropped += lost
+        self.total_device_drops += new_drops
         self.total_seq_gaps += gaps
+        # The device counts a drop when it happens; its sequence gap shows only with the
+        # next record kept, often in a later drain.  Both measure the same drops, so the
+        # larger of the two running totals is the count, and a drain reports what it adds
+        # (a per-drain max counted one overflow twice, once from each).
+        total = max(self.total_device_drops + self.overrun, self.total_seq_gaps)
+        lost = max(total - self.total_dropped, 0)
+        self.total_dropped += lost
         return DrainResult(out, lost, gaps)
 
     def _seq_gaps(self, recs: np.ndarray) -> int:

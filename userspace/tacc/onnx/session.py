@@ -12,6 +12,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from ..runtime import Context, DeviceBuffer, TaccError
 from ..runtime import apitrace as tr
+from ..runtime.graph import Graph
 from .lower import FLOATS, INDEX, Step, lower_node
 
 # Node inputs that are shapes or axes: a model input there is specialised to its value.
@@ -384,6 +385,21 @@ class InferenceSession:
         return IOBinding(self)
 
     def run_with_iobinding(self, binding: IOBinding, run_options: Any = None) -> None:
+        """Runs the model on the bound inputs and outputs (returns once it is queued)."""
+        self._run(binding, None)
+
+    def capture(self, binding: IOBinding) -> Graph:
+        """The model on these bound device buffers as a graph: ``g.launch()`` runs it as
+        one submit (inputs updated in place between launches).  Every input must be a
+        device buffer and every node a device command."""
+        if any(not isinstance(x, DeviceBuffer) for x in binding.inputs.values()):
+            raise TaccError("tacc.onnx: a captured model reads device buffers only "
+                            "(bind_input)")
+        with self.stream.capture() as g:
+            self._run(binding, g)
+        return g
+
+    def _run(self, binding: IOBinding, graph: Graph | None) -> None:
         s = self.stream
         shapes = {k: (tuple(v.shape), np.dtype(v.dtype)) for k, v in binding.inputs.items()}
         host_vals = {k: v for k, v in binding.inputs.items() if isinstance(v, np.ndarray)}
@@ -419,6 +435,9 @@ class InferenceSession:
             if v.dev is not None and arr.size:
                 s.copy_h2d(v.dev, arr)
         fresh: set[str] = set(host_vals)
+        if graph is not None and any(st.run is None for st in p.steps):
+            raise TaccError("tacc.onnx: a model with host nodes cannot be captured: "
+                            + ", ".join(st.label for st in p.steps if st.run is None))
         for st in p.steps:
             if st.run is not None:
                 st.run(s)

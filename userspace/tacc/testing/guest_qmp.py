@@ -5,6 +5,9 @@ monitor of the VM's QEMU, so in-guest tests can inject device faults
 (``qom-set``) and read the device model's ground truth (``qom-get``).
 The session is shared by everyone who opens the port, so this client
 re-negotiates tolerantly and matches replies by id, skipping events.
+It is not qemu.qmp (which the host-side tacc.testing.qtest uses): the port is a
+character device (qemu.qmp speaks over sockets and asyncio), one opener at a time,
+and under -icount its wait must spin rather than sleep (see _messages).
 """
 
 from __future__ import annotations

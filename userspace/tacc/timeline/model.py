@@ -86,6 +86,12 @@ class Track:
     pid: int = 0
     tid: int = 0
     os_name: str = ""
+    # the device function (capture fid) of a "device"/"driver" group, -1 elsewhere; a
+    # track's function is its nearest group's (Chrome JSON: one rank per node/function)
+    fid: int = -1
+    # what the track holds, for the Chrome JSON "cat": "kernel" (a device engine's queue:
+    # one slice per command), "" (derived from the track's place)
+    cat: str = ""
 
 
 class Tracks:
@@ -103,7 +109,8 @@ class Tracks:
         if t is None:
             idx = len(self.tracks)
             t = Track(idx, 0x7ACC_0000 + idx, name, parent.idx if parent else None, kind, unit,
-                      node, os_kind, pid, tid, os_name)
+                      node, os_kind, pid, tid, os_name,
+                      parent.fid if parent else -1)
             self.by_key[key] = t
             self.tracks.append(t)
             self.pending.append(t)
@@ -572,6 +579,7 @@ class Extractor:
                     grp = self.tracks.get(("driver", src.node_idx, fid),
                                           f"driver {self._fn_name(src, fid)}", node, "group",
                                           node=src.node_idx)
+                    grp.fid = fid
                     nm = f"{cat} tid {tid}" if per_tid else cat
                     return self.tracks.get(("drv", src.node_idx, fid, cat, tid), nm, grp,
                                            node=src.node_idx)
@@ -616,8 +624,10 @@ class Extractor:
     # -------------------------------------------------------------- device --
     def _device_group(self, src: Source, fid: int) -> Track:
         node = self.node_track(src)
-        return self.tracks.get(("dev", src.node_idx, fid), f"device {self._fn_name(src, fid)}",
-                               node, "group", node=src.node_idx)
+        t = self.tracks.get(("dev", src.node_idx, fid), f"device {self._fn_name(src, fid)}",
+                            node, "group", node=src.node_idx)
+        t.fid = fid
+        return t
 
     def _device_track(self, src: Source, fid: int, name: str, kind: str = "slice",
                       unit: str = "") -> Track:
@@ -653,7 +663,9 @@ class Extractor:
                     return self._device_track(src, fid, f"virtio dispatch q{q}")
                 en = (ENGINE_NAMES[eng] if eng < len(ENGINE_NAMES) else
                       "control" if eng == 255 else f"engine{eng}")  # 255: fence/timestamp/nop
-                return self._device_track(src, fid, f"{en} q{q}")
+                t = self._device_track(src, fid, f"{en} q{q}")
+                t.cat = "kernel"  # a device queue on an engine: HTA's GPU stream
+                return t
 
             dur = np.maximum(te - ts, 0)
             nbytes = ch["bytes"].astype(np.uint64)
