@@ -14,10 +14,12 @@ import struct
 import ml_dtypes
 import numpy as np
 import pytest
-from tacc.testing.taccdev import DEVMEM_VA, HW, d_copy, d_elt, desc
+from tacc import hw
+from tacc.hw.records import d_copy, d_elt, desc
+from tacc.testing.taccdev import DEVMEM_VA
 
-OK = HW.TACC_ST_OK
-FP32, BF16, I32 = HW.TACC_DT_FP32, HW.TACC_DT_BF16, HW.TACC_DT_I32
+OK = hw.TACC_ST_OK
+FP32, BF16, I32 = hw.TACC_DT_FP32, hw.TACC_DT_BF16, hw.TACC_DT_I32
 NP = {FP32: np.float32, BF16: ml_dtypes.bfloat16}
 RNG = np.random.default_rng(36)
 
@@ -25,37 +27,37 @@ RNG = np.random.default_rng(36)
 # ------------------------------------------------------------ descriptors ----
 def d_gemm3(a, b, c, m, n, k, lda, ldb, ldc, *, alpha=1.0, beta=0.0, dab=FP32, dc=FP32,
             flags=0, batch=0, bias=0, sa=0, sb=0, sc=0, rsvd=0, **kw):
-    return desc(HW.TACC_OP_GEMM, payload=struct.pack(
+    return desc(hw.TACC_OP_GEMM, payload=struct.pack(
         "<QQQIIIIIIffBBBBIQQQQQ", a, b, c, m, n, k, lda, ldb, ldc, alpha, beta, dab, dc,
         flags, rsvd, batch, bias, sa, sb, sc, 0), **kw)
 
 
 def d_elt3(op, a, b, c, n, *, scalar=0.0, da=FP32, dc=FP32, flags=0, cols=0, **kw):
-    return desc(HW.TACC_OP_ELTWISE, payload=struct.pack(
+    return desc(hw.TACC_OP_ELTWISE, payload=struct.pack(
         "<QQQQIfBBBBI", a, b, c, n, op, scalar, da, dc, flags, 0, cols), **kw)
 
 
 def d_softmax(x, y, rows, cols, ldx, ldy, *, scale=1.0, causal=False, pos=0, period=0,
               dx=FP32, dy=FP32, **kw):
-    return desc(HW.TACC_OP_SOFTMAX, payload=struct.pack(
+    return desc(hw.TACC_OP_SOFTMAX, payload=struct.pack(
         "<QQIIIIfIIIBBH", x, y, rows, cols, ldx, ldy, scale,
-        HW.TACC_SOFTMAX_F_CAUSAL if causal else 0, pos, period, dx, dy, 0), **kw)
+        hw.TACC_SOFTMAX_F_CAUSAL if causal else 0, pos, period, dx, dy, 0), **kw)
 
 
 def d_norm(x, y, gamma, beta, rows, cols, ldx, ldy, *, eps=1e-5, kind=0, dx=FP32, dy=FP32,
            dw=FP32, **kw):
-    return desc(HW.TACC_OP_NORM, payload=struct.pack(
+    return desc(hw.TACC_OP_NORM, payload=struct.pack(
         "<QQQQIIIIfBBBB", x, y, gamma, beta, rows, cols, ldx, ldy, eps, kind, dx, dy, dw), **kw)
 
 
 def d_gather(table, idx, out, rows, cols, ld_table, ld_out, table_rows, dt=FP32, **kw):
-    return desc(HW.TACC_OP_GATHER, payload=struct.pack(
+    return desc(hw.TACC_OP_GATHER, payload=struct.pack(
         "<QQQIIIIIB3x", table, idx, out, rows, cols, ld_table, ld_out, table_rows, dt), **kw)
 
 
 def d_list(lst, count, list_id, *, patches=0, npatch=0, params=(), **kw):
-    p = list(params) + [0] * (HW.TACC_LIST_PARAMS - len(params))
-    return desc(HW.TACC_OP_LIST, payload=struct.pack(
+    p = list(params) + [0] * (hw.TACC_LIST_PARAMS - len(params))
+    return desc(hw.TACC_OP_LIST, payload=struct.pack(
         "<QQIIII16IQ", lst, patches, count, npatch, list_id, 0, *p, 0), **kw)
 
 
@@ -74,14 +76,14 @@ def load(dev, pf, arr: np.ndarray, off: int) -> int:
     """Host array -> device memory at offset off; returns its device VA."""
     raw = np.ascontiguousarray(arr).tobytes()
     src = put(dev, raw)
-    assert pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA + off, len(raw))]).status == OK
+    assert pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA + off, len(raw))]).status == OK
     return DEVMEM_VA + off
 
 
 def fetch(dev, pf, va: int, shape, dt) -> np.ndarray:
     n = int(np.prod(shape)) * np.dtype(NP.get(dt, np.int32)).itemsize
     dst = dev.alloc(n)
-    assert pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, va, dst, n)]).status == OK
+    assert pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, va, dst, n)]).status == OK
     return np.frombuffer(dev.qt.memread(dst, n), NP[dt]).reshape(shape)
 
 
@@ -109,13 +111,13 @@ def busy(c0, c1):
 
 # -------------------------------------------------------------- contract ----
 def test_version_caps_and_roofline_registers(dev, pf):
-    assert pf.r32(HW.TACC_REG_VERSION) == (1 << 16) | 3
-    caps = pf.r32(HW.TACC_REG_CAPS)
+    assert pf.r32(hw.TACC_REG_VERSION) == (1 << 16) | 3
+    caps = pf.r32(hw.TACC_REG_CAPS)
     for bit in ("GEMM_EX", "BF16", "NN_OPS", "CMD_LIST", "TRACE_V3", "ROOFLINE"):
-        assert caps & getattr(HW, f"TACC_CAP_{bit}"), bit
-    assert pf.r32(HW.TACC_REG_PEAK_FP32_GFLOPS) == dev.qom_get("compute-gflops") == 7575
-    assert pf.r32(HW.TACC_REG_PEAK_BF16_GFLOPS) == dev.qom_get("bf16-gflops") == 30250
-    assert pf.r32(HW.TACC_REG_DEVMEM_GBPS) == dev.qom_get("devmem-gbps") == 300
+        assert caps & getattr(hw, f"TACC_CAP_{bit}"), bit
+    assert pf.r32(hw.TACC_REG_PEAK_FP32_GFLOPS) == dev.qom_get("compute-gflops") == 7575
+    assert pf.r32(hw.TACC_REG_PEAK_BF16_GFLOPS) == dev.qom_get("bf16-gflops") == 30250
+    assert pf.r32(hw.TACC_REG_DEVMEM_GBPS) == dev.qom_get("devmem-gbps") == 300
 
 
 # ------------------------------------------------------------------ GEMM ----
@@ -139,8 +141,8 @@ def test_gemm_ex(dev, pf, dab, dc, ta, tb, batch, bias, beta):
     bv = rnd((n,), dc)
     va, vb = load(dev, pf, A, 0), load(dev, pf, B, 4 << 20)
     vc, vbias = load(dev, pf, C, 8 << 20), load(dev, pf, bv, 12 << 20)
-    flags = ((HW.TACC_GEMM_F_TRANS_A if ta else 0) | (HW.TACC_GEMM_F_TRANS_B if tb else 0) |
-             (HW.TACC_GEMM_F_BIAS if bias else 0))
+    flags = ((hw.TACC_GEMM_F_TRANS_A if ta else 0) | (hw.TACC_GEMM_F_TRANS_B if tb else 0) |
+             (hw.TACC_GEMM_F_BIAS if bias else 0))
     c0 = pf.counters()
     cq = pf.run_job(1, [d_gemm3(va, vb, vc, m, n, k, lda, ldb, ldc, alpha=alpha, beta=beta,
                                 dab=dab, dc=dc, flags=flags, batch=batch,
@@ -207,12 +209,12 @@ def test_eltwise_ops(dev, pf, op, da, dc):
     b = rnd((cols if bcast else n,), da)
     va, vb = load(dev, pf, a, 0), load(dev, pf, b, 1 << 20)
     vc = DEVMEM_VA + (2 << 20)
-    code = getattr(HW, f"TACC_ELT_{op}")
+    code = getattr(hw, f"TACC_ELT_{op}")
     two = op in ("ADD", "MUL")
     c0 = pf.counters()
     cq = pf.run_job(2, [d_elt3(code, va, vb if two else 0, vc, n, scalar=-0.75 if op == "SCALE"
                                else 0.0, da=da, dc=dc,
-                               flags=HW.TACC_ELT_F_ROW_BCAST if bcast else 0,
+                               flags=hw.TACC_ELT_F_ROW_BCAST if bcast else 0,
                                cols=cols if bcast else 0)])
     assert cq.status == OK
     c1 = pf.counters()
@@ -233,7 +235,7 @@ def test_cast_rounds_to_nearest_even_like_ml_dtypes(dev, pf):
     a = bits.view(np.float32)
     va = load(dev, pf, a, 0)
     vc = DEVMEM_VA + (1 << 20)
-    assert pf.run_job(0, [d_elt3(HW.TACC_ELT_CAST, va, 0, vc, len(a), dc=BF16)]).status == OK
+    assert pf.run_job(0, [d_elt3(hw.TACC_ELT_CAST, va, 0, vc, len(a), dc=BF16)]).status == OK
     got = fetch(dev, pf, vc, (len(a),), BF16).view(np.uint16)
     want = a.astype(ml_dtypes.bfloat16).view(np.uint16)
     nan = np.isnan(a)
@@ -280,7 +282,7 @@ def test_norm(dev, pf, kind, dx, dy, dw):
     vx, vg, vb = load(dev, pf, x, 0), load(dev, pf, g, 1 << 20), load(dev, pf, b, 2 << 20)
     vy = DEVMEM_VA + (3 << 20)
     assert pf.run_job(1, [d_norm(vx, vy, vg, vb if layer else 0, rows, cols, cols, cols,
-                                 eps=eps, kind=getattr(HW, f"TACC_NORM_{kind}"),
+                                 eps=eps, kind=getattr(hw, f"TACC_NORM_{kind}"),
                                  dx=dx, dy=dy, dw=dw)]).status == OK
     xf = x.astype(np.float64)
     if layer:
@@ -310,7 +312,7 @@ def test_gather(dev, pf, dt):
     bad = load(dev, pf, np.array([1, 50], np.int32), 3 << 20)
     before = fetch(dev, pf, vo, (rows, cols), dt).copy()
     cq = pf.run_job(0, [d_gather(vt, bad, vo, 2, cols, cols + 8, cols, trows, dt)])
-    assert cq.status == HW.TACC_ST_BAD_INDEX
+    assert cq.status == hw.TACC_ST_BAD_INDEX
     assert np.array_equal(fetch(dev, pf, vo, (rows, cols), dt).view(np.uint8),
                           before.view(np.uint8))
 
@@ -321,58 +323,58 @@ END = DEVMEM_VA + (256 << 20)  # the end of mapped device memory
 BAD = {
     # an operand shape past the end of device memory: the MMU faults
     "gemm_a_past_devmem": (lambda: d_gemm3(END - 4096, V, V, 64, 8, 64, 64, 8, 8),
-                           HW.TACC_ST_MMU_FAULT),
+                           hw.TACC_ST_MMU_FAULT),
     "gemm_batch_stride_out_of_window": (lambda: d_gemm3(V, V, V, 4, 4, 4, 4, 4, 4, batch=2,
                                                          sa=1 << 40, sc=16),
-                                         HW.TACC_ST_BAD_LENGTH),
+                                         hw.TACC_ST_BAD_LENGTH),
     "gemm_batch_writes_one_c": (lambda: d_gemm3(V, V, V, 4, 4, 4, 4, 4, 4, batch=2),
-                                HW.TACC_ST_BAD_LENGTH),
+                                hw.TACC_ST_BAD_LENGTH),
     "gemm_unknown_dtype": (lambda: d_gemm3(V, V, V, 4, 4, 4, 4, 4, 4, dab=7),
-                           HW.TACC_ST_BAD_OPCODE),
+                           hw.TACC_ST_BAD_OPCODE),
     "gemm_i32_operands": (lambda: d_gemm3(V, V, V, 4, 4, 4, 4, 4, 4, dc=I32),
-                          HW.TACC_ST_BAD_OPCODE),
+                          hw.TACC_ST_BAD_OPCODE),
     "gemm_unknown_flag": (lambda: d_gemm3(V, V, V, 4, 4, 4, 4, 4, 4, flags=0x80),
-                          HW.TACC_ST_BAD_OPCODE),
+                          hw.TACC_ST_BAD_OPCODE),
     "gemm_reserved_byte": (lambda: d_gemm3(V, V, V, 4, 4, 4, 4, 4, 4, rsvd=1),
-                           HW.TACC_ST_BAD_OPCODE),
+                           hw.TACC_ST_BAD_OPCODE),
     "gemm_bias_without_flag": (lambda: d_gemm3(V, V, V, 4, 4, 4, 4, 4, 4, bias=V),
-                               HW.TACC_ST_BAD_OPCODE),
+                               hw.TACC_ST_BAD_OPCODE),
     "gemm_trans_lda_too_small": (lambda: d_gemm3(V, V, V, 8, 4, 4, 4, 4, 4,
-                                                 flags=HW.TACC_GEMM_F_TRANS_A),
-                                 HW.TACC_ST_BAD_LENGTH),
+                                                 flags=hw.TACC_GEMM_F_TRANS_A),
+                                 hw.TACC_ST_BAD_LENGTH),
     "gemm_too_many_macs": (lambda: d_gemm3(V, V, V + (64 << 20), 1024, 1024, 1024, 1024, 1024,
                                            1024, batch=2, sa=0, sc=1 << 20),
-                           HW.TACC_ST_BAD_LENGTH),
+                           hw.TACC_ST_BAD_LENGTH),
     "gemm_bf16_misaligned": (lambda: d_gemm3(V + 1, V, V, 4, 4, 4, 4, 4, 4, dab=BF16),
-                             HW.TACC_ST_BAD_ALIGN),
-    "elt_unknown_op": (lambda: d_elt3(9, V, 0, V, 16), HW.TACC_ST_BAD_OPCODE),
-    "elt_unknown_dtype": (lambda: d_elt3(HW.TACC_ELT_GELU, V, 0, V, 16, da=3),
-                          HW.TACC_ST_BAD_OPCODE),
-    "elt_bcast_not_dividing": (lambda: d_elt3(HW.TACC_ELT_ADD, V, V, V, 10, cols=3,
-                                              flags=HW.TACC_ELT_F_ROW_BCAST),
-                               HW.TACC_ST_BAD_LENGTH),
-    "elt_bcast_on_unary": (lambda: d_elt3(HW.TACC_ELT_EXP, V, 0, V, 9, cols=3,
-                                          flags=HW.TACC_ELT_F_ROW_BCAST),
-                           HW.TACC_ST_BAD_OPCODE),
-    "elt_past_devmem": (lambda: d_elt3(HW.TACC_ELT_EXP, END - 64, 0, V, 1024),
-                        HW.TACC_ST_MMU_FAULT),
-    "softmax_zero_cols": (lambda: d_softmax(V, V, 4, 0, 4, 4), HW.TACC_ST_BAD_LENGTH),
-    "softmax_ld_below_cols": (lambda: d_softmax(V, V, 4, 8, 4, 8), HW.TACC_ST_BAD_LENGTH),
+                             hw.TACC_ST_BAD_ALIGN),
+    "elt_unknown_op": (lambda: d_elt3(9, V, 0, V, 16), hw.TACC_ST_BAD_OPCODE),
+    "elt_unknown_dtype": (lambda: d_elt3(hw.TACC_ELT_GELU, V, 0, V, 16, da=3),
+                          hw.TACC_ST_BAD_OPCODE),
+    "elt_bcast_not_dividing": (lambda: d_elt3(hw.TACC_ELT_ADD, V, V, V, 10, cols=3,
+                                              flags=hw.TACC_ELT_F_ROW_BCAST),
+                               hw.TACC_ST_BAD_LENGTH),
+    "elt_bcast_on_unary": (lambda: d_elt3(hw.TACC_ELT_EXP, V, 0, V, 9, cols=3,
+                                          flags=hw.TACC_ELT_F_ROW_BCAST),
+                           hw.TACC_ST_BAD_OPCODE),
+    "elt_past_devmem": (lambda: d_elt3(hw.TACC_ELT_EXP, END - 64, 0, V, 1024),
+                        hw.TACC_ST_MMU_FAULT),
+    "softmax_zero_cols": (lambda: d_softmax(V, V, 4, 0, 4, 4), hw.TACC_ST_BAD_LENGTH),
+    "softmax_ld_below_cols": (lambda: d_softmax(V, V, 4, 8, 4, 8), hw.TACC_ST_BAD_LENGTH),
     "softmax_pos_without_causal": (lambda: d_softmax(V, V, 4, 8, 8, 8, pos=3),
-                                   HW.TACC_ST_BAD_OPCODE),
+                                   hw.TACC_ST_BAD_OPCODE),
     "softmax_rows_past_devmem": (lambda: d_softmax(END - 4096, V, 64, 64, 64, 64),
-                                 HW.TACC_ST_MMU_FAULT),
+                                 hw.TACC_ST_MMU_FAULT),
     "norm_negative_eps": (lambda: d_norm(V, V, V, V, 2, 8, 8, 8, eps=-1.0),
-                          HW.TACC_ST_BAD_OPCODE),
-    "norm_rms_with_beta": (lambda: d_norm(V, V, V, V, 2, 8, 8, 8, kind=HW.TACC_NORM_RMS),
-                           HW.TACC_ST_BAD_OPCODE),
+                          hw.TACC_ST_BAD_OPCODE),
+    "norm_rms_with_beta": (lambda: d_norm(V, V, V, V, 2, 8, 8, 8, kind=hw.TACC_NORM_RMS),
+                           hw.TACC_ST_BAD_OPCODE),
     "norm_unknown_kind": (lambda: d_norm(V, V, V, V, 2, 8, 8, 8, kind=5),
-                          HW.TACC_ST_BAD_OPCODE),
+                          hw.TACC_ST_BAD_OPCODE),
     "gather_table_bigger_than_window": (lambda: d_gather(V, V, V, 2, 8, 8, 8, 1 << 26),
-                                        HW.TACC_ST_BAD_LENGTH),
+                                        hw.TACC_ST_BAD_LENGTH),
     "gather_i32_rows": (lambda: d_gather(V, V, V, 2, 8, 8, 8, 4, dt=I32),
-                        HW.TACC_ST_BAD_OPCODE),
-    "opcode_past_list": (lambda: desc(HW.TACC_OP_MAX), HW.TACC_ST_BAD_OPCODE),
+                        hw.TACC_ST_BAD_OPCODE),
+    "opcode_past_list": (lambda: desc(hw.TACC_OP_MAX), hw.TACC_ST_BAD_OPCODE),
 }
 
 
@@ -380,10 +382,10 @@ BAD = {
 def test_bad_input_error_completion(dev, pf, name):
     make, status = BAD[name]
     load(dev, pf, np.zeros(4096, np.float32), 0)  # operands readable
-    cq = pf.run_job(0, [make(), desc(HW.TACC_OP_NOP)])
+    cq = pf.run_job(0, [make(), desc(hw.TACC_OP_NOP)])
     assert cq.status == status
     # the device goes on: the next job completes
-    assert pf.run_job(0, [desc(HW.TACC_OP_NOP)]).status == OK
+    assert pf.run_job(0, [desc(hw.TACC_OP_NOP)]).status == OK
 
 
 # ---------------------------------------------------------- command lists ----
@@ -401,15 +403,15 @@ def test_list_runs_each_command_with_its_record_and_params(dev, pf):
     va = load(dev, pf, a, 0)
     out = DEVMEM_VA + (1 << 20)
     load(dev, pf, np.zeros(8 * n, np.float32), 1 << 20)
-    cmds = [d_elt3(HW.TACC_ELT_EXP, va, 0, out, 0, tag=101),  # n: param 1, dst += p0 * 4n
-            d_elt3(HW.TACC_ELT_SCALE, va, 0, out + 4 * n, n, scalar=2.0, tag=102),
-            d_elt(HW.TACC_ELT_RELU, va, 0, out + 8 * n, n, tag=103)]
+    cmds = [d_elt3(hw.TACC_ELT_EXP, va, 0, out, 0, tag=101),  # n: param 1, dst += p0 * 4n
+            d_elt3(hw.TACC_ELT_SCALE, va, 0, out + 4 * n, n, scalar=2.0, tag=102),
+            d_elt(hw.TACC_ELT_RELU, va, 0, out + 8 * n, n, tag=103)]
     n_off, c_off = 24, 16  # eltwise.n (low u32), eltwise.c
-    lst, pt = _list_mem(dev, cmds, [patch(0, c_off, 0, HW.TACC_PATCH_ADD64, 12 * n),
-                                    patch(0, n_off, 1, HW.TACC_PATCH_SET32)])
+    lst, pt = _list_mem(dev, cmds, [patch(0, c_off, 0, hw.TACC_PATCH_ADD64, 12 * n),
+                                    patch(0, n_off, 1, hw.TACC_PATCH_SET32)])
     pf.trace_enable(size=64)
-    pf.w32(HW.TACC_REG_TRACE_CTRL, 0)
-    pf.w32(HW.TACC_REG_TRACE_CTRL, HW.TACC_TRACE_CTRL_ENABLE | HW.TACC_TRACE_CTRL_V3)
+    pf.w32(hw.TACC_REG_TRACE_CTRL, 0)
+    pf.w32(hw.TACC_REG_TRACE_CTRL, hw.TACC_TRACE_CTRL_ENABLE | hw.TACC_TRACE_CTRL_V3)
     c0 = pf.counters()
     for launch in range(2):
         cq = pf.run_job(1, [d_list(lst, 3, 77, patches=pt, npatch=2, params=[launch, n],
@@ -427,9 +429,9 @@ def test_list_runs_each_command_with_its_record_and_params(dev, pf):
     raw = [dev.qt.memread(pf.trace_addr() + i * 128, 128) for i in range(8)]
     recs = [struct.unpack_from("<BBBBHHIIQQQQIIHHHH", r) for r in raw]
     ext = [struct.unpack_from("<QQQIHBB", r, 64) for r in raw]
-    assert [r[1] for r in recs] == [HW.TACC_OP_ELTWISE] * 3 + [HW.TACC_OP_LIST] + \
-        [HW.TACC_OP_ELTWISE] * 3 + [HW.TACC_OP_LIST]
-    assert all(r[0] == HW.TACC_TRACE_VERSION_3 for r in recs)
+    assert [r[1] for r in recs] == [hw.TACC_OP_ELTWISE] * 3 + [hw.TACC_OP_LIST] + \
+        [hw.TACC_OP_ELTWISE] * 3 + [hw.TACC_OP_LIST]
+    assert all(r[0] == hw.TACC_TRACE_VERSION_3 for r in recs)
     assert [r[8] for r in recs[:3]] == [101, 102, 103]  # their own tags
     assert [r[14] for r in recs[:3]] == [0, 1, 2]  # index: the position in the list
     assert all(e[3] == 77 for e in ext)  # list id
@@ -445,23 +447,23 @@ def test_hostile_list_ends_with_error(dev, pf, case):
     va = load(dev, pf, np.ones(64, np.float32), 0)
     out = DEVMEM_VA + (1 << 20)
     load(dev, pf, np.zeros(128, np.float32), 1 << 20)
-    good0 = d_elt3(HW.TACC_ELT_EXP, va, 0, out, 64, tag=1)
-    good2 = d_elt3(HW.TACC_ELT_EXP, va, 0, out + 256, 64, tag=3)
+    good0 = d_elt3(hw.TACC_ELT_EXP, va, 0, out, 64, tag=1)
+    good2 = d_elt3(hw.TACC_ELT_EXP, va, 0, out + 256, 64, tag=3)
     lst_va = dev.alloc(3 * 128)
     culprit = {
-        "fill": desc(HW.TACC_OP_FILL, payload=struct.pack("<QQQ", 0, 4096, 0x5A5A), tag=2),
-        "barrier": desc(HW.TACC_OP_BARRIER, tag=2),
+        "fill": desc(hw.TACC_OP_FILL, payload=struct.pack("<QQQ", 0, 4096, 0x5A5A), tag=2),
+        "barrier": desc(hw.TACC_OP_BARRIER, tag=2),
         "nested_self": d_list(lst_va, 3, 9, tag=2),  # a list pointing at itself
-        "flags": d_elt3(HW.TACC_ELT_EXP, va, 0, out, 64, flags=0, tag=2)[:1] + b"\x02" +
-        d_elt3(HW.TACC_ELT_EXP, va, 0, out, 64, tag=2)[2:],
-    }.get(case, d_elt3(HW.TACC_ELT_EXP, va, 0, out, 64, tag=2))
+        "flags": d_elt3(hw.TACC_ELT_EXP, va, 0, out, 64, flags=0, tag=2)[:1] + b"\x02" +
+        d_elt3(hw.TACC_ELT_EXP, va, 0, out, 64, tag=2)[2:],
+    }.get(case, d_elt3(hw.TACC_ELT_EXP, va, 0, out, 64, tag=2))
     dev.qt.memwrite(lst_va, good0 + culprit + good2)
     patches, npatch = 0, 0
     if case == "patch_param":
-        patches, npatch = put(dev, patch(1, 24, 16, HW.TACC_PATCH_SET32)), 1
+        patches, npatch = put(dev, patch(1, 24, 16, hw.TACC_PATCH_SET32)), 1
     if case == "patch_order":
-        patches, npatch = put(dev, patch(1, 24, 0, HW.TACC_PATCH_SET32) +
-                              patch(0, 24, 0, HW.TACC_PATCH_SET32)), 2
+        patches, npatch = put(dev, patch(1, 24, 0, hw.TACC_PATCH_SET32) +
+                              patch(0, 24, 0, hw.TACC_PATCH_SET32)), 2
     lst = 0x3F_0000_0000 if case == "unmapped" else lst_va
     count = 0 if case == "count0" else 3
     lid = 0 if case == "id0" else 9
@@ -469,9 +471,9 @@ def test_hostile_list_ends_with_error(dev, pf, case):
     c0 = pf.counters()
     cq = pf.run_job(2, [d_list(lst, count, lid, patches=patches, npatch=npatch, params=[1])])
     c1 = pf.counters()
-    want = {"fill": HW.TACC_ST_NOT_PERMITTED, "barrier": HW.TACC_ST_NOT_PERMITTED,
-            "unmapped": HW.TACC_ST_MMU_FAULT, "count0": HW.TACC_ST_BAD_LENGTH}
-    assert cq.status == want.get(case, HW.TACC_ST_BAD_LIST)
+    want = {"fill": hw.TACC_ST_NOT_PERMITTED, "barrier": hw.TACC_ST_NOT_PERMITTED,
+            "unmapped": hw.TACC_ST_MMU_FAULT, "count0": hw.TACC_ST_BAD_LENGTH}
+    assert cq.status == want.get(case, hw.TACC_ST_BAD_LIST)
     got = fetch(dev, pf, out, (128,), FP32)
     ran_first = case not in ("unmapped", "count0", "id0")
     assert np.allclose(got[:64], np.e) == ran_first
@@ -484,26 +486,31 @@ def test_hostile_list_ends_with_error(dev, pf, case):
     assert delta(c0, c1, "list_errors") == (1 if case in ("fill", "barrier", "nested_self",
                                                           "flags", "patch_param", "patch_order",
                                                           "id0") else 0)
-    assert pf.run_job(2, [desc(HW.TACC_OP_NOP)]).status == OK
+    assert pf.run_job(2, [desc(hw.TACC_OP_NOP)]).status == OK
 
 
 def test_queue_reset_during_a_list(dev, pf):
     va = load(dev, pf, np.ones(1 << 20, np.float32), 0)
-    cmds = [d_elt3(HW.TACC_ELT_EXP, va, 0, va, 1 << 20) for _ in range(50)]
+    cmds = [d_elt3(hw.TACC_ELT_EXP, va, 0, va, 1 << 20) for _ in range(50)]
     lst, _ = _list_mem(dev, cmds)
     job, ds = pf.job_of(0, [d_list(lst, 50, 1)])
     pf.submit(0, ds)
     dev.qt.clock_step(20_000)
     pf.setup_queue(0)  # disable (aborts), re-enable
-    assert pf.run_job(0, [desc(HW.TACC_OP_NOP)]).status == OK
+    assert pf.run_job(0, [desc(hw.TACC_OP_NOP)]).status == OK
 
 
 # -------------------------------------------------------------- roofline ----
+def d_fill(off, n, value):
+    return desc(hw.TACC_OP_FILL, payload=struct.pack("<QQQ", off, n, value))
+
+
 def _gemm_time(dev, pf, m, n, k, dab):
-    A = np.zeros((m, k), NP[dab])
-    B = np.ones((k, n), NP[dab])
-    va = load(dev, pf, A, 0)
-    vb = load(dev, pf, B, 16 << 20)
+    # operands by FILL (device side: a 32 MiB qtest memwrite takes minutes)
+    one = 0x3F803F803F803F80 if dab == BF16 else 0x3F8000003F800000
+    es = 2 if dab == BF16 else 4
+    assert pf.run_job(0, [d_fill(0, m * k * es, 0), d_fill(16 << 20, k * n * es, one)]).status == OK
+    va, vb = DEVMEM_VA, DEVMEM_VA + (16 << 20)
     vc = DEVMEM_VA + (128 << 20)
     c0 = pf.counters()
     cq = pf.run_job(3, [d_gemm3(va, vb, vc, m, n, k, k, n, n, dab=dab, dc=FP32)])

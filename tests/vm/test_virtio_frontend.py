@@ -103,7 +103,7 @@ def test_node_kind_and_negotiated_features(pf_accel):
     with Context(v) as ctx:
         assert ctx.param(U.PARAM_FUNC_KIND) == U.FUNC_KIND_VIRTIO
         assert ctx.param(U.PARAM_FUNC) == 5  # TACC_FN_VIRTIO
-        assert ctx.api_version == U.DRM_TACC_API_VERSION == 3
+        assert ctx.api_version == U.DRM_TACC_API_VERSION == 4
         assert ctx.num_queues == 4 and ctx.devmem_size == WINDOW  # F_DEVMEM negotiated
         # what taccd's discovery asks (userspace/tacc/daemon/devices.py) is answered
         assert ctx.param(U.PARAM_CLOCK_HZ) == 1_000_000_000  # TACC_CLOCK_HZ
