@@ -245,6 +245,8 @@ static enum drm_gpu_sched_stat tacc_timedout_job(struct drm_sched_job *sched_job
 		return DRM_GPU_SCHED_STAT_NOMINAL;
 	}
 	drm_sched_stop(&q->sched, sched_job);
+	if (bad->hw_fence_init)	/* the device's state before the queue is reset */
+		tacc_coredump(tdev, "job timeout", q, bad);
 
 	spin_lock_irqsave(&q->lock, flags);
 	if (tdev->hw_up)

@@ -554,6 +554,7 @@ static const struct file_operations tacc_vfops = {
 	.read = drm_read,
 	.llseek = noop_llseek,
 	.mmap = tacc_vmmap,
+	.show_fdinfo = drm_show_fdinfo,
 	.fop_flags = FOP_UNSIGNED_OFFSET,
 };
 
@@ -565,6 +566,7 @@ static const struct drm_driver tacc_vdriver = {
 	.ioctls = tacc_vioctls,
 	.num_ioctls = ARRAY_SIZE(tacc_vioctls),
 	.fops = &tacc_vfops,
+	.show_fdinfo = tacc_vshow_fdinfo,
 	.name = "tacc",
 	.desc = "tacc paravirtual function (virtio-tacc)",
 	.date = "20261201",

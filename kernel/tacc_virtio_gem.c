@@ -319,6 +319,7 @@ static int tacc_vgem_mmap(struct drm_gem_object *obj, struct vm_area_struct *vma
 }
 
 static const struct drm_gem_object_funcs tacc_vshmem_funcs = {
+	.status = tacc_gem_status,
 	.free = tacc_vgem_free,
 	.export = tacc_vbo_no_export,
 	.print_info = drm_gem_shmem_object_print_info,
@@ -332,6 +333,7 @@ static const struct drm_gem_object_funcs tacc_vshmem_funcs = {
 };
 
 static const struct drm_gem_object_funcs tacc_vprivate_funcs = {
+	.status = tacc_gem_status,
 	.free = tacc_vgem_free,
 	.export = tacc_vbo_no_export,
 };

@@ -138,6 +138,15 @@ static void tacc_vjob_complete(struct tacc_vdev *vd, struct tacc_vjob *job, int 
 	struct tacc_vctx *ctx = job->ctx;
 
 	lockdep_assert_held(&vd->submit_lock);
+	if (job->queued_ns) {	/* fdinfo: the ring's time with this client's jobs queued */
+		u64 now = ktime_get_ns();
+		u64 from = max(job->queued_ns, ctx->busy_end[job->ring]);
+
+		if (now > from)
+			ctx->busy_ns[job->ring] += now - from;
+		ctx->busy_end[job->ring] = now;
+	}
+	ctx->jobs[job->ring]++;
 	/* hw_job 0, no device times: the backend's DISPATCH trace record has them */
 	trace_tacc_job_done(vd->devid, ctx->id, job->ring, job->fence.seqno, tacc_vjob_tag(job),
 			    0, status, error, 0, 0);
@@ -295,6 +304,7 @@ static bool tacc_vflush_locked(struct tacc_vdev *vd)
 				tacc_vjob_put_deps(jobs[i]);
 				WRITE_ONCE(jobs[i]->early, i + 1 < n);
 				WRITE_ONCE(jobs[i]->queued, true);
+				jobs[i]->queued_ns = ktime_get_ns();
 				list_move_tail(&jobs[i]->node, &b->jobs);
 				/* hw_job 0 (the backend numbers jobs), tail: the buffer's number */
 				trace_tacc_job_start(vd->devid, jobs[i]->ctx->id, r,

@@ -151,7 +151,7 @@ class Recorder:
         if key in self.cache:
             return self.cache[key]
         if time_scale != 1000:
-            from tacc.testing.guest_qmp import device_time_scale
+            from tacc.guest_qmp import device_time_scale
 
             with device_time_scale(time_scale):
                 return self._capture(key, runs, devices, idle_s)
@@ -161,8 +161,8 @@ class Recorder:
                  devices: list[str] | None, idle_s: float = 0.0
                  ) -> tuple[Path, list[dict[str, Any]], np.ndarray]:
         from tacc.bpftrace.program import Filters
-        from tacc.daemon.devices import discover, read_clock_sync
         from tacc.daemon.session import CaptureSession, Options
+        from tacc.devices import discover, read_clock_sync
 
         out = self.root / key
         shutil.rmtree(out, ignore_errors=True)
@@ -219,7 +219,7 @@ class Recorder:
 def _idle_prefix(accel: str | None, idle_s: float) -> None:
     """One driver event (GET_PARAM ioctl on the PF: no device command, no API call), then
     ``idle_s`` seconds idle (free under icount sleep=off)."""
-    from tacc.daemon import uapi
+    from tacc.runtime import uapi
 
     assert accel, "PF has no accel node"
     fd = uapi.open_node(accel)
