@@ -41,8 +41,12 @@ def test_decode_reference_check(kind: str, dtype: str) -> None:
 
 
 def test_tacc_run_decode_cli() -> None:
+    """The command on the device (the reference check is the tests' above: --no-check
+    spares the guest a second ReferenceEvaluator run, ~1 min under TCG)."""
     p = subprocess.run([str(BIN / "tacc"), "run", "decode", "--json", "--batch", "2",
-                        "--tokens", "4"], capture_output=True, text=True, timeout=900)
+                        "--tokens", "4", "--no-check"], capture_output=True, text=True,
+                       timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(p.stdout)["results"][0]
-    assert r["checked"] and r["params"]["mode"] == "graph"
+    assert r["params"]["mode"] == "graph" and len(r["extra"]["tokens"]) == 2
+    assert r["extra"]["tokens_per_s"] > 0

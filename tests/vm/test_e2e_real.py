@@ -896,9 +896,10 @@ def test_submit_records_carry_copy_bytes_and_mix(recorder: Recorder) -> None:
 # ------------------------------------------------------------------ ranges --
 def test_decode_capture_ranges_nest_the_commands(recorder: Recorder) -> None:
     """tacc.range on a real capture of tacc run decode: the worker thread's ranges track
-    nests the layers in the prefill and the steps, and each range projected onto the
-    device holds the commands of its calls: every decode step's graph replay, all its
-    listed commands, inside its own projected slice."""
+    nests the layers in the captures of the lists (graph mode: the layers' calls are
+    recorded there, the prefill and the steps are launches), and each range projected
+    onto the device holds the commands of its calls: every decode step's graph replay,
+    all its listed commands, inside its own projected slice."""
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
     from tacc.timeline.convert import convert
 
@@ -929,9 +930,10 @@ def test_decode_capture_ranges_nest_the_commands(recorder: Recorder) -> None:
     thread = next(v for k, v in slices.items() if k.endswith(f"tid {wpid} ranges"))
     got = {n for n, _, _ in thread}
     steps = [f"decode step {j}" for j in (1, 2, 3)]
-    assert {"load weights", "capture decode step", "prefill", "L0", "L1", *steps} <= got
-    pre = next(r for r in thread if r[0] == "prefill")
-    assert [r for r in thread if r[0] == "L0" and pre[1] <= r[1] <= r[2] <= pre[2]]
+    assert {"load weights", "capture prefill", "capture decode step", "prefill", "L0", "L1",
+            *steps} <= got
+    cap = next(r for r in thread if r[0] == "capture prefill")
+    assert [r for r in thread if r[0] == "L0" and cap[1] <= r[1] <= r[2] <= cap[2]]
     dev_key = next(k for k in slices if k.startswith("device ") and k.endswith("|ranges"))
     proj = {n: (t0, t1) for n, t0, t1 in slices[dev_key]}
     assert {"prefill", *steps} <= set(proj), sorted(proj)

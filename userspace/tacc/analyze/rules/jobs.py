@@ -11,8 +11,12 @@ import numpy as np
 from tacc.analyze.data import Data, merged
 from tacc.capture.schema import DriverKind, Opcode
 
-# device-local work: what a command list can hold between the host's inputs and outputs
-LOCAL_OPCODES = (Opcode.GEMM, Opcode.ELTWISE, Opcode.COPY_D2D)
+# not device-local work: host transfers and the control commands (NOP, fences, timestamps,
+# barriers, the driver's FILL, a LIST itself); everything else (GEMM, element-wise,
+# SOFTMAX, NORM, GATHER, D2D copies) is what a command list holds between the host's
+# inputs and outputs
+NOT_LOCAL = (Opcode.NOP, Opcode.COPY_H2D, Opcode.COPY_D2H, Opcode.FENCE, Opcode.TIMESTAMP,
+             Opcode.BARRIER, Opcode.FILL, Opcode.LIST)
 
 
 @dataclass
@@ -39,7 +43,7 @@ class Jobs:
 
 def jobs(d: Data) -> Jobs:
     c = d.cmds
-    local_ops = np.isin(c.opcode, [int(o) for o in LOCAL_OPCODES])
+    local_ops = ~np.isin(c.opcode, [int(o) for o in NOT_LOCAL])
     if len(c) == 0:
         z = np.zeros(0, np.int64)
         return Jobs(z, z, z.astype(np.uint64), z, z, z, z.astype(bool), z, z, z)
