@@ -389,3 +389,20 @@ def test_without_module_one_line(pf_pci: Path) -> None:
             if list((pf_pci / "accel").glob("accel*")) if (pf_pci / "accel").exists() else []:
                 break
             time.sleep(0.1)
+
+
+def test_ebpf_prints_the_program_it_would_load() -> None:
+    """`accel-bpftrace CMD --ebpf` (bcc's tools' option): the program text each command
+    builds from the loaded driver's tracepoints, byte for byte, without compiling it."""
+    from tacc.bpftrace import bpfsrc
+
+    root = Path("/sys/kernel/tracing")
+    for cmd, pages in (("snoop", 1024), ("record", 4096)):
+        extra = ["-o", "/tmp/unused-ebpf-cap"] if cmd == "record" else []
+        r = subprocess.run([str(BIN / "accel-bpftrace"), cmd, *extra, "--ebpf"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        want, _ = bpfsrc.build_source(root, rb_pages=pages, host=False)
+        assert r.stdout.rstrip("\n") == want.rstrip("\n")
+        assert "BPF_RINGBUF_OUTPUT" in r.stdout
+        assert not Path("/tmp/unused-ebpf-cap").exists()  # nothing recorded
