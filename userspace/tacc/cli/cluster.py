@@ -16,8 +16,8 @@ import json
 import sys
 from typing import Any
 
-from tacc.cli.analyze import JsonTarget, json_captures
 from tacc.cli import CommandError
+from tacc.cli.analyze import JsonTarget, json_captures
 
 FINDINGS_SCHEMA = "tacc-cluster-findings"
 
