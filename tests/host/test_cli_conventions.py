@@ -83,3 +83,48 @@ def test_completions_and_man_pages_name_every_subcommand(tmp_path: Path) -> None
                 assert path[-1] in man, (name, path)
         title = man.split("\n")[0].replace("\\", "")  # groff escapes the dashes
         assert man.startswith(".TH") and name.upper() in title.upper()
+
+
+def _stderr_in_pty(argv: list[str]) -> str:
+    """``argv``'s stderr when it is a terminal (stdout a pipe)."""
+    import os
+    import pty
+    import subprocess
+
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait(120)
+    os.close(master)
+    return out.decode(errors="replace")
+
+
+def test_timeline_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    import subprocess
+    import tarfile
+
+    root = Path(__file__).resolve().parents[2]
+    with tarfile.open(root / "tests/host/data/real-mixed.tar.xz") as tf:
+        tf.extractall(tmp_path)  # noqa: S202 (our own fixture)
+    tacc = str(root / ".venv/bin/tacc")
+    cmd = [tacc, "timeline", str(tmp_path / "real-mixed"), "-o", str(tmp_path / "t.pftrace")]
+    bar = _stderr_in_pty(cmd)
+    assert "11,066 events" in bar and "wrote" in bar  # the bar counts the events
+    assert "events" not in _stderr_in_pty([*cmd, "-q"]).replace("11066 events", "")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)  # not a terminal
+    assert r.returncode == 0
+    assert r.stderr == f"wrote {tmp_path}/t.pftrace: 11066 events on 73 tracks\n"
