@@ -190,6 +190,7 @@ int tacc_vvm_bind_ioctl(struct drm_device *dev, void *data, struct drm_file *fil
 int tacc_vvm_unbind_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 void tacc_vbo_dma_map_done(struct tacc_vbo *bo);
 void tacc_vbo_dma_unmap(struct tacc_vbo *bo);
+enum dma_data_direction tacc_vbo_dma_dir(const struct tacc_vbo *bo);
 void tacc_vbos_release_dma(struct tacc_vdev *vd);
 int tacc_vbo_va(struct drm_file *file, const struct drm_tacc_operand *op, u64 len,
 		u32 align, int type, u64 *va);

@@ -57,6 +57,7 @@ pkgs=(
 	iproute2 procps util-linux passwd chromium pciutils make
 	podman crun bpftool  # containers: tests/vm/test_containers.py, docs/containers.md
 	tshark
+	libopenblas-dev  # the device GEMM (qemu/hw/tacc/tacc-ops.c): cblas_sgemm
 )
 # linux-perf: the 6.12 build (close to the guest kernel's), not bookworm's 6.1 (issue 18)
 bpo_pkgs=(meson python3-pycotap linux-perf)

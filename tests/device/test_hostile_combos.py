@@ -9,10 +9,11 @@ import struct
 
 import numpy as np
 import pytest
+from tacc import hw
+from tacc.hw.records import d_copy, d_fence
 from tacc.pcie import CPLD, F_CTRL, TLP_DTYPE
 from tacc.testing.qtest import QEMU, QTestError
-from tacc import hw
-from tacc.testing.taccdev import DEVMEM_VA, Tacc, d_copy, d_fence
+from tacc.testing.taccdev import DEVMEM_VA, Tacc
 from tacc.testing.virtiodev import Job, VirtioTacc, device_arg
 
 WIN = "devmem-base=0xc000000,devmem-size=0x4000000"

@@ -170,7 +170,8 @@ def test_gemm_write_back_walks_are_neither_timed_nor_counted():
         assert c1["tlb_misses"] - c0["tlb_misses"] == 14
         assert c1["tlb_walk_reads"] - c0["tlb_walk_reads"] == 42
         busy = sum(c1[f"busy_compute{i}"] - c0[f"busy_compute{i}"] for i in range(4))
-        comp_ps = max(2 * m * n * k * 1000 // 4000, (m * k + k * n + m * n) * 4 * 1000 // 800)
+        comp_ps = max(2 * m * n * k * 1000 // d.qom_get("compute-gflops"),
+                      (m * k + k * n + m * n) * 4 * 1000 // d.qom_get("devmem-gbps"))
         assert busy == cq.end - cq.start == (100_000 + 500_000 * 42 + comp_ps) // 1000
     finally:
         d.close()

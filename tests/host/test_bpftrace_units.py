@@ -19,7 +19,8 @@ from tacc.bpftrace.ringbuf import BUSY_BIT, DISCARD_BIT, RingReader, stride_of
 from tacc.bpftrace.tpformat import c_struct, parse_format
 from tacc.capture.schema import NO_FID, DriverKind, HostKind
 from tacc.cli import bpftrace as cli
-from tacc.daemon.devices import DeviceError, devid_to_pci, parse_pci
+from tacc.devices import devid_to_pci, parse_pci
+from tacc.errors import DeviceError
 
 FORMAT = """name: tacc_job_done
 ID: 1234

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from tacc.analyze.cluster_rules import analyze_cluster
+from tacc.capture import clockx
 from tacc.capture import synth_cluster as sc
 from tacc.cli import main
-from tacc.daemon import clockx
 from tacc.timeline.cluster import ClusterError, load_view, parse_renames
 from tacc.timeline.convert import convert
 from tacc.timeline.manifest import write_manifest

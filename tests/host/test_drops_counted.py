@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from tacc.capture import open_capture
 from tacc.capture.schema import TRACE_REC_DTYPE, DropSource
-from tacc.daemon import uapi
-from tacc.daemon.devices import TaccFunction
 from tacc.daemon.devring import RingView
 from tacc.daemon.session import CaptureSession, Options
+from tacc.devices import TaccFunction
+from tacc.runtime import uapi
 
 
 class OverflowingRing:
@@ -33,7 +33,7 @@ class OverflowingRing:
         self.view = RingView(self.buf, fid, self.advance)
 
     def _hdr(self) -> None:
-        h = uapi.TraceHeader(version=1, rec_size=64, entries=self.entries, rec_version=1,
+        h = uapi.drm_tacc_trace_header(version=1, rec_size=64, entries=self.entries, rec_version=1,
                              data_offset=4096, prod=self.prod, dropped=self.dropped, epoch=1)
         self.buf[:ctypes.sizeof(h)] = bytes(h)
 

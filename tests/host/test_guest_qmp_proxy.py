@@ -100,7 +100,8 @@ def test_guest_cannot_create_host_files(guest) -> None:
     tries = [
         g.cmd("chardev-add", id="c0", backend={"type": "file", "data": {"out": str(evil[0])}}),
         g.cmd("dump-guest-memory", paging=False, protocol=f"file:{evil[1]}"),
-        g.cmd("human-monitor-command", **{"command-line": f"chardev-add file,id=c1,path={evil[2]}"}),
+        g.cmd("human-monitor-command",
+              **{"command-line": f"chardev-add file,id=c1,path={evil[2]}"}),
         g.cmd("human-monitor-command", **{"command-line": f"dump-guest-memory {evil[3]}"}),
         g.cmd("device_add", driver="tacc", id="t9", romfile="/etc/passwd"),
         g.cmd("device_add", driver="virtio-serial-pci", id="vs9"),

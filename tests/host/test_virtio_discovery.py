@@ -22,8 +22,8 @@ from tacc.capture.schema import (
     Opcode,
 )
 from tacc.cli import main
-from tacc.daemon.devices import discover, read_clock_sync
 from tacc.daemon.session import CaptureSession, Options
+from tacc.devices import discover, read_clock_sync
 from test_cdi import fake_sysfs as pf_and_vfs
 
 VIRTIO_PCI = "0000:00:04.0"

@@ -31,7 +31,7 @@ from conftest import tacc_pci_devices  # noqa: E402
 def main(out: Path) -> int:
     from tacc.bpftrace import preflight
     from tacc.bpftrace.program import Program
-    from tacc.daemon.devices import discover
+    from tacc.devices import discover
 
     out.mkdir(parents=True, exist_ok=True)
     pf = next(d for d in tacc_pci_devices() if not (d / "physfn").exists())

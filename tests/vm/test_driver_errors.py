@@ -1,6 +1,6 @@
 """tacc.ko in the guest: injected device errors, FLR through sysfs `reset`, AER.
 
-Fault injection goes through QMP from inside the guest (tacc.testing.guest_qmp):
+Fault injection goes through QMP from inside the guest (tacc.guest_qmp):
 x-fi-fail-next-dma and x-fi-corrupt-next-cqe end in a job error (never a hang or a
 WARN); FLR and a fatal error (x-fi-fatal, reported by the device as an AER
 uncorrectable internal error) fail the jobs in flight with -EIO and leave a
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tacc.testing.guest_qmp import PF_QOM
+from tacc.guest_qmp import PF_QOM
 from test_driver_basic import (
     DEVICE,
     OP_D2H,
@@ -33,7 +33,7 @@ EV_RESET, EV_FATAL, EV_DMA_ERROR = 3, 4, 8
 
 @pytest.fixture(scope="module")
 def qmp():
-    mod = pytest.importorskip("tacc.testing.guest_qmp")
+    mod = pytest.importorskip("tacc.guest_qmp")
     try:
         q = mod.GuestQMP()
     except FileNotFoundError:

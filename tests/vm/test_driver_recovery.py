@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tacc.testing.guest_qmp import PF_QOM
+from tacc.guest_qmp import PF_QOM
 from test_driver_basic import (
     BIND_READONLY,
     BO_NO_BIND,
@@ -134,7 +134,7 @@ def test_fault_goes_to_own_context(pf_accel):
 
 
 def test_hang_recovery(pf_accel):
-    qmp_mod = pytest.importorskip("tacc.testing.guest_qmp")
+    qmp_mod = pytest.importorskip("tacc.guest_qmp")
     try:
         qmp = qmp_mod.GuestQMP()
     except FileNotFoundError:

@@ -15,7 +15,7 @@ import select
 import time
 
 import pytest
-from tacc.testing.guest_qmp import PF_QOM
+from tacc.guest_qmp import PF_QOM
 from test_driver_basic import (
     DEVICE,
     MMAP_COUNTERS,
@@ -33,7 +33,7 @@ from test_driver_zz_reload import export_sync_file, rmmod_tacc, sync_file_info
 
 
 def test_surprise_removal(pf_accel):
-    mod = pytest.importorskip("tacc.testing.guest_qmp")
+    mod = pytest.importorskip("tacc.guest_qmp")
     try:
         qmp = mod.GuestQMP()
     except FileNotFoundError:

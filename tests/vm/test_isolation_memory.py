@@ -238,7 +238,7 @@ def _pause(what: str) -> None:
 
 
 def _set_scale(scale: int) -> None:
-    from tacc.testing.guest_qmp import PF_QOM, GuestQMP
+    from tacc.guest_qmp import PF_QOM, GuestQMP
 
     with GuestQMP() as q:
         q.qom_set(PF_QOM, "time-scale", scale)
@@ -254,7 +254,7 @@ def _in_ioctl(pid: int) -> bool:
 def drive(fn: str, node: Path) -> list[str]:
     """Run user_<fn> as tacc-user; serve its requests: need-slow / need-fast (device
     time-scale), "pid N": SIGUSR1 once N sleeps in an ioctl."""
-    pytest.importorskip("tacc.testing.guest_qmp")
+    pytest.importorskip("tacc.guest_qmp")
     p = as_user(fn, str(node))
     lines: list[str] = []
     try:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tacc.testing.guest_qmp import PF_QOM, GuestQMP
+from tacc.guest_qmp import PF_QOM, GuestQMP
 
 WORKER = """
 import sys, time
@@ -350,8 +350,8 @@ def _capture(out: Path) -> list:
 
     from tacc.analyze.engine import analyze
     from tacc.capture import open_capture
-    from tacc.daemon.devices import discover
     from tacc.daemon.session import CaptureSession, Options
+    from tacc.devices import discover
 
     sess = CaptureSession(out, discover(), Options(counters_hz=10.0, clock_hz=4.0),
                           program=None, tool="test_linkfault", node="lf")

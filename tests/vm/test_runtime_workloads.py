@@ -31,7 +31,7 @@ def ctx() -> Iterator[Context]:
 @pytest.fixture
 def stretched() -> Iterator[None]:
     """The device's modelled time x10 for one test (restored after it)."""
-    from tacc.testing.guest_qmp import device_time_scale
+    from tacc.guest_qmp import device_time_scale
 
     with device_time_scale(STRETCH):
         yield

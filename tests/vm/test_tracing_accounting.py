@@ -21,8 +21,8 @@ import pytest
 import timing
 from tacc.capture import open_capture
 from tacc.capture.schema import DriverKind, DropSource, HostKind
-from tacc.daemon import uapi
-from tacc.daemon.devices import discover
+from tacc.devices import discover
+from tacc.runtime import uapi
 
 NJOBS = 40
 BIN = Path(sys.executable).parent
@@ -61,7 +61,7 @@ def _jobs_completed(pci: Path) -> int:
 
 def _gt() -> tuple[int, int]:
     """The device model's own totals (jobs, commands) over all functions, via QMP."""
-    from tacc.testing.guest_qmp import PF_QOM, GuestQMP
+    from tacc.guest_qmp import PF_QOM, GuestQMP
 
     with GuestQMP() as q:
         return (int(q.qom_get(PF_QOM, "x-gt-jobs")),

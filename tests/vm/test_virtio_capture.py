@@ -40,7 +40,7 @@ def _save(name: str, data: Any) -> None:
 
 
 def _virtio_fn() -> Any:
-    from tacc.daemon.devices import discover
+    from tacc.devices import discover
 
     found = [f for f in discover() if f.kind == "virtio" and f.accel]
     if not found:
@@ -58,8 +58,8 @@ class Captured:
 def mixed(program: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Captured]:
     """The mixed workload on the virtio node under a capture of every function."""
     from tacc.bpftrace.program import Filters
-    from tacc.daemon.devices import discover
     from tacc.daemon.session import CaptureSession, Options
+    from tacc.devices import discover
 
     v = _virtio_fn()
     out = tmp_path_factory.mktemp("virtio-cap") / "mixed"

@@ -103,9 +103,9 @@ def test_node_kind_and_negotiated_features(pf_accel):
     with Context(v) as ctx:
         assert ctx.param(U.PARAM_FUNC_KIND) == U.FUNC_KIND_VIRTIO
         assert ctx.param(U.PARAM_FUNC) == 5  # TACC_FN_VIRTIO
-        assert ctx.api_version == U.DRM_TACC_API_VERSION == 3
+        assert ctx.api_version == U.DRM_TACC_API_VERSION == 4
         assert ctx.num_queues == 4 and ctx.devmem_size == WINDOW  # F_DEVMEM negotiated
-        # what taccd's discovery asks (userspace/tacc/daemon/devices.py) is answered
+        # what taccd's discovery asks (userspace/tacc/devices.py) is answered
         assert ctx.param(U.PARAM_CLOCK_HZ) == 1_000_000_000  # TACC_CLOCK_HZ
         assert ctx.param(U.PARAM_TRACE_MMAP_OFFSET) == U.MMAP_TRACE
         # a parameter the virtio function does not provide: EOPNOTSUPP, not a made-up 0
@@ -538,7 +538,7 @@ def test_zz_unbind_with_jobs_in_flight_fails_their_fences():
     x-fi-hang-engine on the H2D engine (shared with the virtio function): 96 GEMMs were
     meant to outlast the unbind, but finished first on the debug kernel (session 6) and,
     with the backend's 2 MiB leaves, on Debian's (session 7: status 0)."""
-    from tacc.testing.guest_qmp import PF_QOM, GuestQMP
+    from tacc.guest_qmp import PF_QOM, GuestQMP
 
     v = _virtio()
     name = _vdev_dir(v).name

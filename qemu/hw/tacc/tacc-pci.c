@@ -951,8 +951,10 @@ static const Property tacc_props[] = {
     DEFINE_PROP_UINT32("read-latency-ns", TaccState, read_latency_ns, 600),
     DEFINE_PROP_UINT32("write-latency-ns", TaccState, write_latency_ns, 200),
     DEFINE_PROP_UINT32("walk-latency-ns", TaccState, walk_latency_ns, 500),
-    DEFINE_PROP_UINT32("compute-gflops", TaccState, compute_gflops, 4000),
-    DEFINE_PROP_UINT32("devmem-gbps", TaccState, devmem_gbps, 800),
+    /* one NVIDIA L4 over 4 engines: docs/hardware.md section 14 */
+    DEFINE_PROP_UINT32("compute-gflops", TaccState, compute_gflops, 7575),
+    DEFINE_PROP_UINT32("bf16-gflops", TaccState, bf16_gflops, 30250),
+    DEFINE_PROP_UINT32("devmem-gbps", TaccState, devmem_gbps, 300),
     DEFINE_PROP_UINT8("sriov-max-vfs", TaccState, total_vfs, TACC_MAX_VFS),
     DEFINE_PROP_SIZE("x-host-slice", TaccState, host_slice, 16 * MiB),
 };

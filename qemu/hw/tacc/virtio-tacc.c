@@ -655,7 +655,7 @@ static uint32_t vt_trace_setup(VirtIOTacc *vt, const uint8_t *b, size_t len)
     struct tacc_virtio_trace_setup r;
     TaccFunc *f = &vt->func;
     uint64_t base, wb;
-    uint32_t n;
+    uint32_t n, v3;
 
     if (len != sizeof(r)) {
         return vt_bad(TACC_VIRTIO_ERR_INVAL, "TRACE_SETUP length %zu", len);
@@ -664,8 +664,11 @@ static uint32_t vt_trace_setup(VirtIOTacc *vt, const uint8_t *b, size_t len)
     base = le64_to_cpu(r.base);
     wb = le64_to_cpu(r.wb);
     n = le32_to_cpu(r.entries);
-    if (base && ((base & 63) || n < 2 || n > (1u << 20) || !is_power_of_2(n) ||
-                 (wb & 7) || le32_to_cpu(r.enable) > 1)) {
+    v3 = virtio_vdev_has_feature(VIRTIO_DEVICE(vt), TACC_VIRTIO_F_TRACE_V3) ?
+         TACC_VIRTIO_TRACE_V3 : 0;
+    if (base && ((base & ((le32_to_cpu(r.enable) & v3) ? 127 : 63)) ||
+                 n < 2 || n > (1u << 20) || !is_power_of_2(n) ||
+                 (wb & 7) || (le32_to_cpu(r.enable) & ~(1u | v3)))) {
         return vt_bad(TACC_VIRTIO_ERR_INVAL, "TRACE_SETUP base 0x%" PRIx64
                       " entries %u wb 0x%" PRIx64, base, n, wb);
     }
@@ -904,6 +907,8 @@ static VtJob *vt_job_parse(VirtIOTacc *vt, const uint8_t *buf, size_t len,
     for (uint16_t i = 0; i < j->ncmds; i++) {
         struct tacc_desc *d = &j->cmds[i];
         if (d->opcode >= TACC_OP_MAX ||
+            (tacc_desc_hw13(d) &&
+             !virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_INFER)) ||
             (d->opcode == TACC_OP_FILL &&
              (!virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_FILL) ||
               !vt_fill_resolve(vt, c, d)))) {
@@ -1311,7 +1316,11 @@ static void vt_get_config(VirtIODevice *vdev, uint8_t *config)
     c.caps = cpu_to_le32(TACC_CAP_MMU_2M | TACC_CAP_TRACE |
                          TACC_CAP_TLB_INV_DONE |
                          (virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_FILL)
-                          ? TACC_CAP_FILL : 0));
+                          ? TACC_CAP_FILL : 0) |
+                         (virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_INFER)
+                          ? TACC_CAP_HW13 & ~TACC_CAP_TRACE_V3 : 0) |
+                         (virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_TRACE_V3)
+                          ? TACC_CAP_TRACE_V3 : 0));
     c.func = cpu_to_le32(TACC_FN_VIRTIO);
     c.num_contexts = cpu_to_le32(TACC_NUM_CONTEXTS);
     c.num_rings = cpu_to_le32(TACC_VIRTIO_NUM_RINGS);
@@ -1448,6 +1457,10 @@ static const Property vt_properties[] = {
     DEFINE_PROP_BIT64("fill", VirtIOTacc, features, TACC_VIRTIO_F_FILL, true),
     DEFINE_PROP_BIT64("trace", VirtIOTacc, features, TACC_VIRTIO_F_TRACE,
                       true),
+    DEFINE_PROP_BIT64("infer", VirtIOTacc, features, TACC_VIRTIO_F_INFER,
+                      true),
+    DEFINE_PROP_BIT64("trace-v3", VirtIOTacc, features,
+                      TACC_VIRTIO_F_TRACE_V3, true),
 };
 
 static const VMStateDescription vt_vmstate = {

@@ -5,8 +5,9 @@ function adds one or more subparsers and sets ``func=<callable(args) -> int>`` o
 (``parser.set_defaults(func=...)``).  To add a subcommand, add its module to
 ``SUBCOMMAND_MODULES`` (or ship a ``tacc.subcommands`` entry point).
 
-Errors: a :class:`tacc.capture.CaptureError` (or any :class:`CommandError`) becomes
-``tacc: error: <one line>`` on stderr and exit status 2, without a traceback.
+Errors: a :class:`tacc.errors.TaccError` (the root of every library error, and of
+:class:`CommandError`) becomes ``tacc: error: <one line>`` on stderr and exit status 2,
+without a traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 
 from tacc import __version__
+from tacc.errors import TaccError
 
 # The subcommand modules, in the order of `tacc --help`.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
@@ -33,17 +35,13 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.cli.devices",  # devices: PF, VF and virtio-tacc functions
     "tacc.cli.vfio",  # vfio list|bind|unbind
     "tacc.cli.pcie",  # pcie capture|summary|timeline (PCIe analyzer)
+    "tacc.cli.onnx",  # onnx run|test: ONNX models
 )
 
 
-class CommandError(Exception):
-    """A user-facing failure of a subcommand: printed as one line, exit status 2."""
-
-
-def _known_errors() -> tuple[type[BaseException], ...]:
-    from tacc.capture.errors import CaptureError
-
-    return (CommandError, CaptureError)
+class CommandError(TaccError):
+    """A user-facing failure of a subcommand's arguments: printed as one line, exit
+    status 2 (as every :class:`tacc.errors.TaccError` is)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(func(args) or 0)
-    except _known_errors() as exc:
+    except TaccError as exc:
         print(f"tacc: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

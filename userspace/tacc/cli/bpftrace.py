@@ -210,7 +210,7 @@ def cmd_latency(args: argparse.Namespace, root: Path) -> int:
 
 
 def _clock_hz(fn: Any) -> float:
-    from tacc.daemon.devices import discover
+    from tacc.devices import discover
 
     fns = [fn] if fn else discover()
     for f in fns:
@@ -286,8 +286,8 @@ def cmd_dma(args: argparse.Namespace, root: Path) -> int:
 
 def cmd_record(args: argparse.Namespace, root: Path) -> int:
     from tacc.capture.errors import CaptureError
-    from tacc.daemon.devices import discover
     from tacc.daemon.session import CaptureSession, Options
+    from tacc.devices import discover
 
     try:  # before any device is touched or the program compiled
         opts = Options(host_events=False, device_trace=not args.no_device_trace, api=False,
@@ -333,7 +333,8 @@ def run(argv: Sequence[str] | None) -> int:
     if not args.cmd:
         raise ToolError(f"a command is required: {', '.join(COMMANDS)}", status=2)
     if args.device:
-        from tacc.daemon.devices import DeviceError, parse_pci
+        from tacc.devices import parse_pci
+        from tacc.errors import DeviceError
 
         try:
             parse_pci(args.device)

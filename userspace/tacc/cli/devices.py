@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from tacc.daemon.devices import TaccFunction, discover
+from tacc.devices import TaccFunction, discover
 
 EPILOG = """examples:
   tacc devices                 PCI  KIND  PF  NODE  DRIVER, one function a line

@@ -32,6 +32,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="enable API tracing for this run (as TACC_API_TRACE=1)")
     p.add_argument("--sim", action="store_true", help="use the Python simulator, no device")
     p.add_argument("--json", action="store_true", help="print results as JSON")
+    m = p.add_argument_group("model workloads (decode*)")
+    m.add_argument("--config", choices=("tiny", "gpt2"), default=None,
+                   help="model configuration (default tiny)")
+    m.add_argument("--batch", type=int, default=None, help="sequences (default 4)")
+    m.add_argument("--prompt", type=int, default=None, help="prompt tokens (default 8)")
+    m.add_argument("--tokens", type=int, default=None,
+                   help="tokens generated per sequence (default 8)")
+    m.add_argument("--dtype", choices=("fp32", "bf16"), default=None,
+                   help="weights of the matmuls (decode; default fp32)")
+    m.add_argument("--mode", choices=("graph", "eager", "launch"), default=None,
+                   help="decode steps: graph replay (default), op by op, op by op with a "
+                        "host sync per layer")
     p.set_defaults(func=main)
     return p
 
@@ -76,6 +88,13 @@ def main(args: argparse.Namespace) -> int:
     results = []
     try:
         kw: dict[str, Any] = {"scale": args.scale, "check": not args.no_check}
+        model_kw = {k: getattr(args, k) for k in ("config", "batch", "prompt", "tokens",
+                                                  "dtype", "mode")
+                    if getattr(args, k) is not None}
+        if model_kw and not w.model:
+            raise CommandError(f"{w.name}: --{next(iter(model_kw))} is for the model "
+                               "workloads (decode*)")
+        kw.update(model_kw)
         if w.multi_device and len(ctxs) > 1:
             kw["extra"] = ctxs[1:]
         for bad in ([True, False] if variant == "both" else [variant == "bad"]):
@@ -84,6 +103,8 @@ def main(args: argparse.Namespace) -> int:
         raise CommandError(f"{w.name}: {e}") from None
     except AssertionError as e:
         raise CommandError(f"{w.name}: result check failed: {e}") from None
+    except ValueError as e:
+        raise CommandError(f"{w.name}: {e}") from None
     finally:
         for c in ctxs:
             c.close()
@@ -96,6 +117,12 @@ def main(args: argparse.Namespace) -> int:
         print()
     else:
         print(_table(results))
+        for r in results:
+            if "tokens_per_s" in r.extra:
+                x = r.extra
+                print(f"{r.workload} {r.variant}: time to first token {x['ttft_ms']:.2f} ms, "
+                      f"time per output token {x['tpot_ms']:.2f} ms, "
+                      f"{x['tokens_per_s']:.1f} tokens/s")
         if "bad_over_good_device_time" in out:
             print(f"bad/good device time: {out['bad_over_good_device_time']:.2f}x")
     return 0

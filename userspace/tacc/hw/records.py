@@ -44,6 +44,13 @@ def f32_bits(v: float) -> int:
     return int(struct.unpack("<I", struct.pack("<f", v))[0])
 
 
+def _pack(member: str, *vals: int) -> bytes:
+    """A payload member with its leading fields given, the rest (newer fields) zero."""
+    s = PAYLOAD[member]
+    n = len(s.unpack(bytes(s.size)))
+    return s.pack(*vals, *([0] * (n - len(vals))))
+
+
 def desc(op: int, *, flags: int = 0, ctx: int = 0, index: int = 0, job: int = 0,
          tag: int = 0, payload: bytes = b"") -> bytes:
     b = DESC.pack(op, flags, ctx, index, 0, job, 0, tag) + payload
@@ -51,26 +58,26 @@ def desc(op: int, *, flags: int = 0, ctx: int = 0, index: int = 0, job: int = 0,
 
 
 def d_copy(op: int, src: int, dst: int, length: int, **kw: int) -> bytes:
-    return desc(op, payload=PAYLOAD["copy"].pack(src, dst, length), **kw)
+    return desc(op, payload=_pack("copy", src, dst, length), **kw)
 
 
 def d_gemm(a: int, b: int, c: int, m: int, n: int, k: int, lda: int, ldb: int, ldc: int,
            alpha: float = 1.0, beta: float = 0.0, **kw: int) -> bytes:
-    return desc(hw.TACC_OP_GEMM, payload=PAYLOAD["gemm"].pack(
-        a, b, c, m, n, k, lda, ldb, ldc, f32_bits(alpha), f32_bits(beta)), **kw)
+    return desc(hw.TACC_OP_GEMM, payload=_pack(
+        "gemm", a, b, c, m, n, k, lda, ldb, ldc, f32_bits(alpha), f32_bits(beta)), **kw)
 
 
 def d_elt(op: int, a: int, b: int, c: int, n: int, scalar: float = 0.0, **kw: int) -> bytes:
     return desc(hw.TACC_OP_ELTWISE,
-                payload=PAYLOAD["eltwise"].pack(a, b, c, n, op, f32_bits(scalar)), **kw)
+                payload=_pack("eltwise", a, b, c, n, op, f32_bits(scalar)), **kw)
 
 
 def d_fence(addr: int, value: int, **kw: int) -> bytes:
-    return desc(hw.TACC_OP_FENCE, payload=PAYLOAD["fence"].pack(addr, value), **kw)
+    return desc(hw.TACC_OP_FENCE, payload=_pack("fence", addr, value), **kw)
 
 
 def d_ts(addr: int, **kw: int) -> bytes:
-    return desc(hw.TACC_OP_TIMESTAMP, payload=PAYLOAD["timestamp"].pack(addr), **kw)
+    return desc(hw.TACC_OP_TIMESTAMP, payload=_pack("timestamp", addr), **kw)
 
 
 @dataclass

@@ -5,6 +5,8 @@ tests/host/test_hw_contract.py compiles the header and compares."""
 from __future__ import annotations
 
 import ctypes as C
+import fcntl
+import os
 
 from tacc import hw
 
@@ -60,6 +62,16 @@ ELT_ADD = hw.DRM_TACC_ELT_ADD
 ELT_MUL = hw.DRM_TACC_ELT_MUL
 ELT_RELU = hw.DRM_TACC_ELT_RELU
 ELT_SCALE = hw.DRM_TACC_ELT_SCALE
+# hw 1.3 (uAPI 4, struct drm_tacc_cmd2 only)
+OP_SOFTMAX = hw.DRM_TACC_OP_SOFTMAX
+OP_NORM = hw.DRM_TACC_OP_NORM
+OP_GATHER = hw.DRM_TACC_OP_GATHER
+OP_LIST = hw.DRM_TACC_OP_LIST
+ELT_GELU = hw.DRM_TACC_ELT_GELU
+ELT_SILU = hw.DRM_TACC_ELT_SILU
+ELT_EXP = hw.DRM_TACC_ELT_EXP
+ELT_CAST = hw.DRM_TACC_ELT_CAST
+CMD2_OPERANDS = hw.DRM_TACC_CMD2_OPERANDS
 MAX_IN_SYNCOBJS = hw.DRM_TACC_MAX_IN_SYNCOBJS
 MMAP_COUNTERS = hw.DRM_TACC_MMAP_COUNTERS
 MMAP_TRACE = hw.DRM_TACC_MMAP_TRACE
@@ -110,6 +122,7 @@ drm_tacc_vm_bind: type[C.Structure] = hw.struct("drm_tacc_vm_bind")
 drm_tacc_vm_unbind: type[C.Structure] = hw.struct("drm_tacc_vm_unbind")
 drm_tacc_operand: type[C.Structure] = hw.struct("drm_tacc_operand")
 drm_tacc_cmd: type[C.Structure] = hw.struct("drm_tacc_cmd")
+drm_tacc_cmd2: type[C.Structure] = hw.struct("drm_tacc_cmd2")
 drm_tacc_submit: type[C.Structure] = hw.struct("drm_tacc_submit")
 drm_tacc_wait: type[C.Structure] = hw.struct("drm_tacc_wait")
 drm_tacc_trace_open: type[C.Structure] = hw.struct("drm_tacc_trace_open")
@@ -131,3 +144,51 @@ STRUCTS: tuple[type[C.Structure], ...] = tuple(
     hw.struct(n) for n in hw.STRUCTS if n.startswith("drm_tacc_"))
 IOCTLS: dict[str, int] = {k: v for k, v in hw.CONSTANTS.items()
                           if k.startswith("DRM_IOCTL_TACC_")}
+
+
+# --- the few calls the tracing and counter tools make without a runtime Context
+def ioctl(fd: int, request: int, arg: C.Structure) -> C.Structure:
+    """ioctl(2) with a ctypes argument (returned, updated); raises OSError with the
+    driver's errno."""
+    fcntl.ioctl(fd, request, arg, True)
+    return arg
+
+
+def get_param(fd: int, param: int, index: int = 0) -> int:
+    p = drm_tacc_get_param(param=param, index=index)
+    ioctl(fd, DRM_IOCTL_TACC_GET_PARAM, p)
+    return int(p.value)
+
+
+def submit_nops(fd: int, njobs: int, ncmds: int = 1, queue: int = 0, tag_base: int = 0,
+                wait: bool = True) -> list[int]:
+    """Submit ``njobs`` jobs of ``ncmds`` NOP commands; returns their seqnos (waited for)."""
+    cmds = (drm_tacc_cmd * ncmds)()
+    seqnos = []
+    for j in range(njobs):
+        for i in range(ncmds):
+            cmds[i].opcode = OP_NOP
+            cmds[i].tag = tag_base + j if tag_base else 0
+        s = drm_tacc_submit(cmds=C.addressof(cmds), num_cmds=ncmds, queue=queue,
+                            cmd_size=C.sizeof(drm_tacc_cmd))
+        while True:
+            try:
+                ioctl(fd, DRM_IOCTL_TACC_SUBMIT, s)
+                break
+            except BlockingIOError:
+                if seqnos:
+                    wait_seqno(fd, seqnos[-1])
+        seqnos.append(int(s.seqno))
+    if wait and seqnos:
+        wait_seqno(fd, seqnos[-1])
+    return seqnos
+
+
+def wait_seqno(fd: int, seqno: int, timeout_ns: int = 10_000_000_000) -> int:
+    w = drm_tacc_wait(seqno=seqno, timeout_ns=timeout_ns)
+    ioctl(fd, DRM_IOCTL_TACC_WAIT, w)
+    return int(w.status)
+
+
+def open_node(path: str) -> int:
+    return os.open(path, os.O_RDWR | os.O_CLOEXEC)

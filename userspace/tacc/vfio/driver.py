@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tacc import hw
+from tacc.errors import DeviceError, VfioError
 from tacc.hw.records import CQE, Cqe, d_copy, d_gemm, desc
 from tacc.libc import libc
 from tacc.vfio import uapi as V
@@ -55,10 +56,6 @@ libc.mmap.restype = C.c_void_p
 libc.mmap.argtypes = [C.c_void_p, C.c_size_t, C.c_int, C.c_int, C.c_int, C.c_long]
 libc.munmap.argtypes = [C.c_void_p, C.c_size_t]
 libc.ioctl.argtypes = [C.c_int, C.c_ulong, C.c_void_p]
-
-
-class VfioError(OSError):
-    """A VFIO step failed: errno plus one line saying which step and why."""
 
 
 def _ioctl(fd: int, req: int, arg: object, what: str) -> int:
@@ -263,10 +260,6 @@ class Device:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-
-class DeviceError(RuntimeError):
-    """The device refused a step (not ready, bad ring, TLB invalidation timeout)."""
 
 
 class TaccVfio:

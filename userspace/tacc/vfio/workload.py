@@ -7,7 +7,8 @@ import time
 import numpy as np
 
 from tacc import hw
-from tacc.vfio.driver import DeviceError, TaccVfio
+from tacc.errors import DeviceError
+from tacc.vfio.driver import TaccVfio
 
 
 def _ok(t: TaccVfio, descs: list[bytes], what: str) -> None:

@@ -10,8 +10,11 @@ from tacc.analyze.rules import (
     idle_gaps,
     imbalance,
     iommu_churn,
+    kv_roundtrip,
+    launch_bound,
     link_degraded,
     link_saturation,
+    redundant_upload,
     serialized_copies,
     small_transfers,
     tlb_thrash,
@@ -22,7 +25,9 @@ from tacc.analyze.rules.host_memory import HostMemoryThresholds
 from tacc.analyze.rules.idle_gaps import IdleGapsThresholds
 from tacc.analyze.rules.imbalance import ImbalanceThresholds
 from tacc.analyze.rules.iommu_churn import IommuChurnThresholds
+from tacc.analyze.rules.launch_bound import LaunchBoundThresholds
 from tacc.analyze.rules.link_saturation import LinkSaturationThresholds
+from tacc.analyze.rules.redundant_upload import RedundantUploadThresholds
 from tacc.analyze.rules.serialized_copies import SerializedCopiesThresholds
 from tacc.analyze.rules.small_transfers import SmallTransfersThresholds
 from tacc.analyze.rules.tlb_thrash import TlbThrashThresholds
@@ -40,11 +45,16 @@ RULES: dict[str, Rule] = {
     "serialized_copies": serialized_copies.serialized_copies,
     "idle_gaps": idle_gaps.idle_gaps,
     "link_degraded": link_degraded.link_degraded,
+    "launch_bound": launch_bound.launch_bound,
+    "redundant_upload": redundant_upload.redundant_upload,
+    "kv_roundtrip": kv_roundtrip.kv_roundtrip,
 }
 
 
 @dataclass
 class Thresholds(
+    RedundantUploadThresholds,
+    LaunchBoundThresholds,
     IdleGapsThresholds,
     SerializedCopiesThresholds,
     TlbThrashThresholds,

@@ -14,17 +14,15 @@ from typing import Any
 
 import numpy as np
 
+from tacc import hw
 from tacc.capture.schema import CLOCK_DTYPE, FUNC_COUNTERS, GLOBAL_COUNTERS
+from tacc.errors import DeviceError
 
-TACC_VENDOR = "0x7acc"
+TACC_VENDOR = f"0x{hw.TACC_PCI_VENDOR_ID:04x}"  # as sysfs prints it
 # virtio-tacc-pci (docs/virtio.md): 1af4:(0x1040 + 57), tacc.ko's tacc-virtio driver
 VIRTIO_VENDOR, VIRTIO_TACC_DEVICE = "0x1af4", "0x1079"
 VIRTIO_FUNC = 5  # TACC_FN_VIRTIO: its function index on the tacc device (trace records)
 PCI_ADDR_RE = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
-
-
-class DeviceError(Exception):
-    """A device argument or sysfs state that makes a request impossible (one line)."""
 
 
 def parse_pci(addr: str) -> tuple[str, int]:
@@ -235,13 +233,13 @@ def icount_info(timeout: float = 2.0) -> dict[str, object] | None:
     """QEMU's -icount state, when the guest has a QMP channel to its own QEMU.
 
     The test VM (scripts/run-vm) gives the guest a virtio-serial QMP port
-    (tacc.testing.guest_qmp).  QMP has no query for the -icount options: HMP ``info jit``
+    (tacc.guest_qmp).  QMP has no query for the -icount options: HMP ``info jit``
     prints its "Host - Guest clock" drift line only with icount on, and ``query-replay``
     reports the executed-instruction counter; the shift itself is not visible (null).
     Without the port (a real machine, other VMs) the answer is None.
     """
     try:
-        from tacc.testing.guest_qmp import GuestQMP, find_port
+        from tacc.guest_qmp import GuestQMP, find_port
 
         port = find_port()
     except (ImportError, OSError):
