@@ -88,6 +88,17 @@ DOCS: dict[tuple[str, ...], tuple[str, list[str]]] = {
                                    "ui.perfetto.dev): one slice per TLP, read requests "
                                    "flowing to their completions.",
                                    ["tacc pcie timeline /tmp/tlp.tcs -o /tmp/tlp.json"]),
+    ("tacc", "onnx"): ("ONNX models on the device (docs/onnx.md): run one, or the ONNX "
+                       "backend node tests of the supported ops.",
+                       ["tacc onnx run model.onnx -o out.npz",
+                        "tacc onnx test --sim --ops MatMul,Relu"]),
+    ("tacc", "onnx", "run"): ("Run an ONNX model on the device: its outputs' shapes and "
+                              "dtypes, optionally saved as an .npz.",
+                              ["tacc onnx run model.onnx",
+                               "tacc onnx run model.onnx -i x=x.npy -o out.npz --fallback cpu"]),
+    ("tacc", "onnx", "test"): ("The ONNX backend node tests of the supported ops, on the "
+                               "device or the simulator.",
+                               ["tacc onnx test", "tacc onnx test --sim --json results.json"]),
     ("accel-bpftrace",): ("", ["accel-bpftrace snoop", "accel-bpftrace latency --duration 5",
                                "accel-bpftrace snoop --ebpf"]),
     ("accel-bpftrace", "snoop"): ("One line per job submission and completion: process, "
@@ -141,6 +152,10 @@ OPTION_HELP: dict[tuple[str, ...], str] = {
     ("tacc", "pcie", "summary", "--json"): "print the summary as JSON",
     ("tacc", "pcie", "timeline", "file"): "a TLP capture (tacc pcie capture -o FILE)",
     ("tacc", "pcie", "timeline", "--output"): "Chrome trace JSON file to write",
+    ("tacc", "onnx", "run", "model"): "the .onnx model file",
+    ("tacc", "onnx", "test", "--sim"): "the runtime's simulator backend",
+    ("tacc", "onnx", "test", "--device"): "PCI address or accel node (default: the first PF)",
+    ("tacc", "onnx", "test", "--verbose"): "one line per test case",
     ("accel-bpftrace", "top", "--interval"): "seconds between refreshes",
     ("accel-bpftrace", "dma", "--interval"): "seconds between reports (default: at the end)",
     ("taccd", "--verbose"): "log every request and capture event to stderr",
