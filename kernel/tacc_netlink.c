@@ -11,6 +11,7 @@
 #include <drm/drm_file.h>
 
 #include "tacc_drv.h"
+#include "tacc_trace.h"
 
 /* Events name other owners' pids and fault addresses: CAP_NET_ADMIN to join. */
 static const struct genl_multicast_group tacc_mcgrps[] = {
@@ -36,6 +37,8 @@ void tacc_genl_event(struct tacc_device *tdev, u32 event, struct tacc_ctx *ctx,
 	struct sk_buff *skb;
 	void *hdr;
 
+	trace_tacc_device_event(tacc_devid(tdev), event, ctx ? ctx->id : U32_MAX, queue, addr,
+				info, tag, seqno);
 	if (!tacc_genl_registered || !genl_has_listeners(&tacc_genl_family, &init_net, 0))
 		return;
 	skb = genlmsg_new(NLMSG_DEFAULT_SIZE, gfp);

@@ -353,6 +353,36 @@ TRACE_EVENT(tacc_reset,
 		  __entry->tag, __entry->reason)
 );
 
+/* every device event tacc.ko sends on its genetlink family, for stock tools (perf, ftrace) */
+TRACE_EVENT(tacc_device_event,
+	TP_PROTO(u32 dev, u32 event, u32 ctx, u32 queue, u64 addr, u32 info, u64 tag,
+		 u64 seqno),
+	TP_ARGS(dev, event, ctx, queue, addr, info, tag, seqno),
+	TP_STRUCT__entry(
+		__field(u32, dev)
+		__field(u32, event)
+		__field(u32, ctx)
+		__field(u32, queue)
+		__field(u64, addr)
+		__field(u32, info)
+		__field(u64, tag)
+		__field(u64, seqno)
+	),
+	TP_fast_assign(
+		__entry->dev = dev;
+		__entry->event = event;
+		__entry->ctx = ctx;
+		__entry->queue = queue;
+		__entry->addr = addr;
+		__entry->info = info;
+		__entry->tag = tag;
+		__entry->seqno = seqno;
+	),
+	TP_printk("dev=%x event=%u ctx=%u queue=%u addr=0x%llx info=0x%x tag=0x%llx seqno=%llu",
+		  __entry->dev, __entry->event, __entry->ctx, __entry->queue, __entry->addr,
+		  __entry->info, __entry->tag, __entry->seqno)
+);
+
 TRACE_EVENT(tacc_trace_drop,
 	TP_PROTO(u32 dev, u32 dropped, u32 total),
 	TP_ARGS(dev, dropped, total),

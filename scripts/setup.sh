@@ -159,6 +159,21 @@ fi
 	kernel/include/tacc_hw.h kernel/include/uapi/drm/tacc_accel.h kernel/include/tacc_virtio.h ||
 	die "cannot generate userspace/tacc/hw/_contract.py"
 
+# ---- shell completions and man pages of tacc, accel-bpftrace and taccd, generated from
+# their parsers (tacc.cli.conventions) when the CLI changed, installed under /usr/local
+cli_docs=build/cli-docs
+if [ ! -f $cli_docs/stamp ] ||
+	[ -n "$(find userspace/tacc/cli userspace/tacc/daemon/main.py -newer $cli_docs/stamp -name '*.py' | head -1)" ]; then
+	log "shell completions and man pages ($cli_docs)"
+	rm -rf $cli_docs
+	.venv/bin/python -m tacc.cli.conventions $cli_docs >/dev/null ||
+		die "cannot generate the completions and man pages"
+	install -D -m644 -t /usr/local/share/bash-completion/completions $cli_docs/bash-completion/*
+	install -D -m644 -t /usr/local/share/zsh/site-functions $cli_docs/zsh/*
+	install -D -m644 -t /usr/local/share/man/man1 $cli_docs/man1/*
+	touch $cli_docs/stamp
+fi
+
 # ---- the runtime API ring's producer in C (tacc.runtime._apiring): without it
 # apitrace.py uses its Python producer (same records, ~5x the traced thread's CPU)
 src=userspace/tacc/runtime/_apiring.c

@@ -186,3 +186,52 @@ def test_vf_enabled_mid_capture_is_described_and_drawn(tmp_path: Path, pf_pci: P
         res = convert([path], tmp_path / f"{path.name}.pftrace", summary=True)
         assert f"device {vf.name} (VF1)" in res.summary, res.summary
         analyze(cap)  # takes every function; raises on a fid it cannot describe
+
+
+def test_hang_devcoredump_in_the_capture_and_on_the_timeline(tmp_path: Path, pf_pci: Path,
+                                                              pf_accel: Path) -> None:
+    """A forced hang during a capture: tacc.ko's devcoredump is copied into the capture
+    (devcoredump/1.txt, equal to /sys/class/devcoredump's) and placed on the timeline as a
+    devcoredump instant on the PF at the dump's time, carrying the job's tag."""
+    import errno
+
+    from tacc.devcoredump import dumps_of, parse
+    from tacc.testing.guest_qmp import PF_QOM, GuestQMP
+    from test_driver_basic import DEVICE, OP_H2D, Dev, copy
+
+    for old in dumps_of(pf_pci.name):
+        (old / "data").write_text("1")
+    sock, out = tmp_path / "taccd.sock", tmp_path / "cap"
+    d = _taccd(sock, tmp_path)
+    try:
+        rep = request({"cmd": "start", "output": str(out),
+                       "options": {"device_trace": False, "host_events": False}}, str(sock),
+                      timeout=300.0)
+        assert rep["ok"], rep
+        with GuestQMP() as qmp, Dev(pf_accel) as a:
+            h, dv = a.bo(8192), a.bo(8192, DEVICE)
+            qmp.qom_set(PF_QOM, "x-fi-hang-engine", 0)
+            try:
+                hung = a.submit([copy(OP_H2D, h.handle, dv.handle, 4096, tag=0xd0d0)], queue=0)
+                assert a.wait(hung, timeout_s=30) == -errno.ETIMEDOUT
+            finally:
+                qmp.qom_set(PF_QOM, "x-fi-hang-engine", -1)
+        time.sleep(1.5)  # taccd collects at its next flush (every second)
+        assert request({"cmd": "stop"}, str(sock), timeout=120.0)["ok"]
+    finally:
+        d.terminate()
+        d.wait(30)
+    dumps = dumps_of(pf_pci.name)
+    assert len(dumps) == 1
+    sysfs_text = (dumps[0] / "data").read_text()
+    (dumps[0] / "data").write_text("1")
+    assert (out / "devcoredump" / "1.txt").read_text() == sysfs_text
+    dump = parse(sysfs_text)
+    cap = open_capture(out)
+    fid = [x["pci"] for x in cap.meta["devices"]].index(pf_pci.name)
+    ev = cap.read("device_events")
+    ev = ev[ev["kind"] == DeviceEventKind.DEVCOREDUMP]
+    assert len(ev) == 1 and ev["fid"][0] == fid and ev["arg"][0] == 1
+    assert int(ev["t_ns"][0]) == dump.time_ns and int(ev["tag"][0]) == 0xD0D0
+    res = convert([out], None, summary=True)
+    assert res.device_events.get("devcoredump") == 1, res.device_events

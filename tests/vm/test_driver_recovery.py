@@ -236,6 +236,10 @@ def test_hang_leaves_a_devcoredump(pf_accel):
     pci = pf_sysfs().name
     for old in dumps_of(pci):
         (old / "data").write_text("1")  # earlier dumps (test_hang_recovery's) freed
+    # the device events as a tracepoint, read with ftrace (a stock tool) too
+    tr = Path("/sys/kernel/tracing")
+    (tr / "events/tacc/tacc_device_event/enable").write_text("1")
+    (tr / "trace").write_text("")
     with GuestQMP() as qmp, Dev(pf_accel) as a:
         h, d = a.bo(8192), a.bo(8192, DEVICE)
         qmp.qom_set(PF_QOM, HANG_PROP, 0)
@@ -258,4 +262,8 @@ def test_hang_leaves_a_devcoredump(pf_accel):
     assert dump.job["pid"] == str(os.getpid())
     assert dump.commands == [{"index": 0, "opcode": 1, "flags": dump.commands[0]["flags"],
                               "tag": 0xc0de}]
+    (tr / "events/tacc/tacc_device_event/enable").write_text("0")
+    lines = [ln for ln in (tr / "trace").read_text().splitlines() if "tacc_device_event:" in ln]
+    hang = [ln for ln in lines if " event=2 " in ln and "tag=0xc0de" in ln]
+    assert len(hang) == 1 and f"ctx={ctx} queue=0 " in hang[0], lines
     assert not dmesg_problems()

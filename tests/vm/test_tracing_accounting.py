@@ -421,3 +421,20 @@ def test_tiny_trace_ring_records_plus_drops_equal_commands(tmp_path: Path, pf_ac
     assert dropped >= 2 * BURST_JOBS - TRACE_MIN_ENTRIES, (len(recs), dropped)
     assert len(recs) + dropped == 2 * BURST_JOBS, (len(recs), dropped)
     assert set(((recs["tag"] >> 16) == 0x5B5B).tolist()) == {True}
+
+
+def test_ebpf_prints_the_program_it_would_load() -> None:
+    """`accel-bpftrace CMD --ebpf` (bcc's tools' option): the program text each command
+    builds from the loaded driver's tracepoints, byte for byte, without compiling it."""
+    from tacc.bpftrace import bpfsrc
+
+    root = Path("/sys/kernel/tracing")
+    for cmd, pages in (("snoop", 1024), ("record", 4096)):
+        extra = ["-o", "/tmp/unused-ebpf-cap"] if cmd == "record" else []
+        r = subprocess.run([str(BIN / "accel-bpftrace"), cmd, *extra, "--ebpf"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        want, _ = bpfsrc.build_source(root, rb_pages=pages, host=False)
+        assert r.stdout.rstrip("\n") == want.rstrip("\n")
+        assert "BPF_RINGBUF_OUTPUT" in r.stdout
+        assert not Path("/tmp/unused-ebpf-cap").exists()  # nothing recorded

@@ -29,10 +29,10 @@ class Dump:
     trace: list[dict[str, int]] = field(default_factory=list)
 
 
-def dumps_of(pci: str, root: Path = ROOT) -> list[Path]:
+def dumps_of(pci: str, root: Path | None = None) -> list[Path]:
     """The devcdN directories whose failing device is PCI function ``pci``."""
     out = []
-    for d in sorted(root.glob("devcd*")):
+    for d in sorted((root or ROOT).glob("devcd*")):
         try:
             if Path(os.path.realpath(d / "failing_device")).name == pci:
                 out.append(d)

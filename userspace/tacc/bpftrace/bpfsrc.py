@@ -75,6 +75,9 @@ RAW_ARGS: dict[str, tuple[str, ...]] = {
     "tacc_reset": ("dev", "ctx", "queue", "seqno", "tag", "reason"),
     "tacc_trace_drop": ("dev", "dropped", "total"),
 }
+# driver tracepoints the BPF program does not attach: tacc_device_event repeats the
+# genetlink events for stock tools; taccd records those from the family (device_events)
+NOT_TRACED = ("tacc_device_event",)
 HOST_EVENTS = (("sched", "sched_switch"), ("sched", "sched_wakeup"),
                ("block", "block_rq_issue"), ("block", "block_rq_complete"),
                ("net", "net_dev_start_xmit"), ("net", "netif_receive_skb"))

@@ -21,10 +21,11 @@ FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
 #; captures of minor 0 may lack device_events.  The coordinator reconciles the
 # number when several branches add to the format in one round.
-FORMAT_MINOR = 10  # docs/capture-format.md "Minor versions": 2 virtio trace records,
+FORMAT_MINOR = 11  # docs/capture-format.md "Minor versions": 2 virtio trace records,
 # 3 cluster (net_clock), 4 capture overhead (mix/tail), 5 containers (processes),
 # 6 link-model counter slots, 7 the TLP stream (tlp), 8 link power-state counters,
-# 9 devices[].kind (virtio-tacc functions in captures), 10 L1.1/L1.2 counters
+# 9 devices[].kind (virtio-tacc functions in captures), 10 L1.1/L1.2 counters,
+# 11 devcoredumps (devcoredump/<n>.txt, device event kind 11)
 TRACE_REC_VERSION = hw.TACC_TRACE_VERSION  # 2: virtio event records, docs/virtio.md
 # event records (trace record version 2): opcode >= TACC_TRACE_EV_BASE is not a command
 TRACE_EV_BASE = hw.TACC_TRACE_EV_BASE
@@ -173,6 +174,8 @@ class DeviceEventKind(IntEnum):
     DMA_ERROR = 8  # arg = IRQ status
     HOTPLUG_ADD = 9  # a function appeared during the capture (new fid)
     HOTPLUG_REMOVE = 10  # a function of the capture disappeared
+    DEVCOREDUMP = 11  # tacc.ko's devcoredump (minor 11): arg = n of devcoredump/<n>.txt;
+    #                   a job timeout's ctx, queue, tag, seqno, pid
     OTHER = 255  # a netlink event this tacc does not know: arg = its event number
 
 

@@ -54,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(modname).add_parser(sub)
     for ep in entry_points(group="tacc.subcommands"):
         ep.load()(sub)
-    return parser
+    from .conventions import finish
+
+    return finish(parser, "tacc")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

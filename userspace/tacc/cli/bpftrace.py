@@ -52,6 +52,9 @@ def build_parser() -> OneLineParser:
     common.add_argument("--duration", type=_positive, default=None,
                         help="stop after this many seconds")
     common.add_argument("--json", action="store_true", help="JSON output")
+    common.add_argument("--ebpf", action="store_true",
+                        help="print the BPF program this command would load, and exit "
+                             "(nothing is compiled or attached; as bcc's tools)")
     p = OneLineParser(prog=PROG, description="Live tracing of the tacc driver (bcc).")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=OneLineParser)
     sub.add_parser("snoop", parents=[common], help="one line per submission and completion")
@@ -69,7 +72,9 @@ def build_parser() -> OneLineParser:
                    help="device trace ring records per function, a power of two "
                         "64..32768 (default: the driver's, 4096)")
     sub.add_parser("list", parents=[common], help="the tacc tracepoints and their fields")
-    return p
+    from .conventions import finish
+
+    return finish(p, PROG)  # type: ignore[return-value]
 
 
 class _Stop:
@@ -295,7 +300,7 @@ def cmd_record(args: argparse.Namespace, root: Path) -> int:
     out = Path(args.output)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ToolError(f"{out}: exists and is not an empty directory")
-    prog = _program(root, rb_pages=4096)
+    prog = _program(root, rb_pages=RB_PAGES["record"])
     prog.configure(flt)
     try:
         sess = CaptureSession(out, fns, opts, program=prog, tool=PROG)
@@ -316,6 +321,7 @@ def cmd_record(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
+RB_PAGES = {"record": 4096}  # the ring buffer each command's program is built with
 COMMANDS = {"snoop": cmd_snoop, "latency": cmd_latency, "top": cmd_top, "dma": cmd_dma,
             "record": cmd_record, "list": cmd_list}
 
@@ -334,6 +340,13 @@ def run(argv: Sequence[str] | None) -> int:
             parse_pci(args.device)
         except DeviceError as exc:
             raise ToolError(str(exc), status=2) from None
+    if args.ebpf:  # the source is built from the loaded driver's tracepoint formats
+        from tacc.bpftrace import bpfsrc
+
+        root = preflight.all_checks(bcc=False)
+        src, _ = bpfsrc.build_source(root, rb_pages=RB_PAGES.get(args.cmd, 1024), host=False)
+        sys.stdout.write(src if src.endswith("\n") else src + "\n")
+        return 0
     root = preflight.all_checks(bcc=args.cmd != "list")
     return COMMANDS[args.cmd](args, root)
 

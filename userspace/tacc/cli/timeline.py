@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tacc.cli import CommandError
@@ -22,6 +24,9 @@ def add_parser(sub: Any) -> None:
                         "a directory of one Chrome JSON per node/function rank, HTA's "
                         "trace_dir")
     p.add_argument("--summary", action="store_true", help="print a text overview")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar (there is none either when stderr is not a "
+                        "terminal)")
     p.add_argument("--findings", help="findings.json of tacc analyze to overlay")
     p.add_argument("--rename", action="append", default=[], metavar="CAPTURE=NAME",
                    help="node id of CAPTURE in a merge (two captures of one node id are "
@@ -36,6 +41,27 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+@contextlib.contextmanager
+def progress_bar(what: str, quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr for a long step (events done of about ``total``),
+    none with -q or when stderr is not a terminal (a pipe, a log, CI)."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed:,.0f} events"), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=None)
+
+        def tick(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=max(total, done) or None)
+
+        yield tick
+
+
 def run(args: argparse.Namespace) -> int:
     from tacc.timeline.convert import convert, load_findings
 
@@ -46,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
         fmt = {"json": "json", "html": "html", "htm": "html"}.get(
             args.output.rsplit(".", 1)[-1].lower(), "perfetto")
     findings = load_findings(args.findings) if args.findings else None
-    res = convert(args.captures, args.output, fmt or "perfetto", args.summary, findings,
-                  args.rename, args.align)
+    with progress_bar("tacc timeline", args.quiet) as tick:
+        res = convert(args.captures, args.output, fmt or "perfetto", args.summary, findings,
+                      args.rename, args.align, tick)
     if args.manifest:
         from tacc.timeline.manifest import write_manifest
 

@@ -14,7 +14,7 @@ EPILOG = """examples:
   tacc vfio list --json
   tacc vfio selftest 0000:01:00.2   user-space driver: copies and a GEMM against numpy
   tacc vfio selftest --bind 0000:01:00.2   the same, binding first and unbinding after
-  tacc vfio nop 0000:01:00.2 -n 200 NOP submit-to-completion through tacc.vfio
+  tacc vfio nop 0000:01:00.2 -n 200   NOP submit-to-completion through tacc.vfio
 
 refused (one line, exit status 2): a function whose accel node or VFIO group is open,
 the PF while VFs are enabled, a function without an IOMMU group (IOMMU off)."""

@@ -435,7 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "generate; docs/containers.md)")
     p.add_argument("--no-cdi", action="store_true", help="do not write CDI specs")
     p.add_argument("-v", "--verbose", action="store_true")
-    return p
+    from tacc.cli.conventions import finish
+
+    return finish(p, "taccd")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -228,6 +228,8 @@ class CaptureSession:
             "python": platform.python_version(),
             "started_mono_ns": time.monotonic_ns(),
         }
+        self.started_mono_ns = int(meta["started_mono_ns"])
+        self.dumps_seen: set[tuple[str, int]] = set()  # devcoredumps: (devcdN, time_ns)
         try:
             self.writer = CaptureWriter(self.path, meta, chunk_bytes=256 << 10)
         except BaseException:
@@ -408,6 +410,40 @@ class CaptureSession:
             detail += f" {info} VFs"
         self._device_record(r, detail)
 
+    def _collect_devcoredumps(self) -> None:
+        """tacc.ko's devcoredumps of the capture's functions taken since it started
+        (kernel/tacc_coredump.c, /sys/class/devcoredump): each copied to
+        devcoredump/<n>.txt and a DEVCOREDUMP device event at the dump's time (arg n; the
+        job's ctx, queue, tag, seqno, pid when a job timed out)."""
+        from tacc import devcoredump as dc
+
+        for pci, fid in self.fid_of_pci.items():
+            for d in dc.dumps_of(pci):
+                try:
+                    text = (d / "data").read_text(errors="replace")
+                    dump = dc.parse(text)
+                except (OSError, ValueError):
+                    continue
+                key = (d.name, dump.time_ns)
+                if key in self.dumps_seen or dump.time_ns < self.started_mono_ns:
+                    continue
+                self.dumps_seen.add(key)
+                n = len(self.dumps_seen)
+                out = self.path / "devcoredump" / f"{n}.txt"
+                out.parent.mkdir(exist_ok=True)
+                out.write_text(text)
+                job = dump.job
+                r = np.zeros(1, DEVICE_EVENTS_DTYPE)
+                r["t_ns"], r["fid"] = dump.time_ns, fid
+                r["kind"] = int(DeviceEventKind.DEVCOREDUMP)
+                r["ctx"] = int(job.get("context", NO_CTX))
+                r["queue"] = int(job.get("queue", NO_QUEUE))
+                r["tag"] = int(job.get("tag", "0"), 0)
+                r["seqno"] = int(job.get("seqno", 0))
+                r["pid"] = int(job.get("pid", 0))
+                r["arg"] = n
+                self._device_record(r, f"devcoredump {pci} {dump.reason}: devcoredump/{n}.txt")
+
     def _hotplug(self, kind: DeviceEventKind, fid: int, fn: TaccFunction, t_ns: int) -> None:
         r = np.zeros(1, DEVICE_EVENTS_DTYPE)
         r["t_ns"], r["fid"], r["kind"] = t_ns, fid, int(kind)
@@ -556,6 +592,8 @@ class CaptureSession:
         now = time.monotonic() if now is None else now
         flush = now - self.t_flush >= self.opts.flush_s
         self._drain_devices(final or flush, now)
+        if final or flush:
+            self._collect_devcoredumps()
         if self.program is not None:
             # before a flush too: what is on disk is at most one flush period old
             if final or flush or self._bpf_due(now):

@@ -52,6 +52,7 @@ def convert(
     findings: list[dict[str, Any]] | None = None,
     renames: list[str] | None = None,
     align: str = "auto",
+    progress: Any = None,
 ) -> Result:
     """Write ``out`` in ``fmt`` (perfetto, json, html; hta: ``out`` a directory of one
     Chrome JSON per node/function rank); optionally build the text summary.
@@ -96,6 +97,7 @@ def convert(
             ht.findings = list(findings or [])
         else:
             raise CaptureError(f"unknown output format {fmt!r}")
+    total = sum(c.count(s) for c in caps for s in c.streams)
     try:
         uuids = np.zeros(0, np.int64)
         for b in ex.all():
@@ -125,6 +127,8 @@ def convert(
                 if sm:
                     sm.counters(b)
             res.events += len(b)
+            if progress is not None:  # (events so far, the captures' records)
+                progress(res.events, total)
         if findings:
             if pf:
                 root = ex.tracks.tracks[0].uuid if ex.tracks.tracks else 0
