@@ -25,6 +25,7 @@
 #include "include/tacc_hw.h"
 #include "include/uapi/drm/tacc_accel.h"
 #include "tacc_ring.h"
+#include "tacc_status.h"
 
 #define DRIVER_NAME		"tacc"
 #define DRIVER_DESC		"tacc PCIe accelerator"
@@ -34,7 +35,6 @@
 #define TACC_MAX_CMDS		64
 #define TACC_MAX_INFLIGHT	128	/* jobs per file and queue */
 #define TACC_MAX_BOS		4096	/* per file */
-#define TACC_SEQNO_SLOTS	256	/* per file: remembered job fences */
 #define TACC_VA_START		0x200000ull
 #define TACC_VA_END		BIT_ULL(TACC_VA_BITS)
 #define TACC_SZ_2M		BIT_ULL(TACC_HUGE_SHIFT)
@@ -105,11 +105,6 @@ struct tacc_vm {
 	u32 nr_tables;
 };
 
-struct tacc_seqslot {
-	u64 seqno;
-	int status;
-};
-
 /* One per open file: a hardware context with its own address space. */
 struct tacc_ctx {
 	struct kref ref;
@@ -132,7 +127,7 @@ struct tacc_ctx {
 	/* finished fence of the last job per queue (submit_lock): VM_UNBIND waits */
 	struct dma_fence *last_fence[TACC_NUM_QUEUES];
 	bool kernel;			/* the scrub context (tacc_scrub.c): no VM, no file */
-	struct tacc_seqslot done[TACC_SEQNO_SLOTS];	/* recent final status */
+	struct tacc_failures failed;	/* final statuses of freed jobs */
 
 	/* statistics (fdinfo) */
 	atomic64_t busy_ns[TACC_NUM_QUEUES];
@@ -265,6 +260,7 @@ struct tacc_device {
 	struct mutex sriov_lock;	/* num_vfs changes, vf_policy */
 	int num_vfs;
 	struct drm_mm_node vf_nodes[TACC_MAX_VFS];
+	struct drm_mm_node virtio_node;	/* the virtio-tacc window, reserved at probe */
 	struct tacc_vf_policy vf_policy[TACC_MAX_VFS];
 	u32 queue_mask;			/* TACC_REG_QUEUE_MASK: usable queues */
 
@@ -367,6 +363,7 @@ int tacc_bo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *fi
 int tacc_bo_info_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_bo_get_sgt(struct tacc_bo *bo, struct sg_table **sgt);
 int tacc_devmem_init(struct tacc_device *tdev);
+bool tacc_devmem_virtio_overlaps(struct tacc_device *tdev, u64 start, u64 size);
 void tacc_bo_release_dma(struct tacc_device *tdev);
 
 /* tacc_mmu.c */
@@ -403,7 +400,7 @@ int tacc_scrub_init(struct tacc_device *tdev);
 void tacc_scrub_bo(struct tacc_device *tdev, struct tacc_bo *bo);
 int tacc_scrub_range_sync(struct tacc_device *tdev, u64 start, u64 size);
 int tacc_scrub_probe(struct tacc_device *tdev);
-int tacc_scrub_wait_idle(struct tacc_device *tdev, long timeout);
+int tacc_scrub_drain(struct tacc_device *tdev, bool all_bos, long timeout, bool intr);
 int tacc_scrub_wait_release(struct tacc_device *tdev, u32 gen, long timeout);
 
 /* tacc_fence.c */

@@ -305,13 +305,16 @@ int tacc_scrub_range_sync(struct tacc_device *tdev, u64 start, u64 size)
  * hands any of it out: a driver unbound while files held filled BOs (their
  * free could not reach the device), a VFIO user or a guest that had the
  * function, a crashed kernel.  One FILL job per GiB of the function's window,
- * waited for.
+ * waited for.  The virtio-tacc window inside the PF's memory is left alone:
+ * it is that function's (tacc_devmem_reserve_virtio()).
  *
  * Return: 0 (also for a device without FILL, which says so), or a negative
  * errno: the probe fails rather than hand out memory it could not clear.
  */
 int tacc_scrub_probe(struct tacc_device *tdev)
 {
+	const struct drm_mm_node *v = &tdev->virtio_node;
+	u64 end = v->start + v->size;
 	int ret;
 
 	if (!tacc_scrub_capable(tdev)) {
@@ -321,27 +324,72 @@ int tacc_scrub_probe(struct tacc_device *tdev)
 	}
 	if (!tdev->devmem_size)
 		return 0;
-	ret = tacc_scrub_range_sync(tdev, 0, tdev->devmem_size);
+	if (drm_mm_node_allocated(v)) {	/* the virtio function's memory is not ours */
+		ret = v->start ? tacc_scrub_range_sync(tdev, 0, v->start) : 0;
+		if (!ret && end < tdev->devmem_size)
+			ret = tacc_scrub_range_sync(tdev, end, tdev->devmem_size - end);
+	} else {
+		ret = tacc_scrub_range_sync(tdev, 0, tdev->devmem_size);
+	}
 	if (ret)
 		drm_err(&tdev->drm, "device memory scrub at probe failed (%d)\n", ret);
 	return ret;
 }
 
-/**
- * tacc_scrub_wait_idle() - wait until no freed range is still being scrubbed.
- * @tdev: the function.
- * @timeout: jiffies.
- *
- * Return: 0, -ETIMEDOUT, or -ERESTARTSYS on a signal.
- */
-int tacc_scrub_wait_idle(struct tacc_device *tdev, long timeout)
+static bool tacc_scrub_quarantined(struct tacc_device *tdev)
 {
-	long ret = wait_event_interruptible_timeout(tdev->scrub_wq,
-						    !atomic_read(&tdev->scrub_pending), timeout);
+	struct tacc_scrub *s;
+	bool any = false;
 
-	if (ret < 0)
-		return ret;
-	return ret ? 0 : -ETIMEDOUT;
+	mutex_lock(&tdev->devmem_lock);
+	list_for_each_entry(s, &tdev->scrub_list, node)
+		any |= s->quarantined;
+	mutex_unlock(&tdev->devmem_lock);
+	return any;
+}
+
+static bool tacc_scrub_drained(struct tacc_device *tdev, bool all_bos)
+{
+	return !atomic_read(&tdev->scrub_pending) &&
+	       (!all_bos || !atomic_long_read(&tdev->live.devmem_bytes));
+}
+
+/**
+ * tacc_scrub_drain() - wait until the function's freed device memory is scrubbed.
+ * @tdev: the function.
+ * @all_bos: also wait until no DEVICE BO is left (a job of a closed file may
+ *           still hold one): for a handoff, which no file may open past.
+ * @timeout: jiffies.
+ * @intr: interruptible by a signal.
+ *
+ * Before the function changes driver (tacc/handoff, unbind): the FILLs of
+ * freed BOs still queued must reach the device first, for FLR does not clear
+ * device memory and the next driver (vfio-pci) does not scrub.
+ *
+ * Return: 0; -EIO if a range is quarantined (its FILL failed: never
+ * scrubbed); -ETIMEDOUT; -ERESTARTSYS on a signal (@intr).
+ */
+int tacc_scrub_drain(struct tacc_device *tdev, bool all_bos, long timeout, bool intr)
+{
+	unsigned long deadline = jiffies + timeout;
+	long ret;
+
+	/* BOs freed without a wake-up of scrub_wq (no FILL): poll, 10 times a second */
+	while (!tacc_scrub_drained(tdev, all_bos)) {
+		if (time_after_eq(jiffies, deadline))
+			return -ETIMEDOUT;
+		if (intr) {
+			ret = wait_event_interruptible_timeout(tdev->scrub_wq,
+							       tacc_scrub_drained(tdev, all_bos),
+							       HZ / 10);
+			if (ret < 0)
+				return ret;
+		} else {
+			wait_event_timeout(tdev->scrub_wq, tacc_scrub_drained(tdev, all_bos),
+					   HZ / 10);
+		}
+	}
+	return tacc_scrub_quarantined(tdev) ? -EIO : 0;
 }
 
 /**
@@ -425,6 +473,7 @@ int tacc_scrub_init(struct tacc_device *tdev)
 	spin_lock_init(&kctx->seq_lock);
 	mutex_init(&kctx->submit_lock);
 	xa_init(&kctx->jobs_xa);
+	tacc_failures_init(&kctx->failed);
 	ret = drm_sched_entity_init(&kctx->entity[TACC_SCRUB_QUEUE], DRM_SCHED_PRIORITY_KERNEL,
 				    &sched, 1, NULL);
 	if (ret) {

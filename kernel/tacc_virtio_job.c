@@ -444,6 +444,7 @@ void tacc_vctx_seq_fini(struct tacc_vctx *ctx)
 		dma_fence_put(ctx->slot[i].fence);
 		ctx->slot[i].fence = NULL;
 	}
+	tacc_failures_fini(&ctx->failed);
 }
 
 /* ------------------------------------------------------------ commands ---- */
@@ -699,6 +700,10 @@ static int tacc_vjob_push(struct drm_file *file, struct tacc_vjob *job, u32 ring
 			return -ENOENT;
 		}
 	}
+	/* the slot's job is over: WAIT finds its failure, if any, in the records */
+	if (ctx->slot[slot].fence)
+		tacc_failures_record(&ctx->failed, ctx->slot[slot].seqno,
+				     ctx->slot[slot].fence->error);
 	req->job.seqno = cpu_to_le64(seq);
 	dma_fence_init(&job->fence, &tacc_vfence_ops, &job->lock, ctx->fence_ctx + ring, seq);
 	/* before the job can complete: a WAIT on the seqno finds its fence */
@@ -832,10 +837,8 @@ int tacc_vwait_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 	if (ctx->slot[slot].seqno == args->seqno)
 		f = dma_fence_get(ctx->slot[slot].fence);
 	spin_unlock(&ctx->seq_lock);
-	if (!f) {	/* forgotten: a slot is reused only once its job completed */
-		args->status = 0;
-		return 0;
-	}
+	if (!f)		/* a slot is reused only once its job completed */
+		return tacc_failures_status(&ctx->failed, args->seqno, &args->status);
 
 	ret = tacc_vwait_poll(ctx, f, args->timeout_ns);
 	if (ret) {
