@@ -236,6 +236,7 @@ struct tacc_device {
 	struct list_head scrub_list;	/* freed ranges not yet released (devmem_lock) */
 	wait_queue_head_t scrub_wq;	/* a scrubbed range was released */
 	atomic_t scrub_pending;		/* on scrub_list, not quarantined */
+	u32 scrub_queue;		/* the lowest usable queue: runs the FILLs */
 	atomic_t scrub_gen;		/* ranges released so far */
 	atomic64_t scrub_jobs;
 	atomic64_t scrub_bytes;
@@ -292,6 +293,7 @@ struct tacc_device {
 	/* debugfs test knobs (tacc_debugfs.c), 0 = off: widen race windows */
 	u32 fault_ctx_delay_ms;		/* MMU-fault ctx lookup, ctx_lock held */
 	u32 free_job_delay_ms;		/* tacc_free_job, between status and fence */
+	u32 scrub_delay_ms;		/* tacc_scrub_bo: the FILL of a freed BO queued later */
 };
 
 #define to_tacc_dev(d)		container_of(d, struct tacc_device, drm)

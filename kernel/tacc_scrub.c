@@ -28,7 +28,6 @@
 #define TACC_SCRUB_TRIES	3
 #define TACC_SCRUB_RETRY_MS	200
 #define TACC_FILL_CHUNK		SZ_1G	/* bytes per FILL descriptor */
-#define TACC_SCRUB_QUEUE	0
 
 struct tacc_scrub {
 	struct list_head node;		/* tdev->scrub_list (devmem_lock) */
@@ -65,7 +64,7 @@ static struct dma_fence *tacc_scrub_submit(struct tacc_device *tdev, u64 start, 
 	if (!job)
 		return ERR_PTR(-ENOMEM);
 	job->ctx = kctx;
-	job->q = &tdev->queues[TACC_SCRUB_QUEUE];
+	job->q = &tdev->queues[tdev->scrub_queue];
 	job->num_cmds = n;
 	INIT_LIST_HEAD(&job->node);
 	job->descs = kcalloc(n, sizeof(*job->descs), GFP_KERNEL);
@@ -90,7 +89,7 @@ static struct dma_fence *tacc_scrub_submit(struct tacc_device *tdev, u64 start, 
 	if (ret)
 		goto err_free;
 	job->pm_ref = true;
-	ret = drm_sched_job_init(&job->base, &kctx->entity[TACC_SCRUB_QUEUE], n, kctx, 0);
+	ret = drm_sched_job_init(&job->base, &kctx->entity[tdev->scrub_queue], n, kctx, 0);
 	if (ret)
 		goto err_pm;
 	if (resv) {
@@ -109,7 +108,7 @@ static struct dma_fence *tacc_scrub_submit(struct tacc_device *tdev, u64 start, 
 	drm_sched_job_arm(&job->base);
 	fence = dma_fence_get(&job->base.s_fence->finished);
 	tacc_ctx_get(kctx);
-	atomic_inc(&kctx->inflight[TACC_SCRUB_QUEUE]);	/* not in live.jobs */
+	atomic_inc(&kctx->inflight[tdev->scrub_queue]);	/* not in live.jobs */
 	drm_sched_entity_push_job(&job->base);
 	mutex_unlock(&kctx->submit_lock);
 	atomic64_inc(&tdev->scrub_jobs);
@@ -218,6 +217,7 @@ void tacc_scrub_bo(struct tacc_device *tdev, struct tacc_bo *bo)
 	struct drm_gem_object *obj = &bo->shmem.base;
 	struct tacc_scrub *s;
 	struct dma_fence *f;
+	u32 delay;
 	int idx;
 
 	if (!drm_mm_node_allocated(&bo->devmem)) {
@@ -254,13 +254,16 @@ void tacc_scrub_bo(struct tacc_device *tdev, struct tacc_bo *bo)
 		return;
 	}
 
-	f = tacc_scrub_submit(tdev, bo->devmem.start, bo->devmem.size, obj->resv);
+	/* test knob (debugfs, 0): the FILL queued that much later (the retry path) */
+	delay = READ_ONCE(tdev->scrub_delay_ms);
+	f = delay ? ERR_PTR(-EAGAIN) :
+		tacc_scrub_submit(tdev, bo->devmem.start, bo->devmem.size, obj->resv);
 	drm_dev_exit(idx);
 	drm_gem_object_release(obj);	/* the dependencies hold their fences */
 	if (IS_ERR(f)) {
-		s->tries = 1;
+		s->tries = delay ? 0 : 1;
 		queue_delayed_work(s->tdev->scrub_q, &s->work,
-				   msecs_to_jiffies(TACC_SCRUB_RETRY_MS));
+				   msecs_to_jiffies(delay ?: TACC_SCRUB_RETRY_MS));
 		return;
 	}
 	s->fence = f;
@@ -423,7 +426,7 @@ static void tacc_scrub_fini_action(struct drm_device *dev, void *data)
 
 	/* every FILL has finished or is killed here; works then release */
 	if (kctx)
-		drm_sched_entity_destroy(&kctx->entity[TACC_SCRUB_QUEUE]);
+		drm_sched_entity_destroy(&kctx->entity[tdev->scrub_queue]);
 	WRITE_ONCE(tdev->scrub_dying, true);
 	flush_workqueue(tdev->scrub_q);
 	mutex_lock(&tdev->devmem_lock);
@@ -450,9 +453,13 @@ static void tacc_scrub_fini_action(struct drm_device *dev, void *data)
  */
 int tacc_scrub_init(struct tacc_device *tdev)
 {
-	struct drm_gpu_scheduler *sched = &tdev->queues[TACC_SCRUB_QUEUE].sched;
+	struct drm_gpu_scheduler *sched;
 	struct tacc_ctx *kctx;
 	int ret;
+
+	/* the lowest queue the function may enable (a VF's mask may lack queue 0) */
+	tdev->scrub_queue = __ffs(tdev->queue_mask);
+	sched = &tdev->queues[tdev->scrub_queue].sched;
 
 	INIT_LIST_HEAD(&tdev->scrub_list);
 	init_waitqueue_head(&tdev->scrub_wq);
@@ -474,7 +481,7 @@ int tacc_scrub_init(struct tacc_device *tdev)
 	mutex_init(&kctx->submit_lock);
 	xa_init(&kctx->jobs_xa);
 	tacc_failures_init(&kctx->failed);
-	ret = drm_sched_entity_init(&kctx->entity[TACC_SCRUB_QUEUE], DRM_SCHED_PRIORITY_KERNEL,
+	ret = drm_sched_entity_init(&kctx->entity[tdev->scrub_queue], DRM_SCHED_PRIORITY_KERNEL,
 				    &sched, 1, NULL);
 	if (ret) {
 		kfree(kctx);

@@ -24,6 +24,7 @@
 
 #include <linux/debugfs.h>
 #include <linux/delay.h>
+#include <linux/module.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -61,6 +62,11 @@ static void tacc_vjob_put_deps(struct tacc_vjob *job)
 		dma_fence_put(job->deps[--job->ndeps]);
 }
 
+/*
+ * A job's fence may outlive the file, the device and an rmmod attempt (a
+ * sync_file exported from an out-syncobj): it holds a module reference from
+ * dma_fence_init() on, dropped last here (as tacc_fence.c's fences do).
+ */
 static void tacc_vjob_release(struct dma_fence *f)
 {
 	struct tacc_vjob *job = container_of(f, struct tacc_vjob, fence);
@@ -68,6 +74,7 @@ static void tacc_vjob_release(struct dma_fence *f)
 	tacc_vjob_put_deps(job);
 	kfree(job->buf);
 	dma_fence_free(f);
+	module_put(THIS_MODULE);
 }
 
 static const struct dma_fence_ops tacc_vfence_ops = {
@@ -706,6 +713,7 @@ static int tacc_vjob_push(struct drm_file *file, struct tacc_vjob *job, u32 ring
 				     ctx->slot[slot].fence->error);
 	req->job.seqno = cpu_to_le64(seq);
 	dma_fence_init(&job->fence, &tacc_vfence_ops, &job->lock, ctx->fence_ctx + ring, seq);
+	__module_get(THIS_MODULE);	/* put by tacc_vjob_release() */
 	/* before the job can complete: a WAIT on the seqno finds its fence */
 	if (syncobj)
 		drm_syncobj_replace_fence(syncobj, &job->fence);
