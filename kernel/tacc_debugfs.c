@@ -3,7 +3,7 @@
  * tacc debugfs, under /sys/kernel/debug/accel/<minor>/:
  *   queues, contexts, pagetables, fences, objects
  * and test knobs (root only, 0 = off) that widen race windows for tests:
- *   fault_ctx_delay_ms, free_job_delay_ms
+ *   fault_ctx_delay_ms, free_job_delay_ms, scrub_delay_ms
  */
 #include <linux/debugfs.h>
 #include <linux/pm_runtime.h>
@@ -135,6 +135,7 @@ static void tacc_debugfs_knobs(struct tacc_device *tdev, struct dentry *root)
 {
 	debugfs_create_u32("fault_ctx_delay_ms", 0600, root, &tdev->fault_ctx_delay_ms);
 	debugfs_create_u32("free_job_delay_ms", 0600, root, &tdev->free_job_delay_ms);
+	debugfs_create_u32("scrub_delay_ms", 0600, root, &tdev->scrub_delay_ms);
 	debugfs_create_u32("recover_delay_ms", 0600, root, &tdev->recover_delay_ms);
 	debugfs_create_u32("resume_delay_ms", 0600, root, &tdev->resume_delay_ms);
 }

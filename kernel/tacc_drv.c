@@ -735,6 +735,13 @@ static void tacc_remove(struct pci_dev *pdev)
 	tacc_pmu_fini(tdev);
 	if (!tdev->is_vf)
 		tacc_sriov_fini(tdev);
+	/*
+	 * FILLs of freed BOs still queued reach the device before it goes: the
+	 * next driver (vfio-pci: FLR keeps device memory) must not find the
+	 * last user's bytes.  Bounded: a surprise-removed device fails them.
+	 */
+	if (pci_device_is_present(pdev))
+		tacc_scrub_drain(tdev, false, 30 * HZ, false);
 	drm_dev_unplug(&tdev->drm);
 	tacc_reset_fini(tdev);
 	tacc_pm_fini(tdev);

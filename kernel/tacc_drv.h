@@ -25,6 +25,7 @@
 #include "include/tacc_hw.h"
 #include "include/uapi/drm/tacc_accel.h"
 #include "tacc_ring.h"
+#include "tacc_status.h"
 
 #define DRIVER_NAME		"tacc"
 #define DRIVER_DESC		"tacc PCIe accelerator"
@@ -34,7 +35,6 @@
 #define TACC_MAX_CMDS		64
 #define TACC_MAX_INFLIGHT	128	/* jobs per file and queue */
 #define TACC_MAX_BOS		4096	/* per file */
-#define TACC_SEQNO_SLOTS	256	/* per file: remembered job fences */
 #define TACC_VA_START		0x200000ull
 #define TACC_VA_END		BIT_ULL(TACC_VA_BITS)
 #define TACC_SZ_2M		BIT_ULL(TACC_HUGE_SHIFT)
@@ -105,11 +105,6 @@ struct tacc_vm {
 	u32 nr_tables;
 };
 
-struct tacc_seqslot {
-	u64 seqno;
-	int status;
-};
-
 /* One per open file: a hardware context with its own address space. */
 struct tacc_ctx {
 	struct kref ref;
@@ -132,7 +127,7 @@ struct tacc_ctx {
 	/* finished fence of the last job per queue (submit_lock): VM_UNBIND waits */
 	struct dma_fence *last_fence[TACC_NUM_QUEUES];
 	bool kernel;			/* the scrub context (tacc_scrub.c): no VM, no file */
-	struct tacc_seqslot done[TACC_SEQNO_SLOTS];	/* recent final status */
+	struct tacc_failures failed;	/* final statuses of freed jobs */
 
 	/* statistics (fdinfo) */
 	atomic64_t busy_ns[TACC_NUM_QUEUES];
@@ -241,6 +236,7 @@ struct tacc_device {
 	struct list_head scrub_list;	/* freed ranges not yet released (devmem_lock) */
 	wait_queue_head_t scrub_wq;	/* a scrubbed range was released */
 	atomic_t scrub_pending;		/* on scrub_list, not quarantined */
+	u32 scrub_queue;		/* the lowest usable queue: runs the FILLs */
 	atomic_t scrub_gen;		/* ranges released so far */
 	atomic64_t scrub_jobs;
 	atomic64_t scrub_bytes;
@@ -265,6 +261,7 @@ struct tacc_device {
 	struct mutex sriov_lock;	/* num_vfs changes, vf_policy */
 	int num_vfs;
 	struct drm_mm_node vf_nodes[TACC_MAX_VFS];
+	struct drm_mm_node virtio_node;	/* the virtio-tacc window, reserved at probe */
 	struct tacc_vf_policy vf_policy[TACC_MAX_VFS];
 	u32 queue_mask;			/* TACC_REG_QUEUE_MASK: usable queues */
 
@@ -296,6 +293,7 @@ struct tacc_device {
 	/* debugfs test knobs (tacc_debugfs.c), 0 = off: widen race windows */
 	u32 fault_ctx_delay_ms;		/* MMU-fault ctx lookup, ctx_lock held */
 	u32 free_job_delay_ms;		/* tacc_free_job, between status and fence */
+	u32 scrub_delay_ms;		/* tacc_scrub_bo: the FILL of a freed BO queued later */
 };
 
 #define to_tacc_dev(d)		container_of(d, struct tacc_device, drm)
@@ -367,6 +365,7 @@ int tacc_bo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *fi
 int tacc_bo_info_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_bo_get_sgt(struct tacc_bo *bo, struct sg_table **sgt);
 int tacc_devmem_init(struct tacc_device *tdev);
+bool tacc_devmem_virtio_overlaps(struct tacc_device *tdev, u64 start, u64 size);
 void tacc_bo_release_dma(struct tacc_device *tdev);
 
 /* tacc_mmu.c */
@@ -403,7 +402,7 @@ int tacc_scrub_init(struct tacc_device *tdev);
 void tacc_scrub_bo(struct tacc_device *tdev, struct tacc_bo *bo);
 int tacc_scrub_range_sync(struct tacc_device *tdev, u64 start, u64 size);
 int tacc_scrub_probe(struct tacc_device *tdev);
-int tacc_scrub_wait_idle(struct tacc_device *tdev, long timeout);
+int tacc_scrub_drain(struct tacc_device *tdev, bool all_bos, long timeout, bool intr);
 int tacc_scrub_wait_release(struct tacc_device *tdev, u32 gen, long timeout);
 
 /* tacc_fence.c */

@@ -230,3 +230,69 @@ void tacc_out_fence_arm(struct dma_fence *f, struct tacc_device *tdev, u32 queue
 	if (dma_fence_add_callback(finished, &o->cb, tacc_out_fence_cb))
 		tacc_out_fence_cb(finished, &o->cb);	/* already signalled */
 }
+
+/* --------------------------------------------- failed jobs' statuses ---- */
+
+/*
+ * WAIT must never report success for a failed job (docs/uapi.md "WAIT").  A
+ * job whose fence the file no longer holds is over; its status is exact when
+ * every failure is remembered: a failed job's seqno is recorded here (before
+ * its fence is forgotten), a seqno without a record succeeded.  At most
+ * TACC_FAILED_RECORDS records per file: the oldest goes first, and every
+ * seqno up to it (which may have failed) then reads -ENOENT ("unknown").
+ */
+#define TACC_FAILED_RECORDS	1024
+
+void tacc_failures_init(struct tacc_failures *h)
+{
+	xa_init(&h->xa);
+	mutex_init(&h->lock);
+	h->floor = 0;
+	h->count = 0;
+}
+
+void tacc_failures_fini(struct tacc_failures *h)
+{
+	xa_destroy(&h->xa);
+	mutex_destroy(&h->lock);
+}
+
+/* Process context: record that job @seqno failed with @error (< 0). */
+void tacc_failures_record(struct tacc_failures *h, u64 seqno, int error)
+{
+	unsigned long first = 0;
+
+	if (!error)
+		return;
+	mutex_lock(&h->lock);
+	if (xa_is_err(xa_store(&h->xa, seqno, xa_mk_value(-error), GFP_KERNEL))) {
+		h->floor = max(h->floor, seqno);	/* no memory: unknown, not success */
+	} else if (++h->count > TACC_FAILED_RECORDS &&
+		   xa_find(&h->xa, &first, ULONG_MAX, XA_PRESENT)) {
+		xa_erase(&h->xa, first);
+		h->count--;
+		h->floor = max_t(u64, h->floor, first);
+	}
+	mutex_unlock(&h->lock);
+}
+
+/*
+ * The final status of a finished job the file no longer holds a fence of:
+ * 0 with *status set, or -ENOENT when its record may have been dropped.
+ */
+int tacc_failures_status(struct tacc_failures *h, u64 seqno, int *status)
+{
+	void *e;
+	int ret = 0;
+
+	mutex_lock(&h->lock);
+	e = xa_load(&h->xa, seqno);
+	if (e)
+		*status = -(int)xa_to_value(e);
+	else if (seqno <= h->floor)
+		ret = -ENOENT;
+	else
+		*status = 0;
+	mutex_unlock(&h->lock);
+	return ret;
+}

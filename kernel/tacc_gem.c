@@ -580,11 +580,55 @@ static void tacc_devmem_fini_action(struct drm_device *dev, void *data)
 {
 	struct tacc_device *tdev = to_tacc_dev(dev);
 
+	if (drm_mm_node_allocated(&tdev->virtio_node))
+		drm_mm_remove_node(&tdev->virtio_node);
 	drm_mm_takedown(&tdev->devmem_mm);
+}
+
+/*
+ * The virtio-tacc function's window (TACC_CAP_VIRTIO_FN) is carved from the
+ * PF's memory by the device, not by this driver: it is reserved here for
+ * the life of the binding, so no PF BO, VF window or PF scrub ever reaches
+ * it.  A window reaching beyond the PF's memory is clipped to it (the device
+ * refuses such a window; docs/hardware.md).
+ */
+static void tacc_devmem_reserve_virtio(struct tacc_device *tdev)
+{
+	struct drm_mm_node *n = &tdev->virtio_node;
+	u64 base, size;
+
+	if (tdev->is_vf || !(tdev->caps & TACC_CAP_VIRTIO_FN))
+		return;
+	base = tacc_rd64(tdev, TACC_REG_VIRTIO_DEVMEM_BASE);
+	size = tacc_rd64(tdev, TACC_REG_VIRTIO_DEVMEM_SIZE);
+	if (base >= tdev->devmem_size || !size)
+		return;
+	n->start = ALIGN_DOWN(base, PAGE_SIZE);
+	n->size = min(ALIGN(base + size, PAGE_SIZE), tdev->devmem_size) - n->start;
+	if (WARN_ON(drm_mm_reserve_node(&tdev->devmem_mm, n)))
+		return;		/* an empty allocator */
+	tdev->devmem_used += n->size;
+	drm_info(&tdev->drm, "virtio-tacc window 0x%llx+0x%llx reserved\n", n->start, n->size);
+}
+
+/**
+ * tacc_devmem_virtio_overlaps() - does [start, start + size) meet the virtio window?
+ * @tdev: the PF.
+ * @start: device-memory address.
+ * @size: bytes.
+ *
+ * Return: true if any byte of the range belongs to the virtio-tacc function.
+ */
+bool tacc_devmem_virtio_overlaps(struct tacc_device *tdev, u64 start, u64 size)
+{
+	const struct drm_mm_node *n = &tdev->virtio_node;
+
+	return drm_mm_node_allocated(n) && start < n->start + n->size && n->start < start + size;
 }
 
 int tacc_devmem_init(struct tacc_device *tdev)
 {
 	drm_mm_init(&tdev->devmem_mm, 0, tdev->devmem_size);
+	tacc_devmem_reserve_virtio(tdev);
 	return drmm_add_action_or_reset(&tdev->drm, tacc_devmem_fini_action, NULL);
 }

@@ -326,17 +326,13 @@ static void tacc_free_job(struct drm_sched_job *sched_job)
 	struct tacc_device *tdev = ctx->tdev;
 	struct dma_fence *f;
 	int status = sched_job->s_fence ? sched_job->s_fence->finished.error : 0;
-	struct tacc_seqslot *slot;
 
 	/*
-	 * The final status first, then the fence leaves the table: a WAIT that
-	 * finds no fence finds the status (tacc_wait_ioctl() looks in this order).
+	 * A failure is recorded first, then the fence leaves the table: a WAIT
+	 * that finds no fence finds the record (tacc_wait_ioctl() looks in this
+	 * order), whatever order the queues free their jobs in.
 	 */
-	spin_lock(&ctx->seq_lock);
-	slot = &ctx->done[job->seqno % TACC_SEQNO_SLOTS];
-	slot->seqno = job->seqno;
-	slot->status = status;
-	spin_unlock(&ctx->seq_lock);
+	tacc_failures_record(&ctx->failed, job->seqno, status);
 	if (unlikely(READ_ONCE(tdev->free_job_delay_ms)))
 		msleep(READ_ONCE(tdev->free_job_delay_ms));
 	f = xa_erase(&ctx->jobs_xa, job->seqno);
@@ -553,6 +549,7 @@ int tacc_ctx_entities_init(struct tacc_ctx *ctx)
 
 	mutex_init(&ctx->submit_lock);
 	xa_init(&ctx->jobs_xa);
+	tacc_failures_init(&ctx->failed);
 	ctx->out_fence_ctx = dma_fence_context_alloc(TACC_NUM_QUEUES);
 	for (i = 0; i < tdev->num_queues; i++) {
 		struct drm_gpu_scheduler *sched = &tdev->queues[i].sched;
@@ -585,6 +582,7 @@ void tacc_ctx_seq_fini(struct tacc_ctx *ctx)
 	xa_for_each(&ctx->jobs_xa, idx, f)
 		dma_fence_put(f);
 	xa_destroy(&ctx->jobs_xa);
+	tacc_failures_fini(&ctx->failed);
 }
 
 /* ------------------------------------------------------------- submit ---- */
@@ -1012,7 +1010,6 @@ int tacc_wait_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 {
 	struct tacc_ctx *ctx = file->driver_priv;
 	struct drm_tacc_wait *args = data;
-	struct tacc_seqslot *slot;
 	struct dma_fence *f;
 	long timeout, ret;
 
@@ -1031,13 +1028,8 @@ int tacc_wait_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 		dma_fence_get(f);
 	xa_unlock(&ctx->jobs_xa);
 
-	if (!f) {
-		spin_lock(&ctx->seq_lock);
-		slot = &ctx->done[args->seqno % TACC_SEQNO_SLOTS];
-		args->status = slot->seqno == args->seqno ? slot->status : 0;
-		spin_unlock(&ctx->seq_lock);
-		return 0;
-	}
+	if (!f)
+		return tacc_failures_status(&ctx->failed, args->seqno, &args->status);
 
 	if (args->timeout_ns < 0)
 		timeout = MAX_SCHEDULE_TIMEOUT;

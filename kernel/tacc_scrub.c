@@ -28,7 +28,6 @@
 #define TACC_SCRUB_TRIES	3
 #define TACC_SCRUB_RETRY_MS	200
 #define TACC_FILL_CHUNK		SZ_1G	/* bytes per FILL descriptor */
-#define TACC_SCRUB_QUEUE	0
 
 struct tacc_scrub {
 	struct list_head node;		/* tdev->scrub_list (devmem_lock) */
@@ -65,7 +64,7 @@ static struct dma_fence *tacc_scrub_submit(struct tacc_device *tdev, u64 start, 
 	if (!job)
 		return ERR_PTR(-ENOMEM);
 	job->ctx = kctx;
-	job->q = &tdev->queues[TACC_SCRUB_QUEUE];
+	job->q = &tdev->queues[tdev->scrub_queue];
 	job->num_cmds = n;
 	INIT_LIST_HEAD(&job->node);
 	job->descs = kcalloc(n, sizeof(*job->descs), GFP_KERNEL);
@@ -90,7 +89,7 @@ static struct dma_fence *tacc_scrub_submit(struct tacc_device *tdev, u64 start, 
 	if (ret)
 		goto err_free;
 	job->pm_ref = true;
-	ret = drm_sched_job_init(&job->base, &kctx->entity[TACC_SCRUB_QUEUE], n, kctx, 0);
+	ret = drm_sched_job_init(&job->base, &kctx->entity[tdev->scrub_queue], n, kctx, 0);
 	if (ret)
 		goto err_pm;
 	if (resv) {
@@ -109,7 +108,7 @@ static struct dma_fence *tacc_scrub_submit(struct tacc_device *tdev, u64 start, 
 	drm_sched_job_arm(&job->base);
 	fence = dma_fence_get(&job->base.s_fence->finished);
 	tacc_ctx_get(kctx);
-	atomic_inc(&kctx->inflight[TACC_SCRUB_QUEUE]);	/* not in live.jobs */
+	atomic_inc(&kctx->inflight[tdev->scrub_queue]);	/* not in live.jobs */
 	drm_sched_entity_push_job(&job->base);
 	mutex_unlock(&kctx->submit_lock);
 	atomic64_inc(&tdev->scrub_jobs);
@@ -218,6 +217,7 @@ void tacc_scrub_bo(struct tacc_device *tdev, struct tacc_bo *bo)
 	struct drm_gem_object *obj = &bo->shmem.base;
 	struct tacc_scrub *s;
 	struct dma_fence *f;
+	u32 delay;
 	int idx;
 
 	if (!drm_mm_node_allocated(&bo->devmem)) {
@@ -254,13 +254,16 @@ void tacc_scrub_bo(struct tacc_device *tdev, struct tacc_bo *bo)
 		return;
 	}
 
-	f = tacc_scrub_submit(tdev, bo->devmem.start, bo->devmem.size, obj->resv);
+	/* test knob (debugfs, 0): the FILL queued that much later (the retry path) */
+	delay = READ_ONCE(tdev->scrub_delay_ms);
+	f = delay ? ERR_PTR(-EAGAIN) :
+		tacc_scrub_submit(tdev, bo->devmem.start, bo->devmem.size, obj->resv);
 	drm_dev_exit(idx);
 	drm_gem_object_release(obj);	/* the dependencies hold their fences */
 	if (IS_ERR(f)) {
-		s->tries = 1;
+		s->tries = delay ? 0 : 1;
 		queue_delayed_work(s->tdev->scrub_q, &s->work,
-				   msecs_to_jiffies(TACC_SCRUB_RETRY_MS));
+				   msecs_to_jiffies(delay ?: TACC_SCRUB_RETRY_MS));
 		return;
 	}
 	s->fence = f;
@@ -305,13 +308,16 @@ int tacc_scrub_range_sync(struct tacc_device *tdev, u64 start, u64 size)
  * hands any of it out: a driver unbound while files held filled BOs (their
  * free could not reach the device), a VFIO user or a guest that had the
  * function, a crashed kernel.  One FILL job per GiB of the function's window,
- * waited for.
+ * waited for.  The virtio-tacc window inside the PF's memory is left alone:
+ * it is that function's (tacc_devmem_reserve_virtio()).
  *
  * Return: 0 (also for a device without FILL, which says so), or a negative
  * errno: the probe fails rather than hand out memory it could not clear.
  */
 int tacc_scrub_probe(struct tacc_device *tdev)
 {
+	const struct drm_mm_node *v = &tdev->virtio_node;
+	u64 end = v->start + v->size;
 	int ret;
 
 	if (!tacc_scrub_capable(tdev)) {
@@ -321,27 +327,72 @@ int tacc_scrub_probe(struct tacc_device *tdev)
 	}
 	if (!tdev->devmem_size)
 		return 0;
-	ret = tacc_scrub_range_sync(tdev, 0, tdev->devmem_size);
+	if (drm_mm_node_allocated(v)) {	/* the virtio function's memory is not ours */
+		ret = v->start ? tacc_scrub_range_sync(tdev, 0, v->start) : 0;
+		if (!ret && end < tdev->devmem_size)
+			ret = tacc_scrub_range_sync(tdev, end, tdev->devmem_size - end);
+	} else {
+		ret = tacc_scrub_range_sync(tdev, 0, tdev->devmem_size);
+	}
 	if (ret)
 		drm_err(&tdev->drm, "device memory scrub at probe failed (%d)\n", ret);
 	return ret;
 }
 
-/**
- * tacc_scrub_wait_idle() - wait until no freed range is still being scrubbed.
- * @tdev: the function.
- * @timeout: jiffies.
- *
- * Return: 0, -ETIMEDOUT, or -ERESTARTSYS on a signal.
- */
-int tacc_scrub_wait_idle(struct tacc_device *tdev, long timeout)
+static bool tacc_scrub_quarantined(struct tacc_device *tdev)
 {
-	long ret = wait_event_interruptible_timeout(tdev->scrub_wq,
-						    !atomic_read(&tdev->scrub_pending), timeout);
+	struct tacc_scrub *s;
+	bool any = false;
 
-	if (ret < 0)
-		return ret;
-	return ret ? 0 : -ETIMEDOUT;
+	mutex_lock(&tdev->devmem_lock);
+	list_for_each_entry(s, &tdev->scrub_list, node)
+		any |= s->quarantined;
+	mutex_unlock(&tdev->devmem_lock);
+	return any;
+}
+
+static bool tacc_scrub_drained(struct tacc_device *tdev, bool all_bos)
+{
+	return !atomic_read(&tdev->scrub_pending) &&
+	       (!all_bos || !atomic_long_read(&tdev->live.devmem_bytes));
+}
+
+/**
+ * tacc_scrub_drain() - wait until the function's freed device memory is scrubbed.
+ * @tdev: the function.
+ * @all_bos: also wait until no DEVICE BO is left (a job of a closed file may
+ *           still hold one): for a handoff, which no file may open past.
+ * @timeout: jiffies.
+ * @intr: interruptible by a signal.
+ *
+ * Before the function changes driver (tacc/handoff, unbind): the FILLs of
+ * freed BOs still queued must reach the device first, for FLR does not clear
+ * device memory and the next driver (vfio-pci) does not scrub.
+ *
+ * Return: 0; -EIO if a range is quarantined (its FILL failed: never
+ * scrubbed); -ETIMEDOUT; -ERESTARTSYS on a signal (@intr).
+ */
+int tacc_scrub_drain(struct tacc_device *tdev, bool all_bos, long timeout, bool intr)
+{
+	unsigned long deadline = jiffies + timeout;
+	long ret;
+
+	/* BOs freed without a wake-up of scrub_wq (no FILL): poll, 10 times a second */
+	while (!tacc_scrub_drained(tdev, all_bos)) {
+		if (time_after_eq(jiffies, deadline))
+			return -ETIMEDOUT;
+		if (intr) {
+			ret = wait_event_interruptible_timeout(tdev->scrub_wq,
+							       tacc_scrub_drained(tdev, all_bos),
+							       HZ / 10);
+			if (ret < 0)
+				return ret;
+		} else {
+			wait_event_timeout(tdev->scrub_wq, tacc_scrub_drained(tdev, all_bos),
+					   HZ / 10);
+		}
+	}
+	return tacc_scrub_quarantined(tdev) ? -EIO : 0;
 }
 
 /**
@@ -375,7 +426,7 @@ static void tacc_scrub_fini_action(struct drm_device *dev, void *data)
 
 	/* every FILL has finished or is killed here; works then release */
 	if (kctx)
-		drm_sched_entity_destroy(&kctx->entity[TACC_SCRUB_QUEUE]);
+		drm_sched_entity_destroy(&kctx->entity[tdev->scrub_queue]);
 	WRITE_ONCE(tdev->scrub_dying, true);
 	flush_workqueue(tdev->scrub_q);
 	mutex_lock(&tdev->devmem_lock);
@@ -402,9 +453,13 @@ static void tacc_scrub_fini_action(struct drm_device *dev, void *data)
  */
 int tacc_scrub_init(struct tacc_device *tdev)
 {
-	struct drm_gpu_scheduler *sched = &tdev->queues[TACC_SCRUB_QUEUE].sched;
+	struct drm_gpu_scheduler *sched;
 	struct tacc_ctx *kctx;
 	int ret;
+
+	/* the lowest queue the function may enable (a VF's mask may lack queue 0) */
+	tdev->scrub_queue = __ffs(tdev->queue_mask);
+	sched = &tdev->queues[tdev->scrub_queue].sched;
 
 	INIT_LIST_HEAD(&tdev->scrub_list);
 	init_waitqueue_head(&tdev->scrub_wq);
@@ -425,7 +480,8 @@ int tacc_scrub_init(struct tacc_device *tdev)
 	spin_lock_init(&kctx->seq_lock);
 	mutex_init(&kctx->submit_lock);
 	xa_init(&kctx->jobs_xa);
-	ret = drm_sched_entity_init(&kctx->entity[TACC_SCRUB_QUEUE], DRM_SCHED_PRIORITY_KERNEL,
+	tacc_failures_init(&kctx->failed);
+	ret = drm_sched_entity_init(&kctx->entity[tdev->scrub_queue], DRM_SCHED_PRIORITY_KERNEL,
 				    &sched, 1, NULL);
 	if (ret) {
 		kfree(kctx);

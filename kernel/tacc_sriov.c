@@ -19,10 +19,15 @@ static unsigned int tacc_vf_devmem_mib = 32;
 module_param_named(vf_devmem_mib, tacc_vf_devmem_mib, uint, 0644);
 MODULE_PARM_DESC(vf_devmem_mib, "Default device memory of each VF, MiB (sriov_policy/)");
 
-/* What the PF may carve for all its VFs together: half its memory. */
+/*
+ * What the PF may carve for all its VFs together: half its memory, and no
+ * more than what the virtio-tacc window leaves.
+ */
 static u64 tacc_vf_devmem_limit(struct tacc_device *tdev)
 {
-	return ALIGN_DOWN(tdev->devmem_size / 2, TACC_SZ_2M);
+	u64 rest = tdev->devmem_size - tdev->virtio_node.size;
+
+	return ALIGN_DOWN(min(tdev->devmem_size / 2, rest), TACC_SZ_2M);
 }
 
 static u32 tacc_vf_queues(struct tacc_device *tdev)
@@ -123,8 +128,9 @@ static int tacc_sriov_clean(struct tacc_device *tdev)
 }
 
 /*
- * Reserve the VF windows (VF 1 at the top, each below the previous one);
- * PF memory still being scrubbed there is waited for.
+ * Reserve the VF windows (VF 1 at the top, each below the previous one,
+ * below the virtio-tacc window where one would meet it: -ENOSPC if it does
+ * not fit); PF memory still being scrubbed there is waited for.
  */
 static int tacc_sriov_reserve(struct tacc_device *tdev, int num_vfs)
 {
@@ -142,8 +148,17 @@ static int tacc_sriov_reserve(struct tacc_device *tdev, int num_vfs)
 			struct drm_mm_node *n = &tdev->vf_nodes[i];
 
 			n->size = tdev->vf_policy[i].devmem_bytes;
+			if (top >= n->size &&
+			    tacc_devmem_virtio_overlaps(tdev, top - n->size, n->size))
+				top = min(top, tdev->virtio_node.start);
+			if (top < n->size) {
+				n->size = 0;
+				ret = -E2BIG;	/* no room below the virtio window */
+				break;
+			}
 			n->start = top - n->size;
 			top = n->start;
+			/* the virtio window is a node: a VF window meeting it is refused */
 			ret = drm_mm_reserve_node(&tdev->devmem_mm, n);
 			if (ret)
 				break;
@@ -153,6 +168,8 @@ static int tacc_sriov_reserve(struct tacc_device *tdev, int num_vfs)
 		if (!ret)
 			return 0;
 		tacc_sriov_release(tdev);
+		if (ret == -E2BIG)
+			return -ENOSPC;
 		if (time_after(jiffies, deadline))
 			return -EBUSY;	/* PF buffers live there */
 		ret = tacc_scrub_wait_release(tdev, gen, deadline - jiffies);

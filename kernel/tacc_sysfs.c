@@ -331,7 +331,10 @@ static DEVICE_ATTR_RO(queue_stats);
  * Handing the function to another driver (tacc vfio bind): "1" refuses new opens
  * of the accel node with -EBUSY, and is itself refused with -EBUSY while a file
  * of the node is open; checked and set under ctx_lock, so no open slips between
- * the check and the unbind that follows.  "0" ends it.  Gone with the binding.
+ * the check and the unbind that follows.  "1" then waits (up to 30 s,
+ * interruptibly) until every DEVICE BO of the function is freed and scrubbed:
+ * -EBUSY if not by then, -EIO if a range could not be scrubbed (handoff
+ * stays off).  "0" ends it.  Gone with the binding.
  */
 static ssize_t handoff_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
@@ -356,7 +359,18 @@ static ssize_t handoff_store(struct device *dev, struct device_attribute *attr,
 	else
 		WRITE_ONCE(tdev->handoff, on);
 	mutex_unlock(&tdev->ctx_lock);
-	return ret ?: count;
+	if (ret || !on)
+		return ret ?: count;
+	/* the last user's freed memory is overwritten before anyone else gets it */
+	ret = tacc_scrub_drain(tdev, true, 30 * HZ, true);
+	if (ret) {
+		drm_warn(&tdev->drm, "handoff refused: device memory not scrubbed (%d)\n", ret);
+		mutex_lock(&tdev->ctx_lock);
+		WRITE_ONCE(tdev->handoff, false);
+		mutex_unlock(&tdev->ctx_lock);
+		return ret == -ETIMEDOUT ? -EBUSY : ret;
+	}
+	return count;
 }
 static DEVICE_ATTR_RW(handoff);
 

@@ -462,6 +462,7 @@ static int tacc_vopen(struct drm_device *dev, struct drm_file *file)
 	mutex_init(&ctx->vm_lock);
 	mutex_init(&ctx->submit_lock);
 	spin_lock_init(&ctx->seq_lock);
+	tacc_failures_init(&ctx->failed);
 	drm_mm_init(&ctx->va_mm, TACC_V_VA_START, TACC_V_VA_END - TACC_V_VA_START);
 	ctx->fence_ctx = dma_fence_context_alloc(TACC_VIRTIO_NUM_RINGS);
 	file->driver_priv = ctx;

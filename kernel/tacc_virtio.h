@@ -22,6 +22,7 @@
 #include "include/tacc_virtio.h"
 #include "include/uapi/drm/tacc_accel.h"
 #include "tacc_ring.h"
+#include "tacc_status.h"
 
 #define TACC_V_MAX_CMDS		64	/* per submit, as on the PF */
 #define TACC_V_MAX_INFLIGHT	128	/* jobs per file, all rings */
@@ -99,6 +100,7 @@ struct tacc_vctx {
 		u64 seqno;
 		struct dma_fence *fence;
 	} slot[TACC_V_SEQ_SLOTS];
+	struct tacc_failures failed;	/* failed jobs whose slot was reused */
 	atomic_t inflight;		/* jobs queued, not completed (vd->idle_wq) */
 	/* per ring: jobs the used buffers reported failed by the device (submit_lock) */
 	u32 dev_failed[TACC_VIRTIO_NUM_RINGS];

@@ -24,6 +24,7 @@
 
 #include <linux/debugfs.h>
 #include <linux/delay.h>
+#include <linux/module.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -60,6 +61,11 @@ static void tacc_vjob_put_deps(struct tacc_vjob *job)
 		dma_fence_put(job->deps[--job->ndeps]);
 }
 
+/*
+ * A job's fence may outlive the file, the device and an rmmod attempt (a
+ * sync_file exported from an out-syncobj): it holds a module reference from
+ * dma_fence_init() on, dropped last here (as tacc_fence.c's fences do).
+ */
 static void tacc_vjob_release(struct dma_fence *f)
 {
 	struct tacc_vjob *job = container_of(f, struct tacc_vjob, fence);
@@ -67,6 +73,7 @@ static void tacc_vjob_release(struct dma_fence *f)
 	tacc_vjob_put_deps(job);
 	kfree(job->buf);
 	dma_fence_free(f);
+	module_put(THIS_MODULE);
 }
 
 static const struct dma_fence_ops tacc_vfence_ops = {
@@ -453,6 +460,7 @@ void tacc_vctx_seq_fini(struct tacc_vctx *ctx)
 		dma_fence_put(ctx->slot[i].fence);
 		ctx->slot[i].fence = NULL;
 	}
+	tacc_failures_fini(&ctx->failed);
 }
 
 /* ------------------------------------------------------------ commands ---- */
@@ -622,8 +630,13 @@ static int tacc_vjob_push(struct drm_file *file, struct tacc_vjob *job, u32 ring
 			return -ENOENT;
 		}
 	}
+	/* the slot's job is over: WAIT finds its failure, if any, in the records */
+	if (ctx->slot[slot].fence)
+		tacc_failures_record(&ctx->failed, ctx->slot[slot].seqno,
+				     ctx->slot[slot].fence->error);
 	req->job.seqno = cpu_to_le64(seq);
 	dma_fence_init(&job->fence, &tacc_vfence_ops, &job->lock, ctx->fence_ctx + ring, seq);
+	__module_get(THIS_MODULE);	/* put by tacc_vjob_release() */
 	/* before the job can complete: a WAIT on the seqno finds its fence */
 	if (syncobj)
 		drm_syncobj_replace_fence(syncobj, &job->fence);
@@ -755,10 +768,8 @@ int tacc_vwait_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 	if (ctx->slot[slot].seqno == args->seqno)
 		f = dma_fence_get(ctx->slot[slot].fence);
 	spin_unlock(&ctx->seq_lock);
-	if (!f) {	/* forgotten: a slot is reused only once its job completed */
-		args->status = 0;
-		return 0;
-	}
+	if (!f)		/* a slot is reused only once its job completed */
+		return tacc_failures_status(&ctx->failed, args->seqno, &args->status);
 
 	ret = tacc_vwait_poll(ctx, f, args->timeout_ns);
 	if (ret) {

@@ -402,6 +402,29 @@ def test_wait_reports_failure_while_job_is_freed(pf_accel: Path) -> None:
     assert set(seen) == {-errno.EFAULT}, f"WAIT statuses seen: {sorted(set(seen))}"
 
 
+def u_history(state: dict[str, Any], node: str) -> dict[str, int]:
+    """tacc-user: a failed job F, then 300 NOPs over queues 1-3 (more than a 256-entry
+    history holds, so F's slot is reused); WAIT's status of F before and after."""
+    with Dev(node) as d:
+        f = faulting_copy(d, 0xf1)
+        out = {"f": d.wait(f)}
+        seqs = [d.submit([nop()], queue=1 + i % 3) for i in range(300)]
+        out["nops"] = sum(d.wait(s) != 0 for s in seqs)
+        out["f_after"] = d.wait(f)
+        out["last"] = seqs[-1]
+    return out
+
+
+def test_wait_status_exact_for_every_seqno(pf_accel: Path, user: UserProc) -> None:
+    """WAIT never reports success for a failed job the file may still wait on: 300 jobs
+    after it, its status is still -EFAULT (before: a 256-slot history, slot reused by a
+    later job, and a seqno not found there read 0; so did a slow job freed after a
+    failed job 256 seqnos younger)."""
+    out = user.call(u_history, str(pf_accel))
+    assert out["f"] == -errno.EFAULT and out["nops"] == 0 and out["last"] == 301, out
+    assert out["f_after"] == -errno.EFAULT, out
+
+
 def test_debug_knobs_root_only_and_off(pf_accel: Path) -> None:
     for name in ("fault_ctx_delay_ms", "free_job_delay_ms", "recover_delay_ms",
                  "resume_delay_ms"):

@@ -5,6 +5,8 @@ python vfio_worker.py BDF oob PHYS   map device VA 0x7f0000000 -> IOVA PHYS (nev
                                      there; print the statuses, IRQ_STATUS, FAULT_* as JSON
 python vfio_worker.py BDF busy       GEMM jobs back to back, "running" after the first
 python vfio_worker.py BDF hold       open the group, print "held", sleep until killed
+python vfio_worker.py BDF scan       read the function's whole device-memory window; print
+                                     its size and the byte values found as JSON
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import json
 import sys
 import time
 
+import numpy as np
 from tacc import hw
 from tacc.hw.records import d_copy
 from tacc.vfio.driver import DEVMEM_VA, TaccVfio
 
 ATTACK_VA = 0x7F000_0000
+SCAN_CHUNK = 1 << 20
 
 
 def main(bdf: str, mode: str, arg: str = "") -> int:
@@ -40,6 +44,13 @@ def main(bdf: str, mode: str, arg: str = "") -> int:
                 nxt = t.submit([t.gemm(0, 1 << 20, 2 << 20, 128, 128, 128)] * 64)
                 t.wait(job, timeout=600)
                 job = nxt
+        elif mode == "scan":  # what the function's previous owner left in its window
+            buf, found = t.alloc(SCAN_CHUNK), set()
+            for off in range(0, t.devmem_size, SCAN_CHUNK):
+                n = min(SCAN_CHUNK, t.devmem_size - off)
+                assert t.run([t.copy_d2h(off, buf, n)]).status == 0, off
+                found.update(int(v) for v in np.unique(buf.array[:n]))
+            print(json.dumps({"size": t.devmem_size, "values": sorted(found)}), flush=True)
         elif mode == "hold":
             print("held", flush=True)
             time.sleep(600)
