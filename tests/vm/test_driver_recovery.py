@@ -231,7 +231,7 @@ def test_hang_leaves_a_devcoredump(pf_accel):
     """A job timeout leaves a devcoredump of the PF in /sys/class/devcoredump (before the
     queue reset): the registers, queue 0 hung, the job with its command and tag."""
     from tacc.devcoredump import dumps_of, parse
-    from tacc.testing.guest_qmp import GuestQMP
+    from tacc.guest_qmp import GuestQMP
 
     pci = pf_sysfs().name
     for old in dumps_of(pci):
