@@ -60,8 +60,9 @@ static void tacc_dump_queues(struct drm_printer *p, struct tacc_device *tdev, bo
 	for (i = 0; i < tdev->num_queues; i++) {
 		struct tacc_queue *q = &tdev->queues[i];
 
-		drm_printf(p, "  queue %u: sq_tail %u cq_head %u jobs_done %llu jobs_failed %llu resets %llu",
-			   i, q->sq_tail, q->cq_head, q->jobs_done, q->jobs_failed, q->resets);
+		drm_printf(p, "  queue %u: sq_tail %u cq_head %u", i, q->sq_tail, q->cq_head);
+		drm_printf(p, " jobs_done %llu jobs_failed %llu resets %llu",
+			   q->jobs_done, q->jobs_failed, q->resets);
 		if (hw)
 			drm_printf(p, " SQ_HEAD %u CQ_TAIL %u STATUS 0x%x DEPTH %u",
 				   tacc_qrd(q, TACC_Q_SQ_HEAD), tacc_qrd(q, TACC_Q_CQ_TAIL),
@@ -74,15 +75,17 @@ static void tacc_dump_job(struct drm_printer *p, struct tacc_queue *q, struct ta
 {
 	u32 i;
 
-	drm_printf(p, "job: queue %u context %u pid %d comm %s seqno %llu hw_job %u tag 0x%llx commands %u\n",
-		   q->idx, job->ctx->id, job->ctx->pid, job->ctx->comm, job->seqno, job->hw_job,
-		   job->tag, job->num_cmds);
+	drm_printf(p, "job: queue %u context %u pid %d comm %s", q->idx, job->ctx->id,
+		   job->ctx->pid, job->ctx->comm);
+	drm_printf(p, " seqno %llu hw_job %u tag 0x%llx commands %u\n", job->seqno,
+		   job->hw_job, job->tag, job->num_cmds);
 	for (i = 0; i < min_t(u32, job->num_cmds, TACC_DUMP_CMDS); i++) {
 		const u64 *w = (const u64 *)&job->descs[i];
 
-		drm_printf(p, "  cmd %u: opcode %u flags 0x%x tag 0x%llx words %016llx %016llx %016llx %016llx %016llx %016llx %016llx %016llx\n",
-			   i, job->descs[i].opcode, job->descs[i].flags, job->descs[i].tag,
-			   w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]);
+		drm_printf(p, "  cmd %u: opcode %u flags 0x%x tag 0x%llx words", i,
+			   job->descs[i].opcode, job->descs[i].flags, job->descs[i].tag);
+		drm_printf(p, " %016llx %016llx %016llx %016llx", w[0], w[1], w[2], w[3]);
+		drm_printf(p, " %016llx %016llx %016llx %016llx\n", w[4], w[5], w[6], w[7]);
 	}
 }
 
@@ -103,9 +106,10 @@ static void tacc_dump_trace(struct drm_printer *p, struct tacc_device *tdev, boo
 		const struct tacc_trace_rec *r = tr->cpu + PAGE_SIZE +
 			(size_t)(i & (tr->entries - 1)) * TACC_TRACE_REC_SIZE;
 
-		drm_printf(p, "  rec seq %u opcode %u engine %u queue %u ctx %u job %u tag 0x%llx fetch %llu start %llu end %llu status %u\n",
-			   r->seq, r->opcode, r->engine, r->queue, r->ctx, r->job, r->tag,
-			   r->t_fetch, r->t_start, r->t_end, r->status);
+		drm_printf(p, "  rec seq %u opcode %u engine %u queue %u ctx %u job %u tag 0x%llx",
+			   r->seq, r->opcode, r->engine, r->queue, r->ctx, r->job, r->tag);
+		drm_printf(p, " fetch %llu start %llu end %llu status %u\n", r->t_fetch,
+			   r->t_start, r->t_end, r->status);
 	}
 out:
 	mutex_unlock(&tr->lock);

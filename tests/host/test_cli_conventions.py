@@ -87,12 +87,11 @@ def test_completions_and_man_pages_name_every_subcommand(tmp_path: Path) -> None
 
 def _stderr_in_pty(argv: list[str]) -> str:
     """``argv``'s stderr when it is a terminal (stdout a pipe)."""
+    import fcntl
     import os
     import pty
-    import subprocess
-
-    import fcntl
     import struct
+    import subprocess
     import termios
 
     master, slave = pty.openpty()

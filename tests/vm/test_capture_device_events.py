@@ -196,7 +196,7 @@ def test_hang_devcoredump_in_the_capture_and_on_the_timeline(tmp_path: Path, pf_
     import errno
 
     from tacc.devcoredump import dumps_of, parse
-    from tacc.testing.guest_qmp import PF_QOM, GuestQMP
+    from tacc.guest_qmp import PF_QOM, GuestQMP
     from test_driver_basic import DEVICE, OP_H2D, Dev, copy
 
     for old in dumps_of(pf_pci.name):
