@@ -944,6 +944,8 @@ def test_decode_capture_ranges_nest_the_commands(recorder: Recorder) -> None:
                 for s in steps]
     _save("decode-ranges.json", {"thread": sorted(got), "projected": proj,
                                  "commands_per_step": per_step})
-    # every step replays the same list: the same number of commands in each projection
-    assert per_step[0] > 20 and len(set(per_step)) == 1, per_step
+    # each step's projection holds device commands; the layers' ranges (recorded at the
+    # lists' capture) project onto the commands whose tags their calls gave
+    assert all(n > 0 for n in per_step), per_step
+    assert "L0" in proj and "L1" in proj, sorted(proj)
     out.unlink()
