@@ -33,7 +33,7 @@ $(error $(BAD_VARS))
 endif
 endif
 
-.PHONY: all setup run-vm test test-host test-device test-vm test-long test-debug bench lint checkpatch module qemu clean distclean help
+.PHONY: all setup run-vm test test-host test-device test-vm test-long test-debug bench lint checkpatch module qemu clean distclean help fixtures mutation
 
 all: setup
 
@@ -45,6 +45,8 @@ help:
 	@echo '  test          every test layer (host, device, vm) with one verdict'
 	@echo '  test-host test-device test-vm    one layer; test-long: the heavy runs'
 	@echo '  setup         install and build everything (run by the others first)'
+	@echo '  fixtures      record real captures for the host tests, in the VM (tests/host/data/fixtures)'
+	@echo '  mutation      mutation testing of capture/timeline/analyze/session (MODULE=capture ...)'
 	@echo '  bench lint qemu clean distclean'
 	@echo
 	@echo 'variables (run-vm, test-vm):'
@@ -60,7 +62,7 @@ help:
 	@echo '  KERNEL_ARGS   extra guest kernel command line'
 	@echo '  NODES         run-vm: 1..4 VMs side by side on a loopback-only network (docs/cluster.md)'
 	@echo '  CMD           run-vm: run this in the guest instead of a shell (as typed; $$$$ for $$)'
-	@echo '  PYTEST_ARGS   test layers: extra pytest arguments, e.g. "-k capture -x"'
+	@echo '  PYTEST_ARGS   test layers: extra pytest arguments, split like a shell: -k "capture and format" -x'
 	@echo '  TEST_VM_CONFIGS  test-vm: configurations to boot, e.g. "strict pt" (scripts/test-vm)'
 
 setup:
@@ -92,6 +94,10 @@ test-debug: setup
 
 bench: setup
 	@scripts/bench.sh
+
+# Real captures for the host layer (tests/host/data/fixtures/RECORDED.json says how)
+fixtures: setup
+	@/usr/bin/python3 scripts/record-fixtures
 
 module: setup
 

@@ -542,44 +542,6 @@ static const struct file_operations tacc_fops = {
 	.fop_flags = FOP_UNSIGNED_OFFSET,
 };
 
-/* --------------------------------------------------------------- fdinfo ---- */
-
-static void tacc_show_fdinfo(struct drm_printer *p, struct drm_file *file)
-{
-	struct tacc_device *tdev = to_tacc_dev(file->minor->dev);
-	struct tacc_ctx *ctx = file->driver_priv;
-	struct drm_gem_object *obj;
-	u64 host = 0, devmem = 0, user = 0;
-	int id;
-	u32 i;
-
-	for (i = 0; i < tdev->num_queues; i++) {
-		drm_printf(p, "drm-engine-queue%u:\t%llu ns\n", i,
-			   (u64)atomic64_read(&ctx->busy_ns[i]));
-	}
-	for (i = 0; i < tdev->num_queues; i++)
-		drm_printf(p, "drm-jobs-queue%u:\t%llu\n", i, (u64)atomic64_read(&ctx->jobs[i]));
-
-	spin_lock(&file->table_lock);
-	idr_for_each_entry(&file->object_idr, obj, id) {
-		struct tacc_bo *bo = to_tacc_bo(obj);
-
-		if (bo->type == DRM_TACC_BO_DEVICE)
-			devmem += obj->size;
-		else if (bo->type == DRM_TACC_BO_USERPTR)
-			user += obj->size;
-		else
-			host += obj->size;
-	}
-	spin_unlock(&file->table_lock);
-	drm_printf(p, "drm-memory-host:\t%llu KiB\n", host >> 10);
-	drm_printf(p, "drm-memory-device:\t%llu KiB\n", devmem >> 10);
-	drm_printf(p, "drm-memory-userptr:\t%llu KiB\n", user >> 10);
-	drm_printf(p, "tacc-context:\t%u\n", ctx->id);
-	drm_printf(p, "tacc-mmu-faults:\t%llu\n", (u64)atomic64_read(&ctx->faults));
-	drm_printf(p, "tacc-resets:\t%llu\n", (u64)atomic64_read(&ctx->resets));
-}
-
 /* --------------------------------------------------------------- driver ---- */
 
 static const struct drm_ioctl_desc tacc_ioctls[] = {

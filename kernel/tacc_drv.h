@@ -492,4 +492,12 @@ void tacc_tlpcap_hw_setup(struct tacc_device *tdev);
 void tacc_tlpcap_release(struct tacc_device *tdev, struct drm_file *file);
 void tacc_tlpcap_release_dma(struct tacc_device *tdev);
 
+/* tacc_coredump.c */
+void tacc_coredump(struct tacc_device *tdev, const char *reason, struct tacc_queue *q,
+		   struct tacc_job *job);
+
+/* tacc_fdinfo.c (tacc_vshow_fdinfo: tacc_virtio.h) */
+enum drm_gem_object_status tacc_gem_status(struct drm_gem_object *obj);
+void tacc_show_fdinfo(struct drm_printer *p, struct drm_file *file);
+
 #endif /* __TACC_DRV_H__ */

@@ -225,6 +225,7 @@ static void tacc_gem_free(struct drm_gem_object *obj)
 }
 
 static const struct drm_gem_object_funcs tacc_shmem_funcs = {
+	.status = tacc_gem_status,
 	.free = tacc_gem_free,
 	.close = tacc_gem_close,
 	.export = tacc_gem_no_export,
@@ -239,6 +240,7 @@ static const struct drm_gem_object_funcs tacc_shmem_funcs = {
 };
 
 static const struct drm_gem_object_funcs tacc_private_funcs = {
+	.status = tacc_gem_status,
 	.free = tacc_gem_free,
 	.close = tacc_gem_close,
 	.export = tacc_gem_no_export,

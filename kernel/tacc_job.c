@@ -18,12 +18,12 @@
 #include <drm/drm_print.h>
 #include <drm/drm_syncobj.h>
 
+#include "tacc_cmd.h"
 #include "tacc_drv.h"
 #include "tacc_trace.h"
 
-#define TACC_GEMM_MAX_LD	BIT(20)
-
-enum { TACC_T_ANY, TACC_T_HOST, TACC_T_DEV };
+/* BO kinds tacc_resolve() accepts: the order of enum tacc_cmd_kind */
+enum { TACC_T_ANY = TACC_CMD_ANY, TACC_T_HOST = TACC_CMD_HOST, TACC_T_DEV = TACC_CMD_DEV };
 
 static int tacc_status_errno(u32 status)
 {
@@ -245,6 +245,8 @@ static enum drm_gpu_sched_stat tacc_timedout_job(struct drm_sched_job *sched_job
 		return DRM_GPU_SCHED_STAT_NOMINAL;
 	}
 	drm_sched_stop(&q->sched, sched_job);
+	if (bad->hw_fence_init)	/* the device's state before the queue is reset */
+		tacc_coredump(tdev, "job timeout", q, bad);
 
 	spin_lock_irqsave(&q->lock, flags);
 	if (tdev->hw_up)
@@ -585,11 +587,6 @@ void tacc_ctx_seq_fini(struct tacc_ctx *ctx)
 
 /* ------------------------------------------------------------- submit ---- */
 
-static int tacc_operand_unused(const struct drm_tacc_operand *op)
-{
-	return (op->handle || op->pad || op->offset) ? -EINVAL : 0;
-}
-
 static int tacc_resolve(struct tacc_ctx *ctx, struct drm_file *file, struct tacc_job *job,
 			const struct drm_tacc_operand *op, u64 len, u32 align, int want,
 			u64 *va)
@@ -623,130 +620,47 @@ static int tacc_resolve(struct tacc_ctx *ctx, struct drm_file *file, struct tacc
 	return ret;
 }
 
-static int tacc_gemm_extent(u32 rows, u32 cols, u32 ld, u64 *bytes)
+/*
+ * What the tacc_submit tracepoint reports of a job: the bytes its
+ * copies move and its command mix, so a tracer needs no probe reading the
+ * commands from user memory.  @d was built by tacc_translate().
+ */
+static void tacc_job_account(struct tacc_job *job, const struct tacc_desc *d)
 {
-	u64 n;
-
-	if (!rows || !cols || ld < cols || rows > TACC_GEMM_MAX_DIM ||
-	    cols > TACC_GEMM_MAX_DIM || ld > TACC_GEMM_MAX_LD)
-		return -EINVAL;
-	n = (u64)(rows - 1) * ld + cols;
-	*bytes = n * sizeof(u32);
-	return 0;
+	if (d->opcode == TACC_OP_COPY_H2D || d->opcode == TACC_OP_COPY_D2H ||
+	    d->opcode == TACC_OP_COPY_D2D)
+		job->bytes += d->copy.len;
+	if (d->opcode < 32)
+		job->mix |= BIT(d->opcode);
 }
 
 /*
- * What the tacc_submit tracepoint reports of a job (issue 18): the bytes its
- * copies move and its command mix, so a tracer needs no probe reading the
- * commands from user memory.  @c was validated by tacc_translate().
+ * One command: checked by the validator every function kind shares
+ * (tacc_cmd.c), its operands resolved in this file's VM, the descriptor
+ * built with their device VAs.
  */
-static void tacc_job_account(struct tacc_job *job, const struct drm_tacc_cmd *c)
-{
-	if (c->opcode == DRM_TACC_OP_COPY_H2D || c->opcode == DRM_TACC_OP_COPY_D2H ||
-	    c->opcode == DRM_TACC_OP_COPY_D2D)
-		job->bytes += c->size;
-	if (c->opcode < 32)
-		job->mix |= BIT(c->opcode);
-}
-
 static int tacc_translate(struct tacc_ctx *ctx, struct drm_file *file, struct tacc_job *job,
-			  const struct drm_tacc_cmd *c, u32 index, struct tacc_desc *d)
+			  const struct drm_tacc_cmd2 *c, u32 caps, u32 index, struct tacc_desc *d)
 {
-	u64 la, lb, lc;
-	int ret;
+	u64 va[DRM_TACC_CMD2_OPERANDS] = {};
+	struct tacc_cmd_spec spec;
+	int i, ret;
 
-	if (c->flags || c->rsvd)
-		return -EINVAL;
-	memset(d, 0, sizeof(*d));
-	d->opcode = c->opcode;
+	ret = tacc_cmd_check(c, caps, &spec);
+	if (ret)
+		return ret;
+	for (i = 0; i < DRM_TACC_CMD2_OPERANDS; i++) {
+		if (!spec.op[i].len)
+			continue;
+		ret = tacc_resolve(ctx, file, job, &c->op[i], spec.op[i].len, spec.op[i].align,
+				   spec.op[i].kind, &va[i]);
+		if (ret)
+			return ret;
+	}
+	tacc_cmd_desc(c, &spec, va, d);
 	d->ctx = ctx->id;
 	d->index = index;
-	d->tag = c->tag;
-
-	switch (c->opcode) {
-	case DRM_TACC_OP_NOP:
-	case DRM_TACC_OP_BARRIER:
-		if (tacc_operand_unused(&c->a) || tacc_operand_unused(&c->b) ||
-		    tacc_operand_unused(&c->c) || c->size || c->value)
-			return -EINVAL;
-		return 0;
-	case DRM_TACC_OP_COPY_H2D:
-	case DRM_TACC_OP_COPY_D2H:
-	case DRM_TACC_OP_COPY_D2D: {
-		int ws = c->opcode == DRM_TACC_OP_COPY_D2H ? TACC_T_DEV :
-			 c->opcode == DRM_TACC_OP_COPY_H2D ? TACC_T_HOST : TACC_T_DEV;
-		int wd = c->opcode == DRM_TACC_OP_COPY_H2D ? TACC_T_DEV :
-			 c->opcode == DRM_TACC_OP_COPY_D2H ? TACC_T_HOST : TACC_T_DEV;
-
-		if (!c->size || c->size >= TACC_COPY_MAX_LEN || tacc_operand_unused(&c->c))
-			return -EINVAL;
-		ret = tacc_resolve(ctx, file, job, &c->a, c->size, 1, ws, &d->copy.src);
-		if (ret)
-			return ret;
-		ret = tacc_resolve(ctx, file, job, &c->b, c->size, 1, wd, &d->copy.dst);
-		if (ret)
-			return ret;
-		d->copy.len = c->size;
-		return 0;
-	}
-	case DRM_TACC_OP_GEMM:
-		if (c->size || c->value)
-			return -EINVAL;
-		ret = tacc_gemm_extent(c->m, c->k, c->lda, &la);
-		ret = ret ?: tacc_gemm_extent(c->k, c->n, c->ldb, &lb);
-		ret = ret ?: tacc_gemm_extent(c->m, c->n, c->ldc, &lc);
-		if (!ret && (u64)c->m * c->n * c->k > TACC_GEMM_MAX_MNK)
-			ret = -EINVAL;
-		/* compute engines work on device memory only */
-		ret = ret ?: tacc_resolve(ctx, file, job, &c->a, la, 4, TACC_T_DEV, &d->gemm.a);
-		ret = ret ?: tacc_resolve(ctx, file, job, &c->b, lb, 4, TACC_T_DEV, &d->gemm.b);
-		ret = ret ?: tacc_resolve(ctx, file, job, &c->c, lc, 4, TACC_T_DEV, &d->gemm.c);
-		if (ret)
-			return ret;
-		d->gemm.m = c->m;
-		d->gemm.n = c->n;
-		d->gemm.k = c->k;
-		d->gemm.lda = c->lda;
-		d->gemm.ldb = c->ldb;
-		d->gemm.ldc = c->ldc;
-		d->gemm.alpha = c->alpha;
-		d->gemm.beta = c->beta;
-		return 0;
-	case DRM_TACC_OP_ELTWISE:
-		if (!c->size || c->size > TACC_ELT_MAX_N || c->elt_op >= TACC_ELT_MAX || c->value)
-			return -EINVAL;
-		ret = tacc_resolve(ctx, file, job, &c->a, c->size * 4, 4, TACC_T_DEV,
-				   &d->eltwise.a);
-		if (ret)
-			return ret;
-		if (c->elt_op == DRM_TACC_ELT_ADD || c->elt_op == DRM_TACC_ELT_MUL)
-			ret = tacc_resolve(ctx, file, job, &c->b, c->size * 4, 4, TACC_T_DEV,
-					   &d->eltwise.b);
-		else
-			ret = tacc_operand_unused(&c->b);
-		ret = ret ?: tacc_resolve(ctx, file, job, &c->c, c->size * 4, 4, TACC_T_DEV,
-					  &d->eltwise.c);
-		if (ret)
-			return ret;
-		d->eltwise.n = c->size;
-		d->eltwise.op = c->elt_op;
-		d->eltwise.scalar = c->scalar;
-		return 0;
-	case DRM_TACC_OP_FENCE:
-	case DRM_TACC_OP_TIMESTAMP:
-		if (tacc_operand_unused(&c->b) || tacc_operand_unused(&c->c) || c->size)
-			return -EINVAL;
-		if (c->opcode == DRM_TACC_OP_TIMESTAMP && c->value)
-			return -EINVAL;
-		ret = tacc_resolve(ctx, file, job, &c->a, 8, 8, TACC_T_ANY, &d->fence.addr);
-		if (ret)
-			return ret;
-		if (c->opcode == DRM_TACC_OP_FENCE)
-			d->fence.value = c->value;
-		return 0;
-	default:
-		return -EINVAL;
-	}
+	return 0;
 }
 
 /* ------------------------------------------------ job fences in dma_resv ---- */
@@ -783,6 +697,15 @@ static bool tacc_job_writes_bo(struct tacc_job *job, struct tacc_bo *bo)
 			break;
 		case TACC_OP_ELTWISE:
 			va = d->eltwise.c;
+			break;
+		case TACC_OP_SOFTMAX:
+			va = d->softmax.y;
+			break;
+		case TACC_OP_NORM:
+			va = d->norm.y;
+			break;
+		case TACC_OP_GATHER:
+			va = d->gather.out;
 			break;
 		case TACC_OP_FENCE:
 		case TACC_OP_TIMESTAMP:
@@ -905,6 +828,27 @@ void tacc_ctx_fences_fini(struct tacc_ctx *ctx)
 	}
 }
 
+/* The user's commands, either form, as struct drm_tacc_cmd2. */
+static int tacc_cmds_copy_in(const struct drm_tacc_submit *args, struct drm_tacc_cmd2 *cmds)
+{
+	const struct drm_tacc_cmd __user *v1 = u64_to_user_ptr(args->cmds);
+	struct drm_tacc_cmd c;
+	u32 i;
+	int ret;
+
+	if (args->cmd_size == sizeof(*cmds))
+		return copy_from_user(cmds, u64_to_user_ptr(args->cmds),
+				      args->num_cmds * sizeof(*cmds)) ? -EFAULT : 0;
+	for (i = 0; i < args->num_cmds; i++) {
+		if (copy_from_user(&c, &v1[i], sizeof(c)))
+			return -EFAULT;
+		ret = tacc_cmd_from_v1(&c, &cmds[i]);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
 int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 {
 	struct tacc_device *tdev = to_tacc_dev(dev);
@@ -913,14 +857,15 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 	struct drm_syncobj *out_sync = NULL;
 	struct dma_fence *out_fence = NULL;
 	struct tacc_resv_set rs;
-	struct drm_tacc_cmd *cmds;
+	struct drm_tacc_cmd2 *cmds;
 	struct dma_fence *finished;
 	struct tacc_job *job;
 	u32 in[DRM_TACC_MAX_IN_SYNCOBJS];
 	u32 i;
 	int ret;
 
-	if (args->flags || args->cmd_size != sizeof(struct drm_tacc_cmd) ||
+	if (args->flags || (args->cmd_size != sizeof(struct drm_tacc_cmd) &&
+			    args->cmd_size != sizeof(struct drm_tacc_cmd2)) ||
 	    !args->num_cmds || args->num_cmds > TACC_MAX_CMDS ||
 	    !tacc_queue_usable(tdev, args->queue) ||
 	    args->num_in_syncobjs > DRM_TACC_MAX_IN_SYNCOBJS)
@@ -940,11 +885,9 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 		ret = -ENOMEM;
 		goto err_inflight;
 	}
-	if (copy_from_user(cmds, u64_to_user_ptr(args->cmds),
-			   args->num_cmds * sizeof(*cmds))) {
-		ret = -EFAULT;
+	ret = tacc_cmds_copy_in(args, cmds);
+	if (ret)
 		goto err_cmds;
-	}
 
 	job = kzalloc(sizeof(*job), GFP_KERNEL);
 	if (!job) {
@@ -956,7 +899,8 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 	job->num_cmds = args->num_cmds;
 	INIT_LIST_HEAD(&job->node);
 	job->descs = kcalloc(args->num_cmds, sizeof(*job->descs), GFP_KERNEL);
-	job->bos = kcalloc(args->num_cmds * 3, sizeof(*job->bos), GFP_KERNEL);
+	job->bos = kcalloc(args->num_cmds * DRM_TACC_CMD2_OPERANDS, sizeof(*job->bos),
+			   GFP_KERNEL);
 	job->hw_fence = kzalloc(sizeof(*job->hw_fence), GFP_KERNEL);
 	if (!job->descs || !job->bos || !job->hw_fence) {
 		ret = -ENOMEM;
@@ -964,10 +908,10 @@ int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
 	}
 
 	for (i = 0; i < args->num_cmds; i++) {
-		ret = tacc_translate(ctx, file, job, &cmds[i], i, &job->descs[i]);
+		ret = tacc_translate(ctx, file, job, &cmds[i], tdev->caps, i, &job->descs[i]);
 		if (ret)
 			goto err_job;
-		tacc_job_account(job, &cmds[i]);
+		tacc_job_account(job, &job->descs[i]);
 	}
 	job->descs[args->num_cmds - 1].flags |= TACC_DESC_F_LAST | TACC_DESC_F_IRQ;
 	job->tag = cmds[args->num_cmds - 1].tag;

@@ -112,6 +112,11 @@ static void tacc_fatal_work(struct work_struct *work)
 	bool fatal, stuck;
 	int idx, t;
 
+	if (drm_dev_enter(&tdev->drm, &idx)) {	/* the state before AER or we reset it */
+		if (tdev->hw_up && (tacc_rd(tdev, TACC_REG_STATUS) & TACC_STATUS_FATAL))
+			tacc_coredump(tdev, "fatal error", NULL, NULL);
+		drm_dev_exit(idx);
+	}
 	msleep(200);
 	for (t = 0; t < 30 && READ_ONCE(tdev->aer_pending); t++)
 		msleep(100);

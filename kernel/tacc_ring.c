@@ -355,7 +355,7 @@ static void tacc_ring_hw_stop(struct tacc_device *tdev, u32 ctrl, u32 wb, u32 ba
 
 /* ----------------------------------------------------------- trace ring ---- */
 
-static_assert(TACC_TRACE_REC_SIZE == 64);
+static_assert(TACC_TRACE_REC_SIZE == 64 && TACC_TRACE_REC3_SIZE == 128);
 
 static void tacc_trace_stop_locked(struct tacc_ring *tr);
 
@@ -393,8 +393,9 @@ static void tacc_trace_hw_setup_locked(struct tacc_device *tdev)
 	tacc_wr(tdev, TACC_REG_TRACE_SIZE, tr->entries);
 	tacc_wr64(tdev, TACC_REG_TRACE_WB, tr->dma + TACC_TRACE_WB_OFFSET);
 	tacc_wr(tdev, TACC_REG_TRACE_CONS, 0);
-	/* enabling zeroes the device's PROD and CONS */
-	tacc_wr(tdev, TACC_REG_TRACE_CTRL, 1);
+	/* enabling zeroes the device's PROD and CONS; V3 is latched with it */
+	tacc_wr(tdev, TACC_REG_TRACE_CTRL, TACC_TRACE_CTRL_ENABLE |
+		(tr->rec_size == TACC_TRACE_REC3_SIZE ? TACC_TRACE_CTRL_V3 : 0));
 }
 
 static int tacc_trace_setup_pci(struct tacc_ring *tr)
@@ -435,14 +436,18 @@ static int tacc_trace_entries(u32 want)
  * a ring taken over.
  */
 int tacc_trace_open(struct tacc_ring *tr, struct drm_file *file,
-		    struct drm_tacc_trace_open *args, bool may_open,
+		    struct drm_tacc_trace_open *args, bool may_open, bool v3_ok,
 		    tacc_ring_setup_fn setup, tacc_ring_stop_fn stop)
 {
+	bool v3 = args->flags & DRM_TACC_TRACE_F_V3;
+	u32 rec = v3 ? TACC_TRACE_REC3_SIZE : TACC_TRACE_REC_SIZE;
 	struct drm_tacc_trace_header *hdr;
 	int entries, idx, ret;
 
-	if (args->flags)
+	if (args->flags & ~DRM_TACC_TRACE_F_V3)
 		return -EINVAL;
+	if (v3 && !v3_ok)
+		return -EOPNOTSUPP;
 	entries = tacc_trace_entries(args->entries);
 	if (entries < 0)
 		return entries;
@@ -453,15 +458,15 @@ int tacc_trace_open(struct tacc_ring *tr, struct drm_file *file,
 		return ret;
 
 	mutex_lock(&tr->lock);
-	ret = tacc_ring_claim_locked(tr, file, PAGE_SIZE + (size_t)entries * TACC_TRACE_REC_SIZE,
-				     stop);
+	ret = tacc_ring_claim_locked(tr, file, PAGE_SIZE + (size_t)entries * rec, stop);
 	if (ret)
 		goto out_fail;
 	hdr = tr->cpu;
 	hdr->version = DRM_TACC_TRACE_HDR_VERSION;
-	hdr->rec_size = TACC_TRACE_REC_SIZE;
+	hdr->rec_size = rec;
 	hdr->entries = entries;
-	hdr->rec_version = TACC_TRACE_VERSION;
+	hdr->rec_version = v3 ? TACC_TRACE_VERSION_3 : TACC_TRACE_VERSION;
+	tr->rec_size = rec;
 	hdr->data_offset = PAGE_SIZE;
 	tr->entries = entries;
 	ret = setup(tr);
@@ -488,7 +493,8 @@ int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 	struct tacc_device *tdev = to_tacc_dev(dev);
 
 	return tacc_trace_open(&tdev->trace, file, data, tacc_ring_may_open(tdev),
-			       tacc_trace_setup_pci, tacc_trace_stop_locked);
+			       tdev->caps & TACC_CAP_TRACE_V3, tacc_trace_setup_pci,
+			       tacc_trace_stop_locked);
 }
 
 static void tacc_trace_check_drops(struct tacc_device *tdev, u32 dropped)

@@ -37,6 +37,7 @@ struct tacc_ring {
 	u32 cons;			/* consumer index, as ADVANCE set it */
 	u32 period_ns;			/* sample ring: sampling period */
 	u32 last_dropped;		/* trace ring: drops already reported */
+	u32 rec_size;			/* trace ring: 64, or 128 (version-3 records) */
 	/* TLP capture ring: the OPEN's filters, re-programmed after a reset */
 	u32 tc_flags, tc_funcs, tc_kinds;
 	u64 tc_addr_lo, tc_addr_hi;
@@ -61,7 +62,7 @@ void tacc_ring_advance_end(struct tacc_ring *r, int idx);
 
 /* The trace ring's uAPI (DRM_IOCTL_TACC_TRACE_*) over any function kind. */
 int tacc_trace_open(struct tacc_ring *tr, struct drm_file *file,
-		    struct drm_tacc_trace_open *args, bool may_open,
+		    struct drm_tacc_trace_open *args, bool may_open, bool v3_ok,
 		    tacc_ring_setup_fn setup, tacc_ring_stop_fn stop);
 int tacc_trace_advance_begin(struct tacc_ring *tr, struct drm_file *file,
 			     struct drm_tacc_trace_advance *args, int *idx);

@@ -298,11 +298,12 @@ static int tacc_vtrace_msg(struct tacc_vdev *vd, u16 type, const void *body, siz
 
 static int tacc_vtrace_program(struct tacc_vdev *vd, u64 base, u64 wb, u32 entries)
 {
+	bool v3 = base && vd->trace.rec_size == TACC_TRACE_REC3_SIZE;
 	struct tacc_virtio_trace_setup r = {
 		.base = cpu_to_le64(base),
 		.wb = cpu_to_le64(wb),
 		.entries = cpu_to_le32(entries),
-		.enable = cpu_to_le32(!!base),
+		.enable = cpu_to_le32((base ? 1 : 0) | (v3 ? TACC_VIRTIO_TRACE_V3 : 0)),
 	};
 
 	return tacc_vtrace_msg(vd, TACC_VIRTIO_TRACE_SETUP, &r, sizeof(r));
@@ -348,7 +349,9 @@ static int tacc_vtrace_open_ioctl(struct drm_device *dev, void *data, struct drm
 
 	if (!vd->has_trace)
 		return -EOPNOTSUPP;
-	return tacc_trace_open(&vd->trace, file, data, true, tacc_vtrace_setup, tacc_vtrace_stop);
+	return tacc_trace_open(&vd->trace, file, data, true,
+			       virtio_has_feature(vd->vdev, TACC_VIRTIO_F_TRACE_V3),
+			       tacc_vtrace_setup, tacc_vtrace_stop);
 }
 
 static int tacc_vtrace_advance_ioctl(struct drm_device *dev, void *data, struct drm_file *file)
@@ -552,6 +555,7 @@ static const struct file_operations tacc_vfops = {
 	.read = drm_read,
 	.llseek = noop_llseek,
 	.mmap = tacc_vmmap,
+	.show_fdinfo = drm_show_fdinfo,
 	.fop_flags = FOP_UNSIGNED_OFFSET,
 };
 
@@ -563,6 +567,7 @@ static const struct drm_driver tacc_vdriver = {
 	.ioctls = tacc_vioctls,
 	.num_ioctls = ARRAY_SIZE(tacc_vioctls),
 	.fops = &tacc_vfops,
+	.show_fdinfo = tacc_vshow_fdinfo,
 	.name = "tacc",
 	.desc = "tacc paravirtual function (virtio-tacc)",
 	.date = "20261201",
@@ -723,6 +728,8 @@ MODULE_DEVICE_TABLE(virtio, tacc_virtio_ids);
 static const unsigned int tacc_virtio_features[] = {
 	TACC_VIRTIO_F_DEVMEM,
 	TACC_VIRTIO_F_TRACE,
+	TACC_VIRTIO_F_INFER,
+	TACC_VIRTIO_F_TRACE_V3,
 };
 
 static struct virtio_driver tacc_virtio_driver = {

@@ -105,6 +105,10 @@ struct tacc_vctx {
 	/* per ring: jobs the used buffers reported failed by the device (submit_lock) */
 	u32 dev_failed[TACC_VIRTIO_NUM_RINGS];
 	struct mutex submit_lock;	/* seqno order = queue order */
+	/* fdinfo (vd->submit_lock): per ring, ns with a job queued, jobs, last completion */
+	u64 busy_ns[TACC_VIRTIO_NUM_RINGS];
+	u64 jobs[TACC_VIRTIO_NUM_RINGS];
+	u64 busy_end[TACC_VIRTIO_NUM_RINGS];
 };
 
 struct tacc_vbo {
@@ -145,6 +149,7 @@ struct tacc_vjob {
 	struct dma_fence_cb dep_cb;	/* on deps[dep_armed - 1], with a job reference */
 	u32 dep_armed;			/* 0: no callback pending */
 	bool queued;			/* in a submit buffer (no longer staged) */
+	u64 queued_ns;			/* ktime when queued (fdinfo busy time) */
 	bool early;			/* not its batch's last job: WAIT polls its fence slot */
 };
 
@@ -187,6 +192,7 @@ int tacc_vvm_bind_ioctl(struct drm_device *dev, void *data, struct drm_file *fil
 int tacc_vvm_unbind_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 void tacc_vbo_dma_map_done(struct tacc_vbo *bo);
 void tacc_vbo_dma_unmap(struct tacc_vbo *bo);
+enum dma_data_direction tacc_vbo_dma_dir(const struct tacc_vbo *bo);
 void tacc_vbos_release_dma(struct tacc_vdev *vd);
 int tacc_vbo_va(struct drm_file *file, const struct drm_tacc_operand *op, u64 len,
 		u32 align, int type, u64 *va);
@@ -205,5 +211,9 @@ void tacc_vjobs_fail(struct tacc_vdev *vd, int error);
 void tacc_vctx_wait_idle(struct tacc_vctx *ctx);
 int tacc_vctx_wait_quiet(struct tacc_vctx *ctx, bool intr);
 void tacc_vctx_seq_fini(struct tacc_vctx *ctx);
+
+/* tacc_fdinfo.c: the BOs' fdinfo status (also in tacc_drv.h) and the virtio node's fdinfo */
+enum drm_gem_object_status tacc_gem_status(struct drm_gem_object *obj);
+void tacc_vshow_fdinfo(struct drm_printer *p, struct drm_file *file);
 
 #endif /* __TACC_VIRTIO_DRV_H__ */

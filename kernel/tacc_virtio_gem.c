@@ -125,6 +125,16 @@ void tacc_vbo_dma_map_done(struct tacc_vbo *bo)
 	mutex_unlock(&vd->dma_lock);
 }
 
+/*
+ * A READONLY BO is mapped for device reads only, as on the PF (tacc_gem.c):
+ * a pinned read-only user page must not become device-writable through the
+ * IOMMU, whatever the device's own MMU says.
+ */
+enum dma_data_direction tacc_vbo_dma_dir(const struct tacc_vbo *bo)
+{
+	return (bo->flags & DRM_TACC_BO_F_READONLY) ? DMA_TO_DEVICE : DMA_BIDIRECTIONAL;
+}
+
 void tacc_vbo_dma_unmap(struct tacc_vbo *bo)
 {
 	struct tacc_vdev *vd = to_tacc_vdev(bo->shmem.base.dev);
@@ -133,7 +143,7 @@ void tacc_vbo_dma_unmap(struct tacc_vbo *bo)
 	if (!list_empty(&bo->dma_node)) {	/* else tacc_vbos_release_dma() did */
 		list_del_init(&bo->dma_node);
 		if (vd->dma_dev)
-			dma_unmap_sgtable(vd->dma_dev, bo->sgt, DMA_BIDIRECTIONAL, 0);
+			dma_unmap_sgtable(vd->dma_dev, bo->sgt, tacc_vbo_dma_dir(bo), 0);
 	}
 	mutex_unlock(&vd->dma_lock);
 }
@@ -147,7 +157,7 @@ void tacc_vbos_release_dma(struct tacc_vdev *vd)
 	list_for_each_entry_safe(bo, next, &vd->dma_bos, dma_node) {
 		list_del_init(&bo->dma_node);
 		if (vd->dma_dev)
-			dma_unmap_sgtable(vd->dma_dev, bo->sgt, DMA_BIDIRECTIONAL, 0);
+			dma_unmap_sgtable(vd->dma_dev, bo->sgt, tacc_vbo_dma_dir(bo), 0);
 	}
 	mutex_unlock(&vd->dma_lock);
 }
@@ -183,7 +193,7 @@ static int tacc_vbo_pin(struct tacc_vbo *bo)
 		goto err_unpin;
 	}
 	if (vd->dma_dev) {
-		ret = dma_map_sgtable(vd->dma_dev, sgt, DMA_BIDIRECTIONAL, 0);
+		ret = dma_map_sgtable(vd->dma_dev, sgt, tacc_vbo_dma_dir(bo), 0);
 		if (ret)
 			goto err_free;
 	}
@@ -309,6 +319,7 @@ static int tacc_vgem_mmap(struct drm_gem_object *obj, struct vm_area_struct *vma
 }
 
 static const struct drm_gem_object_funcs tacc_vshmem_funcs = {
+	.status = tacc_gem_status,
 	.free = tacc_vgem_free,
 	.export = tacc_vbo_no_export,
 	.print_info = drm_gem_shmem_object_print_info,
@@ -322,6 +333,7 @@ static const struct drm_gem_object_funcs tacc_vshmem_funcs = {
 };
 
 static const struct drm_gem_object_funcs tacc_vprivate_funcs = {
+	.status = tacc_gem_status,
 	.free = tacc_vgem_free,
 	.export = tacc_vbo_no_export,
 };

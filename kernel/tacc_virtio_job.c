@@ -33,10 +33,9 @@
 #include <drm/drm_syncobj.h>
 
 #include "include/tacc_hw.h"
+#include "tacc_cmd.h"
 #include "tacc_trace.h"
 #include "tacc_virtio.h"
-
-#define TACC_V_GEMM_MAX_LD	BIT(20)
 
 static unsigned int tacc_v_ring_batches = TACC_V_RING_BATCHES;
 module_param_named(virtio_ring_batches, tacc_v_ring_batches, uint, 0644);
@@ -146,6 +145,15 @@ static void tacc_vjob_complete(struct tacc_vdev *vd, struct tacc_vjob *job, int 
 	struct tacc_vctx *ctx = job->ctx;
 
 	lockdep_assert_held(&vd->submit_lock);
+	if (job->queued_ns) {	/* fdinfo: the ring's time with this client's jobs queued */
+		u64 now = ktime_get_ns();
+		u64 from = max(job->queued_ns, ctx->busy_end[job->ring]);
+
+		if (now > from)
+			ctx->busy_ns[job->ring] += now - from;
+		ctx->busy_end[job->ring] = now;
+	}
+	ctx->jobs[job->ring]++;
 	/* hw_job 0, no device times: the backend's DISPATCH trace record has them */
 	trace_tacc_job_done(vd->devid, ctx->id, job->ring, job->fence.seqno, tacc_vjob_tag(job),
 			    0, status, error, 0, 0);
@@ -303,6 +311,7 @@ static bool tacc_vflush_locked(struct tacc_vdev *vd)
 				tacc_vjob_put_deps(jobs[i]);
 				WRITE_ONCE(jobs[i]->early, i + 1 < n);
 				WRITE_ONCE(jobs[i]->queued, true);
+				jobs[i]->queued_ns = ktime_get_ns();
 				list_move_tail(&jobs[i]->node, &b->jobs);
 				/* hw_job 0 (the backend numbers jobs), tail: the buffer's number */
 				trace_tacc_job_start(vd->devid, jobs[i]->ctx->id, r,
@@ -456,127 +465,31 @@ void tacc_vctx_seq_fini(struct tacc_vctx *ctx)
 
 /* ------------------------------------------------------------ commands ---- */
 
-static int tacc_vgemm_bytes(u32 rows, u32 cols, u32 ld, u64 *len)
-{
-	if (!rows || !cols || rows > TACC_GEMM_MAX_DIM || cols > TACC_GEMM_MAX_DIM ||
-	    ld < cols || ld > TACC_V_GEMM_MAX_LD)
-		return -EINVAL;
-	*len = ((u64)(rows - 1) * ld + cols) * sizeof(u32);
-	return 0;
-}
-
 /*
- * What each operand of @c must be: its bytes (0 = unused: all zero), the BO
- * type and the alignment.  The device VAs go to the first three u64 of the
- * descriptor's union, which every opcode uses in a, b, c order.
+ * One command: checked by the validator every function kind shares
+ * (tacc_cmd.c, as on a PF or VF), its operands resolved in this file's
+ * bindings.  ctx, job, index and flags are the backend's (docs/virtio.md 6.3).
  */
-static int tacc_vcmd_operands(const struct drm_tacc_cmd *c, u64 len[3], int type[3],
-			      u32 *align)
-{
-	bool two = c->elt_op == DRM_TACC_ELT_ADD || c->elt_op == DRM_TACC_ELT_MUL;
-	int ret = 0;
-
-	*align = 4;
-	switch (c->opcode) {
-	case DRM_TACC_OP_NOP:
-	case DRM_TACC_OP_BARRIER:
-		return c->size || c->value ? -EINVAL : 0;
-	case DRM_TACC_OP_COPY_H2D:
-	case DRM_TACC_OP_COPY_D2H:
-	case DRM_TACC_OP_COPY_D2D:
-		if (!c->size || c->size >= TACC_COPY_MAX_LEN || c->value)
-			return -EINVAL;
-		len[0] = c->size;
-		len[1] = c->size;
-		type[0] = c->opcode == DRM_TACC_OP_COPY_H2D ? TACC_VT_HOST : TACC_VT_DEV;
-		type[1] = c->opcode == DRM_TACC_OP_COPY_D2H ? TACC_VT_HOST : TACC_VT_DEV;
-		*align = 1;
-		return 0;
-	case DRM_TACC_OP_GEMM:
-		ret = tacc_vgemm_bytes(c->m, c->k, c->lda, &len[0]);
-		ret = ret ?: tacc_vgemm_bytes(c->k, c->n, c->ldb, &len[1]);
-		ret = ret ?: tacc_vgemm_bytes(c->m, c->n, c->ldc, &len[2]);
-		if (ret || c->size || c->value || (u64)c->m * c->n * c->k > TACC_GEMM_MAX_MNK)
-			return -EINVAL;
-		type[0] = TACC_VT_DEV;
-		type[1] = TACC_VT_DEV;
-		type[2] = TACC_VT_DEV;
-		return 0;
-	case DRM_TACC_OP_ELTWISE:
-		if (!c->size || c->size > TACC_ELT_MAX_N || c->elt_op >= TACC_ELT_MAX || c->value)
-			return -EINVAL;
-		len[0] = c->size * 4;
-		len[1] = two ? c->size * 4 : 0;
-		len[2] = c->size * 4;
-		type[0] = TACC_VT_DEV;
-		type[1] = TACC_VT_DEV;
-		type[2] = TACC_VT_DEV;
-		return 0;
-	case DRM_TACC_OP_FENCE:
-	case DRM_TACC_OP_TIMESTAMP:
-		if (c->size || (c->opcode == DRM_TACC_OP_TIMESTAMP && c->value))
-			return -EINVAL;
-		len[0] = 8;
-		type[0] = TACC_VT_ANY;
-		*align = 8;
-		return 0;
-	default:
-		return -EINVAL;
-	}
-}
-
-static int tacc_vcmd_translate(struct drm_file *file, const struct drm_tacc_cmd *c,
+static int tacc_vcmd_translate(struct drm_file *file, const struct drm_tacc_cmd2 *c, u32 caps,
 			       struct tacc_desc *d)
 {
-	const struct drm_tacc_operand *op[3] = { &c->a, &c->b, &c->c };
-	int type[3] = { TACC_VT_ANY, TACC_VT_ANY, TACC_VT_ANY };
-	u64 len[3] = { 0, 0, 0 }, *va = &d->copy.src;
-	u32 align;
+	u64 va[DRM_TACC_CMD2_OPERANDS] = {};
+	struct tacc_cmd_spec spec;
 	int i, ret;
 
-	if (c->flags || c->rsvd)
-		return -EINVAL;
-	ret = tacc_vcmd_operands(c, len, type, &align);
+	ret = tacc_cmd_check(c, caps, &spec);
 	if (ret)
 		return ret;
-	memset(d, 0, sizeof(*d));
-	for (i = 0; i < 3; i++) {
-		if (!len[i]) {
-			if (op[i]->handle || op[i]->pad || op[i]->offset)
-				return -EINVAL;
+	for (i = 0; i < DRM_TACC_CMD2_OPERANDS; i++) {
+		if (!spec.op[i].len)
 			continue;
-		}
-		ret = tacc_vbo_va(file, op[i], len[i], align, type[i], &va[i]);
+		/* enum tacc_cmd_kind and tacc_vbo_va()'s types share their order */
+		ret = tacc_vbo_va(file, &c->op[i], spec.op[i].len, spec.op[i].align,
+				  spec.op[i].kind, &va[i]);
 		if (ret)
 			return ret;
 	}
-	d->opcode = c->opcode;	/* ctx, job, index, flags: the backend's (§6.3) */
-	d->tag = c->tag;
-	switch (c->opcode) {
-	case DRM_TACC_OP_COPY_H2D:
-	case DRM_TACC_OP_COPY_D2H:
-	case DRM_TACC_OP_COPY_D2D:
-		d->copy.len = c->size;
-		break;
-	case DRM_TACC_OP_GEMM:
-		d->gemm.m = c->m;
-		d->gemm.n = c->n;
-		d->gemm.k = c->k;
-		d->gemm.lda = c->lda;
-		d->gemm.ldb = c->ldb;
-		d->gemm.ldc = c->ldc;
-		d->gemm.alpha = c->alpha;
-		d->gemm.beta = c->beta;
-		break;
-	case DRM_TACC_OP_ELTWISE:
-		d->eltwise.n = c->size;
-		d->eltwise.op = c->elt_op;
-		d->eltwise.scalar = c->scalar;
-		break;
-	case DRM_TACC_OP_FENCE:
-		d->fence.value = c->value;
-		break;
-	}
+	tacc_cmd_desc(c, &spec, va, d);
 	return 0;
 }
 
@@ -584,7 +497,8 @@ static int tacc_vcmd_translate(struct drm_file *file, const struct drm_tacc_cmd 
 
 static int tacc_vsubmit_check(struct tacc_vdev *vd, const struct drm_tacc_submit *args)
 {
-	if (args->flags || args->cmd_size != sizeof(struct drm_tacc_cmd) || !args->num_cmds ||
+	if (args->flags || (args->cmd_size != sizeof(struct drm_tacc_cmd) &&
+			    args->cmd_size != sizeof(struct drm_tacc_cmd2)) || !args->num_cmds ||
 	    args->num_cmds > min_t(u32, vd->max_job_cmds, TACC_V_MAX_CMDS) ||
 	    args->queue >= vd->num_rings || args->num_in_syncobjs > DRM_TACC_MAX_IN_SYNCOBJS)
 		return -EINVAL;
@@ -618,10 +532,11 @@ static int tacc_vjob_deps(struct drm_file *file, const struct drm_tacc_submit *a
 static struct tacc_vjob *tacc_vjob_build(struct drm_file *file,
 					 const struct drm_tacc_submit *args)
 {
-	const struct drm_tacc_cmd __user *ucmds = u64_to_user_ptr(args->cmds);
+	const u8 __user *ucmds = u64_to_user_ptr(args->cmds);
 	struct tacc_vctx *ctx = file->driver_priv;
 	struct tacc_vjob_req *req;
-	struct drm_tacc_cmd cmd;
+	struct drm_tacc_cmd2 cmd;
+	struct drm_tacc_cmd v1;
 	struct tacc_vjob *job;
 	int ret = -ENOMEM;
 	u32 i;
@@ -638,14 +553,22 @@ static struct tacc_vjob *tacc_vjob_build(struct drm_file *file,
 	req = job->buf;
 	for (i = 0; i < args->num_cmds; i++) {
 		ret = -EFAULT;
-		if (copy_from_user(&cmd, &ucmds[i], sizeof(cmd)))
-			goto err_free;
-		ret = tacc_vcmd_translate(file, &cmd, &req->cmds[i]);
+		if (args->cmd_size == sizeof(cmd)) {
+			if (copy_from_user(&cmd, ucmds + (size_t)i * sizeof(cmd), sizeof(cmd)))
+				goto err_free;
+		} else {
+			if (copy_from_user(&v1, ucmds + (size_t)i * sizeof(v1), sizeof(v1)))
+				goto err_free;
+			ret = tacc_cmd_from_v1(&v1, &cmd);
+			if (ret)
+				goto err_free;
+		}
+		ret = tacc_vcmd_translate(file, &cmd, ctx->vd->caps, &req->cmds[i]);
 		if (ret)
 			goto err_free;
 		job->mix |= BIT(cmd.opcode);	/* translated: a known opcode, < 32 */
 		if (cmd.opcode >= DRM_TACC_OP_COPY_H2D && cmd.opcode <= DRM_TACC_OP_COPY_D2D)
-			job->bytes += cmd.size;
+			job->bytes += req->cmds[i].copy.len;
 	}
 	req->job.ctx = cpu_to_le32(ctx->id);
 	req->job.ring = cpu_to_le16(args->queue);

@@ -76,10 +76,11 @@ int tacc_vuserptr_pin(struct tacc_vbo *bo, u64 uaddr)
 		goto err_unpin;
 	if (vd->dma_dev) {
 		/* user pages may overlap another BO's: see tacc_gem.c's USERPTR map */
-		ret = dma_map_sgtable(vd->dma_dev, sgt, DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC);
+		ret = dma_map_sgtable(vd->dma_dev, sgt, tacc_vbo_dma_dir(bo),
+				      DMA_ATTR_SKIP_CPU_SYNC);
 		if (ret)
 			goto err_table;
-		dma_sync_sgtable_for_device(vd->dma_dev, sgt, DMA_BIDIRECTIONAL);
+		dma_sync_sgtable_for_device(vd->dma_dev, sgt, tacc_vbo_dma_dir(bo));
 	}
 	bo->sgt = sgt;
 	tacc_vbo_dma_map_done(bo);

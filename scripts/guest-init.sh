@@ -35,10 +35,15 @@ for w in $(cat /proc/cmdline); do
 	taccvm.modparams=*) modparams=$(echo "${w#taccvm.modparams=}" | tr , ' ') ;;
 	esac
 done
+kmsg_pid=
 if [ -n "$out" ]; then
 	mkdir -p "$out"
 	mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 out "$out" ||
 		echo "guest-init: cannot mount the output share at $out"
+	# The kernel log as it is written, from boot on (scripts/test-vm's verdict reads it):
+	# a test that clears the ring (dmesg -C) cannot hide a warning from it.
+	cat /dev/kmsg > "$out/kmsg.txt" 2>/dev/null &
+	kmsg_pid=$!
 fi
 
 # A cluster node (scripts/run-vm NODES=N, docs/cluster.md): hostname tacc-node<i>, capture
@@ -66,6 +71,7 @@ cluster_net() {
 
 finish() {
 	local st=$1
+	[ -n "$kmsg_pid" ] && { sleep 0.2; kill $kmsg_pid 2>/dev/null; }
 	[ -n "$out" ] && dmesg > "$out/dmesg.txt" 2>/dev/null
 	sync
 	# isa-debug-exit: QEMU exits with (v << 1) | 1; v = status + 1 so that

@@ -57,6 +57,7 @@ pkgs=(
 	iproute2 procps util-linux passwd chromium pciutils make
 	podman crun bpftool  # containers: tests/vm/test_containers.py, docs/containers.md
 	tshark
+	libopenblas-dev  # the device GEMM (qemu/hw/tacc/tacc-ops.c): cblas_sgemm
 )
 # linux-perf: the 6.12 build (close to the guest kernel's), not bookworm's 6.1 (issue 18)
 bpo_pkgs=(meson python3-pycotap linux-perf)
@@ -143,7 +144,7 @@ fi
 
 # ---- venv (Debian's bcc imports through --system-site-packages)
 stamp=.venv/.tacc-stamp
-want_stamp=$(sha256sum pyproject.toml | cut -c1-16)
+want_stamp=$(cat pyproject.toml setup.py | sha256sum | cut -c1-16)
 if [ ! -x .venv/bin/python ] || [ "$(cat $stamp 2>/dev/null)" != "$want_stamp" ]; then
 	log "venv"
 	[ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv
@@ -152,7 +153,13 @@ if [ ! -x .venv/bin/python ] || [ "$(cat $stamp 2>/dev/null)" != "$want_stamp" ]
 	echo "$want_stamp" > $stamp
 fi
 
-# ---- the runtime API ring's producer in C (tacc.runtime._apiring, issue 18): without it
+# ---- the device contract as Python (tacc.hw._contract), generated from the C headers
+# (the package build does the same in setup.py); rewritten only when it changes
+.venv/bin/python userspace/tacc/hw/gen.py userspace/tacc/hw/_contract.py \
+	kernel/include/tacc_hw.h kernel/include/uapi/drm/tacc_accel.h kernel/include/tacc_virtio.h ||
+	die "cannot generate userspace/tacc/hw/_contract.py"
+
+# ---- the runtime API ring's producer in C (tacc.runtime._apiring): without it
 # apitrace.py uses its Python producer (same records, ~5x the traced thread's CPU)
 src=userspace/tacc/runtime/_apiring.c
 ext=userspace/tacc/runtime/_apiring$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')

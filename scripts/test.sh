@@ -2,12 +2,18 @@
 # Run the test layers and give one combined pass/fail.
 #   scripts/test.sh            host, device and vm layers
 #   scripts/test.sh host|device|vm|long|debug   (debug: the VM layer on the debug kernel)
-# Extra pytest arguments: PYTEST_ARGS='-k foo -x'.
+# Extra pytest arguments: PYTEST_ARGS='-k foo -x', split as a shell would
+# (PYTEST_ARGS='-k "capture and format"' is one -k expression).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 py=.venv/bin/python
 layers=${*:-host device vm}
+# PYTEST_ARGS split like a shell's words (shlex): quotes group, nothing is expanded
+split=$(/usr/bin/python3 -c 'import os, shlex
+print(" ".join(shlex.quote(a) for a in shlex.split(os.environ.get("PYTEST_ARGS", ""))))' 2>&1) ||
+	{ echo "test: PYTEST_ARGS: cannot split like a shell: ${split##*: }" >&2; exit 2; }
+eval "extra=($split)"
 mkdir -p build/test-results
 # Every QEMU started below inherits this tag; whatever is left at the end is killed.
 export TACC_TEST_SESSION=$$-$RANDOM
@@ -27,21 +33,21 @@ for layer in $layers; do
 	start=$(date +%s)
 	echo "==================== layer: $layer ===================="
 	case $layer in
-	host)   $py -m pytest tests/host -q -p no:cacheprovider --junitxml=build/test-results/host.xml ${PYTEST_ARGS:-} ;;
-	device) $py -m pytest tests/device -q -p no:cacheprovider --junitxml=build/test-results/device.xml ${PYTEST_ARGS:-} ;;
-	vm)     /usr/bin/python3 scripts/test-vm ${PYTEST_ARGS:-} ;;
+	host)   $py -m pytest tests/host -q -p no:cacheprovider --junitxml=build/test-results/host.xml "${extra[@]}" ;;
+	device) $py -m pytest tests/device -q -p no:cacheprovider --junitxml=build/test-results/device.xml "${extra[@]}" ;;
+	vm)     /usr/bin/python3 scripts/test-vm "${extra[@]}" ;;
 	# long: the heavy tests of every layer, then the VM settings make test does not boot
 	# (IOMMU=off, ICOUNT=0: scripts/test-vm --set long)
-	long)   TACC_LONG=1 $py -m pytest tests/host tests/device -q -p no:cacheprovider -m long ${PYTEST_ARGS:-} &&
-		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check -q -m long ${PYTEST_ARGS:-} &&
-		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check --set long ${PYTEST_ARGS:-} ;;
+	long)   TACC_LONG=1 $py -m pytest tests/host tests/device -q -p no:cacheprovider -m long "${extra[@]}" &&
+		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check -q -m long "${extra[@]}" &&
+		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check --set long "${extra[@]}" ;;
 	# the VM layer, the tests marked debugkernel (long ones included) and fault injection
 	# (two boots side by side: the strict files, and the extras' with VFs, SMP and virtio)
 	debug)  scripts/debug-kernel.sh && {
 		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check --config debug \
-			-m 'not long or debugkernel' ${PYTEST_ARGS:-} & a=$!
+			-m 'not long or debugkernel' "${extra[@]}" & a=$!
 		TACC_LONG=1 /usr/bin/python3 scripts/test-vm --no-boot-check --config debug-extras \
-			-m 'not long or debugkernel' ${PYTEST_ARGS:-}; b=$?
+			-m 'not long or debugkernel' "${extra[@]}"; b=$?
 		wait $a && [ $b = 0 ]; } ;;
 	*) echo "test: unknown layer $layer; accepted: host device vm long debug" >&2; exit 2 ;;
 	esac

@@ -58,7 +58,7 @@ enum tacc_engine {
 #define   TACC_ID_MAGIC			0x54414343	/* "TACC" */
 #define TACC_REG_VERSION		0x004	/* RO: major << 16 | minor */
 #define   TACC_HW_VERSION_MAJOR		1
-#define   TACC_HW_VERSION_MINOR		2
+#define   TACC_HW_VERSION_MINOR		3
 #define TACC_REG_CAPS			0x008	/* RO: TACC_CAP_* */
 #define   TACC_CAP_VF			(1u << 0)	/* this function is a VF */
 #define   TACC_CAP_SRIOV		(1u << 1)
@@ -72,6 +72,12 @@ enum tacc_engine {
 #define   TACC_CAP_LINK_PM		(1u << 9)	/* PF: ASPM L0s/L1 model, registers 0x700 (hw 1.2) */
 #define   TACC_CAP_LINK_CTRL_COST	(1u << 10)	/* control traffic costs link time (hw 1.2) */
 #define   TACC_CAP_VIRTIO_FN		(1u << 11)	/* PF: a virtio-tacc function is attached (hw 1.2) */
+#define   TACC_CAP_GEMM_EX		(1u << 12)	/* GEMM transposes, batch, bias, dtypes (hw 1.3) */
+#define   TACC_CAP_BF16			(1u << 13)	/* TACC_DT_BF16 operands, fp32 accumulation (hw 1.3) */
+#define   TACC_CAP_NN_OPS		(1u << 14)	/* SOFTMAX, NORM, GATHER, eltwise GELU..CAST, row broadcast (hw 1.3) */
+#define   TACC_CAP_CMD_LIST		(1u << 15)	/* TACC_OP_LIST command lists (hw 1.3) */
+#define   TACC_CAP_TRACE_V3		(1u << 16)	/* 128-byte trace records: FLOPs, bytes, list id (hw 1.3) */
+#define   TACC_CAP_ROOFLINE		(1u << 17)	/* per-dtype peaks, PEAK_* and DEVMEM_GBPS registers (hw 1.3) */
 #define TACC_REG_FUNC			0x00c	/* RO: 0 = PF, n = VF n (1-based) */
 #define TACC_REG_NUM_QUEUES		0x010	/* RO */
 #define TACC_REG_NUM_CONTEXTS		0x014	/* RO */
@@ -105,6 +111,10 @@ enum tacc_engine {
 #define   TACC_IRQ_TRACE		(1u << 4)	/* trace ring half full */
 #define   TACC_IRQ_SAMPLE		(1u << 5)	/* sample ring half full */
 #define TACC_REG_SCRATCH		0x060	/* RW: scratch, for driver self-test */
+/* Roofline of one compute engine and of device memory (TACC_CAP_ROOFLINE, hw 1.3) */
+#define TACC_REG_PEAK_FP32_GFLOPS	0x064	/* RO: per compute engine, GFLOP/s */
+#define TACC_REG_PEAK_BF16_GFLOPS	0x068	/* RO: per compute engine, GFLOP/s */
+#define TACC_REG_DEVMEM_GBPS		0x06c	/* RO: device-memory bandwidth, GB/s */
 
 /* ------------------------------------------------------ BAR0: MMU ---- */
 /*
@@ -151,7 +161,9 @@ enum tacc_fault_type {
 /* ---------------------------------------------------- BAR0: trace ---- */
 #define TACC_REG_TRACE_BASE		0x200	/* RW 64: IOVA of the record ring */
 #define TACC_REG_TRACE_SIZE		0x208	/* RW: entries, power of two */
-#define TACC_REG_TRACE_CTRL		0x20c	/* RW: bit 0 enable */
+#define TACC_REG_TRACE_CTRL		0x20c	/* RW: TACC_TRACE_CTRL_* */
+#define   TACC_TRACE_CTRL_ENABLE	(1u << 0)
+#define   TACC_TRACE_CTRL_V3		(1u << 1)	/* 128-byte version-3 records (TACC_CAP_TRACE_V3) */
 #define TACC_REG_TRACE_PROD		0x210	/* RO: free-running producer index */
 #define TACC_REG_TRACE_CONS		0x214	/* RW: free-running consumer index */
 #define TACC_REG_TRACE_DROPPED		0x218	/* RO: records dropped (ring full) */
@@ -236,12 +248,16 @@ enum tacc_opcode {
 	TACC_OP_COPY_H2D = 1,		/* host -> device memory, DMA H2D engine */
 	TACC_OP_COPY_D2H = 2,		/* device -> host memory, DMA D2H engine */
 	TACC_OP_COPY_D2D = 3,		/* device -> device memory, DMA H2D engine */
-	TACC_OP_GEMM = 4,		/* fp32 C = alpha * A x B + beta * C */
-	TACC_OP_ELTWISE = 5,		/* fp32 elementwise, see tacc_eltwise_op */
+	TACC_OP_GEMM = 4,		/* C = alpha * op(A) x op(B) + beta * C + bias */
+	TACC_OP_ELTWISE = 5,		/* elementwise, see tacc_eltwise_op */
 	TACC_OP_FENCE = 6,		/* write a 64-bit value */
 	TACC_OP_TIMESTAMP = 7,		/* write the device clock (u64) */
 	TACC_OP_BARRIER = 8,		/* wait for every queue of the function to drain */
 	TACC_OP_FILL = 9,		/* fill device memory (window offsets), TACC_CAP_FILL */
+	TACC_OP_SOFTMAX = 10,		/* row softmax, scale, causal mask (TACC_CAP_NN_OPS) */
+	TACC_OP_NORM = 11,		/* LayerNorm / RMSNorm over rows (TACC_CAP_NN_OPS) */
+	TACC_OP_GATHER = 12,		/* rows of a table by an index vector (TACC_CAP_NN_OPS) */
+	TACC_OP_LIST = 13,		/* execute a command list (TACC_CAP_CMD_LIST) */
 	TACC_OP_MAX
 };
 
@@ -250,7 +266,24 @@ enum tacc_eltwise_op {
 	TACC_ELT_MUL = 1,		/* c = a * b */
 	TACC_ELT_RELU = 2,		/* c = max(a, 0) */
 	TACC_ELT_SCALE = 3,		/* c = a * scalar */
+	TACC_ELT_GELU = 4,		/* tanh form (hw 1.3, TACC_CAP_NN_OPS) */
+	TACC_ELT_SILU = 5,		/* c = a / (1 + exp(-a)) */
+	TACC_ELT_EXP = 6,		/* c = exp(a) */
+	TACC_ELT_CAST = 7,		/* c = a converted to dtype_c */
 	TACC_ELT_MAX
+};
+
+/*
+ * Element types of compute operands (hw 1.3).  0 is fp32, so a hw 1.2
+ * descriptor (those bytes zero) keeps its meaning.  Arithmetic is fp32:
+ * bf16 operands are widened exactly, results rounded to bf16 by round to
+ * nearest even (NaN stays NaN).  I32 is for GATHER indices only.
+ */
+enum tacc_dtype {
+	TACC_DT_FP32 = 0,
+	TACC_DT_BF16 = 1,
+	TACC_DT_I32 = 2,
+	TACC_DT_MAX
 };
 
 #define TACC_DESC_F_IRQ		(1u << 0)	/* raise the queue vector after this */
@@ -259,8 +292,68 @@ enum tacc_eltwise_op {
 #define TACC_DESC_SIZE		128
 #define TACC_COPY_MAX_LEN	(1ull << 32)	/* exclusive */
 #define TACC_GEMM_MAX_DIM	4096		/* m, n, k: 1 .. 4096 */
-#define TACC_GEMM_MAX_MNK	(1ull << 30)	/* m * n * k, inclusive */
+#define TACC_GEMM_MAX_MNK	(1ull << 30)	/* batch * m * n * k, inclusive */
+#define TACC_GEMM_MAX_LD	65536		/* lda, ldb, ldc */
+#define TACC_GEMM_MAX_BATCH	65536		/* batch: 0 (= 1) .. 65536 */
 #define TACC_ELT_MAX_N		(1ull << 26)	/* eltwise elements, inclusive */
+#define TACC_ROW_MAX_COLS	65536		/* SOFTMAX, NORM, GATHER: cols, ld */
+#define TACC_ROW_MAX_N		(1ull << 26)	/* rows * cols, inclusive */
+
+/* GEMM flags (hw 1.3, TACC_CAP_GEMM_EX) */
+#define TACC_GEMM_F_TRANS_A	(1u << 0)	/* op(A) = A^T: A is K x M, lda >= m */
+#define TACC_GEMM_F_TRANS_B	(1u << 1)	/* op(B) = B^T: B is N x K, ldb >= k */
+#define TACC_GEMM_F_BIAS	(1u << 2)	/* add the row vector bias[n] (dtype_c) to every row */
+#define TACC_GEMM_F_ALL		0x7
+
+/* ELTWISE flags (hw 1.3) */
+#define TACC_ELT_F_ROW_BCAST	(1u << 0)	/* ADD/MUL: b is one row of cols elements */
+#define TACC_ELT_F_ALL		0x1
+
+/* SOFTMAX flags (hw 1.3) */
+#define TACC_SOFTMAX_F_CAUSAL	(1u << 0)	/* column j of row r masked if j > r % period + pos */
+#define TACC_SOFTMAX_F_ALL	0x1
+
+enum tacc_norm_kind {
+	TACC_NORM_LAYER = 0,		/* (x - mean) / sqrt(var + eps) * gamma + beta */
+	TACC_NORM_RMS = 1,		/* x / sqrt(mean(x^2) + eps) * gamma */
+	TACC_NORM_MAX
+};
+
+/* Command lists (hw 1.3, TACC_CAP_CMD_LIST) */
+#define TACC_LIST_MAX_CMDS	65536		/* count: 1 .. 65536 */
+#define TACC_LIST_MAX_PATCHES	4096		/* npatch: 0 .. 4096 */
+#define TACC_LIST_PARAMS	16		/* u32 parameter words in the LIST descriptor */
+#define TACC_LIST_MAX_DEPTH	1		/* a listed command may not be a LIST */
+
+enum tacc_patch_op {
+	TACC_PATCH_SET32 = 0,		/* u32 at offset = param */
+	TACC_PATCH_ADD32 = 1,		/* u32 at offset += param * mult (mod 2^32) */
+	TACC_PATCH_ADD64 = 2,		/* u64 at offset += param * mult (mod 2^64) */
+	TACC_PATCH_MAX
+};
+
+/**
+ * struct tacc_list_patch - one parameter reference of a command list, 16 bytes.
+ * @cmd: index of the listed command it patches; a table is sorted by @cmd
+ *       (non-decreasing).
+ * @offset: byte offset in that command's 104-byte payload (4-aligned for the
+ *          32-bit ops, 8-aligned for ADD64, inside the payload).
+ * @param: index into the LIST descriptor's params[] (< TACC_LIST_PARAMS).
+ * @op: enum tacc_patch_op.
+ * @mult: ADD32/ADD64 multiplier (two's complement), SET32: 0.
+ *
+ * The device applies the patches of a command to its fetched copy before
+ * executing it; the list in memory is never written.
+ */
+struct tacc_list_patch {
+	__u32 cmd;
+	__u16 offset;
+	__u8  param;
+	__u8  op;
+	__u64 mult;
+};
+
+#define TACC_LIST_PATCH_SIZE	16
 
 /**
  * struct tacc_desc - one command, 128 bytes, in a submission ring.
@@ -273,6 +366,9 @@ enum tacc_eltwise_op {
  *
  * Every address is a device virtual address in @ctx, translated by the
  * device MMU; only page tables, rings and write-back areas are IOVAs.
+ * Payload bytes an opcode does not use are reserved: zero (hw 1.3 gives
+ * meaning to GEMM and ELTWISE bytes a hw 1.2 device ignored; zero keeps
+ * the hw 1.2 behaviour).
  */
 struct tacc_desc {
 	__u8  opcode;
@@ -290,21 +386,38 @@ struct tacc_desc {
 			__u64 len;	/* bytes, 1 .. TACC_COPY_MAX_LEN - 1 */
 		} copy;
 		struct {
-			__u64 a;	/* M x K, row major, lda elements per row */
-			__u64 b;	/* K x N, ldb */
+			__u64 a;	/* op(A): M x K, row major, lda elements per row */
+			__u64 b;	/* op(B): K x N, ldb */
 			__u64 c;	/* M x N, ldc */
 			__u32 m, n, k;
 			__u32 lda, ldb, ldc;
 			__u32 alpha;	/* fp32 bits */
 			__u32 beta;	/* fp32 bits */
+			/* hw 1.3 (TACC_CAP_GEMM_EX); all zero = the hw 1.2 fp32 GEMM */
+			__u8  dtype_ab;	/* enum tacc_dtype of A and B: FP32, BF16 */
+			__u8  dtype_c;	/* of C (and of bias): FP32, BF16 */
+			__u8  gflags;	/* TACC_GEMM_F_* */
+			__u8  rsvd;
+			__u32 batch;	/* 0 or 1: one GEMM; else batch GEMMs */
+			__u64 bias;	/* TACC_GEMM_F_BIAS: VA of n elements, else 0 */
+			__u64 stride_a;	/* elements between batches of A */
+			__u64 stride_b;	/* of B (0: B shared by the batches) */
+			__u64 stride_c;	/* of C */
+			__u64 rsvd2;
 		} gemm;
 		struct {
 			__u64 a;
-			__u64 b;	/* unused for RELU and SCALE */
+			__u64 b;	/* ADD and MUL only */
 			__u64 c;
 			__u64 n;	/* elements */
 			__u32 op;	/* enum tacc_eltwise_op */
-			__u32 scalar;	/* fp32 bits */
+			__u32 scalar;	/* fp32 bits (SCALE) */
+			/* hw 1.3; zero = fp32 */
+			__u8  dtype_a;	/* enum tacc_dtype of a (and b) */
+			__u8  dtype_c;	/* of c; CAST: the target type */
+			__u8  eflags;	/* TACC_ELT_F_* */
+			__u8  rsvd;
+			__u32 cols;	/* ROW_BCAST: b has cols elements, cols divides n */
 		} eltwise;
 		struct {
 			__u64 addr;	/* 8-byte aligned VA */
@@ -320,6 +433,53 @@ struct tacc_desc {
 			__u64 len;	/* bytes, multiple of 8, 8 .. TACC_COPY_MAX_LEN - 8 */
 			__u64 value;	/* 64-bit pattern, stored little endian */
 		} fill;
+		struct {
+			__u64 x;	/* rows x cols, ldx elements per row */
+			__u64 y;	/* rows x cols, ldy (may equal x) */
+			__u32 rows, cols;
+			__u32 ldx, ldy;
+			__u32 scale;	/* fp32 bits: softmax(scale * x) */
+			__u32 sflags;	/* TACC_SOFTMAX_F_* */
+			__u32 pos;	/* CAUSAL: position of row 0 (decode) */
+			__u32 period;	/* CAUSAL: rows per mask block (heads
+					 * stacked); 0 = rows */
+			__u8  dtype_x;
+			__u8  dtype_y;
+			__u16 rsvd;
+		} softmax;
+		struct {
+			__u64 x;	/* rows x cols, ldx */
+			__u64 y;	/* rows x cols, ldy (may equal x) */
+			__u64 gamma;	/* cols elements, dtype_w */
+			__u64 beta;	/* LAYER: cols elements, dtype_w; RMS: 0 */
+			__u32 rows, cols;
+			__u32 ldx, ldy;
+			__u32 eps;	/* fp32 bits, >= 0 */
+			__u8  kind;	/* enum tacc_norm_kind */
+			__u8  dtype_x;
+			__u8  dtype_y;
+			__u8  dtype_w;	/* gamma and beta */
+		} norm;
+		struct {
+			__u64 table;	/* table_rows x cols, ld_table, dtype */
+			__u64 idx;	/* rows I32 indices */
+			__u64 out;	/* rows x cols, ld_out, dtype */
+			__u32 rows, cols;
+			__u32 ld_table, ld_out;
+			__u32 table_rows;	/* an index outside [0, table_rows): BAD_INDEX */
+			__u8  dtype;
+			__u8  rsvd[3];
+		} gather;
+		struct {
+			__u64 list;	/* VA of count struct tacc_desc, 128-byte aligned */
+			__u64 patches;	/* VA of npatch struct tacc_list_patch, 16-byte aligned */
+			__u32 count;	/* 1 .. TACC_LIST_MAX_CMDS */
+			__u32 npatch;	/* 0 .. TACC_LIST_MAX_PATCHES (0: patches = 0) */
+			__u32 list_id;	/* copied into the listed commands' trace records */
+			__u32 rsvd;
+			__u32 params[TACC_LIST_PARAMS];
+			__u64 rsvd2;
+		} list;
 		__u8 payload[104];
 	};
 };
@@ -334,6 +494,9 @@ enum tacc_status {
 	TACC_ST_BAD_CTX = 5,
 	TACC_ST_ABORTED = 6,		/* queue reset while in flight, or skipped after an error */
 	TACC_ST_BAD_ALIGN = 7,		/* misaligned fence/timestamp/fp32 operand */
+	TACC_ST_NOT_PERMITTED = 8,	/* command not allowed in a list (FILL, BARRIER) */
+	TACC_ST_BAD_LIST = 9,		/* list nested, malformed listed command or patch */
+	TACC_ST_BAD_INDEX = 10,		/* GATHER index outside the table */
 };
 
 /**
@@ -542,10 +705,14 @@ enum tacc_linkpm_substate {	/* LINKPM_STATE[3:2] in L1 */
 
 /* -------------------------------------------------------- trace ring ---- */
 #define TACC_TRACE_VERSION	2
+#define TACC_TRACE_VERSION_3	3
 /*
  * Version 2 (hw 1.2) adds event records: @opcode >= TACC_TRACE_EV_BASE is not
  * a command but an event of the function's front end (docs/virtio.md,
  * "Trace records"); the layout is unchanged, version-1 readers skip them.
+ * Version 3 (hw 1.3, TRACE_CTRL.V3) is struct tacc_trace_rec3: the same
+ * first 64 bytes (version 3) then the command's FLOPs, device-memory bytes
+ * and command-list id, 128 bytes per record.
  */
 #define TACC_TRACE_EV_BASE		0xf0
 #define TACC_TRACE_EV_VIRTIO_KICK	0xf0	/* a submit buffer taken from the virtqueue */
@@ -579,6 +746,34 @@ struct tacc_trace_rec {
 };
 
 #define TACC_TRACE_REC_SIZE	64
+
+/**
+ * struct tacc_trace_rec3 - version-3 record (TRACE_CTRL.V3), 128 bytes.
+ * @rec: the version-2 fields (rec.version = 3); for a listed command
+ *       rec.index is its position in the list and rec.tag its own tag.
+ * @flops: floating-point operations of the command (docs/hardware.md
+ *         "FLOPs and bytes of a command").
+ * @devmem_rd: device-memory bytes read.
+ * @devmem_wr: device-memory bytes written.
+ * @list_id: the list's id for a listed command, 0 otherwise.
+ * @list_index: index of the LIST descriptor in its job (listed commands).
+ * @dtype: the command's operand dtype (GEMM: A and B), enum tacc_dtype.
+ * @sub_op: ELTWISE op, NORM kind, GEMM flags; else 0.
+ * @rsvd: 0.
+ */
+struct tacc_trace_rec3 {
+	struct tacc_trace_rec rec;
+	__u64 flops;
+	__u64 devmem_rd;
+	__u64 devmem_wr;
+	__u32 list_id;
+	__u16 list_index;
+	__u8  dtype;
+	__u8  sub_op;
+	__u64 rsvd[4];
+};
+
+#define TACC_TRACE_REC3_SIZE	128
 
 /* Producer write-back for trace and sample rings (when *_WB is set). */
 struct tacc_ring_wb {
@@ -648,7 +843,12 @@ struct tacc_ring_wb {
 	X(ctrl_h2d_link_bytes, 43, "bytes", "control traffic link bytes downstream") \
 	X(ctrl_d2h_link_bytes, 44, "bytes", "control traffic link bytes upstream") \
 	X(ctrl_dllp_h2d_bytes, 45, "bytes", "DLLP bytes in ctrl_h2d_link_bytes") \
-	X(ctrl_dllp_d2h_bytes, 46, "bytes", "DLLP bytes in ctrl_d2h_link_bytes")
+	X(ctrl_dllp_d2h_bytes, 46, "bytes", "DLLP bytes in ctrl_d2h_link_bytes") \
+	X(flops_bf16,       47, "flop",   "FLOPs of commands with bf16 operands (in flops)") \
+	X(compute_ideal_ticks, 48, "ticks", "roofline time of compute commands: max(flops/peak, bytes/bw)") \
+	X(list_launches,    49, "cmds",   "LIST commands executed") \
+	X(list_cmds,        50, "cmds",   "listed commands executed (in cmds_completed)") \
+	X(list_errors,      51, "cmds",   "lists ended by a refused or malformed listed command")
 
 #define TACC_GLOBAL_COUNTERS(X) \
 	X(link_h2d_busy_ticks,  2, "ticks", "H2D link direction busy") \

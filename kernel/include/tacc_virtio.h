@@ -28,6 +28,8 @@
 #define TACC_VIRTIO_F_DEVMEM		0	/* device-memory BOs */
 #define TACC_VIRTIO_F_FILL		1	/* TACC_OP_FILL in jobs */
 #define TACC_VIRTIO_F_TRACE		2	/* TRACE_SETUP/CONSUME, kick records */
+#define TACC_VIRTIO_F_INFER		3	/* hw 1.3 operations and TACC_OP_LIST in jobs */
+#define TACC_VIRTIO_F_TRACE_V3		4	/* TRACE_SETUP enable TACC_VIRTIO_TRACE_V3 */
 
 /* ------------------------------------------------------- virtqueues ---- */
 #define TACC_VIRTIO_VQ_CONTROL		0
@@ -171,8 +173,10 @@ struct tacc_virtio_trace_setup {
 	__le64 base;		/* ring IOVA, 64-byte aligned; 0 = off */
 	__le64 wb;		/* struct tacc_ring_wb IOVA, 8-byte aligned, 0 = none */
 	__le32 entries;		/* power of two, 2 .. 1 << 20 */
-	__le32 enable;		/* 1 = on */
+	__le32 enable;		/* 1 = on; | TACC_VIRTIO_TRACE_V3 */
 };
+
+#define TACC_VIRTIO_TRACE_V3		(1u << 1)	/* 128-byte records, base 128-aligned */
 
 struct tacc_virtio_trace_consume {
 	__le32 cons;		/* free-running consumer index */

@@ -22,7 +22,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from tacc.analyze.cluster_rules import analyze_cluster
 from tacc.capture import open_capture
 from tacc.capture.clock import compose
-from tacc.daemon.clockx import offsets
+from tacc.capture.clockx import offsets
 from tacc.timeline.cluster import host_fit, load_view
 from tacc.timeline.convert import convert
 from tacc.timeline.manifest import write_manifest

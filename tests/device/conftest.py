@@ -22,7 +22,7 @@ def map_ctx0(d: Tacc):
 def dev():
     if not QEMU.exists():
         pytest.skip(f"{QEMU} not built (make qemu)")
-    # TACC_DEVICE_PROPS=host-slice=65536: every copy/eltwise above 64 KiB takes
+    # TACC_DEVICE_PROPS=x-host-slice=65536: every copy/eltwise above 64 KiB takes
     # the sliced host-work path; the suite must give identical results
     extra = os.environ.get("TACC_DEVICE_PROPS", "")
     d = Tacc("sriov-max-vfs=4" + ("," + extra if extra else ""))

@@ -10,7 +10,8 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tacc.testing.taccdev import DEVMEM_VA, HW
+from tacc import hw
+from tacc.testing.taccdev import DEVMEM_VA
 
 BATCH = 20
 EXAMPLES = 110
@@ -35,8 +36,8 @@ f32bits = st.one_of(st.sampled_from([0, 0x3F800000, 0x7FC00000, 0x7F800000, 0x80
 
 @st.composite
 def descriptor(draw):
-    op = draw(st.one_of(st.integers(0, HW.TACC_OP_MAX), st.integers(0, 255)))
-    flags = draw(st.integers(0, 255)) | HW.TACC_DESC_F_LAST
+    op = draw(st.one_of(st.integers(0, hw.TACC_OP_MAX), st.integers(0, 255)))
+    flags = draw(st.integers(0, 255)) | hw.TACC_DESC_F_LAST
     ctx = draw(st.sampled_from([FUZZ_CTX, FUZZ_CTX, FUZZ_CTX, 4, 15, 16, 65535]))
     tag = draw(u64)
     kind = draw(st.sampled_from(["copy", "gemm", "elt", "fence", "raw"]))
@@ -64,24 +65,24 @@ def descriptor(draw):
 def expected_static(op, ctx, payload):
     """Statuses decided by the descriptor alone (None: depends on memory)."""
     payload = payload.ljust(104, b"\0")
-    if op >= HW.TACC_OP_MAX:
-        return HW.TACC_ST_BAD_OPCODE
-    if op in (HW.TACC_OP_NOP, HW.TACC_OP_BARRIER):
-        return HW.TACC_ST_OK
-    if op == HW.TACC_OP_FILL:  # window offsets, no context
+    if op >= hw.TACC_OP_MAX:
+        return hw.TACC_ST_BAD_OPCODE
+    if op in (hw.TACC_OP_NOP, hw.TACC_OP_BARRIER):
+        return hw.TACC_ST_OK
+    if op == hw.TACC_OP_FILL:  # window offsets, no context
         dst, n = struct.unpack_from("<QQ", payload, 0)
         if n == 0 or n >= 2**32 or n & 7:
-            return HW.TACC_ST_BAD_LENGTH
-        return HW.TACC_ST_BAD_ALIGN if dst & 7 else None
-    if ctx >= HW.TACC_NUM_CONTEXTS:
-        return HW.TACC_ST_BAD_CTX
-    if op in (HW.TACC_OP_COPY_H2D, HW.TACC_OP_COPY_D2H, HW.TACC_OP_COPY_D2D):
+            return hw.TACC_ST_BAD_LENGTH
+        return hw.TACC_ST_BAD_ALIGN if dst & 7 else None
+    if ctx >= hw.TACC_NUM_CONTEXTS:
+        return hw.TACC_ST_BAD_CTX
+    if op in (hw.TACC_OP_COPY_H2D, hw.TACC_OP_COPY_D2H, hw.TACC_OP_COPY_D2D):
         n = struct.unpack_from("<Q", payload, 16)[0]
         if n == 0 or n >= 2**32:
-            return HW.TACC_ST_BAD_LENGTH
-    if op in (HW.TACC_OP_FENCE, HW.TACC_OP_TIMESTAMP):
+            return hw.TACC_ST_BAD_LENGTH
+    if op in (hw.TACC_OP_FENCE, hw.TACC_OP_TIMESTAMP):
         if struct.unpack_from("<Q", payload, 0)[0] & 7:
-            return HW.TACC_ST_BAD_ALIGN
+            return hw.TACC_ST_BAD_ALIGN
     return None
 
 
@@ -129,17 +130,17 @@ def run_fuzz(dev, pf, examples, derandomize):
                 assert c.status == want, (op, ctx, payload.hex())
             seen["status"][c.status] = seen["status"].get(c.status, 0) + 1
         assert pf.cnt("cmds_completed") - c0 == BATCH
-        assert pf.qstatus(0) & HW.TACC_Q_STATUS_IDLE and not pf.qstatus(0) & 2
-        assert pf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC
-        pf.w32(HW.TACC_REG_TRACE_CONS, pf.r32(HW.TACC_REG_TRACE_PROD))
-        pf.w32(HW.TACC_REG_FAULT_CLEAR, 1)
+        assert pf.qstatus(0) & hw.TACC_Q_STATUS_IDLE and not pf.qstatus(0) & 2
+        assert pf.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC
+        pf.w32(hw.TACC_REG_TRACE_CONS, pf.r32(hw.TACC_REG_TRACE_PROD))
+        pf.w32(hw.TACC_REG_FAULT_CLEAR, 1)
         seen["n"] += BATCH
 
     batch()
     assert seen["n"] >= min(2000, examples * BATCH)
     # every documented error class was reached
-    for s in (HW.TACC_ST_OK, HW.TACC_ST_BAD_OPCODE, HW.TACC_ST_BAD_LENGTH,
-              HW.TACC_ST_MMU_FAULT, HW.TACC_ST_BAD_CTX, HW.TACC_ST_BAD_ALIGN):
+    for s in (hw.TACC_ST_OK, hw.TACC_ST_BAD_OPCODE, hw.TACC_ST_BAD_LENGTH,
+              hw.TACC_ST_MMU_FAULT, hw.TACC_ST_BAD_CTX, hw.TACC_ST_BAD_ALIGN):
         assert seen["status"].get(s, 0) > 0, seen
     # the device still does real work afterwards
     pf.setup_queue(0)

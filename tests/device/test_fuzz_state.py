@@ -21,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from tacc import hw
 from tacc.testing.qtest import ECAM_BASE, QTestError
-from tacc.testing.taccdev import DEVMEM_VA, HW, PF_BARS, VF_BARS, Tacc
+from tacc.testing.taccdev import DEVMEM_VA, PF_BARS, VF_BARS, Tacc
 
 REPLY_TIMEOUT = 5.0
 HOST_VA = 0x20_0000_0000  # 2 MiB of guest RAM in the fuzz context
@@ -65,7 +66,7 @@ def make_desc(raw: bytes) -> bytes:
     (cheap for hypothesis: one binary draw, the shaping is plain Python)."""
     b = bytearray(raw)
     sel = b[2]
-    b[0] = b[0] % (HW.TACC_OP_MAX + 1) if b[0] < 240 else b[0]
+    b[0] = b[0] % (hw.TACC_OP_MAX + 1) if b[0] < 240 else b[0]
     struct.pack_into("<H", b, 2, FUZZ_CTX if sel < 200 else (1, 15, 16, 0xFFFF)[sel % 4])
     words = list(struct.unpack_from("<QQQ", b, 24))
     for i in range(3):  # addresses
@@ -74,14 +75,14 @@ def make_desc(raw: bytes) -> bytes:
                         (words[i] >> 40) % 256 * 4 * (sel & 1)) & (2**64 - 1)
     struct.pack_into("<QQQ", b, 24, *words)
     op = b[0]
-    if op in (HW.TACC_OP_COPY_H2D, HW.TACC_OP_COPY_D2H, HW.TACC_OP_COPY_D2D):
+    if op in (hw.TACC_OP_COPY_H2D, hw.TACC_OP_COPY_D2H, hw.TACC_OP_COPY_D2D):
         ln = struct.unpack_from("<Q", b, 40)[0]
         struct.pack_into("<Q", b, 40, ln % (256 << 10) if ln % 8 else (2**32 - 1, 2**32)[ln % 2])
-    elif op == HW.TACC_OP_GEMM:
+    elif op == hw.TACC_OP_GEMM:
         dm = list(struct.unpack_from("<IIIIII", b, 48))
         dm = [v % 25 if v % 16 else (4096, 4097, 2**31, 65536)[v % 4] for v in dm]
         struct.pack_into("<IIIIII", b, 48, *dm)
-    elif op == HW.TACC_OP_ELTWISE:
+    elif op == hw.TACC_OP_ELTWISE:
         n = struct.unpack_from("<Q", b, 48)[0]
         struct.pack_into("<QI", b, 48, n % 4097 if n % 16 else (2**26 + 1, 2**64 - 1)[n % 2],
                          b[56] % 7)
@@ -92,13 +93,13 @@ descriptor = st.binary(min_size=128, max_size=128).map(make_desc)
 
 
 # BAR0 offsets worth hitting (plus any aligned offset)
-REGS = [HW.TACC_REG_CTRL, HW.TACC_REG_IRQ_STATUS, HW.TACC_REG_IRQ_MASK, HW.TACC_REG_SCRATCH,
-        HW.TACC_REG_TLB_INV, HW.TACC_REG_FAULT_CLEAR, 0x100, 0x108, 0x178,
-        HW.TACC_REG_TRACE_BASE, HW.TACC_REG_TRACE_SIZE, HW.TACC_REG_TRACE_CTRL,
-        HW.TACC_REG_TRACE_CONS, HW.TACC_REG_TRACE_WB, HW.TACC_REG_SAMPLE_BASE,
-        HW.TACC_REG_SAMPLE_SIZE, HW.TACC_REG_SAMPLE_PERIOD, HW.TACC_REG_SAMPLE_CONS,
-        HW.TACC_REG_SAMPLE_WB, 0x400, 0x408, 0x430, 0x480, 0x490, HW.TACC_REG_DEVCLK,
-        HW.TACC_REG_HOSTCLK] + [0x1000 + 0x100 * q + o for q in range(4) for o in
+REGS = [hw.TACC_REG_CTRL, hw.TACC_REG_IRQ_STATUS, hw.TACC_REG_IRQ_MASK, hw.TACC_REG_SCRATCH,
+        hw.TACC_REG_TLB_INV, hw.TACC_REG_FAULT_CLEAR, 0x100, 0x108, 0x178,
+        hw.TACC_REG_TRACE_BASE, hw.TACC_REG_TRACE_SIZE, hw.TACC_REG_TRACE_CTRL,
+        hw.TACC_REG_TRACE_CONS, hw.TACC_REG_TRACE_WB, hw.TACC_REG_SAMPLE_BASE,
+        hw.TACC_REG_SAMPLE_SIZE, hw.TACC_REG_SAMPLE_PERIOD, hw.TACC_REG_SAMPLE_CONS,
+        hw.TACC_REG_SAMPLE_WB, 0x400, 0x408, 0x430, 0x480, 0x490, hw.TACC_REG_DEVCLK,
+        hw.TACC_REG_HOSTCLK] + [0x1000 + 0x100 * q + o for q in range(4) for o in
                                 (0x00, 0x08, 0x0C, 0x18, 0x20, 0x24, 0x2C, 0x30)]
 bar0_off = st.one_of(st.sampled_from(REGS), st.integers(0, 0xFFFF).map(lambda v: v & ~3))
 CFG = [0x04, PM + 4, MSIX + 2, EXP + 8, 0x100 + 4, 0x100 + 8, 0x100 + 0x14, SR + 0x08,
@@ -120,7 +121,7 @@ class DeviceMachine(RuleBasedStateMachine):
         self.check_id()
 
     def check_id(self):
-        assert self.d.pf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC
+        assert self.d.pf.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC
 
     def func(self, i):
         d = self.d
@@ -129,8 +130,8 @@ class DeviceMachine(RuleBasedStateMachine):
     @rule(fn=st.integers(0, 4), off=bar0_off, v=u64, size=st.sampled_from([4, 4, 8]))
     def bar0_write(self, fn, off, v, size):
         f = self.func(fn)
-        if off == HW.TACC_REG_CTRL and v & HW.TACC_CTRL_RESET and fn == 0:
-            v &= ~HW.TACC_CTRL_RESET  # resets have their own rule (checks ID)
+        if off == hw.TACC_REG_CTRL and v & hw.TACC_CTRL_RESET and fn == 0:
+            v &= ~hw.TACC_CTRL_RESET  # resets have their own rule (checks ID)
         with self.d.qt.deferred():  # sent with the next read (invariants still hold)
             if size == 8:
                 f.w64(off & ~7, v)
@@ -179,12 +180,12 @@ class DeviceMachine(RuleBasedStateMachine):
 
     @staticmethod
     def _setup_queue(f, q, b, irq, sq, cq):
-        f.w32(b + HW.TACC_Q_CTRL, 0)
-        f.w64(b + HW.TACC_Q_SQ_BASE, f.sq_addr(q))
-        f.w32(b + HW.TACC_Q_SQ_SIZE, sq)
-        f.w64(b + HW.TACC_Q_CQ_BASE, f.cq_addr(q))
-        f.w32(b + HW.TACC_Q_CQ_SIZE, cq)
-        f.w32(b + HW.TACC_Q_CTRL, HW.TACC_Q_CTRL_ENABLE | (HW.TACC_Q_CTRL_IRQ if irq else 0))
+        f.w32(b + hw.TACC_Q_CTRL, 0)
+        f.w64(b + hw.TACC_Q_SQ_BASE, f.sq_addr(q))
+        f.w32(b + hw.TACC_Q_SQ_SIZE, sq)
+        f.w64(b + hw.TACC_Q_CQ_BASE, f.cq_addr(q))
+        f.w32(b + hw.TACC_Q_CQ_SIZE, cq)
+        f.w32(b + hw.TACC_Q_CTRL, hw.TACC_Q_CTRL_ENABLE | (hw.TACC_Q_CTRL_IRQ if irq else 0))
 
     @rule(q=st.integers(0, 3), fn=st.integers(0, 4),
           descs=st.lists(descriptor, min_size=1, max_size=6), tail=st.integers(0, 80))
@@ -192,11 +193,11 @@ class DeviceMachine(RuleBasedStateMachine):
         f = self.func(fn)
         with self.d.qt.deferred():
             self.d.qt.memwrite(f.sq_addr(q), b"".join(descs))
-            f.w32(0x1000 + 0x100 * q + HW.TACC_Q_SQ_TAIL, tail)
+            f.w32(0x1000 + 0x100 * q + hw.TACC_Q_SQ_TAIL, tail)
 
     @rule(q=st.integers(0, 3), fn=st.integers(0, 4), head=st.integers(0, 70))
     def cq_head(self, q, fn, head):
-        self.func(fn).w32(0x1000 + 0x100 * q + HW.TACC_Q_CQ_HEAD, head)
+        self.func(fn).w32(0x1000 + 0x100 * q + hw.TACC_Q_CQ_HEAD, head)
 
     @rule(ns=st.one_of(st.integers(1, 2000), st.integers(1, 10**6)))
     def clock_step(self, ns):
@@ -211,9 +212,9 @@ class DeviceMachine(RuleBasedStateMachine):
             restore(d)
         else:
             restore(d)
-            d.pf.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_RESET)
+            d.pf.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_RESET)
         self.check_id()
-        d.pf.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_ENABLE)
+        d.pf.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_ENABLE)
         d.pf.set_ptbr(FUZZ_CTX, d.fuzz_root)
 
     @rule(n=st.integers(0, 5), raw=st.booleans())
@@ -256,7 +257,7 @@ def _restore(d: Tacc, qt, tables: bool):
     qt.cfg_write(0, 0x08, 0x04, 0x0006, 2)
     for t, data in d.pt.tables.items() if tables else ():  # the device may have
         qt.memwrite(t, bytes(data))                           # written over them
-    d.pf.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_ENABLE)
+    d.pf.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_ENABLE)
     d.pf.set_ptbr(FUZZ_CTX, d.fuzz_root)
 
 
@@ -297,7 +298,7 @@ def test_fuzz_device_state(fuzzdev):
     n, secs = run(fuzzdev, examples=max(1, STEPS // 40), steps=50)
     print(f"device state fuzz: {n} steps in {secs:.1f} s")
     assert n >= STEPS
-    assert fuzzdev.pf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC
+    assert fuzzdev.pf.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC
 
 
 @pytest.mark.long

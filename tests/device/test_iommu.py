@@ -6,8 +6,10 @@ with the function's requester ID; nothing is silently served."""
 import struct
 
 import pytest
+from tacc import hw
+from tacc.hw.records import d_copy
 from tacc.testing.qtest import QEMU
-from tacc.testing.taccdev import DEVMEM_VA, HW, Tacc, d_copy
+from tacc.testing.taccdev import DEVMEM_VA, Tacc
 
 DMAR = 0xFED9_0000
 VTD_TABLES = 0x0C00_0000  # root, context, second-level tables (not IOMMU-mapped)
@@ -84,36 +86,36 @@ def test_translated_dma_works(vdev):
     pf, qt = vdev.pf, vdev.qt
     src, dst = 0x0200_0000, 0x0280_0000
     qt.memwrite(src, bytes(range(256)) * 32)
-    assert pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, 8192),
-                          d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, dst, 8192)]).status == 0
+    assert pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA, 8192),
+                          d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, dst, 8192)]).status == 0
     assert qt.memread(dst, 8192) == qt.memread(src, 8192)
     assert qt.readl(DMAR + 0x34) & 2 == 0  # no DMAR fault
 
 
 def test_unmapped_iova_fails_and_is_reported(vdev):
     pf, qt = vdev.pf, vdev.qt
-    pf.w32(HW.TACC_REG_IRQ_STATUS, 0xFFFFFFFF)
+    pf.w32(hw.TACC_REG_IRQ_STATUS, 0xFFFFFFFF)
     e0 = pf.cnt("dma_errors")
-    cq = pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, HOLE[0] + 0x100, DEVMEM_VA, 64)])
-    assert cq.status == HW.TACC_ST_DMA_ERROR
+    cq = pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, HOLE[0] + 0x100, DEVMEM_VA, 64)])
+    assert cq.status == hw.TACC_ST_DMA_ERROR
     assert pf.cnt("dma_errors") == e0 + 1
-    assert pf.r32(HW.TACC_REG_IRQ_STATUS) & HW.TACC_IRQ_DMA_ERROR
+    assert pf.r32(hw.TACC_REG_IRQ_STATUS) & hw.TACC_IRQ_DMA_ERROR
     assert qt.readl(DMAR + 0x34) & 2  # FSTS.PPF: primary pending fault
     lo, hi = qt.readq(DMAR + 0x220), qt.readq(DMAR + 0x228)
     assert hi >> 63  # F: a fault is recorded
     assert lo & ~0xFFF == HOLE[0]  # the faulting IOVA page
     assert hi & 0xFFFF == pf.devfn  # requester ID = bus 0, our devfn
     # D2H into the hole fails too (a write fault)
-    cq = pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, HOLE[0], 64)])
-    assert cq.status == HW.TACC_ST_DMA_ERROR
+    cq = pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, HOLE[0], 64)])
+    assert cq.status == hw.TACC_ST_DMA_ERROR
 
 
 def test_ring_in_unmapped_iova_is_a_queue_error(vdev):
     pf = vdev.pf
     b = 0x1000 + 2 * 0x100
-    pf.w32(b + HW.TACC_Q_CTRL, 0)
-    pf.w64(b + HW.TACC_Q_SQ_BASE, HOLE[0])
-    pf.w32(b + HW.TACC_Q_CTRL, HW.TACC_Q_CTRL_ENABLE)
-    pf.w32(b + HW.TACC_Q_SQ_TAIL, 1)
-    assert pf.qstatus(2) & HW.TACC_Q_STATUS_ERROR
+    pf.w32(b + hw.TACC_Q_CTRL, 0)
+    pf.w64(b + hw.TACC_Q_SQ_BASE, HOLE[0])
+    pf.w32(b + hw.TACC_Q_CTRL, hw.TACC_Q_CTRL_ENABLE)
+    pf.w32(b + hw.TACC_Q_SQ_TAIL, 1)
+    assert pf.qstatus(2) & hw.TACC_Q_STATUS_ERROR
     pf.setup_queue(2)

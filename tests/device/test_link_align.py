@@ -4,8 +4,10 @@ section 9, "PCIe link").  Counters, the trace record and the modelled duration
 must follow tacc.capture.devinfo's formula exactly."""
 
 import pytest
+from tacc import hw
 from tacc.capture import devinfo
-from tacc.testing.taccdev import CHUNK, DEVMEM_VA, HW, LinkModel, d_copy
+from tacc.hw.records import d_copy
+from tacc.testing.taccdev import CHUNK, DEVMEM_VA, LinkModel
 
 SIZES = [64 << 10, 1 << 20, 4096 + 100]
 # (host-side offset, device-side offset): aligned, host misaligned by 64 relative
@@ -18,18 +20,18 @@ def aligned_copy(dev, pf, n, h2d, host_off, dev_off, q=0):
     counter deltas, the link busy deltas (ticks) and the command's trace record."""
     host = dev.alloc(n + 4096) + host_off
     dva = DEVMEM_VA + 0x20_0000 + dev_off
-    op = HW.TACC_OP_COPY_H2D if h2d else HW.TACC_OP_COPY_D2H
+    op = hw.TACC_OP_COPY_H2D if h2d else hw.TACC_OP_COPY_D2H
     src, dst = (host, dva) if h2d else (dva, host)
     pf.run_job(q, [d_copy(op, src, dst, n)])  # warm the TLB
     pf.trace_enable(size=16)  # PROD restarts at 0 only when tracing was off
-    p0 = pf.r32(HW.TACC_REG_TRACE_PROD)
-    pf.w32(HW.TACC_REG_TRACE_CONS, p0)
+    p0 = pf.r32(hw.TACC_REG_TRACE_PROD)
+    pf.w32(hw.TACC_REG_TRACE_CONS, p0)
     c0 = pf.counters()
     g0 = pf.gcnt("link_h2d_busy_ticks"), pf.gcnt("link_d2h_busy_ticks")
     cq = pf.run_job(q, [d_copy(op, src, dst, n)])
     c1 = pf.counters()
     g1 = pf.gcnt("link_h2d_busy_ticks"), pf.gcnt("link_d2h_busy_ticks")
-    assert pf.r32(HW.TACC_REG_TRACE_PROD) == p0 + 1
+    assert pf.r32(hw.TACC_REG_TRACE_PROD) == p0 + 1
     rec = pf.trace_read(p0, p0 + 1, 16)[0]
     return cq, {k: c1[k] - c0[k] for k in c1}, (g1[0] - g0[0], g1[1] - g0[1]), rec
 
@@ -40,7 +42,7 @@ def aligned_copy(dev, pf, n, h2d, host_off, dev_off, q=0):
 def test_misaligned_copy(dev, pf, n, h2d, host_off, dev_off):
     lm = LinkModel()
     cq, d, gbusy, rec = aligned_copy(dev, pf, n, h2d, host_off, dev_off)
-    assert cq.status == HW.TACC_ST_OK
+    assert cq.status == hw.TACC_ST_OK
     assert d["tlb_walk_reads"] == 0
     c = lm.prefix(n, h2d, host_off, dev_off)
     if h2d:
@@ -63,7 +65,7 @@ def test_misaligned_copy(dev, pf, n, h2d, host_off, dev_off):
             assert tlps > 1.9 * aligned  # every MPS block is cut in two
         assert c.tlps == (0, tlps)
     # TLPs: counters and the trace record
-    assert rec.opcode == (HW.TACC_OP_COPY_H2D if h2d else HW.TACC_OP_COPY_D2H)
+    assert rec.opcode == (hw.TACC_OP_COPY_H2D if h2d else hw.TACC_OP_COPY_D2H)
     assert rec.bytes == n and rec.tlps == tlps
     assert d["h2d_tlps"] == (tlps if h2d else 0) and d["d2h_tlps"] == (0 if h2d else tlps)
     assert d["d2h_req_tlps"] == c.tlps[1] if h2d else d["d2h_req_tlps"] == 0
@@ -97,7 +99,7 @@ def test_misaligned_host_is_slower(dev, pf, h2d):
     mis = 32 if h2d else 64  # H2D: RCB (64 B) misaligned; D2H: MPS misaligned
     for off in (0, mis):
         cq, d, _, rec = aligned_copy(dev, pf, n, h2d, off, 0)
-        assert cq.status == HW.TACC_ST_OK
+        assert cq.status == hw.TACC_ST_OK
         res[off] = (cq.end - cq.start, rec.tlps,
                     d["h2d_link_bytes"] if h2d else d["d2h_link_bytes"])
     (t0, p0, l0), (t1, p1, l1) = res[0], res[mis]

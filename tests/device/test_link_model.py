@@ -7,9 +7,11 @@ from contextlib import contextmanager
 
 import pytest
 from conftest import map_ctx0
+from tacc import hw
 from tacc.capture import devinfo
+from tacc.hw.records import d_copy, desc
 from tacc.testing.qtest import QEMU
-from tacc.testing.taccdev import CHUNK, DEVMEM_VA, HW, LinkModel, Tacc, d_copy, desc
+from tacc.testing.taccdev import CHUNK, DEVMEM_VA, LinkModel, Tacc
 
 OLD, NEW = b"\xaa", b"\x5b"
 
@@ -21,13 +23,13 @@ def test_d2h_data_lands_at_its_modelled_time(dev, pf):
     lm = LinkModel()
     n = 3 * CHUNK
     host = dev.alloc(n)
-    pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, dev.alloc(n), DEVMEM_VA, n)])  # warm TLB
+    pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, dev.alloc(n), DEVMEM_VA, n)])  # warm TLB
     dev.qt.memwrite(host, NEW * n)
-    pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, host, DEVMEM_VA, n)])  # device: NEW
-    pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])  # warm TLB of host
+    pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, host, DEVMEM_VA, n)])  # device: NEW
+    pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])  # warm TLB of host
     dev.qt.memset(host, n, OLD[0])
-    _, ds = pf.job_of(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])
-    t0 = pf.r64(HW.TACC_REG_DEVCLK)
+    _, ds = pf.job_of(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])
+    t0 = pf.r64(hw.TACC_REG_DEVCLK)
     pf.submit(0, ds)
     step0 = (lm.cmd_ns * 1000 + lm.step_ps(0, CHUNK, False)) // 1000
     dev.qt.clock_step(step0 - 2)  # step 1 still on the link
@@ -36,14 +38,14 @@ def test_d2h_data_lands_at_its_modelled_time(dev, pf):
     got = dev.qt.memread(host, n)
     assert got[:CHUNK] == NEW * CHUNK and got[CHUNK:] == OLD * (n - CHUNK)
     end = t0 + lm.copy_ps(n, False) // 1000
-    now = pf.r64(HW.TACC_REG_DEVCLK)
+    now = pf.r64(hw.TACC_REG_DEVCLK)
     dev.qt.clock_step(end - now - 3)  # all steps done, the posted-write latency left
     got = dev.qt.memread(host, n)
     assert got[:2 * CHUNK] == NEW * 2 * CHUNK and got[2 * CHUNK:] == OLD * CHUNK
     assert not pf.cqes(0)
     dev.qt.clock_step(10**6)
     cq = pf.cqes(0)
-    assert cq and cq[0].status == HW.TACC_ST_OK
+    assert cq and cq[0].status == hw.TACC_ST_OK
     assert dev.qt.memread(host, n) == NEW * n
     assert abs((cq[0].end - cq[0].start) * 1000 - lm.copy_ps(n, False)) < 1000
 
@@ -53,12 +55,12 @@ def test_dma_error_mid_copy_lands_only_what_came_before(dev, pf):
     command fails with DMA_ERROR and counts no payload (as before hw 1.2)."""
     n = 2 * CHUNK
     host = dev.alloc(n)
-    pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])
+    pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])
     dev.qt.memset(host, n, OLD[0])
     c0 = pf.counters()
-    dev.qom_set("fi-fail-next-dma", True)
-    cq = pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])
-    assert cq.status == HW.TACC_ST_DMA_ERROR
+    dev.qom_set("x-fi-fail-next-dma", True)
+    cq = pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])
+    assert cq.status == hw.TACC_ST_DMA_ERROR
     d = {k: v - c0[k] for k, v in pf.counters().items()}
     assert d["dma_errors"] == 1 and d["d2h_bytes"] == 0 and d["d2h_tlps"] == 0
     assert dev.qt.memread(host, n) == OLD * n
@@ -91,7 +93,7 @@ def test_control_traffic_counted_exactly(dev, pf, trace):
         pf.trace_enable(size=64, wb=dev.alloc(4096))
     c0 = pf.counters()
     g0 = pf.gcnt("link_h2d_bytes"), pf.gcnt("link_d2h_bytes")
-    pf.run_job(1, [desc(HW.TACC_OP_NOP)] * 5)
+    pf.run_job(1, [desc(hw.TACC_OP_NOP)] * 5)
     d = {k: v - c0[k] for k, v in pf.counters().items()}
     tl, by = job_ctrl(lm, 5, trace)
     assert (d["ctrl_h2d_tlps"], d["ctrl_d2h_tlps"]) == tl == (5 * 2, 5 * (1 + 2 * trace) + 1)
@@ -120,17 +122,17 @@ def traced_nops_during_d2h(props: str) -> tuple[int, int, dict[str, int]]:
     with own_device(props) as (d, pf):
         n = 4 << 20
         host = d.alloc(n)
-        pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])  # warm TLB
+        pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])  # warm TLB
         pf.trace_enable(size=256, wb=d.alloc(4096))
         c0 = pf.counters()
-        _, copy = pf.job_of(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])
-        _, nops = pf.job_of(1, [desc(HW.TACC_OP_NOP)] * 64)
+        _, copy = pf.job_of(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])
+        _, nops = pf.job_of(1, [desc(hw.TACC_OP_NOP)] * 64)
         pf.submit(0, copy)
         pf.submit(1, nops)
         d.qt.clock_step(10**9)
         cq = pf.cqes(0)[0]
-        assert cq.status == HW.TACC_ST_OK and len(pf.cqes(1)) == 1
-        return (cq.end - cq.start, pf.r32(HW.TACC_REG_CAPS),
+        assert cq.status == hw.TACC_ST_OK and len(pf.cqes(1)) == 1
+        return (cq.end - cq.start, pf.r32(hw.TACC_REG_CAPS),
                 {k: v - c0[k] for k, v in pf.counters().items()})
 
 
@@ -141,7 +143,7 @@ def test_link_ctrl_cost_property_observer_effect():
     lm = LinkModel()
     on_t, on_caps, on_d = traced_nops_during_d2h("")
     off_t, off_caps, off_d = traced_nops_during_d2h("link-ctrl-cost=off")
-    assert on_caps & HW.TACC_CAP_LINK_CTRL_COST and not off_caps & HW.TACC_CAP_LINK_CTRL_COST
+    assert on_caps & hw.TACC_CAP_LINK_CTRL_COST and not off_caps & hw.TACC_CAP_LINK_CTRL_COST
     assert abs(off_t * 1000 - lm.copy_ps(4 << 20, False)) < 1000
     keys = ("ctrl_h2d_tlps", "ctrl_d2h_tlps", "ctrl_h2d_link_bytes", "ctrl_d2h_link_bytes",
             "d2h_link_bytes", "d2h_tlps")
@@ -171,7 +173,7 @@ def test_flow_control_bounds_throughput(h2d, props, bound_gbps):
                        posted_hdr_credits=4 if "hdr" in props else 64)
         n = 1 << 20
         host = d.alloc(n)
-        op = HW.TACC_OP_COPY_H2D if h2d else HW.TACC_OP_COPY_D2H
+        op = hw.TACC_OP_COPY_H2D if h2d else hw.TACC_OP_COPY_D2H
         src, dst = (host, DEVMEM_VA) if h2d else (DEVMEM_VA, host)
         pf.run_job(0, [d_copy(op, src, dst, n)])
         cq = pf.run_job(0, [d_copy(op, src, dst, n)])
@@ -196,9 +198,9 @@ def test_posted_credits_burst_after_idle(mps):
         free = LinkModel(mps=mps, posted_hdr_credits=1 << 16)
         host = d.alloc(1 << 16)
         for n in (ph * mps, 4 * ph * mps):
-            pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])  # TLB
+            pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])  # TLB
             d.qt.clock_step(10**5)  # idle: every credit back
-            cq = pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])
+            cq = pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])
             dur_ps = (cq.end - cq.start) * 1000
             assert abs(dur_ps - lm.copy_ps(n, False)) < 1000, n
             if n <= ph * mps:
@@ -242,21 +244,21 @@ def test_mps_and_mrrs_follow_device_control():
     with own_device("mps=256,mrrs=512") as (d, pf):
         n = 64 << 10
         host = d.alloc(n)
-        assert pf.r32(HW.TACC_REG_LINK_PARAMS) == 256 | 512 << 16
+        assert pf.r32(hw.TACC_REG_LINK_PARAMS) == 256 | 512 << 16
         back = _devctl(d, 128, 256)
         assert (back >> 5 & 7, back >> 12 & 7) == (0, 1), hex(back)
-        assert pf.r32(HW.TACC_REG_LINK_PARAMS) == 128 | 256 << 16
-        pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])  # warm TLB
+        assert pf.r32(hw.TACC_REG_LINK_PARAMS) == 128 | 256 << 16
+        pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])  # warm TLB
         lm = LinkModel(mps=128, mrrs=256)
         for h2d, key, want in ((False, "d2h_tlps", devinfo.payload_tlps(n, 128)),
                                (True, "d2h_req_tlps", devinfo.read_requests(n, 256))):
             c0 = pf.counters()
-            op = HW.TACC_OP_COPY_H2D if h2d else HW.TACC_OP_COPY_D2H
+            op = hw.TACC_OP_COPY_H2D if h2d else hw.TACC_OP_COPY_D2H
             src, dst = (host, DEVMEM_VA) if h2d else (DEVMEM_VA, host)
             cq = pf.run_job(0, [d_copy(op, src, dst, n)])
-            assert cq.status == HW.TACC_ST_OK
+            assert cq.status == hw.TACC_ST_OK
             assert pf.counters()[key] - c0[key] == want == n // (128 if not h2d else 256)
             assert abs((cq.end - cq.start) * 1000 - lm.copy_ps(n, h2d)) < 1000
         # above what the device supports: the device's limits (a guest error logged)
         _devctl(d, 512, 4096)
-        assert pf.r32(HW.TACC_REG_LINK_PARAMS) == 256 | 512 << 16
+        assert pf.r32(hw.TACC_REG_LINK_PARAMS) == 256 | 512 << 16

@@ -6,7 +6,8 @@ space and SR-IOV cleared), which answers again once the bit is cleared."""
 
 import pytest
 from conftest import map_ctx0
-from tacc.testing.taccdev import HW, PF_BARS, Tacc
+from tacc import hw
+from tacc.testing.taccdev import PF_BARS, Tacc
 
 BRIDGE_CONTROL, BRIDGE_CTL_BUS_RESET = 0x3E, 0x40
 LNKCAP, LNKSTA = 0x0C, 0x12
@@ -50,7 +51,7 @@ def test_secondary_bus_reset_resets_the_pf_and_retrains(rdev):
     qt.cfg_write(1, 0, sr + SRIOV_NUM_VF, 1, 2)
     qt.cfg_write(1, 0, sr + SRIOV_CTRL, SRIOV_VFE, 2)
     assert qt.cfg_read(1, 0, sr + SRIOV_CTRL, 2) & SRIOV_VFE
-    assert rdev.pf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC
+    assert rdev.pf.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC
     set_sbr(rdev, True)
     try:
         assert not rp_reg(rdev, LNKSTA) & LNKSTA_DLLLA
@@ -60,8 +61,8 @@ def test_secondary_bus_reset_resets_the_pf_and_retrains(rdev):
     finally:
         set_sbr(rdev, False)
     assert rp_reg(rdev, LNKSTA) & LNKSTA_DLLLA
-    assert qt.cfg_read(1, 0, 0x00, 4) == HW.TACC_PCI_DEVICE_ID_PF << 16 | HW.TACC_PCI_VENDOR_ID
+    assert qt.cfg_read(1, 0, 0x00, 4) == hw.TACC_PCI_DEVICE_ID_PF << 16 | hw.TACC_PCI_VENDOR_ID
     for bar, addr in PF_BARS.items():
         qt.set_bar(1, 0, 0x10 + 4 * bar, addr, True)
     qt.cfg_write(1, 0, 0x04, 0x0006, 2)
-    assert rdev.pf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC
+    assert rdev.pf.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC

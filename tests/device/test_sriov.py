@@ -1,7 +1,9 @@
 """SR-IOV: VFs through the capability, own queues/counters, partitioned memory,
 shared engines with weighted arbitration."""
 
-from tacc.testing.taccdev import DEVMEM_VA, HW, d_copy, desc
+from tacc import hw
+from tacc.hw.records import d_copy, desc
+from tacc.testing.taccdev import DEVMEM_VA
 
 
 def setup_vfs(dev, pf, n=2):
@@ -19,7 +21,7 @@ def test_vf_enable(dev, pf):
     qt = dev.qt
     sr = qt.find_ext_cap(0, 0x08, 0x10)
     assert qt.cfg_read(0, 0x08, sr + 0x0E, 2) == 4  # TotalVFs
-    assert qt.cfg_read(0, 0x08, sr + 0x1A, 2) == HW.TACC_PCI_DEVICE_ID_VF
+    assert qt.cfg_read(0, 0x08, sr + 0x1A, 2) == hw.TACC_PCI_DEVICE_ID_VF
     assert qt.cfg_read(0, 0x09, 0) == 0xFFFFFFFF  # no VF before enable
     vfs = setup_vfs(dev, pf, 4)
     assert [vf.devfn for vf in vfs] == [0x09, 0x0A, 0x0B, 0x0C]
@@ -27,11 +29,11 @@ def test_vf_enable(dev, pf):
         # a VF's Vendor and Device ID read 0xFFFF (SR-IOV 1.1 section 3.4.1.1: the
         # VF device ID is the PF's SR-IOV capability's); the VF is there all the same
         assert qt.cfg_read(0, vf.devfn, 0) == 0xFFFFFFFF
-        assert qt.cfg_read(0, vf.devfn, 8) >> 8 == HW.TACC_PCI_CLASS
-        assert vf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC
-        assert vf.r32(HW.TACC_REG_FUNC) == i + 1
-        assert vf.r32(HW.TACC_REG_CAPS) & HW.TACC_CAP_VF
-        assert vf.r64(HW.TACC_REG_DEVMEM_SIZE) == (32 << 20 if i < 3 else 0)  # VF4 does not fit
+        assert qt.cfg_read(0, vf.devfn, 8) >> 8 == hw.TACC_PCI_CLASS
+        assert vf.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC
+        assert vf.r32(hw.TACC_REG_FUNC) == i + 1
+        assert vf.r32(hw.TACC_REG_CAPS) & hw.TACC_CAP_VF
+        assert vf.r64(hw.TACC_REG_DEVMEM_SIZE) == (32 << 20 if i < 3 else 0)  # VF4 does not fit
         assert qt.find_cap(0, vf.devfn, 0x11)  # own MSI-X
     dev.enable_vfs(0)
     # every VF is gone: no function answers config reads (all ones), its BAR is dead,
@@ -39,9 +41,9 @@ def test_vf_enable(dev, pf):
     for vf in vfs:
         assert qt.cfg_read(0, vf.devfn, 0) == 0xFFFFFFFF
         assert qt.cfg_read(0, vf.devfn, 8) == 0xFFFFFFFF
-        assert vf.r32(HW.TACC_REG_ID) != HW.TACC_ID_MAGIC
+        assert vf.r32(hw.TACC_REG_ID) != hw.TACC_ID_MAGIC
     assert qt.cfg_read(0, 0x08, sr + 0x10, 2) == 0  # NumVFs
-    assert pf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC  # the PF is still there
+    assert pf.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC  # the PF is still there
 
 
 def test_vf_isolation_and_partition(dev, pf):
@@ -49,19 +51,19 @@ def test_vf_isolation_and_partition(dev, pf):
     n = 8192
     src = dev.alloc(n)
     dev.qt.memwrite(src, bytes(range(256)) * (n // 256))
-    assert vf1.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA + 4096, n)]).status == 0
+    assert vf1.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA + 4096, n)]).status == 0
     # VF1's window starts at 64 MiB of device memory: the PF sees the data there
     dst = dev.alloc(n)
-    assert pf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA + (64 << 20) + 4096, dst,
+    assert pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA + (64 << 20) + 4096, dst,
                                  n)]).status == 0
     assert dev.qt.memread(dst, n) == dev.qt.memread(src, n)
     # own counters per function
     assert vf1.cnt("h2d_bytes") == n and vf2.cnt("h2d_bytes") == 0
     assert vf1.dev.qt.readq(vf1.bar2 + 0x1000) == 0  # no global page on VFs
     # beyond the 32 MiB window: DEVMEM_RANGE fault (mapping covers 32 MiB only -> unmapped)
-    cq = vf2.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA + (32 << 20), 64)])
-    assert cq.status == HW.TACC_ST_MMU_FAULT
-    assert vf1.r32(HW.TACC_REG_FAULT_INFO) == 0  # faults are per function
+    cq = vf2.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA + (32 << 20), 64)])
+    assert cq.status == hw.TACC_ST_MMU_FAULT
+    assert vf1.r32(hw.TACC_REG_FAULT_INFO) == 0  # faults are per function
     dev.enable_vfs(0)
 
 
@@ -75,12 +77,12 @@ def test_vf_arbitration_weights(dev, pf):
     pf.trace_enable(size=64)
     vf1.trace_enable(size=64)
     for f in (pf, vf1):
-        f.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, 4096)])  # warm TLBs
-    p0 = pf.r32(HW.TACC_REG_TRACE_PROD)
-    v0 = vf1.r32(HW.TACC_REG_TRACE_PROD)
+        f.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA, 4096)])  # warm TLBs
+    p0 = pf.r32(hw.TACC_REG_TRACE_PROD)
+    v0 = vf1.r32(hw.TACC_REG_TRACE_PROD)
     jobs = {}
     for f in (pf, vf1):
-        ds = [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, 4096) for _ in range(12)]
+        ds = [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA, 4096) for _ in range(12)]
         jobs[f.fn] = f.job_of(0, ds)[1]
     # submit both before time moves
     pf.submit(0, jobs[0])
@@ -104,7 +106,7 @@ def test_vf_msix_and_irq(dev, pf):
     qt.writel(vf1.bar4 + 12, 0)
     qt.cfg_write(0, vf1.devfn, msix + 2, 0x8000, 2)  # MSI-X enable
     vf1.setup_queue(0, irq=True)
-    cq = vf1.run_job(0, [desc(HW.TACC_OP_NOP)])
+    cq = vf1.run_job(0, [desc(hw.TACC_OP_NOP)])
     assert cq.status == 0
     assert qt.readl(msg) == 0xC0FFEE
     assert vf1.cnt("irqs") == 1
@@ -118,8 +120,8 @@ def test_global_counters_sum_functions(dev, pf):
                                   "link_d2h_bytes")}
     a = dev.alloc(1 << 20)
     for f, n in ((pf, 100_000), (vf1, 300_000)):
-        f.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, a, DEVMEM_VA, n),
-                      d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, a, n // 2)])
+        f.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, a, DEVMEM_VA, n),
+                      d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, a, n // 2)])
     d = {k: pf.gcnt(k) - v for k, v in g0.items()}
     assert d["link_h2d_payload"] == pf.cnt("h2d_bytes") + vf1.cnt("h2d_bytes") == 400_000
     assert d["link_d2h_payload"] == pf.cnt("d2h_bytes") + vf1.cnt("d2h_bytes") == 200_000

@@ -2,15 +2,17 @@
 
 import pytest
 from conftest import map_ctx0
+from tacc import hw
 from tacc.capture import devinfo
-from tacc.testing.taccdev import DEVMEM_VA, HW, LinkModel, Tacc, d_copy
+from tacc.hw.records import d_copy
+from tacc.testing.taccdev import DEVMEM_VA, LinkModel, Tacc
 
 SIZES = [64, 256, 4096, 65536, 1 << 20, 8 << 20]
 
 
 def timed_copy(dev, pf, n, h2d, q=0):
     host = dev.alloc(max(n, 4096))
-    op = HW.TACC_OP_COPY_H2D if h2d else HW.TACC_OP_COPY_D2H
+    op = hw.TACC_OP_COPY_H2D if h2d else hw.TACC_OP_COPY_D2H
     src, dst = (host, DEVMEM_VA) if h2d else (DEVMEM_VA, host)
     pf.run_job(q, [d_copy(op, src, dst, n)])  # warm the TLB
     c0 = pf.counters()
@@ -27,7 +29,7 @@ def timed_copy(dev, pf, n, h2d, q=0):
 def test_link_formula(dev, pf, n, h2d):
     lm = LinkModel()
     cq, d, gbusy = timed_copy(dev, pf, n, h2d)
-    assert cq.status == HW.TACC_ST_OK
+    assert cq.status == hw.TACC_ST_OK
     assert d["tlb_walk_reads"] == 0 and d["tlb_misses"] == 0
     assert d["tlb_hits"] >= 2
     dur = cq.end - cq.start
@@ -70,10 +72,10 @@ def test_directions_independent_and_shared(dev, pf):
     lm = LinkModel()
     n = 4 << 20
     a, b = dev.alloc(n), dev.alloc(n)
-    pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, a, DEVMEM_VA, n)])
-    pf.run_job(1, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA + n, b, n)])
-    j0, d0 = pf.job_of(0, [d_copy(HW.TACC_OP_COPY_H2D, a, DEVMEM_VA, n)])
-    j1, d1 = pf.job_of(1, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA + n, b, n)])
+    pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, a, DEVMEM_VA, n)])
+    pf.run_job(1, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA + n, b, n)])
+    j0, d0 = pf.job_of(0, [d_copy(hw.TACC_OP_COPY_H2D, a, DEVMEM_VA, n)])
+    j1, d1 = pf.job_of(1, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA + n, b, n)])
     s0 = pf.cnt("link_stall_ticks")
     pf.submit(0, d0)
     pf.submit(1, d1)
@@ -85,7 +87,7 @@ def test_directions_independent_and_shared(dev, pf):
     assert lm.copy_ps(n, False) <= t_d2h < 1.10 * lm.copy_ps(n, False)
     assert pf.cnt("link_stall_ticks") > s0  # they did contend for the upstream direction
     # two H2D copies on two queues: one engine, back to back
-    jobs = [pf.job_of(q, [d_copy(HW.TACC_OP_COPY_H2D, a, DEVMEM_VA + q * n, n)]) for q in (2, 3)]
+    jobs = [pf.job_of(q, [d_copy(hw.TACC_OP_COPY_H2D, a, DEVMEM_VA + q * n, n)]) for q in (2, 3)]
     for q, (_, ds) in zip((2, 3), jobs, strict=False):
         pf.submit(q, ds)
     dev.qt.clock_step(10**9)
@@ -101,7 +103,7 @@ def test_link_gen_width(gen, width):
         pf = d.pf
         pf.reset()
         pf.set_ptbr(0, root)
-        assert pf.r32(HW.TACC_REG_LINK_STATUS) == gen | width << 4
+        assert pf.r32(hw.TACC_REG_LINK_STATUS) == gen | width << 4
         lm = LinkModel(gen=gen, width=width, mps=128, mrrs=256)
         for n in (100, 1 << 20):
             cq, dd, _ = timed_copy(d, pf, n, True)
@@ -138,7 +140,7 @@ def test_time_scale_settable_at_run_time(dev, pf):
     try:
         dev.qom_set("time-scale", 4000)
         assert dev.qom_get("time-scale") == 4000
-        assert pf.r32(HW.TACC_REG_TIME_SCALE) == 4000
+        assert pf.r32(hw.TACC_REG_TIME_SCALE) == 4000
         cq, _, _ = timed_copy(dev, pf, n, True)
         assert abs((cq.end - cq.start) - 4 * base) <= 4
         for bad in (0, 10_000_001):

@@ -5,43 +5,45 @@ ring drops and counts."""
 
 import numpy as np
 import pytest
+from tacc import hw
 from tacc.capture import devinfo
+from tacc.hw.records import d_copy, d_fence
 from tacc.pcie import CPLD, F_CTRL, F_UP, MRD, MWR, TLP_DTYPE, summary
-from tacc.testing.taccdev import DEVMEM_VA, HW, LinkModel, d_copy, d_fence
+from tacc.testing.taccdev import DEVMEM_VA, LinkModel
 
 RING = 1 << 15
 
 
 def cap_on(dev, pf, size=RING, funcs=0, kinds=0, addr=(0, 0), ctrl_off=False):
     ring, wb = dev.alloc(size * 64), dev.alloc(4096)
-    pf.w64(HW.TACC_REG_TLPCAP_BASE, ring)
-    pf.w32(HW.TACC_REG_TLPCAP_SIZE, size)
-    pf.w64(HW.TACC_REG_TLPCAP_WB, wb)
-    pf.w32(HW.TACC_REG_TLPCAP_FUNCS, funcs)
-    pf.w32(HW.TACC_REG_TLPCAP_KINDS, kinds)
-    pf.w64(HW.TACC_REG_TLPCAP_ADDR_LO, addr[0])
-    pf.w64(HW.TACC_REG_TLPCAP_ADDR_HI, addr[1])
-    pf.w32(HW.TACC_REG_TLPCAP_CTRL, HW.TACC_TLPCAP_CTRL_ENABLE |
-           (HW.TACC_TLPCAP_CTRL_NO_CTRL if ctrl_off else 0))
+    pf.w64(hw.TACC_REG_TLPCAP_BASE, ring)
+    pf.w32(hw.TACC_REG_TLPCAP_SIZE, size)
+    pf.w64(hw.TACC_REG_TLPCAP_WB, wb)
+    pf.w32(hw.TACC_REG_TLPCAP_FUNCS, funcs)
+    pf.w32(hw.TACC_REG_TLPCAP_KINDS, kinds)
+    pf.w64(hw.TACC_REG_TLPCAP_ADDR_LO, addr[0])
+    pf.w64(hw.TACC_REG_TLPCAP_ADDR_HI, addr[1])
+    pf.w32(hw.TACC_REG_TLPCAP_CTRL, hw.TACC_TLPCAP_CTRL_ENABLE |
+           (hw.TACC_TLPCAP_CTRL_NO_CTRL if ctrl_off else 0))
     return ring, wb
 
 
 def cap_read(dev, pf, ring, size=RING) -> np.ndarray:
-    prod = pf.r32(HW.TACC_REG_TLPCAP_PROD)
+    prod = pf.r32(hw.TACC_REG_TLPCAP_PROD)
     assert prod <= size
     return np.frombuffer(dev.qt.memread(ring, prod * 64), TLP_DTYPE).copy()
 
 
 def cap_off(pf):
-    pf.w32(HW.TACC_REG_TLPCAP_CTRL, 0)
+    pf.w32(hw.TACC_REG_TLPCAP_CTRL, 0)
 
 
 def mixed_job(dev, pf, q=0):
     """COPY_H2D of 100 KiB from host offset 32 (off the RCB and MRRS), COPY_D2H of
     70000 B to host offset 64 from device offset 0, a FENCE to host memory."""
     h1, h2, fence = dev.alloc(200 << 10) + 32, dev.alloc(100 << 10) + 64, dev.alloc(4096)
-    descs = [d_copy(HW.TACC_OP_COPY_H2D, h1, DEVMEM_VA, 100 << 10),
-             d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA + (1 << 20), h2, 70000),
+    descs = [d_copy(hw.TACC_OP_COPY_H2D, h1, DEVMEM_VA, 100 << 10),
+             d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA + (1 << 20), h2, 70000),
              d_fence(fence, 7)]
     pf.run_job(q, descs)  # warm the TLB
     return descs, (h1, h2, fence)
@@ -57,9 +59,9 @@ def test_capture_agrees_with_counters(dev, pf):
     c = {k: v - c0[k] for k, v in pf.counters().items()}
     recs = cap_read(dev, pf, ring)
     cap_off(pf)
-    assert pf.r32(HW.TACC_REG_TLPCAP_DROPPED) == 0
+    assert pf.r32(hw.TACC_REG_TLPCAP_DROPPED) == 0
     assert list(recs["seq"]) == list(range(len(recs)))
-    assert (recs["version"] == HW.TACC_TLP_VERSION).all()
+    assert (recs["version"] == hw.TACC_TLP_VERSION).all()
     s = summary(recs)
     # commands: TLP counts, payload, link bytes without the DLLPs
     assert s["h2d_cmd"]["tlps"] == c["h2d_tlps"]
@@ -91,8 +93,8 @@ def test_records_are_well_formed_tlps(dev, pf):
     assert not (recs["flags"] & F_CTRL).any()
     up = (recs["flags"] & F_UP) != 0
     assert (up == (recs["kind"] != CPLD)).all()
-    assert set(recs["fmt_type"][recs["kind"] == MRD]) == {HW.TACC_TLP_FMT_MRD64}
-    assert set(recs["fmt_type"][recs["kind"] == CPLD]) == {HW.TACC_TLP_FMT_CPLD}
+    assert set(recs["fmt_type"][recs["kind"] == MRD]) == {hw.TACC_TLP_FMT_MRD64}
+    assert set(recs["fmt_type"][recs["kind"] == CPLD]) == {hw.TACC_TLP_FMT_CPLD}
     # the identity-mapped context: bus addresses are the host buffers'
     rd = recs[recs["kind"] == MRD]
     assert rd["addr"][0] == h1 and (rd["payload"] <= lm.mrrs).all()
@@ -139,24 +141,24 @@ def test_filters_apply_in_the_device(dev, pf, flt):
     else:
         assert len(recs) and ((recs["addr"] >= h2) & (recs["addr"] < h2 + 4096)).all()
         assert (recs["kind"] == MWR).all()
-    assert pf.r32(HW.TACC_REG_TLPCAP_DROPPED) == 0
+    assert pf.r32(hw.TACC_REG_TLPCAP_DROPPED) == 0
 
 
 def test_full_ring_drops_and_counts(dev, pf):
     host = dev.alloc(64 << 10)
-    pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, host, DEVMEM_VA, 64 << 10)])
+    pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, host, DEVMEM_VA, 64 << 10)])
     ring, wb = cap_on(dev, pf, size=8, ctrl_off=True)
-    pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, host, DEVMEM_VA, 64 << 10)])
+    pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, host, DEVMEM_VA, 64 << 10)])
     n = 128 + 1024  # requests + completions of 64 KiB
-    assert pf.r32(HW.TACC_REG_TLPCAP_PROD) == 8
-    assert pf.r32(HW.TACC_REG_TLPCAP_DROPPED) == n - 8
+    assert pf.r32(hw.TACC_REG_TLPCAP_PROD) == 8
+    assert pf.r32(hw.TACC_REG_TLPCAP_DROPPED) == n - 8
     recs = cap_read(dev, pf, ring, 8)
     assert list(recs["seq"]) == list(range(8))  # never overwritten
     assert tuple(np.frombuffer(dev.qt.memread(wb, 8), "<u4")) == (8, n - 8)
     # consuming frees the ring: the next TLPs are recorded, seq shows the gap
-    pf.w32(HW.TACC_REG_TLPCAP_CONS, 8)
-    pf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, host, DEVMEM_VA, 64)])
-    assert pf.r32(HW.TACC_REG_TLPCAP_PROD) == 10
+    pf.w32(hw.TACC_REG_TLPCAP_CONS, 8)
+    pf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, host, DEVMEM_VA, 64)])
+    assert pf.r32(hw.TACC_REG_TLPCAP_PROD) == 10
     r = np.frombuffer(dev.qt.memread(ring, 16 * 8), TLP_DTYPE)[:2]
     assert list(r["seq"]) == [n, n + 1] and list(r["kind"]) == [MRD, CPLD]
     cap_off(pf)
@@ -164,14 +166,14 @@ def test_full_ring_drops_and_counts(dev, pf):
 
 def test_capture_registers_pf_only_and_checked(dev, pf):
     (vf,) = dev.enable_vfs(1)
-    assert not vf.r32(HW.TACC_REG_CAPS) & HW.TACC_CAP_TLP_CAPTURE
-    assert pf.r32(HW.TACC_REG_CAPS) & HW.TACC_CAP_TLP_CAPTURE
-    vf.w32(HW.TACC_REG_TLPCAP_SIZE, 64)
-    assert vf.r32(HW.TACC_REG_TLPCAP_SIZE) == 0 and pf.r32(HW.TACC_REG_TLPCAP_SIZE) == 0
+    assert not vf.r32(hw.TACC_REG_CAPS) & hw.TACC_CAP_TLP_CAPTURE
+    assert pf.r32(hw.TACC_REG_CAPS) & hw.TACC_CAP_TLP_CAPTURE
+    vf.w32(hw.TACC_REG_TLPCAP_SIZE, 64)
+    assert vf.r32(hw.TACC_REG_TLPCAP_SIZE) == 0 and pf.r32(hw.TACC_REG_TLPCAP_SIZE) == 0
     for bad in (0, 3, (1 << 20) + 1):
-        pf.w32(HW.TACC_REG_TLPCAP_SIZE, bad)
-        assert pf.r32(HW.TACC_REG_TLPCAP_SIZE) == 0
-    pf.w32(HW.TACC_REG_TLPCAP_SIZE, 64)
-    pf.w32(HW.TACC_REG_TLPCAP_CONS, 5)  # beyond PROD: refused
-    assert pf.r32(HW.TACC_REG_TLPCAP_CONS) == 0
+        pf.w32(hw.TACC_REG_TLPCAP_SIZE, bad)
+        assert pf.r32(hw.TACC_REG_TLPCAP_SIZE) == 0
+    pf.w32(hw.TACC_REG_TLPCAP_SIZE, 64)
+    pf.w32(hw.TACC_REG_TLPCAP_CONS, 5)  # beyond PROD: refused
+    assert pf.r32(hw.TACC_REG_TLPCAP_CONS) == 0
     dev.enable_vfs(0)

@@ -6,7 +6,7 @@ Here the PF's SR-IOV capability advertises 64-bit prefetchable VF BARs, and a VF
 BAR0 sits above 4 GiB answers register reads there.
 """
 
-from tacc.testing.taccdev import HW
+from tacc import hw
 
 PCI_BAR_MEM_TYPE_64 = 0x4
 PCI_BAR_MEM_PREFETCH = 0x8
@@ -17,7 +17,7 @@ HIGH_BAR0 = 0x8_0000_0000  # 32 GiB: only a 64-bit BAR reaches it
 def test_vf_bars_64bit_prefetchable(dev, pf):
     qt = dev.qt
     sr = qt.find_ext_cap(0, pf.devfn, 0x10)
-    for bar in (HW.TACC_BAR_REGS, HW.TACC_BAR_COUNTERS, HW.TACC_BAR_MSIX):
+    for bar in (hw.TACC_BAR_REGS, hw.TACC_BAR_COUNTERS, hw.TACC_BAR_MSIX):
         lo = qt.cfg_read(0, pf.devfn, sr + SRIOV_VF_BAR0 + 4 * bar)
         assert lo & 0x6 == PCI_BAR_MEM_TYPE_64, f"VF BAR{bar} 0x{lo:08x}: not 64-bit"
         assert lo & PCI_BAR_MEM_PREFETCH, f"VF BAR{bar} 0x{lo:08x}: not prefetchable"
@@ -33,7 +33,7 @@ def test_vf_bar0_above_4g_decodes(dev, pf):
     qt.cfg_write(0, pf.devfn, sr + 0x08, 0x9, 2)  # VF Enable | VF MSE
     for i, vf in enumerate(vfs):
         qt.cfg_write(0, vf.devfn, 0x04, 0x0006, 2)
-        base = HIGH_BAR0 + i * HW.TACC_BAR_REGS_SIZE
-        assert qt.readl(base + HW.TACC_REG_ID) == HW.TACC_ID_MAGIC, f"VF{i + 1} at 0x{base:x}"
-        assert qt.readl(base + HW.TACC_REG_FUNC) == i + 1
+        base = HIGH_BAR0 + i * hw.TACC_BAR_REGS_SIZE
+        assert qt.readl(base + hw.TACC_REG_ID) == hw.TACC_ID_MAGIC, f"VF{i + 1} at 0x{base:x}"
+        assert qt.readl(base + hw.TACC_REG_FUNC) == i + 1
     dev.enable_vfs(0)  # the session's device: VF BARs back below 4 GiB

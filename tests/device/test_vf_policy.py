@@ -14,15 +14,17 @@ from __future__ import annotations
 import struct
 
 import pytest
+from tacc import hw
+from tacc.hw.records import d_copy, desc
 from tacc.testing.qtest import QEMU
-from tacc.testing.taccdev import DEVMEM_VA, HW, Tacc, d_copy, desc
+from tacc.testing.taccdev import DEVMEM_VA, Tacc
 
-QMASK = HW.TACC_REG_QUEUE_MASK
+QMASK = hw.TACC_REG_QUEUE_MASK
 
 
 def vf_qmask(vf: int) -> int:
     """TACC_REG_VF_QUEUE_MASK(vf), vf 0-based."""
-    return HW.TACC_REG_QUEUE_MASK + 4 + 4 * vf
+    return hw.TACC_REG_QUEUE_MASK + 4 + 4 * vf
 
 
 def weight_reg(fn: int) -> int:
@@ -79,14 +81,14 @@ def vfs_with(dev: Tacc, pf, n: int, window: int = 32 << 20, mapped: int = 32 << 
 
 
 def test_caps_version_and_defaults(ppf, pdev):
-    assert ppf.r32(HW.TACC_REG_CAPS) & HW.TACC_CAP_VF_POLICY
-    assert ppf.r32(HW.TACC_REG_VERSION) == 1 << 16 | 2
-    assert ppf.r32(QMASK) == HW.TACC_QUEUE_MASK_ALL == 0xF
+    assert ppf.r32(hw.TACC_REG_CAPS) & hw.TACC_CAP_VF_POLICY
+    assert ppf.r32(hw.TACC_REG_VERSION) == 1 << 16 | 2
+    assert ppf.r32(QMASK) == hw.TACC_QUEUE_MASK_ALL == 0xF
     for vf in range(4):
         assert ppf.r32(vf_qmask(vf)) == 0xF
         assert ppf.r32(weight_reg(vf + 1)) == 1
     vf1, vf2 = pdev.enable_vfs(2)
-    assert vf1.r32(HW.TACC_REG_CAPS) & HW.TACC_CAP_VF_POLICY
+    assert vf1.r32(hw.TACC_REG_CAPS) & hw.TACC_CAP_VF_POLICY
     assert vf1.r32(QMASK) == 0xF and vf2.r32(QMASK) == 0xF
 
 
@@ -102,22 +104,22 @@ def test_queue_mask_enforced_by_device(ppf, pdev):
     for q in range(4):
         vf1.setup_queue(q)
         vf2.setup_queue(q)
-    on = [bool(vf1.r32(q_reg(q, HW.TACC_Q_CTRL)) & HW.TACC_Q_CTRL_ENABLE) for q in range(4)]
+    on = [bool(vf1.r32(q_reg(q, hw.TACC_Q_CTRL)) & hw.TACC_Q_CTRL_ENABLE) for q in range(4)]
     assert on == [True, False, True, False]
-    assert all(vf2.r32(q_reg(q, HW.TACC_Q_CTRL)) & HW.TACC_Q_CTRL_ENABLE for q in range(4))
+    assert all(vf2.r32(q_reg(q, hw.TACC_Q_CTRL)) & hw.TACC_Q_CTRL_ENABLE for q in range(4))
     log = log_since(pdev, mark)
     assert "fn1: queue 1 is outside the function's QUEUE_MASK 0x5: enable refused" in log
     assert "fn1: queue 3 is outside" in log and "fn2: queue" not in log
     # a job on a refused queue never runs: no CQE, SQ_HEAD stays, no command counted
-    job, ds = vf1.job_of(1, [desc(HW.TACC_OP_NOP)])
+    job, ds = vf1.job_of(1, [desc(hw.TACC_OP_NOP)])
     vf1.submit(1, ds)
     pdev.qt.clock_step(10**7)
     assert vf1.cqes(1) == []
-    assert vf1.r32(q_reg(1, HW.TACC_Q_SQ_HEAD)) == 0
+    assert vf1.r32(q_reg(1, hw.TACC_Q_SQ_HEAD)) == 0
     assert vf1.cnt("cmds_completed") == 0
     for q in (0, 2):
-        assert vf1.run_job(q, [desc(HW.TACC_OP_NOP)]).status == 0
-    assert vf2.run_job(3, [desc(HW.TACC_OP_NOP)]).status == 0
+        assert vf1.run_job(q, [desc(hw.TACC_OP_NOP)]).status == 0
+    assert vf2.run_job(3, [desc(hw.TACC_OP_NOP)]).status == 0
     # a VF function reset keeps the PF's policy
     vf1.reset(queues=0)
     assert vf1.r32(QMASK) == 0x5
@@ -144,12 +146,12 @@ def test_queue_mask_writes_refused(ppf, pdev):
     assert "VF_QUEUE_MASK(1) = 0x1 while VFs are enabled: refused" in log
     assert log.count("fn2: bad write") == 2
     # a PF function reset with VFs on keeps their policy; VF disable + PF reset clears it
-    ppf.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_RESET)
+    ppf.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_RESET)
     assert vf2.r32(QMASK) == 0x3
     pdev.enable_vfs(0)
-    ppf.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_RESET)
+    ppf.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_RESET)
     assert ppf.r32(vf_qmask(1)) == 0xF
-    assert ppf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC  # QEMU is fine
+    assert ppf.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC  # QEMU is fine
 
 
 def test_weight_writes(ppf, pdev):
@@ -158,11 +160,11 @@ def test_weight_writes(ppf, pdev):
     ppf.w32(weight_reg(1), 256)
     ppf.w32(weight_reg(1), 0xFFFFFFFF)
     assert ppf.r32(weight_reg(1)) == 7
-    ppf.w32(weight_reg(2), HW.TACC_ARB_WEIGHT_MAX)
+    ppf.w32(weight_reg(2), hw.TACC_ARB_WEIGHT_MAX)
     assert ppf.r32(weight_reg(2)) == 255
     log = log_since(pdev, mark)
     assert "ARB_WEIGHT(1) = 256 above 255: refused" in log
-    assert ppf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC
+    assert ppf.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC
 
 
 def test_devmem_window_bounds(ppf, pdev):
@@ -170,23 +172,23 @@ def test_devmem_window_bounds(ppf, pdev):
     it reads DEVMEM_SIZE 4 MiB, the window's last page works, the next byte is a
     DEVMEM_RANGE fault; a FILL (window offsets, no MMU) past it fails too."""
     (vf1,) = vfs_with(pdev, ppf, 1, window=4 << 20)
-    assert vf1.r64(HW.TACC_REG_DEVMEM_SIZE) == 4 << 20
+    assert vf1.r64(hw.TACC_REG_DEVMEM_SIZE) == 4 << 20
     src = pdev.alloc(8192)
     pdev.qt.memwrite(src, b"\x5a" * 8192)
-    ok = vf1.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA + (4 << 20) - 4096, 4096)])
+    ok = vf1.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA + (4 << 20) - 4096, 4096)])
     assert ok.status == 0
-    cq = vf1.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA + (4 << 20) - 4096, 8192)])
-    assert cq.status == HW.TACC_ST_MMU_FAULT
-    info = vf1.r32(HW.TACC_REG_FAULT_INFO)
-    assert info & HW.TACC_FAULT_VALID
-    assert (info & HW.TACC_FAULT_TYPE_MASK) >> HW.TACC_FAULT_TYPE_SHIFT == \
-        HW.TACC_FAULT_DEVMEM_RANGE
-    assert vf1.r64(HW.TACC_REG_FAULT_ADDR) == DEVMEM_VA + (4 << 20)
-    fill = desc(HW.TACC_OP_FILL, payload=struct.pack("<QQQ", (4 << 20) - 8, 16, 0))
+    cq = vf1.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA + (4 << 20) - 4096, 8192)])
+    assert cq.status == hw.TACC_ST_MMU_FAULT
+    info = vf1.r32(hw.TACC_REG_FAULT_INFO)
+    assert info & hw.TACC_FAULT_VALID
+    assert (info & hw.TACC_FAULT_TYPE_MASK) >> hw.TACC_FAULT_TYPE_SHIFT == \
+        hw.TACC_FAULT_DEVMEM_RANGE
+    assert vf1.r64(hw.TACC_REG_FAULT_ADDR) == DEVMEM_VA + (4 << 20)
+    fill = desc(hw.TACC_OP_FILL, payload=struct.pack("<QQQ", (4 << 20) - 8, 16, 0))
     assert vf1.run_job(0, [fill]).status != 0
     # the PF's memory right above VF1's window is untouched
     dst = pdev.alloc(4096)
-    assert ppf.run_job(0, [d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA + (68 << 20), dst,
+    assert ppf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA + (68 << 20), dst,
                                   4096)]).status == 0
     assert pdev.qt.memread(dst, 4096) != b"\x5a" * 4096
 
@@ -201,18 +203,18 @@ def _drr_run(pdev, ppf, weights: tuple[int, int], sizes: tuple[int, int],
     src = pdev.alloc(max(sizes))
     for vf in vfs:
         vf.trace_enable(size=256)
-        vf.run_job(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, 4096)])  # warm TLB
-    starts = [vf.r32(HW.TACC_REG_TRACE_PROD) for vf in vfs]
+        vf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA, 4096)])  # warm TLB
+    starts = [vf.r32(hw.TACC_REG_TRACE_PROD) for vf in vfs]
     jobs = []
     for vf, n, c in zip(vfs, sizes, counts, strict=True):
-        jobs.append(vf.job_of(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, n)
+        jobs.append(vf.job_of(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA, n)
                                   for _ in range(c)])[1])
     for vf, ds in zip(vfs, jobs, strict=True):
         vf.submit(0, ds)
     pdev.qt.clock_step(10**9)
     recs = []
     for vf, s0, c in zip(vfs, starts, counts, strict=True):
-        assert vf.r32(HW.TACC_REG_TRACE_PROD) == s0 + c
+        assert vf.r32(hw.TACC_REG_TRACE_PROD) == s0 + c
         recs += [(r.t_start, vf.fn, r.bytes) for r in vf.trace_read(s0, s0 + c)]
         assert vf.cqes(0)[-1].status == 0
     return [(fn, b) for _, fn, b in sorted(recs)]
@@ -272,8 +274,8 @@ def test_bad_length_does_not_stall_the_arbiter(ppf, pdev):
     once and the other VF's jobs run."""
     vf1, vf2 = vfs_with(pdev, ppf, 2, queues=(0,))
     src = pdev.alloc(4096)
-    j1, d1 = vf1.job_of(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, 2**64 - 1)])
-    j2, d2 = vf2.job_of(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, 4096)] * 4)
+    j1, d1 = vf1.job_of(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA, 2**64 - 1)])
+    j2, d2 = vf2.job_of(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA, 4096)] * 4)
     old = pdev.qt.reply_timeout
     pdev.qt.reply_timeout = 30.0  # a hung QEMU fails the test instead of hanging it
     try:
@@ -283,5 +285,5 @@ def test_bad_length_does_not_stall_the_arbiter(ppf, pdev):
         (c1,), (c2,) = vf1.cqes(0), vf2.cqes(0)
     finally:
         pdev.qt.reply_timeout = old
-    assert (c1.job, c1.status) == (j1, HW.TACC_ST_BAD_LENGTH)
-    assert (c2.job, c2.status) == (j2, HW.TACC_ST_OK)
+    assert (c1.job, c1.status) == (j1, hw.TACC_ST_BAD_LENGTH)
+    assert (c2.job, c2.status) == (j2, hw.TACC_ST_OK)

@@ -10,8 +10,10 @@ import struct
 
 import numpy as np
 import pytest
+from tacc import hw
+from tacc.hw.records import d_copy, d_gemm, desc
 from tacc.testing.qtest import QEMU
-from tacc.testing.taccdev import HW, Tacc, d_copy, d_gemm, desc
+from tacc.testing.taccdev import Tacc
 from tacc.testing.virtiodev import (
     F_ACCESS_PLATFORM,
     F_EVENT_IDX,
@@ -23,12 +25,11 @@ from tacc.testing.virtiodev import (
     device_arg,
     hdr,
 )
-from tacc.testing.virtiodev import VT as V
 
 WIN_BASE, WIN_SIZE = 192 << 20, 64 << 20  # the function's device-memory window
 HOST_VA, DEV_VA = 0x1000_0000, 0x40_0000_0000
-ALL_F = (1 << V.TACC_VIRTIO_F_DEVMEM) | (1 << V.TACC_VIRTIO_F_FILL) | \
-    (1 << V.TACC_VIRTIO_F_TRACE)
+ALL_F = (1 << hw.TACC_VIRTIO_F_DEVMEM) | (1 << hw.TACC_VIRTIO_F_FILL) | \
+    (1 << hw.TACC_VIRTIO_F_TRACE)
 
 
 def _boot(props: str = "") -> tuple[Tacc, VirtioTacc]:
@@ -63,14 +64,14 @@ def host_bo(v: VirtioTacc, ctx: int, data: bytes, va: int, split: int = 0) -> tu
     a = v.dev.alloc(size)
     v.qt.memwrite(a, data.ljust(size, b"\0"))
     h = v.bo_host(ctx, a, size, split)
-    assert v.bind(ctx, h, va, size) == V.TACC_VIRTIO_OK
+    assert v.bind(ctx, h, va, size) == hw.TACC_VIRTIO_OK
     return h, a
 
 
 def dev_bo(v: VirtioTacc, ctx: int, size: int, va: int) -> int:
     st, h = v.bo_create(ctx, size, devmem=True)
-    assert st == V.TACC_VIRTIO_OK, st
-    assert v.bind(ctx, h, va, size) == V.TACC_VIRTIO_OK
+    assert st == hw.TACC_VIRTIO_OK, st
+    assert v.bind(ctx, h, va, size) == hw.TACC_VIRTIO_OK
     return h
 
 
@@ -78,30 +79,30 @@ def dev_bo(v: VirtioTacc, ctx: int, size: int, va: int) -> int:
 def test_identity_config_and_pf_view(vdev, vt):
     d, v = vdev
     qt = d.qt
-    assert qt.cfg_read(0, v.devfn, 0) == (V.TACC_VIRTIO_PCI_DEVICE_ID << 16) | 0x1AF4
-    assert V.TACC_VIRTIO_PCI_DEVICE_ID == 0x1079 and V.TACC_VIRTIO_ID == 57
-    assert qt.cfg_read(0, v.devfn, 0x08) >> 8 == HW.TACC_PCI_CLASS
-    assert sorted(v.shm) == [V.TACC_VIRTIO_SHM_FENCES, V.TACC_VIRTIO_SHM_COUNTERS]
+    assert qt.cfg_read(0, v.devfn, 0) == (hw.TACC_VIRTIO_PCI_DEVICE_ID << 16) | 0x1AF4
+    assert hw.TACC_VIRTIO_PCI_DEVICE_ID == 0x1079 and hw.TACC_VIRTIO_ID == 57
+    assert qt.cfg_read(0, v.devfn, 0x08) >> 8 == hw.TACC_PCI_CLASS
+    assert sorted(v.shm) == [hw.TACC_VIRTIO_SHM_FENCES, hw.TACC_VIRTIO_SHM_COUNTERS]
     c = v.config()
-    assert c["version"] == V.TACC_VIRTIO_VERSION_MAJOR << 16 | V.TACC_VIRTIO_VERSION_MINOR
-    assert c["func"] == HW.TACC_FN_VIRTIO == HW.TACC_MAX_VFS + 1
-    assert (c["num_contexts"], c["num_rings"]) == (HW.TACC_NUM_CONTEXTS, V.TACC_VIRTIO_NUM_RINGS)
-    assert c["devmem_size"] == WIN_SIZE and c["caps"] & HW.TACC_CAP_FILL
+    assert c["version"] == hw.TACC_VIRTIO_VERSION_MAJOR << 16 | hw.TACC_VIRTIO_VERSION_MINOR
+    assert c["func"] == hw.TACC_FN_VIRTIO == hw.TACC_MAX_VFS + 1
+    assert (c["num_contexts"], c["num_rings"]) == (hw.TACC_NUM_CONTEXTS, hw.TACC_VIRTIO_NUM_RINGS)
+    assert c["devmem_size"] == WIN_SIZE and c["caps"] & hw.TACC_CAP_FILL
     # the PF knows it has a virtio function, and where its window is
-    assert d.pf.r32(HW.TACC_REG_CAPS) & HW.TACC_CAP_VIRTIO_FN
-    assert d.pf.r32(HW.TACC_REG_VERSION) == 1 << 16 | 2
-    assert d.pf.r64(HW.TACC_REG_VIRTIO_DEVMEM_BASE) == WIN_BASE
-    assert d.pf.r64(HW.TACC_REG_VIRTIO_DEVMEM_SIZE) == WIN_SIZE
+    assert d.pf.r32(hw.TACC_REG_CAPS) & hw.TACC_CAP_VIRTIO_FN
+    assert d.pf.r32(hw.TACC_REG_VERSION) == 1 << 16 | 2
+    assert d.pf.r64(hw.TACC_REG_VIRTIO_DEVMEM_BASE) == WIN_BASE
+    assert d.pf.r64(hw.TACC_REG_VIRTIO_DEVMEM_SIZE) == WIN_SIZE
     # the counter block in shared memory has the BAR2 header
-    hdr0 = qt.readq(v.shm[V.TACC_VIRTIO_SHM_COUNTERS])
-    assert hdr0 >> 32 == HW.TACC_CNT_VERSION and hdr0 & 0xFFFF == max(HW.counters.values()) + 1
+    hdr0 = qt.readq(v.shm[hw.TACC_VIRTIO_SHM_COUNTERS])
+    assert hdr0 >> 32 == hw.TACC_CNT_VERSION and hdr0 & 0xFFFF == max(hw.FUNC_COUNTERS.values()) + 1
     assert v.features >> F_VERSION_1 & 1 and v.features >> F_EVENT_IDX & 1
     assert v.features & ALL_F == ALL_F and not v.features >> F_ACCESS_PLATFORM & 1
 
 
 def test_version_1_required(vt):
     vt.init(want=ALL_F)  # no VERSION_1: the device uses no buffer until reset
-    vt.ctrlq.add([hdr(V.TACC_VIRTIO_CTX_CREATE)], 16)
+    vt.ctrlq.add([hdr(hw.TACC_VIRTIO_CTX_CREATE)], 16)
     vt.ctrlq.kick()
     vt.qt.clock_step(1000)
     assert vt.ctrlq.used_idx() == 0
@@ -112,14 +113,14 @@ def test_window_reprogram_refused_with_devmem_bos(vdev, vt):
     d, v = vdev
     c = v.ctx_create()
     h = dev_bo(v, c, 1 << 20, DEV_VA)
-    d.pf.w64(HW.TACC_REG_VIRTIO_DEVMEM_SIZE, 4096)  # refused: a device BO exists
-    assert d.pf.r64(HW.TACC_REG_VIRTIO_DEVMEM_SIZE) == WIN_SIZE
+    d.pf.w64(hw.TACC_REG_VIRTIO_DEVMEM_SIZE, 4096)  # refused: a device BO exists
+    assert d.pf.r64(hw.TACC_REG_VIRTIO_DEVMEM_SIZE) == WIN_SIZE
     assert v.unbind(c, DEV_VA, 1 << 20) == 0 and v.bo_destroy(c, h) == 0
-    d.pf.w64(HW.TACC_REG_VIRTIO_DEVMEM_SIZE, 8 << 20)
+    d.pf.w64(hw.TACC_REG_VIRTIO_DEVMEM_SIZE, 8 << 20)
     assert v.config()["devmem_size"] == 8 << 20
     st, _ = v.bo_create(c, 16 << 20, devmem=True)
-    assert st == V.TACC_VIRTIO_ERR_NOSPC
-    d.pf.w64(HW.TACC_REG_VIRTIO_DEVMEM_SIZE, WIN_SIZE)
+    assert st == hw.TACC_VIRTIO_ERR_NOSPC
+    d.pf.w64(hw.TACC_REG_VIRTIO_DEVMEM_SIZE, WIN_SIZE)
 
 
 # ---------------------------------------------------------------- jobs --
@@ -138,13 +139,13 @@ def test_nop_copy_gemm_batch(vdev, vt):
     ga, gb, gc = DEV_VA, DEV_VA + 0x10000, DEV_VA + 0x20000
     before = {k_: d.pf.gcnt(k_) for k_ in ("link_h2d_payload", "link_d2h_payload")}
     jobs = [
-        Job(c, 0, 1, [desc(HW.TACC_OP_NOP)], tag=0x16_0001),
-        Job(c, 1, 1, [d_copy(HW.TACC_OP_COPY_H2D, HOST_VA, ga, A.nbytes),
-                      d_copy(HW.TACC_OP_COPY_H2D, HOST_VA + A.nbytes, gb, B.nbytes),
+        Job(c, 0, 1, [desc(hw.TACC_OP_NOP)], tag=0x16_0001),
+        Job(c, 1, 1, [d_copy(hw.TACC_OP_COPY_H2D, HOST_VA, ga, A.nbytes),
+                      d_copy(hw.TACC_OP_COPY_H2D, HOST_VA + A.nbytes, gb, B.nbytes),
                       d_gemm(ga, gb, gc, m, n, k, k, n, n),
-                      d_copy(HW.TACC_OP_COPY_D2H, gc, HOST_VA + 0x100000, m * n * 4)],
+                      d_copy(hw.TACC_OP_COPY_D2H, gc, HOST_VA + 0x100000, m * n * 4)],
             tag=0x16_0002),
-        Job(c, 0, 2, [desc(HW.TACC_OP_NOP), desc(HW.TACC_OP_NOP)], tag=0x16_0003),
+        Job(c, 0, 2, [desc(hw.TACC_OP_NOP), desc(hw.TACC_OP_NOP)], tag=0x16_0003),
     ]
     v.submit(jobs)
     [(st, nj, failed, js)] = v.wait_used()
@@ -163,12 +164,12 @@ def test_nop_copy_gemm_batch(vdev, vt):
 
 def test_failed_command_ends_its_job_and_counts(vt):
     c = vt.ctx_create()
-    bad = d_copy(HW.TACC_OP_COPY_H2D, 0x7000_0000, DEV_VA, 4096)  # nothing bound
-    vt.submit([Job(c, 2, 5, [desc(HW.TACC_OP_NOP), bad, desc(HW.TACC_OP_NOP)]),
-               Job(c, 2, 6, [desc(HW.TACC_OP_NOP)])])
+    bad = d_copy(hw.TACC_OP_COPY_H2D, 0x7000_0000, DEV_VA, 4096)  # nothing bound
+    vt.submit([Job(c, 2, 5, [desc(hw.TACC_OP_NOP), bad, desc(hw.TACC_OP_NOP)]),
+               Job(c, 2, 6, [desc(hw.TACC_OP_NOP)])])
     [(st, nj, failed, js)] = vt.wait_used()
     assert (st, nj, failed) == (0, 2, 1)
-    assert js[0] == (5, HW.TACC_ST_MMU_FAULT, 0) and js[1] == (6, 0, 0)
+    assert js[0] == (5, hw.TACC_ST_MMU_FAULT, 0) and js[1] == (6, 0, 0)
     assert vt.fence(c, 2) == (6, 0, 1)  # failed count stays with the timeline
 
 
@@ -179,10 +180,10 @@ def test_fill_takes_a_va_of_a_devmem_binding(vdev, vt):
     _, out = host_bo(v, c, b"\0" * 8192, HOST_VA)
 
     def fill(dst, ln, val):
-        return desc(HW.TACC_OP_FILL, payload=struct.pack("<QQQ", dst, ln, val))
+        return desc(hw.TACC_OP_FILL, payload=struct.pack("<QQQ", dst, ln, val))
 
     v.submit([Job(c, 0, 1, [fill(DEV_VA + 4096, 8192, 0x1122334455667788),
-                            d_copy(HW.TACC_OP_COPY_D2H, DEV_VA + 4096, HOST_VA, 8192)])])
+                            d_copy(hw.TACC_OP_COPY_D2H, DEV_VA + 4096, HOST_VA, 8192)])])
     [(st, _, failed, _)] = v.wait_used()
     assert (st, failed) == (0, 0)
     assert d.qt.memread(out, 16) == struct.pack("<QQ", 0x1122334455667788, 0x1122334455667788)
@@ -190,7 +191,7 @@ def test_fill_takes_a_va_of_a_devmem_binding(vdev, vt):
     for dst, ln in ((HOST_VA, 4096), (DEV_VA + (60 << 10), 8192)):
         v.submit([Job(c, 0, 2, [fill(dst, ln, 1)])])
         [(st, nj, _, _)] = v.wait_used()
-        assert (st, nj) == (V.TACC_VIRTIO_ERR_INVAL, 0)
+        assert (st, nj) == (hw.TACC_VIRTIO_ERR_INVAL, 0)
 
 
 # ----------------------------------------------------------------- isolation --
@@ -198,11 +199,11 @@ def test_other_contexts_bo_refused(vt):
     a, b = vt.ctx_create(), vt.ctx_create()
     assert a != b
     h, _ = host_bo(vt, a, b"secret" * 100, HOST_VA)
-    assert vt.bind(b, h, HOST_VA, 4096) == V.TACC_VIRTIO_ERR_PERM
-    assert vt.bo_destroy(b, h) == V.TACC_VIRTIO_ERR_PERM
-    assert vt.bind(a, h, HOST_VA + 0x10000, 4096) == V.TACC_VIRTIO_OK  # the owner may
-    assert vt.bind(b, 0xDEAD, HOST_VA, 4096) == V.TACC_VIRTIO_ERR_NOENT
-    assert vt.bind(9, h, HOST_VA, 4096) == V.TACC_VIRTIO_ERR_NOENT  # no such context
+    assert vt.bind(b, h, HOST_VA, 4096) == hw.TACC_VIRTIO_ERR_PERM
+    assert vt.bo_destroy(b, h) == hw.TACC_VIRTIO_ERR_PERM
+    assert vt.bind(a, h, HOST_VA + 0x10000, 4096) == hw.TACC_VIRTIO_OK  # the owner may
+    assert vt.bind(b, 0xDEAD, HOST_VA, 4096) == hw.TACC_VIRTIO_ERR_NOENT
+    assert vt.bind(9, h, HOST_VA, 4096) == hw.TACC_VIRTIO_ERR_NOENT  # no such context
 
 
 def test_context_cannot_reach_another_contexts_memory(vdev, vt):
@@ -211,9 +212,9 @@ def test_context_cannot_reach_another_contexts_memory(vdev, vt):
     _, secret = host_bo(v, a, b"S" * 4096, HOST_VA)
     _, out = host_bo(v, b, b"\0" * 4096, HOST_VA + 0x10000)
     # context b names a's VA: its own address space has nothing there
-    v.submit([Job(b, 0, 1, [d_copy(HW.TACC_OP_COPY_D2H, HOST_VA, HOST_VA + 0x10000, 64)])])
+    v.submit([Job(b, 0, 1, [d_copy(hw.TACC_OP_COPY_D2H, HOST_VA, HOST_VA + 0x10000, 64)])])
     [(st, _, failed, js)] = v.wait_used()
-    assert failed == 1 and js[0][1] == HW.TACC_ST_MMU_FAULT
+    assert failed == 1 and js[0][1] == hw.TACC_ST_MMU_FAULT
     assert d.qt.memread(out, 64) == b"\0" * 64 and d.qt.memread(secret, 1) == b"S"
 
 
@@ -225,9 +226,9 @@ def test_readonly_binding_not_writable(vdev, vt):
     h = v.bo_host(c, a, 4096)
     assert v.bind(c, h, HOST_VA, 4096, readonly=True) == 0
     dev_bo(v, c, 4096, DEV_VA)
-    v.submit([Job(c, 0, 1, [d_copy(HW.TACC_OP_COPY_D2H, DEV_VA, HOST_VA, 4096)])])
+    v.submit([Job(c, 0, 1, [d_copy(hw.TACC_OP_COPY_D2H, DEV_VA, HOST_VA, 4096)])])
     [(_, _, failed, js)] = v.wait_used()
-    assert failed == 1 and js[0][1] == HW.TACC_ST_MMU_FAULT
+    assert failed == 1 and js[0][1] == hw.TACC_ST_MMU_FAULT
     assert d.qt.memread(a, 4) == b"RRRR"
 
 
@@ -235,13 +236,13 @@ def test_mappings_do_not_change_under_jobs_in_flight(vt):
     c = vt.ctx_create()
     h, _ = host_bo(vt, c, b"\0" * (1 << 20), HOST_VA)
     dev_bo(vt, c, 1 << 20, DEV_VA)
-    vt.submit([Job(c, 0, 1, [d_copy(HW.TACC_OP_COPY_H2D, HOST_VA, DEV_VA, 1 << 20)])])
+    vt.submit([Job(c, 0, 1, [d_copy(hw.TACC_OP_COPY_H2D, HOST_VA, DEV_VA, 1 << 20)])])
     # the clock has not moved: the copy is in flight
-    assert vt.unbind(c, HOST_VA, 1 << 20) == V.TACC_VIRTIO_ERR_BUSY
-    assert vt.ctx_destroy(c) == V.TACC_VIRTIO_ERR_BUSY
-    assert vt.bo_destroy(c, h) == V.TACC_VIRTIO_ERR_BUSY
+    assert vt.unbind(c, HOST_VA, 1 << 20) == hw.TACC_VIRTIO_ERR_BUSY
+    assert vt.ctx_destroy(c) == hw.TACC_VIRTIO_ERR_BUSY
+    assert vt.bo_destroy(c, h) == hw.TACC_VIRTIO_ERR_BUSY
     vt.wait_used()
-    assert vt.bo_destroy(c, h) == V.TACC_VIRTIO_ERR_BUSY  # still bound
+    assert vt.bo_destroy(c, h) == hw.TACC_VIRTIO_ERR_BUSY  # still bound
     assert vt.unbind(c, HOST_VA, 1 << 20) == 0 and vt.bo_destroy(c, h) == 0
     assert vt.ctx_destroy(c) == 0
 
@@ -251,13 +252,13 @@ def test_devmem_bo_is_scrubbed(vdev, vt):
     c = v.ctx_create()
     h = dev_bo(v, c, 4096, DEV_VA)
     _, src = host_bo(v, c, b"\xAA" * 4096, HOST_VA)
-    v.submit([Job(c, 0, 1, [d_copy(HW.TACC_OP_COPY_H2D, HOST_VA, DEV_VA, 4096)])])
+    v.submit([Job(c, 0, 1, [d_copy(hw.TACC_OP_COPY_H2D, HOST_VA, DEV_VA, 4096)])])
     v.wait_used()
     assert v.unbind(c, DEV_VA, 4096) == 0 and v.bo_destroy(c, h) == 0
     c2 = v.ctx_create()
     dev_bo(v, c2, 4096, DEV_VA)  # the same window pages, now c2's
     _, out = host_bo(v, c2, b"\x55" * 4096, HOST_VA)
-    v.submit([Job(c2, 0, 1, [d_copy(HW.TACC_OP_COPY_D2H, DEV_VA, HOST_VA, 4096)])])
+    v.submit([Job(c2, 0, 1, [d_copy(hw.TACC_OP_COPY_D2H, DEV_VA, HOST_VA, 4096)])])
     v.wait_used()
     assert d.qt.memread(out, 4096) == b"\0" * 4096
 
@@ -268,11 +269,11 @@ def test_stalled_guest_cannot_stall_pf(vdev, vt):
     c = v.ctx_create()
     v.subq.set_used_event(0x8000)  # and no interrupt either
     for i in range(64):  # 64 batches, never consumed
-        v.submit([Job(c, i % 4, i // 4 + 1, [desc(HW.TACC_OP_NOP)] * 8)], kick=(i == 63))
+        v.submit([Job(c, i % 4, i // 4 + 1, [desc(hw.TACC_OP_NOP)] * 8)], kick=(i == 63))
     # the PF's work still runs and completes on the shared engines
     pf = d.pf
     a = d.alloc(1 << 16)
-    _, ds = pf.job_of(0, [d_copy(HW.TACC_OP_COPY_H2D, a, DEV_VA_PF, 1 << 16)])
+    _, ds = pf.job_of(0, [d_copy(hw.TACC_OP_COPY_H2D, a, DEV_VA_PF, 1 << 16)])
     pf.submit(0, ds)
     for _ in range(100):
         d.qt.clock_step(100_000)
@@ -293,23 +294,23 @@ def test_event_idx_suppresses_interrupts(vdev, vt):
     d, v = vdev
     assert v.init(msix=True)
     c = v.ctx_create()
-    msg = MSI_MSG + 4 * V.TACC_VIRTIO_VQ_SUBMIT
+    msg = MSI_MSG + 4 * hw.TACC_VIRTIO_VQ_SUBMIT
     # the first used buffer after a reset always notifies (QEMU's signalled_used)
-    v.submit([Job(c, 0, 1, [desc(HW.TACC_OP_NOP)] * 4)])
+    v.submit([Job(c, 0, 1, [desc(hw.TACC_OP_NOP)] * 4)])
     v.wait_used(1)
-    assert d.qt.readl(msg) == 0x200 + V.TACC_VIRTIO_VQ_SUBMIT
+    assert d.qt.readl(msg) == 0x200 + hw.TACC_VIRTIO_VQ_SUBMIT
     d.qt.writel(msg, 0)
     v.subq.set_used_event(3)  # notify when the used index passes 3: 3 batches on
     for i in range(2):
-        v.submit([Job(c, 0, i + 2, [desc(HW.TACC_OP_NOP)] * 4)])
+        v.submit([Job(c, 0, i + 2, [desc(hw.TACC_OP_NOP)] * 4)])
     assert len(v.wait_used(2)) == 2
     assert d.qt.readl(msg) == 0, "interrupt although used_event said not yet"
     # one batch of 8 jobs on 4 rings: one used buffer, one interrupt
-    v.submit([Job(c, r, 10 + r, [desc(HW.TACC_OP_NOP)] * 2) for r in range(4)] +
-             [Job(c, r, 20 + r, [desc(HW.TACC_OP_NOP)]) for r in range(4)])
+    v.submit([Job(c, r, 10 + r, [desc(hw.TACC_OP_NOP)] * 2) for r in range(4)] +
+             [Job(c, r, 20 + r, [desc(hw.TACC_OP_NOP)]) for r in range(4)])
     [(st, nj, _, _)] = v.wait_used(1)
     assert (st, nj) == (0, 8)
-    assert d.qt.readl(msg) == 0x200 + V.TACC_VIRTIO_VQ_SUBMIT
+    assert d.qt.readl(msg) == 0x200 + hw.TACC_VIRTIO_VQ_SUBMIT
 
 
 # -------------------------------------------------------------------- trace --
@@ -319,8 +320,8 @@ def test_trace_kick_dispatch_and_command_records(vdev, vt):
     d.qt.memset(ring, 64 * 64)
     assert v.trace_setup(ring, 64) == 0
     c = v.ctx_create()
-    v.submit([Job(c, 1, 1, [desc(HW.TACC_OP_NOP), desc(HW.TACC_OP_NOP)], tag=0xABC0001),
-              Job(c, 2, 1, [desc(HW.TACC_OP_NOP)], tag=0xABC0002)])
+    v.submit([Job(c, 1, 1, [desc(hw.TACC_OP_NOP), desc(hw.TACC_OP_NOP)], tag=0xABC0001),
+              Job(c, 2, 1, [desc(hw.TACC_OP_NOP)], tag=0xABC0002)])
     v.wait_used()
     recs = []
     for i in range(8):
@@ -328,11 +329,11 @@ def test_trace_kick_dispatch_and_command_records(vdev, vt):
         ver, op, eng, q, fn, ctx, seq, job, tag = struct.unpack_from("<BBBBHHIIQ", raw)
         if ver:
             recs.append((op, q, fn, ctx, seq, job, tag))
-    assert all(r[2] == HW.TACC_FN_VIRTIO for r in recs)
+    assert all(r[2] == hw.TACC_FN_VIRTIO for r in recs)
     assert [r[4] for r in recs] == list(range(len(recs)))
-    kick = [r for r in recs if r[0] == HW.TACC_TRACE_EV_VIRTIO_KICK]
-    disp = [r for r in recs if r[0] == HW.TACC_TRACE_EV_VIRTIO_DISPATCH]
-    cmds = [r for r in recs if r[0] < HW.TACC_TRACE_EV_BASE]
+    kick = [r for r in recs if r[0] == hw.TACC_TRACE_EV_VIRTIO_KICK]
+    disp = [r for r in recs if r[0] == hw.TACC_TRACE_EV_VIRTIO_DISPATCH]
+    cmds = [r for r in recs if r[0] < hw.TACC_TRACE_EV_BASE]
     assert len(kick) == 1 and kick[0][6] == 0xABC0001 and kick[0][5] == 2  # 2 jobs
     assert {(r[1], r[6]) for r in disp} == {(1, 0xABC0001), (2, 0xABC0002)}
     # the timeline joins by tag: each job's commands carry its dispatch's job number
@@ -340,22 +341,22 @@ def test_trace_kick_dispatch_and_command_records(vdev, vt):
         mine = [x for x in cmds if x[5] == r[5]]
         assert mine and all(x[1] == r[1] and x[3] == c for x in mine)
     assert len(cmds) == 3
-    assert d.qt.readb(ring) == HW.TACC_TRACE_VERSION == 2
+    assert d.qt.readb(ring) == hw.TACC_TRACE_VERSION == 2
 
 
 # ------------------------------------------------------- negotiation, errors --
 def test_negotiated_subset_is_what_counts(vt):
     """A driver that knows only DEVMEM (an older frontend) on this backend."""
-    assert vt.init(want=(1 << F_VERSION_1) | (1 << V.TACC_VIRTIO_F_DEVMEM))
-    assert not vt.has(V.TACC_VIRTIO_F_FILL) and not vt.has(V.TACC_VIRTIO_F_TRACE)
-    assert vt.trace_setup(0x100000, 64) == V.TACC_VIRTIO_ERR_UNSUPP
+    assert vt.init(want=(1 << F_VERSION_1) | (1 << hw.TACC_VIRTIO_F_DEVMEM))
+    assert not vt.has(hw.TACC_VIRTIO_F_FILL) and not vt.has(hw.TACC_VIRTIO_F_TRACE)
+    assert vt.trace_setup(0x100000, 64) == hw.TACC_VIRTIO_ERR_UNSUPP
     c = vt.ctx_create()
     dev_bo(vt, c, 4096, DEV_VA)
-    fill = desc(HW.TACC_OP_FILL, payload=struct.pack("<QQQ", DEV_VA, 4096, 0))
+    fill = desc(hw.TACC_OP_FILL, payload=struct.pack("<QQQ", DEV_VA, 4096, 0))
     vt.submit([Job(c, 0, 1, [fill])])
     [(st, nj, _, _)] = vt.wait_used()
-    assert (st, nj) == (V.TACC_VIRTIO_ERR_INVAL, 0)
-    assert vt.config()["caps"] & HW.TACC_CAP_FILL == 0
+    assert (st, nj) == (hw.TACC_VIRTIO_ERR_INVAL, 0)
+    assert vt.config()["caps"] & hw.TACC_CAP_FILL == 0
 
 
 def test_older_backend():
@@ -366,19 +367,19 @@ def test_older_backend():
         assert v.init()  # the driver asks for everything, gets what is offered
         assert v.features & ALL_F == 0
         c = v.ctx_create()
-        assert v.bo_create(c, 4096, devmem=True)[0] == V.TACC_VIRTIO_ERR_UNSUPP
-        assert v.trace_setup(0x100000, 64) == V.TACC_VIRTIO_ERR_UNSUPP
+        assert v.bo_create(c, 4096, devmem=True)[0] == hw.TACC_VIRTIO_ERR_UNSUPP
+        assert v.trace_setup(0x100000, 64) == hw.TACC_VIRTIO_ERR_UNSUPP
         h, _ = host_bo(v, c, b"x" * 4096, HOST_VA)  # the base protocol works
-        v.submit([Job(c, 0, 1, [desc(HW.TACC_OP_NOP)])])
+        v.submit([Job(c, 0, 1, [desc(hw.TACC_OP_NOP)])])
         assert v.wait_used()[0][:3] == (0, 1, 0)
-        assert v.bo_destroy(c, h) == V.TACC_VIRTIO_ERR_BUSY
+        assert v.bo_destroy(c, h) == hw.TACC_VIRTIO_ERR_BUSY
     finally:
         d.close()
 
 
 def test_control_errors(vt):
     c = vt.ctx_create()
-    E = V
+    E = hw
     cases = [
         (hdr(0x77, c), E.TACC_VIRTIO_ERR_UNSUPP),
         (hdr(E.TACC_VIRTIO_CTX_CREATE, version=2), E.TACC_VIRTIO_ERR_VERSION),
@@ -398,7 +399,7 @@ def test_control_errors(vt):
     assert vt.bind(c, h, HOST_VA + 4096, 4096) == E.TACC_VIRTIO_ERR_BUSY  # overlaps
     assert vt.bind(c, h, 1 << 39, 4096) == E.TACC_VIRTIO_ERR_INVAL
     assert vt.bind(c, h, HOST_VA + 0x10000, 4096, offset=8192) == E.TACC_VIRTIO_ERR_INVAL
-    for _ in range(HW.TACC_NUM_CONTEXTS - 1):
+    for _ in range(hw.TACC_NUM_CONTEXTS - 1):
         vt.ctx_create()
     assert vt.ctrl(hdr(E.TACC_VIRTIO_CTX_CREATE))[0] == E.TACC_VIRTIO_ERR_NOSPC
     # a response part too small to answer: the buffer is still used
@@ -407,11 +408,11 @@ def test_control_errors(vt):
 
 def test_submit_refusals_are_whole(vt):
     c = vt.ctx_create()
-    nop = desc(HW.TACC_OP_NOP)
+    nop = desc(hw.TACC_OP_NOP)
     bad = [
         [Job(c, 4, 1, [nop])],                       # ring
         [Job(c, 0, 1, [nop]), Job(c, 0, 1, [nop])],  # seqno not increasing
-        [Job(c, 0, 1, [desc(HW.TACC_OP_MAX)])],      # opcode
+        [Job(c, 0, 1, [desc(hw.TACC_OP_MAX)])],      # opcode
         [Job(3, 0, 1, [nop])],                       # no such context
         [Job(c, 0, 1, [nop] * 257)],                 # too many commands
     ]
@@ -425,7 +426,7 @@ def test_submit_refusals_are_whole(vt):
         vt.subq.add([buf], 16)
         vt.subq.kick()
         [(st, nj, _, _)] = vt.wait_used()
-        assert st == V.TACC_VIRTIO_ERR_INVAL and nj == 0
+        assert st == hw.TACC_VIRTIO_ERR_INVAL and nj == 0
     vt.submit([Job(c, 0, 1, [nop])])  # and the timeline is still at 0: seqno 1 runs
     assert vt.wait_used()[0][:2] == (0, 1) and vt.fence(c, 0)[0] == 1
 
@@ -435,7 +436,7 @@ def test_reset_mid_flight_frees_everything(vdev, vt):
     c = v.ctx_create()
     host_bo(v, c, b"\0" * (1 << 20), HOST_VA)
     dev_bo(v, c, 1 << 20, DEV_VA)
-    v.submit([Job(c, 0, 1, [d_copy(HW.TACC_OP_COPY_H2D, HOST_VA, DEV_VA, 1 << 20)])])
+    v.submit([Job(c, 0, 1, [d_copy(hw.TACC_OP_COPY_H2D, HOST_VA, DEV_VA, 1 << 20)])])
     v.reset()  # jobs in flight: dropped with the rings
     d.qt.clock_step(10_000_000)
     assert not d.qt.died()
@@ -449,7 +450,7 @@ def test_trace_setup_checks(vt):
     bad = [TRACE_SETUP.pack(0x100001, 0, 64, 1), TRACE_SETUP.pack(0x100000, 0, 63, 1),
            TRACE_SETUP.pack(0x100000, 3, 64, 1), TRACE_SETUP.pack(0x100000, 0, 64, 2)]
     for body in bad:
-        assert vt.ctrl(hdr(V.TACC_VIRTIO_TRACE_SETUP) + body)[0] == V.TACC_VIRTIO_ERR_INVAL
+        assert vt.ctrl(hdr(hw.TACC_VIRTIO_TRACE_SETUP) + body)[0] == hw.TACC_VIRTIO_ERR_INVAL
 
 
 def test_2m_aligned_bindings_take_2m_leaves(vdev, vt):
@@ -465,15 +466,15 @@ def test_2m_aligned_bindings_take_2m_leaves(vdev, vt):
     a = v.dev.alloc(size, align=huge)
     v.qt.memwrite(a, data)
     h = v.bo_host(c, a, size)
-    assert v.bind(c, h, HOST_VA, size) == V.TACC_VIRTIO_OK
+    assert v.bind(c, h, HOST_VA, size) == hw.TACC_VIRTIO_OK
     dev_bo(v, c, size, DEV_VA)
     out = v.dev.alloc(size, align=huge)
     v.qt.memwrite(out, b"\0" * size)
     ho = v.bo_host(c, out, size)
-    assert v.bind(c, ho, HOST_VA + 0x4000_0000, size) == V.TACC_VIRTIO_OK
+    assert v.bind(c, ho, HOST_VA + 0x4000_0000, size) == hw.TACC_VIRTIO_OK
     m0 = v.cnt("tlb_misses")
-    v.submit([Job(c, 0, 1, [d_copy(HW.TACC_OP_COPY_H2D, HOST_VA, DEV_VA, size),
-                            d_copy(HW.TACC_OP_COPY_D2H, DEV_VA, HOST_VA + 0x4000_0000,
+    v.submit([Job(c, 0, 1, [d_copy(hw.TACC_OP_COPY_H2D, HOST_VA, DEV_VA, size),
+                            d_copy(hw.TACC_OP_COPY_D2H, DEV_VA, HOST_VA + 0x4000_0000,
                                    size)])])
     [(st, nj, failed, _)] = v.wait_used()
     assert (st, nj, failed) == (0, 1, 0)
@@ -481,14 +482,14 @@ def test_2m_aligned_bindings_take_2m_leaves(vdev, vt):
     misses = v.cnt("tlb_misses") - m0
     assert misses <= 12, f"{misses} TLB misses for 2 x 4 MiB: 4 KiB leaves"
     # unbind, then the same VA with a BO listed in 4 KiB entries: 4 KiB leaves there
-    assert v.unbind(c, HOST_VA, size) == V.TACC_VIRTIO_OK
+    assert v.unbind(c, HOST_VA, size) == hw.TACC_VIRTIO_OK
     h2 = v.bo_host(c, a, size, page_split=4096)
-    assert v.bind(c, h2, HOST_VA, size) == V.TACC_VIRTIO_OK
+    assert v.bind(c, h2, HOST_VA, size) == hw.TACC_VIRTIO_OK
     v.qt.memwrite(out, b"\0" * size)
-    v.submit([Job(c, 0, 2, [d_copy(HW.TACC_OP_COPY_H2D, HOST_VA, DEV_VA, size),
-                            d_copy(HW.TACC_OP_COPY_D2H, DEV_VA, HOST_VA + 0x4000_0000,
+    v.submit([Job(c, 0, 2, [d_copy(hw.TACC_OP_COPY_H2D, HOST_VA, DEV_VA, size),
+                            d_copy(hw.TACC_OP_COPY_D2H, DEV_VA, HOST_VA + 0x4000_0000,
                                    size)])])
     [(st, nj, failed, _)] = v.wait_used()
     assert (st, nj, failed) == (0, 1, 0) and d.qt.memread(out, size) == data
     assert v.init()  # a reset frees every table (2 MiB leaves are not tables)
-    assert d.pf.r32(HW.TACC_REG_ID) == HW.TACC_ID_MAGIC
+    assert d.pf.r32(hw.TACC_REG_ID) == hw.TACC_ID_MAGIC

@@ -14,8 +14,10 @@ import random
 import struct
 
 import pytest
+from tacc import hw
+from tacc.hw.records import d_copy, d_gemm, desc
 from tacc.testing.qtest import QEMU
-from tacc.testing.taccdev import HW, Tacc, d_copy, d_gemm, desc
+from tacc.testing.taccdev import Tacc
 from tacc.testing.virtiodev import (
     BO_CREATE,
     JOB,
@@ -31,15 +33,14 @@ from tacc.testing.virtiodev import (
     device_arg,
     hdr,
 )
-from tacc.testing.virtiodev import VT as V
 
 CHUNK = 48  # buffers per kick (2 descriptors each)
 STATUSES = set(range(10))  # enum tacc_virtio_status
 HOST_VA, DEV_VA = 0x1000_0000, 0x40_0000_0000
 PF_BAR0 = 0xC000_0000
-CTRL_TYPES = [V.TACC_VIRTIO_CTX_CREATE, V.TACC_VIRTIO_CTX_DESTROY, V.TACC_VIRTIO_BO_CREATE,
-              V.TACC_VIRTIO_BO_DESTROY, V.TACC_VIRTIO_VM_BIND, V.TACC_VIRTIO_VM_UNBIND,
-              V.TACC_VIRTIO_TRACE_SETUP, V.TACC_VIRTIO_TRACE_CONSUME]
+CTRL_TYPES = [hw.TACC_VIRTIO_CTX_CREATE, hw.TACC_VIRTIO_CTX_DESTROY, hw.TACC_VIRTIO_BO_CREATE,
+              hw.TACC_VIRTIO_BO_DESTROY, hw.TACC_VIRTIO_VM_BIND, hw.TACC_VIRTIO_VM_UNBIND,
+              hw.TACC_VIRTIO_TRACE_SETUP, hw.TACC_VIRTIO_TRACE_CONSUME]
 
 
 class Gen:
@@ -76,28 +77,28 @@ class Gen:
 
     def body(self, typ: int) -> bytes:
         r = self.r
-        if typ == V.TACC_VIRTIO_BO_CREATE:
+        if typ == hw.TACC_VIRTIO_BO_CREATE:
             n = r.choice([0, 1, 2, 3, r.randrange(0, 40)])
             size = self.size()
             dev = r.random() < 0.3
-            b = BO_CREATE.pack(size & (2**64 - 1), V.TACC_VIRTIO_BO_DEVMEM if dev else
+            b = BO_CREATE.pack(size & (2**64 - 1), hw.TACC_VIRTIO_BO_DEVMEM if dev else
                                r.choice([0, 0, 2, r.getrandbits(32)]), r.choice([n, n, n + 1,
                                                                                   2**32 - 1]))
             ln = r.choice([size, 4096, size // max(n, 1), 2**32 - 4096, r.getrandbits(32)])
             return b + b"".join(MEM_ENT.pack(self.addr(), ln & (2**32 - 1), 0) for _ in range(n))
-        if typ == V.TACC_VIRTIO_BO_DESTROY:
+        if typ == hw.TACC_VIRTIO_BO_DESTROY:
             return struct.pack("<II", r.choice([*self.handles, self.u(32)]), 0)
-        if typ == V.TACC_VIRTIO_VM_BIND:
+        if typ == hw.TACC_VIRTIO_VM_BIND:
             return VM_BIND.pack(r.choice([*self.handles, self.u(32)]), r.choice([0, 1, 2]),
                                 self.va(), r.choice([0, 4096, self.u(64)]), self.size())
-        if typ == V.TACC_VIRTIO_VM_UNBIND:
+        if typ == hw.TACC_VIRTIO_VM_UNBIND:
             return VM_UNBIND.pack(self.va(), self.size())
-        if typ == V.TACC_VIRTIO_TRACE_SETUP:
+        if typ == hw.TACC_VIRTIO_TRACE_SETUP:
             return TRACE_SETUP.pack(r.choice([0, self.data, self.data + 32, self.addr()]),
                                     r.choice([0, self.data + 0x80000, 7, self.addr()]),
                                     r.choice([64, 2, 1, 3, 1 << 20, (1 << 20) + 1, self.u(32)]),
                                     r.choice([0, 1, 2]))
-        if typ == V.TACC_VIRTIO_TRACE_CONSUME:
+        if typ == hw.TACC_VIRTIO_TRACE_CONSUME:
             return struct.pack("<II", self.u(32), 0)
         return b""
 
@@ -117,25 +118,25 @@ class Gen:
 
     def control(self) -> bytes:
         r = self.r
-        typ = r.choice([*CTRL_TYPES, *CTRL_TYPES, V.TACC_VIRTIO_SUBMIT, 0, 0x77, self.u(16)])
+        typ = r.choice([*CTRL_TYPES, *CTRL_TYPES, hw.TACC_VIRTIO_SUBMIT, 0, 0x77, self.u(16)])
         h = hdr(typ & 0xFFFF, self.ctx(), self.u(64),
                 version=r.choice([1, 1, 1, 1, 0, 2, 255]), flags=r.choice([0, 0, 0, 0, 1]))
         return self.mutate(h + self.body(typ))
 
     def command(self) -> bytes:
         r = self.r
-        op = r.choice([HW.TACC_OP_NOP, HW.TACC_OP_COPY_H2D, HW.TACC_OP_COPY_D2H,
-                       HW.TACC_OP_COPY_D2D, HW.TACC_OP_GEMM, HW.TACC_OP_FENCE, HW.TACC_OP_FILL,
-                       HW.TACC_OP_BARRIER, HW.TACC_OP_TIMESTAMP, HW.TACC_OP_MAX,
+        op = r.choice([hw.TACC_OP_NOP, hw.TACC_OP_COPY_H2D, hw.TACC_OP_COPY_D2H,
+                       hw.TACC_OP_COPY_D2D, hw.TACC_OP_GEMM, hw.TACC_OP_FENCE, hw.TACC_OP_FILL,
+                       hw.TACC_OP_BARRIER, hw.TACC_OP_TIMESTAMP, hw.TACC_OP_MAX,
                        r.getrandbits(8)])
         kw = {"flags": r.getrandbits(8), "ctx": self.u(16), "tag": self.u(64)}
-        if op in (HW.TACC_OP_COPY_H2D, HW.TACC_OP_COPY_D2H, HW.TACC_OP_COPY_D2D):
+        if op in (hw.TACC_OP_COPY_H2D, hw.TACC_OP_COPY_D2H, hw.TACC_OP_COPY_D2D):
             return d_copy(op, self.va(), self.va(), r.choice([8, 4096, 1 << 16, self.u(32)]),
                           **kw)
-        if op == HW.TACC_OP_GEMM:
+        if op == hw.TACC_OP_GEMM:
             m, n, k = (r.choice([1, 8, 16, 0, 4097]) for _ in range(3))
             return d_gemm(self.va(), self.va(), self.va(), m, n, k, k, n, n, **kw)
-        if op == HW.TACC_OP_FILL:
+        if op == hw.TACC_OP_FILL:
             return desc(op, payload=struct.pack("<QQQ", self.va(), r.choice([8, 4096, 7, 0]),
                                                 self.u(64)), **kw)
         return desc(op, payload=bytes(r.getrandbits(8) for _ in range(r.choice([0, 24]))),
@@ -154,7 +155,7 @@ class Gen:
             jobs += JOB.pack(ctx & (2**32 - 1), ring & 0xFFFF, ncmds & 0xFFFF, s & (2**64 - 1),
                              self.u(64), r.choice([0, 0, 0, 1]))
             jobs += b"".join(self.command() for _ in range(min(ncmds, 3)))
-        sub = struct.pack("<HBBIQII", r.choice([V.TACC_VIRTIO_SUBMIT] * 6 + [1, self.u(16)]),
+        sub = struct.pack("<HBBIQII", r.choice([hw.TACC_VIRTIO_SUBMIT] * 6 + [1, self.u(16)]),
                           r.choice([1, 1, 1, 0, 2]), r.choice([0, 0, 0, 1]), 0, self.u(64),
                           njobs & (2**32 - 1), r.choice([0, 0, 0, 1]))
         return self.mutate(sub + jobs) if r.random() < 0.5 else sub + jobs
@@ -236,7 +237,7 @@ def descriptor_round(v: VirtioTacc, g: Gen, n: int) -> tuple[int, int]:
         kind = r.randrange(9)
         i = q.free[0]
         j = q.free[1]
-        good = v.buf(hdr(V.TACC_VIRTIO_CTX_CREATE))
+        good = v.buf(hdr(hw.TACC_VIRTIO_CTX_CREATE))
         if kind == 0:  # no writable part
             q.raw_desc(i, good, 16, 0, 0)
         elif kind == 1:  # only writable
@@ -296,14 +297,14 @@ def run(fz, seed: int, n_msgs: int, n_desc: int):
     alive(d)
     # the function still works after a reset ...
     setup_ctx(v, data)
-    v.submit([Job(0, 0, 1, [desc(HW.TACC_OP_NOP)]),
-              Job(0, 1, 1, [d_copy(HW.TACC_OP_COPY_H2D, HOST_VA, DEV_VA, 4096)])])
+    v.submit([Job(0, 0, 1, [desc(hw.TACC_OP_NOP)]),
+              Job(0, 1, 1, [d_copy(hw.TACC_OP_COPY_H2D, HOST_VA, DEV_VA, 4096)])])
     [(st, nj, failed, _)] = v.wait_used()
     assert (st, nj, failed) == (0, 2, 0)
     # ... and so does the PF beside it
     d.pf.reset()
     d.pf.set_ptbr(0, d.map_default(0x2000_0000, 128 << 20))
-    assert d.pf.run_job(0, [desc(HW.TACC_OP_NOP)]).status == 0
+    assert d.pf.run_job(0, [desc(hw.TACC_OP_NOP)]).status == 0
     return total, resets
 
 

@@ -40,15 +40,27 @@ def test_rule_fires_on_bad_twin_only(twins: dict, workload: str) -> None:
     assert good == []
 
 
+# Estimated / measured (bad - good wall time of the generated twins) per workload: the
+# ratio measured on these captures, and the bound each is held to (docs/analysis.md,
+# "Synthetic twins": measured ratio +- a stated margin, not a factor of 2).
+# map_churn's bad twin also waits for each copy before its next registration (the good
+# twin streams them), a cost the iommu_churn rule does not claim: 0.68.
+EST_OVER_MEASURED = {
+    "tiny_transfers": (0.997, 0.02), "unaligned_userptr": (1.000, 0.01),
+    "map_churn": (0.681, 0.03), "serialized_copies": (1.026, 0.03),
+    "tlb_thrash": (1.000, 0.01), "link_saturation": (1.034, 0.03),
+    "host_bound": (0.972, 0.03),
+}
+
+
 @pytest.mark.parametrize("workload", [w for w in BAD if w != "noisy_neighbour"])
 def test_time_lost_matches_twin_difference(twins: dict, workload: str) -> None:
     _, tb, bad = twins[workload]["bad"]
     _, tg, _ = twins[workload]["good"]
     measured = tb["wall_ns"] - tg["wall_ns"]
     est = sum(f.time_lost_ns for f in bad)
-    # the estimate is within a factor 2 of the measured difference (docs/analysis.md
-    # lists both figures per workload)
-    assert 0.5 * measured <= est <= 2.0 * measured, (est, measured)
+    ratio, margin = EST_OVER_MEASURED[workload]
+    assert abs(est / measured - ratio) <= margin, (est, measured, est / measured)
 
 
 def test_vf_contention_time_lost(twins: dict) -> None:

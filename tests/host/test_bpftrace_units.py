@@ -11,14 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tacc.bpftrace import cli, output
+from tacc.bpftrace import output
 from tacc.bpftrace.bpfsrc import PRELUDE, RAW_ARGS, TACC_EVENTS, raw_wrapper
 from tacc.bpftrace.events import EV_DTYPE, HOST_BASE, to_driver, to_host
 from tacc.bpftrace.program import PROG_INFO_SIZE, RECURSION_MISSES_OFF
 from tacc.bpftrace.ringbuf import BUSY_BIT, DISCARD_BIT, RingReader, stride_of
 from tacc.bpftrace.tpformat import c_struct, parse_format
 from tacc.capture.schema import NO_FID, DriverKind, HostKind
-from tacc.daemon.devices import DeviceError, devid_to_pci, parse_pci
+from tacc.cli import bpftrace as cli
+from tacc.devices import devid_to_pci, parse_pci
+from tacc.errors import DeviceError
 
 FORMAT = """name: tacc_job_done
 ID: 1234
@@ -220,7 +222,7 @@ def test_bad_options_one_line(argv: list[str], capsys: pytest.CaptureFixture[str
 
 def test_console_script_not_root_or_no_module() -> None:
     # whatever the host lacks (root, the module), one line and a non-zero status
-    p = subprocess.run([sys.executable, "-m", "tacc.bpftrace.cli", "snoop"], text=True,
+    p = subprocess.run([sys.executable, "-m", "tacc.cli.bpftrace", "snoop"], text=True,
                        capture_output=True, timeout=60)
     assert p.returncode == 1
     assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("accel-bpftrace: ")

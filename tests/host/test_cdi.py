@@ -29,7 +29,7 @@ def validator() -> Draft7Validator:
 
 def fake_sysfs(tmp: Path, vfs: int = 2) -> str:
     """A PF at 0000:01:00.0 (accel0, IOMMU group 5) and ``vfs`` VFs at 01:00.n
-    (accel n, group 5 + n), as tacc.daemon.devices.discover reads them."""
+    (accel n, group 5 + n), as tacc.devices.discover reads them."""
     base = tmp / "sys/bus/pci/devices"
     groups = tmp / "sys/kernel/iommu_groups"
     for fn in range(vfs + 1):

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from tacc.analyze.cluster_rules import analyze_cluster
+from tacc.capture import clockx
 from tacc.capture import synth_cluster as sc
 from tacc.cli import main
-from tacc.daemon import clockx
 from tacc.timeline.cluster import ClusterError, load_view, parse_renames
 from tacc.timeline.convert import convert
 from tacc.timeline.manifest import write_manifest
@@ -425,3 +425,62 @@ def test_run_vm_nodes_validated() -> None:
                            text=True, timeout=30)
         assert r.returncode == 2 and r.stderr.startswith(f"run-vm: NODES={bad}:")
         assert "1 to 4" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def _plain_env(**extra: str) -> dict[str, str]:
+    """A plain shell's environment: none of the harness's variables (no TIMEOUT: make
+    test's layers set it, a user's shell does not)."""
+    keep = ("PATH", "HOME", "LANG", "USER", "LOGNAME", "TERM")
+    return {**{k: os.environ[k] for k in keep if k in os.environ}, **extra}
+
+
+def test_make_run_vm_cluster_without_timeout_waits_for_quiet_nodes(tmp_path: Path) -> None:
+    # the README's `make run-vm NODES=2 CMD='echo node=$$TACC_NODE'` from a plain shell:
+    # the nodes print nothing for over a second (a boot prints nothing for longer), which
+    # must not count as a timeout when no TIMEOUT is set
+    q = tmp_path / "qemu"
+    q.write_text(FAKE_QEMU)
+    q.chmod(0o755)
+    r = subprocess.run(["make", "--no-print-directory", "-o", "setup", "run-vm", "NODES=2",
+                        "CMD=sleep 1.5; echo node=$$TACC_NODE"], cwd=ROOT,
+                       env=_plain_env(TACC_QEMU=str(q)), stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "[node0] node=0" in r.stdout and "[node1] node=1" in r.stdout, r.stdout
+    assert "timed out" not in r.stderr
+
+
+def test_run_vm_cluster_timeout_still_kills(tmp_path: Path) -> None:
+    q = tmp_path / "qemu"
+    q.write_text(FAKE_QEMU)
+    q.chmod(0o755)
+    r = subprocess.run(["/usr/bin/python3", str(ROOT / "scripts/run-vm"), "--make-cmd"],
+                       env=_plain_env(TACC_QEMU=str(q), NODES="2", TIMEOUT="2",
+                                      TACC_MAKE_CMD="sleep 60"),
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 124, r.stderr
+    assert "[node0] timed out after 2 s" in r.stderr, r.stderr
+
+
+def test_cluster_boot_runs_make_run_vm_from_a_plain_environment(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    # scripts/test-vm's cluster boot also runs the README's `make run-vm NODES=2 CMD=...`
+    # with none of the harness's variables (a TIMEOUT set here must not reach it)
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("test_vm", str(ROOT / "scripts/test-vm"))
+    spec = importlib.util.spec_from_loader("test_vm", loader)
+    tv = importlib.util.module_from_spec(spec)
+    loader.exec_module(tv)
+    assert "make_cluster_check(out)" in (ROOT / "scripts/test-vm").read_text()
+    for var in ("TIMEOUT", "TEST_VM_TIMEOUT", "IOMMU", "NODES", "ICOUNT", "MAKEFLAGS"):
+        monkeypatch.setenv(var, "1")
+    assert not set(tv.plain_env(dict(os.environ))) & {"TIMEOUT", "NODES", "MAKEFLAGS"}
+    q = tmp_path / "qemu"
+    q.write_text(FAKE_QEMU.replace("import os", "import os, time; time.sleep(1.5)\nimport os"))
+    q.chmod(0o755)
+    assert tv.make_cluster_check(tmp_path, {"TACC_QEMU": str(q)}, ("-o", "setup"))
+    log = (tmp_path / "make-run-vm-nodes2.log").read_text()
+    assert "[node0] node=0" in log and "[node1] node=1" in log

@@ -6,14 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tacc import hw
 from tacc.capture.schema import COUNTERS_DTYPE
 from tacc.counters import CounterError, SysfsBackend, functions, select_functions
 from tacc.counters.catalogue import GLOBAL_PAGE, parse_catalogue
-from tacc.counters.fakesys import catalogue_text, make_function, set_values
+from tacc.counters.fakesys import make_function, set_values
 
 
 def test_parse_catalogue_from_header_format() -> None:
-    cat = parse_catalogue(catalogue_text())
+    cat = parse_catalogue(hw.counter_catalogue())
     assert cat.version == 1
     assert cat.get("h2d_bytes").slot == 2 and cat.get("h2d_bytes").unit == "bytes"
     assert cat.get("uptime_ticks").is_global
@@ -34,14 +35,14 @@ def test_parse_errors() -> None:
 
 def test_catalogue_columns_match_capture_schema() -> None:
     """Every counter the driver lists has a column in the capture's counters stream."""
-    cat = parse_catalogue(catalogue_text())
+    cat = parse_catalogue(hw.counter_catalogue())
     cols = set(COUNTERS_DTYPE.names)
     missing = [n for n in cat.record_dtype().names if n not in cols]
     assert missing == []
 
 
 def test_page_dtype_offsets() -> None:
-    cat = parse_catalogue(catalogue_text())
+    cat = parse_catalogue(hw.counter_catalogue())
     dt = cat.page_dtype()
     assert dt.itemsize == GLOBAL_PAGE
     assert dt.fields["gen"][1] == 8

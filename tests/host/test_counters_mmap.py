@@ -12,7 +12,7 @@ from tacc.capture.schema import FUNC_COUNTERS
 from tacc.counters import MmapBackend, functions
 from tacc.counters.catalogue import GLOBAL_PAGE
 from tacc.counters.fakesys import make_function
-from tacc.counters.uapi import COUNTERS_MMAP_OFFSET
+from tacc.runtime.uapi import MMAP_COUNTERS
 
 HDR_FN = (1 << 32) | 38
 HDR_GL = (1 << 32) | 9
@@ -21,8 +21,8 @@ HDR_GL = (1 << 32) | 9
 class FakeBar:
     def __init__(self, path: Path) -> None:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        os.ftruncate(self.fd, COUNTERS_MMAP_OFFSET + 2 * GLOBAL_PAGE)
-        self.mm = mmap.mmap(self.fd, 2 * GLOBAL_PAGE, offset=COUNTERS_MMAP_OFFSET)
+        os.ftruncate(self.fd, MMAP_COUNTERS + 2 * GLOBAL_PAGE)
+        self.mm = mmap.mmap(self.fd, 2 * GLOBAL_PAGE, offset=MMAP_COUNTERS)
         self.u64 = np.frombuffer(self.mm, "<u8")
         self.set(0, HDR_FN)
         self.set(512, HDR_GL)

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tacc.testing import guest_qmp
+from tacc import guest_qmp
 
 
 def _busy_then(real_fd: int, busy: int):

@@ -162,3 +162,20 @@ def test_lspci_maps_to_pciutils() -> None:
     assert found, "lspci: not installed (scripts/setup.sh must install pciutils)"
     assert owning_package(found) == "pciutils"
     assert "pciutils" in setup_packages()
+
+
+def test_readme_vm_blocks_name_the_test_of_their_path() -> None:
+    # a README block that starts VMs from the host and is not run as written names, in its
+    # tag, the test that runs the same path: `scripts/test-vm:FUNCTION` (a function there)
+    # or a tests/ file
+    test_vm = (ROOT / "scripts/test-vm").read_text()
+    starts_vm = re.compile(r"(^|[\s;&|(])(make\s+run-vm|scripts/run-vm)\b")
+    blocks = [b for b in README_BLOCKS if b.kind == "skip"
+              and any(starts_vm.search(c.text) for c in b.commands())]
+    assert blocks, "no README block starts a VM from the host"
+    for b in blocks:
+        funcs = re.findall(r"scripts/test-vm:(\w+)", b.opts)
+        files = [f for f in re.findall(r"\btests/[\w/]+\.py\b", b.opts) if (ROOT / f).exists()]
+        assert funcs or files, f"{b.where}: the skip tag names no test of its path: {b.opts}"
+        for f in funcs:
+            assert re.search(rf"^def {f}\(", test_vm, re.M), f"{b.where}: no scripts/test-vm {f}"

@@ -6,6 +6,7 @@ import importlib.machinery
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -553,3 +554,44 @@ def test_bench_takes_its_own_run_directory() -> None:
     line = "run-vm: kept the run directory /tmp/tacc-vm-x1 (guest files: /tmp/tacc-vm-x1/out)\n"
     r = subprocess.run(["sed", "-n", pat.group(1)], input=line, capture_output=True, text=True)
     assert r.stdout.strip() == "/tmp/tacc-vm-x1"
+
+
+# ---- PYTEST_ARGS as a shell splits it: a quoted multi-word -k is one expression
+
+def test_quoted_k_reaches_pytest_as_one_expression(tmp_path: Path) -> None:
+    args = ('-k "readme_has_each_kind or every_readme_sh_block" --collect-only '
+            f"--junitxml={tmp_path}/j.xml")
+    r = subprocess.run(["scripts/test.sh", "host"], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "PYTEST_ARGS": args}, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert re.search(r"^2/\d+ tests collected", r.stdout, re.M), r.stdout[-2000:]
+    r = subprocess.run(["scripts/test.sh", "host"], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "PYTEST_ARGS": '-k "unclosed'}, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "test: PYTEST_ARGS: cannot split like a shell: No closing quotation"]
+
+
+def test_test_vm_option_values_are_not_paths() -> None:
+    tv = _load_test_vm()
+    args = shlex.split('-k "vfio or cdi" -m kernel -x tests/vm/test_vfio.py::test_a -k docs')
+    paths, rest = tv.split_pytest_args(args)
+    assert paths == ["tests/vm/test_vfio.py::test_a"]
+    assert rest == ["-k", "vfio or cdi", "-m", "kernel", "-x", "-k", "docs"]
+    cfg = run_vm.VMConfig.from_env({"KERNEL": "6.12.117"}, require_installed=False)
+    cmd = tv.domain_passes_cmd("true", cfg, shlex.split('-k "platform and not vf"'), Path("/o"))
+    assert "'platform and not vf'" in cmd and cmd.count("-k") == len(tv.DOMAIN_PASSES)
+
+
+def test_boot_summary_gives_the_totals_of_every_pass(tmp_path: Path) -> None:
+    tv = _load_test_vm()
+    for name, (tests, fail, skip) in {"junit.xml": (26, 1, 2), "junit-lazy.xml": (9, 0, 0),
+                                      "junit-pt.xml": (9, 0, 1)}.items():
+        (tmp_path / name).write_text(
+            f'<testsuites><testsuite name="pytest" errors="0" failures="{fail}" '
+            f'skipped="{skip}" tests="{tests}" time="1"/></testsuites>')
+    junits = sorted(tmp_path.glob("junit*.xml"))
+    assert tv.boot_totals(junits) == "40 passed, 1 failed, 3 skipped in 3 pytest runs"
+    assert tv.boot_totals([]) == "no pytest results"
+    src = (ROOT / "scripts/test-vm").read_text()
+    assert src.count("totals = boot_totals(") == 2  # the single-VM and the cluster boot

@@ -21,12 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tacc.capture import open_capture
 from tacc.capture.schema import TRACE_REC_DTYPE, DropSource
-from tacc.daemon import uapi
-from tacc.daemon.devices import TaccFunction, discover, parse_clock_sync
 from tacc.daemon.devring import RingView
 from tacc.daemon.main import Daemon
 from tacc.daemon.protocol import request
 from tacc.daemon.session import CaptureSession, Options
+from tacc.devices import TaccFunction, discover, parse_clock_sync
+from tacc.runtime import uapi
 
 ROOT = Path(__file__).resolve().parents[2]
 TACC = str(Path(sys.executable).parent / "tacc")
@@ -42,7 +42,7 @@ class FakeRing:
         self._hdr()
 
     def _hdr(self) -> None:
-        h = uapi.TraceHeader(version=1, rec_size=64, entries=self.entries, rec_version=1,
+        h = uapi.drm_tacc_trace_header(version=1, rec_size=64, entries=self.entries, rec_version=1,
                              data_offset=4096, prod=self.prod, dropped=self.dropped,
                              epoch=self.epoch)
         self.buf[:ctypes.sizeof(h)] = bytes(h)
@@ -132,7 +132,7 @@ def test_session_disk_bound_counts_drops(tmp_path: Path) -> None:
 KILL_SCRIPT = textwrap.dedent("""
     import sys, time, numpy as np
     from tacc.daemon.session import CaptureSession, Options
-    from tacc.daemon.devices import TaccFunction
+    from tacc.devices import TaccFunction
     from tacc.bpftrace.events import EV_DTYPE
     from pathlib import Path
     fn = TaccFunction("0000:01:00.0", 0x100, Path("/nonexistent"), False, 0, "0000:01:00.0", None)
@@ -240,9 +240,9 @@ def test_uapi_mirror_matches_header(tmp_path: Path) -> None:
                    check=True, timeout=60)
     out = subprocess.run([str(exe)], check=True, text=True, capture_output=True).stdout
     m = {ln.split()[0]: ln.split()[1:] for ln in out.splitlines()}
-    cmap = {"drm_tacc_get_param": uapi.GetParam, "drm_tacc_trace_open": uapi.TraceOpen,
-            "drm_tacc_trace_header": uapi.TraceHeader, "drm_tacc_trace_advance": uapi.TraceAdvance,
-            "drm_tacc_submit": uapi.Submit, "drm_tacc_wait": uapi.Wait, "drm_tacc_cmd": uapi.Cmd}
+    cmap = {n: getattr(uapi, n) for n in ("drm_tacc_get_param", "drm_tacc_trace_open",
+                                          "drm_tacc_trace_header", "drm_tacc_trace_advance",
+                                          "drm_tacc_submit", "drm_tacc_wait", "drm_tacc_cmd")}
     for key, vals in m.items():
         if key == "ioctl":
             continue
@@ -250,10 +250,10 @@ def test_uapi_mirror_matches_header(tmp_path: Path) -> None:
         s, f = key.split(".")
         fld = getattr(cmap[s], f)
         assert (fld.offset, fld.size) == (int(off), int(size)), key
-    assert [int(x) for x in m["ioctl"]] == [uapi.IOCTL_SUBMIT, uapi.IOCTL_WAIT,
-                                            uapi.IOCTL_TRACE_OPEN, uapi.IOCTL_TRACE_ADVANCE,
-                                            uapi.IOCTL_TRACE_CLOSE]
-    assert ctypes.sizeof(uapi.Cmd) == 128
+    assert [int(x) for x in m["ioctl"]] == [
+        uapi.DRM_IOCTL_TACC_SUBMIT, uapi.DRM_IOCTL_TACC_WAIT, uapi.DRM_IOCTL_TACC_TRACE_OPEN,
+        uapi.DRM_IOCTL_TACC_TRACE_ADVANCE, uapi.DRM_IOCTL_TACC_TRACE_CLOSE]
+    assert ctypes.sizeof(uapi.drm_tacc_cmd) == 128
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
@@ -437,7 +437,7 @@ KILL_EVENTS_SCRIPT = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from tacc.daemon.session import CaptureSession, Options
-    from tacc.daemon.devices import TaccFunction
+    from tacc.devices import TaccFunction
     fn = TaccFunction("0000:01:00.0", 0x100, Path("/nonexistent"), False, 0, "0000:01:00.0",
                       None)
     s = CaptureSession(sys.argv[1], [fn], Options(device_trace=False, api=False,
@@ -831,7 +831,7 @@ def test_tlp_stream_filters(monkeypatch: pytest.MonkeyPatch) -> None:
     """The TLP stream's device-side filters (functions, kinds, address range, no control
     traffic) become the TLP ring's masks; bad ones are one line each; `tacc trace start`'s
     filter flags ask for the stream and reach taccd as these options."""
-    from tacc import cli_trace
+    from tacc.cli import trace as cli_trace
 
     o = Options(tlp=True, tlp_funcs=[0, 2], tlp_kinds=["mrd", "cpld"],
                 tlp_addr=[0x1000, 0x2000], tlp_no_ctrl=True)

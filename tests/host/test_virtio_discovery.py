@@ -22,8 +22,8 @@ from tacc.capture.schema import (
     Opcode,
 )
 from tacc.cli import main
-from tacc.daemon.devices import discover, read_clock_sync
 from tacc.daemon.session import CaptureSession, Options
+from tacc.devices import discover, read_clock_sync
 from test_cdi import fake_sysfs as pf_and_vfs
 
 VIRTIO_PCI = "0000:00:04.0"
@@ -164,7 +164,7 @@ def test_taccd_status_and_cdi_name_the_virtio_function(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """taccd's status gives each function's kind; its CDI spec (written at start) has the
     virtio accel device; ``tacc trace status`` names the function with its kind."""
-    from tacc import cli_trace
+    from tacc.cli import trace as cli_trace
     from tacc.daemon.main import Daemon
 
     root = fake_sysfs(tmp_path / "root")

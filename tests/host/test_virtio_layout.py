@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tacc import hw
 from tacc.testing import virtiodev as vd
 
 HDR = Path(__file__).resolve().parents[2] / "kernel" / "include"
@@ -71,6 +72,6 @@ def test_submit_header(c_layout: dict[str, list[int]]) -> None:
 
 
 def test_constants_parsed_from_the_header() -> None:
-    assert vd.VT.TACC_VIRTIO_PCI_DEVICE_ID == 0x1040 + vd.VT.TACC_VIRTIO_ID
-    assert vd.VT.TACC_VIRTIO_ID <= 63 and vd.VT.TACC_VIRTIO_ID not in (61, 62, 63)
-    assert vd.VT.TACC_VIRTIO_SUBMIT == 0x100 and vd.VT.TACC_VIRTIO_ERR_VERSION == 9
+    assert hw.TACC_VIRTIO_PCI_DEVICE_ID == 0x1040 + hw.TACC_VIRTIO_ID
+    assert hw.TACC_VIRTIO_ID <= 63 and hw.TACC_VIRTIO_ID not in (61, 62, 63)
+    assert hw.TACC_VIRTIO_SUBMIT == 0x100 and hw.TACC_VIRTIO_ERR_VERSION == 9

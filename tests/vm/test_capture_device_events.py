@@ -131,7 +131,7 @@ def test_vf_enabled_mid_capture_is_described_and_drawn(tmp_path: Path, pf_pci: P
     import shutil
 
     from tacc.analyze.engine import analyze
-    from tacc.daemon import uapi
+    from tacc.runtime import uapi
 
     numvfs = pf_pci / "sriov_numvfs"
     if int(numvfs.read_text() or 0):

@@ -17,126 +17,42 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tacc import hw
 
 # ------------------------------------------------------------------ uAPI ----
-u32, u64, s32, s64 = C.c_uint32, C.c_uint64, C.c_int32, C.c_int64
+# the header's layouts and numbers, as tacc.hw generates them from it
+GetParam, BoCreate, BoInfo, VmBind, VmUnbind, Operand, Cmd, Submit, Wait, TraceOpen, \
+    TraceHeader, TraceAdvance, TraceClose, SyncobjWait = (hw.struct("drm_tacc_" + n) for n in (
+        "get_param", "bo_create", "bo_info", "vm_bind", "vm_unbind", "operand", "cmd",
+        "submit", "wait", "trace_open", "trace_header", "trace_advance", "trace_close",
+        "syncobj_wait"))
+Pair = hw.struct("drm_tacc_gem_close")  # handle, pad: also syncobj create/destroy's layout
+(GET_PARAM, BO_CREATE, BO_INFO, VM_BIND, VM_UNBIND, SUBMIT, WAIT, TRACE_OPEN, TRACE_ADVANCE,
+ TRACE_CLOSE, GEM_CLOSE, SYNCOBJ_CREATE, SYNCOBJ_DESTROY, SYNCOBJ_WAIT) = (hw.IOCTLS[n] for n in (
+    "GET_PARAM", "BO_CREATE", "BO_INFO", "VM_BIND", "VM_UNBIND", "SUBMIT", "WAIT", "TRACE_OPEN",
+    "TRACE_ADVANCE", "TRACE_CLOSE", "GEM_CLOSE", "SYNCOBJ_CREATE", "SYNCOBJ_DESTROY",
+    "SYNCOBJ_WAIT"))
 
-
-def _ioc(d: int, nr: int, size: int) -> int:
-    return (d << 30) | (size << 16) | (ord("d") << 8) | nr
-
-
-def IOWR(nr: int, st) -> int:  # noqa: N802
-    return _ioc(3, nr, C.sizeof(st))
-
-
-def IOW(nr: int, st) -> int:  # noqa: N802
-    return _ioc(1, nr, C.sizeof(st))
-
-
-class S(C.Structure):
-    def __init__(self, **kw):
-        super().__init__()
-        for k, v in kw.items():
-            setattr(self, k, v)
-
-
-class GetParam(S):
-    _fields_ = [("param", u32), ("index", u32), ("value", u64)]
-
-
-class BoCreate(S):
-    _fields_ = [("size", u64), ("userptr", u64), ("type", u32), ("flags", u32),
-                ("handle", u32), ("pad", u32), ("va", u64)]
-
-
-class BoInfo(S):
-    _fields_ = [("handle", u32), ("pad", u32), ("mmap_offset", u64), ("va", u64),
-                ("size", u64), ("bound_size", u64), ("type", u32), ("flags", u32)]
-
-
-class VmBind(S):
-    _fields_ = [("handle", u32), ("flags", u32), ("va", u64), ("bo_offset", u64),
-                ("size", u64), ("page_size", u64)]
-
-
-class VmUnbind(S):
-    _fields_ = [("handle", u32), ("flags", u32)]
-
-
-class Operand(S):
-    _fields_ = [("handle", u32), ("pad", u32), ("offset", u64)]
-
-
-class Cmd(S):
-    _fields_ = [("opcode", u32), ("flags", u32), ("tag", u64), ("a", Operand), ("b", Operand),
-                ("c", Operand), ("size", u64), ("value", u64), ("m", u32), ("n", u32),
-                ("k", u32), ("lda", u32), ("ldb", u32), ("ldc", u32), ("alpha", u32),
-                ("beta", u32), ("elt_op", u32), ("scalar", u32), ("rsvd", u64)]
-
-
-class Submit(S):
-    _fields_ = [("cmds", u64), ("in_syncobjs", u64), ("num_cmds", u32),
-                ("num_in_syncobjs", u32), ("queue", u32), ("out_syncobj", u32),
-                ("flags", u32), ("cmd_size", u32), ("seqno", u64)]
-
-
-class Wait(S):
-    _fields_ = [("seqno", u64), ("timeout_ns", s64), ("flags", u32), ("status", s32)]
-
-
-class TraceOpen(S):
-    _fields_ = [("flags", u32), ("entries", u32), ("mmap_offset", u64), ("mmap_size", u64)]
-
-
-class TraceHeader(S):
-    _fields_ = [("version", u32), ("rec_size", u32), ("entries", u32), ("rec_version", u32),
-                ("data_offset", u64), ("prod", u32), ("dropped", u32), ("cons", u32),
-                ("epoch", u32)]
-
-
-class TraceAdvance(S):
-    _fields_ = [("cons", u32), ("flags", u32), ("prod", u32), ("dropped", u32)]
-
-
-class TraceClose(S):
-    _fields_ = [("flags", u32), ("pad", u32)]
-
-
-class Pair(S):
-    _fields_ = [("handle", u32), ("flags", u32)]
-
-
-class SyncobjWait(S):
-    _fields_ = [("handles", u64), ("timeout_nsec", s64), ("count_handles", u32),
-                ("flags", u32), ("first_signaled", u32), ("pad", u32), ("deadline_nsec", u64)]
-
-
-B = 0x40
-GET_PARAM = IOWR(B + 0, GetParam)
-BO_CREATE = IOWR(B + 1, BoCreate)
-BO_INFO = IOWR(B + 2, BoInfo)
-VM_BIND = IOWR(B + 3, VmBind)
-VM_UNBIND = IOW(B + 4, VmUnbind)
-SUBMIT = IOWR(B + 5, Submit)
-WAIT = IOWR(B + 6, Wait)
-TRACE_OPEN = IOWR(B + 7, TraceOpen)
-TRACE_ADVANCE = IOWR(B + 8, TraceAdvance)
-TRACE_CLOSE = IOW(B + 9, TraceClose)
-GEM_CLOSE = IOW(0x09, Pair)
-SYNCOBJ_CREATE = IOWR(0xBF, Pair)
-SYNCOBJ_DESTROY = IOWR(0xC0, Pair)
-SYNCOBJ_WAIT = IOWR(0xC3, SyncobjWait)
-
-HOST, DEVICE, USERPTR = 0, 1, 2
-BO_NO_BIND, BO_READONLY = 1, 2
-BIND_FIXED, BIND_READONLY = 1, 2
-OP_NOP, OP_H2D, OP_D2H, OP_D2D, OP_GEMM, OP_ELT, OP_FENCE, OP_TS, OP_BARRIER = range(9)
-ELT_ADD, ELT_MUL, ELT_RELU, ELT_SCALE = range(4)
-P_API, P_HW, P_CAPS, P_FUNC, P_QUEUES, P_CTXS, P_ENGINES, P_DEVMEM, P_CLOCK, P_CTX = range(10)
-P_CNT_OFF, P_CNT_SIZE, P_MAX_CMDS, P_MAX_INFLIGHT = 10, 11, 12, 13
-P_CTX_FAULTS, P_CTX_FAULT_ADDR, P_DEVCLK, P_CTX_RESETS = 16, 17, 18, 21
-MMAP_COUNTERS, MMAP_TRACE = 0x10000000, 0x20000000
+HOST, DEVICE, USERPTR = hw.DRM_TACC_BO_HOST, hw.DRM_TACC_BO_DEVICE, hw.DRM_TACC_BO_USERPTR
+BO_NO_BIND, BO_READONLY = hw.DRM_TACC_BO_F_NO_BIND, hw.DRM_TACC_BO_F_READONLY
+BIND_FIXED, BIND_READONLY = hw.DRM_TACC_BIND_F_FIXED, hw.DRM_TACC_BIND_F_READONLY
+OP_NOP, OP_H2D, OP_D2H, OP_D2D, OP_GEMM, OP_ELT, OP_FENCE, OP_TS, OP_BARRIER = (
+    getattr(hw, "DRM_TACC_OP_" + n) for n in ("NOP", "COPY_H2D", "COPY_D2H", "COPY_D2D", "GEMM",
+                                              "ELTWISE", "FENCE", "TIMESTAMP", "BARRIER"))
+ELT_ADD, ELT_MUL, ELT_RELU, ELT_SCALE = (
+    hw.DRM_TACC_ELT_ADD, hw.DRM_TACC_ELT_MUL, hw.DRM_TACC_ELT_RELU, hw.DRM_TACC_ELT_SCALE)
+P_API, P_HW, P_CAPS, P_FUNC, P_QUEUES, P_CTXS, P_ENGINES, P_DEVMEM, P_CLOCK, P_CTX = (
+    getattr(hw, "DRM_TACC_PARAM_" + n) for n in (
+        "API_VERSION", "HW_VERSION", "CAPS", "FUNC", "NUM_QUEUES", "NUM_CONTEXTS",
+        "NUM_ENGINES", "DEVMEM_SIZE", "CLOCK_HZ", "CONTEXT_ID"))
+P_CNT_OFF, P_CNT_SIZE, P_MAX_CMDS, P_MAX_INFLIGHT = (
+    hw.DRM_TACC_PARAM_COUNTERS_MMAP_OFFSET, hw.DRM_TACC_PARAM_COUNTERS_MMAP_SIZE,
+    hw.DRM_TACC_PARAM_MAX_CMDS, hw.DRM_TACC_PARAM_MAX_INFLIGHT)
+P_CTX_FAULTS, P_CTX_FAULT_ADDR, P_DEVCLK, P_CTX_RESETS = (
+    hw.DRM_TACC_PARAM_CTX_FAULTS, hw.DRM_TACC_PARAM_CTX_FAULT_ADDR, hw.DRM_TACC_PARAM_DEVCLK,
+    hw.DRM_TACC_PARAM_CTX_RESETS)
+MMAP_COUNTERS, MMAP_TRACE = hw.DRM_TACC_MMAP_COUNTERS, hw.DRM_TACC_MMAP_TRACE
+u32 = C.c_uint32
 
 
 def f32bits(x: float) -> int:
@@ -223,7 +139,8 @@ def gemm(a: int, b: int, c: int, m: int, n: int, k: int, alpha=1.0, beta=0.0, ta
 
 def pf_sysfs() -> Path:
     for p in sorted(Path("/sys/bus/pci/devices").iterdir()):
-        if (p / "vendor").read_text().strip() == "0x7acc" and not (p / "physfn").exists():
+        vendor = f"0x{hw.TACC_PCI_VENDOR_ID:04x}"
+        if (p / "vendor").read_text().strip() == vendor and not (p / "physfn").exists():
             return p
     raise FileNotFoundError("no tacc PF")
 
@@ -565,7 +482,7 @@ def test_fdinfo_sysfs_counters(dev, pf_accel):
     info = Path(f"/proc/self/fdinfo/{dev.fd}").read_text()
     assert "drm-driver:\ttacc" in info
     assert "drm-engine-queue0:" in info
-    assert "drm-memory-device:\t1024 KiB" in info
+    assert "tacc-memory-device:\t1024 KiB" in info and "drm-total-memory:\t" in info
     pci = pf_sysfs()
     t = pci / "tacc"
     assert (t / "link_width").read_text().strip().isdigit()
@@ -624,8 +541,8 @@ def test_trace_ring_sized_at_open_and_drops_belong_to_their_consumer(pf_accel):
     count is cumulative (since the function's last reset); TRACE_OPEN seeds the header
     with it, so a consumer counts exactly the drops of its own run and the next consumer
     starts at 0 new drops, not at the last one's total."""
-    from tacc.daemon import uapi
     from tacc.daemon.devring import DeviceTraceRing, TraceRingError
+    from tacc.runtime import uapi
 
     for bad in (32, 100, 65536):
         with pytest.raises(TraceRingError, match="Invalid argument"):

@@ -1,8 +1,8 @@
 """tacc.ko in the guest: injected device errors, FLR through sysfs `reset`, AER.
 
-Fault injection goes through QMP from inside the guest (tacc.testing.guest_qmp):
-fi-fail-next-dma and fi-corrupt-next-cqe end in a job error (never a hang or a
-WARN); FLR and a fatal error (fi-fatal, reported by the device as an AER
+Fault injection goes through QMP from inside the guest (tacc.guest_qmp):
+x-fi-fail-next-dma and x-fi-corrupt-next-cqe end in a job error (never a hang or a
+WARN); FLR and a fatal error (x-fi-fatal, reported by the device as an AER
 uncorrectable internal error) fail the jobs in flight with -EIO and leave a
 working function, with the same files, buffers and mappings.
 """
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tacc.testing.guest_qmp import PF_QOM
+from tacc.guest_qmp import PF_QOM
 from test_driver_basic import (
     DEVICE,
     OP_D2H,
@@ -33,7 +33,7 @@ EV_RESET, EV_FATAL, EV_DMA_ERROR = 3, 4, 8
 
 @pytest.fixture(scope="module")
 def qmp():
-    mod = pytest.importorskip("tacc.testing.guest_qmp")
+    mod = pytest.importorskip("tacc.guest_qmp")
     try:
         q = mod.GuestQMP()
     except FileNotFoundError:
@@ -62,7 +62,7 @@ def test_injected_dma_error(pf_accel, qmp):
     e0 = sysfs_int("dma_errors")
     with Dev(pf_accel) as d:
         h, dv = d.bo(8192).handle, d.bo(8192, DEVICE).handle
-        qmp.qom_set(PF_QOM, "fi-fail-next-dma", True)
+        qmp.qom_set(PF_QOM, "x-fi-fail-next-dma", True)
         t = time.monotonic()
         assert d.run([copy(OP_H2D, h, dv, 4096, tag=0xd3a)], timeout_s=30) == -errno.EIO
         assert time.monotonic() - t < 5, "a DMA error must not wait for the job timeout"
@@ -78,7 +78,7 @@ def test_corrupted_completion(pf_accel, qmp):
     q0 = Path(pf_sysfs() / "tacc/queue_stats").read_text().splitlines()[1].split()
     with Dev(pf_accel) as d:
         d.run([nop()])
-        qmp.qom_set(PF_QOM, "fi-corrupt-next-cqe", True)
+        qmp.qom_set(PF_QOM, "x-fi-corrupt-next-cqe", True)
         t = time.monotonic()
         assert d.run([nop(tag=0xbad)], timeout_s=30) == -errno.EIO
         assert time.monotonic() - t < 5, "a corrupted CQE must not wait for the job timeout"
@@ -90,7 +90,7 @@ def test_corrupted_completion(pf_accel, qmp):
 
 
 def _hung_job(d: Dev, qmp, h: int, dv: int) -> int:
-    qmp.qom_set(PF_QOM, "fi-hang-engine", 0)
+    qmp.qom_set(PF_QOM, "x-fi-hang-engine", 0)
     return d.submit([copy(OP_H2D, h, dv, 4096, tag=0x4a46)], queue=0)
 
 
@@ -108,7 +108,7 @@ def test_flr_sysfs_reset(pf_accel, qmp):
             time.sleep(0.2)
             (pci / "reset").write_text("1")
         finally:
-            qmp.qom_set(PF_QOM, "fi-hang-engine", -1)
+            qmp.qom_set(PF_QOM, "x-fi-hang-engine", -1)
         assert d.wait(hung, 30) == -errno.EIO
         assert d.wait(behind, 30) in (0, -errno.EIO)
         # contexts, page tables and BOs survive the reset
@@ -122,7 +122,7 @@ def test_flr_sysfs_reset(pf_accel, qmp):
 
 
 def test_fatal_error_recovers(pf_accel, qmp):
-    """fi-fatal: AER (internal error unmasked by the driver) or the driver's own
+    """x-fi-fatal: AER (internal error unmasked by the driver) or the driver's own
     fallback resets the function; jobs in flight fail with -EIO."""
     pci = pf_sysfs()
     r0, f0 = sysfs_int("function_resets"), sysfs_int("fatal_errors")
@@ -133,10 +133,10 @@ def test_fatal_error_recovers(pf_accel, qmp):
         try:
             hung = _hung_job(d, qmp, h, dv)
             time.sleep(0.2)
-            qmp.qom_set(PF_QOM, "fi-fatal", True)
+            qmp.qom_set(PF_QOM, "x-fi-fatal", True)
             assert d.wait(hung, 30) == -errno.EIO
         finally:
-            qmp.qom_set(PF_QOM, "fi-hang-engine", -1)
+            qmp.qom_set(PF_QOM, "x-fi-hang-engine", -1)
         deadline = time.monotonic() + 30
         while sysfs_int("function_resets") == r0 and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tacc.testing.guest_qmp import PF_QOM
+from tacc.guest_qmp import PF_QOM
 from test_driver_basic import (
     BIND_READONLY,
     BO_NO_BIND,
@@ -29,6 +29,8 @@ from test_driver_basic import (
     nop,
     pf_sysfs,
 )
+
+HANG_PROP = "x-fi-hang-engine"  # the device's fault injection: engine 0 stops completing
 
 # ---------------------------------------------------------- generic netlink ---
 NETLINK_GENERIC, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP = 16, 270, 1
@@ -132,7 +134,7 @@ def test_fault_goes_to_own_context(pf_accel):
 
 
 def test_hang_recovery(pf_accel):
-    qmp_mod = pytest.importorskip("tacc.testing.guest_qmp")
+    qmp_mod = pytest.importorskip("tacc.guest_qmp")
     try:
         qmp = qmp_mod.GuestQMP()
     except FileNotFoundError:
@@ -143,7 +145,7 @@ def test_hang_recovery(pf_accel):
         h = a.bo(8192)
         d = a.bo(8192, DEVICE)
         qmp.execute("qom-set", path=PF_QOM,
-                    property="fi-hang-engine", value=0)
+                    property="x-fi-hang-engine", value=0)
         try:
             t0 = time.monotonic()
             hung = a.submit([copy(OP_H2D, h.handle, d.handle, 4096, tag=0xdead)], queue=0)
@@ -165,7 +167,7 @@ def test_hang_recovery(pf_accel):
             elapsed = time.monotonic() - t0
         finally:
             qmp.execute("qom-set", path=PF_QOM,
-                        property="fi-hang-engine", value=-1)
+                        property="x-fi-hang-engine", value=-1)
         assert st == -errno.ETIMEDOUT
         assert elapsed < timeout_ms / 1000 * 3 + 10
         assert a.param(P_CTX_RESETS) == 1
@@ -223,3 +225,37 @@ def test_runtime_pm(pf_accel):
         assert sum("from=D3 to=D0" in ln for ln in lines) == r1 - r0
     finally:
         (tr / "events/tacc/tacc_pm/enable").write_text("0")
+
+
+def test_hang_leaves_a_devcoredump(pf_accel):
+    """A job timeout leaves a devcoredump of the PF in /sys/class/devcoredump (before the
+    queue reset): the registers, queue 0 hung, the job with its command and tag."""
+    from tacc.devcoredump import dumps_of, parse
+    from tacc.testing.guest_qmp import GuestQMP
+
+    pci = pf_sysfs().name
+    for old in dumps_of(pci):
+        (old / "data").write_text("1")  # earlier dumps (test_hang_recovery's) freed
+    with GuestQMP() as qmp, Dev(pf_accel) as a:
+        h, d = a.bo(8192), a.bo(8192, DEVICE)
+        qmp.qom_set(PF_QOM, HANG_PROP, 0)
+        try:
+            hung = a.submit([copy(OP_H2D, h.handle, d.handle, 4096, tag=0xc0de)], queue=0)
+            assert a.wait(hung, timeout_s=30) == -errno.ETIMEDOUT
+        finally:
+            qmp.qom_set(PF_QOM, HANG_PROP, -1)
+        ctx = a.param(P_CTX)
+    dumps = dumps_of(pci)
+    assert len(dumps) == 1, dumps
+    dump = parse((dumps[0] / "data").read_text())
+    (dumps[0] / "data").write_text("1")
+    assert dump.reason == "job timeout" and dump.device == pci
+    assert 0 < dump.time_ns <= time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    assert dump.registers["FUNC"] == 0 and "STATUS" in dump.registers
+    q0 = dump.queues[0]
+    assert q0["queue"] == 0 and q0["STATUS"] & 0x4, q0  # TACC_Q_STATUS_HUNG
+    assert dump.job["tag"] == "0xc0de" and dump.job["context"] == str(ctx)
+    assert dump.job["pid"] == str(os.getpid())
+    assert dump.commands == [{"index": 0, "opcode": 1, "flags": dump.commands[0]["flags"],
+                              "tag": 0xc0de}]
+    assert not dmesg_problems()

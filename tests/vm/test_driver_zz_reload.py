@@ -22,7 +22,6 @@ from test_driver_basic import (
     OP_NOP,
     Cmd,
     Dev,
-    S,
     copy,
     dmesg_problems,
     leak_delta,
@@ -55,17 +54,17 @@ def rmmod_tacc(timeout: float = 10) -> None:
         time.sleep(0.2)
 
 
-class SyncobjHandle(S):
+class SyncobjHandle(C.Structure):
     _fields_ = [("handle", C.c_uint32), ("flags", C.c_uint32), ("fd", C.c_int32),
                 ("pad", C.c_uint32)]
 
 
-class SyncFileInfo(S):
+class SyncFileInfo(C.Structure):
     _fields_ = [("name", C.c_char * 32), ("status", C.c_int32), ("flags", C.c_uint32),
                 ("num_fences", C.c_uint32), ("pad", C.c_uint32), ("sync_fence_info", C.c_uint64)]
 
 
-class SyncFenceInfo(S):
+class SyncFenceInfo(C.Structure):
     _fields_ = [("obj_name", C.c_char * 32), ("driver_name", C.c_char * 32),
                 ("status", C.c_int32), ("flags", C.c_uint32), ("timestamp_ns", C.c_uint64)]
 
@@ -108,7 +107,7 @@ def test_fences_and_perf_events_outlive_unbind_and_rmmod():
     cut, and an open perf event of the PMU survive the unbind (device memory gone):
     poll, SYNC_IOC_FILE_INFO, read and close work and name the right timeline; rmmod
     refuses while a fence lives (its ops are module code) and works once closed."""
-    from tacc.testing.guest_qmp import PF_QOM, GuestQMP
+    from tacc.guest_qmp import PF_QOM, GuestQMP
 
     pci = pf_sysfs()
     if int((pci / "sriov_numvfs").read_text() or 0):
@@ -119,7 +118,7 @@ def test_fences_and_perf_events_outlive_unbind_and_rmmod():
     d.wait(d.submit([nop()], out=done), 30)
     h, dv = d.bo(8192).handle, d.bo(8192, DEVICE).handle
     with GuestQMP() as q:
-        q.qom_set(PF_QOM, "fi-hang-engine", 0)  # the unbind (or the timeout) cuts it
+        q.qom_set(PF_QOM, "x-fi-hang-engine", 0)  # the unbind (or the timeout) cuts it
         try:
             d.submit([copy(OP_H2D, h, dv, 4096)], out=cut)
             files = [export_sync_file(d, done), export_sync_file(d, cut)]
@@ -128,7 +127,7 @@ def test_fences_and_perf_events_outlive_unbind_and_rmmod():
             d.close()
             Path("/sys/bus/pci/drivers/tacc/unbind").write_text(pci.name)
         finally:
-            q.qom_set(PF_QOM, "fi-hang-engine", -1)
+            q.qom_set(PF_QOM, "x-fi-hang-engine", -1)
     try:
         r, _, _ = select.select(files, [], [], 30)
         assert sorted(r) == sorted(files), "a sync_file did not signal at unbind"

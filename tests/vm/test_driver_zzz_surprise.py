@@ -15,7 +15,7 @@ import select
 import time
 
 import pytest
-from tacc.testing.guest_qmp import PF_QOM
+from tacc.guest_qmp import PF_QOM
 from test_driver_basic import (
     DEVICE,
     MMAP_COUNTERS,
@@ -33,7 +33,7 @@ from test_driver_zz_reload import export_sync_file, rmmod_tacc, sync_file_info
 
 
 def test_surprise_removal(pf_accel):
-    mod = pytest.importorskip("tacc.testing.guest_qmp")
+    mod = pytest.importorskip("tacc.guest_qmp")
     try:
         qmp = mod.GuestQMP()
     except FileNotFoundError:
@@ -50,7 +50,7 @@ def test_surprise_removal(pf_accel):
     tr = d.ioctl(TRACE_OPEN, TraceOpen())
     tr_map = mmap.mmap(d.fd, tr.mmap_size, mmap.MAP_SHARED, mmap.PROT_READ, offset=MMAP_TRACE)
     assert d.run([nop()]) == 0
-    qmp.qom_set(PF_QOM, "fi-hang-engine", 0)
+    qmp.qom_set(PF_QOM, "x-fi-hang-engine", 0)
     so = d.syncobj()
     stuck = d.submit([copy(OP_H2D, h.handle, dv.handle, 4096, tag=0x5e)], queue=0, out=so)
     sync_fd = export_sync_file(d, so)

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import timing
 
 BIN = Path(sys.executable).parent
 OUT = Path(os.environ.get("TACC_VM_OUT") or "/tmp/tacc-e2e") / "e2e"
@@ -42,6 +43,7 @@ OUT = Path(os.environ.get("TACC_VM_OUT") or "/tmp/tacc-e2e") / "e2e"
 # against ~1.6 ms of nominal device work (25x: the device then does ~40 ms per batch);
 # link_saturation's 4 queues must out-run the ~150 us a Python API call costs.  The
 # analysis divides the link maximum by the scale.
+DECODE_KW: dict[str, Any] = {"batch": 2, "prompt": 8, "tokens": 4}
 TWINS: dict[str, tuple[dict[str, Any], set[str], int]] = {
     "tiny_transfers": ({}, {"small_transfers"}, 1000),
     "map_churn": ({}, {"iommu_churn"}, 1000),
@@ -53,9 +55,14 @@ TWINS: dict[str, tuple[dict[str, Any], set[str], int]] = {
     # scale 4: 16 rounds, so the misaligned copies' cost (~6.3 us per round: link steps
     # and one extra page walk per copy) passes the rules' 100 us minimum of time lost
     "unaligned_userptr": ({"scale": 4}, {"host_memory"}, 1000),
+    # the decoder (tiny config, 2 sequences, 8 prompt + 4 generated tokens)
+    "decode_launch": (DECODE_KW, {"launch_bound"}, 1000),
+    "decode_weights": (DECODE_KW, {"redundant_upload"}, 1000),
+    "decode_kv": (DECODE_KW, {"kv_roundtrip"}, 1000),
 }
 QUICK_TWINS = ["tiny_transfers", "tlb_thrash", "map_churn", "serialized_copies", "host_bound",
-               "link_saturation", "unaligned_userptr"]
+               "link_saturation", "unaligned_userptr", "decode_launch", "decode_weights",
+               "decode_kv"]
 # host_memory prices each misaligned copy by the device's closed forms (issue 19): the link
 # steps at its offsets (read requests at 4 KiB, write TLPs at MPS) and its extra page walk
 TWIN_PARAMS = QUICK_TWINS
@@ -144,7 +151,7 @@ class Recorder:
         if key in self.cache:
             return self.cache[key]
         if time_scale != 1000:
-            from tacc.testing.guest_qmp import device_time_scale
+            from tacc.guest_qmp import device_time_scale
 
             with device_time_scale(time_scale):
                 return self._capture(key, runs, devices, idle_s)
@@ -154,8 +161,8 @@ class Recorder:
                  devices: list[str] | None, idle_s: float = 0.0
                  ) -> tuple[Path, list[dict[str, Any]], np.ndarray]:
         from tacc.bpftrace.program import Filters
-        from tacc.daemon.devices import discover, read_clock_sync
         from tacc.daemon.session import CaptureSession, Options
+        from tacc.devices import discover, read_clock_sync
 
         out = self.root / key
         shutil.rmtree(out, ignore_errors=True)
@@ -212,7 +219,7 @@ class Recorder:
 def _idle_prefix(accel: str | None, idle_s: float) -> None:
     """One driver event (GET_PARAM ioctl on the PF: no device command, no API call), then
     ``idle_s`` seconds idle (free under icount sleep=off)."""
-    from tacc.daemon import uapi
+    from tacc.runtime import uapi
 
     assert accel, "PF has no accel node"
     fd = uapi.open_node(accel)
@@ -397,13 +404,14 @@ def test_every_submitted_job_has_a_completion_event(recorder: Recorder) -> None:
 
 
 # ------------------------------------------------------------------ clocks --
-@pytest.mark.timing
-def test_clock_conversion_within_2us_of_device(recorder: Recorder) -> None:
+def test_clock_conversion_within_bracket_of_device(recorder: Recorder) -> None:
     """Two ground truths the device gives: (a) hold-out clock_sync brackets read during
     the workload and NOT used by the fit (the device clock read between two
-    CLOCK_MONOTONIC reads): |converted devclk - bracket midpoint|; (b) causality of every
-    job: the device cannot fetch a job before its doorbell, nor end it after the driver's
-    completion interrupt handler saw it."""
+    CLOCK_MONOTONIC reads): each converted devclk lies in its bracket, widened by the
+    fit's stated bound and 2 ns of rounding; (b) causality of every job: the device
+    cannot fetch a job before its doorbell, nor end it after the driver's completion
+    interrupt handler saw it (within 2 us: the driver's tracepoints follow the doorbell
+    write and precede the handler's read, a latency of the guest's speed)."""
     from tacc.capture import open_capture
     from tacc.capture.schema import DriverKind
 
@@ -442,9 +450,9 @@ def test_clock_conversion_within_2us_of_device(recorder: Recorder) -> None:
                               "median": float(np.median(lag)), "max": int(lag.max())},
     }
     _save("clock-mixed.json", fig)
-    assert np.abs(err).max() <= 2000, fig
-    assert lead.min() >= -2000, fig  # device fetch never before the doorbell (± 2 us)
-    assert lag.min() >= -2000, fig  # completion seen by the driver after the device ended it
+    assert (np.abs(err) <= half + clk.bound_ns + 2).all(), fig
+    # device fetch never before the doorbell, completion seen after the device ended it
+    timing.check(lead.min() >= -2000 and lag.min() >= -2000, str(fig))
 
 
 # ------------------------------------------------------- compiler output --
@@ -536,7 +544,6 @@ def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
     return rep
 
 
-@pytest.mark.timing
 @pytest.mark.parametrize("name", TWIN_PARAMS)
 def test_rule_fires_on_bad_silent_on_good(recorder: Recorder, name: str) -> None:
     rep = _twin(recorder, name)
@@ -552,7 +559,8 @@ def test_rule_fires_on_bad_silent_on_good(recorder: Recorder, name: str) -> None
 # commands) less the workload thread's run-queue waits in it, "busy" = the device's
 # summed command durations
 MEASURED_BY = {"small_transfers": "span", "iommu_churn": "span", "tlb_thrash": "busy",
-               "idle_gaps": "span", "link_saturation": "busy", "host_memory": "busy"}
+               "idle_gaps": "span", "link_saturation": "busy", "host_memory": "busy",
+               "launch_bound": "span", "redundant_upload": "span", "kv_roundtrip": "span"}
 # rules whose estimate is checked against its documented bound instead (docs/analysis.md):
 # h2d_d2h_imbalance is an upper bound of rebalancing (no twin measures it);
 # serialized_copies prices the device-side overlap only, not the host round trips
@@ -667,7 +675,6 @@ def two_vfs(pf_pci: Path) -> Iterator[list[str]]:
         numvfs.write_text("0")
 
 
-@pytest.mark.timing
 def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -> None:
     """The victim (VF1) uploads and waits while a neighbour (VF2) streams uploads on four
     queues over the same link (bad), or is quiet (good): vf_contention names the victim
@@ -707,10 +714,9 @@ def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -
     # bad - good, within 25 %
     est = rep["estimated_lost_ns"][two_vfs[0]]
     meas = rep["measured_diff_victim_service_ns"]
-    assert abs(est - meas) <= 0.25 * meas, rep
+    timing.check(abs(est - meas) <= 0.25 * meas, str(rep))
 
 
-@pytest.mark.timing
 def test_mixed_workload_exact_findings(recorder: Recorder) -> None:
     cap_path, results, _ = recorder.capture("mixed", MIXED)
     f = _findings(cap_path, "mixed")
@@ -724,7 +730,9 @@ def test_mixed_workload_exact_findings(recorder: Recorder) -> None:
     _save("mixed-table.json", [{"rule": x["rule"], "severity": x["severity"],
                                 "time_lost_ms": x["time_lost_ns"] / 1e6, "title": x["title"]}
                                for x in f])
-    assert got == MIXED_EXPECTED, got
+    # idle_gaps follows from the host's speed between the segments (TCG Python)
+    assert MIXED_EXPECTED - {"idle_gaps"} <= got, got
+    timing.check(got == MIXED_EXPECTED, str(got))
 
 
 # ----------------------------------------------- capture after a suspend --
@@ -883,3 +891,57 @@ def test_submit_records_carry_copy_bytes_and_mix(recorder: Recorder) -> None:
     bad = [(k, got[k], want_bytes[k], want_mix[k]) for k in both
            if got[k][0] != want_bytes[k] or got[k][1] & want_mix[k] != want_mix[k]]
     assert not bad, bad[:10]
+
+
+# ------------------------------------------------------------------ ranges --
+def test_decode_capture_ranges_nest_the_commands(recorder: Recorder) -> None:
+    """tacc.range on a real capture of tacc run decode: the worker thread's ranges track
+    nests the layers in the prefill and the steps, and each range projected onto the
+    device holds the commands of its calls: every decode step's graph replay, all its
+    listed commands, inside its own projected slice."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+    from tacc.timeline.convert import convert
+
+    cap_path, res, _ = recorder.capture("decode", [("decode", False,
+                                                    {"batch": 2, "tokens": 4})])
+    assert res[0]["checked"], res
+    out = OUT / "decode.pftrace"
+    OUT.mkdir(parents=True, exist_ok=True)
+    convert([cap_path], out)
+    tr = pb.Trace()
+    tr.ParseFromString(out.read_bytes())
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in tr.packet
+              if p.HasField("track_descriptor")}
+    names = {e.iid: e.name for p in tr.packet for e in p.interned_data.event_names}
+    slices: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
+    stack: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for p in sorted((p for p in tr.packet if p.HasField("track_event")),
+                    key=lambda p: p.timestamp):
+        e = p.track_event
+        if e.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
+            stack[e.track_uuid].append((names.get(e.name_iid, ""), p.timestamp))
+        elif e.type == pb.TrackEvent.TYPE_SLICE_END:
+            nm, t0 = stack[e.track_uuid].pop()
+            t = tracks[e.track_uuid]
+            top = tracks[t.parent_uuid].name if t.parent_uuid in tracks else ""
+            slices[f"{top}|{t.name}"].append((nm, t0, p.timestamp))
+    wpid = recorder.worker.pid
+    thread = next(v for k, v in slices.items() if k.endswith(f"tid {wpid} ranges"))
+    got = {n for n, _, _ in thread}
+    steps = [f"decode step {j}" for j in (1, 2, 3)]
+    assert {"load weights", "capture decode step", "prefill", "L0", "L1", *steps} <= got
+    pre = next(r for r in thread if r[0] == "prefill")
+    assert [r for r in thread if r[0] == "L0" and pre[1] <= r[1] <= r[2] <= pre[2]]
+    dev_key = next(k for k in slices if k.startswith("device ") and k.endswith("|ranges"))
+    proj = {n: (t0, t1) for n, t0, t1 in slices[dev_key]}
+    assert {"prefill", *steps} <= set(proj), sorted(proj)
+    top = dev_key.split("|")[0]
+    cmds = [(t0, t1) for k, v in slices.items() if k.startswith(top + "|compute")
+            for _, t0, t1 in v]
+    per_step = [sum(1 for t0, t1 in cmds if proj[s][0] <= t0 and t1 <= proj[s][1])
+                for s in steps]
+    _save("decode-ranges.json", {"thread": sorted(got), "projected": proj,
+                                 "commands_per_step": per_step})
+    # every step replays the same list: the same number of commands in each projection
+    assert per_step[0] > 20 and len(set(per_step)) == 1, per_step
+    out.unlink()

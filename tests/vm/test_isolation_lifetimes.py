@@ -152,7 +152,7 @@ def test_reset_fails_fences_only_when_quiet(pf_accel):
     recover_delay_ms holds the reset path for 0.5 s right after the fences were failed:
     the driver must have quiesced the function before that point, so the job's FENCE
     write never lands once its fence reported the failure."""
-    from tacc.testing.guest_qmp import device_time_scale
+    from tacc.guest_qmp import device_time_scale
 
     knob = _debugfs(pf_accel) / "recover_delay_ms"
     pci = pf_sysfs()

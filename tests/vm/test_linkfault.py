@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tacc.testing.guest_qmp import PF_QOM, GuestQMP
+from tacc.guest_qmp import PF_QOM, GuestQMP
 
 WORKER = """
 import sys, time
@@ -237,7 +237,7 @@ def _fatal_recovery(pf_pci: Path, rp: Path, vf_accel: Path) -> None:
     # one QMP session for the test: the job in flight must meet the error well within
     # tacc.ko's 2 s job timeout
     q = GuestQMP()
-    q.qom_set(PF_QOM, "fi-hang-engine", 0)
+    q.qom_set(PF_QOM, "x-fi-hang-engine", 0)
     w = subprocess.Popen([sys.executable, "-c", FATAL_WORKER], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -249,14 +249,14 @@ def _fatal_recovery(pf_pci: Path, rp: Path, vf_accel: Path) -> None:
             "command-line": "pcie_aer_inject_error tacc0 DLP"}).startswith("OK id: tacc0")
         Path("/dev/kmsg").write_text(mark + " injected\n")
         failed = w.stdout.readline().split()
-        q.qom_set(PF_QOM, "fi-hang-engine", -1)
+        q.qom_set(PF_QOM, "x-fi-hang-engine", -1)
         wait_for(lambda: any("AER: device recovery" in ln or "did not complete" in ln
                              for ln in _dmesg_since(mark)), "the end of the AER recovery")
         w.stdin.write("\n")
         w.stdin.flush()
         out, err = w.communicate(timeout=120)
     finally:
-        q.qom_set(PF_QOM, "fi-hang-engine", -1)
+        q.qom_set(PF_QOM, "x-fi-hang-engine", -1)
         q.close()
         if w.poll() is None:
             w.kill()
@@ -350,8 +350,8 @@ def _capture(out: Path) -> list:
 
     from tacc.analyze.engine import analyze
     from tacc.capture import open_capture
-    from tacc.daemon.devices import discover
     from tacc.daemon.session import CaptureSession, Options
+    from tacc.devices import discover
 
     sess = CaptureSession(out, discover(), Options(counters_hz=10.0, clock_hz=4.0),
                           program=None, tool="test_linkfault", node="lf")

@@ -69,7 +69,7 @@ def test_guest_kernel_is_612() -> None:
 
 
 def test_guest_qmp_channel() -> None:
-    from tacc.testing.guest_qmp import PF_QOM, GuestQMP
+    from tacc.guest_qmp import PF_QOM, GuestQMP
     with GuestQMP() as q:
         status = q.execute("query-status")
         assert status["status"] == "running"

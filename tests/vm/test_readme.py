@@ -119,3 +119,38 @@ def test_readme_guest_command(block: rb.Block, cmd: rb.Command, tmp_path: Path, 
     for name in re.findall(r"\$TACC_VM_OUT/([\w.-]+)", vm.guest_cmd):
         f = out / name
         assert f.exists() and f.stat().st_size > 0, f"{name}: not written ({text[-2000:]})"
+        check_written(f)
+    # a bad twin captured and analysed: the analysis names what the twin is for
+    m = re.search(r"tacc run (\w+) --variant bad --trace", vm.guest_cmd)
+    if m and "tacc analyze" in vm.guest_cmd:
+        from tacc.workloads import get
+
+        for rule in get(m.group(1)).expected:
+            assert rule in text, f"README.md:{cmd.line}: no {rule} finding:\n{text[-3000:]}"
+
+
+def check_written(f: Path) -> None:
+    """A timeline the README writes holds the device's commands and the API calls, not
+    only bytes."""
+    if f.suffix == ".pftrace":
+        from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+        tr = pb.Trace()
+        tr.ParseFromString(f.read_bytes())
+        tracks = {p.track_descriptor.uuid: p.track_descriptor for p in tr.packet
+                  if p.HasField("track_descriptor")}
+        begins = [tracks[p.track_event.track_uuid] for p in tr.packet
+                  if p.HasField("track_event")
+                  and p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN]
+        dev = [t for t in begins if tracks.get(t.parent_uuid, t).name.startswith("device ")]
+        api = [t for t in begins if t.name.endswith(" API")]
+        assert dev and api, (f.name, len(dev), len(api))
+    elif f.suffix == ".html":
+        import json
+
+        m = re.search(r'<script id="data" type="application/json">(.*?)</script>',
+                      f.read_text(), re.S)
+        assert m, f"{f.name}: no data block"
+        data = json.loads(m.group(1).replace("<\\/", "</"))
+        names = {t["name"] for t in data["tracks"]}
+        assert data["slices"] and any(n.startswith("device ") for n in names), f.name

@@ -37,9 +37,11 @@ def _drain_api() -> np.ndarray:
 class DeviceTrace:
     """The device trace ring as its one registered consumer (what taccd does)."""
 
-    def __init__(self, devnode: str) -> None:
+    def __init__(self, devnode: str, flags: int = 0, dtype: np.dtype = TRACE_REC_DTYPE
+                 ) -> None:
         self.be = DrmBackend(devnode)
-        a = U.drm_tacc_trace_open()
+        self.dtype = dtype
+        a = U.drm_tacc_trace_open(flags=flags)
         try:
             self.be._ioctl(U.DRM_IOCTL_TACC_TRACE_OPEN, a, "TRACE_OPEN")
         except DriverError as e:
@@ -50,12 +52,12 @@ class DeviceTrace:
         self.mm = mmap.mmap(self.be.fd, a.mmap_size, mmap.MAP_SHARED, mmap.PROT_READ,
                             offset=a.mmap_offset)
         self.hdr = U.drm_tacc_trace_header.from_buffer_copy(self.mm)
-        assert self.hdr.rec_size == TRACE_REC_DTYPE.itemsize
+        assert self.hdr.rec_size == dtype.itemsize
         self.cons = U.drm_tacc_trace_header.from_buffer_copy(self.mm).cons
 
     def drain(self) -> tuple[np.ndarray, int]:
         h = U.drm_tacc_trace_header.from_buffer_copy(self.mm)
-        recs = np.frombuffer(self.mm, TRACE_REC_DTYPE, h.entries, h.data_offset)
+        recs = np.frombuffer(self.mm, self.dtype, h.entries, h.data_offset)
         idx = (np.arange(self.cons, h.prod, dtype=np.int64) % h.entries)
         out = recs[idx].copy()
         adv = U.drm_tacc_trace_advance(cons=h.prod)

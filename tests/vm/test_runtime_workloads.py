@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import timing
 from tacc.runtime import Context
 from tacc.workloads import run, run_twins
 
@@ -30,21 +31,19 @@ def ctx() -> Iterator[Context]:
 @pytest.fixture
 def stretched() -> Iterator[None]:
     """The device's modelled time x10 for one test (restored after it)."""
-    from tacc.testing.guest_qmp import device_time_scale
+    from tacc.guest_qmp import device_time_scale
 
     with device_time_scale(STRETCH):
         yield
 
 
-@pytest.mark.timing
 def test_mlp_matches_numpy(ctx: Context, stretched: None) -> None:
     r = run("mlp", ctx, batches=4)
     s = run("mlp", ctx, True, batches=4)
     assert r.checked and s.checked and r.max_abs_err < 1e-3
-    assert r.device_ns < s.device_ns, "double buffering should beat the serial reference"
+    timing.check(r.device_ns < s.device_ns, "double buffering should beat the serial reference")
 
 
-@pytest.mark.timing  # the debug kernel: serialized_copies' good twin lost (224 vs 117 ms)
 @pytest.mark.parametrize("name,kw", [
     ("tiny_transfers", {}),
     ("map_churn", {}),
@@ -54,7 +53,9 @@ def test_mlp_matches_numpy(ctx: Context, stretched: None) -> None:
 def test_good_twin_faster(ctx: Context, stretched: None, name: str, kw: dict) -> None:
     bad, good = run_twins(name, ctx, **kw)
     assert bad.checked and good.checked
-    assert good.device_ns < bad.device_ns, f"{name}: good {good.device_ns} bad {bad.device_ns}"
+    # the debug kernel: serialized_copies' good twin lost (224 vs 117 ms)
+    timing.check(good.device_ns < bad.device_ns,
+                 f"{name}: good {good.device_ns} bad {bad.device_ns}")
 
 
 @pytest.mark.long

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import timing
 from tacc.capture import open_capture
 from tacc.capture.schema import DriverKind, DropSource, HostKind
-from tacc.daemon import uapi
-from tacc.daemon.devices import discover
+from tacc.devices import discover
+from tacc.runtime import uapi
 
 NJOBS = 40
 BIN = Path(sys.executable).parent
@@ -60,15 +61,15 @@ def _jobs_completed(pci: Path) -> int:
 
 def _gt() -> tuple[int, int]:
     """The device model's own totals (jobs, commands) over all functions, via QMP."""
-    from tacc.testing.guest_qmp import PF_QOM, GuestQMP
+    from tacc.guest_qmp import PF_QOM, GuestQMP
 
     with GuestQMP() as q:
-        return (int(q.qom_get(PF_QOM, "gt-jobs")),
-                int(q.qom_get(PF_QOM, "gt-cmds")))
+        return (int(q.qom_get(PF_QOM, "x-gt-jobs")),
+                int(q.qom_get(PF_QOM, "x-gt-cmds")))
 
 
 class Truth:
-    """sysfs jobs_completed and the device's gt-jobs/gt-cmds around a workload."""
+    """sysfs jobs_completed and the device's x-gt-jobs/x-gt-cmds around a workload."""
 
     def __init__(self, pci: Path) -> None:
         self.pci = pci
@@ -160,7 +161,6 @@ def test_snoop_cli_json_accounts_for_every_job(pf_accel: Path, pf_pci: Path) -> 
     truth.check(NJOBS, 2)
 
 
-@pytest.mark.timing
 def test_record_accounts_for_every_job(tmp_path: Path, pf_accel: Path, pf_pci: Path) -> None:
     out = tmp_path / "rec"
     p, err = _start_tool(["record", "-o", str(out), "--duration", "300"])
@@ -178,8 +178,12 @@ def test_record_accounts_for_every_job(tmp_path: Path, pf_accel: Path, pf_pci: P
     _check_one_event_per_fact(mine)
     dt = cap.read("device_trace")
     dmine = dt[(dt["tag"] >> 16) == 0x5A5A]
-    assert len(dmine) == 2 * NJOBS  # one record per command
-    assert int(cap.read("drops")["count"].sum()) == 0
+    drops = cap.read("drops")
+    dev_drops = int(drops["count"][drops["source"] == DropSource.DEVICE_TRACE].sum())
+    # one record per command, or a counted drop; no drop at all unless the guest is slow
+    assert len(dmine) + dev_drops >= 2 * NJOBS and len(dmine) <= 2 * NJOBS, (len(dmine),
+                                                                            dev_drops)
+    timing.check(int(drops["count"].sum()) == 0, f"drops {drops}")
     truth.check(NJOBS, 2)
 
 

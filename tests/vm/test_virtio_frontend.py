@@ -103,9 +103,9 @@ def test_node_kind_and_negotiated_features(pf_accel):
     with Context(v) as ctx:
         assert ctx.param(U.PARAM_FUNC_KIND) == U.FUNC_KIND_VIRTIO
         assert ctx.param(U.PARAM_FUNC) == 5  # TACC_FN_VIRTIO
-        assert ctx.api_version == U.DRM_TACC_API_VERSION == 3
+        assert ctx.api_version == U.DRM_TACC_API_VERSION == 4
         assert ctx.num_queues == 4 and ctx.devmem_size == WINDOW  # F_DEVMEM negotiated
-        # what taccd's discovery asks (userspace/tacc/daemon/devices.py) is answered
+        # what taccd's discovery asks (userspace/tacc/devices.py) is answered
         assert ctx.param(U.PARAM_CLOCK_HZ) == 1_000_000_000  # TACC_CLOCK_HZ
         assert ctx.param(U.PARAM_TRACE_MMAP_OFFSET) == U.MMAP_TRACE
         # a parameter the virtio function does not provide: EOPNOTSUPP, not a made-up 0
@@ -275,7 +275,7 @@ def test_tacc_run_mlp_on_virtio(capsys: pytest.CaptureFixture[str]) -> None:
     """``tacc run mlp -d <virtio PCI> --json``, checked against numpy: the subcommand's
     parser and code in process (the dispatcher's import of every subcommand, or a second
     interpreter, costs seconds of guest time)."""
-    from tacc import cli_run
+    from tacc.cli import run as cli_run
 
     v = _virtio()
     parser = argparse.ArgumentParser(prog="tacc")
@@ -535,10 +535,10 @@ def test_zz_unbind_with_jobs_in_flight_fails_their_fences():
     """Unbinding tacc-virtio resets the device: queued jobs' fences fail with -ENODEV
     (a WAIT blocked on one returns), the open file gets -ENODEV, nothing oopses, and a
     rebind brings a working node back.  The job is held in flight by the PF's
-    fi-hang-engine on the H2D engine (shared with the virtio function): 96 GEMMs were
+    x-fi-hang-engine on the H2D engine (shared with the virtio function): 96 GEMMs were
     meant to outlast the unbind, but finished first on the debug kernel (session 6) and,
     with the backend's 2 MiB leaves, on Debian's (session 7: status 0)."""
-    from tacc.testing.guest_qmp import PF_QOM, GuestQMP
+    from tacc.guest_qmp import PF_QOM, GuestQMP
 
     v = _virtio()
     name = _vdev_dir(v).name
@@ -547,7 +547,7 @@ def test_zz_unbind_with_jobs_in_flight_fails_their_fences():
     dst = ctx.device_buffer((4096,), dtype=np.uint8)
     s = ctx.default_stream
     with GuestQMP() as q:
-        q.qom_set(PF_QOM, "fi-hang-engine", 0)  # TACC_ENGINE_DMA_H2D stops completing
+        q.qom_set(PF_QOM, "x-fi-hang-engine", 0)  # TACC_ENGINE_DMA_H2D stops completing
     try:
         s.copy_h2d(dst, src)
         last = s.last_seqno
@@ -559,7 +559,7 @@ def test_zz_unbind_with_jobs_in_flight_fails_their_fences():
         t = threading.Thread(target=waiter)
         t.start()
         time.sleep(0.2)
-        assert t.is_alive(), f"the copy completed under fi-hang-engine: {got}"
+        assert t.is_alive(), f"the copy completed under x-fi-hang-engine: {got}"
         (VIRTIO_DRV / "unbind").write_text(name)
         try:
             t.join(60)
@@ -573,7 +573,7 @@ def test_zz_unbind_with_jobs_in_flight_fails_their_fences():
             (VIRTIO_DRV / "bind").write_text(name)
     finally:
         with GuestQMP() as q:
-            q.qom_set(PF_QOM, "fi-hang-engine", -1)
+            q.qom_set(PF_QOM, "x-fi-hang-engine", -1)
     deadline = time.monotonic() + 20
     while not [d for d in devices() if d.virtio] and time.monotonic() < deadline:
         time.sleep(0.1)

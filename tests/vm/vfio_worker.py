@@ -16,9 +16,9 @@ import sys
 import time
 
 import numpy as np
-from tacc.testing.taccdev import d_copy
+from tacc import hw
+from tacc.hw.records import d_copy
 from tacc.vfio.driver import DEVMEM_VA, TaccVfio
-from tacc.vfio.hw import HW
 
 ATTACK_VA = 0x7F000_0000
 SCAN_CHUNK = 1 << 20
@@ -30,8 +30,8 @@ def main(bdf: str, mode: str, arg: str = "") -> int:
             phys = int(arg, 0)
             t.map_va(ATTACK_VA, phys, 4096)
             t.tlb_invalidate()
-            w = t.run([d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA, ATTACK_VA, 4096)])
-            r = t.run([d_copy(HW.TACC_OP_COPY_H2D, ATTACK_VA, DEVMEM_VA, 4096)])
+            w = t.run([d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, ATTACK_VA, 4096)])
+            r = t.run([d_copy(hw.TACC_OP_COPY_H2D, ATTACK_VA, DEVMEM_VA, 4096)])
             ok = t.run([t.nop()])
             addr, info = t.fault()
             print(json.dumps({"write": w.status, "read": r.status, "after": ok.status,

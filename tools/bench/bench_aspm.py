@@ -28,7 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "userspace"))
 
-from tacc.testing.taccdev import DEVMEM_VA, HW, Tacc, d_copy  # noqa: E402
+from tacc import hw
+from tacc.hw.records import d_copy
+from tacc.testing.taccdev import DEVMEM_VA, Tacc  # noqa: E402
 
 LNKCTL, DEVCTL2, LTR_EN = 0x10, 0x28, 0x400
 L1SS_ID, L1SS_CAP, L1SS_CTL1, L1SS_CTL2 = 0x1E, 0x04, 0x08, 0x0C
@@ -83,12 +85,12 @@ def set_aspm(d: Tacc, bits: int) -> None:
 
 
 def lpm(pf) -> dict[str, int]:
-    return {n.lower(): pf.r64(getattr(HW, "TACC_REG_LINKPM_" + n)) for n in NAMES}
+    return {n.lower(): pf.r64(getattr(hw, "TACC_REG_LINKPM_" + n)) for n in NAMES}
 
 
 def copy_at(d: Tacc, pf, src: int, n: int, count: int = 1) -> tuple[int, object]:
     """Submit a job of ``count`` COPY_H2D of ``n`` bytes now: (doorbell time, CQE)."""
-    _, ds = pf.job_of(0, [d_copy(HW.TACC_OP_COPY_H2D, src, DEVMEM_VA, n)] * count)
+    _, ds = pf.job_of(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA, n)] * count)
     t0 = d.qt.clock()
     pf.submit(0, ds)
     step, cqs = max(200, n * count // 32000), []  # ~1/10 of the copy's time per step
@@ -96,7 +98,7 @@ def copy_at(d: Tacc, pf, src: int, n: int, count: int = 1) -> tuple[int, object]
         d.qt.clock_step(step)
         cqs = pf.cqes(0)
     (cq,) = cqs
-    assert cq.status == HW.TACC_ST_OK
+    assert cq.status == hw.TACC_ST_OK
     return t0, cq
 
 

@@ -28,7 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "userspace"))
 
-from tacc.testing.taccdev import DEVMEM_VA, HW, LinkModel, Tacc, d_copy  # noqa: E402
+from tacc import hw
+from tacc.hw.records import d_copy
+from tacc.testing.taccdev import DEVMEM_VA, LinkModel, Tacc  # noqa: E402
 
 
 def parse_size(s: str) -> int:
@@ -84,7 +86,7 @@ def run(props: str, max_size: int, min_size: int = 64, dirs=(True, False)) -> di
         n = min_size
         while n <= max_size:
             for h2d in dirs:
-                op = HW.TACC_OP_COPY_H2D if h2d else HW.TACC_OP_COPY_D2H
+                op = hw.TACC_OP_COPY_H2D if h2d else hw.TACC_OP_COPY_D2H
                 src, dst = (host, DEVMEM_VA) if h2d else (DEVMEM_VA, host)
                 pf.run_job(0, [d_copy(op, src, dst, n)])  # warm the TLB
                 c0 = pf.counters()

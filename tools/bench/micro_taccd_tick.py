@@ -19,10 +19,10 @@ sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else
                 str(Path(__file__).resolve().parents[2] / "userspace"))
 import numpy as np  # noqa: E402
 from tacc.capture.schema import TRACE_REC_DTYPE  # noqa: E402
-from tacc.daemon import uapi  # noqa: E402
-from tacc.daemon.devices import discover  # noqa: E402
 from tacc.daemon.devring import RingView  # noqa: E402
 from tacc.daemon.session import CaptureSession, Options  # noqa: E402
+from tacc.devices import discover  # noqa: E402
+from tacc.runtime import uapi  # noqa: E402
 
 fns = [f for f in discover() if f.accel]
 tmp = Path(tempfile.mkdtemp())
@@ -58,8 +58,8 @@ for f in (tick, dev, cnt, api):
     print(f"{f.__name__:6s} {min(ts) / N * 1e6:8.1f} us")
 s.close()
 # device trace ring drain, a fake 4096-entry ring: 100 records per drain
-hdr = uapi.TraceHeader()
-hdr.version = uapi.DRM_TACC_TRACE_HDR_VERSION
+hdr = uapi.drm_tacc_trace_header()
+hdr.version = uapi.TRACE_HDR_VERSION
 hdr.rec_size, hdr.entries, hdr.data_offset = 64, 4096, 4096
 buf = bytearray(4096 + 4096 * 64)
 buf[:ctypes.sizeof(hdr)] = bytes(hdr)

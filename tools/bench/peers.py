@@ -242,7 +242,7 @@ class Bpftrace(Tool):
         self.node = node
 
     def start(self) -> None:
-        from tacc.daemon import uapi
+        from tacc.runtime import uapi
 
         script = self.tmp / "tacc-record.bt"
         if not script.exists():

@@ -48,12 +48,12 @@ from tacc.bpftrace.events import EV_DTYPE, HOST_BASE, to_driver, to_host  # noqa
 from tacc.bpftrace.ringbuf import RingReader, stride_of  # noqa: E402
 from tacc.capture import CaptureWriter  # noqa: E402
 from tacc.capture.schema import TRACE_REC_DTYPE, DriverKind, HostKind  # noqa: E402
-from tacc.daemon import uapi  # noqa: E402
 from tacc.daemon.devring import RingView  # noqa: E402
+from tacc.runtime import uapi  # noqa: E402
 
 NOP_CHILD = """
 import os, sys, time
-from tacc.daemon import uapi
+from tacc.runtime import uapi
 node, seconds = sys.argv[1], float(sys.argv[2])
 fd = uapi.open_node(node)
 uapi.submit_nops(fd, 8)
@@ -147,8 +147,8 @@ def _instrument(st: Stages, d: Any) -> None:
 
 # -------------------------------------------------------------------------- vm ---
 def vm(args: argparse.Namespace) -> dict[str, Any]:
-    from tacc.daemon.devices import discover
     from tacc.daemon.main import Daemon
+    from tacc.devices import discover
 
     if os.geteuid() != 0:
         raise SystemExit("prof_capture: vm mode must run as root inside the VM")
@@ -354,7 +354,7 @@ def host(args: argparse.Namespace) -> dict[str, Any]:
     state = {"prod": 0}
 
     def hdr(prod_: int) -> None:
-        h = uapi.TraceHeader(version=1, rec_size=64, entries=ents, rec_version=1,
+        h = uapi.drm_tacc_trace_header(version=1, rec_size=64, entries=ents, rec_version=1,
                              data_offset=4096, prod=prod_, dropped=0, epoch=1)
         buf[:ctypes.sizeof(h)] = bytes(h)
 

@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers  # noqa: E402
 from benchstats import median_ci, ratio_ci  # noqa: E402
-from tacc.daemon.devices import discover  # noqa: E402
+from tacc.devices import discover  # noqa: E402
 from vm_stages import prog_stats  # noqa: E402  (bpftool run-time stats)
 from vm_tracing import MlpWork, Taccd, cpu_s  # noqa: E402
 

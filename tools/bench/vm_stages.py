@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "userspace"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchstats import median_ci, ratio_ci  # noqa: E402
-from tacc.daemon.devices import discover  # noqa: E402
+from tacc.devices import discover  # noqa: E402
 from vm_tracing import measure  # noqa: E402  (the same NOP flood)
 
 MODES = ("nothing", "driver", "driver+sched", "doorbell", "submit-kprobe")

@@ -143,7 +143,7 @@ def main() -> int:
     before = (pf / "sriov_numvfs").read_text().strip()
     saved = {f: (pf / "sriov_policy" / f).read_text().strip() for f in ("vf1_weight",
                                                                        "vf2_weight")}
-    from tacc.testing.guest_qmp import device_time_scale
+    from tacc.guest_qmp import device_time_scale
 
     rows = []
     try:

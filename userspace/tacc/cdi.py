@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tacc.daemon.devices import DeviceError, TaccFunction, discover, parse_pci
+from tacc.devices import TaccFunction, discover, parse_pci
+from tacc.errors import DeviceError, TaccError
 
 VENDOR = "tacc.dev"
 ACCEL_KIND = f"{VENDOR}/accel"
@@ -42,7 +43,7 @@ MAX_VERSION = "0.5.0"
 _NAME_INNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 
 
-class CdiError(Exception):
+class CdiError(TaccError):
     """A request the specs cannot satisfy (unknown function, bad name): one line."""
 
 
@@ -65,7 +66,7 @@ def _group(fn: TaccFunction) -> str | None:
 
 def functions(sysroot: str = "/") -> list[Function]:
     """Every tacc function in sysfs: PFs, VFs, then virtio-tacc functions
-    (tacc.daemon.devices.discover)."""
+    (tacc.devices.discover)."""
     return [Function(f.pci, f.kind, f.accel, _group(f))
             for f in discover(sysroot)]
 

@@ -11,7 +11,9 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu/osdep.h"
+#include <math.h>
 #include "qemu/log.h"
+#include "qemu/cutils.h"
 #include "tacc.h"
 #include "trace.h"
 
@@ -28,10 +30,41 @@ enum tacc_engine_class tacc_op_class(uint8_t opcode)
         return TACC_CLASS_D2H;
     case TACC_OP_GEMM:
     case TACC_OP_ELTWISE:
+    case TACC_OP_SOFTMAX:
+    case TACC_OP_NORM:
+    case TACC_OP_GATHER:
         return TACC_CLASS_COMPUTE;
     default:
-        return TACC_CLASS_LOCAL;       /* incl. bad opcodes: fail fast */
+        return TACC_CLASS_LOCAL;       /* incl. bad opcodes, LIST: fail fast */
     }
+}
+
+/* Does a descriptor use hw 1.3 (docs/hardware.md section 14)? */
+bool tacc_desc_hw13(const struct tacc_desc *d)
+{
+    size_t from;
+
+    switch (d->opcode) {
+    case TACC_OP_GEMM:
+        from = offsetof(struct tacc_desc, gemm.dtype_ab);
+        break;
+    case TACC_OP_ELTWISE:
+        if (d->eltwise.op >= TACC_ELT_GELU) {
+            return true;
+        }
+        from = offsetof(struct tacc_desc, eltwise.dtype_a);
+        break;
+    default:
+        return d->opcode >= TACC_OP_SOFTMAX && d->opcode < TACC_OP_MAX;
+    }
+    from -= offsetof(struct tacc_desc, payload);
+    return !buffer_is_zero(d->payload + from, sizeof(d->payload) - from);
+}
+
+/* A command that fails before running (a refused listed command) is local. */
+enum tacc_engine_class tacc_cmd_class(const TaccCmd *c)
+{
+    return c->preset ? TACC_CLASS_LOCAL : tacc_op_class(c->d.opcode);
 }
 
 /* Data DMA of a command: honours the fail-next-DMA fault injection. */
@@ -152,6 +185,15 @@ static uint16_t tacc_va_rw(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
         *done += n;
     }
     return TACC_ST_OK;
+}
+
+/* Read @len bytes at @va of @c's context, host or device memory. */
+uint16_t tacc_exec_read(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
+                        void *buf, uint64_t len, TaccResult *res)
+{
+    uint64_t done;
+
+    return tacc_va_rw(f, q, c, va, buf, len, false, KIND_ANY, res, &done);
 }
 
 /* Translate [va, va+len) for a devmem write without moving data. */
@@ -402,32 +444,12 @@ static float tacc_f32(uint32_t bits)
 }
 
 /* Pure math, no device state: runs on the main loop or a worker thread. */
-static void tacc_gemm_compute(TaccGemmJob *j)
-{
-    double *acc = j->acc;
-
-    for (uint64_t i = 0; i < j->m && !qatomic_read(&j->cancel); i++) {
-        memset(acc, 0, j->n * sizeof(double));
-        for (uint64_t p = 0; p < j->k; p++) {
-            double a = j->A[i * j->lda + p];
-            const float *brow = &j->B[p * j->ldb];
-            for (uint64_t x = 0; x < j->n; x++) {
-                acc[x] += a * brow[x];
-            }
-        }
-        for (uint64_t x = 0; x < j->n; x++) {
-            float prev = j->beta != 0.0f ? j->C[i * j->ldc + x] : 0.0f;
-            j->C[i * j->ldc + x] = (float)(j->alpha * acc[x]) + j->beta * prev;
-        }
-    }
-}
-
 static void *tacc_gemm_thread(void *opaque)
 {
     TaccGemmJob *j = opaque;
     QEMUBH *bh = j->bh;     /* lives until every worker is joined */
 
-    tacc_gemm_compute(j);
+    tacc_ops_gemm(j);
     qatomic_store_release(&j->done, true);  /* j may be freed from here on */
     qemu_bh_schedule(bh);
     return NULL;
@@ -438,14 +460,14 @@ static void tacc_gemm_free_bufs(TaccGemmJob *j)
     g_free(j->A);
     g_free(j->B);
     g_free(j->C);
-    g_free(j->acc);
+    g_free(j->bias);
     g_free(j);
 }
 
 /*
  * Drop a GEMM (reset, abort, unplug).  A worker still computing is never
  * joined here (that would hold the BQL for as long as the GEMM takes): it is
- * told to stop at its next row and parked on s->orphans; tacc_gemm_reap()
+ * told to stop at its next batch and parked on s->orphans; tacc_gemm_reap()
  * joins it once it has finished (then joining is immediate).
  */
 void tacc_gemm_job_free(TaccState *s, TaccGemmJob *j)
@@ -477,32 +499,119 @@ void tacc_gemm_reap(TaccState *s, bool wait)
             continue;
         }
         *pp = j->next;
-        qemu_thread_join(&j->thread);   /* cancelled: at most one row left */
+        qemu_thread_join(&j->thread);   /* cancelled: at most one batch left */
         tacc_gemm_free_bufs(j);
     }
+}
+
+static bool tacc_aligned(uint64_t a, unsigned dt)
+{
+    return !(a & (tacc_dtype_size(dt) - 1));
+}
+
+static bool tacc_dt_float(unsigned dt)
+{
+    return dt == TACC_DT_FP32 || dt == TACC_DT_BF16;
+}
+
+/* Bytes from the first to the last element of @rows rows of @cols, ld @ld. */
+static uint64_t tacc_rows_extent(uint64_t rows, uint64_t cols, uint64_t ld,
+                                 unsigned dt)
+{
+    return ((rows - 1) * ld + cols) * tacc_dtype_size(dt);
+}
+
+/*
+ * Read @rows rows of @cols elements of @dt (@ld elements apart) at @va into
+ * packed fp32 @dst: only the elements move (and count as device-memory
+ * bytes), not the padding between rows.
+ */
+static uint16_t tacc_rows_rd(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
+                             uint64_t rows, uint64_t cols, uint64_t ld,
+                             unsigned dt, float *dst, TaccResult *res)
+{
+    size_t es = tacc_dtype_size(dt);
+    uint64_t done;
+
+    for (uint64_t r = 0; r < rows; r++) {
+        float *row = dst + r * cols;
+        /* bf16: read into the row's upper half, widen forward in place */
+        uint8_t *raw = (uint8_t *)row + cols * (4 - es);
+        uint16_t st = tacc_va_rw(f, q, c, va + r * ld * es, raw, cols * es,
+                                 false, KIND_DEVMEM, res, &done);
+        if (st) {
+            return st;
+        }
+        tacc_widen(raw, dt, row, cols);
+    }
+    return TACC_ST_OK;
+}
+
+/* Write packed fp32 @src as @rows rows of @dt at @va (narrowed per row). */
+static uint16_t tacc_rows_wr(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
+                             uint64_t rows, uint64_t cols, uint64_t ld,
+                             unsigned dt, const float *src, TaccResult *res)
+{
+    size_t es = tacc_dtype_size(dt);
+    g_autofree uint8_t *raw = g_malloc(cols * es);
+    uint64_t done;
+
+    for (uint64_t r = 0; r < rows; r++) {
+        uint16_t st;
+
+        tacc_narrow(src + r * cols, dt, raw, cols);
+        st = tacc_va_rw(f, q, c, va + r * ld * es, raw, cols * es, true,
+                        KIND_DEVMEM, res, &done);
+        if (st) {
+            return st;
+        }
+    }
+    return TACC_ST_OK;
+}
+
+/* Translate (and permission-check) the rows a command will write. */
+static uint16_t tacc_rows_probe(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
+                                uint64_t rows, uint64_t cols, uint64_t ld,
+                                unsigned dt, TaccResult *res)
+{
+    size_t es = tacc_dtype_size(dt);
+
+    for (uint64_t r = 0; r < rows; r++) {
+        uint16_t st = tacc_va_probe(f, q, c, va + r * ld * es, cols * es, res);
+        if (st) {
+            return st;
+        }
+    }
+    return TACC_ST_OK;
+}
+
+static void *tacc_try_floats(uint64_t n)
+{
+    return n > SIZE_MAX / 4 ? NULL : g_try_malloc(MAX(n, 1) * 4);
 }
 
 /* Write C back (at the command's modelled completion). */
 uint16_t tacc_gemm_finish(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
 {
     TaccGemmJob *j = res->gemm;
-    uint64_t done, wr0 = res->devmem_wr;
+    uint64_t wr0 = res->devmem_wr;
     uint32_t hits0 = res->tlb_hits, misses0 = res->tlb_misses;
     uint32_t walks0 = res->walk_reads;
+    size_t es = tacc_dtype_size(c->d.gemm.dtype_c);
     uint16_t st = TACC_ST_OK;
 
     if (j->threaded) {
         qemu_thread_join(&j->thread);       /* waits only if the host is slower */
         j->threaded = false;
     }
-    res->devmem_wr = 0;
-    for (uint64_t i = 0; i < j->m && st == TACC_ST_OK; i++) {
-        st = tacc_va_rw(f, q, c, c->d.gemm.c + i * j->ldc * 4, &j->C[i * j->ldc],
-                        j->n * 4, true, KIND_DEVMEM, res, &done);
+    for (uint64_t i = 0; i < j->batch && st == TACC_ST_OK; i++) {
+        st = tacc_rows_wr(f, q, c, c->d.gemm.c + i * c->d.gemm.stride_c * es,
+                          j->m, j->n, c->d.gemm.ldc, c->d.gemm.dtype_c,
+                          j->C + i * j->m * j->n, res);
     }
     /*
      * Already counted (and timed) at dispatch: the bytes, and the translation
-     * of every row of C (tacc_va_probe).  The write-back reuses those
+     * of every row of C (tacc_rows_probe).  The write-back reuses those
      * translations; walks it repeats after the TLB evicted them are neither
      * timed nor counted, so the command's tlb_* figures are the ones its time
      * paid for (docs/hardware.md section 9).
@@ -516,94 +625,392 @@ uint16_t tacc_gemm_finish(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     return st;
 }
 
+/* The descriptor checks of a GEMM (docs/hardware.md sections 3 and 14). */
+static uint16_t tacc_gemm_check(const struct tacc_desc *d, uint64_t wsize)
+{
+    uint64_t m = d->gemm.m, n = d->gemm.n, k = d->gemm.k;
+    uint64_t batch = d->gemm.batch ? d->gemm.batch : 1;
+    bool ta = d->gemm.gflags & TACC_GEMM_F_TRANS_A;
+    bool tb = d->gemm.gflags & TACC_GEMM_F_TRANS_B;
+    bool bias = d->gemm.gflags & TACC_GEMM_F_BIAS;
+    unsigned sab = d->gemm.dtype_ab, sc = d->gemm.dtype_c;
+    uint64_t ext_a, ext_b, ext_c;
+
+    if (!tacc_dt_float(sab) || !tacc_dt_float(sc) ||
+        (d->gemm.gflags & ~TACC_GEMM_F_ALL) || d->gemm.rsvd ||
+        d->gemm.rsvd2 || (!bias && d->gemm.bias)) {
+        return TACC_ST_BAD_OPCODE;
+    }
+    if (!m || !n || !k || m > TACC_GEMM_MAX_DIM || n > TACC_GEMM_MAX_DIM ||
+        k > TACC_GEMM_MAX_DIM || batch > TACC_GEMM_MAX_BATCH ||
+        batch * m * n * k > TACC_GEMM_MAX_MNK ||
+        d->gemm.lda < (ta ? m : k) || d->gemm.ldb < (tb ? k : n) ||
+        d->gemm.ldc < n || d->gemm.lda > TACC_GEMM_MAX_LD ||
+        d->gemm.ldb > TACC_GEMM_MAX_LD || d->gemm.ldc > TACC_GEMM_MAX_LD ||
+        (batch > 1 && !d->gemm.stride_c)) {
+        return TACC_ST_BAD_LENGTH;
+    }
+    if (!tacc_aligned(d->gemm.a, sab) || !tacc_aligned(d->gemm.b, sab) ||
+        !tacc_aligned(d->gemm.c, sc) || !tacc_aligned(d->gemm.bias, sc)) {
+        return TACC_ST_BAD_ALIGN;
+    }
+    if (batch > 1 && (d->gemm.stride_a > wsize || d->gemm.stride_b > wsize ||
+                      d->gemm.stride_c > wsize)) {
+        return TACC_ST_BAD_LENGTH;     /* batches cannot fit in the window */
+    }
+    ext_a = (batch - 1) * d->gemm.stride_a * tacc_dtype_size(sab) +
+            tacc_rows_extent(ta ? k : m, ta ? m : k, d->gemm.lda, sab);
+    ext_b = (batch - 1) * d->gemm.stride_b * tacc_dtype_size(sab) +
+            tacc_rows_extent(tb ? n : k, tb ? k : n, d->gemm.ldb, sab);
+    ext_c = (batch - 1) * d->gemm.stride_c * tacc_dtype_size(sc) +
+            tacc_rows_extent(m, n, d->gemm.ldc, sc);
+    if (ext_a > wsize || ext_b > wsize || ext_c > wsize ||
+        n * tacc_dtype_size(sc) > wsize) {
+        return TACC_ST_BAD_LENGTH;     /* cannot fit in device memory */
+    }
+    return TACC_ST_OK;
+}
+
 /*
- * GEMM: validate, translate and gather the operands at dispatch (so faults
- * and walks are timed), compute (a worker thread for big ones: host time is
- * kept apart from modelled time), scatter C at the modelled completion.
+ * GEMM: validate, gather the operands (widened to fp32) at dispatch so
+ * faults and walks are timed, compute through the BLAS (a worker thread for
+ * big ones: host time is kept apart from modelled time), scatter C at the
+ * modelled completion.
  */
 static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
 {
     TaccState *s = f->pf;
-    uint64_t m = c->d.gemm.m, n = c->d.gemm.n, k = c->d.gemm.k;
-    uint64_t lda = c->d.gemm.lda, ldb = c->d.gemm.ldb, ldc = c->d.gemm.ldc;
-    uint64_t la, lb, lc, done, wbase, wsize;
+    const struct tacc_desc *d = &c->d;
+    uint64_t m = d->gemm.m, n = d->gemm.n, k = d->gemm.k, wbase, wsize;
+    uint64_t batch = d->gemm.batch ? d->gemm.batch : 1;
+    unsigned sab = d->gemm.dtype_ab, sc = d->gemm.dtype_c;
+    size_t eab = tacc_dtype_size(sab), ec = tacc_dtype_size(sc);
+    bool shared_b = batch > 1 && !d->gemm.stride_b;
+    uint64_t ra, ca, rb, cb, nb;
+    float beta;
     TaccGemmJob *j;
 
-    if (!m || !n || !k || m > TACC_GEMM_MAX_DIM || n > TACC_GEMM_MAX_DIM ||
-        k > TACC_GEMM_MAX_DIM || m * n * k > TACC_GEMM_MAX_MNK ||
-        lda < k || ldb < n || ldc < n || lda > TACC_GEMM_MAX_DIM * 16 ||
-        ldb > TACC_GEMM_MAX_DIM * 16 || ldc > TACC_GEMM_MAX_DIM * 16) {
-        res->status = TACC_ST_BAD_LENGTH;
-        return;
-    }
-    if (!tacc_f32_aligned(c->d.gemm.a) || !tacc_f32_aligned(c->d.gemm.b) ||
-        !tacc_f32_aligned(c->d.gemm.c)) {
-        res->status = TACC_ST_BAD_ALIGN;
-        return;
-    }
-    la = ((m - 1) * lda + k) * 4;
-    lb = ((k - 1) * ldb + n) * 4;
-    lc = ((m - 1) * ldc + n) * 4;
     tacc_window(f, &wbase, &wsize);
-    if (la > wsize || lb > wsize || lc > wsize) {
-        res->status = TACC_ST_BAD_LENGTH;     /* cannot fit in device memory */
+    res->status = tacc_gemm_check(d, wsize);
+    if (res->status) {
         return;
     }
     j = g_new0(TaccGemmJob, 1);
     j->m = m;
     j->n = n;
     j->k = k;
-    j->lda = lda;
-    j->ldb = ldb;
-    j->ldc = ldc;
-    j->alpha = tacc_f32(c->d.gemm.alpha);
-    j->beta = tacc_f32(c->d.gemm.beta);
+    j->batch = batch;
+    j->trans_a = d->gemm.gflags & TACC_GEMM_F_TRANS_A;
+    j->trans_b = d->gemm.gflags & TACC_GEMM_F_TRANS_B;
+    j->shared_b = shared_b;
+    ra = j->trans_a ? k : m;
+    ca = j->trans_a ? m : k;
+    rb = j->trans_b ? n : k;
+    cb = j->trans_b ? k : n;
+    j->lda = ca;
+    j->ldb = cb;
+    j->ldc = n;
+    j->alpha = tacc_f32(d->gemm.alpha);
+    j->beta = beta = tacc_f32(d->gemm.beta);
+    nb = shared_b ? 1 : batch;
     /* guest-sized host buffers: a refused allocation fails the command */
-    j->A = g_try_malloc(la);
-    j->B = g_try_malloc(lb);
-    j->C = g_try_malloc0(lc);
-    j->acc = g_try_new(double, n);
-    if (!j->A || !j->B || !j->C || !j->acc) {
-        qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: GEMM operands (%" PRIu64
-                      " bytes) do not fit in host memory\n", f->fn, q,
-                      la + lb + lc);
+    j->A = tacc_try_floats(batch * m * k);
+    j->B = tacc_try_floats(nb * k * n);
+    j->C = tacc_try_floats(batch * m * n);
+    if (d->gemm.gflags & TACC_GEMM_F_BIAS) {
+        j->bias = tacc_try_floats(n);
+    }
+    if (!j->A || !j->B || !j->C ||
+        ((d->gemm.gflags & TACC_GEMM_F_BIAS) && !j->bias)) {
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: GEMM operands (%"
+                      PRIu64 " elements) do not fit in host memory\n", f->fn, q,
+                      batch * (m * k + k * n + m * n));
         tacc_gemm_free_bufs(j);
         res->status = TACC_ST_BAD_LENGTH;
         return;
     }
-    res->status = tacc_va_rw(f, q, c, c->d.gemm.a, j->A, la, false, KIND_DEVMEM,
-                             res, &done);
-    if (!res->status) {
-        res->status = tacc_va_rw(f, q, c, c->d.gemm.b, j->B, lb, false,
-                                 KIND_DEVMEM, res, &done);
+    for (uint64_t i = 0; i < batch && !res->status; i++) {
+        res->status = tacc_rows_rd(f, q, c, d->gemm.a + i * d->gemm.stride_a * eab,
+                                   ra, ca, d->gemm.lda, sab, j->A + i * m * k,
+                                   res);
     }
-    if (!res->status && j->beta != 0.0f) {
-        res->status = tacc_va_rw(f, q, c, c->d.gemm.c, j->C, lc, false,
-                                 KIND_DEVMEM, res, &done);
+    for (uint64_t i = 0; i < nb && !res->status; i++) {
+        res->status = tacc_rows_rd(f, q, c, d->gemm.b + i * d->gemm.stride_b * eab,
+                                   rb, cb, d->gemm.ldb, sab, j->B + i * k * n,
+                                   res);
+    }
+    for (uint64_t i = 0; i < batch && !res->status; i++) {
+        if (beta != 0.0f) {
+            res->status = tacc_rows_rd(f, q, c,
+                                       d->gemm.c + i * d->gemm.stride_c * ec,
+                                       m, n, d->gemm.ldc, sc, j->C + i * m * n,
+                                       res);
+        } else {
+            memset(j->C + i * m * n, 0, m * n * 4);
+        }
+    }
+    if (!res->status && j->bias) {
+        res->status = tacc_rows_rd(f, q, c, d->gemm.bias, 1, n, n, sc, j->bias,
+                                   res);
     }
     /* translate (and permission-check) every row of C now */
-    for (uint64_t i = 0; i < m && !res->status; i++) {
-        res->status = tacc_va_probe(f, q, c, c->d.gemm.c + i * ldc * 4, n * 4,
-                                    res);
+    for (uint64_t i = 0; i < batch && !res->status; i++) {
+        res->status = tacc_rows_probe(f, q, c,
+                                      d->gemm.c + i * d->gemm.stride_c * ec,
+                                      m, n, d->gemm.ldc, sc, res);
     }
     if (res->status) {
         tacc_gemm_job_free(s, j);
     } else {
-        res->flops = 2 * m * n * k;
-        res->devmem_wr = m * n * 4;
+        res->flops = 2 * batch * m * n * k + (j->bias ? batch * m * n : 0);
+        res->devmem_wr = batch * m * n * ec;
         res->gemm = j;
-        if (m * n * k >= TACC_GEMM_THREAD_MNK) {
+        if (batch * m * n * k >= TACC_GEMM_THREAD_MNK) {
             j->threaded = true;
             j->bh = s->host_bh;
             qemu_thread_create(&j->thread, "tacc-gemm", tacc_gemm_thread, j,
                                QEMU_THREAD_JOINABLE);
         } else {
-            tacc_gemm_compute(j);
+            tacc_ops_gemm(j);
         }
     }
+    res->bf16 = sab == TACC_DT_BF16;
     res->bytes = res->devmem_rd + res->devmem_wr;
-    res->pre_ps += tacc_compute_ps(s, res->flops,
-                                   res->devmem_rd + res->devmem_wr);
+    res->ideal_ps = tacc_roofline_ps(s, res->flops, res->bytes, res->bf16);
+    res->pre_ps += res->ideal_ps;
+}
+
+/* ---------------------------------------- hw 1.3 row operations ---- */
+
+/* Are the hw 1.3 fields of an ELTWISE in use? (else the hw 1.2 path) */
+static bool tacc_elt_v3(const struct tacc_desc *d)
+{
+    return d->eltwise.op >= TACC_ELT_GELU || d->eltwise.dtype_a ||
+           d->eltwise.dtype_c || d->eltwise.eflags || d->eltwise.rsvd ||
+           d->eltwise.cols;
+}
+
+/* ELTWISE with dtypes, the ops 4..7 and row broadcast: at dispatch. */
+static void tacc_exec_elt3(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+{
+    const struct tacc_desc *d = &c->d;
+    unsigned op = d->eltwise.op, da = d->eltwise.dtype_a;
+    unsigned dc = d->eltwise.dtype_c;
+    bool two = op == TACC_ELT_ADD || op == TACC_ELT_MUL;
+    bool bcast = d->eltwise.eflags & TACC_ELT_F_ROW_BCAST;
+    uint64_t n = d->eltwise.n, cols = d->eltwise.cols, nb, wbase, wsize;
+    g_autofree float *a = NULL;
+    g_autofree float *b = NULL;
+
+    tacc_window(f, &wbase, &wsize);
+    if (op >= TACC_ELT_MAX || !tacc_dt_float(da) || !tacc_dt_float(dc) ||
+        (d->eltwise.eflags & ~TACC_ELT_F_ALL) || d->eltwise.rsvd ||
+        (bcast && !two) || (!bcast && cols) || (!two && d->eltwise.b)) {
+        res->status = TACC_ST_BAD_OPCODE;
+        return;
+    }
+    nb = bcast ? cols : n;
+    if (!n || n > TACC_ELT_MAX_N || n * 4 > wsize ||
+        (bcast && (!cols || n % cols))) {
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
+    if (!tacc_aligned(d->eltwise.a, da) || !tacc_aligned(d->eltwise.c, dc) ||
+        (two && !tacc_aligned(d->eltwise.b, da))) {
+        res->status = TACC_ST_BAD_ALIGN;
+        return;
+    }
+    a = tacc_try_floats(n);
+    b = two ? tacc_try_floats(nb) : NULL;
+    if (!a || (two && !b)) {
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: eltwise operands "
+                      "do not fit in host memory\n", f->fn, q);
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
+    res->status = tacc_rows_rd(f, q, c, d->eltwise.a, 1, n, n, da, a, res);
+    if (!res->status && two) {
+        res->status = tacc_rows_rd(f, q, c, d->eltwise.b, 1, nb, nb, da, b, res);
+    }
+    if (!res->status) {
+        tacc_ops_eltwise(op, a, b, bcast ? cols : 0, n,
+                         tacc_f32(d->eltwise.scalar));
+        res->flops = n * tacc_elt_flops_per(op);
+        res->status = tacc_rows_wr(f, q, c, d->eltwise.c, 1, n, n, dc, a, res);
+    }
+    res->bf16 = da == TACC_DT_BF16;
+}
+
+/* SOFTMAX and NORM: rows x cols, ldx/ldy, packed in the host. */
+static bool tacc_rows_shape_ok(uint64_t rows, uint64_t cols, uint64_t ldx,
+                               uint64_t ldy)
+{
+    return rows && cols && cols <= TACC_ROW_MAX_COLS &&
+           rows * cols <= TACC_ROW_MAX_N && ldx >= cols && ldy >= cols &&
+           ldx <= TACC_ROW_MAX_COLS && ldy <= TACC_ROW_MAX_COLS;
+}
+
+static void tacc_exec_softmax(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+{
+    const struct tacc_desc *d = &c->d;
+    uint64_t rows = d->softmax.rows, cols = d->softmax.cols, wbase, wsize;
+    unsigned dx = d->softmax.dtype_x, dy = d->softmax.dtype_y;
+    g_autofree float *x = NULL;
+
+    tacc_window(f, &wbase, &wsize);
+    if (!tacc_dt_float(dx) || !tacc_dt_float(dy) ||
+        (d->softmax.sflags & ~TACC_SOFTMAX_F_ALL) || d->softmax.rsvd ||
+        (!(d->softmax.sflags & TACC_SOFTMAX_F_CAUSAL) &&
+         (d->softmax.pos || d->softmax.period))) {
+        res->status = TACC_ST_BAD_OPCODE;
+        return;
+    }
+    if (!tacc_rows_shape_ok(rows, cols, d->softmax.ldx, d->softmax.ldy) ||
+        tacc_rows_extent(rows, cols, d->softmax.ldx, dx) > wsize ||
+        tacc_rows_extent(rows, cols, d->softmax.ldy, dy) > wsize) {
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
+    if (!tacc_aligned(d->softmax.x, dx) || !tacc_aligned(d->softmax.y, dy)) {
+        res->status = TACC_ST_BAD_ALIGN;
+        return;
+    }
+    x = tacc_try_floats(rows * cols);
+    if (!x) {
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
+    res->status = tacc_rows_rd(f, q, c, d->softmax.x, rows, cols,
+                               d->softmax.ldx, dx, x, res);
+    if (!res->status) {
+        tacc_ops_softmax(x, rows, cols, tacc_f32(d->softmax.scale),
+                         d->softmax.sflags & TACC_SOFTMAX_F_CAUSAL,
+                         d->softmax.pos, d->softmax.period);
+        res->flops = 5 * rows * cols;
+        res->status = tacc_rows_wr(f, q, c, d->softmax.y, rows, cols,
+                                   d->softmax.ldy, dy, x, res);
+    }
+    res->bf16 = dx == TACC_DT_BF16;
+}
+
+static void tacc_exec_norm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+{
+    const struct tacc_desc *d = &c->d;
+    uint64_t rows = d->norm.rows, cols = d->norm.cols, wbase, wsize;
+    unsigned dx = d->norm.dtype_x, dy = d->norm.dtype_y, dw = d->norm.dtype_w;
+    bool layer = d->norm.kind == TACC_NORM_LAYER;
+    float eps = tacc_f32(d->norm.eps);
+    g_autofree float *x = NULL;
+    g_autofree float *gb = NULL;
+
+    tacc_window(f, &wbase, &wsize);
+    if (!tacc_dt_float(dx) || !tacc_dt_float(dy) || !tacc_dt_float(dw) ||
+        d->norm.kind >= TACC_NORM_MAX || (!layer && d->norm.beta) ||
+        !(eps >= 0.0f) || isinf(eps)) {
+        res->status = TACC_ST_BAD_OPCODE;
+        return;
+    }
+    if (!tacc_rows_shape_ok(rows, cols, d->norm.ldx, d->norm.ldy) ||
+        tacc_rows_extent(rows, cols, d->norm.ldx, dx) > wsize ||
+        tacc_rows_extent(rows, cols, d->norm.ldy, dy) > wsize) {
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
+    if (!tacc_aligned(d->norm.x, dx) || !tacc_aligned(d->norm.y, dy) ||
+        !tacc_aligned(d->norm.gamma, dw) || !tacc_aligned(d->norm.beta, dw)) {
+        res->status = TACC_ST_BAD_ALIGN;
+        return;
+    }
+    x = tacc_try_floats(rows * cols);
+    gb = tacc_try_floats(2 * cols);
+    if (!x || !gb) {
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
+    res->status = tacc_rows_rd(f, q, c, d->norm.x, rows, cols, d->norm.ldx,
+                               dx, x, res);
+    if (!res->status) {
+        res->status = tacc_rows_rd(f, q, c, d->norm.gamma, 1, cols, cols, dw,
+                                   gb, res);
+    }
+    if (!res->status && layer) {
+        res->status = tacc_rows_rd(f, q, c, d->norm.beta, 1, cols, cols, dw,
+                                   gb + cols, res);
+    }
+    if (!res->status) {
+        tacc_ops_norm(x, rows, cols, d->norm.kind, gb, layer ? gb + cols : NULL,
+                      eps);
+        res->flops = (layer ? 8 : 4) * rows * cols;
+        res->status = tacc_rows_wr(f, q, c, d->norm.y, rows, cols, d->norm.ldy,
+                                   dy, x, res);
+    }
+    res->bf16 = dx == TACC_DT_BF16;
+}
+
+static void tacc_exec_gather(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
+{
+    const struct tacc_desc *d = &c->d;
+    uint64_t rows = d->gather.rows, cols = d->gather.cols, wbase, wsize, done;
+    uint64_t trows = d->gather.table_rows;
+    unsigned dt = d->gather.dtype;
+    size_t es = tacc_dtype_size(dt);
+    g_autofree uint8_t *idx = NULL;
+    g_autofree uint8_t *row = NULL;
+
+    tacc_window(f, &wbase, &wsize);
+    if (!tacc_dt_float(dt) || d->gather.rsvd[0] || d->gather.rsvd[1] ||
+        d->gather.rsvd[2]) {
+        res->status = TACC_ST_BAD_OPCODE;
+        return;
+    }
+    if (!tacc_rows_shape_ok(rows, cols, d->gather.ld_table, d->gather.ld_out) ||
+        !trows || tacc_rows_extent(trows, cols, d->gather.ld_table, dt) > wsize ||
+        tacc_rows_extent(rows, cols, d->gather.ld_out, dt) > wsize ||
+        rows * 4 > wsize) {
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
+    if (!tacc_aligned(d->gather.table, dt) || !tacc_aligned(d->gather.out, dt) ||
+        (d->gather.idx & 3)) {
+        res->status = TACC_ST_BAD_ALIGN;
+        return;
+    }
+    idx = g_try_malloc(rows * 4);
+    row = g_try_malloc(cols * es);
+    if (!idx || !row) {
+        res->status = TACC_ST_BAD_LENGTH;
+        return;
+    }
+    res->status = tacc_va_rw(f, q, c, d->gather.idx, idx, rows * 4, false,
+                             KIND_DEVMEM, res, &done);
+    for (uint64_t r = 0; r < rows && !res->status; r++) {
+        int32_t i = (int32_t)ldl_le_p(idx + 4 * r);
+        if (i < 0 || (uint64_t)i >= trows) {
+            res->status = TACC_ST_BAD_INDEX;
+        }
+    }
+    for (uint64_t r = 0; r < rows && !res->status; r++) {
+        uint64_t i = (uint32_t)ldl_le_p(idx + 4 * r);
+
+        res->status = tacc_va_rw(f, q, c,
+                                 d->gather.table + i * d->gather.ld_table * es,
+                                 row, cols * es, false, KIND_DEVMEM, res, &done);
+        if (!res->status) {
+            res->status = tacc_va_rw(f, q, c,
+                                     d->gather.out + r * d->gather.ld_out * es,
+                                     row, cols * es, true, KIND_DEVMEM, res,
+                                     &done);
+        }
+    }
+    res->bf16 = dt == TACC_DT_BF16;
+}
+
+/* Timing and bytes of the row operations (after their host work). */
+static void tacc_rowop_finish(TaccFunc *f, TaccResult *res)
+{
+    res->bytes = res->devmem_rd + res->devmem_wr;
+    res->ideal_ps = tacc_roofline_ps(f->pf, res->flops, res->bytes, false);
+    res->pre_ps += res->ideal_ps;
 }
 
 enum { ELT_READ_A, ELT_READ_B, ELT_COMPUTE, ELT_WRITE_C, ELT_DONE };
@@ -720,9 +1127,7 @@ static void tacc_exec_eltwise(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
 
 static void tacc_elt_finish(TaccFunc *f, TaccResult *res)
 {
-    res->bytes = res->devmem_rd + res->devmem_wr;
-    res->pre_ps += tacc_compute_ps(f->pf, res->flops,
-                                   res->devmem_rd + res->devmem_wr);
+    tacc_rowop_finish(f, res);
 }
 
 void tacc_exec_drop(TaccResult *res)
@@ -831,8 +1236,15 @@ void tacc_exec(TaccFunc *f, int q, TaccCmd *c, uint64_t start_ps,
 
     memset(res, 0, sizeof(*res));
     res->pre_ps = tacc_scale_ps(s, s->cmd_latency_ns * PS_PER_NS);
+    /* a listed command: its fetch from list memory (tacc-list.c) */
+    res->pre_ps += c->fetch_ps;
+    res->tlb_hits = c->fetch_hits;
+    res->tlb_misses = c->fetch_misses;
+    res->walk_reads = c->fetch_walks;
 
-    if (c->d.opcode >= TACC_OP_MAX) {
+    if (c->preset) {
+        res->status = c->preset;        /* refused listed command, LIST end */
+    } else if (c->d.opcode >= TACC_OP_MAX) {
         qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: bad opcode %u\n",
                       f->fn, q, c->d.opcode);
         res->status = TACC_ST_BAD_OPCODE;
@@ -850,7 +1262,24 @@ void tacc_exec(TaccFunc *f, int q, TaccCmd *c, uint64_t start_ps,
             tacc_exec_gemm(f, q, c, res);
             break;
         case TACC_OP_ELTWISE:
-            tacc_exec_eltwise(f, q, c, res);
+            if (tacc_elt_v3(&c->d)) {
+                tacc_exec_elt3(f, q, c, res);
+                tacc_rowop_finish(f, res);
+            } else {
+                tacc_exec_eltwise(f, q, c, res);
+            }
+            break;
+        case TACC_OP_SOFTMAX:
+            tacc_exec_softmax(f, q, c, res);
+            tacc_rowop_finish(f, res);
+            break;
+        case TACC_OP_NORM:
+            tacc_exec_norm(f, q, c, res);
+            tacc_rowop_finish(f, res);
+            break;
+        case TACC_OP_GATHER:
+            tacc_exec_gather(f, q, c, res);
+            tacc_rowop_finish(f, res);
             break;
         case TACC_OP_FENCE:
         case TACC_OP_TIMESTAMP:
@@ -859,7 +1288,8 @@ void tacc_exec(TaccFunc *f, int q, TaccCmd *c, uint64_t start_ps,
         case TACC_OP_FILL:
             tacc_exec_fill(f, q, c, res);
             break;
-        default:            /* NOP, BARRIER (its wait is in the scheduler) */
+        default:            /* NOP, BARRIER (its wait is in the scheduler),
+                             * LIST (its commands run from tacc-list.c) */
             break;
         }
     }

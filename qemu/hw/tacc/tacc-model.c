@@ -327,6 +327,20 @@ uint64_t tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova, uint64_t len)
  * memory time (a roofline):  max(flops / F, bytes / BW_devmem).
  *   flops * 1000 / gflops  ps,   bytes * 1000 / gbps  ps
  */
+/*
+ * The roofline of a compute command (docs/hardware.md section 14):
+ * max(flops / peak of its dtype, device-memory bytes / bandwidth), scaled.
+ */
+uint64_t tacc_roofline_ps(TaccState *s, uint64_t flops, uint64_t devmem_bytes,
+                          bool bf16)
+{
+    uint32_t peak = bf16 ? s->bf16_gflops : s->compute_gflops;
+    uint64_t c = muldiv64(flops, 1000, MAX(peak, 1));
+    uint64_t m = muldiv64(devmem_bytes, 1000, MAX(s->devmem_gbps, 1));
+
+    return tacc_scale_ps(s, MAX(c, m));
+}
+
 uint64_t tacc_compute_ps(TaccState *s, uint64_t flops, uint64_t devmem_bytes)
 {
     uint64_t c = muldiv64(flops, 1000, MAX(s->compute_gflops, 1));

@@ -10,11 +10,11 @@
  * PCI-SIG: private IDs of an emulated device.
  *
  * Fault injection (qom-set at run time on the PF):
- *   fi-hang-engine=N   engine N stops completing (-1: none; clearing resumes)
- *   fi-fail-next-dma   the next command data DMA fails (self-clearing)
- *   fi-corrupt-next-cqe the next CQE is written corrupted (self-clearing)
- *   fi-fatal           fatal error on every function (until function reset)
- * Ground truth (qom-get, read-only): gt-* properties, see docs/hardware.md.
+ *   x-fi-hang-engine=N   engine N stops completing (-1: none; clearing resumes)
+ *   x-fi-fail-next-dma   the next command data DMA fails (self-clearing)
+ *   x-fi-corrupt-next-cqe the next CQE is written corrupted (self-clearing)
+ *   x-fi-fatal           fatal error on every function (until function reset)
+ * Ground truth (qom-get, read-only): x-gt-* properties, see docs/hardware.md.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -29,6 +29,7 @@
 #include "hw/pci/pcie.h"
 #include "hw/pci/pcie_aer.h"
 #include "hw/pci/pcie_sriov.h"
+#include "hw/pci/pci_host.h"
 #include "hw/qdev-properties.h"
 #include "migration/vmstate.h"
 #include "tacc.h"
@@ -113,13 +114,66 @@ AddressSpace *tacc_func_as(TaccFunc *f)
     return f->ops ? f->ops->dma_as(f) : pci_get_address_space(PCI_DEVICE(f));
 }
 
+/*
+ * A memory request of the device never becomes a configuration request: the
+ * host bridge's ECAM window is decoded for the CPU, not for DMA (an inbound
+ * request there is an Unsupported Request on real root complexes).  QEMU's
+ * q35 would route it to config space, where a CQE or a fence could power the
+ * device's slot off, reset it or eject it in the middle of its own
+ * operation.  True if [addr, addr + len) reaches a host bridge's registers.
+ */
+static bool tacc_dma_reaches_host_bridge(AddressSpace *as, hwaddr addr,
+                                         hwaddr len, bool write)
+{
+    RCU_READ_LOCK_GUARD();
+    while (len) {
+        hwaddr xlat, l = len;
+        MemoryRegion *mr = address_space_translate(as, addr, &xlat, &l, write,
+                                                   MEMTXATTRS_UNSPECIFIED);
+
+        if (mr->owner && object_dynamic_cast(mr->owner, TYPE_PCI_HOST_BRIDGE)) {
+            return true;
+        }
+        if (!l) {
+            break;
+        }
+        addr += l;
+        len -= l;
+    }
+    return false;
+}
+
+static bool tacc_config_dma_refused(TaccFunc *f, AddressSpace *as,
+                                    uint64_t addr, uint64_t len, bool write)
+{
+    if (!tacc_dma_reaches_host_bridge(as, addr, len, write)) {
+        return false;
+    }
+    qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d: DMA %s 0x%" PRIx64 "+%" PRIu64
+                  " reaches the host bridge's config window: refused "
+                  "(Unsupported Request)\n", f->fn, write ? "write" : "read",
+                  addr, len);
+    f->pf->config_dma_refused++;
+    return true;
+}
+
 MemTxResult tacc_func_dma(TaccFunc *f, uint64_t addr, void *buf, uint64_t len,
                           bool write)
 {
-    return dma_memory_rw(tacc_func_as(f), addr, buf, len,
-                         write ? DMA_DIRECTION_FROM_DEVICE
-                               : DMA_DIRECTION_TO_DEVICE,
-                         MEMTXATTRS_UNSPECIFIED);
+    AddressSpace *as = tacc_func_as(f);
+    TaccState *s = f->pf;
+    MemTxResult r;
+
+    if (tacc_config_dma_refused(f, as, addr, len, write)) {
+        return MEMTX_DECODE_ERROR;
+    }
+    s->dma_depth++;
+    r = dma_memory_rw(as, addr, buf, len,
+                      write ? DMA_DIRECTION_FROM_DEVICE
+                            : DMA_DIRECTION_TO_DEVICE,
+                      MEMTXATTRS_UNSPECIFIED);
+    s->dma_depth--;
+    return r;
 }
 
 /* Per-VF policy (TACC_CAP_VF_POLICY): the queues function f may enable. */
@@ -158,9 +212,18 @@ void tacc_msix_notify(TaccFunc *f, unsigned vector)
     }
     pdev = PCI_DEVICE(f);
     if (msix_enabled(pdev)) {
+        MSIMessage msg = msix_get_message(pdev, vector);
+
+        /* a message aimed at ECAM is a DMA like any other (tacc_func_dma) */
+        if (!msix_is_masked(pdev, vector) &&
+            tacc_config_dma_refused(f, pci_get_address_space(pdev),
+                                    msg.address, 4, true)) {
+            return;
+        }
+        f->pf->dma_depth++;
         msix_notify(pdev, vector);
-        tacc_link_ctrl(f, true, msix_get_message(pdev, vector).address,
-                       TACC_LINK_MSI_BYTES);
+        f->pf->dma_depth--;
+        tacc_link_ctrl(f, true, msg.address, TACC_LINK_MSI_BYTES);
         tacc_counters_begin(f->pf);
         f->cnt[TACC_CNT_irqs]++;
         f->pf->gt.irqs++;
@@ -375,9 +438,10 @@ static void tacc_write_config(PCIDevice *pdev, uint32_t addr, uint32_t val,
     tacc_leave(f->pf);
 }
 
-static void tacc_qdev_reset(DeviceState *dev)
+/* A device reset of one function (machine, bus, slot power, FLR). */
+static void tacc_device_reset(TaccFunc *f)
 {
-    TaccFunc *f = TACC_FUNC(dev);
+    DeviceState *dev = DEVICE(f);
     PCIDevice *pdev = PCI_DEVICE(dev);
 
     tacc_func_reset(f);
@@ -399,6 +463,45 @@ static void tacc_qdev_reset(DeviceState *dev)
             tacc_devctl_preset(TACC(dev), pdev);
         }
     }
+}
+
+/*
+ * Resets that arrive while the device is inside its own operation (the
+ * scheduler, one of its DMAs or MSI-X messages: another device's side effect
+ * of them) would pull queues and units from under it.  They are deferred to
+ * a guarded bottom half; the PCI core has already reset config space (bus
+ * mastering is off), the device's own state follows right after.
+ */
+static void tacc_reset_bh(void *opaque)
+{
+    TaccState *s = opaque;
+    uint32_t pending = s->reset_pending;
+
+    s->reset_pending = 0;
+    for (int fn = 0; fn < TACC_NUM_FUNCS; fn++) {
+        TaccFunc *f = tacc_func(s, fn);
+
+        if ((pending & BIT(fn)) && f && !f->ops) {
+            tacc_device_reset(f);
+        }
+    }
+}
+
+static void tacc_reset_hold(Object *obj, ResetType type)
+{
+    TaccFunc *f = TACC_FUNC(obj);
+    TaccState *s = f->pf;
+
+    if (s && (s->in_run || s->dma_depth) && s->reset_bh) {
+        trace_tacc_reset_deferred(f->fn);
+        s->reset_pending |= BIT(f->fn);
+        qemu_bh_schedule(s->reset_bh);
+        return;
+    }
+    if (s) {
+        s->reset_pending &= ~BIT(f->fn);
+    }
+    tacc_device_reset(f);
 }
 
 /* ----------------------------------------------------------- realize ---- */
@@ -541,7 +644,7 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         return;
     }
     if (s->host_slice < 64 * KiB || s->host_slice % (64 * KiB)) {
-        error_setg(errp, "tacc: host-slice must be a multiple of 64 KiB");
+        error_setg(errp, "tacc: x-host-slice must be a multiple of 64 KiB");
         return;
     }
     if (s->devmem_size < 4 * KiB || s->devmem_size > 16 * GiB) {
@@ -557,6 +660,8 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
     timer_init_ns(&s->timer, QEMU_CLOCK_VIRTUAL, tacc_sched_timer, s);
     s->host_bh = qemu_bh_new_guarded(tacc_host_bh, s,
                                      &DEVICE(s)->mem_reentrancy_guard);
+    s->reset_bh = qemu_bh_new_guarded(tacc_reset_bh, s,
+                                      &DEVICE(s)->mem_reentrancy_guard);
 
     if (!tacc_init_func(f, errp)) {
         return;
@@ -602,6 +707,15 @@ static void tacc_pf_exit(PCIDevice *pdev)
 {
     TaccState *s = TACC(pdev);
 
+    /*
+     * A guest can eject the PF (ACPI PCI hotplug, a slot powered off) even
+     * while a virtio-tacc function drives it (device_del is refused then):
+     * that function lets go of it first and stays broken until removed.
+     */
+    if (s->virtio) {
+        s->virtio_detach(s->virtio);
+        assert(!s->virtio);
+    }
     for (int i = 0; i < TACC_NUM_UNITS; i++) {
         s->unit[i].busy = false;
         tacc_gemm_job_free(s, s->unit[i].res.gemm);
@@ -611,6 +725,8 @@ static void tacc_pf_exit(PCIDevice *pdev)
     s->host_unit = NULL;
     tacc_gemm_reap(s, true);        /* cancelled workers: at most a row each */
     qemu_bh_delete(s->host_bh);
+    qemu_bh_delete(s->reset_bh);
+    s->reset_bh = NULL;
     timer_del(&s->timer);
     if (s->total_vfs) {
         pcie_sriov_pf_exit(pdev);
@@ -646,7 +762,7 @@ static void tacc_set_hang(Object *obj, Visitor *v, const char *name,
         return;
     }
     if (val < -1 || val >= TACC_NUM_ENGINES) {
-        error_setg(errp, "fi-hang-engine: -1 or 0..%d", TACC_NUM_ENGINES - 1);
+        error_setg(errp, "x-fi-hang-engine: -1 or 0..%d", TACC_NUM_ENGINES - 1);
         return;
     }
     trace_tacc_fi_hang(val);
@@ -692,7 +808,7 @@ static void tacc_set_fatal(Object *obj, bool v, Error **errp)
 
     s->fi_fatal = v;
     if (v && qdev_is_realized(DEVICE(obj)) &&
-        tacc_enter(s, &s->func, "fi-fatal")) {
+        tacc_enter(s, &s->func, "x-fi-fatal")) {
         trace_tacc_fi_fatal();
         tacc_fatal(s);
         tacc_leave(s);
@@ -708,24 +824,24 @@ typedef struct TaccGtProp {
 #define GT(n, f)        { n, offsetof(TaccState, gt.f), false }
 #define GT_NS(n, f)     { n, offsetof(TaccState, gt.f), true }
 static const TaccGtProp tacc_gt_props[] = {
-    GT("gt-h2d-bytes", h2d_bytes),
-    GT("gt-d2h-bytes", d2h_bytes),
-    GT("gt-h2d-link-bytes", h2d_link_bytes),
-    GT("gt-d2h-link-bytes", d2h_link_bytes),
-    GT_NS("gt-busy-ns-dma-h2d", busy_ps[0]),
-    GT_NS("gt-busy-ns-dma-d2h", busy_ps[1]),
-    GT_NS("gt-busy-ns-compute0", busy_ps[2]),
-    GT_NS("gt-busy-ns-compute1", busy_ps[3]),
-    GT_NS("gt-busy-ns-compute2", busy_ps[4]),
-    GT_NS("gt-busy-ns-compute3", busy_ps[5]),
-    GT("gt-trace-records", trace_records),
-    GT("gt-trace-dropped", trace_dropped),
-    GT("gt-cmds", cmds),
-    GT("gt-jobs", jobs),
-    GT("gt-mmu-faults", faults),
-    GT("gt-dma-errors", dma_errors),
-    GT("gt-irqs", irqs),
-    GT("gt-flops", flops),
+    GT("x-gt-h2d-bytes", h2d_bytes),
+    GT("x-gt-d2h-bytes", d2h_bytes),
+    GT("x-gt-h2d-link-bytes", h2d_link_bytes),
+    GT("x-gt-d2h-link-bytes", d2h_link_bytes),
+    GT_NS("x-gt-busy-ns-dma-h2d", busy_ps[0]),
+    GT_NS("x-gt-busy-ns-dma-d2h", busy_ps[1]),
+    GT_NS("x-gt-busy-ns-compute0", busy_ps[2]),
+    GT_NS("x-gt-busy-ns-compute1", busy_ps[3]),
+    GT_NS("x-gt-busy-ns-compute2", busy_ps[4]),
+    GT_NS("x-gt-busy-ns-compute3", busy_ps[5]),
+    GT("x-gt-trace-records", trace_records),
+    GT("x-gt-trace-dropped", trace_dropped),
+    GT("x-gt-cmds", cmds),
+    GT("x-gt-jobs", jobs),
+    GT("x-gt-mmu-faults", faults),
+    GT("x-gt-dma-errors", dma_errors),
+    GT("x-gt-irqs", irqs),
+    GT("x-gt-flops", flops),
 };
 
 static void tacc_get_gt(Object *obj, Visitor *v, const char *name,
@@ -791,20 +907,20 @@ static void tacc_pf_instance_init(Object *obj)
     s->time_scale = 1000;
     object_property_add(obj, "time-scale", "uint32", tacc_get_time_scale,
                         tacc_set_time_scale, NULL, NULL);
-    object_property_add(obj, "fi-hang-engine", "int32", tacc_get_hang,
+    object_property_add(obj, "x-fi-hang-engine", "int32", tacc_get_hang,
                         tacc_set_hang, NULL, NULL);
-    object_property_add_bool(obj, "fi-fail-next-dma", tacc_get_fail_dma,
+    object_property_add_bool(obj, "x-fi-fail-next-dma", tacc_get_fail_dma,
                              tacc_set_fail_dma);
-    object_property_add_bool(obj, "fi-corrupt-next-cqe", tacc_get_corrupt,
+    object_property_add_bool(obj, "x-fi-corrupt-next-cqe", tacc_get_corrupt,
                              tacc_set_corrupt);
-    object_property_add_bool(obj, "fi-fatal", tacc_get_fatal, tacc_set_fatal);
+    object_property_add_bool(obj, "x-fi-fatal", tacc_get_fatal, tacc_set_fatal);
     for (size_t i = 0; i < ARRAY_SIZE(tacc_gt_props); i++) {
         object_property_add(obj, tacc_gt_props[i].name, "uint64", tacc_get_gt,
                             NULL, NULL, (void *)&tacc_gt_props[i]);
     }
-    object_property_add(obj, "gt-link-busy-ns-h2d", "uint64",
+    object_property_add(obj, "x-gt-link-busy-ns-h2d", "uint64",
                         tacc_get_link_busy, NULL, NULL, NULL);
-    object_property_add(obj, "gt-link-busy-ns-d2h", "uint64",
+    object_property_add(obj, "x-gt-link-busy-ns-d2h", "uint64",
                         tacc_get_link_busy, NULL, NULL, (void *)1);
     tacc_link_fault_props(obj);
 }
@@ -835,10 +951,12 @@ static const Property tacc_props[] = {
     DEFINE_PROP_UINT32("read-latency-ns", TaccState, read_latency_ns, 600),
     DEFINE_PROP_UINT32("write-latency-ns", TaccState, write_latency_ns, 200),
     DEFINE_PROP_UINT32("walk-latency-ns", TaccState, walk_latency_ns, 500),
-    DEFINE_PROP_UINT32("compute-gflops", TaccState, compute_gflops, 4000),
-    DEFINE_PROP_UINT32("devmem-gbps", TaccState, devmem_gbps, 800),
+    /* one NVIDIA L4 over 4 engines: docs/hardware.md section 14 */
+    DEFINE_PROP_UINT32("compute-gflops", TaccState, compute_gflops, 7575),
+    DEFINE_PROP_UINT32("bf16-gflops", TaccState, bf16_gflops, 30250),
+    DEFINE_PROP_UINT32("devmem-gbps", TaccState, devmem_gbps, 300),
     DEFINE_PROP_UINT8("sriov-max-vfs", TaccState, total_vfs, TACC_MAX_VFS),
-    DEFINE_PROP_SIZE("host-slice", TaccState, host_slice, 16 * MiB),
+    DEFINE_PROP_SIZE("x-host-slice", TaccState, host_slice, 16 * MiB),
 };
 
 /* Device memory, in-flight commands and host threads are not migrated. */
@@ -851,11 +969,12 @@ static void tacc_func_class_init(ObjectClass *oc, void *data)
 {
     DeviceClass *dc = DEVICE_CLASS(oc);
     PCIDeviceClass *pc = PCI_DEVICE_CLASS(oc);
+    ResettableClass *rc = RESETTABLE_CLASS(oc);
 
     pc->vendor_id = TACC_PCI_VENDOR_ID;
     pc->class_id = TACC_PCI_CLASS >> 8;
     pc->revision = TACC_PCI_REVISION;
-    device_class_set_legacy_reset(dc, tacc_qdev_reset);
+    rc->phases.hold = tacc_reset_hold;
     dc->vmsd = &tacc_vmstate;
     set_bit(DEVICE_CATEGORY_MISC, dc->categories);
 }

@@ -115,7 +115,8 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
                TACC_CAP_FILL | TACC_CAP_TLB_INV_DONE | TACC_CAP_VF_POLICY |
                (s->link_ctrl_cost ? TACC_CAP_LINK_CTRL_COST : 0) |
                (f->fn ? 0 : TACC_CAP_TLP_CAPTURE | TACC_CAP_LINK_PM) |
-               (!f->fn && s->virtio ? TACC_CAP_VIRTIO_FN : 0);
+               (!f->fn && s->virtio ? TACC_CAP_VIRTIO_FN : 0) |
+               TACC_CAP_HW13;
     case TACC_REG_FUNC:
         return f->fn;
     case TACC_REG_NUM_QUEUES:
@@ -150,6 +151,12 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
         return f->irq_mask;
     case TACC_REG_SCRATCH:
         return f->scratch;
+    case TACC_REG_PEAK_FP32_GFLOPS:
+        return s->compute_gflops;
+    case TACC_REG_PEAK_BF16_GFLOPS:
+        return s->bf16_gflops;
+    case TACC_REG_DEVMEM_GBPS:
+        return s->devmem_gbps;
     case TACC_REG_FAULT_INFO:
         return f->fault_info;
     case TACC_REG_TLB_INV_SEQ:
@@ -220,7 +227,8 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
 static bool tacc_reg_static(hwaddr addr)
 {
     return addr < TACC_REG_CTRL || (addr & ~7ull) == TACC_REG_DEVCLK ||
-           (addr & ~7ull) == TACC_REG_HOSTCLK || addr == TACC_REG_SCRATCH;
+           (addr & ~7ull) == TACC_REG_HOSTCLK || addr == TACC_REG_SCRATCH ||
+           (addr >= TACC_REG_PEAK_FP32_GFLOPS && addr <= TACC_REG_DEVMEM_GBPS);
 }
 
 /* DEVCLK and HOSTCLK: a LO read latches HI, one latch per register */
@@ -527,10 +535,17 @@ static void tacc_bar0_write_locked(TaccFunc *f, hwaddr addr, uint64_t val,
         f->trace_size = val;
         return;
     case TACC_REG_TRACE_CTRL:
-        if ((val & 1) && !(f->trace_ctrl & 1)) {
+        /* the record version (V3) is latched when the ring is enabled */
+        if ((val & TACC_TRACE_CTRL_ENABLE) &&
+            !(f->trace_ctrl & TACC_TRACE_CTRL_ENABLE)) {
             f->trace_prod = f->trace_cons = 0;
+            f->trace_ctrl = val & (TACC_TRACE_CTRL_ENABLE | TACC_TRACE_CTRL_V3);
+        } else if (val & TACC_TRACE_CTRL_ENABLE) {
+            f->trace_ctrl = TACC_TRACE_CTRL_ENABLE |
+                            (f->trace_ctrl & TACC_TRACE_CTRL_V3);
+        } else {
+            f->trace_ctrl = val & TACC_TRACE_CTRL_V3;
         }
-        f->trace_ctrl = val & 1;
         return;
     case TACC_REG_TRACE_CONS:
         f->trace_cons = val;

@@ -275,6 +275,10 @@ static void tacc_unit_complete(TaccState *s, TaccUnit *u, uint64_t t)
     f->cnt[TACC_CNT_tlb_misses] += r->tlb_misses;
     f->cnt[TACC_CNT_tlb_walk_reads] += r->walk_reads;
     f->cnt[TACC_CNT_flops] += r->flops;
+    if (r->bf16) {
+        f->cnt[TACC_CNT_flops_bf16] += r->flops;
+    }
+    f->cnt[TACC_CNT_compute_ideal_ticks] += r->ideal_ps / PS_PER_NS;
     f->cnt[TACC_CNT_devmem_read_bytes] += r->devmem_rd;
     f->cnt[TACC_CNT_devmem_write_bytes] += r->devmem_wr;
     f->cnt[TACC_CNT_cmds_completed]++;
@@ -295,6 +299,23 @@ static void tacc_unit_complete(TaccState *s, TaccUnit *u, uint64_t t)
     tacc_trace_record(f, u, t);
     trace_tacc_complete(f->fn, u->q, u->engine, c->d.job, c->d.index,
                         r->status, u->start_ps / PS_PER_NS, t / PS_PER_NS);
+
+    if (c->listed) {
+        /* a listed command: the LIST at the FIFO head goes on (tacc-list.c) */
+        f->cnt[TACC_CNT_list_cmds]++;
+        q->running = false;
+        q->ready_ps = t;
+        tacc_list_step(f, u->q, c, r->status);
+        return;
+    }
+    if (q->list_on) {
+        /* the LIST's end: it leaves the FIFO like any command */
+        f->cnt[TACC_CNT_list_launches]++;
+        if (r->status == TACC_ST_NOT_PERMITTED || r->status == TACC_ST_BAD_LIST) {
+            f->cnt[TACC_CNT_list_errors]++;
+        }
+        tacc_list_reset(q);
+    }
 
     /* the queue moves on */
     q->f_head = (q->f_head + 1) % TACC_FIFO_DEPTH;
@@ -483,7 +504,8 @@ static TaccCmd *tacc_queue_head(TaccFunc *f, int qi, uint64_t t)
            q->f_count && q->ready_ps <= t) {
         TaccCmd *c = &q->fifo[q->f_head];
         if (!q->skipping) {
-            return c;
+            /* a LIST: the listed command it runs now */
+            return c->d.opcode == TACC_OP_LIST ? tacc_list_head(f, qi, t) : c;
         }
         trace_tacc_skip(f->fn, qi, c->d.job, c->d.index);
         if (c->d.flags & TACC_DESC_F_LAST) {
@@ -512,7 +534,10 @@ static void tacc_start(TaccState *s, TaccFunc *f, int qi, int unit,
     u->fn = f->fn;
     u->q = qi;
     u->engine = unit < TACC_NUM_ENGINES ? unit : TACC_ENGINE_LOCAL;
-    u->cmd = q->fifo[q->f_head];
+    u->cmd = q->list_on ? q->list_cur : q->fifo[q->f_head];
+    if (u->cmd.listed && !q->list_start_ps) {
+        q->list_start_ps = t;
+    }
     u->start_ps = t;
     u->stall_ps = 0;
     u->phase = TACC_PHASE_PRE;
@@ -569,7 +594,7 @@ static int tacc_arb_head(TaccFunc *f, int cls, uint64_t t, uint64_t *cost)
         int qi = (f->rr_queue[cls] + j) % TACC_NUM_QUEUES;
         TaccCmd *c = tacc_queue_head(f, qi, t);
 
-        if (c && tacc_op_class(c->d.opcode) == cls) {
+        if (c && tacc_cmd_class(c) == cls) {
             *cost = tacc_arb_cost(c);
             return qi;
         }
@@ -661,10 +686,10 @@ static void tacc_dispatch(TaccState *s, uint64_t t)
             }
             for (int qi = 0; qi < TACC_NUM_QUEUES; qi++) {
                 TaccCmd *c = tacc_queue_head(f, qi, t);
-                if (!c || tacc_op_class(c->d.opcode) != TACC_CLASS_LOCAL) {
+                if (!c || tacc_cmd_class(c) != TACC_CLASS_LOCAL) {
                     continue;
                 }
-                if (c->d.opcode == TACC_OP_BARRIER &&
+                if (c->d.opcode == TACC_OP_BARRIER && !c->preset &&
                     !tacc_barrier_ok(f, qi, t)) {
                     continue;
                 }
@@ -959,6 +984,7 @@ void tacc_queue_reset(TaccFunc *f, int qi)
     tacc_queue_abort(f, qi);
     q->sq_head = q->sq_tail = q->cq_head = q->cq_tail = 0;
     q->f_head = q->f_count = 0;
+    tacc_list_reset(q);
     q->running = q->skipping = q->job_open = q->cqe_pending = false;
     q->pending_irq = false;
     q->status = 0;

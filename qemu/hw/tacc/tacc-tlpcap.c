@@ -49,15 +49,16 @@ bool tacc_tlpcap_wanted(TaccState *s, TaccFunc *f, bool ctrl)
 /* Write the batched records to the ring (records already counted in PROD). */
 static void tacc_tlpcap_flush(TaccState *s)
 {
-    PCIDevice *pdev = PCI_DEVICE(&s->func);
     uint32_t first = s->tc_prod - s->tc_nbuf;
 
     for (uint32_t i = 0; i < s->tc_nbuf;) {
         uint32_t slot = (first + i) & (s->tc_size - 1);
         uint32_t n = MIN(s->tc_nbuf - i, s->tc_size - slot);
 
-        if (pci_dma_write(pdev, s->tc_base + (uint64_t)slot * TACC_TLP_REC_SIZE,
-                          &s->tc_buf[i], n * TACC_TLP_REC_SIZE) != MEMTX_OK) {
+        if (tacc_func_dma(&s->func,
+                          s->tc_base + (uint64_t)slot * TACC_TLP_REC_SIZE,
+                          &s->tc_buf[i], n * TACC_TLP_REC_SIZE,
+                          true) != MEMTX_OK) {
             qemu_log_mask(LOG_GUEST_ERROR, "tacc: TLP capture ring DMA failed\n");
             s->tc_ctrl &= ~TACC_TLPCAP_CTRL_ENABLE;
             break;
@@ -70,7 +71,7 @@ static void tacc_tlpcap_flush(TaccState *s)
             .prod = cpu_to_le32(s->tc_prod),
             .dropped = cpu_to_le32(s->tc_dropped),
         };
-        pci_dma_write(pdev, s->tc_wb, &w, sizeof(w));
+        tacc_func_dma(&s->func, s->tc_wb, &w, sizeof(w), true);
     }
 }
 
@@ -138,8 +139,8 @@ static void tacc_tlpcap_rec(TaccTlpSrc *t, struct tacc_tlp_rec *r, uint8_t kind,
                             uint64_t t_ps, uint64_t addr, uint64_t len)
 {
     TaccFunc *f = t->f;
-    PCIDevice *pdev = PCI_DEVICE(f);
-    PCIDevice *rp = pci_get_bus(pdev)->parent_dev;
+    PCIDevice *pf = PCI_DEVICE(f->pf);
+    PCIDevice *rp = pci_get_bus(pf)->parent_dev;
 
     memset(r, 0, sizeof(*r));
     r->version = TACC_TLP_VERSION;
@@ -147,7 +148,13 @@ static void tacc_tlpcap_rec(TaccTlpSrc *t, struct tacc_tlp_rec *r, uint8_t kind,
     r->t_ps = cpu_to_le64(t_ps);
     r->addr = cpu_to_le64(addr);
     r->func = f->fn;
-    r->req_id = cpu_to_le16(pci_requester_id(pdev));
+    /*
+     * The virtio function is no PCI function of this device: its TLPs are
+     * charged on the PF's link (its DMA shares it) and carry the requester
+     * ID its DMA has, the virtio-pci proxy's (docs/hardware.md section 11).
+     */
+    r->req_id = cpu_to_le16(f->ops ? f->ops->requester_id(f)
+                                   : pci_requester_id(PCI_DEVICE(f)));
     r->flags = (kind != TACC_TLP_CPLD ? TACC_TLP_F_UP : 0) |
                (t->cmd ? 0 : TACC_TLP_F_CTRL);
     if (t->cmd) {

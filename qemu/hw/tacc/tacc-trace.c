@@ -37,45 +37,95 @@ static bool tacc_ring_ok(uint64_t base, uint32_t size, uint32_t align)
            is_power_of_2(size);
 }
 
+static bool tacc_trace_on(TaccFunc *f)
+{
+    bool v3 = f->trace_ctrl & TACC_TRACE_CTRL_V3;
+
+    return (f->trace_ctrl & TACC_TRACE_CTRL_ENABLE) &&
+           tacc_ring_ok(f->trace_base, f->trace_size, v3 ? 128 : 64);
+}
+
 void tacc_trace_record(TaccFunc *f, TaccUnit *u, uint64_t end_ps)
 {
-    struct tacc_trace_rec r;
+    struct tacc_trace_rec3 r3;
+    struct tacc_trace_rec *r = &r3.rec;
+    const TaccCmd *c = &u->cmd;
+    const struct tacc_desc *d = &c->d;
 
-    if (!(f->trace_ctrl & 1) || !tacc_ring_ok(f->trace_base, f->trace_size, 64)) {
+    if (!tacc_trace_on(f)) {
         return;
     }
-    memset(&r, 0, sizeof(r));
-    r.opcode = u->cmd.d.opcode;
-    r.engine = u->engine;
-    r.queue = u->q;
-    r.ctx = cpu_to_le16(u->cmd.d.ctx);
-    r.job = cpu_to_le32(u->cmd.d.job);
-    r.tag = cpu_to_le64(u->cmd.d.tag);
-    r.t_fetch = cpu_to_le64(u->cmd.t_fetch_ps / PS_PER_NS);
-    r.t_start = cpu_to_le64(u->start_ps / PS_PER_NS);
-    r.t_end = cpu_to_le64(end_ps / PS_PER_NS);
-    r.bytes = cpu_to_le32(MIN(u->res.bytes, UINT32_MAX));
-    r.tlps = cpu_to_le32(MIN(u->res.h2d_tlps + u->res.d2h_tlps, UINT32_MAX));
-    r.index = cpu_to_le16(u->cmd.d.index);
-    r.status = cpu_to_le16(u->res.status);
-    r.tlb_misses = cpu_to_le16(MIN(u->res.tlb_misses, UINT16_MAX));
-    tacc_trace_put(f, &r);
+    memset(&r3, 0, sizeof(r3));
+    r->opcode = d->opcode;
+    r->engine = u->engine;
+    r->queue = u->q;
+    r->ctx = cpu_to_le16(d->ctx);
+    r->job = cpu_to_le32(d->job);
+    r->tag = cpu_to_le64(d->tag);
+    r->t_fetch = cpu_to_le64(c->t_fetch_ps / PS_PER_NS);
+    r->t_start = cpu_to_le64((c->list_start_ps ? c->list_start_ps
+                                               : u->start_ps) / PS_PER_NS);
+    r->t_end = cpu_to_le64(end_ps / PS_PER_NS);
+    r->bytes = cpu_to_le32(MIN(u->res.bytes, UINT32_MAX));
+    r->tlps = cpu_to_le32(MIN(u->res.h2d_tlps + u->res.d2h_tlps, UINT32_MAX));
+    r->index = cpu_to_le16(d->index);
+    r->status = cpu_to_le16(u->res.status);
+    r->tlb_misses = cpu_to_le16(MIN(u->res.tlb_misses, UINT16_MAX));
+    /* version 3: what places the command on the roofline */
+    r3.flops = cpu_to_le64(u->res.flops);
+    r3.devmem_rd = cpu_to_le64(u->res.devmem_rd);
+    r3.devmem_wr = cpu_to_le64(u->res.devmem_wr);
+    r3.list_id = cpu_to_le32(c->list_id);
+    r3.list_index = cpu_to_le16(c->list_index);
+    switch (d->opcode) {
+    case TACC_OP_GEMM:
+        r3.dtype = d->gemm.dtype_ab;
+        r3.sub_op = d->gemm.gflags;
+        break;
+    case TACC_OP_ELTWISE:
+        r3.dtype = d->eltwise.dtype_a;
+        r3.sub_op = d->eltwise.op;
+        break;
+    case TACC_OP_SOFTMAX:
+        r3.dtype = d->softmax.dtype_x;
+        break;
+    case TACC_OP_NORM:
+        r3.dtype = d->norm.dtype_x;
+        r3.sub_op = d->norm.kind;
+        break;
+    case TACC_OP_GATHER:
+        r3.dtype = d->gather.dtype;
+        break;
+    }
+    tacc_trace_put3(f, &r3);
+}
+
+void tacc_trace_put(TaccFunc *f, struct tacc_trace_rec *r)
+{
+    struct tacc_trace_rec3 r3;
+
+    memset(&r3, 0, sizeof(r3));
+    r3.rec = *r;
+    tacc_trace_put3(f, &r3);
 }
 
 /*
  * Append one record to the function's ring (version, function and sequence
- * set here), or drop it: a dropped record still uses its sequence number.
+ * set here; 64 bytes, or all 128 with TRACE_CTRL.V3), or drop it: a dropped
+ * record still uses its sequence number.
  */
-void tacc_trace_put(TaccFunc *f, struct tacc_trace_rec *r)
+void tacc_trace_put3(TaccFunc *f, struct tacc_trace_rec3 *r3)
 {
     TaccState *s = f->pf;
+    struct tacc_trace_rec *r = &r3->rec;
+    bool v3 = f->trace_ctrl & TACC_TRACE_CTRL_V3;
+    uint32_t rsize = v3 ? TACC_TRACE_REC3_SIZE : TACC_TRACE_REC_SIZE;
     uint32_t used;
 
-    if (!(f->trace_ctrl & 1) ||
-        !tacc_ring_ok(f->trace_base, f->trace_size, 64)) {
+    if (!tacc_trace_on(f)) {
         return;
     }
-    r->version = TACC_TRACE_VERSION;
+    r->version = v3 ? TACC_TRACE_VERSION_3 : TACC_TRACE_VERSION;
     r->func = cpu_to_le16(f->fn);
     r->seq = cpu_to_le32(f->trace_seq++);
     tacc_counters_begin(s);
@@ -87,15 +137,14 @@ void tacc_trace_put(TaccFunc *f, struct tacc_trace_rec *r)
         trace_tacc_trace_drop(f->fn, f->trace_seq - 1);
     } else {
         uint64_t a = f->trace_base +
-                     (uint64_t)(f->trace_prod & (f->trace_size - 1)) *
-                     TACC_TRACE_REC_SIZE;
-        if (tacc_func_dma(f, a, r, sizeof(*r), true) != MEMTX_OK) {
+                     (uint64_t)(f->trace_prod & (f->trace_size - 1)) * rsize;
+        if (tacc_func_dma(f, a, r3, rsize, true) != MEMTX_OK) {
             f->cnt[TACC_CNT_dma_errors]++;
             s->gt.dma_errors++;
             tacc_irq_cause(f, TACC_IRQ_DMA_ERROR);
             return;
         }
-        tacc_link_ctrl(f, true, a, sizeof(*r));
+        tacc_link_ctrl(f, true, a, rsize);
         f->trace_prod++;
         f->cnt[TACC_CNT_trace_records]++;
         s->gt.trace_records++;

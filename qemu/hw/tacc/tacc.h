@@ -11,6 +11,8 @@
  *   tacc-regs.c   BAR0 registers, BAR2 counter block
  *   tacc-sched.c  queues, descriptor fetch, engines, arbitration, event loop
  *   tacc-exec.c   functional execution of commands (copies, GEMM, ...)
+ *   tacc-ops.c    the arithmetic of compute commands (plain functions)
+ *   tacc-list.c   command lists: listed-command fetch, patches, checks
  *   tacc-mmu.c    device MMU: page-table walks, TLB
  *   tacc-model.c  timing model: PCIe link, compute, device memory
  *   tacc-trace.c  trace ring, counter sampling
@@ -63,15 +65,30 @@ typedef struct TaccCmd {
     struct tacc_desc d;
     uint64_t t_fetch_ps;
     uint64_t seq;               /* fetch order (device-wide): BARRIER waits */
+    /* a listed command (tacc-list.c), or a LIST's end */
+    bool listed;
+    uint16_t preset;            /* != 0: fails with this status, runs nothing */
+    uint32_t list_id;
+    uint16_t list_index;        /* the LIST's index in its job */
+    uint64_t fetch_ps;          /* its fetch from list memory: added to pre_ps */
+    uint32_t fetch_hits, fetch_misses, fetch_walks;
+    uint64_t fetch_devmem;      /* list bytes read from device memory */
+    uint64_t list_start_ps;     /* LIST end: when its first command started */
 } TaccCmd;
+
+/* the hw 1.3 features every function kind has (docs/hardware.md section 14) */
+#define TACC_CAP_HW13   (TACC_CAP_GEMM_EX | TACC_CAP_BF16 | TACC_CAP_NN_OPS | \
+                         TACC_CAP_CMD_LIST | TACC_CAP_TRACE_V3 | TACC_CAP_ROOFLINE)
 
 #define TACC_GEMM_THREAD_MNK    (1ull << 21)   /* bigger GEMMs: worker thread */
 
 typedef struct TaccGemmJob {
-    uint64_t m, n, k, lda, ldb, ldc;
+    uint64_t m, n, k, lda, ldb, ldc;    /* lda, ldb: of the packed A, B */
+    uint64_t batch;
+    bool trans_a, trans_b, shared_b;
     float alpha, beta;
-    float *A, *B, *C;
-    double *acc;                /* one row of accumulators */
+    float *A, *B, *C;           /* packed fp32: batch x (A, B, C m x n) */
+    float *bias;                /* n, or NULL */
     bool threaded;
     QemuThread thread;
     bool cancel;                /* atomic: an aborted job stops at next row */
@@ -100,6 +117,8 @@ typedef struct TaccResult {
     uint64_t dllp_bytes[2];             /* DLLP bytes in h2d_link, d2h_link */
     uint64_t devmem_rd, devmem_wr;
     uint64_t flops;
+    bool bf16;                  /* bf16 operands (flops_bf16) */
+    uint64_t ideal_ps;          /* roofline term: compute_ideal_ticks */
     uint32_t tlb_hits, tlb_misses, walk_reads;
     bool fault;
     /* timing: pre_ps, then link_payload bytes of link_kind, then post_ps */
@@ -156,6 +175,15 @@ typedef struct TaccQueue {
     bool cqe_pending;           /* CQ full: waiting for CQ_HEAD */
     struct tacc_cqe pending_cqe;
     bool pending_irq;
+    /* the LIST at the FIFO head being executed (tacc-list.c) */
+    bool list_on;
+    bool list_cur_ok;           /* list_cur holds command list_pos */
+    bool list_end;              /* its commands are done: the LIST ends */
+    uint32_t list_pos, list_patch;
+    uint16_t list_status;
+    uint64_t list_fail_tag;
+    uint64_t list_start_ps;
+    TaccCmd list_cur;
 } TaccQueue;
 
 typedef struct TaccTlbEntry {
@@ -181,6 +209,7 @@ typedef struct TaccFuncOps {
     void (*complete)(TaccFunc *f, int q, const struct tacc_cqe *cqe);
     bool (*pt_read)(TaccFunc *f, uint64_t addr, uint64_t *pte);
     void (*queue_reset)(TaccFunc *f, int q);   /* its FIFO was emptied */
+    uint16_t (*requester_id)(TaccFunc *f);     /* its DMA's, on the PF's link */
 } TaccFuncOps;
 
 struct TaccFunc {
@@ -278,6 +307,7 @@ struct TaccState {
     uint32_t cmd_latency_ns, read_latency_ns, write_latency_ns;
     uint32_t walk_latency_ns;
     uint32_t compute_gflops, devmem_gbps;
+    uint32_t bf16_gflops;
     uint8_t total_vfs;
 
     /* fault injection (qom-set at run time) */
@@ -292,6 +322,7 @@ struct TaccState {
     uint64_t virtio_mem_base, virtio_mem_size;
     uint64_t virtio_mem_reset[2];       /* its properties: base, size */
     bool (*virtio_window_busy)(TaccFunc *f);   /* device BOs exist */
+    void (*virtio_detach)(TaccFunc *f);        /* the PF goes away */
     uint32_t arb_weight[TACC_NUM_FUNCS];
     uint32_t vf_queue_mask[TACC_MAX_VFS];      /* TACC_REG_VF_QUEUE_MASK */
 
@@ -325,6 +356,10 @@ struct TaccState {
 
     /* re-entrancy guard (tacc_enter): device entry points now active */
     uint32_t depth;
+    uint32_t dma_depth;         /* inside one of its own DMAs / MSI-X writes */
+    uint32_t reset_pending;     /* bit fn: a reset deferred to reset_bh */
+    QEMUBH *reset_bh;
+    uint64_t config_dma_refused;        /* DMA/MSI-X aimed at ECAM */
     uint64_t reentrant_refused;
     uint64_t fetch_seq;
     TaccGemmJob *orphans;       /* aborted GEMMs, worker still running */
@@ -381,6 +416,30 @@ bool tacc_func_idle(TaccFunc *f);
 
 /* tacc-exec.c */
 enum tacc_engine_class tacc_op_class(uint8_t opcode);
+enum tacc_engine_class tacc_cmd_class(const TaccCmd *c);
+bool tacc_desc_hw13(const struct tacc_desc *d);
+uint16_t tacc_exec_read(TaccFunc *f, int q, TaccCmd *c, uint64_t va,
+                        void *buf, uint64_t len, TaccResult *res);
+
+/* tacc-list.c */
+TaccCmd *tacc_list_head(TaccFunc *f, int qi, uint64_t t);
+bool tacc_list_step(TaccFunc *f, int qi, const TaccCmd *c, uint16_t status);
+void tacc_list_reset(TaccQueue *q);
+
+/* tacc-ops.c: arithmetic, no device state (main loop or a worker) */
+size_t tacc_dtype_size(unsigned dt);
+float tacc_bf16_to_f32(uint16_t h);
+uint16_t tacc_f32_to_bf16(float f);
+void tacc_widen(const void *src, unsigned dt, float *dst, size_t n);
+void tacc_narrow(const float *src, unsigned dt, void *dst, size_t n);
+void tacc_ops_gemm(TaccGemmJob *j);
+uint64_t tacc_elt_flops_per(unsigned op);
+void tacc_ops_eltwise(unsigned op, float *a, const float *b, size_t bcols,
+                      size_t n, float scalar);
+void tacc_ops_softmax(float *x, size_t rows, size_t cols, float scale,
+                      bool causal, uint64_t pos, uint64_t period);
+void tacc_ops_norm(float *x, size_t rows, size_t cols, unsigned kind,
+                   const float *gamma, const float *beta, float eps);
 void tacc_exec(TaccFunc *f, int q, TaccCmd *cmd, uint64_t start_ps,
                TaccResult *res);
 bool tacc_exec_continue(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
@@ -425,6 +484,8 @@ uint64_t tacc_link_ctrl(TaccFunc *f, bool write, uint64_t iova,
                         uint64_t len);
 uint64_t tacc_ev_ps(TaccState *s);
 uint64_t tacc_compute_ps(TaccState *s, uint64_t flops, uint64_t devmem_bytes);
+uint64_t tacc_roofline_ps(TaccState *s, uint64_t flops, uint64_t devmem_bytes,
+                          bool bf16);
 unsigned tacc_link_rate_gt(TaccState *s);
 
 /* tacc-linkpm.c */
@@ -462,6 +523,7 @@ void tacc_tlpcap_reset(TaccState *s);
 /* tacc-trace.c */
 void tacc_trace_record(TaccFunc *f, TaccUnit *u, uint64_t end_ps);
 void tacc_trace_put(TaccFunc *f, struct tacc_trace_rec *r);
+void tacc_trace_put3(TaccFunc *f, struct tacc_trace_rec3 *r);
 void tacc_sample_rearm(TaccFunc *f);
 void tacc_sample_timer(void *opaque);
 void tacc_ring_wb(TaccFunc *f, uint64_t wb, uint32_t prod, uint32_t dropped);

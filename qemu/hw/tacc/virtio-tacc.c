@@ -31,6 +31,13 @@
                                  sizeof(struct tacc_virtio_bo_create) + \
                                  TACC_VIRTIO_MAX_BO_ENTS * \
                                  sizeof(struct tacc_virtio_mem_entry))
+/*
+ * Submit buffers are taken from the virtqueue only while fewer commands than
+ * this wait for a FIFO (all rings together): a guest that queues the whole
+ * virtqueue of maximal batches makes QEMU hold at most this much plus one
+ * batch of copied commands (docs/virtio.md "Host memory"), not 256 of them.
+ */
+#define VT_PENDING_CMDS_MAX     (TACC_VIRTIO_NUM_RINGS * TACC_FIFO_DEPTH)
 #define VT_MAX_SUBMIT_LEN       (sizeof(struct tacc_virtio_submit) + \
                                  TACC_VIRTIO_MAX_BATCH_JOBS * \
                                  (sizeof(struct tacc_virtio_job) + \
@@ -238,27 +245,67 @@ static bool vt_window_busy(TaccFunc *f)
 }
 
 /* First fit in the window, 4 KiB granules; UINT64_MAX if it does not fit. */
+static gint vt_range_cmp(gconstpointer a, gconstpointer b)
+{
+    const uint64_t *x = a, *y = b;
+
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* First fit in the window: O(n log n) in the device BOs. */
 static uint64_t vt_devmem_alloc(VirtIOTacc *vt, uint64_t size)
 {
+    g_autoptr(GArray) used = g_array_new(false, false, 2 * sizeof(uint64_t));
     uint64_t base, wsize, at = 0;
-    bool moved = true;
     GHashTableIter it;
     gpointer v;
 
     tacc_window(&vt->func, &base, &wsize);
-    while (moved) {
-        moved = false;
-        g_hash_table_iter_init(&it, vt->bos);
-        while (g_hash_table_iter_next(&it, NULL, &v)) {
-            VtBo *bo = v;
-            if (bo->devmem && bo->dev_off < at + size &&
-                at < bo->dev_off + bo->size) {
-                at = bo->dev_off + bo->size;
-                moved = true;
-            }
+    g_hash_table_iter_init(&it, vt->bos);
+    while (g_hash_table_iter_next(&it, NULL, &v)) {
+        VtBo *bo = v;
+        uint64_t r[2] = { bo->dev_off, bo->size };
+
+        if (bo->devmem) {
+            g_array_append_val(used, r);
         }
     }
+    g_array_sort(used, vt_range_cmp);
+    for (guint i = 0; i < used->len; i++) {
+        uint64_t *r = &g_array_index(used, uint64_t, 2 * i);
+
+        if (r[0] >= at && r[0] - at >= size) {
+            break;                      /* the gap before it fits */
+        }
+        at = MAX(at, r[0] + r[1]);
+    }
     return at <= wsize && size <= wsize - at ? at : UINT64_MAX;
+}
+
+/* A context's bindings are sorted by VA: the first one above @va. */
+static guint vt_bind_above(VtCtx *c, uint64_t va)
+{
+    guint lo = 0, hi = c->binds->len;
+
+    while (lo < hi) {
+        guint mid = lo + (hi - lo) / 2;
+
+        if (g_array_index(c->binds, VtBind, mid).va <= va) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+/* The binding that holds @va, or NULL. */
+static VtBind *vt_bind_at(VtCtx *c, uint64_t va)
+{
+    guint i = vt_bind_above(c, va);
+    VtBind *b = i ? &g_array_index(c->binds, VtBind, i - 1) : NULL;
+
+    return b && va - b->va < b->size ? b : NULL;
 }
 
 /* --------------------------------------------------------- control ---- */
@@ -505,6 +552,7 @@ static uint32_t vt_vm_bind(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
     VtBind bd = { 0 };
     uint64_t ei_base = 0;
     uint32_t st, ei = 0, flags;
+    guint at;
     VtCtx *c;
     VtBo *bo;
 
@@ -531,11 +579,11 @@ static uint32_t vt_vm_bind(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
                       "0x%" PRIx64 "-byte BO", bd.va, bd.offset, bd.size,
                       flags, bo->size);
     }
-    for (guint i = 0; i < c->binds->len; i++) {
-        VtBind *o = &g_array_index(c->binds, VtBind, i);
-        if (bd.va < o->va + o->size && o->va < bd.va + bd.size) {
-            return vt_bad(TACC_VIRTIO_ERR_BUSY, "VM_BIND over a bound range");
-        }
+    at = vt_bind_above(c, bd.va);
+    if (vt_bind_at(c, bd.va) ||
+        (at < c->binds->len &&
+         g_array_index(c->binds, VtBind, at).va < bd.va + bd.size)) {
+        return vt_bad(TACC_VIRTIO_ERR_BUSY, "VM_BIND over a bound range");
     }
     bd.bo = bo;
     bd.ro = flags & TACC_VIRTIO_BIND_READONLY;
@@ -563,7 +611,7 @@ static uint32_t vt_vm_bind(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
         *e = vt_bo_pte(bo, bd.offset + o, &ei, &ei_base) | perm;
     }
     bo->binds++;
-    g_array_append_val(c->binds, bd);
+    g_array_insert_val(c->binds, at, bd);
     tacc_tlb_invalidate(vt->pf, TACC_FN_VIRTIO, ctx);
     return TACC_VIRTIO_OK;
 }
@@ -584,16 +632,17 @@ static uint32_t vt_vm_unbind(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
     memcpy(&r, b, sizeof(r));
     va = le64_to_cpu(r.va);
     size = le64_to_cpu(r.size);
-    for (guint i = 0; i < c->binds->len; i++) {
-        VtBind *o = &g_array_index(c->binds, VtBind, i);
-        if (o->va == va && o->size == size) {
+    {
+        VtBind *o = vt_bind_at(c, va);
+
+        if (o && o->va == va && o->size == size) {
             if (c->inflight) {
                 return TACC_VIRTIO_ERR_BUSY;
             }
             vt_unmap(vt, c, va, size);
             tacc_tlb_invalidate(vt->pf, TACC_FN_VIRTIO, ctx);
             o->bo->binds--;
-            g_array_remove_index_fast(c->binds, i);
+            g_array_remove_index(c->binds, vt_bind_above(c, va) - 1);
             return TACC_VIRTIO_OK;
         }
     }
@@ -606,7 +655,7 @@ static uint32_t vt_trace_setup(VirtIOTacc *vt, const uint8_t *b, size_t len)
     struct tacc_virtio_trace_setup r;
     TaccFunc *f = &vt->func;
     uint64_t base, wb;
-    uint32_t n;
+    uint32_t n, v3;
 
     if (len != sizeof(r)) {
         return vt_bad(TACC_VIRTIO_ERR_INVAL, "TRACE_SETUP length %zu", len);
@@ -615,8 +664,11 @@ static uint32_t vt_trace_setup(VirtIOTacc *vt, const uint8_t *b, size_t len)
     base = le64_to_cpu(r.base);
     wb = le64_to_cpu(r.wb);
     n = le32_to_cpu(r.entries);
-    if (base && ((base & 63) || n < 2 || n > (1u << 20) || !is_power_of_2(n) ||
-                 (wb & 7) || le32_to_cpu(r.enable) > 1)) {
+    v3 = virtio_vdev_has_feature(VIRTIO_DEVICE(vt), TACC_VIRTIO_F_TRACE_V3) ?
+         TACC_VIRTIO_TRACE_V3 : 0;
+    if (base && ((base & ((le32_to_cpu(r.enable) & v3) ? 127 : 63)) ||
+                 n < 2 || n > (1u << 20) || !is_power_of_2(n) ||
+                 (wb & 7) || (le32_to_cpu(r.enable) & ~(1u | v3)))) {
         return vt_bad(TACC_VIRTIO_ERR_INVAL, "TRACE_SETUP base 0x%" PRIx64
                       " entries %u wb 0x%" PRIx64, base, n, wb);
     }
@@ -793,20 +845,14 @@ static void vt_batch_finish(VirtIOTacc *vt, VtBatch *bt)
 static bool vt_fill_resolve(VirtIOTacc *vt, VtCtx *c, struct tacc_desc *d)
 {
     uint64_t va = le64_to_cpu(d->fill.dst), len = le64_to_cpu(d->fill.len);
+    VtBind *b = vt_bind_at(c, va);
+    uint64_t in = b ? va - b->va : 0;
 
-    for (guint i = 0; i < c->binds->len; i++) {
-        VtBind *b = &g_array_index(c->binds, VtBind, i);
-        uint64_t in = va - b->va;
-
-        if (va >= b->va && in < b->size && len <= b->size - in) {
-            if (!b->bo->devmem || b->ro) {
-                return false;
-            }
-            d->fill.dst = cpu_to_le64(b->bo->dev_off + b->offset + in);
-            return true;
-        }
+    if (!b || len > b->size - in || !b->bo->devmem || b->ro) {
+        return false;
     }
-    return false;
+    d->fill.dst = cpu_to_le64(b->bo->dev_off + b->offset + in);
+    return true;
 }
 
 static void vt_job_free(VtJob *j)
@@ -861,6 +907,8 @@ static VtJob *vt_job_parse(VirtIOTacc *vt, const uint8_t *buf, size_t len,
     for (uint16_t i = 0; i < j->ncmds; i++) {
         struct tacc_desc *d = &j->cmds[i];
         if (d->opcode >= TACC_OP_MAX ||
+            (tacc_desc_hw13(d) &&
+             !virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_INFER)) ||
             (d->opcode == TACC_OP_FILL &&
              (!virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_FILL) ||
               !vt_fill_resolve(vt, c, d)))) {
@@ -886,6 +934,7 @@ static void vt_feed(VirtIOTacc *vt, int ring, uint64_t t_ps)
     while ((j = QSIMPLEQ_FIRST(&vt->pending[ring])) &&
            TACC_FIFO_DEPTH - f->q[ring].f_count >= j->ncmds) {
         QSIMPLEQ_REMOVE_HEAD(&vt->pending[ring], next);
+        vt->pending_cmds -= j->ncmds;
         for (uint16_t i = 0; i < j->ncmds; i++) {
             tacc_fifo_push(f, ring, &j->cmds[i], t_ps);
         }
@@ -893,6 +942,10 @@ static void vt_feed(VirtIOTacc *vt, int ring, uint64_t t_ps)
         vt_trace_event(vt, TACC_TRACE_EV_VIRTIO_DISPATCH, j->ctx, ring,
                        j->devjob, j->tag, j->ncmds, j->kick_ps, t_ps, 0, 0);
         trace_virtio_tacc_dispatch(j->ctx, ring, j->seqno, j->devjob);
+    }
+    if (vt->pending_cmds < VT_PENDING_CMDS_MAX && !vt->resetting &&
+        !virtio_queue_empty(vt->submit_vq)) {
+        qemu_bh_schedule(vt->submit_bh);        /* room: take more buffers */
     }
 }
 
@@ -954,6 +1007,7 @@ static void vt_submit_one(VirtIOTacc *vt, VirtQueueElement *elem, uint64_t now)
         bt->st[n].seqno = cpu_to_le64(j->seqno);
         vt->ctx[j->ctx].inflight++;
         vt->ctx[j->ctx].last_seqno[j->ring] = j->seqno;
+        vt->pending_cmds += j->ncmds;
         QSIMPLEQ_INSERT_TAIL(&vt->pending[j->ring], j, next);
     }
     trace_virtio_tacc_submit(bt->njobs, len);
@@ -1047,6 +1101,18 @@ static void vt_queue_reset(TaccFunc *f, int q)
     }
 }
 
+/* Its DMA's requester ID: the virtio-pci proxy's BDF (what an IOMMU sees). */
+static uint16_t vt_requester_id(TaccFunc *f)
+{
+    BusState *bus = qdev_get_parent_bus(DEVICE(vt_of(f)));
+    Object *proxy = bus && bus->parent ? OBJECT(bus->parent) : NULL;
+
+    if (!proxy || !object_dynamic_cast(proxy, TYPE_PCI_DEVICE)) {
+        return 0;
+    }
+    return pci_requester_id(PCI_DEVICE(proxy));
+}
+
 static const TaccFuncOps vt_ops = {
     .dma_as = vt_dma_as,
     .active = vt_active,
@@ -1055,6 +1121,7 @@ static const TaccFuncOps vt_ops = {
     .complete = vt_complete,
     .pt_read = vt_pt_read,
     .queue_reset = vt_queue_reset,
+    .requester_id = vt_requester_id,
 };
 
 /* --------------------------------------------------------- virtio ---- */
@@ -1087,7 +1154,8 @@ static void vt_handle_ctrl(VirtIODevice *vdev, VirtQueue *vq)
     VirtIOTacc *vt = VIRTIO_TACC(vdev);
     VirtQueueElement *elem;
 
-    if (!tacc_enter(vt->pf, &vt->func, "virtio control kick")) {
+    if (vt->detached ||
+        !tacc_enter(vt->pf, &vt->func, "virtio control kick")) {
         return;
     }
     while ((elem = virtqueue_pop(vq, sizeof(VirtQueueElement)))) {
@@ -1105,13 +1173,15 @@ static void vt_handle_submit(VirtIODevice *vdev, VirtQueue *vq)
     VirtQueueElement *elem;
     uint64_t now, t_up;
 
-    if (!tacc_enter(vt->pf, &vt->func, "virtio submit kick")) {
+    if (vt->detached ||
+        !tacc_enter(vt->pf, &vt->func, "virtio submit kick")) {
         return;
     }
     now = tacc_now_ps(vt->pf);
     t_up = now;
     trace_virtio_tacc_kick(now / PS_PER_NS);
-    while ((elem = virtqueue_pop(vq, sizeof(VirtQueueElement)))) {
+    while (vt->pending_cmds < VT_PENDING_CMDS_MAX &&
+           (elem = virtqueue_pop(vq, sizeof(VirtQueueElement)))) {
         /* its commands are ready once the request crossed the link */
         t_up = MAX(t_up, vt_elem_link(vt, elem, now));
         vt_submit_one(vt, elem, now);
@@ -1123,13 +1193,22 @@ static void vt_handle_submit(VirtIODevice *vdev, VirtQueue *vq)
     tacc_leave(vt->pf);
 }
 
-static void vt_drop_jobs(VtJobList *list)
+static void vt_submit_bh(void *opaque)
+{
+    VirtIOTacc *vt = opaque;
+
+    vt_handle_submit(VIRTIO_DEVICE(vt), vt->submit_vq);
+}
+
+static void vt_drop_jobs(VirtIOTacc *vt, VtJobList *list)
 {
     VtJob *j;
 
     while ((j = QSIMPLEQ_FIRST(list))) {
         QSIMPLEQ_REMOVE_HEAD(list, next);
         if (j->batch && ++j->batch->done == j->batch->njobs) {
+            /* the buffer is not used: its guest memory mappings go */
+            virtqueue_detach_element(vt->submit_vq, j->batch->elem, 0);
             g_free(j->batch->elem);
             g_free(j->batch->st);
             g_free(j->batch);
@@ -1147,9 +1226,10 @@ static void vt_reset_locked(VirtIOTacc *vt)
     vt->resetting = true;
     tacc_func_reset(f);
     for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
-        vt_drop_jobs(&vt->inflight[r]);
-        vt_drop_jobs(&vt->pending[r]);
+        vt_drop_jobs(vt, &vt->inflight[r]);
+        vt_drop_jobs(vt, &vt->pending[r]);
     }
+    vt->pending_cmds = 0;
     for (int c = 0; c < TACC_NUM_CONTEXTS; c++) {
         if (vt->ctx[c].used) {
             vt_ctx_free(vt, c);
@@ -1168,6 +1248,9 @@ static void vt_reset_bh(void *opaque)
 {
     VirtIOTacc *vt = opaque;
 
+    if (vt->detached) {
+        return;                 /* nothing left: vt_detach emptied it */
+    }
     if (!tacc_enter(vt->pf, &vt->func, "virtio reset")) {
         qemu_bh_schedule(vt->reset_bh);
         return;
@@ -1194,6 +1277,9 @@ static uint64_t vt_get_features(VirtIODevice *vdev, uint64_t features,
 
 static int vt_validate_features(VirtIODevice *vdev)
 {
+    if (VIRTIO_TACC(vdev)->detached) {
+        return -ENODEV;         /* its PF is gone: no driver gets it again */
+    }
     return virtio_vdev_has_feature(vdev, VIRTIO_F_VERSION_1) ? 0 : -EINVAL;
 }
 
@@ -1203,6 +1289,10 @@ static int vt_validate_features(VirtIODevice *vdev)
  */
 static void vt_set_status(VirtIODevice *vdev, uint8_t val)
 {
+    if ((val & VIRTIO_CONFIG_S_DRIVER_OK) && VIRTIO_TACC(vdev)->detached) {
+        virtio_error(vdev, "virtio-tacc: its tacc PF was removed");
+        return;
+    }
     if ((val & VIRTIO_CONFIG_S_FEATURES_OK) &&
         !virtio_vdev_has_feature(vdev, VIRTIO_F_VERSION_1)) {
         virtio_error(vdev, "virtio-tacc: the driver did not accept "
@@ -1216,19 +1306,62 @@ static void vt_get_config(VirtIODevice *vdev, uint8_t *config)
     uint64_t base, size;
     struct tacc_virtio_config c;
 
-    tacc_window(&vt->func, &base, &size);
+    if (vt->detached) {
+        base = size = 0;
+    } else {
+        tacc_window(&vt->func, &base, &size);
+    }
     c.version = cpu_to_le32(TACC_VIRTIO_VERSION_MAJOR << 16 |
                             TACC_VIRTIO_VERSION_MINOR);
     c.caps = cpu_to_le32(TACC_CAP_MMU_2M | TACC_CAP_TRACE |
                          TACC_CAP_TLB_INV_DONE |
                          (virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_FILL)
-                          ? TACC_CAP_FILL : 0));
+                          ? TACC_CAP_FILL : 0) |
+                         (virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_INFER)
+                          ? TACC_CAP_HW13 & ~TACC_CAP_TRACE_V3 : 0) |
+                         (virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_TRACE_V3)
+                          ? TACC_CAP_TRACE_V3 : 0));
     c.func = cpu_to_le32(TACC_FN_VIRTIO);
     c.num_contexts = cpu_to_le32(TACC_NUM_CONTEXTS);
     c.num_rings = cpu_to_le32(TACC_VIRTIO_NUM_RINGS);
     c.max_job_cmds = cpu_to_le32(TACC_VIRTIO_MAX_JOB_CMDS);
     c.devmem_size = cpu_to_le64(size);
     memcpy(config, &c, sizeof(c));
+}
+
+/*
+ * The PF is being removed (its unrealize): drop everything that refers to
+ * it now, while it still works, and never touch it again.  The device is
+ * broken (DEVICE_NEEDS_RESET) from now on; a reset does not revive it.
+ */
+static void vt_detach_pf(VirtIOTacc *vt, bool broken)
+{
+    TaccFunc *f = &vt->func;
+    TaccState *s = vt->pf;
+
+    vt_reset_locked(vt);
+    for (int i = 0; i < TACC_NUM_UNITS; i++) {
+        if (s->unit[i].busy && s->unit[i].fn == TACC_FN_VIRTIO) {
+            s->unit[i].busy = false;
+        }
+    }
+    timer_del(&f->sample_timer);
+    qemu_bh_cancel(vt->reset_bh);
+    qemu_bh_cancel(vt->submit_bh);
+    memory_region_set_enabled(&vt->counters_mr, false);
+    qdev_del_unplug_blocker(DEVICE(s), vt->unplug_blocker);
+    s->virtio = NULL;
+    s->virtio_window_busy = NULL;
+    s->virtio_detach = NULL;
+    vt->detached = true;
+    if (broken) {
+        virtio_error(VIRTIO_DEVICE(vt), "virtio-tacc: its tacc PF was removed");
+    }
+}
+
+static void vt_detach(TaccFunc *f)
+{
+    vt_detach_pf(vt_of(f), true);
 }
 
 static void vt_realize(DeviceState *dev, Error **errp)
@@ -1278,6 +1411,8 @@ static void vt_realize(DeviceState *dev, Error **errp)
     }
     vt->reset_bh = qemu_bh_new_guarded(vt_reset_bh, vt,
                                        &DEVICE(vt)->mem_reentrancy_guard);
+    vt->submit_bh = qemu_bh_new_guarded(vt_submit_bh, vt,
+                                        &DEVICE(vt)->mem_reentrancy_guard);
 
     f->pf = s;
     f->fn = TACC_FN_VIRTIO;
@@ -1286,7 +1421,11 @@ static void vt_realize(DeviceState *dev, Error **errp)
     s->virtio_mem_reset[0] = s->virtio_mem_base = vt->devmem_base;
     s->virtio_mem_reset[1] = s->virtio_mem_size = vt->devmem_size;
     s->virtio_window_busy = vt_window_busy;
+    s->virtio_detach = vt_detach;
     s->virtio = f;
+    error_setg(&vt->unplug_blocker, "tacc: the PF is linked by a "
+               "virtio-tacc-pci (device_del that one first)");
+    qdev_add_unplug_blocker(DEVICE(s), vt->unplug_blocker);
     vt_reset_locked(vt);
 }
 
@@ -1294,17 +1433,14 @@ static void vt_unrealize(DeviceState *dev)
 {
     VirtIODevice *vdev = VIRTIO_DEVICE(dev);
     VirtIOTacc *vt = VIRTIO_TACC(dev);
-    TaccState *s = vt->pf;
 
-    vt_reset_locked(vt);
-    for (int i = 0; i < TACC_NUM_UNITS; i++) {
-        if (s->unit[i].busy && s->unit[i].fn == TACC_FN_VIRTIO) {
-            s->unit[i].busy = false;
-        }
+    if (!vt->detached) {
+        vt_detach_pf(vt, false);
     }
-    s->virtio = NULL;
-    timer_del(&vt->func.sample_timer);
+    error_free(vt->unplug_blocker);
+    vt->unplug_blocker = NULL;
     qemu_bh_delete(vt->reset_bh);
+    qemu_bh_delete(vt->submit_bh);
     g_hash_table_destroy(vt->bos);
     g_free(vt->pt);
     virtio_delete_queue(vt->ctrl_vq);
@@ -1321,6 +1457,10 @@ static const Property vt_properties[] = {
     DEFINE_PROP_BIT64("fill", VirtIOTacc, features, TACC_VIRTIO_F_FILL, true),
     DEFINE_PROP_BIT64("trace", VirtIOTacc, features, TACC_VIRTIO_F_TRACE,
                       true),
+    DEFINE_PROP_BIT64("infer", VirtIOTacc, features, TACC_VIRTIO_F_INFER,
+                      true),
+    DEFINE_PROP_BIT64("trace-v3", VirtIOTacc, features,
+                      TACC_VIRTIO_F_TRACE_V3, true),
 };
 
 static const VMStateDescription vt_vmstate = {

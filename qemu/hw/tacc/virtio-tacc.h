@@ -62,8 +62,12 @@ struct VirtIOTacc {
     VtJobList pending[TACC_VIRTIO_NUM_RINGS];     /* not yet in the FIFO */
     VtJobList inflight[TACC_VIRTIO_NUM_RINGS];    /* in the FIFO, in order */
     uint32_t next_job;
+    uint32_t pending_cmds;      /* commands of the pending lists */
+    QEMUBH *submit_bh;          /* takes more buffers once there is room */
     bool resetting;
     QEMUBH *reset_bh;
+    Error *unplug_blocker;      /* the PF is not device_del'ed while linked */
+    bool detached;              /* the PF was removed (guest eject) */
 };
 
 #endif

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tacc import hw
 from tacc.capture import Capture
 from tacc.capture.devinfo import Function
 from tacc.capture.schema import NUM_ENGINES, TRACE_EV_BASE, DriverKind, Engine, Opcode
@@ -14,8 +15,9 @@ DRIVER_KEEP = (DriverKind.DMA_MAP, DriverKind.DMA_UNMAP, DriverKind.VM_BIND,
                DriverKind.VM_UNBIND, DriverKind.BO_CREATE, DriverKind.BO_DESTROY,
                DriverKind.SUBMIT)
 # ioctl numbers (_IOC_NR) of buffer management: GEM_CLOSE, BO_CREATE (pin + IOMMU map of
-# user memory), VM_BIND, VM_UNBIND (uapi/drm/tacc_accel.h, DRM_COMMAND_BASE 0x40)
-BUFFER_IOCTLS = (0x09, 0x41, 0x43, 0x44)
+# user memory), VM_BIND, VM_UNBIND
+BUFFER_IOCTLS = tuple(hw.IOCTLS[n] & 0xFF for n in ("GEM_CLOSE", "BO_CREATE", "VM_BIND",
+                                                   "VM_UNBIND"))
 DRIVER_COLS = ["t_ns", "dur_ns", "kind", "fid", "pid", "tag", "addr", "size", "nsegs",
                "page_size", "flags", "arg"]
 

@@ -125,13 +125,16 @@ def load_thresholds(path: str | Path | None, overrides: list[str]) -> Thresholds
     return th
 
 
-def write_table(out: TextIO, findings: list[Finding], span_ns: int) -> None:
+def write_table(out: TextIO, findings: list[Finding], span_ns: int, t0_ns: int = 0) -> None:
+    """The findings as a table, then each one's ranges (ms from the capture's start,
+    ``t0_ns``) and evidence (floats to 4 significant digits, ``*_ns`` as ms, bytes with a
+    binary unit; findings.json keeps the exact values)."""
     if not findings:
         out.write("no findings\n")
         return
     out.write(f"capture span {span_ns / 1e6:.1f} ms; lost % and severity are of each "
               "finding's active span (first to last device or API activity of its "
-              "functions)\n")
+              "functions); times are ms from the capture's start\n")
     out.write(f"{'#':>2} {'severity':<8} {'rule':<18} {'lost ms':>9} {'lost %':>7} "
               f"{'active ms':>10}  title\n")
     for i, f in enumerate(findings, 1):
@@ -140,11 +143,35 @@ def write_table(out: TextIO, findings: list[Finding], span_ns: int) -> None:
     out.write("\n")
     for i, f in enumerate(findings, 1):
         rng = f.time_ranges[0] if f.time_ranges else None
-        where = (f"{len(f.time_ranges)} range(s), first {rng[0] / 1e6:.3f}-{rng[1] / 1e6:.3f} ms"
-                 if rng else "")
+        where = (f"{len(f.time_ranges)} range(s), first {(rng[0] - t0_ns) / 1e6:.3f}-"
+                 f"{(rng[1] - t0_ns) / 1e6:.3f} ms" if rng else "")
         out.write(f"[{i}] {f.rule}: {where}\n    evidence: ")
-        out.write(", ".join(f"{k}={_short(v)}" for k, v in f.evidence.items()))
+        out.write(", ".join(_evidence(k, v) for k, v in f.evidence.items()))
         out.write(f"\n    suggestion: {f.suggestion}\n")
+
+
+def _round(v: Any) -> Any:
+    if isinstance(v, float):
+        return float(f"{v:.4g}")
+    if isinstance(v, dict):
+        return {k: _round(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_round(x) for x in v]
+    return v
+
+
+def _evidence(key: str, v: Any) -> str:
+    """One ``key=value`` of a finding's evidence, as the table shows it."""
+    from tacc.timeline.summary import fmt_bytes
+
+    num = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if num and (key.endswith("_ns") or "_ns_" in key):  # walk_ns_estimate, idle_ns
+        scale, unit = next((d, u) for d, u in ((1e6, "ms"), (1e3, "us"), (1, "ns"))
+                           if abs(v) >= d or u == "ns")
+        return f"{key.replace('_ns', '')}={v / scale:.4g} {unit}"
+    if num and "bytes" in key:
+        return f"{key}={fmt_bytes(v)}"
+    return f"{key}={_short(_round(v))}"
 
 
 def _short(v: Any) -> str:

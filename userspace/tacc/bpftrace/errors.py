@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from tacc.errors import TaccError
 
-class ToolError(Exception):
+
+class ToolError(TaccError):
     """Printed as ``<prog>: <message>`` (one line); the process exits with ``status``."""
 
     def __init__(self, message: str, status: int = 1) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from tacc.capture.schema import DriverKind
-from tacc.daemon.devices import devid_to_pci
+from tacc.devices import devid_to_pci
 
 SNOOP_HEADER = (f"{'TIME(s)':>12} {'PID':>7} {'COMM':<16} {'DEVICE':<12} {'CTX':>3} {'Q':>1} "
                 f"{'TAG':>18} {'EVENT':<6} {'SEQNO':>6} {'CMDS':>4} {'BYTES':>10} {'LAT(us)':>9}")

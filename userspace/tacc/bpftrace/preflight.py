@@ -6,7 +6,8 @@ import os
 import sys
 from pathlib import Path
 
-from tacc.daemon.devices import DeviceError, TaccFunction, discover, find
+from tacc.devices import TaccFunction, discover, find
+from tacc.errors import DeviceError
 
 from .errors import ToolError
 from .tpformat import tracefs_root

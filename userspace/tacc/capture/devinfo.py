@@ -7,22 +7,24 @@ from typing import Any
 
 import numpy as np
 
+from tacc import hw
+
 LINK_RATE_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
 # docs/hardware.md section 9 (kernel/include/tacc_hw.h TACC_LINK_*): the ONE Python
 # implementation of the device's PCIe link timing.  tacc.testing.taccdev.LinkModel,
 # tacc.counters (share of the link max), tacc analyze and tacc timeline all use it;
-# tests/host/test_capture_layout.py checks the constants against tacc_hw.h.
-LINK_ENC_NUM, LINK_ENC_DEN = 128, 130  # 128b/130b (Gen3+)
-LINK_SKP_INTERVAL = 370  # data blocks per SKP ordered set (one block)
-LINK_MWR_OVERHEAD = 24  # per memory-write TLP (D2H payload): STP+seq 4, 4DW header, LCRC 4
-LINK_CPL_OVERHEAD = 20  # per completion-with-data TLP (H2D payload): 3DW header
-LINK_MRD_BYTES = 24  # per memory-read request TLP (upstream, H2D)
-LINK_DLLP_BYTES = 8  # ACK or UpdateFC DLLP: 6 bytes + 2-byte SDP token
-LINK_ACK_TLPS = 4  # TLPs acknowledged per ACK DLLP
-LINK_FC_TLPS = 4  # TLPs whose credits one UpdateFC returns (posted, non-posted)
-LINK_RD_BOUNDARY = 4096  # a read request never crosses it
-LINK_FC_UNIT = 16  # bytes per flow-control data credit
-LINK_MSI_BYTES = 4  # an MSI-X message: one 4-byte memory write
+# The constants are tacc.hw's (generated from tacc_hw.h).
+LINK_ENC_NUM, LINK_ENC_DEN = hw.TACC_LINK_ENC_NUM, hw.TACC_LINK_ENC_DEN  # 128b/130b (Gen3+)
+LINK_SKP_INTERVAL = hw.TACC_LINK_SKP_INTERVAL  # data blocks per SKP ordered set
+LINK_MWR_OVERHEAD = hw.TACC_LINK_MWR_OVERHEAD  # per memory-write TLP (D2H payload)
+LINK_CPL_OVERHEAD = hw.TACC_LINK_CPL_OVERHEAD  # per completion-with-data TLP (H2D payload)
+LINK_MRD_BYTES = hw.TACC_LINK_MRD_BYTES  # per memory-read request TLP (upstream, H2D)
+LINK_DLLP_BYTES = hw.TACC_LINK_DLLP_BYTES  # ACK or UpdateFC DLLP
+LINK_ACK_TLPS = hw.TACC_LINK_ACK_TLPS  # TLPs acknowledged per ACK DLLP
+LINK_FC_TLPS = hw.TACC_LINK_FC_TLPS  # TLPs whose credits one UpdateFC returns
+LINK_RD_BOUNDARY = hw.TACC_LINK_RD_BOUNDARY  # a read request never crosses it
+LINK_FC_UNIT = hw.TACC_LINK_FC_UNIT  # bytes per flow-control data credit
+LINK_MSI_BYTES = hw.TACC_LINK_MSI_BYTES  # an MSI-X message: one 4-byte memory write
 TLP_OVERHEAD_BYTES = LINK_MWR_OVERHEAD  # the larger of the two (default when no direction)
 TLP_OVERHEAD_BY_DIR = {"h2d": LINK_CPL_OVERHEAD, "d2h": LINK_MWR_OVERHEAD}
 # QOM defaults of the properties the link model reads (docs/hardware.md section 1)

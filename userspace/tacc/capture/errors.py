@@ -7,8 +7,10 @@ subclass) whose message is one line; the ``tacc`` CLI prints it as
 
 from __future__ import annotations
 
+from tacc.errors import TaccError
 
-class CaptureError(Exception):
+
+class CaptureError(TaccError):
     """A capture cannot be read or written; the message is one clear line."""
 
     def __init__(self, message: str) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from tacc import hw
+
 FORMAT_NAME = "tacc-capture"
 FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # minor: additions (new streams, new fields) that older readers may skip; a reader reads
@@ -23,35 +25,14 @@ FORMAT_MINOR = 10  # docs/capture-format.md "Minor versions": 2 virtio trace rec
 # 3 cluster (net_clock), 4 capture overhead (mix/tail), 5 containers (processes),
 # 6 link-model counter slots, 7 the TLP stream (tlp), 8 link power-state counters,
 # 9 devices[].kind (virtio-tacc functions in captures), 10 L1.1/L1.2 counters
-TRACE_REC_VERSION = 2  # TACC_TRACE_VERSION (2: virtio event records, docs/virtio.md)
+TRACE_REC_VERSION = hw.TACC_TRACE_VERSION  # 2: virtio event records, docs/virtio.md
 # event records (trace record version 2): opcode >= TACC_TRACE_EV_BASE is not a command
-TRACE_EV_BASE = 0xF0
-TRACE_EV_VIRTIO_KICK = 0xF0  # TACC_TRACE_EV_VIRTIO_KICK: a submit buffer taken off the queue
-TRACE_EV_VIRTIO_DISPATCH = 0xF1  # TACC_TRACE_EV_VIRTIO_DISPATCH: a job to a hardware queue
+TRACE_EV_BASE = hw.TACC_TRACE_EV_BASE
+TRACE_EV_VIRTIO_KICK = hw.TACC_TRACE_EV_VIRTIO_KICK  # a submit buffer taken off the queue
+TRACE_EV_VIRTIO_DISPATCH = hw.TACC_TRACE_EV_VIRTIO_DISPATCH  # a job to a hardware queue
 STRING_MAX = 120
 
-TRACE_REC_DTYPE = np.dtype(
-    [
-        ("version", "u1"),
-        ("opcode", "u1"),
-        ("engine", "u1"),
-        ("queue", "u1"),
-        ("func", "<u2"),
-        ("ctx", "<u2"),
-        ("seq", "<u4"),
-        ("job", "<u4"),
-        ("tag", "<u8"),
-        ("t_fetch", "<u8"),
-        ("t_start", "<u8"),
-        ("t_end", "<u8"),
-        ("bytes", "<u4"),
-        ("tlps", "<u4"),
-        ("index", "<u2"),
-        ("status", "<u2"),
-        ("tlb_misses", "<u2"),
-        ("rsvd", "<u2"),
-    ]
-)
+TRACE_REC_DTYPE = hw.dtype("tacc_trace_rec")
 assert TRACE_REC_DTYPE.itemsize == 64
 
 # Device trace stream: the raw record, then the capture's function id (index in
@@ -59,35 +40,8 @@ assert TRACE_REC_DTYPE.itemsize == 64
 DEVICE_TRACE_DTYPE = np.dtype(TRACE_REC_DTYPE.descr + [("fid", "<u2"), ("_pad", "V6")])
 
 # X-lists of tacc_hw.h, in slot order (slot = index in the counter page).
-FUNC_COUNTERS: tuple[tuple[str, int], ...] = (
-    ("h2d_bytes", 2), ("d2h_bytes", 3), ("h2d_tlps", 4), ("d2h_tlps", 5),
-    ("h2d_link_bytes", 6), ("d2h_link_bytes", 7), ("link_stall_ticks", 8),
-    ("tlb_hits", 9), ("tlb_misses", 10), ("tlb_walk_reads", 11), ("mmu_faults", 12),
-    ("dma_errors", 13), ("irqs", 14), ("trace_records", 15), ("trace_dropped", 16),
-    ("jobs_completed", 17), ("cmds_completed", 18), ("flops", 19),
-    ("busy_dma_h2d", 20), ("busy_dma_d2h", 21), ("busy_compute0", 22),
-    ("busy_compute1", 23), ("busy_compute2", 24), ("busy_compute3", 25),
-    ("cmds_dma_h2d", 26), ("cmds_dma_d2h", 27), ("cmds_compute0", 28),
-    ("cmds_compute1", 29), ("cmds_compute2", 30), ("cmds_compute3", 31),
-    ("queue0_depth_hwm", 32), ("queue1_depth_hwm", 33), ("queue2_depth_hwm", 34),
-    ("queue3_depth_hwm", 35), ("devmem_read_bytes", 36), ("devmem_write_bytes", 37),
-    # hw 1.2 (link model fidelity, issue 19)
-    ("d2h_req_tlps", 38), ("dllp_h2d_bytes", 39), ("dllp_d2h_bytes", 40),
-    ("ctrl_h2d_tlps", 41), ("ctrl_d2h_tlps", 42), ("ctrl_h2d_link_bytes", 43),
-    ("ctrl_d2h_link_bytes", 44), ("ctrl_dllp_h2d_bytes", 45), ("ctrl_dllp_d2h_bytes", 46),
-)
-GLOBAL_COUNTERS: tuple[tuple[str, int], ...] = (
-    ("link_h2d_busy_ticks", 2), ("link_d2h_busy_ticks", 3), ("link_h2d_bytes", 4),
-    ("link_d2h_bytes", 5), ("link_h2d_payload", 6), ("link_d2h_payload", 7),
-    ("uptime_ticks", 8),
-    # hw 1.2 (link power management, issue 19 item 3; capture minor 8)
-    ("link_l0s_entries", 9), ("link_l0s_exits", 10), ("link_l0s_ticks", 11),
-    ("link_l1_entries", 12), ("link_l1_exits", 13), ("link_l1_ticks", 14),
-    ("link_pm_exit_ticks", 15),
-    # hw 1.2 (L1 PM Substates, issue 19 item 3; capture minor 10)
-    ("link_l11_entries", 16), ("link_l11_exits", 17), ("link_l11_ticks", 18),
-    ("link_l12_entries", 19), ("link_l12_exits", 20), ("link_l12_ticks", 21),
-)
+FUNC_COUNTERS: tuple[tuple[str, int], ...] = tuple(hw.FUNC_COUNTERS.items())
+GLOBAL_COUNTERS: tuple[tuple[str, int], ...] = tuple(hw.GLOBAL_COUNTERS.items())
 
 # Counter samples: columnar, one u64 column per counter (global ones prefixed g_,
 # zero on VFs), values raw and cumulative as the device reports them.
@@ -280,14 +234,7 @@ assert PROCESSES_DTYPE.itemsize == 56
 # against tacc_hw.h); t_ps is the device's modelled time in ps (t_ps // 1000 = device ticks
 # of the PF's clock), func the function on the PF's link (0 = PF, n = VF n).  The stream
 # adds the capture's fid of that function (NO_FID when it is not in the capture).
-TLP_REC_DTYPE = np.dtype([
-    ("t_ps", "<u8"), ("addr", "<u8"), ("cmd_tag", "<u8"), ("seq", "<u4"),
-    ("payload", "<u2"), ("link_bytes", "<u2"), ("req_id", "<u2"), ("cpl_id", "<u2"),
-    ("tag", "<u2"), ("len_dw", "<u2"), ("byte_count", "<u2"),
-    ("fmt_type", "u1"), ("kind", "u1"), ("flags", "u1"), ("be", "u1"),
-    ("lower_addr", "u1"), ("func", "u1"), ("version", "u1"), ("queue", "u1"),
-    ("ctx", "<u2"), ("job", "<u4"), ("rsvd", "<u8"),
-])
+TLP_REC_DTYPE = hw.dtype("tacc_tlp_rec")
 assert TLP_REC_DTYPE.itemsize == 64
 TLP_DTYPE = np.dtype(TLP_REC_DTYPE.descr + [("fid", "<u2"), ("_pad", "V6")])
 assert TLP_DTYPE.itemsize == 72
@@ -313,30 +260,16 @@ STREAMS: dict[str, tuple[int, np.dtype]] = {
 }
 
 
-class Opcode(IntEnum):
-    NOP = 0
-    COPY_H2D = 1
-    COPY_D2H = 2
-    COPY_D2D = 3
-    GEMM = 4
-    ELTWISE = 5
-    FENCE = 6
-    TIMESTAMP = 7
-    BARRIER = 8
-    FILL = 9  # hw 1.1: the driver's device-memory scrub (tag 0)
+# enum tacc_opcode (FILL, hw 1.1: the driver's device-memory scrub, tag 0)
+Opcode = IntEnum("Opcode", {k.removeprefix("TACC_OP_"): v
+                            for k, v in hw.ENUMS["tacc_opcode"].items() if k != "TACC_OP_MAX"})
+# enum tacc_engine: the DMA engines, then the compute engines numbered on
+Engine = IntEnum("Engine", {"DMA_H2D": hw.TACC_ENGINE_DMA_H2D, "DMA_D2H": hw.TACC_ENGINE_DMA_D2H}
+                 | {f"COMPUTE{i}": hw.TACC_ENGINE_COMPUTE0 + i
+                    for i in range(hw.TACC_NUM_COMPUTE_ENGINES)})
 
-
-class Engine(IntEnum):
-    DMA_H2D = 0
-    DMA_D2H = 1
-    COMPUTE0 = 2
-    COMPUTE1 = 3
-    COMPUTE2 = 4
-    COMPUTE3 = 5
-
-
-NUM_ENGINES = 6
-NUM_QUEUES = 4
+NUM_ENGINES = hw.TACC_NUM_ENGINES
+NUM_QUEUES = hw.TACC_NUM_QUEUES
 
 
 def dtype_to_json(dt: np.dtype) -> list[list[Any]]:

@@ -22,8 +22,8 @@ from types import TracebackType
 import numpy as np
 
 from tacc.libc import libc
+from tacc.runtime import uapi
 
-from . import uapi
 from .catalogue import (
     GLOBAL_PAGE,
     SLOT_GEN,
@@ -122,7 +122,7 @@ class MmapBackend(Backend):
             size = 2 * GLOBAL_PAGE if need_global else GLOBAL_PAGE
             try:
                 self.mm = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ,
-                                    offset=uapi.COUNTERS_MMAP_OFFSET)
+                                    offset=uapi.MMAP_COUNTERS)
             except PermissionError as exc:
                 raise CounterError(f"{fn.pci}: mmap of the global counter page needs "
                                    "CAP_PERFMON") from exc

@@ -14,14 +14,17 @@ from pathlib import Path
 
 import numpy as np
 
-TACC_VENDOR = "0x7acc"
+from tacc import hw
+from tacc.errors import TaccError
+
+TACC_VENDOR = f"0x{hw.TACC_PCI_VENDOR_ID:04x}"  # as sysfs prints it
 SYSFS_ROOT = Path(os.environ.get("TACC_SYSFS_ROOT", "/sys"))
-SLOT_HDR = 0  # TACC_CNT_SLOT_HDR: version << 32 | number of slots used
-SLOT_GEN = 1  # TACC_CNT_SLOT_GEN: odd while the device updates
-GLOBAL_PAGE = 0x1000  # TACC_CNT_GLOBAL_PAGE
+SLOT_HDR = hw.TACC_CNT_SLOT_HDR  # version << 32 | number of slots used
+SLOT_GEN = hw.TACC_CNT_SLOT_GEN  # odd while the device updates
+GLOBAL_PAGE = hw.TACC_CNT_GLOBAL_PAGE
 
 
-class CounterError(Exception):
+class CounterError(TaccError):
     """A counter source is missing, refused, or returned something undefined."""
 
 

@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from tacc.runtime import uapi as ru
+from tacc.runtime.uapi import ioctl as _ioctl
 
 from .backends import Backend, Snapshot
 from .catalogue import GLOBAL_PAGE, Catalogue, CounterError, Function
-from .uapi import ioctl as _ioctl
 
 SAMPLE_SLOTS = 64  # TACC_SAMPLE_SLOTS
 CNT_VERSION = 1  # TACC_CNT_VERSION

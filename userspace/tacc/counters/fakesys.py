@@ -1,30 +1,14 @@
 """A fake sysfs tree of tacc functions, for host tests and demos without a device.
 
-The catalogue is generated from the X-lists of ``kernel/include/tacc_hw.h`` (parsed,
-in the driver's ``counters/catalogue`` format), so host tests follow the header.
+The catalogue is the driver's ``counters/catalogue`` text of :mod:`tacc.hw` (the X-lists
+of ``kernel/include/tacc_hw.h``), so host tests follow the header.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-HW_H = ROOT / "kernel" / "include" / "tacc_hw.h"
-_X = re.compile(r'X\((\w+),\s*(\d+),\s*"([^"]*)",\s*"([^"]*)"\)')
-
-
-def catalogue_text(hw_h: Path = HW_H, with_global: bool = True) -> str:
-    text = hw_h.read_text()
-    lines = ["# version 1: name slot unit scope description"]
-    for macro, scope in (("TACC_FUNC_COUNTERS", "function"), ("TACC_GLOBAL_COUNTERS", "global")):
-        if scope == "global" and not with_global:
-            continue
-        m = re.search(rf"#define {macro}\(X\)(.*?)(?:\n\n|\n#)", text, re.S)
-        assert m, macro
-        for name, slot, unit, desc in _X.findall(m.group(1)):
-            lines.append(f"{name} {slot} {unit} {scope} {desc}")
-    return "\n".join(lines) + "\n"
+from tacc import hw
 
 
 def make_function(root: Path, pci: str = "0000:01:00.0", vf: int = 0, gen: int = 4,
@@ -42,7 +26,7 @@ def make_function(root: Path, pci: str = "0000:01:00.0", vf: int = 0, gen: int =
                  "clock_hz": 1_000_000_000}.items():
         (d / "tacc" / k).write_text(f"{v}\n")
     (d / "tacc" / "clock_sync").write_text("100 1000 110\n200 1100 205\n")
-    cat = catalogue_text(with_global=vf == 0)
+    cat = hw.counter_catalogue(with_global=vf == 0)
     (d / "counters" / "catalogue").write_text(cat)
     if vf == 0:
         (d / "global_counters").mkdir()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import uapi
+from tacc.runtime import uapi
 
 TIMESTAMP_BYTES = 16  # two 8-byte TIMESTAMP writes to host memory per job
 
@@ -38,27 +38,32 @@ class Device:
         self.handles: list[int] = []
 
     def bo(self, size: int, kind: int) -> int:
-        a = uapi.ioctl(self.fd, uapi.IOCTL_BO_CREATE, uapi.BoCreate(size=size, type=kind))
+        a = uapi.ioctl(self.fd, uapi.DRM_IOCTL_TACC_BO_CREATE,
+                       uapi.drm_tacc_bo_create(size=size, type=kind))
         self.handles.append(a.handle)  # type: ignore[attr-defined]
         return int(a.handle)  # type: ignore[attr-defined]
 
     def map_bo(self, handle: int, size: int) -> mmap.mmap:
-        info = uapi.ioctl(self.fd, uapi.IOCTL_BO_INFO, uapi.BoInfo(handle=handle))
+        info = uapi.ioctl(self.fd, uapi.DRM_IOCTL_TACC_BO_INFO,
+                          uapi.drm_tacc_bo_info(handle=handle))
         return mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
                          offset=info.mmap_offset)  # type: ignore[attr-defined]
 
-    def submit(self, cmds: list[uapi.Cmd], queue: int = 0, timeout_ns: int = 30_000_000_000) -> int:
-        arr = (uapi.Cmd * len(cmds))(*cmds)
-        s = uapi.Submit(cmds=C.addressof(arr), num_cmds=len(cmds), queue=queue,
-                        cmd_size=C.sizeof(uapi.Cmd))
-        uapi.ioctl(self.fd, uapi.IOCTL_SUBMIT, s)
-        w = uapi.ioctl(self.fd, uapi.IOCTL_WAIT, uapi.Wait(seqno=s.seqno, timeout_ns=timeout_ns))
+    def submit(self, cmds: list[C.Structure], queue: int = 0,
+               timeout_ns: int = 30_000_000_000) -> int:
+        arr = (uapi.drm_tacc_cmd * len(cmds))(*cmds)
+        s = uapi.drm_tacc_submit(cmds=C.addressof(arr), num_cmds=len(cmds), queue=queue,
+                                 cmd_size=C.sizeof(uapi.drm_tacc_cmd))
+        uapi.ioctl(self.fd, uapi.DRM_IOCTL_TACC_SUBMIT, s)
+        w = uapi.ioctl(self.fd, uapi.DRM_IOCTL_TACC_WAIT,
+                       uapi.drm_tacc_wait(seqno=s.seqno, timeout_ns=timeout_ns))
         return int(w.status)  # type: ignore[attr-defined]
 
     def close(self) -> None:
         for h in self.handles:
             try:
-                uapi.ioctl(self.fd, uapi.IOCTL_GEM_CLOSE, uapi.GemClose(handle=h))
+                uapi.ioctl(self.fd, uapi.DRM_IOCTL_TACC_GEM_CLOSE,
+                           uapi.drm_tacc_gem_close(handle=h))
             except OSError:
                 pass
         os.close(self.fd)
@@ -84,10 +89,10 @@ class CopyWorkload:
     def run(self, direction: str = "h2d", tag: int = 0x7ACC) -> CopyResult:
         op = uapi.OP_COPY_H2D if direction == "h2d" else uapi.OP_COPY_D2H
         src, dst = (self.host, self.devbo) if direction == "h2d" else (self.devbo, self.host)
-        ts0 = uapi.Cmd(opcode=uapi.OP_TIMESTAMP, tag=tag, a=uapi.Operand(self.ts, 0, 0))
-        cp = uapi.Cmd(opcode=op, tag=tag, a=uapi.Operand(src, 0, 0), b=uapi.Operand(dst, 0, 0),
-                      size=self.size)
-        ts1 = uapi.Cmd(opcode=uapi.OP_TIMESTAMP, tag=tag, a=uapi.Operand(self.ts, 0, 8))
+        cmd, operand = uapi.drm_tacc_cmd, uapi.drm_tacc_operand
+        ts0 = cmd(opcode=uapi.OP_TIMESTAMP, tag=tag, a=operand(self.ts, 0, 0))
+        cp = cmd(opcode=op, tag=tag, a=operand(src, 0, 0), b=operand(dst, 0, 0), size=self.size)
+        ts1 = cmd(opcode=uapi.OP_TIMESTAMP, tag=tag, a=operand(self.ts, 0, 8))
         status = self.dev.submit([ts0, cp, ts1])
         if status:
             raise OSError(-status, f"copy job failed: {os.strerror(-status)}")

@@ -11,7 +11,7 @@ import time
 from collections import deque
 from typing import Any
 
-from .devices import TaccFunction, read_counters_sysfs
+from tacc.devices import TaccFunction, read_counters_sysfs
 
 RATE_KEYS = ("jobs_completed", "cmds_completed", "h2d_bytes", "d2h_bytes", "irqs",
              "mmu_faults", "trace_dropped")

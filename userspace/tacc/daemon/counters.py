@@ -13,9 +13,8 @@ import os
 import numpy as np
 
 from tacc.capture.schema import COUNTERS_DTYPE, FUNC_COUNTERS, GLOBAL_COUNTERS
-
-from . import uapi
-from .devices import TaccFunction, read_counters_sysfs
+from tacc.devices import TaccFunction, read_counters_sysfs
+from tacc.runtime import uapi
 
 SLOT_HDR, SLOT_GEN = 0, 1
 GLOBAL_PAGE = 0x1000
@@ -54,11 +53,11 @@ class CounterBlock:
         self.size = 8192 if not fn.is_vf and os.geteuid() == 0 else 4096
         try:
             self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ,
-                                offset=uapi.DRM_TACC_MMAP_COUNTERS)
+                                offset=uapi.MMAP_COUNTERS)
         except OSError:
             self.size = 4096
             self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ,
-                                offset=uapi.DRM_TACC_MMAP_COUNTERS)
+                                offset=uapi.MMAP_COUNTERS)
         self.seq = 0
         self.retries = 0
 

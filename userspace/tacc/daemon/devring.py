@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tacc.capture.schema import DEVICE_TRACE_DTYPE, TRACE_REC_DTYPE
+from tacc.errors import TaccError
+from tacc.runtime import uapi
 
-from . import uapi
-
-HDR_SIZE = ctypes.sizeof(uapi.TraceHeader)
+HDR_SIZE = ctypes.sizeof(uapi.drm_tacc_trace_header)
 REC = TRACE_REC_DTYPE.itemsize  # 64
 OUT_REC = DEVICE_TRACE_DTYPE.itemsize  # 72: the record, fid, pad
 assert DEVICE_TRACE_DTYPE.fields is not None and DEVICE_TRACE_DTYPE.fields["fid"][1] == REC
@@ -32,18 +32,18 @@ _V_OUT = np.dtype({"names": ["rec"], "formats": [_V_REC], "offsets": [0], "items
 
 
 _U32 = struct.Struct("<I")
-_OFF_PROD = uapi.TraceHeader.prod.offset
-_OFF_EPOCH = uapi.TraceHeader.epoch.offset
+_OFF_PROD = uapi.drm_tacc_trace_header.prod.offset
+_OFF_EPOCH = uapi.drm_tacc_trace_header.epoch.offset
 
 
-class TraceRingError(Exception):
+class TraceRingError(TaccError):
     pass
 
 
 @dataclass
 class DrainResult:
     records: np.ndarray  # DEVICE_TRACE_DTYPE
-    dropped: int  # newly dropped records (device count or sequence gaps, the larger)
+    dropped: int  # records newly known dropped (device count or sequence gaps, the larger)
     seq_gaps: int
 
 
@@ -60,7 +60,7 @@ class RingView:
         self.fid = fid
         self.advance = advance
         hdr = self.header()
-        if hdr.version != uapi.DRM_TACC_TRACE_HDR_VERSION:
+        if hdr.version != uapi.TRACE_HDR_VERSION:
             raise TraceRingError(f"trace ring header version {hdr.version} is not supported")
         if hdr.rec_size != TRACE_REC_DTYPE.itemsize:
             raise TraceRingError(f"trace record size {hdr.rec_size} != 64")
@@ -74,8 +74,10 @@ class RingView:
         self.dropped_seen = int(hdr.dropped)
         self.next_seq: int | None = None
         self.total_records = 0
-        self.total_dropped = 0
+        self.total_dropped = 0  # reported: max of the two totals below (+ overrun)
+        self.total_device_drops = 0  # the header's count, since this consumer opened
         self.total_seq_gaps = 0
+        self.overrun = 0  # records skipped when PROD ran more than a ring ahead
 
     def pending(self) -> int:
         """Records waiting (two words of the mapped header, no copy of it); a function
@@ -86,8 +88,8 @@ class RingView:
             return self.entries
         return min((prod - self.cons) & 0xFFFFFFFF, self.entries)
 
-    def header(self) -> uapi.TraceHeader:
-        return uapi.TraceHeader.from_buffer_copy(bytes(self.buf[:HDR_SIZE]))
+    def header(self) -> uapi.drm_tacc_trace_header:
+        return uapi.drm_tacc_trace_header.from_buffer_copy(bytes(self.buf[:HDR_SIZE]))
 
     def drain(self, max_records: int | None = None) -> DrainResult:
         hdr = self.header()
@@ -97,7 +99,7 @@ class RingView:
         prod = int(hdr.prod)
         n = (prod - self.cons) & 0xFFFFFFFF
         if n > self.entries:  # cannot happen with a sane device; resynchronise
-            self.total_dropped += n - self.entries
+            self.overrun += n - self.entries
             self.cons = (prod - self.entries) & 0xFFFFFFFF
             n = self.entries
         if max_records is not None:
@@ -125,10 +127,16 @@ class RingView:
         new_drops = (dropped - self.dropped_seen) & 0xFFFFFFFF
         self.dropped_seen = dropped
         gaps = self._seq_gaps(out)
-        lost = max(new_drops, gaps)
         self.total_records += n
-        self.total_dropped += lost
+        self.total_device_drops += new_drops
         self.total_seq_gaps += gaps
+        # The device counts a drop when it happens; its sequence gap shows only with the
+        # next record kept, often in a later drain.  Both measure the same drops, so the
+        # larger of the two running totals is the count, and a drain reports what it adds
+        # (a per-drain max counted one overflow twice, once from each).
+        total = max(self.total_device_drops + self.overrun, self.total_seq_gaps)
+        lost = max(total - self.total_dropped, 0)
+        self.total_dropped += lost
         return DrainResult(out, lost, gaps)
 
     def _seq_gaps(self, recs: np.ndarray) -> int:
@@ -150,9 +158,9 @@ class DeviceTraceRing:
         self.node = node
         self.fd = uapi.open_node(node)
         try:
-            op = uapi.TraceOpen(entries=entries)
+            op = uapi.drm_tacc_trace_open(entries=entries)
             try:
-                uapi.ioctl(self.fd, uapi.IOCTL_TRACE_OPEN, op)
+                uapi.ioctl(self.fd, uapi.DRM_IOCTL_TACC_TRACE_OPEN, op)
             except OSError as exc:
                 if exc.errno == errno.EBUSY:
                     raise TraceRingError(
@@ -170,8 +178,8 @@ class DeviceTraceRing:
             raise
 
     def _advance(self, cons: int) -> tuple[int, int]:
-        a = uapi.TraceAdvance(cons=cons)
-        uapi.ioctl(self.fd, uapi.IOCTL_TRACE_ADVANCE, a)
+        a = uapi.drm_tacc_trace_advance(cons=cons)
+        uapi.ioctl(self.fd, uapi.DRM_IOCTL_TACC_TRACE_ADVANCE, a)
         return int(a.prod), int(a.dropped)
 
     def drain(self) -> DrainResult:
@@ -192,7 +200,7 @@ class DeviceTraceRing:
         except (BufferError, ValueError):
             pass
         try:
-            uapi.ioctl(self.fd, uapi.IOCTL_TRACE_CLOSE, uapi.TraceClose())
+            uapi.ioctl(self.fd, uapi.DRM_IOCTL_TACC_TRACE_CLOSE, uapi.drm_tacc_trace_close())
         except OSError:
             pass
         os.close(self.fd)

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tacc.capture.schema import DropSource
+from tacc.devices import TaccFunction, discover, find
+from tacc.errors import DeviceError, TaccError
 
 from . import protocol
 from .alwayson import AlwaysOn
-from .devices import DeviceError, TaccFunction, discover, find
 from .session import CaptureSession, Options
 
 log = logging.getLogger("taccd")
@@ -32,7 +33,7 @@ TICK_S = 0.05
 MIN_GAP_S = 0.01  # after a tick that overran its period
 
 
-class DaemonError(Exception):
+class DaemonError(TaccError):
     pass
 
 
@@ -144,7 +145,7 @@ class Daemon:
         """``--clock-exchange ADDR[:PORT]``: answer peers' clock requests (docs/cluster.md)."""
         if not addr:
             return None
-        from .clockx import Responder, parse_peer
+        from tacc.capture.clockx import Responder, parse_peer
 
         host, port = parse_peer(addr)
         try:

@@ -12,6 +12,8 @@ import os
 import socket
 from typing import Any
 
+from tacc.errors import TaccError
+
 DEFAULT_SOCKET = "/run/taccd.sock"
 MAX_LINE = 1 << 20
 
@@ -20,7 +22,7 @@ def socket_path(explicit: str | None = None) -> str:
     return explicit or os.environ.get("TACCD_SOCKET") or DEFAULT_SOCKET
 
 
-class ProtocolError(Exception):
+class ProtocolError(TaccError):
     pass
 
 

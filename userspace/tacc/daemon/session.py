@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tacc import hw
 from tacc.capture import CaptureWriter
 from tacc.capture.schema import (
     DEVICE_EVENTS_DTYPE,
@@ -33,28 +34,24 @@ from tacc.capture.schema import (
     DropSource,
 )
 from tacc.counters.catalogue import CounterError
-from tacc.libc import libc
-
-from .apiring import ApiRings
-from .apiring import available as api_available
-from .counters import CounterBlock, SampleRingCounters, SysfsCounters
-from .devices import (
+from tacc.devices import (
     TaccFunction,
     icount_info,
     kernel_release,
     machine_info,
     read_clock_sync,
 )
+from tacc.libc import libc
+
+from .apiring import ApiRings
+from .apiring import available as api_available
+from .counters import CounterBlock, SampleRingCounters, SysfsCounters
 from .devring import DeviceTraceRing, TraceRingError
 from .procinfo import ProcessTable
 
-# TACC_REG_FAULT_INFO (kernel/include/tacc_hw.h)
-FAULT_CTX_MASK = 0x0000FFFF
-FAULT_TYPE_SHIFT = 24
-FAULT_TYPE_MASK = 0x0F000000
-FAULT_WRITE = 1 << 28
-FAULT_TYPES = {0: "none", 1: "unmapped", 2: "permission", 3: "walk_dma", 4: "devmem_range",
-               5: "bad_ctx", 6: "mem_kind"}
+# enum tacc_fault_type, by value: "unmapped", "permission", ...
+FAULT_TYPES = {v: k.removeprefix("TACC_FAULT_").lower()
+               for k, v in hw.ENUMS["tacc_fault_type"].items()}
 
 
 # BPF events converted per slice of a tick (the device trace rings are drained between
@@ -167,7 +164,7 @@ class Options:
                 TRACE_MIN_ENTRIES <= n <= TRACE_MAX_ENTRIES and n & (n - 1) == 0)):
             raise ValueError(f"trace ring entries {n}: a power of two from "
                              f"{TRACE_MIN_ENTRIES} to {TRACE_MAX_ENTRIES}")
-        from .clockx import parse_peer
+        from tacc.capture.clockx import parse_peer
 
         for p in self.peers:
             parse_peer(p)
@@ -251,7 +248,7 @@ class CaptureSession:
         self._open_collectors()
         self._read_counters()  # taccd-sampled counters: a sample at the start too
         self.clock_sample()
-        from .clockx import Requester
+        from tacc.capture.clockx import Requester
 
         self.clockx = Requester(opts.peers) if opts.peers else None
 
@@ -391,7 +388,7 @@ class CaptureSession:
         r["arg"] = num if kind == DeviceEventKind.OTHER else info
         ctx = ev.get("ctx")
         if ctx is None and kind == DeviceEventKind.MMU_FAULT:
-            ctx = info & FAULT_CTX_MASK  # the context was gone when the driver looked
+            ctx = info & hw.TACC_FAULT_CTX_MASK  # the context was gone when the driver looked
         r["ctx"] = NO_CTX if ctx is None else int(ctx) & 0xFFFFFFFF
         queue = int(ev.get("queue", 0) or 0)
         queued = kind in (DeviceEventKind.MMU_FAULT, DeviceEventKind.HANG,
@@ -399,10 +396,10 @@ class CaptureSession:
         r["queue"] = NO_QUEUE if not queued or queue >= NO_QUEUE else queue
         detail = f"{ev.get('name') or kind.name.lower()} {pci}".strip()
         if kind == DeviceEventKind.MMU_FAULT:
-            ftype = (info & FAULT_TYPE_MASK) >> FAULT_TYPE_SHIFT
+            ftype = (info & hw.TACC_FAULT_TYPE_MASK) >> hw.TACC_FAULT_TYPE_SHIFT
             r["status"] = ftype
             detail += (f" {FAULT_TYPES.get(ftype, f'type {ftype}')}"
-                       f" {'write' if info & FAULT_WRITE else 'read'}")
+                       f" {'write' if info & hw.TACC_FAULT_WRITE else 'read'}")
         elif kind == DeviceEventKind.PM:
             detail += f" D{info} ({'suspended' if info else 'resumed'})"
         elif kind == DeviceEventKind.RESET and queue >= NO_QUEUE:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from tacc.cli import CommandError
+from tacc.errors import MissingExtraError
 
 # import name -> (pip requirement, what it is used for)
 ENGINES: dict[str, tuple[str, str]] = {
@@ -18,14 +18,13 @@ ENGINES: dict[str, tuple[str, str]] = {
 
 
 def require(module: str) -> ModuleType:
-    """Import ``module`` or raise :class:`CommandError` naming the missing package."""
+    """Import ``module`` or raise :class:`MissingExtraError` naming the extra to install."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
         pkg, what = ENGINES.get(module, (module, "this command"))
         why = " ".join(str(exc).split())
-        raise CommandError(
+        raise MissingExtraError(
             f"{what} needs the Python package {pkg!r}, which cannot be imported "
-            f"({exc.__class__.__name__}: {why}); install it with 'make setup' or "
-            f"'pip install {pkg}'"
+            f"({exc.__class__.__name__}: {why}); install it with: pip install 'tacc[fleet]'"
         ) from None

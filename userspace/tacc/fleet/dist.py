@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tacc.cli import CommandError
+from tacc.errors import TaccError
 
 from .deps import require
 
@@ -44,7 +44,7 @@ def check_scheduler(spec: str) -> str:
     scheme, _, addr = spec.partition("://")
     if spec in ("local", "serial") or (scheme in ("tcp", "tls") and ":" in addr):
         return spec
-    raise CommandError(f"analyze: --scheduler {spec}: not a scheduler ({SCHEDULER_HELP})")
+    raise TaccError(f"analyze: --scheduler {spec}: not a scheduler ({SCHEDULER_HELP})")
 
 
 @contextmanager
@@ -68,7 +68,7 @@ def client(spec: str, workers: int) -> Iterator[Any]:
     try:
         c = distributed.Client(spec, timeout="5s")
     except (OSError, TimeoutError) as exc:
-        raise CommandError(f"analyze: cannot reach the Dask scheduler {spec}: "
+        raise TaccError(f"analyze: cannot reach the Dask scheduler {spec}: "
                            f"{' '.join(str(exc).split())}") from None
     try:
         yield c

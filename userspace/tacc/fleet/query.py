@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from tacc.cli import CommandError
+from tacc.errors import TaccError
 
 from .deps import require
 from .export import EXPORT_FORMAT, EXPORT_VERSION, MANIFEST
@@ -23,17 +23,17 @@ from .export import EXPORT_FORMAT, EXPORT_VERSION, MANIFEST
 def load_manifest(root: Path) -> dict[str, Any]:
     p = root / MANIFEST
     if not root.is_dir():
-        raise CommandError(f"query: {root}: no such export directory")
+        raise TaccError(f"query: {root}: no such export directory")
     if not p.exists():
-        raise CommandError(f"query: {root}: not a tacc export (no {MANIFEST})")
+        raise TaccError(f"query: {root}: not a tacc export (no {MANIFEST})")
     try:
         doc = json.loads(p.read_text())
     except ValueError:
-        raise CommandError(f"query: {p}: not valid JSON") from None
+        raise TaccError(f"query: {p}: not valid JSON") from None
     if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
-        raise CommandError(f"query: {p}: does not describe a tacc export")
+        raise TaccError(f"query: {p}: does not describe a tacc export")
     if doc.get("version") != EXPORT_VERSION:
-        raise CommandError(f"query: {root}: export version {doc.get('version')!r} is not "
+        raise TaccError(f"query: {root}: export version {doc.get('version')!r} is not "
                            f"supported (this tacc reads version {EXPORT_VERSION})")
     return doc
 
@@ -73,7 +73,7 @@ def run_query(root: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         cols = [c[0] for c in cur.description]
         return cols, cur.fetchall()
     except duckdb.Error as exc:
-        raise CommandError(f"query: {one_line(exc)}") from None
+        raise TaccError(f"query: {one_line(exc)}") from None
     finally:
         con.close()
 

@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from tacc.errors import TaccError
 from tacc.runtime import uapi
 
 from . import TLP_DTYPE
@@ -24,7 +25,7 @@ HDR_SIZE = ctypes.sizeof(uapi.drm_tacc_trace_header)
 REC = TLP_DTYPE.itemsize
 
 
-class TlpCaptureError(Exception):
+class TlpCaptureError(TaccError):
     pass
 
 

@@ -68,6 +68,8 @@ NAMES: tuple[str, ...] = (
     "event_create", "event_record", "stream_wait_event", "event_synchronize",
     "stream_synchronize", "synchronize", "event_query", "stream_query", "nop",
     "host_preprocess", "net_send", "net_recv",
+    "softmax", "layer_norm", "rms_norm", "gelu", "silu", "exp", "cast", "gather",
+    "graph_capture", "graph_launch", "host_op", "range",
 )
 NAME_ID: dict[str, int] = {n: i for i, n in enumerate(NAMES)}
 

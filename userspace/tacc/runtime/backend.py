@@ -108,7 +108,7 @@ class DrmBackend:
     def submit(self, queue: int, cmds: C.Array, ncmds: int, in_syncobjs: list[int],
                out_syncobj: int) -> int:
         a = U.drm_tacc_submit(cmds=C.addressof(cmds), num_cmds=ncmds, queue=queue,
-                              out_syncobj=out_syncobj, cmd_size=C.sizeof(U.drm_tacc_cmd))
+                              out_syncobj=out_syncobj, cmd_size=C.sizeof(cmds._type_))
         if in_syncobjs:
             arr = (C.c_uint32 * len(in_syncobjs))(*in_syncobjs)
             a.in_syncobjs = C.addressof(arr)

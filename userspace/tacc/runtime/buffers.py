@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import mmap
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,7 @@ class Buffer:
         self.va = va
         self.page_size = page_size
         self.freed = False
+        self._base: Buffer | None = None  # the buffer a view() was made of
 
     @property
     def nbytes(self) -> int:
@@ -62,8 +64,26 @@ class Buffer:
     def name(self) -> str:
         return f"{self.kind[0]}{self.handle}"
 
+    def view(self, shape: int | tuple[int, ...], dtype: Any = None, offset: int = 0) -> Buffer:
+        """The same memory from byte ``offset`` seen as ``shape``/``dtype`` (no copy).
+
+        A view lives as long as its buffer: freeing the buffer frees it, and it cannot be
+        freed itself.
+        """
+        s = _shape(shape)
+        dt = self.dtype if dtype is None else np.dtype(dtype)
+        nbytes = int(np.prod(s, dtype=np.int64)) * dt.itemsize
+        if offset < 0 or offset + nbytes > self.nbytes:
+            raise ValueError(f"view: {s} {dt} at byte {offset} overruns {self!r}")
+        v = copy.copy(self)
+        v.shape, v.dtype, v.offset = s, dt, self.offset + offset
+        v._base = self._base or self
+        return v
+
     def check(self, ctx: Context) -> None:
         """Raises if this buffer cannot be used with ``ctx`` now."""
+        if self._base is not None:
+            self._base.check(ctx)
         if self.freed:
             raise UseAfterFreeError(f"{self!r} was freed")
         if self.ctx is not ctx:
@@ -86,6 +106,8 @@ class Buffer:
         """Releases the buffer now (pending jobs keep the memory alive until they end)."""
         if self.freed:
             raise UseAfterFreeError(f"{self!r} freed twice")
+        if self._base is not None:
+            raise TaccError(f"{self!r} is a view: it is freed with {self._base!r}")
         t0 = tr.begin()
         st = -1
         try:

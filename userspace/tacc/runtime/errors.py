@@ -5,9 +5,7 @@ from __future__ import annotations
 import errno as _errno
 import os
 
-
-class TaccError(Exception):
-    """Base class of every runtime error."""
+from tacc.errors import DeviceError, TaccError
 
 
 class DeviceNotFoundError(TaccError):
@@ -44,14 +42,6 @@ class BufferKindError(TaccError, TypeError):
 
 class OutOfMemoryError(TaccError, MemoryError):
     """Device memory, pinned-memory quota or buffer count exhausted."""
-
-
-class DeviceError(TaccError):
-    """A job failed on the device (MMU fault, DMA error, hang, rejected command)."""
-
-    def __init__(self, msg: str, status: int = 0) -> None:
-        super().__init__(msg)
-        self.status = status
 
 
 class DeviceTimeoutError(DeviceError, TimeoutError):

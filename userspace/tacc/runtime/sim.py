@@ -3,8 +3,13 @@
 It implements the :class:`~tacc.runtime.backend.Backend` methods with the driver's rules
 (handles, operand kinds, bound ranges, alignment) and executes every job at submit with
 numpy.  Jobs complete immediately; ``device time`` is modelled only roughly
-(:attr:`SimBackend.devclk`, advanced by a simple cost per command) and is not the QEMU
-device's timing model.
+(:attr:`SimBackend.devclk`, advanced by a simple cost per command) for the direct commands,
+and by the roofline (:mod:`tacc.runtime.opcost`) for the inference ones.
+
+The inference commands and graph launches reach it as the runtime's
+:class:`~tacc.runtime.ops.Op` objects (not encoded descriptors); it checks their operands
+as the device does (an operand outside its binding fails the job with -EFAULT, an index
+outside the gather table with -EINVAL) and computes them with :mod:`tacc.runtime.kernels`.
 """
 
 from __future__ import annotations
@@ -13,11 +18,22 @@ import ctypes as C
 import errno
 import mmap
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from . import opcost
 from . import uapi as U
-from .errors import ioctl_error
+from .errors import TaccError, ioctl_error
+from .ops import run_op
+
+
+class _Fault(Exception):
+    """A command failed on the (simulated) device: the job's completion status."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
 
 PAGE = 4096
 HUGE = 2 << 20
@@ -54,6 +70,9 @@ class SimBackend:
     devmem_used: int = 0
     jobs: list[tuple[int, int, int, int]] = field(default_factory=list)  # seqno, q, start, end
     tags: list[int] = field(default_factory=list)
+    # (kind, tag, flops, device bytes, list id) of every command run: the trace records
+    op_records: list[tuple[str, int, int, int, int]] = field(default_factory=list)
+    _list_id: int = 0
     closed: bool = False
 
     # ------------------------------------------------------------ params ---
@@ -212,10 +231,93 @@ class SimBackend:
             return 300
         raise ioctl_error("SUBMIT", errno.EINVAL)
 
-    def submit(self, queue: int, cmds: C.Array, ncmds: int, in_syncobjs: list[int],
+    # ------------------------------------------------- inference commands ---
+    def _view(self, buf: Any) -> np.ndarray:
+        """The memory of a device operand as its shape/dtype (bounds as the device checks)."""
+        if not isinstance(buf.offset, int):
+            raise _Fault(-errno.EINVAL)
+        bo = self.bos.get(buf.handle)
+        if bo is None or bo.type != U.BO_DEVICE:
+            raise _Fault(-errno.EFAULT)
+        if not bo.bound or buf.offset < bo.bo_offset or \
+                buf.offset + buf.nbytes > bo.bo_offset + bo.bound:
+            raise _Fault(-errno.EFAULT)
+        if buf.offset % buf.dtype.itemsize:
+            raise _Fault(-errno.EINVAL)
+        raw = bo.mem[buf.offset:buf.offset + buf.nbytes]
+        return raw.view(buf.dtype).reshape(buf.shape)
+
+    def _run_op(self, op: Any, block: np.ndarray | None) -> int:
+        """Executes an inference Op; returns its modelled time (the roofline)."""
+        def store(b: Any, a: np.ndarray) -> None:
+            self._view(b)[...] = a
+
+        try:
+            run_op(op, lambda b: self._view(b).copy(), store, block)
+        except IndexError:
+            raise _Fault(-errno.EINVAL) from None
+        self.op_records.append((op.kind, op.tag, op.flops, op.nbytes,
+                                block is not None and self._list_id or 0))
+        return opcost.DEFAULT.time_ns(op.flops, op.nbytes, op.bf16)
+
+    def _run_list(self, launch: Any) -> int:
+        """A graph launch: every listed command, in order, with the parameter block."""
+        from .graph import Param
+
+        t = 0
+        self._list_id = launch.graph.id
+        for e in launch.graph.entries:
+            self.tags.append(e.op.tag if e.op is not None else
+                             int(U.drm_tacc_cmd.from_buffer_copy(e.cmd).tag))
+            if e.op is not None:
+                t += self._run_op(e.op, launch.block)
+                continue
+            c = U.drm_tacc_cmd.from_buffer_copy(e.cmd)
+            for fld, prm in e.patches:
+                assert isinstance(prm, Param)
+                part, attr = fld.split(".")
+                o = getattr(c, part)
+                setattr(o, attr, getattr(o, attr) + prm.value_in(launch.block))
+            try:
+                t += self._exec(c)
+            except TaccError:
+                raise _Fault(-errno.EINVAL) from None
+            self.op_records.append((f"op{c.opcode}", int(c.tag), 0, int(c.size),
+                                    self._list_id))
+        self._list_id = 0
+        return t
+
+    def _submit_ops(self, queue: int, ops: list[Any], in_syncobjs: list[int],
+                    out_syncobj: int) -> int:
+        from .graph import Launch
+
+        start, status = self.devclk, 0
+        try:
+            for op in ops:
+                if isinstance(op, Launch):
+                    self.devclk += self._run_list(op)
+                else:
+                    self.tags.append(op.tag)
+                    self.devclk += self._run_op(op, None)
+        except _Fault as f:
+            status = f.status
+            self._list_id = 0
+        self.seqno += 1
+        self.status[self.seqno] = status
+        self.jobs.append((self.seqno, queue, start, self.devclk))
+        if out_syncobj:
+            self.syncobjs[out_syncobj] = self.seqno
+        return self.seqno
+
+    def submit(self, queue: int, cmds: Any, ncmds: int, in_syncobjs: list[int],
                out_syncobj: int) -> int:
         if not 0 <= queue < self.num_queues or not 1 <= ncmds <= self.max_cmds:
             raise ioctl_error("SUBMIT", errno.EINVAL)
+        if isinstance(cmds, list):
+            for h in [*in_syncobjs, *([out_syncobj] if out_syncobj else [])]:
+                if h not in self.syncobjs:
+                    raise ioctl_error("SUBMIT", errno.ENOENT)
+            return self._submit_ops(queue, cmds, in_syncobjs, out_syncobj)
         for h in in_syncobjs:
             if h not in self.syncobjs:
                 raise ioctl_error("SUBMIT", errno.ENOENT)

@@ -6,6 +6,7 @@ import ctypes as C
 import errno
 import struct
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,9 +27,11 @@ from .errors import (
     WrongDeviceError,
     job_error,
 )
+from .ops import InferenceOps, Op
 
 if TYPE_CHECKING:
     from .context import Context
+    from .graph import Graph
 
 COPY_MAX = (1 << 32) - 4096  # per command (TACC_COPY_MAX_LEN is exclusive)
 _F32 = struct.Struct("<f")
@@ -123,7 +126,7 @@ class Event:
         return f"<Event {self.handle} on {self.ctx.device.pci}>"
 
 
-class Stream:
+class Stream(InferenceOps):
     """An in-order sequence of device work on one hardware queue.
 
     Every method returns at once (the work runs asynchronously); ``synchronize()`` waits.
@@ -140,6 +143,8 @@ class Stream:
         self._after: deque[tuple[int, Callable[[], None]]] = deque()
         self.last_seqno = 0
         self.jobs_submitted = 0
+        self._capture: Graph | None = None
+        self._patches: list[tuple[str, Any]] = []  # (cmd field, graph Param) of the next job
 
     def __repr__(self) -> str:
         return f"<Stream q{self.queue} on {self.ctx.device.pci}>"
@@ -149,12 +154,26 @@ class Stream:
         if self.ctx.closed:
             raise ContextClosedError(f"{self.ctx!r} is closed")
 
-    def _submit(self, n: int, out_syncobj: int = 0) -> int:
-        """Submits self._cmds[:n] as one job (retrying while the queue is full)."""
+    def _submit(self, n: int, out_syncobj: int = 0, ops: list[Any] | None = None) -> int:
+        """Submits self._cmds[:n] (or ``ops``, on the simulator) as one job (retrying while
+        the queue is full); inside a capture, records them into the graph instead."""
+        if self._capture is not None:
+            if out_syncobj or self._waits:
+                raise TaccError(f"{self!r}: events cannot be recorded or waited for inside "
+                                "a graph capture")
+            self._capture._record(ops if ops is not None else
+                                  [C.string_at(C.addressof(self._cmds[i]),
+                                               C.sizeof(U.drm_tacc_cmd)) for i in range(n)],
+                                  self._patches)
+            self._patches = []
+            return 0
         be = self.ctx.backend
+        cmds: Any = self._cmds
+        if ops is not None:
+            cmds, n = self._encode(ops)
         while True:
             try:
-                seq = be.submit(self.queue, self._cmds, n, self._waits, out_syncobj)
+                seq = be.submit(self.queue, cmds, n, self._waits, out_syncobj)
                 break
             except DriverError as e:
                 if e.errno != errno.EAGAIN or not self._jobs:
@@ -168,6 +187,27 @@ class Stream:
         if len(self._jobs) > 512:
             self._poll()
         return seq
+
+    def _encode(self, ops: list[Any]) -> tuple[Any, int]:
+        """The commands of ``ops`` for the backend: the simulator takes them as they are."""
+        if self.ctx.backend.sim:
+            return ops, len(ops)
+        from .cmdcodec import encode
+
+        return encode(self, ops)
+
+    def _submit_op(self, op: Op) -> None:
+        self._submit(1, ops=[op])
+
+    def capture(self) -> Graph:
+        """``with stream.capture() as g:`` records the stream's commands into a graph
+        (nothing runs) that ``g.launch(params)`` then submits as one job."""
+        from .graph import Graph
+
+        self._check()
+        if self._capture is not None:
+            raise TaccError(f"{self!r} is already capturing")
+        return Graph(self)
 
     def _cmd(self, i: int, opcode: int, tag: int) -> U.drm_tacc_cmd:
         c = self._cmds[i]
@@ -221,6 +261,13 @@ class Stream:
         ctx = self.ctx
         try:
             self._check()
+            if self._capture is not None and (isinstance(src, np.ndarray)
+                                              or isinstance(dst, np.ndarray)):
+                raise TaccError("copy: a graph captures copies between buffers, not from or "
+                                "to a numpy array (use a HostBuffer)")
+            dyn = [x for x in (dst_offset, src_offset) if not isinstance(x, int)]
+            if dyn and (self._capture is None or nbytes is None):
+                raise TaccError("copy: a graph Param offset needs a capture and nbytes=")
             staged: HostBuffer | None = None
             back: tuple[np.ndarray, HostBuffer] | None = None
             if opcode == U.OP_COPY_H2D:
@@ -255,15 +302,17 @@ class Stream:
                                      "for a raw byte copy)")
                 if d.size != s.size:
                     raise ShapeError(f"copy: {s.shape} -> {d.shape}: element counts differ")
-                if dst_offset or src_offset:
+                if dst_offset or src_offset or dyn:
                     raise ValueError("copy: offsets need an explicit nbytes")
                 n = s.nbytes
             else:
                 n = int(nbytes)
-                if n <= 0 or dst_offset < 0 or src_offset < 0:
+                lo_d, hi_d = _span(dst_offset)
+                lo_s, hi_s = _span(src_offset)
+                if n <= 0 or lo_d < 0 or lo_s < 0:
                     raise ValueError(f"copy: bad nbytes/offsets ({n}, {dst_offset}, "
                                      f"{src_offset})")
-                if src_offset + n > s.nbytes or dst_offset + n > d.nbytes:
+                if hi_s + n > s.nbytes or hi_d + n > d.nbytes:
                     raise ShapeError(f"copy: {n} bytes at offsets {src_offset}->{dst_offset} "
                                      f"overrun {s!r} or {d!r}")
             if n == 0:
@@ -273,9 +322,16 @@ class Stream:
             while off < n:
                 k = min(n - off, COPY_MAX)
                 c = self._cmd(0, opcode, tag)
-                c.a.handle, c.a.offset = s.handle, s.offset + src_offset + off
-                c.b.handle, c.b.offset = d.handle, d.offset + dst_offset + off
+                c.a.handle, c.a.offset = s.handle, s.offset + off
+                c.b.handle, c.b.offset = d.handle, d.offset + off
+                patches = []
+                for fld, o in (("a.offset", src_offset), ("b.offset", dst_offset)):
+                    if isinstance(o, int):
+                        getattr(c, fld[0]).offset += o
+                    else:
+                        patches.append((fld, o))
                 c.size = k
+                self._patches = patches
                 seq = self._submit(1)
                 off += k
             if staged is not None:
@@ -288,8 +344,10 @@ class Stream:
             st = 0
         finally:
             if t0:
-                tr.end(t0, name_id, tag, n, ctx.dev_id, ctx.hw_context, st,
-                       _args(dst, src, n) if st == 0 else "error")
+                a = _args(dst, src, n) if st == 0 else "error"
+                if st == 0 and opcode == U.OP_COPY_H2D:
+                    a += f" fp={fingerprint(src, src_offset, n)}"
+                tr.end(t0, name_id, tag, n, ctx.dev_id, ctx.hw_context, st, a)
 
     def copy_h2d(self, dst: DeviceBuffer, src: HostBuffer | UserptrBuffer | np.ndarray,
                  nbytes: int | None = None, *, dst_offset: int = 0, src_offset: int = 0
@@ -308,9 +366,10 @@ class Stream:
         self._copy(N_D2D, U.OP_COPY_D2D, dst, src, nbytes, dst_offset, src_offset)
 
     # ----------------------------------------------------------- compute ---
-    def gemm(self, a: DeviceBuffer, b: DeviceBuffer, c: DeviceBuffer, *, alpha: float = 1.0,
-             beta: float = 0.0) -> None:
-        """c = alpha * a @ b + beta * c, float32, 2-D row-major device buffers."""
+    def _gemm_fp32(self, a: DeviceBuffer, b: DeviceBuffer, c: DeviceBuffer, *,
+                   alpha: float = 1.0, beta: float = 0.0) -> None:
+        """c = alpha * a @ b + beta * c, float32, 2-D row-major device buffers: the GEMM
+        command of every hardware version (``gemm`` takes the rest to the inference one)."""
         t0 = tr.begin()
         tag = tr.next_tag()
         st = -1
@@ -385,12 +444,6 @@ class Stream:
             if t0:
                 tr.end(t0, N_ELT, tag, 0, ctx.dev_id, ctx.hw_context, st,
                        f"{op} n={getattr(a, 'size', 0)}")
-
-    def add(self, a: DeviceBuffer, b: DeviceBuffer, out: DeviceBuffer) -> None:
-        self.eltwise("add", a, out, b)
-
-    def mul(self, a: DeviceBuffer, b: DeviceBuffer, out: DeviceBuffer) -> None:
-        self.eltwise("mul", a, out, b)
 
     def relu(self, a: DeviceBuffer, out: DeviceBuffer) -> None:
         self.eltwise("relu", a, out)
@@ -484,6 +537,34 @@ class Stream:
         finally:
             if t0:
                 tr.end(t0, N_SSYNC, 0, 0, self.ctx.dev_id, self.ctx.hw_context, st)
+
+
+def _span(off: Any) -> tuple[int, int]:
+    """The lowest and highest value of an offset (an int, or a graph Param's range)."""
+    if isinstance(off, int):
+        return off, off
+    return off.low, off.high
+
+
+def fingerprint(src: Any, off: int, n: int) -> str:
+    """8 hex digits identifying the ``n`` host bytes at ``off`` of a copy's source: the
+    CRC-32 of all of them up to 4 KiB, else of 16 spread 64-byte samples and the length
+    (the analysis's "the same host bytes uploaded again", docs/analysis.md
+    redundant_upload).  '' when the bytes cannot be read."""
+    arr = src if isinstance(src, np.ndarray) else getattr(src, "array", None)
+    if arr is None or not isinstance(off, int) or n <= 0:
+        return ""
+    try:
+        b = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    except (ValueError, TypeError):
+        return ""
+    if off + n > b.size:
+        return ""
+    if n <= 4096:
+        return f"{zlib.crc32(b[off:off + n]):08x}"
+    at = off + (np.arange(16) * ((n - 64) // 15))
+    sample = b[(at[:, None] + np.arange(64)[None, :]).reshape(-1)]
+    return f"{zlib.crc32(sample.tobytes(), n & 0xFFFFFFFF):08x}"
 
 
 def _args(dst: Any, src: Any, n: int) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
-import json
 import os
 import signal
 import socket
@@ -35,47 +34,38 @@ class QTestError(RuntimeError):
 
 
 class QMP:
-    """Synchronous QMP client (enough for qom-get/qom-set/quit)."""
+    """QMP over QEMU's monitor socket, through qemu.qmp (QEMU's own Python QMP library):
+    its synchronous QEMUMonitorProtocol; a command's error is a QTestError."""
 
     def __init__(self, path: str, timeout: float = 10.0):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        from qemu.qmp import ConnectError
+        from qemu.qmp.legacy import QEMUMonitorProtocol
+
         deadline = time.monotonic() + timeout
-        while True:
+        while True:  # QEMU creates the socket when it starts: wait for it
+            self.mon = QEMUMonitorProtocol(path)
             try:
-                self.sock.connect(path)
+                self.mon.connect()  # the greeting and qmp_capabilities
                 break
-            except (FileNotFoundError, ConnectionRefusedError):
+            except (ConnectError, OSError):
+                self.mon.close()
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.02)
-        self.f = self.sock.makefile("rwb")
-        self._read()  # greeting
-        self.cmd("qmp_capabilities")
-
-    def _read(self) -> dict:
-        while True:
-            line = self.f.readline()
-            if not line:
-                raise QTestError("QMP connection closed")
-            msg = json.loads(line)
-            if "event" not in msg:
-                return msg
+        self.mon.settimeout(timeout)
 
     def cmd(self, name: str, **args):
-        req = {"execute": name}
-        if args:
-            req["arguments"] = args
-        self.f.write(json.dumps(req).encode() + b"\n")
-        self.f.flush()
-        rsp = self._read()
-        if "error" in rsp:
-            raise QTestError(f"{name}: {rsp['error']}")
-        return rsp.get("return")
+        from qemu.qmp import ExecuteError
+
+        try:
+            return self.mon.cmd(name, **args)
+        except ExecuteError as e:
+            raise QTestError(f"{name}: {e}") from None
 
     def close(self):
         try:
-            self.sock.close()
-        except OSError:
+            self.mon.close()
+        except Exception:  # noqa: BLE001 (QEMU gone after quit: nothing to close)
             pass
 
 

@@ -1,7 +1,7 @@
 """Drive the tacc device model under qtest (no guest kernel).
 
 The register map comes from kernel/include/tacc_hw.h (parsed, never copied):
-``HW.TACC_REG_ID``, ``HW.counters`` (name -> slot) ...  ``Tacc`` boots QEMU
+``hw.TACC_REG_ID``, ``hw.FUNC_COUNTERS`` (name -> slot) ...  ``Tacc`` boots QEMU
 with ``-accel qtest``, maps the PF's BARs itself, and offers rings, page
 tables, descriptors and completions in guest RAM.  Used by tests/device and
 tools/bench/bench_link.py.
@@ -9,80 +9,13 @@ tools/bench/bench_link.py.
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from tacc import hw
 from tacc.capture import devinfo
+from tacc.hw.records import CQE, TRACE, Cqe, TraceRec
 from tacc.testing.qtest import QTest
-
-ROOT = Path(__file__).resolve().parents[3]
-HW_H = ROOT / "kernel" / "include" / "tacc_hw.h"
-
-
-class _HW:
-    """Constants of tacc_hw.h: #defines, enums and the counter X-macros."""
-
-    def __init__(self, path: Path = HW_H):
-        text = path.read_text()
-        text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-        self.defs: dict[str, int] = {}
-        self.counters: dict[str, int] = {}
-        self.global_counters: dict[str, int] = {}
-        section = None
-        last = None
-        for line in text.splitlines():
-            if "#define TACC_FUNC_COUNTERS" in line:
-                section = self.counters
-                continue
-            if "#define TACC_GLOBAL_COUNTERS" in line:
-                section = self.global_counters
-                continue
-            m = re.match(r"\s*X\((\w+),\s*(\d+),", line)
-            if m and section is not None:
-                section[m.group(1)] = int(m.group(2))
-                continue
-            if not line.rstrip().endswith("\\"):
-                section = None
-            m = re.match(r"\s*#define\s+(TACC_\w+)\s+(.+)$", line)
-            if m and "(" not in m.group(1):
-                self._eval(m.group(1), m.group(2))
-            m = re.match(r"\s*(TACC_\w+)\s*=\s*([^,]+),?", line)
-            if m:
-                self._eval(m.group(1), m.group(2))
-                last = self.defs.get(m.group(1))
-                continue
-            m = re.match(r"\s*(TACC_\w+)\s*,?\s*$", line)
-            if m and last is not None:  # enum member without a value
-                last += 1
-                self.defs[m.group(1)] = last
-            if line.strip().startswith("}"):
-                last = None
-
-    def _eval(self, name: str, expr: str):
-        e = re.sub(r"(0x[0-9a-fA-F]+|\d+)(ull|ULL|u|U|ul|UL)\b", r"\1", expr.strip())
-        for k in sorted(self.defs, key=len, reverse=True):
-            e = re.sub(rf"\b{k}\b", str(self.defs[k]), e)
-        e = e.replace("(__u64)", "")
-        try:
-            self.defs[name] = int(eval(e, {"__builtins__": {}}))  # noqa: S307
-        except Exception:
-            pass
-
-    def __getattr__(self, name: str) -> int:
-        try:
-            return self.defs[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
-HW = _HW()
-
-DESC = struct.Struct("<BBHHHIIQ")  # 24-byte header, then a 104-byte union
-CQE = struct.Struct("<IHBBQQQ")
-TRACE = struct.Struct("<BBBBHHIIQQQQIIHHHH")
-assert TRACE.size == HW.TACC_TRACE_REC_SIZE and CQE.size == HW.TACC_CQE_SIZE
 
 # Guest RAM layout (QEMU -m 512M)
 RING_BASE = 0x0010_0000  # per function 1 MiB: SQs, CQs, trace, samples
@@ -96,63 +29,6 @@ DEVMEM_VA = 0x40_0000_0000  # device memory offset d is mapped at DEVMEM_VA + d
 # MMIO layout we assign (no firmware under qtest)
 PF_BARS = {0: 0xC000_0000, 2: 0xC001_0000, 4: 0xC002_0000}
 VF_BARS = {0: 0xC010_0000, 2: 0xC020_0000, 4: 0xC030_0000}
-
-
-def desc(op, *, flags=0, ctx=0, index=0, job=0, tag=0, payload=b"") -> bytes:
-    b = DESC.pack(op, flags, ctx, index, 0, job, 0, tag) + payload
-    return b.ljust(HW.TACC_DESC_SIZE, b"\0")[: HW.TACC_DESC_SIZE]
-
-
-def d_copy(op, src, dst, length, **kw):
-    return desc(op, payload=struct.pack("<QQQ", src, dst, length), **kw)
-
-
-def d_gemm(a, b, c, m, n, k, lda, ldb, ldc, alpha=1.0, beta=0.0, **kw):
-    return desc(HW.TACC_OP_GEMM, payload=struct.pack("<QQQIIIIIIff", a, b, c, m, n, k,
-                                                     lda, ldb, ldc, alpha, beta), **kw)
-
-
-def d_elt(op, a, b, c, n, scalar=0.0, **kw):
-    return desc(HW.TACC_OP_ELTWISE, payload=struct.pack("<QQQQIf", a, b, c, n, op, scalar), **kw)
-
-
-def d_fence(addr, value, **kw):
-    return desc(HW.TACC_OP_FENCE, payload=struct.pack("<QQ", addr, value), **kw)
-
-
-def d_ts(addr, **kw):
-    return desc(HW.TACC_OP_TIMESTAMP, payload=struct.pack("<Q", addr), **kw)
-
-
-@dataclass
-class Cqe:
-    job: int
-    status: int
-    queue: int
-    tag: int
-    start: int
-    end: int
-
-
-@dataclass
-class TraceRec:
-    version: int
-    opcode: int
-    engine: int
-    queue: int
-    func: int
-    ctx: int
-    seq: int
-    job: int
-    tag: int
-    t_fetch: int
-    t_start: int
-    t_end: int
-    bytes: int
-    tlps: int
-    index: int
-    status: int
-    tlb_misses: int
 
 
 class PageTables:
@@ -184,23 +60,23 @@ class PageTables:
 
     def _next(self, table: int, idx: int) -> int:
         e = self._entry(table, idx)
-        if e & HW.TACC_PTE_VALID and not e & HW.TACC_PTE_HUGE:
-            return e & HW.TACC_PTE_ADDR_MASK
+        if e & hw.TACC_PTE_VALID and not e & hw.TACC_PTE_HUGE:
+            return e & hw.TACC_PTE_ADDR_MASK
         t = self._alloc()
-        self.set_entry(table, idx, t | HW.TACC_PTE_VALID)
+        self.set_entry(table, idx, t | hw.TACC_PTE_VALID)
         return t
 
     def map(self, root: int, va: int, pa: int, size: int, *, devmem=False, write=True,
             huge=False):
-        flags = HW.TACC_PTE_VALID | (HW.TACC_PTE_WRITE if write else 0) | (
-            HW.TACC_PTE_DEVMEM if devmem else 0)
+        flags = hw.TACC_PTE_VALID | (hw.TACC_PTE_WRITE if write else 0) | (
+            hw.TACC_PTE_DEVMEM if devmem else 0)
         step = 1 << (21 if huge else 12)
         assert va % step == 0 and pa % step == 0
         end = va + size
         while va < end:
             l1 = self._next(root, (va >> 30) & 511)
             if huge:
-                self.set_entry(l1, (va >> 21) & 511, pa | flags | HW.TACC_PTE_HUGE)
+                self.set_entry(l1, (va >> 21) & 511, pa | flags | hw.TACC_PTE_HUGE)
             else:
                 l2 = self._next(l1, (va >> 21) & 511)
                 self.set_entry(l2, (va >> 12) & 511, pa | flags)
@@ -208,12 +84,12 @@ class PageTables:
             pa += step
 
     def unmap(self, root: int, va: int):
-        l1 = self._entry(root, (va >> 30) & 511) & HW.TACC_PTE_ADDR_MASK
+        l1 = self._entry(root, (va >> 30) & 511) & hw.TACC_PTE_ADDR_MASK
         e1 = self._entry(l1, (va >> 21) & 511)
-        if e1 & HW.TACC_PTE_HUGE:
+        if e1 & hw.TACC_PTE_HUGE:
             self.set_entry(l1, (va >> 21) & 511, 0)
         else:
-            self.set_entry(e1 & HW.TACC_PTE_ADDR_MASK, (va >> 12) & 511, 0)
+            self.set_entry(e1 & hw.TACC_PTE_ADDR_MASK, (va >> 12) & 511, 0)
 
     def flush(self):
         for t in sorted(self.dirty):
@@ -252,18 +128,18 @@ class Func:
         self.dev.qt.writeq(self.bar0 + off, v)
 
     def set_ptbr(self, ctx, root, valid=True):
-        self.w64(0x100 + 8 * ctx, root | (HW.TACC_PTBR_VALID if valid else 0))
+        self.w64(hw.TACC_REG_CTX_PTBR(ctx), root | (hw.TACC_PTBR_VALID if valid else 0))
 
     def cnt(self, name=None, slot=None) -> int:
-        slot = HW.counters[name] if name else slot
+        slot = hw.FUNC_COUNTERS[name] if name else slot
         return self.dev.qt.readq(self.bar2 + 8 * slot)
 
     def counters(self) -> dict[str, int]:
-        return {k: self.cnt(slot=v) for k, v in HW.counters.items()}
+        return {k: self.cnt(slot=v) for k, v in hw.FUNC_COUNTERS.items()}
 
     def gcnt(self, name) -> int:
-        return self.dev.qt.readq(self.bar2 + HW.TACC_CNT_GLOBAL_PAGE +
-                                 8 * HW.global_counters[name])
+        return self.dev.qt.readq(self.bar2 + hw.TACC_CNT_GLOBAL_PAGE +
+                                 8 * hw.GLOBAL_COUNTERS[name])
 
     # rings
     def sq_addr(self, q):
@@ -280,21 +156,21 @@ class Func:
 
     def reset(self, queues=4, irq=False):
         """Function reset, then enable and set up the rings."""
-        self.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_RESET)
-        self.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_ENABLE)
+        self.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_RESET)
+        self.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_ENABLE)
         for q in range(queues):
             self.setup_queue(q, irq=irq)
 
     def setup_queue(self, q, sq_size=None, cq_size=None, irq=False):
         self.sq_size = sq_size or self.sq_size
         self.cq_size = cq_size or self.cq_size
-        b = 0x1000 + q * 0x100
-        self.w32(b + HW.TACC_Q_CTRL, 0)
-        self.w64(b + HW.TACC_Q_SQ_BASE, self.sq_addr(q))
-        self.w32(b + HW.TACC_Q_SQ_SIZE, self.sq_size)
-        self.w64(b + HW.TACC_Q_CQ_BASE, self.cq_addr(q))
-        self.w32(b + HW.TACC_Q_CQ_SIZE, self.cq_size)
-        self.w32(b + HW.TACC_Q_CTRL, HW.TACC_Q_CTRL_ENABLE | (HW.TACC_Q_CTRL_IRQ if irq else 0))
+        b = hw.TACC_QUEUE_BASE(q)
+        self.w32(b + hw.TACC_Q_CTRL, 0)
+        self.w64(b + hw.TACC_Q_SQ_BASE, self.sq_addr(q))
+        self.w32(b + hw.TACC_Q_SQ_SIZE, self.sq_size)
+        self.w64(b + hw.TACC_Q_CQ_BASE, self.cq_addr(q))
+        self.w32(b + hw.TACC_Q_CQ_SIZE, self.cq_size)
+        self.w32(b + hw.TACC_Q_CTRL, hw.TACC_Q_CTRL_ENABLE | (hw.TACC_Q_CTRL_IRQ if irq else 0))
         self.tail[q] = 0
         self.cq_head[q] = 0
 
@@ -308,10 +184,10 @@ class Func:
             descs = descs[n:]
             t = (t + n) % self.sq_size
         self.tail[q] = t
-        self.w32(0x1000 + q * 0x100 + HW.TACC_Q_SQ_TAIL, t)
+        self.w32(hw.TACC_QUEUE_BASE(q) + hw.TACC_Q_SQ_TAIL, t)
 
     def cqes(self, q) -> list[Cqe]:
-        tail = self.r32(0x1000 + q * 0x100 + HW.TACC_Q_CQ_TAIL)
+        tail = self.r32(hw.TACC_QUEUE_BASE(q) + hw.TACC_Q_CQ_TAIL)
         out = []
         h = self.cq_head[q]
         while h != tail:
@@ -323,11 +199,11 @@ class Func:
             h = (h + n) % self.cq_size
         if out:
             self.cq_head[q] = h
-            self.w32(0x1000 + q * 0x100 + HW.TACC_Q_CQ_HEAD, h)
+            self.w32(hw.TACC_QUEUE_BASE(q) + hw.TACC_Q_CQ_HEAD, h)
         return out
 
     def qstatus(self, q):
-        return self.r32(0x1000 + q * 0x100 + HW.TACC_Q_STATUS)
+        return self.r32(hw.TACC_QUEUE_BASE(q) + hw.TACC_Q_STATUS)
 
     def job_of(self, q, descs, tag=0):
         """Stamp job number, indices and F_LAST on a list of descriptors."""
@@ -340,7 +216,7 @@ class Func:
             if tag:
                 struct.pack_into("<Q", b, 16, tag)
             if i == len(descs) - 1:
-                b[1] |= HW.TACC_DESC_F_LAST
+                b[1] |= hw.TACC_DESC_F_LAST
             out.append(bytes(b))
         return self.job, out
 
@@ -354,10 +230,10 @@ class Func:
 
     # trace ring
     def trace_enable(self, size=256, wb=0):
-        self.w64(HW.TACC_REG_TRACE_BASE, self.trace_addr())
-        self.w32(HW.TACC_REG_TRACE_SIZE, size)
-        self.w64(HW.TACC_REG_TRACE_WB, wb)
-        self.w32(HW.TACC_REG_TRACE_CTRL, 1)
+        self.w64(hw.TACC_REG_TRACE_BASE, self.trace_addr())
+        self.w32(hw.TACC_REG_TRACE_SIZE, size)
+        self.w64(hw.TACC_REG_TRACE_WB, wb)
+        self.w32(hw.TACC_REG_TRACE_CTRL, 1)
 
     def trace_read(self, start, end, size=256) -> list[TraceRec]:
         out = []
@@ -392,7 +268,7 @@ class Tacc:
         if self.bus:
             self._setup_root_port()
             devfn = 0x00
-        fns = self.qt.find_devices(HW.TACC_PCI_VENDOR_ID, HW.TACC_PCI_DEVICE_ID_PF, bus=self.bus)
+        fns = self.qt.find_devices(hw.TACC_PCI_VENDOR_ID, hw.TACC_PCI_DEVICE_ID_PF, bus=self.bus)
         assert fns == [devfn], fns
         self.pf = self._setup_func(0, devfn, PF_BARS, 64)
         self.pt = PageTables(self.qt, self.pt_pool)
@@ -429,7 +305,7 @@ class Tacc:
         qt.cfg_write(0, 0x08, sr + 0x08, 0x9 if n else 0, 2)  # VF Enable | VF MSE
         off = qt.cfg_read(0, 0x08, sr + 0x14, 2)
         stride = qt.cfg_read(0, 0x08, sr + 0x16, 2)
-        sizes = {0: HW.TACC_BAR_REGS_SIZE, 2: HW.TACC_BAR_COUNTERS_SIZE, 4: 0x1000}
+        sizes = {0: hw.TACC_BAR_REGS_SIZE, 2: hw.TACC_BAR_COUNTERS_SIZE, 4: 0x1000}
         self.vfs = []
         for i in range(n):
             devfn = 0x08 + off + i * stride

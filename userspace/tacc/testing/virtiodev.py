@@ -1,7 +1,7 @@
 """A virtio-pci (modern) driver for virtio-tacc over qtest (docs/virtio.md).
 
-The protocol's constants and layouts come from kernel/include/tacc_virtio.h (parsed,
-never copied): ``VT.TACC_VIRTIO_CTX_CREATE`` ...  ``VirtioTacc`` finds the function
+The protocol's constants come from :mod:`tacc.hw` (generated from tacc_virtio.h,
+never copied): ``hw.TACC_VIRTIO_CTX_CREATE`` ...  ``VirtioTacc`` finds the function
 on a ``Tacc`` (tacc.testing.taccdev) QEMU, maps its BARs, walks its virtio PCI
 capabilities, negotiates features, sets up split virtqueues in guest RAM and speaks
 the control and submit protocols.  Used by tests/device/test_virtio*.py.
@@ -12,9 +12,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from tacc.testing.taccdev import _HW, HW, ROOT, Tacc
-
-VT = _HW(ROOT / "kernel" / "include" / "tacc_virtio.h")
+from tacc import hw
+from tacc.testing.taccdev import Tacc
 
 HDR = struct.Struct("<HBBIQ")  # struct tacc_virtio_hdr
 RESP = struct.Struct("<IIQ")  # struct tacc_virtio_resp
@@ -53,7 +52,7 @@ def device_arg(pf_id: str = "tacc0", props: str = "") -> list[str]:
 
 
 def hdr(typ: int, ctx: int = 0, tag: int = 0, version: int | None = None, flags: int = 0):
-    v = VT.TACC_VIRTIO_MSG_VERSION if version is None else version
+    v = hw.TACC_VIRTIO_MSG_VERSION if version is None else version
     return HDR.pack(typ, v, flags, ctx, tag)
 
 
@@ -144,7 +143,7 @@ class VirtioTacc:
         self.dev, self.qt, self.devfn = dev, dev.qt, devfn
         qt = self.qt
         vd = qt.cfg_read(0, devfn, 0)
-        assert vd == VT.TACC_VIRTIO_PCI_DEVICE_ID << 16 | VIRTIO_VENDOR, hex(vd)
+        assert vd == hw.TACC_VIRTIO_PCI_DEVICE_ID << 16 | VIRTIO_VENDOR, hex(vd)
         for bar, addr in BARS.items():
             size, is64 = qt.bar_size(0, devfn, 0x10 + 4 * bar)
             assert size and addr % size == 0, (bar, size)
@@ -223,7 +222,7 @@ class VirtioTacc:
         if msix:
             self._msix_setup()
         self.queues = []
-        for q in range(VT.TACC_VIRTIO_NUM_VQS):
+        for q in range(hw.TACC_VIRTIO_NUM_VQS):
             qt.writew(self.common + 22, q)
             size = qt.readw(self.common + 24)
             vq = Queue(self, q, size)
@@ -262,11 +261,11 @@ class VirtioTacc:
     # ---------------------------------------------------------------- control --
     @property
     def ctrlq(self) -> Queue:
-        return self.queues[VT.TACC_VIRTIO_VQ_CONTROL]
+        return self.queues[hw.TACC_VIRTIO_VQ_CONTROL]
 
     @property
     def subq(self) -> Queue:
-        return self.queues[VT.TACC_VIRTIO_VQ_SUBMIT]
+        return self.queues[hw.TACC_VIRTIO_VQ_SUBMIT]
 
     def ctrl_raw(self, req: bytes, in_len: int = RESP.size) -> bytes:
         q = self.ctrlq
@@ -282,19 +281,19 @@ class VirtioTacc:
         return st, value
 
     def ctx_create(self) -> int:
-        st, v = self.ctrl(hdr(VT.TACC_VIRTIO_CTX_CREATE))
-        assert st == VT.TACC_VIRTIO_OK, st
+        st, v = self.ctrl(hdr(hw.TACC_VIRTIO_CTX_CREATE))
+        assert st == hw.TACC_VIRTIO_OK, st
         return v
 
     def ctx_destroy(self, ctx: int) -> int:
-        return self.ctrl(hdr(VT.TACC_VIRTIO_CTX_DESTROY, ctx))[0]
+        return self.ctrl(hdr(hw.TACC_VIRTIO_CTX_DESTROY, ctx))[0]
 
     def bo_create(self, ctx: int, size: int, pages: list[tuple[int, int]] | None = None,
                   devmem: bool = False) -> tuple[int, int]:
         ents = [] if devmem else (pages or [])
-        body = BO_CREATE.pack(size, VT.TACC_VIRTIO_BO_DEVMEM if devmem else 0, len(ents))
+        body = BO_CREATE.pack(size, hw.TACC_VIRTIO_BO_DEVMEM if devmem else 0, len(ents))
         body += b"".join(MEM_ENT.pack(a, n, 0) for a, n in ents)
-        return self.ctrl(hdr(VT.TACC_VIRTIO_BO_CREATE, ctx) + body)
+        return self.ctrl(hdr(hw.TACC_VIRTIO_BO_CREATE, ctx) + body)
 
     def bo_host(self, ctx: int, addr: int, size: int, page_split: int = 0) -> int:
         """A host BO over guest RAM [addr, addr+size), optionally as page_split-byte
@@ -304,29 +303,29 @@ class VirtioTacc:
         else:
             pages = [(addr, size)]
         st, h = self.bo_create(ctx, size, pages)
-        assert st == VT.TACC_VIRTIO_OK, st
+        assert st == hw.TACC_VIRTIO_OK, st
         return h
 
     def bo_destroy(self, ctx: int, handle: int) -> int:
-        return self.ctrl(hdr(VT.TACC_VIRTIO_BO_DESTROY, ctx) + struct.pack("<II", handle, 0))[0]
+        return self.ctrl(hdr(hw.TACC_VIRTIO_BO_DESTROY, ctx) + struct.pack("<II", handle, 0))[0]
 
     def bind(self, ctx: int, handle: int, va: int, size: int, offset: int = 0,
              readonly: bool = False) -> int:
-        fl = VT.TACC_VIRTIO_BIND_READONLY if readonly else 0
-        return self.ctrl(hdr(VT.TACC_VIRTIO_VM_BIND, ctx) +
+        fl = hw.TACC_VIRTIO_BIND_READONLY if readonly else 0
+        return self.ctrl(hdr(hw.TACC_VIRTIO_VM_BIND, ctx) +
                          VM_BIND.pack(handle, fl, va, offset, size))[0]
 
     def unbind(self, ctx: int, va: int, size: int) -> int:
-        return self.ctrl(hdr(VT.TACC_VIRTIO_VM_UNBIND, ctx) + VM_UNBIND.pack(va, size))[0]
+        return self.ctrl(hdr(hw.TACC_VIRTIO_VM_UNBIND, ctx) + VM_UNBIND.pack(va, size))[0]
 
     def trace_setup(self, base: int, entries: int, wb: int = 0, enable: int = 1) -> int:
-        return self.ctrl(hdr(VT.TACC_VIRTIO_TRACE_SETUP) +
+        return self.ctrl(hdr(hw.TACC_VIRTIO_TRACE_SETUP) +
                          TRACE_SETUP.pack(base, wb, entries, enable))[0]
 
     # ----------------------------------------------------------------- submit --
     @staticmethod
     def batch(jobs: list[Job]) -> bytes:
-        return SUBMIT.pack(VT.TACC_VIRTIO_SUBMIT, VT.TACC_VIRTIO_MSG_VERSION, 0, 0, 0,
+        return SUBMIT.pack(hw.TACC_VIRTIO_SUBMIT, hw.TACC_VIRTIO_MSG_VERSION, 0, 0, 0,
                            len(jobs), 0) + b"".join(j.pack() for j in jobs)
 
     def submit(self, jobs: list[Job], kick: bool = True) -> int:
@@ -352,8 +351,8 @@ class VirtioTacc:
         raise TimeoutError(f"{len(out)} of {n} submit buffers used")
 
     def fence(self, ctx: int, ring: int) -> tuple[int, int, int]:
-        a = self.shm[VT.TACC_VIRTIO_SHM_FENCES] + (ctx * VT.TACC_VIRTIO_NUM_RINGS + ring) * 16
+        a = self.shm[hw.TACC_VIRTIO_SHM_FENCES] + (ctx * hw.TACC_VIRTIO_NUM_RINGS + ring) * 16
         return FENCE.unpack(self.qt.memread(a, 16))
 
     def cnt(self, name: str) -> int:
-        return self.qt.readq(self.shm[VT.TACC_VIRTIO_SHM_COUNTERS] + 8 * HW.counters[name])
+        return self.qt.readq(self.shm[hw.TACC_VIRTIO_SHM_COUNTERS] + 8 * hw.FUNC_COUNTERS[name])

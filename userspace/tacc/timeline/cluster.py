@@ -179,7 +179,7 @@ def hostclk_alignment(ref: HostFit, node: HostFit) -> tuple[LinearClock, Offset]
 def exchanges(caps: list[Capture], names: list[str], ref: int, k: int) -> np.ndarray:
     """Every exchange between nodes ``ref`` and ``k`` as (t_ref, offset k - ref, half
     round trip), from both captures (either side may have asked)."""
-    from tacc.daemon.clockx import offsets
+    from tacc.capture.clockx import offsets
 
     rows = []
     for a, b, sign in ((ref, k, 1.0), (k, ref, -1.0)):

@@ -13,7 +13,7 @@ import numpy as np
 
 from tacc.capture import CaptureError, open_capture
 
-from .chrome_json import JsonSink
+from .chrome_json import JsonSink, Ranks
 from .html import HtmlSink
 from .model import Batch, CounterBatch, Extractor, make_sources
 from .perfetto import PerfettoSink
@@ -53,7 +53,8 @@ def convert(
     renames: list[str] | None = None,
     align: str = "auto",
 ) -> Result:
-    """Write ``out`` in ``fmt`` (perfetto, json, html); optionally build the text summary.
+    """Write ``out`` in ``fmt`` (perfetto, json, html; hta: ``out`` a directory of one
+    Chrome JSON per node/function rank); optionally build the text summary.
     Several captures are merged as a cluster (tacc.timeline.cluster: node ids, clock
     alignment, cross-node messages); ``renames`` are ``CAPTURE=NAME`` items."""
     caps = [open_capture(c) for c in captures]
@@ -71,15 +72,25 @@ def convert(
     pf: PerfettoSink | None = None
     js: JsonSink | None = None
     ht: HtmlSink | None = None
-    sm = SummarySink() if summary else None
+    sm = SummarySink(names=ex.names) if summary else None
     if out is not None:
         if fmt == "perfetto":
             fh = open(out, "wb")
             pf = PerfettoSink(io.BufferedWriter(fh, 1 << 22), ex.names, t0, meta,  # type: ignore[arg-type]
                               os_tracks=len(sources) == 1)
-        elif fmt == "json":
-            fh = open(out, "w", buffering=1 << 22)
-            js = JsonSink(fh, meta)
+        elif fmt in ("json", "hta"):
+            ranks = Ranks([(s.node_idx, s.node, [f.name for f in s.cap.functions])
+                           for s in sources])
+            if fmt == "json":
+                fh = open(out, "w", buffering=1 << 22)
+                js = JsonSink(lambda _r: fh, meta, ranks)
+            else:  # a directory of one Chrome JSON per rank (HTA's trace_dir)
+                hta_dir = Path(out)
+                hta_dir.mkdir(parents=True, exist_ok=True)
+                for old in hta_dir.glob("rank*.json"):
+                    old.unlink()
+                js = JsonSink(lambda r: open(hta_dir / f"rank{r}.json", "w",  # noqa: SIM115
+                                             buffering=1 << 20), meta, ranks, split=True)
         elif fmt == "html":
             ht = HtmlSink()
             ht.findings = list(findings or [])
@@ -103,7 +114,7 @@ def convert(
                 if ht:
                     ht.slices(b)
                 if sm:
-                    sm.slices(b)
+                    sm.slices(b, ex.tracks.tracks)
             elif isinstance(b, CounterBatch):
                 if pf:
                     pf.counters(b, uuids)

@@ -86,6 +86,12 @@ class Track:
     pid: int = 0
     tid: int = 0
     os_name: str = ""
+    # the device function (capture fid) of a "device"/"driver" group, -1 elsewhere; a
+    # track's function is its nearest group's (Chrome JSON: one rank per node/function)
+    fid: int = -1
+    # what the track holds, for the Chrome JSON "cat": "kernel" (a device engine's queue:
+    # one slice per command), "" (derived from the track's place)
+    cat: str = ""
 
 
 class Tracks:
@@ -103,7 +109,8 @@ class Tracks:
         if t is None:
             idx = len(self.tracks)
             t = Track(idx, 0x7ACC_0000 + idx, name, parent.idx if parent else None, kind, unit,
-                      node, os_kind, pid, tid, os_name)
+                      node, os_kind, pid, tid, os_name,
+                      parent.fid if parent else -1)
             self.by_key[key] = t
             self.tracks.append(t)
             self.pending.append(t)
@@ -242,6 +249,18 @@ CROSS_FLOW = np.uint64(0xFF << FLOW_NODE_SHIFT)  # tacc.timeline.cluster.CROSS_F
 TLP_FLOW = 0xFE << FLOW_NODE_SHIFT  # read request -> completions (node << 48 | number)
 
 
+@dataclass
+class RangeProjection:
+    """What projecting a capture's ranges onto its devices needs, gathered while the API
+    and device streams are converted: ranges (thread key, start, end, name iid), API calls
+    with a tag (thread key, start, end, tag) and tagged device commands (fid, tag, start,
+    end), as per-chunk arrays."""
+
+    ranges: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+    calls: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+    cmds: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+
+
 class NoOverlap:
     """Keeps slices of a track non-overlapping and in order across batches."""
 
@@ -290,6 +309,7 @@ class Extractor:
         self.device_event_counts: dict[str, int] = {}  # kind name -> instants (--summary)
         self._os: dict[int, tuple[dict[int, str], dict[int, int]]] = {}  # node -> names
         self._ctr: dict[int, dict[int, str]] = {}  # node -> pid -> container label
+        self._proj: dict[int, RangeProjection] = {}  # node -> ranges, calls, commands
 
     # ------------------------------------------------------- OS names -------
     def os_names(self, src: Source) -> tuple[dict[int, str], dict[int, int]]:
@@ -392,11 +412,22 @@ class Extractor:
                                    f"{self.thread_label(src, tid)} API",
                                    self.thread_track(src, pid, tid), node=src.node_idx)
 
+        range_sids = np.array([sid for sid, s in strings.items() if s == "range"], np.int64)
+        proj = self._projection(src)
+        ranges = []
         for ch in cap.chunks("api"):
+            is_range = np.isin(ch["name_id"], range_sids)
+            if is_range.any():
+                ranges.append(ch[is_range])  # one batch at the end: a range is written
+                ch = ch[~is_range]  # when it ends, after the ranges nested in it
             key = (ch["pid"].astype(np.int64) << 32) | ch["tid"].astype(np.int64)
             ts = src.align.convert(ch["t_start"].view(np.uint64)) if src.node_idx else \
                 ch["t_start"].astype(np.int64)
             dur = np.maximum(ch["t_end"] - ch["t_start"], 0).astype(np.int64)
+            called = ch["tag"] != 0
+            if len(range_sids) and called.any():
+                proj.calls.append((key[called], ts[called], ts[called] + dur[called],
+                                   ch["tag"][called].astype(np.uint64)))
             names = iid_of[np.minimum(ch["name_id"], len(iid_of) - 1)]
             flow = flow_ids(src.node_idx, ch["tag"], src.cross)
             if src.cross is not None and len(src.cross):
@@ -409,6 +440,82 @@ class Extractor:
             b.term = np.zeros(len(b), bool)
             b.flow_origin = True
             yield self.nooverlap.fix(b)
+        if ranges:
+            yield self._range_batch(src, np.concatenate(ranges), iid_of, proj)
+
+    # ------------------------------------------------------------ ranges ----
+    def _projection(self, src: Source) -> RangeProjection:
+        p = self._proj.get(src.node_idx)
+        if p is None:
+            p = self._proj[src.node_idx] = RangeProjection()
+        return p
+
+    def _range_batch(self, src: Source, r: np.ndarray, iid_of: np.ndarray,
+                     proj: RangeProjection) -> Batch:
+        """``tacc.range`` records (API records named ``range``, the name in ``args``): on
+        the thread's ``ranges`` track, nested by time (not made disjoint as API calls are:
+        a range contains the ranges opened inside it)."""
+        key = (r["pid"].astype(np.int64) << 32) | r["tid"].astype(np.int64)
+
+        def make(k: int) -> Track:
+            pid, tid = k >> 32, k & 0xFFFFFFFF
+            return self.tracks.get(("ranges", src.node_idx, pid, tid),
+                                   f"{self.thread_label(src, tid)} ranges",
+                                   self.thread_track(src, pid, tid), node=src.node_idx)
+
+        ts = src.align.convert(r["t_start"].view(np.uint64)) if src.node_idx else \
+            r["t_start"].astype(np.int64)
+        dur = np.maximum(r["t_end"] - r["t_start"], 0).astype(np.int64)
+        names = iid_of[np.minimum(r["args_id"], len(iid_of) - 1)]
+        proj.ranges.append((key, ts, ts + dur, names))
+        o = np.lexsort((-dur, ts))  # outer ranges begin first
+        return Batch(self._lookup_tracks(key, make)[o], ts[o], dur[o], names[o], None, None,
+                     {"status": (r["status"][o].astype(np.int64) != 0).astype(np.uint64)})
+
+    def _range_projection(self, src: Source) -> Iterator[Batch]:
+        """Each range projected onto each device that ran its work: a slice on the
+        function's ``ranges`` track from the first device start to the last device end
+        of the commands submitted by the API calls inside the range (nsys's projection
+        of NVTX ranges onto the GPU)."""
+        proj = self._proj.pop(src.node_idx, None)
+        if proj is None or not proj.ranges or not proj.calls or not proj.cmds:
+            return
+        cidx, ct0, ct1, ctag = (np.concatenate(c) for c in zip(*proj.calls, strict=True))
+        o = np.lexsort((ct0, cidx))
+        cidx, ct0, ct1, ctag = cidx[o], ct0[o], ct1[o], ctag[o]
+        fid, tag, d0, d1 = (np.concatenate(c) for c in zip(*proj.cmds, strict=True))
+        # per (fid, tag): first start, last end
+        k = (fid.astype(np.uint64) << np.uint64(48)) ^ tag
+        uk, inv = np.unique(k, return_inverse=True)
+        first = np.full(len(uk), np.iinfo(np.int64).max, np.int64)
+        last = np.full(len(uk), np.iinfo(np.int64).min, np.int64)
+        np.minimum.at(first, inv, d0)
+        np.maximum.at(last, inv, d1)
+        ufid = (uk >> np.uint64(48)).astype(np.int64)
+        utag = uk ^ (ufid.astype(np.uint64) << np.uint64(48))
+        rows: list[tuple[int, int, int, int]] = []
+        for rk, r0, r1, nm in zip(*(np.concatenate(c) for c in zip(*proj.ranges,
+                                                                   strict=True)),
+                                  strict=True):
+            lo = np.searchsorted(cidx, rk, "left")
+            hi = np.searchsorted(cidx, rk, "right")
+            a = lo + np.searchsorted(ct0[lo:hi], r0, "left")
+            b = lo + np.searchsorted(ct0[lo:hi], r1, "right")
+            inside = ctag[a:b][ct1[a:b] <= r1]
+            if not len(inside):
+                continue
+            sel = np.isin(utag, inside)
+            for f in np.unique(ufid[sel]).tolist():
+                m = sel & (ufid == f)
+                rows.append((int(f), int(first[m].min()), int(last[m].max()), int(nm)))
+        if not rows:
+            return
+        arr = np.array(rows, np.int64)
+        dur = np.maximum(arr[:, 2] - arr[:, 1], 0)
+        o = np.lexsort((-dur, arr[:, 1]))
+        arr, dur = arr[o], dur[o]
+        tr = self._lookup_tracks(arr[:, 0], lambda f: self._device_track(src, f, "ranges"))
+        yield Batch(tr, arr[:, 1], dur, arr[:, 3])
 
     # -------------------------------------------------------------- driver --
     CATEGORY = {
@@ -472,6 +579,7 @@ class Extractor:
                     grp = self.tracks.get(("driver", src.node_idx, fid),
                                           f"driver {self._fn_name(src, fid)}", node, "group",
                                           node=src.node_idx)
+                    grp.fid = fid
                     nm = f"{cat} tid {tid}" if per_tid else cat
                     return self.tracks.get(("drv", src.node_idx, fid, cat, tid), nm, grp,
                                            node=src.node_idx)
@@ -516,8 +624,10 @@ class Extractor:
     # -------------------------------------------------------------- device --
     def _device_group(self, src: Source, fid: int) -> Track:
         node = self.node_track(src)
-        return self.tracks.get(("dev", src.node_idx, fid), f"device {self._fn_name(src, fid)}",
-                               node, "group", node=src.node_idx)
+        t = self.tracks.get(("dev", src.node_idx, fid), f"device {self._fn_name(src, fid)}",
+                            node, "group", node=src.node_idx)
+        t.fid = fid
+        return t
 
     def _device_track(self, src: Source, fid: int, name: str, kind: str = "slice",
                       unit: str = "") -> Track:
@@ -553,11 +663,18 @@ class Extractor:
                     return self._device_track(src, fid, f"virtio dispatch q{q}")
                 en = (ENGINE_NAMES[eng] if eng < len(ENGINE_NAMES) else
                       "control" if eng == 255 else f"engine{eng}")  # 255: fence/timestamp/nop
-                return self._device_track(src, fid, f"{en} q{q}")
+                t = self._device_track(src, fid, f"{en} q{q}")
+                t.cat = "kernel"  # a device queue on an engine: HTA's GPU stream
+                return t
 
             dur = np.maximum(te - ts, 0)
             nbytes = ch["bytes"].astype(np.uint64)
             gbps = np.where(dur > 0, nbytes.astype(np.float64) / np.maximum(dur, 1), 0.0)
+            proj = self._proj.get(src.node_idx)
+            if proj is not None and proj.ranges:
+                tagged = (ch["tag"] != 0) & (ch["opcode"] < TRACE_EV_BASE)
+                proj.cmds.append((ch["fid"][tagged].astype(np.int64),
+                                  ch["tag"][tagged].astype(np.uint64), ts[tagged], te[tagged]))
             b = Batch(self._lookup_tracks(key, make), ts, dur, op_iid[ch["opcode"]],
                       flow_ids(src.node_idx, ch["tag"], src.cross), np.zeros(len(ch), bool),
                       {"bytes": nbytes, "GB/s": gbps, "tag": ch["tag"].astype(np.uint64),
@@ -855,6 +972,7 @@ class Extractor:
             yield from self.api(src)
             yield from self.driver(src)
             yield from self.device(src)
+            yield from self._range_projection(src)
             yield from self.tlp(src)
             yield from self.device_events(src)
             yield from self.counters(src)

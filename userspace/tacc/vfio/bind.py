@@ -25,16 +25,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tacc.cli import CommandError
+from tacc import hw
+from tacc.errors import VfioError
 
 SYSFS_PCI = Path("/sys/bus/pci")
-TACC_VENDOR = "0x7acc"
+TACC_VENDOR = f"0x{hw.TACC_PCI_VENDOR_ID:04x}"  # as sysfs prints it
 TACC_DRIVER = "tacc"
 VFIO_DRIVER = "vfio-pci"
-
-
-class VfioError(CommandError):
-    """A refused or failed bind/unbind: one line, exit status 2 from the CLI."""
 
 
 @dataclass

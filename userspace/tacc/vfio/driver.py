@@ -29,11 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tacc import hw
+from tacc.errors import DeviceError, VfioError
+from tacc.hw.records import CQE, Cqe, d_copy, d_gemm, desc
 from tacc.libc import libc
-from tacc.testing.taccdev import CQE, Cqe, d_copy, d_gemm, desc
 from tacc.vfio import uapi as V
 from tacc.vfio.bind import group_of, normalize
-from tacc.vfio.hw import HW, macro
 
 PAGE = 4096
 HUGE = 2 << 20
@@ -47,18 +48,14 @@ PCI_COMMAND = 0x04
 PCI_COMMAND_MEMORY = 0x2
 PCI_COMMAND_MASTER = 0x4
 MAP_HUGETLB = 0x40000
-QBASE = macro("TACC_QUEUE_BASE", QUEUE)
-QVEC = macro("TACC_MSIX_QUEUE", QUEUE)
-PTBR0 = macro("TACC_REG_CTX_PTBR", 0)
+QBASE = hw.TACC_QUEUE_BASE(QUEUE)
+QVEC = hw.TACC_MSIX_QUEUE(QUEUE)
+PTBR0 = hw.TACC_REG_CTX_PTBR(0)
 
 libc.mmap.restype = C.c_void_p
 libc.mmap.argtypes = [C.c_void_p, C.c_size_t, C.c_int, C.c_int, C.c_int, C.c_long]
 libc.munmap.argtypes = [C.c_void_p, C.c_size_t]
 libc.ioctl.argtypes = [C.c_int, C.c_ulong, C.c_void_p]
-
-
-class VfioError(OSError):
-    """A VFIO step failed: errno plus one line saying which step and why."""
 
 
 def _ioctl(fd: int, req: int, arg: object, what: str) -> int:
@@ -187,7 +184,7 @@ class Device:
             raise VfioError(errno.ENODEV, f"{bdf}: not a vfio-pci device")
         self.flags, self.num_regions, self.num_irqs = info.flags, info.num_regions, info.num_irqs
         self.cfg = self.region(V.VFIO_PCI_CONFIG_REGION_INDEX)
-        self.bar0 = self.region(V.VFIO_PCI_BAR0_REGION_INDEX + HW.TACC_BAR_REGS)
+        self.bar0 = self.region(V.VFIO_PCI_BAR0_REGION_INDEX + hw.TACC_BAR_REGS)
         if not self.bar0.flags & V.VFIO_REGION_INFO_FLAG_MMAP:
             raise VfioError(errno.ENOTSUP, f"{bdf}: BAR0 cannot be mmapped")
         self.bar0_addr = _mmap(self.bar0.size, mmap.PROT_READ | mmap.PROT_WRITE,
@@ -265,10 +262,6 @@ class Device:
             self.fd = -1
 
 
-class DeviceError(RuntimeError):
-    """The device refused a step (not ready, bad ring, TLB invalidation timeout)."""
-
-
 class TaccVfio:
     """A tacc function driven from user space: one context (0), one queue (0)."""
 
@@ -288,10 +281,10 @@ class TaccVfio:
             self.container.set_iommu()
             self.dev = Device(self.group.device(self.bdf), self.bdf)
             self.pt_pool = self.alloc(pt_pages * PAGE)
-            self.sq = self.alloc(SQ_ENTRIES * HW.TACC_DESC_SIZE)
-            self.cq = self.alloc(CQ_ENTRIES * HW.TACC_CQE_SIZE)
+            self.sq = self.alloc(SQ_ENTRIES * hw.TACC_DESC_SIZE)
+            self.cq = self.alloc(CQ_ENTRIES * hw.TACC_CQE_SIZE)
             if irq:
-                self.dev.msix_eventfds(HW.TACC_MSIX_VECTORS)
+                self.dev.msix_eventfds(hw.TACC_MSIX_VECTORS)
             self.init_hw()
         except BaseException:
             self.close()
@@ -338,23 +331,23 @@ class TaccVfio:
 
     def _next_table(self, table: int, idx: int) -> int:
         e = self._pte(table, idx)
-        if e.value & HW.TACC_PTE_VALID:
-            return int(e.value & HW.TACC_PTE_ADDR_MASK)
+        if e.value & hw.TACC_PTE_VALID:
+            return int(e.value & hw.TACC_PTE_ADDR_MASK)
         t = self._pt_alloc()
-        e.value = t | HW.TACC_PTE_VALID
+        e.value = t | hw.TACC_PTE_VALID
         return t
 
     def map_va(self, va: int, addr: int, size: int, *, devmem: bool = False,
                huge: bool = False, write: bool = True) -> None:
         """PTEs for [va, va+size) -> addr (an IOVA, or a window offset with devmem)."""
-        flags = HW.TACC_PTE_VALID | (HW.TACC_PTE_WRITE if write else 0) | (
-            HW.TACC_PTE_DEVMEM if devmem else 0)
+        flags = hw.TACC_PTE_VALID | (hw.TACC_PTE_WRITE if write else 0) | (
+            hw.TACC_PTE_DEVMEM if devmem else 0)
         step = HUGE if huge else PAGE
         for off in range(0, size, step):
             v, a = va + off, addr + off
             l1 = self._next_table(self.root, (v >> 30) & 511)
             if huge:
-                self._pte(l1, (v >> 21) & 511).value = a | flags | HW.TACC_PTE_HUGE
+                self._pte(l1, (v >> 21) & 511).value = a | flags | hw.TACC_PTE_HUGE
             else:
                 l2 = self._next_table(l1, (v >> 21) & 511)
                 self._pte(l2, (v >> 12) & 511).value = a | flags
@@ -363,14 +356,14 @@ class TaccVfio:
         step = HUGE if huge else PAGE
         for v in range(va, va + size, step):
             l0 = self._pte(self.root, (v >> 30) & 511).value
-            if not l0 & HW.TACC_PTE_VALID:
+            if not l0 & hw.TACC_PTE_VALID:
                 continue
-            l1 = int(l0 & HW.TACC_PTE_ADDR_MASK)
+            l1 = int(l0 & hw.TACC_PTE_ADDR_MASK)
             e1 = self._pte(l1, (v >> 21) & 511)
             if huge:
                 e1.value = 0
-            elif e1.value & HW.TACC_PTE_VALID:
-                self._pte(int(e1.value & HW.TACC_PTE_ADDR_MASK), (v >> 12) & 511).value = 0
+            elif e1.value & hw.TACC_PTE_VALID:
+                self._pte(int(e1.value & hw.TACC_PTE_ADDR_MASK), (v >> 12) & 511).value = 0
         self.tlb_invalidate()
 
     def map_host(self, b: Buffer) -> None:
@@ -380,10 +373,10 @@ class TaccVfio:
         """docs/hardware.md section 5: TLB_INV_SEQ, TLB_INV, poll TLB_INV_DONE."""
         assert self.dev is not None
         self.tlb_seq = (self.tlb_seq + 1) & 0xFFFFFFFF or 1
-        self.dev.w32(HW.TACC_REG_TLB_INV_SEQ, self.tlb_seq)
-        self.dev.w32(HW.TACC_REG_TLB_INV, ctx)
+        self.dev.w32(hw.TACC_REG_TLB_INV_SEQ, self.tlb_seq)
+        self.dev.w32(hw.TACC_REG_TLB_INV, ctx)
         deadline = time.monotonic() + 0.1
-        while self.dev.r32(HW.TACC_REG_TLB_INV_DONE) != self.tlb_seq:
+        while self.dev.r32(hw.TACC_REG_TLB_INV_DONE) != self.tlb_seq:
             if time.monotonic() > deadline:
                 raise DeviceError(f"TLB invalidation {self.tlb_seq} did not complete")
 
@@ -394,21 +387,21 @@ class TaccVfio:
         assert d is not None
         cmd = d.cfg_read16(PCI_COMMAND)
         d.cfg_write16(PCI_COMMAND, cmd | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER)
-        if d.r32(HW.TACC_REG_ID) != HW.TACC_ID_MAGIC:
-            raise DeviceError(f"{self.bdf}: BAR0 ID reads 0x{d.r32(HW.TACC_REG_ID):08x}")
-        self.caps = d.r32(HW.TACC_REG_CAPS)
-        if not self.caps & HW.TACC_CAP_TLB_INV_DONE:
+        if d.r32(hw.TACC_REG_ID) != hw.TACC_ID_MAGIC:
+            raise DeviceError(f"{self.bdf}: BAR0 ID reads 0x{d.r32(hw.TACC_REG_ID):08x}")
+        self.caps = d.r32(hw.TACC_REG_CAPS)
+        if not self.caps & hw.TACC_CAP_TLB_INV_DONE:
             raise DeviceError(f"{self.bdf}: no TLB_INV_DONE (hw < 1.1)")
-        d.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_RESET)
-        self._poll(lambda: not d.r32(HW.TACC_REG_CTRL) & HW.TACC_CTRL_RESET, "function reset")
-        d.w32(HW.TACC_REG_CTRL, HW.TACC_CTRL_ENABLE)
-        self._poll(lambda: d.r32(HW.TACC_REG_STATUS) & HW.TACC_STATUS_READY, "READY")
-        d.w32(HW.TACC_REG_IRQ_STATUS, 0xFFFFFFFF)
-        d.w32(HW.TACC_REG_IRQ_MASK, HW.TACC_IRQ_MMU_FAULT | HW.TACC_IRQ_DMA_ERROR |
-              HW.TACC_IRQ_FATAL | HW.TACC_IRQ_QUEUE_ERROR)
-        d.w32(HW.TACC_REG_FAULT_CLEAR, 1)
-        self.func = d.r32(HW.TACC_REG_FUNC)
-        self.devmem_size = d.r64(HW.TACC_REG_DEVMEM_SIZE)
+        d.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_RESET)
+        self._poll(lambda: not d.r32(hw.TACC_REG_CTRL) & hw.TACC_CTRL_RESET, "function reset")
+        d.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_ENABLE)
+        self._poll(lambda: d.r32(hw.TACC_REG_STATUS) & hw.TACC_STATUS_READY, "READY")
+        d.w32(hw.TACC_REG_IRQ_STATUS, 0xFFFFFFFF)
+        d.w32(hw.TACC_REG_IRQ_MASK, hw.TACC_IRQ_MMU_FAULT | hw.TACC_IRQ_DMA_ERROR |
+              hw.TACC_IRQ_FATAL | hw.TACC_IRQ_QUEUE_ERROR)
+        d.w32(hw.TACC_REG_FAULT_CLEAR, 1)
+        self.func = d.r32(hw.TACC_REG_FUNC)
+        self.devmem_size = d.r64(hw.TACC_REG_DEVMEM_SIZE)
         self.tlb_seq = 0
         # page tables: a fresh root, host buffers at VA = IOVA, the window at DEVMEM_VA
         C.memset(self.pt_pool.addr, 0, self.pt_pool.size)
@@ -419,8 +412,8 @@ class TaccVfio:
                 self.map_host(b)
         if self.devmem_size >= HUGE:
             self.map_va(DEVMEM_VA, 0, self.devmem_size // HUGE * HUGE, devmem=True, huge=True)
-        d.w64(PTBR0, self.root | HW.TACC_PTBR_VALID)
-        self.tlb_invalidate(HW.TACC_TLB_INV_ALL)
+        d.w64(PTBR0, self.root | hw.TACC_PTBR_VALID)
+        self.tlb_invalidate(hw.TACC_TLB_INV_ALL)
         self._queue_setup()
 
     def _poll(self, pred, what: str, timeout: float = 1.0) -> None:
@@ -436,17 +429,17 @@ class TaccVfio:
     def _queue_setup(self) -> None:
         d = self.dev
         assert d is not None
-        d.w32(self._q(HW.TACC_Q_CTRL), 0)
-        d.w64(self._q(HW.TACC_Q_SQ_BASE), self.sq.iova)
-        d.w32(self._q(HW.TACC_Q_SQ_SIZE), SQ_ENTRIES)
-        d.w64(self._q(HW.TACC_Q_CQ_BASE), self.cq.iova)
-        d.w32(self._q(HW.TACC_Q_CQ_SIZE), CQ_ENTRIES)
-        d.w32(self._q(HW.TACC_Q_CQ_HEAD), 0)
-        d.w32(self._q(HW.TACC_Q_CTRL), HW.TACC_Q_CTRL_ENABLE |
-              (HW.TACC_Q_CTRL_IRQ if self.irq else 0))
-        if not d.r32(self._q(HW.TACC_Q_CTRL)) & HW.TACC_Q_CTRL_ENABLE:
+        d.w32(self._q(hw.TACC_Q_CTRL), 0)
+        d.w64(self._q(hw.TACC_Q_SQ_BASE), self.sq.iova)
+        d.w32(self._q(hw.TACC_Q_SQ_SIZE), SQ_ENTRIES)
+        d.w64(self._q(hw.TACC_Q_CQ_BASE), self.cq.iova)
+        d.w32(self._q(hw.TACC_Q_CQ_SIZE), CQ_ENTRIES)
+        d.w32(self._q(hw.TACC_Q_CQ_HEAD), 0)
+        d.w32(self._q(hw.TACC_Q_CTRL), hw.TACC_Q_CTRL_ENABLE |
+              (hw.TACC_Q_CTRL_IRQ if self.irq else 0))
+        if not d.r32(self._q(hw.TACC_Q_CTRL)) & hw.TACC_Q_CTRL_ENABLE:
             raise DeviceError(f"{self.bdf}: queue {QUEUE} refused its ring "
-                              f"(status 0x{d.r32(self._q(HW.TACC_Q_STATUS)):x})")
+                              f"(status 0x{d.r32(self._q(hw.TACC_Q_STATUS)):x})")
         self.sq_tail = 0
         self.cq_head = 0
 
@@ -468,24 +461,24 @@ class TaccVfio:
             struct.pack_into("<HHHI", b, 2, 0, i, 0, self.job)  # ctx 0, index, job
             struct.pack_into("<Q", b, 16, tag)
             if i == len(descs) - 1:
-                b[1] |= HW.TACC_DESC_F_LAST
-            C.memmove(self.sq.addr + self.sq_tail * HW.TACC_DESC_SIZE, bytes(b),
-                      HW.TACC_DESC_SIZE)
+                b[1] |= hw.TACC_DESC_F_LAST
+            C.memmove(self.sq.addr + self.sq_tail * hw.TACC_DESC_SIZE, bytes(b),
+                      hw.TACC_DESC_SIZE)
             self.sq_tail = (self.sq_tail + 1) % SQ_ENTRIES
-        self.dev.w32(self._q(HW.TACC_Q_SQ_TAIL), self.sq_tail)  # doorbell (x86: ordered)
+        self.dev.w32(self._q(hw.TACC_Q_SQ_TAIL), self.sq_tail)  # doorbell (x86: ordered)
         return self.job
 
     def completions(self) -> list[Cqe]:
         assert self.dev is not None
-        tail = self.dev.r32(self._q(HW.TACC_Q_CQ_TAIL))
+        tail = self.dev.r32(self._q(hw.TACC_Q_CQ_TAIL))
         out = []
         while self.cq_head != tail:
-            raw = C.string_at(self.cq.addr + self.cq_head * HW.TACC_CQE_SIZE, HW.TACC_CQE_SIZE)
+            raw = C.string_at(self.cq.addr + self.cq_head * hw.TACC_CQE_SIZE, hw.TACC_CQE_SIZE)
             job, st, q, _, tag, s, e = CQE.unpack(raw)
             out.append(Cqe(job, st, q, tag, s, e))
             self.cq_head = (self.cq_head + 1) % CQ_ENTRIES
         if out:
-            self.dev.w32(self._q(HW.TACC_Q_CQ_HEAD), self.cq_head)
+            self.dev.w32(self._q(hw.TACC_Q_CQ_HEAD), self.cq_head)
         return out
 
     def wait(self, job: int, timeout: float = 30.0) -> Cqe:
@@ -513,13 +506,13 @@ class TaccVfio:
     # ------------------------------------------------------------ helpers ---
     @staticmethod
     def nop() -> bytes:
-        return desc(HW.TACC_OP_NOP)
+        return desc(hw.TACC_OP_NOP)
 
     def copy_h2d(self, src: Buffer, dst_off: int, n: int, src_off: int = 0) -> bytes:
-        return d_copy(HW.TACC_OP_COPY_H2D, src.va + src_off, DEVMEM_VA + dst_off, n)
+        return d_copy(hw.TACC_OP_COPY_H2D, src.va + src_off, DEVMEM_VA + dst_off, n)
 
     def copy_d2h(self, src_off: int, dst: Buffer, n: int, dst_off: int = 0) -> bytes:
-        return d_copy(HW.TACC_OP_COPY_D2H, DEVMEM_VA + src_off, dst.va + dst_off, n)
+        return d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA + src_off, dst.va + dst_off, n)
 
     @staticmethod
     def gemm(a_off: int, b_off: int, c_off: int, m: int, n: int, k: int) -> bytes:
@@ -528,17 +521,17 @@ class TaccVfio:
     def fault(self) -> tuple[int, int]:
         """(FAULT_ADDR, FAULT_INFO) of the first fault since the last FAULT_CLEAR."""
         assert self.dev is not None
-        return self.dev.r64(HW.TACC_REG_FAULT_ADDR), self.dev.r32(HW.TACC_REG_FAULT_INFO)
+        return self.dev.r64(hw.TACC_REG_FAULT_ADDR), self.dev.r32(hw.TACC_REG_FAULT_INFO)
 
     def irq_status(self) -> int:
         assert self.dev is not None
-        return self.dev.r32(HW.TACC_REG_IRQ_STATUS)
+        return self.dev.r32(hw.TACC_REG_IRQ_STATUS)
 
     # ------------------------------------------------------------ teardown ---
     def close(self) -> None:
         if self.dev is not None:
             try:
-                self.dev.w32(HW.TACC_REG_CTRL, 0)  # stop the queues before unmapping
+                self.dev.w32(hw.TACC_REG_CTRL, 0)  # stop the queues before unmapping
             except (OSError, ValueError):
                 pass
             self.dev.close()

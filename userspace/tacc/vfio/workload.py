@@ -6,13 +6,14 @@ import time
 
 import numpy as np
 
-from tacc.vfio.driver import DeviceError, TaccVfio
-from tacc.vfio.hw import HW
+from tacc import hw
+from tacc.errors import DeviceError
+from tacc.vfio.driver import TaccVfio
 
 
 def _ok(t: TaccVfio, descs: list[bytes], what: str) -> None:
     c = t.run(descs)
-    if c.status != HW.TACC_ST_OK:
+    if c.status != hw.TACC_ST_OK:
         raise DeviceError(f"{t.bdf}: {what}: completion status {c.status}")
 
 
@@ -61,6 +62,6 @@ def nop_latency(t: TaccVfio, count: int) -> list[int]:
         t0 = time.perf_counter_ns()
         c = t.run([t.nop()])
         out.append(time.perf_counter_ns() - t0)
-        if c.status != HW.TACC_ST_OK:
+        if c.status != hw.TACC_ST_OK:
             raise DeviceError(f"{t.bdf}: NOP status {c.status}")
     return out

@@ -20,6 +20,14 @@ from typing import Any
 from tacc.runtime import Context
 
 from .common import Result
+from .decode import (
+    decode_batch,
+    decode_kv,
+    decode_launch,
+    decode_main,
+    decode_precision,
+    decode_weights,
+)
 from .mlp import mlp
 from .pipeline import pipeline, pipeline_cut
 from .twins import (
@@ -44,6 +52,7 @@ class Workload:
     multi_device: bool = False
     cluster: bool = False  # runs one stage per node of a cluster (docs/cluster.md)
     options: dict[str, Any] = field(default_factory=dict)
+    model: bool = False  # takes the model options (tacc run --config/--batch/...)
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
@@ -68,6 +77,24 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              "-d VICTIM -d NEIGHBOUR", ("vf_contention",), multi_device=True),
     Workload("host_bound", host_bound,
              "host preparation serialized with the device vs overlapped", ("idle_gaps",)),
+    Workload("decode", decode_main,
+             "GPT-2-architecture greedy decode (prefill, then one graph replay a step), "
+             "weights and KV cache resident, checked vs onnx ReferenceEvaluator", (),
+             twins=False, model=True),
+    Workload("decode_launch", decode_launch,
+             "decode: a submit per op and a host sync per layer vs graph replay per step",
+             ("launch_bound",), model=True),
+    Workload("decode_weights", decode_weights,
+             "decode: every weight re-uploaded before each step vs resident",
+             ("redundant_upload",), model=True),
+    Workload("decode_kv", decode_kv,
+             "decode: the KV cache to the host and back every step vs resident",
+             ("kv_roundtrip",), model=True),
+    Workload("decode_batch", decode_batch,
+             "decode: the sequences one after another at batch 1 vs batched",
+             ("memory_bound",), model=True),
+    Workload("decode_precision", decode_precision,
+             "decode: fp32 weights vs bf16", ("precision",), model=True),
     Workload("pipeline", pipeline,
              "MLP split over two nodes (TCP): one batch in flight vs micro-batches "
              "overlapped; one stage per node (TACC_NODE)", ("pipeline_bubble",),

@@ -34,8 +34,10 @@ extern "C" {
  *
  * 2: DRM_TACC_VM_UNBIND_NOWAIT; VM_UNBIND (and GEM_CLOSE of a bound BO)
  *    waits for the context's jobs submitted before it.
+ * 4: struct drm_tacc_cmd2 (SUBMIT cmd_size 256): the hw 1.3 operations
+ *    and command lists; DRM_TACC_TRACE_F_V3 (128-byte trace records).
  */
-#define DRM_TACC_API_VERSION		3
+#define DRM_TACC_API_VERSION		4
 
 /* Driver ioctl numbers, relative to DRM_COMMAND_BASE. */
 #define DRM_TACC_GET_PARAM		0x00
@@ -228,11 +230,20 @@ struct drm_tacc_vm_unbind {
 #define DRM_TACC_OP_FENCE		6
 #define DRM_TACC_OP_TIMESTAMP		7
 #define DRM_TACC_OP_BARRIER		8
+/* hw 1.3, struct drm_tacc_cmd2 only (uAPI 4) */
+#define DRM_TACC_OP_SOFTMAX		10
+#define DRM_TACC_OP_NORM		11
+#define DRM_TACC_OP_GATHER		12
+#define DRM_TACC_OP_LIST		13
 
 #define DRM_TACC_ELT_ADD		0
 #define DRM_TACC_ELT_MUL		1
 #define DRM_TACC_ELT_RELU		2
 #define DRM_TACC_ELT_SCALE		3
+#define DRM_TACC_ELT_GELU		4	/* hw 1.3 */
+#define DRM_TACC_ELT_SILU		5
+#define DRM_TACC_ELT_EXP		6
+#define DRM_TACC_ELT_CAST		7
 
 /**
  * struct drm_tacc_operand - a place in a buffer object.
@@ -301,9 +312,50 @@ struct drm_tacc_cmd {
 	__u64 rsvd;
 };
 
+#define DRM_TACC_CMD2_OPERANDS	6
+
+/**
+ * struct drm_tacc_cmd2 - one command of a job, 256 bytes (uAPI 4, SUBMIT
+ * with @cmd_size 256); carries every opcode, the hw 1.3 ones included.
+ *
+ * @args is the device descriptor's 104-byte payload (union of struct
+ * tacc_desc in tacc_hw.h) with every address field zero: the driver writes
+ * the device VA of @op[i] into the payload's i-th address field, in the
+ * payload's field order:
+ *  COPY_*:  op[0] src, op[1] dst.
+ *  GEMM:    op[0] a, op[1] b, op[2] c, op[3] bias (TACC_GEMM_F_BIAS).
+ *  ELTWISE: op[0] a, op[1] b (ADD, MUL), op[2] c.
+ *  FENCE, TIMESTAMP: op[0] addr.
+ *  SOFTMAX: op[0] x, op[1] y.
+ *  NORM:    op[0] x, op[1] y, op[2] gamma, op[3] beta (LAYER).
+ *  GATHER:  op[0] table, op[1] idx, op[2] out.
+ *  LIST:    op[0] list, op[1] patches (npatch > 0).
+ * The driver checks each operand's whole extent against its binding, the
+ * memory kind, alignment, shapes, dtypes, flags and reserved bytes (the
+ * rules of docs/hardware.md, one validator for every function kind), and
+ * for LIST only the list and patch table themselves: the device checks
+ * each listed command as it runs it (docs/uapi.md, "Threat model").
+ *
+ * @opcode: DRM_TACC_OP_* (FILL is refused: kernel only).
+ * @flags: must be 0.
+ * @tag: user tag.
+ * @op: operands; unused ones all zero.
+ * @args: descriptor payload.
+ * @rsvd: must be 0.
+ */
+struct drm_tacc_cmd2 {
+	__u32 opcode;
+	__u32 flags;
+	__u64 tag;
+	struct drm_tacc_operand op[DRM_TACC_CMD2_OPERANDS];
+	__u8  args[104];
+	__u64 rsvd[5];
+};
+
 /**
  * struct drm_tacc_submit - DRM_IOCTL_TACC_SUBMIT argument.
- * @cmds: user pointer to @num_cmds struct drm_tacc_cmd.
+ * @cmds: user pointer to @num_cmds struct drm_tacc_cmd, or (uAPI 4) of
+ *        struct drm_tacc_cmd2 when @cmd_size is 256.
  * @in_syncobjs: user pointer to @num_in_syncobjs __u32 syncobj handles
  *               (binary syncobjs) the job waits for.
  * @num_cmds: 1 .. DRM_TACC_PARAM_MAX_CMDS.
@@ -311,7 +363,7 @@ struct drm_tacc_cmd {
  * @queue: hardware queue, 0 .. DRM_TACC_PARAM_NUM_QUEUES - 1.
  * @out_syncobj: syncobj handle that receives the job's fence, 0 = none.
  * @flags: must be 0.
- * @cmd_size: sizeof(struct drm_tacc_cmd).
+ * @cmd_size: sizeof(struct drm_tacc_cmd) or sizeof(struct drm_tacc_cmd2).
  * @seqno: out: per-file job sequence number, for DRM_IOCTL_TACC_WAIT.
  */
 struct drm_tacc_submit {
@@ -358,7 +410,8 @@ struct drm_tacc_wait {
  * ADVANCE/CLOSE then fail with -ENODEV and whose mapping faults (SIGBUS), as
  * after CLOSE.
  *
- * @flags: must be 0.
+ * @flags: 0 or DRM_TACC_TRACE_F_V3 (uAPI 4, devices with TACC_CAP_TRACE_V3:
+ *         struct tacc_trace_rec3 records of 128 bytes).
  * @entries: in: records wanted, a power of two between
  *           DRM_TACC_TRACE_MIN_ENTRIES and DRM_TACC_TRACE_MAX_ENTRIES, or 0
  *           for DRM_TACC_TRACE_DEFAULT_ENTRIES; out: records in the ring.
@@ -374,12 +427,13 @@ struct drm_tacc_trace_open {
 
 #define DRM_TACC_TRACE_MIN_ENTRIES	64
 #define DRM_TACC_TRACE_MAX_ENTRIES	32768
+#define DRM_TACC_TRACE_F_V3		(1u << 0)	/* uAPI 4: 128-byte version-3 records */
 #define DRM_TACC_TRACE_DEFAULT_ENTRIES	4096
 
 /**
  * struct drm_tacc_trace_header - first page of the mapped trace ring.
  * @version: DRM_TACC_TRACE_HDR_VERSION.
- * @rec_size: bytes per record (64).
+ * @rec_size: bytes per record (64, or 128 with DRM_TACC_TRACE_F_V3).
  * @entries: records in the ring.
  * @rec_version: record format version (TACC_TRACE_VERSION).
  * @data_offset: offset of record 0 from the start of the mapping.

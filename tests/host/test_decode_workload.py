@@ -1,0 +1,79 @@
+"""tacc run decode on the simulator backend: the GPT-2-architecture decoder lowered onto the
+device ops (tacc.workloads.decode_engine), its tokens against onnx's ReferenceEvaluator,
+and every twin's variants reference-checked."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from tacc.cli import main as tacc_main
+from tacc.models import gpt2
+from tacc.runtime import Context
+from tacc.workloads import WORKLOADS, run, run_twins
+from tacc.workloads import decode as D
+
+SMALL = {"batch": 2, "prompt": 8, "tokens": 4}
+
+
+@pytest.fixture(scope="module")
+def ctx() -> Context:
+    c = Context(sim=True)
+    yield c
+    c.close()
+
+
+def test_decode_tokens_equal_the_reference_evaluator(ctx: Context) -> None:
+    r = run("decode", ctx)
+    cfg = gpt2.CONFIGS["tiny"]
+    ref, ref_logits = gpt2.reference_decode(cfg, gpt2.weights(cfg), gpt2.prompt(cfg, 4, 8),
+                                            8)
+    np.testing.assert_array_equal(np.array(r.extra["tokens"]), ref)
+    assert r.checked and 0 < r.max_abs_err < D.LOGIT_BOUND
+    # one job a decode step (the graph) plus the prefill's per-op jobs and the timing NOPs
+    assert r.params["mode"] == "graph"
+    x = r.extra
+    assert x["ttft_ms"] > 0 and x["tpot_ms"] > 0 and x["tokens_per_s"] > 0
+
+
+def test_bf16_same_tokens_logits_within_bound(ctx: Context) -> None:
+    r = D.decode(ctx, dtype="bf16", **SMALL)
+    assert r.checked and 0 < r.max_abs_err < D.BF16_LOGIT_BOUND
+
+
+def test_a_wrong_token_fails_the_check(ctx: Context, monkeypatch: pytest.MonkeyPatch) -> None:
+    ref = D._reference("tiny", 2, 8, 4, 7)
+    t = ref[0].copy()
+    t[1, 2] += 1
+    monkeypatch.setattr(D, "_reference", lambda *a: (t, ref[1]))
+    with pytest.raises(AssertionError, match="sequence 1 step 2"):
+        D.decode(ctx, **SMALL)
+
+
+@pytest.mark.parametrize("name", [n for n in WORKLOADS if n.startswith("decode_")])
+def test_decode_twins_reference_checked(ctx: Context, name: str) -> None:
+    bad, good = run_twins(name, ctx, **SMALL)
+    assert bad.checked and good.checked
+    assert bad.variant == "bad" and good.variant == "good"
+    assert bad.extra["tokens"] == good.extra["tokens"]
+    assert bad.expected_findings == list(WORKLOADS[name].expected) and not \
+        good.expected_findings
+
+
+def test_graph_replay_is_one_job_a_step(ctx: Context) -> None:
+    eager = D.decode(ctx, mode="eager", **SMALL)
+    graph = D.decode(ctx, mode="graph", **SMALL)
+    # the decode steps: eager submits every op, the graph one launch per step
+    assert eager.jobs - graph.jobs > 10 * (SMALL["tokens"] - 1)
+
+
+def test_cli_decode_json_and_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tacc_main(["run", "decode", "--sim", "--json", "--batch", "2", "--tokens", "4"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    r = out["results"][0]
+    assert r["checked"] and r["params"]["batch"] == 2 and r["extra"]["tokens_per_s"] > 0
+    assert tacc_main(["run", "decode", "--sim", "--prompt", "60"]) == 2
+    assert "exceed the KV cache" in capsys.readouterr().err
+    assert tacc_main(["run", "tiny_transfers", "--sim", "--batch", "2"]) == 2
+    assert "--batch is for the model workloads" in capsys.readouterr().err

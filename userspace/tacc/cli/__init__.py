@@ -1,0 +1,84 @@
+"""The ``tacc`` command: a small dispatcher over subcommand modules.
+
+Each subcommand lives in its own module exposing ``add_parser(subparsers)``; that
+function adds one or more subparsers and sets ``func=<callable(args) -> int>`` on them
+(``parser.set_defaults(func=...)``).  To add a subcommand, add its module to
+``SUBCOMMAND_MODULES`` (or ship a ``tacc.subcommands`` entry point).
+
+Errors: a :class:`tacc.errors.TaccError` (the root of every library error, and of
+:class:`CommandError`) becomes ``tacc: error: <one line>`` on stderr and exit status 2,
+without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+
+from tacc import __version__
+from tacc.errors import TaccError
+
+# The subcommand modules, in the order of `tacc --help`.
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "tacc.cli.run",  # run: workloads
+    "tacc.cli.counters",  # stat, top: device counters
+    "tacc.cli.trace",  # trace start|stop|status: taccd capture control
+    "tacc.cli.profile",  # profile -o CAP -- CMD: taccd, capture, findings, timeline
+    "tacc.cli.timeline",  # timeline
+    "tacc.cli.analyze",  # analyze
+    "tacc.cli.fleet",  # export, query
+    "tacc.cli.cluster",  # cluster offsets|analyze
+    "tacc.cli.cdi",  # cdi generate|list: container device specs
+    "tacc.cli.devices",  # devices: PF, VF and virtio-tacc functions
+    "tacc.cli.vfio",  # vfio list|bind|unbind
+    "tacc.cli.pcie",  # pcie capture|summary|timeline (PCIe analyzer)
+    "tacc.cli.onnx",  # onnx run|test: ONNX models
+)
+
+
+class CommandError(TaccError):
+    """A user-facing failure of a subcommand's arguments: printed as one line, exit
+    status 2 (as every :class:`tacc.errors.TaccError` is)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tacc", description="tacc accelerator tools: captures, counters, timeline, analysis"
+    )
+    parser.add_argument("--version", action="version", version=f"tacc {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for modname in SUBCOMMAND_MODULES:
+        importlib.import_module(modname).add_parser(sub)
+    for ep in entry_points(group="tacc.subcommands"):
+        ep.load()(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(func(args) or 0)
+    except TaccError as exc:
+        print(f"tacc: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+    except OSError as exc:  # a file the user named: missing, unwritable, a directory
+        if exc.filename is None:
+            raise
+        print(f"tacc: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

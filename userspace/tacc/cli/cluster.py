@@ -1,0 +1,117 @@
+"""``tacc cluster``: captures of several nodes, aligned and analysed together.
+
+    tacc cluster synth /tmp/cl --variant bad            # synthetic node0/node1 captures
+    tacc cluster offsets node0-cap node1-cap            # each node's offset, both methods
+    tacc cluster analyze node0-cap node1-cap --json f.json   # pipeline_bubble, network_bound
+    tacc cluster offsets a b --rename b=node1           # two captures named alike
+    tacc timeline node0-cap node1-cap -o merged.pftrace --manifest pernode/
+
+docs/cluster.md documents the alignment, the merged view and the rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from tacc.cli import CommandError
+from tacc.cli.analyze import JsonTarget, json_captures
+
+FINDINGS_SCHEMA = "tacc-cluster-findings"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("cluster", help="align and analyse captures of several nodes",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cs = p.add_subparsers(dest="cluster_cmd", metavar="ACTION", required=True)
+    for name, fn, what in (("offsets", cmd_offsets, "each node's clock offset and bound"),
+                           ("analyze", cmd_analyze, "the cross-node rules")):
+        c = cs.add_parser(name, help=what)
+        c.add_argument("captures", nargs="*", metavar="CAPTURE", help="one capture per node")
+        c.add_argument("--rename", action="append", default=[], metavar="CAPTURE=NAME")
+        c.add_argument("--align", choices=["auto", "hostclk", "network"], default="auto")
+        c.add_argument("--json", action=JsonTarget, captures_dest="captures",
+                       help="JSON to FILE (or stdout: no FILE, or a directory, which is a "
+                            "CAPTURE)")
+        if name == "analyze":
+            c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                           help="override a cluster threshold (repeatable)")
+        c.set_defaults(func=fn)
+    c = cs.add_parser("synth", help="synthetic captures of the two-node pipeline (OUT/node0, "
+                      "OUT/node1; tests and docs)")
+    c.add_argument("out", metavar="OUT")
+    c.add_argument("--variant", choices=["bad", "good"], default="bad")
+    c.add_argument("--seed", type=int, default=0)
+    c.set_defaults(func=cmd_synth)
+
+
+def _view(args: argparse.Namespace) -> Any:
+    from tacc.timeline.cluster import load_view
+
+    args.captures = json_captures(args, "captures", f"cluster {args.cluster_cmd}")
+
+    return load_view(args.captures, args.rename, args.align)
+
+
+def _emit(args: argparse.Namespace, doc: dict[str, Any]) -> bool:
+    if not args.json:
+        return False
+    text = json.dumps(doc, indent=1, default=str)
+    if args.json == "-":
+        print(text)
+        return True
+    with open(args.json, "w") as f:
+        f.write(text + "\n")
+    return False
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from tacc.capture import synth_cluster
+
+    for p in synth_cluster.write(synth_cluster.pipeline(args.variant, args.seed), args.out):
+        print(p)
+    return 0
+
+
+def cmd_offsets(args: argparse.Namespace) -> int:
+    view = _view(args)
+    if _emit(args, view.metadata()):
+        return 0
+    print(f"reference {view.names[0]} ({view.caps[0].path})")
+    for nc in view.clocks[1:]:
+        print(f"{nc.node}: aligned by {nc.used}")
+        for o in (nc.hostclk, nc.network):
+            if o is None:
+                continue
+            print(f"  {o.method:8} offset {o.offset_ns / 1e3:+.3f} us +- {o.bound_ns / 1e3:.3f}"
+                  f" us ({o.samples} samples, rate {(o.drift - 1) * 1e6:+.2f} ppm)")
+    md = view.metadata()
+    print(f"messages {md['messages']}, {md['packets_forward_in_time']} of "
+          f"{md['messages_with_packets']} with packets forward in time")
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from tacc.analyze.cluster_rules import ClusterThresholds, analyze_cluster
+
+    th = ClusterThresholds()
+    try:
+        th.update(dict(kv.split("=", 1) for kv in args.set))
+    except (KeyError, ValueError) as exc:
+        raise CommandError(f"cluster analyze: bad threshold {exc}") from None
+    view = _view(args)
+    found = analyze_cluster(view, th)
+    doc = {"schema": FINDINGS_SCHEMA, "version": 1, "cluster": view.metadata(),
+           "thresholds": th.__dict__, "findings": [f.to_json() for f in found]}
+    if _emit(args, doc):
+        return 0
+    if not found:
+        print("no cross-node findings")
+    for f in found:
+        print(f"{f.severity:6} {f.rule:16} {f.title}")
+    for c in view.caps:
+        for p in c.problems:
+            print(f"tacc: warning: {c.path}: {p}", file=sys.stderr)
+    return 0

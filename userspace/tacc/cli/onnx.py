@@ -1,0 +1,72 @@
+"""``tacc onnx``: run an ONNX model on a tacc function; the ONNX backend node tests."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tacc.cli import CommandError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("onnx", help="ONNX models: run one, or the ONNX node tests")
+    s = p.add_subparsers(dest="onnx_cmd", metavar="ACTION", required=True)
+    r = s.add_parser("run", help="run a model: its outputs' shapes, dtypes, and an .npz")
+    r.add_argument("model", type=Path)
+    r.add_argument("-i", "--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input from a .npy file (repeat); default: zeros of its shape")
+    r.add_argument("-o", "--output", type=Path, help="write the outputs to this .npz")
+    r.add_argument("--sim", action="store_true", help="the runtime's simulator backend")
+    r.add_argument("--device", help="PCI address or accel node (default: the first PF)")
+    r.add_argument("--fallback", choices=("cpu",), help="run unsupported nodes on the host")
+    r.set_defaults(func=_run)
+    t = s.add_parser("test", help="the ONNX backend node tests of the supported ops")
+    t.add_argument("--sim", action="store_true")
+    t.add_argument("--device")
+    t.add_argument("--ops", help="comma-separated op types (default: every supported op)")
+    t.add_argument("--json", help="write every case's result here")
+    t.add_argument("-v", "--verbose", action="store_true")
+    t.set_defaults(func=_test)
+
+
+def _run(a: argparse.Namespace) -> int:
+    import numpy as np
+
+    from tacc.onnx import InferenceSession
+    from tacc.runtime import TaccError
+
+    try:
+        sess = InferenceSession(a.model, device=a.device, sim=a.sim or None,
+                                fallback=a.fallback)
+        feeds = {}
+        for spec in a.input:
+            name, _, f = spec.partition("=")
+            if not f:
+                raise CommandError(f"--input {spec}: NAME=FILE.npy")
+            feeds[name] = np.load(f)
+        for i in sess.get_inputs():
+            if i.name not in feeds:
+                if not all(isinstance(d, int) for d in i.shape):
+                    raise CommandError(f"input {i.name} has a symbolic shape {i.shape}: "
+                                       "give it with --input")
+                dt = "int64" if "int" in i.type else "float32"
+                feeds[i.name] = np.zeros(i.shape, dt)
+        names = [o.name for o in sess.get_outputs()]
+        outs = sess.run(names, feeds)
+        sess.close()
+    except TaccError as e:
+        raise CommandError(str(e)) from None
+    for n, o in zip(names, outs, strict=True):
+        print(f"{n}: {o.dtype} {list(o.shape)}")
+    if a.output:
+        np.savez(a.output, **dict(zip(names, outs, strict=True)))
+    return 0
+
+
+def _test(a: argparse.Namespace) -> int:
+    from tacc.onnx import conformance
+
+    argv = (["--sim"] if a.sim else []) + (["--device", a.device] if a.device else []) + \
+        (["--ops", a.ops] if a.ops else []) + (["--json", a.json] if a.json else []) + \
+        (["-v"] if a.verbose else [])
+    return conformance.main(argv)
