@@ -130,7 +130,7 @@ static int objects_show(struct seq_file *m, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(objects);
 
-/* Test knobs: delays at named points, for tests/vm/test_isolation_rings.py. */
+/* Test knobs: delays at named points, for tests/vm/test_isolation_*.py. */
 static void tacc_debugfs_knobs(struct tacc_device *tdev, struct dentry *root)
 {
 	debugfs_create_u32("fault_ctx_delay_ms", 0600, root, &tdev->fault_ctx_delay_ms);
@@ -139,6 +139,7 @@ static void tacc_debugfs_knobs(struct tacc_device *tdev, struct dentry *root)
 	debugfs_create_u32("recover_delay_ms", 0600, root, &tdev->recover_delay_ms);
 	debugfs_create_u32("resume_delay_ms", 0600, root, &tdev->resume_delay_ms);
 }
+
 /* Device-memory scrubbing (tacc_scrub.c). */
 static int scrub_show(struct seq_file *m, void *unused)
 {

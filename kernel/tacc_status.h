@@ -12,7 +12,7 @@
 
 /* Failed jobs of one file, by seqno; a seqno without a record succeeded. */
 struct tacc_failures {
-	struct mutex lock;
+	struct mutex lock;		/* xa stores, floor, count */
 	struct xarray xa;		/* seqno -> xa_mk_value(-errno) */
 	u64 floor;			/* seqnos <= floor: records dropped, unknown */
 	u32 count;
