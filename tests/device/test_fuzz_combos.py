@@ -227,8 +227,8 @@ class ComboMachine(RuleBasedStateMachine):
         d = self.rig.d
         d.enable_vfs(n)
         for i, vf in enumerate(d.vfs):
-            d.pf.w64(0x400 + 16 * i, (64 << 20) * (i + 2))
-            d.pf.w64(0x408 + 16 * i, 16 << 20)
+            d.pf.w64(hw.TACC_REG_VF_DEVMEM_BASE(i), (64 << 20) * (i + 2))
+            d.pf.w64(hw.TACC_REG_VF_DEVMEM_SIZE(i), 16 << 20)
             vf.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_ENABLE)
             vf.setup_queue(0, sq_size=64, cq_size=64)
             vf.set_ptbr(0, d.fuzz_root)

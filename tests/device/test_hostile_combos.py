@@ -216,14 +216,14 @@ def test_devmem_fence_lands_in_the_window_at_completion(rpdev):
     d.reset_alloc()
     (vf,) = d.enable_vfs(1)
     old, new, size = 64 << 20, 96 << 20, 16 << 20
-    pf.w64(0x400, old)
-    pf.w64(0x408, size)
+    pf.w64(hw.TACC_REG_VF_DEVMEM_BASE(0), old)
+    pf.w64(hw.TACC_REG_VF_DEVMEM_SIZE(0), size)
     vf.reset()
     vf.set_ptbr(0, d.root0)  # DEVMEM_VA + x: window offset x
     off = 0x1000
     job, ds = vf.job_of(0, [d_fence(DEVMEM_VA + off, 0x5EED)])
     vf.submit(0, ds)  # dispatched now, completes cmd-latency later
-    pf.w64(0x400, new)  # the PF moves the window before that
+    pf.w64(hw.TACC_REG_VF_DEVMEM_BASE(0), new)  # the PF moves the window before that
     qt.clock_step(10**7)
     (cqe,) = vf.cqes(0)
     assert cqe.job == job and cqe.status == hw.TACC_ST_OK

@@ -335,7 +335,7 @@ def test_device_event_kinds_match_uapi() -> None:
     for name, num in enum.items():
         assert DeviceEventKind[name] == num
         assert EVENT_NAMES[num] == name.lower()
-    assert {k.value for k in DeviceEventKind} - set(enum.values()) == {9, 10, 255}
+    assert {k.value for k in DeviceEventKind} - set(enum.values()) == {9, 10, 11, 255}
 
 
 def test_session_writes_device_events_as_they_arrive(tmp_path: Path) -> None:

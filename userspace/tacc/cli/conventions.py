@@ -207,7 +207,7 @@ def parsers() -> dict[str, Callable[[], argparse.ArgumentParser]]:
     """The three executables' parser builders."""
     from tacc.cli import build_parser as tacc
     from tacc.cli.bpftrace import build_parser as bpftrace
-    from tacc.daemon.main import build_parser as taccd
+    from tacc.cli.taccd import build_parser as taccd
 
     return {"tacc": tacc, "accel-bpftrace": bpftrace, "taccd": taccd}
 
