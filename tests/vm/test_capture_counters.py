@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from tacc.capture import open_capture
 from tacc.capture.schema import DropSource
-from tacc.daemon import protocol, uapi
+from tacc.daemon import protocol
+from tacc.runtime import uapi
 
 HZ = 20.0
 STALL_S = 1.0  # taccd SIGSTOPped: 20 grid slots at 20 Hz

@@ -56,8 +56,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "userspace"))
 
-from tacc.daemon import protocol, uapi  # noqa: E402
+from tacc.daemon import protocol  # noqa: E402
 from tacc.devices import discover  # noqa: E402
+from tacc.runtime import uapi  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers  # noqa: E402
