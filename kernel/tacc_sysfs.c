@@ -77,7 +77,7 @@ static struct tacc_cnt_attr tacc_gcnt_list[] = {
 	TACC_GLOBAL_COUNTERS(TACC_GCNT_DEF)
 };
 
-/* The catalogue's text, one line per counter: it outgrew a page (issue 19's L1.x slots) */
+/* The catalogue's text, one line per counter: it outgrew a page (the L1.x slots) */
 #define TACC_CATALOGUE_MAX	(32 * 1024)
 
 static size_t tacc_catalogue_text(struct tacc_device *tdev, char *buf, size_t size)

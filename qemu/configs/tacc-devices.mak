@@ -12,7 +12,7 @@ CONFIG_SERIAL=y
 CONFIG_SERIAL_ISA=y
 CONFIG_SERIAL_PCI=y
 CONFIG_TACC=y
-# issue 15: a nested guest gets a VF of the test VM with -device vfio-pci
+# a nested guest gets a VF of the test VM with -device vfio-pci
 # (scripts/run-vm PASSTHROUGH=, docs/vfio.md "Nested guest")
 CONFIG_VFIO=y
 CONFIG_VFIO_PCI=y
