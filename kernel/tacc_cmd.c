@@ -305,6 +305,7 @@ static bool tacc_cmd_rowop_bf16(const struct tacc_desc *d, u32 opcode)
  */
 int tacc_cmd_check(const struct drm_tacc_cmd2 *c, u32 caps, struct tacc_cmd_spec *spec)
 {
+	enum tacc_cmd_kind src, dst;
 	struct tacc_desc d;
 	int i, ret = 0;
 
@@ -325,10 +326,10 @@ int tacc_cmd_check(const struct drm_tacc_cmd2 *c, u32 caps, struct tacc_cmd_spec
 		if (!d.copy.len || d.copy.len >= TACC_COPY_MAX_LEN ||
 		    !tacc_cmd_tail_zero(&d, TACC_F(copy.len) + 8))
 			return -EINVAL;
-		tacc_cmd_set(spec, 0, TACC_F(copy.src), d.copy.len, 1,
-			     c->opcode == DRM_TACC_OP_COPY_H2D ? TACC_CMD_HOST : TACC_CMD_DEV, false);
-		tacc_cmd_set(spec, 1, TACC_F(copy.dst), d.copy.len, 1,
-			     c->opcode == DRM_TACC_OP_COPY_D2H ? TACC_CMD_HOST : TACC_CMD_DEV, true);
+		src = c->opcode == DRM_TACC_OP_COPY_H2D ? TACC_CMD_HOST : TACC_CMD_DEV;
+		dst = c->opcode == DRM_TACC_OP_COPY_D2H ? TACC_CMD_HOST : TACC_CMD_DEV;
+		tacc_cmd_set(spec, 0, TACC_F(copy.src), d.copy.len, 1, src, false);
+		tacc_cmd_set(spec, 1, TACC_F(copy.dst), d.copy.len, 1, dst, true);
 		break;
 	case DRM_TACC_OP_GEMM:
 		ret = tacc_cmd_gemm(&d, caps, spec);
