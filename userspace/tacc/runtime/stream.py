@@ -347,6 +347,8 @@ class Stream(InferenceOps):
                 a = _args(dst, src, n) if st == 0 else "error"
                 if st == 0 and opcode == U.OP_COPY_H2D:
                     a += f" fp={fingerprint(src, src_offset, n)}"
+                    if isinstance(dst_offset, int) and dst_offset:
+                        a += f" doff={dst_offset}"  # where in dst: a chunk is not a repeat
                 tr.end(t0, name_id, tag, n, ctx.dev_id, ctx.hw_context, st, a)
 
     def copy_h2d(self, dst: DeviceBuffer, src: HostBuffer | UserptrBuffer | np.ndarray,

@@ -22,8 +22,9 @@ class RedundantUploadThresholds:
 
 
 def redundant_upload(d: Data, th: Thresholds) -> list[Finding]:
-    """copy_h2d API records whose destination, size and host-bytes fingerprint (``fp=``
-    in their arguments, tacc.runtime.stream.fingerprint) equal an earlier one's: each
+    """copy_h2d API records whose destination (buffer and ``doff=`` offset), size and
+    host-bytes fingerprint (``fp=`` in their arguments, tacc.runtime.stream.fingerprint)
+    equal an earlier one's: each
     repeat moves bytes the device already holds.  Time lost: the repeats' device time
     and the host-starved gaps before them (their submits)."""
     recs, args = api_copies(d, "copy_h2d")
@@ -36,7 +37,8 @@ def redundant_upload(d: Data, th: Thresholds) -> list[Finding]:
         fp = next((p[3:] for p in parts if p.startswith("fp=")), "")
         if not fp or len(parts) < 2 or "->" not in parts[0]:
             continue
-        key = (int(fid), parts[0].split("->")[1], fp, int(recs["bytes"][i]))
+        doff = next((p[5:] for p in parts if p.startswith("doff=")), "0")
+        key = (int(fid), parts[0].split("->")[1] + "+" + doff, fp, int(recs["bytes"][i]))
         rep[i] = key in seen
         seen[key] = seen.get(key, 0) + 1
     if not rep.any():
