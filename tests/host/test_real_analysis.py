@@ -47,7 +47,8 @@ EXPECTED: dict[str, set[str]] = {
     "noisy_neighbour-bad": {"vf_contention", "link_saturation", "h2d_d2h_imbalance",
                             "idle_gaps", "host_memory"},
     "noisy_neighbour-good": {"host_memory"},
-    # tests/vm/test_e2e_real.py MIXED_EXPECTED, on the PF
+    # tests/vm/test_e2e_real.py MIXED_EXPECTED on the PF, less redundant_upload (recorded
+    # before copy_h2d API records carried the fp= fingerprint it reads)
     "mixed": {"small_transfers", "iommu_churn", "tlb_thrash", "serialized_copies",
               "idle_gaps"},
     "real-mixed": {"small_transfers", "iommu_churn", "tlb_thrash", "serialized_copies",

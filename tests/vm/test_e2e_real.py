@@ -73,8 +73,10 @@ MIXED = [("mlp", False, {"batches": 4}), ("tiny_transfers", True, {}),
          ("serialized_copies", True, {}), ("mlp", False, {"batches": 4})]
 # Under TCG the host's Python work between the segments (numpy checks, buffer set-up at
 # ~1 GIPS) leaves the device idle for most of the span: idle_gaps is a real finding here.
+# redundant_upload is true of the mixed workload: serialized_copies uploads its two fixed
+# 4 MiB inputs into the same two device buffers at every step (6 repeats, 24 MiB)
 MIXED_EXPECTED = {"small_transfers", "iommu_churn", "tlb_thrash", "serialized_copies",
-                  "idle_gaps"}
+                  "idle_gaps", "redundant_upload"}
 
 
 # ------------------------------------------------------------------ worker --
