@@ -16,7 +16,8 @@ MEMBERS = {CC.copy_args: "copy", CC.gemm_args: "gemm", CC.eltwise_args: "eltwise
            CC.fence_args: "fence", CC.softmax_args: "softmax", CC.norm_args: "norm",
            CC.gather_args: "gather", CC.list_args: "list"}
 CONSTS = {"TACC_OP_SOFTMAX": 10, "TACC_OP_NORM": 11, "TACC_OP_GATHER": 12, "TACC_OP_LIST": 13,
-          "TACC_DT_FP32": CC.DT[CC.K.F32], "TACC_DT_BF16": CC.DT[CC.K.BF16], "TACC_DT_I32": 2,
+          "TACC_DT_FP32": CC.DT["float32"], "TACC_DT_BF16": CC.DT["bfloat16"],
+          "TACC_DT_I32": CC.DT["int32"],
           "TACC_GEMM_F_TRANS_A": CC.GEMM_F_TRANS_A, "TACC_GEMM_F_TRANS_B": CC.GEMM_F_TRANS_B,
           "TACC_GEMM_F_BIAS": CC.GEMM_F_BIAS, "TACC_ELT_F_ROW_BCAST": CC.ELT_F_ROW_BCAST,
           "TACC_SOFTMAX_F_CAUSAL": CC.SOFTMAX_F_CAUSAL, "TACC_NORM_LAYER": CC.NORM_LAYER,

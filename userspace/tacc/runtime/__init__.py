@@ -18,9 +18,11 @@ when tracing is enabled, and carries a user tag (pid << 32 | seq) to the driver 
 See docs/runtime.md.
 """
 
-from .buffers import Buffer, DeviceBuffer, HostBuffer, UserptrBuffer
-from .context import Context
-from .device import DeviceInfo, HotplugEvent, HotplugWatch, devices, find, watch
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     BufferKindError,
     ContextClosedError,
@@ -36,7 +38,30 @@ from .errors import (
     UseAfterFreeError,
     WrongDeviceError,
 )
-from .stream import Event, Stream
+
+if TYPE_CHECKING:
+    from .buffers import Buffer, DeviceBuffer, HostBuffer, UserptrBuffer
+    from .context import Context
+    from .device import DeviceInfo, HotplugEvent, HotplugWatch, devices, find, watch
+    from .stream import Event, Stream
+
+# The rest loads on first use: ``from tacc.runtime import uapi`` (the counters, taccd, every
+# CLI start) need not import the streams, the numpy kernels and bfloat16 (ml_dtypes: about
+# 10 s of guest time under TCG).
+_LAZY = {"Buffer": "buffers", "DeviceBuffer": "buffers", "HostBuffer": "buffers",
+         "UserptrBuffer": "buffers", "Context": "context", "DeviceInfo": "device",
+         "HotplugEvent": "device", "HotplugWatch": "device", "devices": "device",
+         "find": "device", "watch": "device", "Event": "stream", "Stream": "stream"}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Buffer", "BufferKindError", "Context", "ContextClosedError", "DeviceBuffer", "DeviceError",

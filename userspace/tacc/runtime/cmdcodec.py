@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import kernels as K
 from . import uapi as U
 from .buffers import Buffer, HostBuffer
 from .errors import TaccError
@@ -29,7 +28,8 @@ if TYPE_CHECKING:
 
 u8, u16, u32, u64 = C.c_uint8, C.c_uint16, C.c_uint32, C.c_uint64
 
-DT = {K.F32: 0, K.BF16: 1, np.dtype(np.int32): 2}
+# the descriptors' dtype codes, by numpy dtype name (bfloat16 without importing ml_dtypes)
+DT = {"float32": 0, "bfloat16": 1, "int32": 2}
 GEMM_F_TRANS_A, GEMM_F_TRANS_B, GEMM_F_BIAS = 1, 2, 4
 ELT_F_ROW_BCAST = 1
 SOFTMAX_F_CAUSAL = 1
@@ -132,7 +132,7 @@ def encode_op(op: Op) -> Encoded:
         a.m, a.n, a.k = m, n, k
         a.lda, a.ldb, a.ldc = ac, bc, n
         a.alpha, a.beta = f32_bits(p["alpha"]), f32_bits(p["beta"])
-        a.dtype_ab, a.dtype_c = DT[b["a"].dtype], DT[b["out"].dtype]
+        a.dtype_ab, a.dtype_c = DT[b["a"].dtype.name], DT[b["out"].dtype.name]
         a.gflags = (GEMM_F_TRANS_A if p["trans_a"] else 0) | \
             (GEMM_F_TRANS_B if p["trans_b"] else 0) | (GEMM_F_BIAS if "bias" in b else 0)
         nb = p["batch"]
@@ -147,7 +147,7 @@ def encode_op(op: Op) -> Encoded:
         x = b["x"]
         e.n = x.size
         e.op = ELT_OPS[op.kind]
-        e.dtype_a, e.dtype_c = DT[x.dtype], DT[b["out"].dtype]
+        e.dtype_a, e.dtype_c = DT[x.dtype.name], DT[b["out"].dtype.name]
         y = b.get("y")
         if y is not None and p.get("row_bcast"):
             e.eflags, e.cols = ELT_F_ROW_BCAST, p["cols"]
@@ -157,7 +157,7 @@ def encode_op(op: Op) -> Encoded:
         rows_total = p["batch"] * p["rows"]
         s.rows, s.cols, s.ldx, s.ldy = rows_total, p["cols"], p["cols"], p["cols"]
         s.scale = f32_bits(p["scale"])
-        s.dtype_x, s.dtype_y = DT[b["x"].dtype], DT[b["out"].dtype]
+        s.dtype_x, s.dtype_y = DT[b["x"].dtype.name], DT[b["out"].dtype.name]
         if p["causal"]:
             s.sflags, s.period = SOFTMAX_F_CAUSAL, p["rows"]
             pos = p["pos_offset"]
@@ -173,15 +173,15 @@ def encode_op(op: Op) -> Encoded:
         nm.ldx = nm.ldy = p["cols"]
         nm.eps = f32_bits(p["eps"])
         nm.kind = NORM_LAYER if op.kind == "layer_norm" else NORM_RMS
-        nm.dtype_x, nm.dtype_y = DT[b["x"].dtype], DT[b["out"].dtype]
-        nm.dtype_w = DT[b["gamma"].dtype]
+        nm.dtype_x, nm.dtype_y = DT[b["x"].dtype.name], DT[b["out"].dtype.name]
+        nm.dtype_w = DT[b["gamma"].dtype.name]
         return Encoded(U.OP_NORM, nm, [b["x"], b["out"], b["gamma"], b.get("beta")], patches)
     if op.kind == "gather":
         g = gather_args()
         g.rows, g.cols = p["n"], p["cols"]
         g.ld_table = g.ld_out = p["cols"]
         g.table_rows = p["rows"]
-        g.dtype = DT[b["table"].dtype]
+        g.dtype = DT[b["table"].dtype.name]
         return Encoded(U.OP_GATHER, g, [b["table"], b["idx"], b["out"]], patches)
     raise TaccError(f"cmdcodec: no encoding for {op.kind}")
 

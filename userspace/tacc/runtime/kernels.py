@@ -9,12 +9,28 @@ device's results with them.  Every function takes and returns numpy arrays; bf16
 
 from __future__ import annotations
 
-import ml_dtypes
+from typing import Any
+
 import numpy as np
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.dtype(np.float32)
 GELU_C = np.float32(np.sqrt(2.0 / np.pi))  # tanh form: 0.5 x (1 + tanh(c (x + 0.044715 x^3)))
+
+
+def is_bf16(dtype: Any) -> bool:
+    """Whether ``dtype`` is bfloat16, without importing ml_dtypes (an array of it has)."""
+    return np.dtype(dtype).name == "bfloat16"
+
+
+def __getattr__(name: str) -> Any:
+    """:data:`BF16` on first use: importing ml_dtypes costs ~10 s of guest time under TCG,
+    so the runtime's users that never touch bfloat16 do not pay it."""
+    if name != "BF16":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import ml_dtypes
+
+    globals()["BF16"] = bf16 = np.dtype(ml_dtypes.bfloat16)
+    return bf16
 
 
 def f32(x: np.ndarray) -> np.ndarray:

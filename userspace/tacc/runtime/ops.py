@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from .context import Context
     from .stream import Stream
 
-FLOAT_DTYPES = (K.F32, K.BF16)
 INDEX_DTYPES = (np.dtype(np.int32),)
 # device limits (docs/hardware.md section 14)
 GEMM_MAX_DIM = 4096        # m, n, k
@@ -110,13 +109,14 @@ def run_op(op: Op, load: Callable[[Buffer], np.ndarray],
 
 
 # ------------------------------------------------------------------ checks ---
-def _dev(ctx: Context, x: Any, what: str, dtypes: tuple[np.dtype, ...] = FLOAT_DTYPES
+def _dev(ctx: Context, x: Any, what: str, dtypes: tuple[np.dtype, ...] | None = None
          ) -> Buffer:
+    """The device buffer behind ``x``, of one of ``dtypes`` (default: float32, bfloat16)."""
     d = device_side(x, what)
     d.check(ctx)
-    if d.dtype not in dtypes:
+    if d.dtype not in dtypes if dtypes else not (d.dtype == K.F32 or K.is_bf16(d.dtype)):
         raise DtypeError(f"{what}: {d!r} is {d.dtype}; the device takes "
-                         + ", ".join(str(t) for t in dtypes))
+                         + ", ".join(str(t) for t in dtypes or ("float32", "bfloat16")))
     if d.size > MAX_ELEMS:
         raise ShapeError(f"{what}: {d.size} elements exceed the device limit {MAX_ELEMS}")
     return d
@@ -144,7 +144,7 @@ def _vec(ctx: Context, v: Any, cols: int, what: str) -> Buffer:
 
 
 def _is_bf16(*bufs: Buffer) -> bool:
-    return any(b.dtype == K.BF16 for b in bufs)
+    return any(K.is_bf16(b.dtype) for b in bufs)
 
 
 def _mat(x: Buffer, what: str) -> tuple[int, int, int]:

@@ -20,14 +20,6 @@ from typing import Any
 from tacc.runtime import Context
 
 from .common import Result
-from .decode import (
-    decode_batch,
-    decode_kv,
-    decode_launch,
-    decode_main,
-    decode_precision,
-    decode_weights,
-)
 from .mlp import mlp
 from .pipeline import pipeline, pipeline_cut
 from .twins import (
@@ -40,6 +32,23 @@ from .twins import (
     tlb_thrash,
     unaligned_userptr,
 )
+
+
+def _lazy(module: str, name: str) -> Callable[..., Result]:
+    """``module.name``, imported when first run: the decode workloads build ONNX graphs
+    (onnx and ml_dtypes: ~20 s of guest time under TCG), which other workloads never need."""
+    def fn(*args: Any, **kw: Any) -> Result:
+        import importlib
+
+        return getattr(importlib.import_module(f".{module}", __name__), name)(*args, **kw)
+
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+decode_main, decode_launch, decode_weights, decode_kv, decode_batch, decode_precision = (
+    _lazy("decode", n) for n in ("decode_main", "decode_launch", "decode_weights", "decode_kv",
+                                 "decode_batch", "decode_precision"))
 
 
 @dataclass(frozen=True)
