@@ -21,16 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from .devinfo import (
+from tacc import model
+from tacc.model.link import (
     D2H,
     H2D,
     LINK_CPL_OVERHEAD,
     TLP_OVERHEAD_BYTES,
-    copy_link_ps,
     copy_tlps,
-    link_max_payload_bw,
-    link_raw_bw,
 )
+
 from .schema import (
     API_DTYPE,
     CLOCK_DTYPE,
@@ -58,14 +57,9 @@ from .writer import CaptureWriter
 KiB = 1024
 MiB = 1024 * 1024
 
-# --- device/host model constants (documented in docs/capture-format.md, "Synthetic") ---
-GEN, WIDTH, MPS = 4, 8, 256
-CMD_OVERHEAD_NS = 800  # per command, fixed
-FETCH_NS = 1500  # doorbell -> descriptor fetch
-DMA_EFFICIENCY = 0.97  # achieved share of the modelled maximum for aligned transfers
-WALK_READ_NS = 500  # the device's walk-latency-ns: one page-table entry read
-WALK_READS = 3  # per miss, 4 KiB pages (3 levels)
-TLB_MISS_NS = WALK_READS * WALK_READ_NS  # one page walk
+# --- the host's model (documented in docs/capture-format.md, "Synthetic"); the device's
+# times are tacc.model's (the QEMU device's defaults): nothing here computes device time ---
+DEV = model.DEFAULT  # the synthetic device's parameters
 IRQ_NS = 4000  # completion -> interrupt handled
 WAKE_NS = 6000  # interrupt -> waiting thread runs
 API_NS = 2000  # runtime bookkeeping of one call
@@ -73,18 +67,18 @@ IOCTL_NS = 5000  # submit ioctl
 MAP_NS = 25_000  # dma map of a userptr buffer (pin + IOMMU map)
 MAP_PER_PAGE_NS = 20
 UNMAP_NS = 15_000
-GEMM_FLOP_PER_NS = 2000.0  # 2 TFLOP/s
 SAMPLE_NS = 100_000
 CLOCK_PERIOD_NS = 5_000_000
 
-MAX_BW = link_max_payload_bw(GEN, WIDTH, MPS, "h2d")  # bytes / s (the lower direction)
-RAW_BW = link_raw_bw(GEN, WIDTH)  # link bytes / s incl. TLP overhead
+
+def xfer_ns(nbytes: int, share: float = 1.0, kind: str = H2D) -> int:
+    """Device time of an aligned copy at ``share`` of the link (tacc.model.copy_ns)."""
+    return model.copy_ns(kind, int(nbytes), share=share)
 
 
-def xfer_ns(nbytes: np.ndarray, share: float | np.ndarray = 1.0) -> np.ndarray:
-    """Device time of an aligned copy at ``share`` of the link."""
-    bw = MAX_BW * DMA_EFFICIENCY * np.asarray(share, dtype=np.float64)
-    return (CMD_OVERHEAD_NS + np.asarray(nbytes, np.float64) / bw * 1e9).astype(np.int64)
+def gemm_ns(m: int, misses: int = 0, page_size: int = 4096) -> int:
+    """Device time of an m x m x m fp32 GEMM (beta 0) with ``misses`` TLB misses."""
+    return model.gemm_ns(m, m, m, beta=False) + model.walk_ns(misses, page_size)
 
 
 def serial_schedule(ready: np.ndarray, dur: np.ndarray, floor: int = 0) -> tuple[np.ndarray, ...]:
@@ -221,21 +215,21 @@ class Sim:
         job = self.jobs(fid, n)
         t_sub = api_t0 + API_NS
         t_bell = t_sub + IOCTL_NS - 500
-        dev_ready = t_bell + FETCH_NS
+        dev_ready = t_bell  # the device fetches at the doorbell (tacc-sched.c)
         if ready is not None:
             dev_ready = np.maximum(dev_ready, ready)
         start, end = serial_schedule(dev_ready, dur, self.queue_end.get((fid, queue), 0))
         self.queue_end[(fid, queue)] = int(end[-1]) if n else self.queue_end.get((fid, queue), 0)
         nbytes = np.broadcast_to(np.asarray(nbytes, np.int64), (n,))
         if tlps is None:  # aligned buffers (devinfo, section 9)
-            tlps = copy_tlps(nbytes, Opcode(opcode) == Opcode.COPY_H2D, MPS)
+            tlps = copy_tlps(nbytes, Opcode(opcode) == Opcode.COPY_H2D, DEV.mps)
         engine = {Opcode.COPY_H2D: Engine.DMA_H2D, Opcode.COPY_D2H: Engine.DMA_D2H}.get(
             Opcode(opcode), Engine.COMPUTE0 + queue % 4)
         self.cmds.append(dict(
             fid=np.full(n, fid), queue=np.full(n, queue), ctx=np.full(n, ctx), tag=tag, job=job,
             opcode=np.full(n, opcode), engine=np.full(n, int(engine)), bytes=nbytes,
             tlps=np.broadcast_to(tlps, (n,)), tlb=np.broadcast_to(tlb_misses, (n,)),
-            t_fetch=np.minimum(t_bell + FETCH_NS, start), t_start=start, t_end=end,
+            t_fetch=np.minimum(t_bell, start), t_start=start, t_end=end,
             flops=np.broadcast_to(flops, (n,)),
         ))
         self.add_api(pid, tid, name, api_t0, t_sub + IOCTL_NS + 300, tag, nbytes, fid,
@@ -304,8 +298,10 @@ class Sim:
             "node": self.node,
             "devices": [
                 {"pci": f.pci, "pf": self.funcs[0].pci, "vf": f.vf,
-                 "link": {"gen": GEN, "width": WIDTH, "mps": MPS, "mrrs": 512},
-                 "devmem": 1 << 30, "clock_hz": 1e9, "time_scale": 1.0, "tlb_entries": 64}
+                 "link": {"gen": DEV.link_gen, "width": DEV.link_width, "mps": DEV.mps,
+                          "mrrs": DEV.mrrs},
+                 "devmem": 1 << 30, "clock_hz": 1e9, "time_scale": 1.0,
+                 "tlb_entries": DEV.tlb_entries}
                 for f in self.funcs
             ],
             "kernel": "6.12.0-synthetic", "qemu": "10.0.2-synthetic",
@@ -393,7 +389,7 @@ class Sim:
             tlb = cmds["tlb"][sel].astype(np.int64)
             c["tlb_misses"] = cum(tlb)
             c["tlb_hits"] = cum(np.maximum(b // 64 - tlb, 0) + np.where(h | d, 0, 1000))
-            c["tlb_walk_reads"] = WALK_READS * c["tlb_misses"]
+            c["tlb_walk_reads"] = model.walk_reads(4096) * c["tlb_misses"]
             c["irqs"] = cum(np.ones_like(b))
             c["trace_records"] = c["irqs"]
             c["jobs_completed"] = c["irqs"]
@@ -473,19 +469,15 @@ def w_tiny_transfers(sim: Sim, t: int, scale: int, good: bool) -> int:
 UNALIGNED_OFFSET = 64
 
 
-def _misaligned_extra_ns(kind: str, n: int, host_off: int) -> tuple[int, int]:
-    """(extra ns, extra TLB misses) of a copy whose host side starts ``host_off`` bytes into
-    a page, against the same copy aligned: the link steps' difference (the device's closed
-    forms, devinfo.copy_link_ps) and one page walk per extra 4 KiB page it spans."""
-    link = (copy_link_ps(kind, n, GEN, WIDTH, MPS, host_off=host_off)
-            - copy_link_ps(kind, n, GEN, WIDTH, MPS))
-    pages = -(-(host_off % 4096 + n) // 4096) - -(-n // 4096)
-    return link // 1000 + pages * TLB_MISS_NS, pages
+def _extra_pages(n: int, host_off: int) -> int:
+    """The 4 KiB pages a copy of ``n`` bytes whose host side starts ``host_off`` bytes into
+    a page spans beyond the aligned copy's (one TLB miss each)."""
+    return -(-(host_off % 4096 + n) // 4096) - -(-n // 4096)
 
 
 def w_unaligned_userptr(sim: Sim, t: int, scale: int, good: bool) -> int:
     size = 8 * MiB
-    n = 8 * scale
+    n = 16 * scale
     align = 0 if good else UNALIGNED_OFFSET
     t = sim.buffers(PID, TID, t, 0, [size, size // 4], userptr=True, align=align)
     # docs/hardware.md section 9: the host side at offset `align`, the device side
@@ -494,10 +486,11 @@ def w_unaligned_userptr(sim: Sim, t: int, scale: int, good: bool) -> int:
     for kind, op, q, nb, name, args in (
             (H2D, Opcode.COPY_H2D, 0, size, "copy_h2d", f"u1{u}->d3 {size}"),
             (D2H, Opcode.COPY_D2H, 1, size // 4, "copy_d2h", f"d3->u2{u} {size // 4}")):
-        extra, walks = _misaligned_extra_ns(kind, nb, align)
-        tlps = copy_tlps(nb, kind == H2D, MPS, host_off=align)
+        walks = _extra_pages(nb, align)
+        tlps = copy_tlps(nb, kind == H2D, DEV.mps, host_off=align)
+        dur = model.copy_ns(kind, nb, host_off=align, walks=walks * model.walk_reads(4096))
         t, _ = _async_stream(sim, t, n, queue=q, name=name, opcode=op, nbytes=nb,
-                             dur=np.full(n, xfer_ns(nb) + extra), tlps=np.full(n, tlps),
+                             dur=np.full(n, dur), tlps=np.full(n, tlps),
                              tlb_misses=-(-nb // 4096) + walks, args=args)
     return t
 
@@ -541,10 +534,6 @@ def w_map_churn(sim: Sim, t: int, scale: int, good: bool) -> int:
     return int(t0[-1] + per)
 
 
-def _gemm_ns(m: int, flops_per_ns: float = GEMM_FLOP_PER_NS) -> int:
-    return int(2 * m**3 / flops_per_ns) + CMD_OVERHEAD_NS
-
-
 def w_serialized_copies(sim: Sim, t: int, scale: int, good: bool) -> int:
     n = 40 * scale
     h, d = 4 * MiB, 1 * MiB
@@ -553,7 +542,7 @@ def w_serialized_copies(sim: Sim, t: int, scale: int, good: bool) -> int:
     host = API_NS + IOCTL_NS + 1000
     api0 = t + np.arange(3 * n, dtype=np.int64) * host
     a_h, a_c, a_d = api0[0::3], api0[1::3], api0[2::3]
-    hd, cd, dd = np.full(n, xfer_ns(h)), np.full(n, _gemm_ns(m)), np.full(n, xfer_ns(d))
+    hd, cd, dd = np.full(n, xfer_ns(h)), np.full(n, gemm_ns(m)), np.full(n, xfer_ns(d, kind=D2H))
     if not good:
         # everything on queue 0 in order: the submit helper serialises per queue, and the
         # API order interleaves h2d, gemm, d2h
@@ -566,7 +555,7 @@ def w_serialized_copies(sim: Sim, t: int, scale: int, good: bool) -> int:
             sel = op == o
             ends.append((sel, name))
         # one serial queue: schedule all at once, then emit per opcode
-        start, end = serial_schedule(api + API_NS + IOCTL_NS - 500 + FETCH_NS, du)
+        start, end = serial_schedule(api + API_NS + IOCTL_NS - 500, du)
         last = 0
         for sel, name in ends:
             oc = int(op[sel][0])
@@ -592,7 +581,7 @@ def w_tlb_thrash(sim: Sim, t: int, scale: int, good: bool) -> int:
     touched = 3 * m * m * 4  # A, B, C in fp32
     misses = touched // page * 2  # each page walked about twice (TLB of 64 entries)
     t = sim.buffers(PID, TID, t, 0, [m * m * 4] * 3, page_size=page)
-    dur = np.full(n, _gemm_ns(m) + misses * TLB_MISS_NS)
+    dur = np.full(n, gemm_ns(m, misses, page))
     t, _ = _async_stream(sim, t, n, name="gemm", opcode=Opcode.GEMM, nbytes=0, dur=dur,
                          tlb_misses=misses, flops=2 * m**3)
     return t
@@ -614,20 +603,21 @@ def w_link_saturation(sim: Sim, t: int, scale: int, good: bool) -> int:
                        dur=np.full(n, xfer_ns(size, share)))
         d = size // 8
         r2 = sim.submit(fid=0, queue=q, pid=PID, tid=tid, api_t0=api0 + 5000, name="copy_d2h",
-                        opcode=Opcode.COPY_D2H, nbytes=np.full(n, d), dur=np.full(n, xfer_ns(d)),
-                        ready=r["end"])
+                        opcode=Opcode.COPY_D2H, nbytes=np.full(n, d),
+                        dur=np.full(n, xfer_ns(d, kind=D2H)), ready=r["end"])
         last = max(last, int(r2["end"][-1]))
     return sim.synchronize(PID, TID, t + 10_000 * (n + 1), last)
 
 
 def w_host_bound(sim: Sim, t: int, scale: int, good: bool) -> int:
     n = 40 * scale
-    pre = 1_500_000  # CPU preprocessing + disk read per batch
+    pre = 1_000_000  # CPU preprocessing + disk read per batch (shorter than the device's)
     size = 4 * MiB
-    m = 1024
+    m = 1536
     t = sim.buffers(PID, TID, t, 0, [2 * size])
-    it = xfer_ns(size) + _gemm_ns(m) + 2 * (API_NS + IOCTL_NS + 1000) + IRQ_NS + WAKE_NS
-    period = pre + it if not good else max(it, 1) + 20_000
+    it = xfer_ns(size) + gemm_ns(m) + 2 * (API_NS + IOCTL_NS + 1000) + IRQ_NS + WAKE_NS
+    # good: a loader thread prepares batch i+1 while the device runs batch i
+    period = pre + it if not good else max(it, pre) + 20_000
     t0 = t + np.arange(n, dtype=np.int64) * period
     if not good:
         sim.add_host(HostKind.BLOCK_ISSUE, t0 + 10_000, pid=PID, tid=TID, dev=0x800010,
@@ -647,7 +637,7 @@ def w_host_bound(sim: Sim, t: int, scale: int, good: bool) -> int:
                    opcode=Opcode.COPY_H2D, nbytes=np.full(n, size), dur=np.full(n, xfer_ns(size)))
     rc = sim.submit(fid=0, queue=1, pid=PID, tid=TID, api_t0=start + 8000, name="gemm",
                     opcode=Opcode.GEMM, nbytes=np.zeros(n, np.int64),
-                    dur=np.full(n, _gemm_ns(m)), ready=r["end"], flops=2 * m**3)
+                    dur=np.full(n, gemm_ns(m)), ready=r["end"], flops=2 * m**3)
     return sim.synchronize(PID, TID, int(start[-1] + 20_000), int(rc["end"][-1]))
 
 
