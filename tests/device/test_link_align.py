@@ -1,12 +1,12 @@
 """Host-address alignment in the link model: payload TLPs are split at MPS
 boundaries of the device-side AND the host-side address (docs/hardware.md
 section 9, "PCIe link").  Counters, the trace record and the modelled duration
-must follow tacc.capture.devinfo's formula exactly."""
+must follow tacc.model.link's formula exactly."""
 
 import pytest
 from tacc import hw
-from tacc.capture import devinfo
 from tacc.hw.records import d_copy
+from tacc.model import link as linkmodel
 from tacc.testing.taccdev import CHUNK, DEVMEM_VA, LinkModel
 
 SIZES = [64 << 10, 1 << 20, 4096 + 100]
@@ -49,15 +49,15 @@ def test_misaligned_copy(dev, pf, n, h2d, host_off, dev_off):
         # completions: cut at the root port's RCB of the host address and at request
         # boundaries (MRRS from the start, 4 KiB of the host address); the device side
         # does not matter
-        tlps = devinfo.completions(n, lm.mrrs, lm.rcb, host_off)
-        reqs = devinfo.read_requests(n, lm.mrrs, host_off)
+        tlps = linkmodel.completions(n, lm.mrrs, lm.rcb, host_off)
+        reqs = linkmodel.read_requests(n, lm.mrrs, host_off)
         assert reqs == -(-n // lm.mrrs) + (
             0 if host_off % lm.mrrs == 0 else (host_off % 4096 + n - 1) // 4096)
         assert c.tlps == (tlps, reqs)
         assert tlps == -(-n // lm.rcb) + (
             0 if host_off % lm.rcb == 0 else 1 + (n - 1) // lm.mrrs)
     else:
-        tlps = devinfo.payload_tlps(n, lm.mps, host_off=host_off, dev_off=dev_off)
+        tlps = linkmodel.payload_tlps(n, lm.mps, host_off=host_off, dev_off=dev_off)
         aligned = -(-n // lm.mps)
         if host_off % lm.mps == dev_off % lm.mps:
             assert tlps - aligned in ((0,) if host_off == 0 else (0, 1))
@@ -71,7 +71,7 @@ def test_misaligned_copy(dev, pf, n, h2d, host_off, dev_off):
     assert d["d2h_req_tlps"] == c.tlps[1] if h2d else d["d2h_req_tlps"] == 0
     assert (d["h2d_link_bytes"], d["d2h_link_bytes"]) == c.bytes
     assert (d["dllp_h2d_bytes"], d["dllp_d2h_bytes"]) == tuple(8 * x for x in c.dllp)
-    over = (devinfo.LINK_CPL_OVERHEAD if h2d else devinfo.LINK_MWR_OVERHEAD) * tlps
+    over = (linkmodel.LINK_CPL_OVERHEAD if h2d else linkmodel.LINK_MWR_OVERHEAD) * tlps
     assert c.bytes[0 if h2d else 1] == n + over + 8 * c.dllp[0 if h2d else 1]
     # the modelled duration: the 64 KiB link steps with their share of the TLPs
     dur_ps = (cq.end - cq.start) * 1000

@@ -8,8 +8,8 @@ from contextlib import contextmanager
 import pytest
 from conftest import map_ctx0
 from tacc import hw
-from tacc.capture import devinfo
 from tacc.hw.records import d_copy, desc
+from tacc.model import link as linkmodel
 from tacc.testing.qtest import QEMU
 from tacc.testing.taccdev import CHUNK, DEVMEM_VA, LinkModel, Tacc
 
@@ -73,7 +73,7 @@ def job_ctrl(lm: LinkModel, ndesc: int, trace: bool) -> tuple[tuple[int, int], t
     tl, by = [0, 0], [0, 0]
 
     def add(kind, n):
-        c = devinfo.link_prefix(kind, n, lm.mps, lm.mrrs, lm.rcb)
+        c = linkmodel.link_prefix(kind, n, lm.mps, lm.mrrs, lm.rcb)
         for i in (0, 1):
             tl[i] += c.tlps[i]
             by[i] += c.bytes[i]
@@ -155,7 +155,7 @@ def test_link_ctrl_cost_property_observer_effect():
 
 # the credit loop of a posted write at Gen4 x16, MPS 256 (docs/hardware.md section 9):
 # write latency + one UpdateFC per 4 TLPs (their link time) + the UpdateFC's own time
-LOOP4_NS = 200 + (4 * devinfo.t_link_ps(256 + 24, 4, 16) + devinfo.t_link_ps(8, 4, 16)) / 1000
+LOOP4_NS = 200 + (4 * linkmodel.t_link_ps(256 + 24, 4, 16) + linkmodel.t_link_ps(8, 4, 16)) / 1000
 
 
 @pytest.mark.parametrize("h2d,props,bound_gbps", [
@@ -183,7 +183,7 @@ def test_flow_control_bounds_throughput(h2d, props, bound_gbps):
         link_ps = (lm.cmd_ns + (lm.rd_ns if h2d else lm.wr_ns)) * 1000
         bw = n / ((dur_ps - link_ps) * 1e-3)  # bytes per ns = GB/s
         assert bw == pytest.approx(bound_gbps, rel=0.01)
-        assert bw < 0.5 * devinfo.link_raw_bw(lm.gen, 16) / 1e9
+        assert bw < 0.5 * linkmodel.link_raw_bw(lm.gen, 16) / 1e9
 
 
 @pytest.mark.parametrize("mps", [128, 256])
@@ -250,8 +250,8 @@ def test_mps_and_mrrs_follow_device_control():
         assert pf.r32(hw.TACC_REG_LINK_PARAMS) == 128 | 256 << 16
         pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, host, n)])  # warm TLB
         lm = LinkModel(mps=128, mrrs=256)
-        for h2d, key, want in ((False, "d2h_tlps", devinfo.payload_tlps(n, 128)),
-                               (True, "d2h_req_tlps", devinfo.read_requests(n, 256))):
+        for h2d, key, want in ((False, "d2h_tlps", linkmodel.payload_tlps(n, 128)),
+                               (True, "d2h_req_tlps", linkmodel.read_requests(n, 256))):
             c0 = pf.counters()
             op = hw.TACC_OP_COPY_H2D if h2d else hw.TACC_OP_COPY_D2H
             src, dst = (host, DEVMEM_VA) if h2d else (DEVMEM_VA, host)

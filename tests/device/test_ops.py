@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 from tacc import hw
-from tacc.capture import devinfo
-from tacc.capture.devinfo import payload_tlps
 from tacc.hw.records import d_copy, d_elt, d_fence, d_gemm, d_ts, desc
+from tacc.model import link as linkmodel
+from tacc.model.link import payload_tlps
 from tacc.testing.taccdev import DEVMEM_VA
 
 OK = hw.TACC_ST_OK
@@ -49,7 +49,7 @@ def test_copy_roundtrip(dev, pf, n):
     cpl, req = -(-n // 64), -(-n // 512)
     assert d["h2d_bytes"] == n and d["d2h_bytes"] == n
     assert d["h2d_tlps"] == cpl and d["d2h_tlps"] == wr and d["d2h_req_tlps"] == req
-    ack = devinfo.LINK_DLLP_BYTES
+    ack = linkmodel.LINK_DLLP_BYTES
 
     def q4(x):
         return -(-x // 4)

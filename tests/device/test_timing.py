@@ -3,8 +3,8 @@
 import pytest
 from conftest import map_ctx0
 from tacc import hw
-from tacc.capture import devinfo
 from tacc.hw.records import d_copy
+from tacc.model import link as linkmodel
 from tacc.testing.taccdev import DEVMEM_VA, LinkModel, Tacc
 
 SIZES = [64, 256, 4096, 65536, 1 << 20, 8 << 20]
@@ -61,7 +61,7 @@ def test_small_size_collapse(dev, pf):
     bws = [lm.formula_bw(n, True) for n in (64, 4096, 1 << 20, 64 << 20)]
     # large copies approach the modelled maximum: 64 B completions (RCB), their headers
     # and the DLLPs leave about 76 % of the raw link (docs/hardware.md section 9)
-    mx = devinfo.link_max_payload_bw(lm.gen, lm.width, lm.mps, "h2d")
+    mx = linkmodel.link_max_payload_bw(lm.gen, lm.width, lm.mps, "h2d")
     assert bws[0] < 0.01 * lm.bw and 0.99 * mx < bws[-1] < mx < 0.8 * lm.bw
     assert bws == sorted(bws)
 

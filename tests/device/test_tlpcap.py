@@ -6,8 +6,8 @@ ring drops and counts."""
 import numpy as np
 import pytest
 from tacc import hw
-from tacc.capture import devinfo
 from tacc.hw.records import d_copy, d_fence
+from tacc.model import link as linkmodel
 from tacc.pcie import CPLD, F_CTRL, F_UP, MRD, MWR, TLP_DTYPE, summary
 from tacc.testing.taccdev import DEVMEM_VA, LinkModel
 
@@ -78,9 +78,9 @@ def test_capture_agrees_with_counters(dev, pf):
     # and the formulas of section 9
     cmd = recs[(recs["flags"] & F_CTRL) == 0]
     assert (cmd["cmd_tag"] == 0x1234).all()
-    assert (cmd["kind"] == CPLD).sum() == devinfo.completions(100 << 10, lm.mrrs, lm.rcb, 32)
-    assert (cmd["kind"] == MRD).sum() == devinfo.read_requests(100 << 10, lm.mrrs, 32)
-    assert (cmd["kind"] == MWR).sum() == devinfo.payload_tlps(70000, lm.mps, 64, 0) + 1
+    assert (cmd["kind"] == CPLD).sum() == linkmodel.completions(100 << 10, lm.mrrs, lm.rcb, 32)
+    assert (cmd["kind"] == MRD).sum() == linkmodel.read_requests(100 << 10, lm.mrrs, 32)
+    assert (cmd["kind"] == MWR).sum() == linkmodel.payload_tlps(70000, lm.mps, 64, 0) + 1
 
 
 def test_records_are_well_formed_tlps(dev, pf):
@@ -121,7 +121,7 @@ def test_records_are_well_formed_tlps(dev, pf):
     wr = recs[recs["kind"] == MWR]
     assert wr["addr"][0] == h2 and wr["addr"][-1] == fence and wr["payload"][-1] == 8
     assert (np.diff(wr["t_ps"][:-1].astype(np.int64)) > 0).all()
-    assert (wr["link_bytes"] == wr["payload"] + devinfo.LINK_MWR_OVERHEAD).all()
+    assert (wr["link_bytes"] == wr["payload"] + linkmodel.LINK_MWR_OVERHEAD).all()
 
 
 @pytest.mark.parametrize("flt", ["funcs", "kinds", "addr"])

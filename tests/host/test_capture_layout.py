@@ -88,23 +88,23 @@ def test_counter_xlists_match_c(c_layout: list[list[str]]) -> None:
 
 
 def test_link_model_single_source() -> None:
-    """docs/hardware.md section 9: one Python implementation (tacc.capture.devinfo), its
+    """docs/hardware.md section 9: one Python implementation (tacc.model.link), its
     constants equal tacc_hw.h, and the test model (taccdev.LinkModel) delegates to it."""
     import re
     from pathlib import Path
 
-    from tacc.capture import devinfo as di
+    from tacc.model import link as linkmodel
     from tacc.testing.taccdev import LinkModel
 
     hw = (Path(__file__).resolve().parents[2] / "kernel/include/tacc_hw.h").read_text()
     const = {m[0]: int(m[1]) for m in re.findall(r"#define\s+(TACC_LINK_\w+)\s+(\d+)\b", hw)}
-    assert (const["TACC_LINK_ENC_NUM"], const["TACC_LINK_ENC_DEN"]) == (di.LINK_ENC_NUM,
-                                                                         di.LINK_ENC_DEN)
+    assert (const["TACC_LINK_ENC_NUM"], const["TACC_LINK_ENC_DEN"]) == (linkmodel.LINK_ENC_NUM,
+                                                                         linkmodel.LINK_ENC_DEN)
     # every TACC_LINK_* constant has its Python twin (LINK_*), same value
     for name, v in const.items():
         if name == "TACC_LINK_WIDTH_SHIFT":  # a register field, not the model
             continue
-        assert getattr(di, name.removeprefix("TACC_"), None) == v, name
+        assert getattr(linkmodel, name.removeprefix("TACC_"), None) == v, name
     lm = LinkModel(gen=4, width=16, mps=256, mrrs=512)
     assert lm.t_link_ps(32) == -(-32 * 8 * 130 * 1000 * 371 // (16 * 16 * 128 * 370))
     # 4 KiB aligned: 64 completions of 64 B (RCB) + the root port's ACK and UpdateFC for
@@ -116,4 +116,4 @@ def test_link_model_single_source() -> None:
     for dirn, h2d in (("h2d", True), ("d2h", False)):
         bw = n / ((lm.copy_ps(n, h2d) - (lm.cmd_ns + (lm.rd_ns if h2d else lm.wr_ns)) * 1000)
                   * 1e-12)
-        assert abs(bw / di.link_max_payload_bw(4, 16, 256, dirn) - 1) < 1e-6
+        assert abs(bw / linkmodel.link_max_payload_bw(4, 16, 256, dirn) - 1) < 1e-6

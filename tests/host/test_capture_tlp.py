@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tacc.analyze.engine import analyze
-from tacc.capture import CaptureWriter, devinfo, open_capture
+from tacc.capture import CaptureWriter, open_capture
 from tacc.capture.schema import CLOCK_DTYPE, FORMAT_MINOR, TLP_DTYPE, TLP_REC_DTYPE
+from tacc.model import link as linkmodel
 from tacc.pcie import CPLD, F_UP, MRD
 from tacc.timeline.convert import convert
 
@@ -29,7 +30,7 @@ T0 = 2_000_000_000  # device ticks (ns) of the first TLP; mono = ticks + 1_000_0
 
 def _tlps() -> np.ndarray:
     """The TLPs of that read as the device records them (docs/hardware.md section 11)."""
-    reqs, cpls = devinfo.read_requests(N, 512), devinfo.completions(N, 512, 64)
+    reqs, cpls = linkmodel.read_requests(N, 512), linkmodel.completions(N, 512, 64)
     r = np.zeros(reqs + cpls, TLP_DTYPE)
     per = cpls // reqs
     i = np.arange(reqs)
@@ -80,7 +81,7 @@ def test_round_trip_and_timeline_tracks_and_read_flows(tmp_path: Path) -> None:
     assert {e["name"] for e in x} == {"MRd 512 B", "CplD 64 B"}
     starts = {e["id"]: e["ts"] for e in ev if e["ph"] == "s"}
     ends = [e for e in ev if e["ph"] == "f"]
-    assert len(starts) == len(ends) == devinfo.read_requests(N, 512)
+    assert len(starts) == len(ends) == linkmodel.read_requests(N, 512)
     # each read's latency on the capture's clock: request -> its last completion
     first = {}
     for e in sorted((e for e in ev if e["ph"] in ("t", "f")), key=lambda e: e["ts"]):

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 import pytest
-from tacc.capture.devinfo import link_max_payload_bw
 from tacc.counters import LinkInfo, deltas, derive
+from tacc.model.link import link_max_payload_bw
 
 GEN4X16 = LinkInfo(gen=4, width=16, mps=256)
 

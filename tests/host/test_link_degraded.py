@@ -1,6 +1,6 @@
 """The link_degraded rule (docs/analysis.md): a link trained below its
 capable speed/width; time lost = per copy, the modelled link time at the negotiated link
-less at the capable one (tacc.capture.devinfo.copy_link_ps), capped at the copy's time.
+less at the capable one (tacc.model.link.copy_link_ps), capped at the copy's time.
 Synthetic captures here; tests/vm/test_linkfault.py runs it on a real one."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 from tacc.analyze.engine import analyze
 from tacc.capture import open_capture
-from tacc.capture.devinfo import D2H, H2D, copy_link_ps
 from tacc.capture.schema import Opcode
 from tacc.capture.synth import generate
+from tacc.model.link import D2H, H2D, copy_link_ps
 
 
 def _relink(p: Path, **link: int) -> None:

@@ -5,7 +5,7 @@ device-side address d + x or the host-side address h + x is a multiple of MPS; a
 read (H2D) is issued as read requests of MRRS bytes from the transfer's start that never
 cross a 4 KiB boundary of the host address, and the root port returns each request in
 completions cut at its Read Completion Boundary.  The closed forms in
-tacc.capture.devinfo (and tacc-model.c, tests/device/test_link_align.py) must equal the
+tacc.model.link (and tacc-model.c, tests/device/test_link_align.py) must equal the
 brute-force counts.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tacc.capture import devinfo
+from tacc.model import link as linkmodel
 from tacc.testing.taccdev import CHUNK, LinkModel
 
 MPS = st.sampled_from([128, 256, 512])
@@ -48,11 +48,11 @@ def brute_bursts(n: int, mps: int, h: int, d: int) -> int:
 @given(n=st.integers(0, 5000), mps=MPS, h=st.integers(0, 1 << 20), d=st.integers(0, 1 << 20))
 def test_payload_tlps_is_the_number_of_pieces(n, mps, h, d):
     want = brute_pieces(n, mps, h % mps, d % mps)
-    assert devinfo.payload_tlps(n, mps, host_off=h, dev_off=d) == want
+    assert linkmodel.payload_tlps(n, mps, host_off=h, dev_off=d) == want
     assert brute_bursts(n, mps, h, d) == want
     # only the offsets modulo MPS matter, and the two sides play symmetric roles
-    assert devinfo.payload_tlps(n, mps, h % mps, d % mps) == want
-    assert devinfo.payload_tlps(n, mps, d, h) == want
+    assert linkmodel.payload_tlps(n, mps, h % mps, d % mps) == want
+    assert linkmodel.payload_tlps(n, mps, d, h) == want
 
 
 def brute_requests(n: int, mrrs: int, h: int) -> list[tuple[int, int]]:
@@ -83,41 +83,41 @@ def brute_completions(n: int, mrrs: int, rcb: int, h: int) -> int:
        rcb=st.sampled_from([64, 128]), h=st.integers(0, 1 << 20))
 def test_requests_and_completions_brute_force(n, mrrs, rcb, h):
     reqs = brute_requests(n, mrrs, h)
-    assert devinfo.read_requests(n, mrrs, h) == len(reqs)
+    assert linkmodel.read_requests(n, mrrs, h) == len(reqs)
     assert all(ln <= mrrs and (h + x) // 4096 == (h + x + ln - 1) // 4096 for x, ln in reqs)
-    assert devinfo.completions(n, mrrs, rcb, h) == brute_completions(n, mrrs, rcb, h)
+    assert linkmodel.completions(n, mrrs, rcb, h) == brute_completions(n, mrrs, rcb, h)
     # only the host offset modulo 4 KiB matters (requests), modulo RCB (completions)
-    assert devinfo.read_requests(n, mrrs, h % 4096) == len(reqs)
-    assert devinfo.completions(n, mrrs, rcb, h % rcb) == devinfo.completions(n, mrrs, rcb, h)
+    assert linkmodel.read_requests(n, mrrs, h % 4096) == len(reqs)
+    assert linkmodel.completions(n, mrrs, rcb, h % rcb) == linkmodel.completions(n, mrrs, rcb, h)
 
 
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(1, 1 << 24), mps=MPS, h=st.integers(0, 4095), d=st.integers(0, 4095))
 def test_payload_tlps_bounds(n, mps, h, d):
     aligned = -(-n // mps)
-    assert devinfo.payload_tlps(n, mps) == aligned
-    assert devinfo.payload_tlps(n, mps, h, h) in (aligned, aligned + 1)
-    t = devinfo.payload_tlps(n, mps, h, d)
+    assert linkmodel.payload_tlps(n, mps) == aligned
+    assert linkmodel.payload_tlps(n, mps, h, h) in (aligned, aligned + 1)
+    t = linkmodel.payload_tlps(n, mps, h, d)
     assert aligned <= t <= 2 * aligned + 1
     # each extra write TLP costs exactly its header (and its share of the DLLPs)
-    up, wr = devinfo.d2h_link_bytes(n, mps, h, d)
-    assert wr == t and up == n + t * devinfo.LINK_MWR_OVERHEAD
-    c = devinfo.link_prefix("d2h", n, mps, host_off=h, dev_off=d)
+    up, wr = linkmodel.d2h_link_bytes(n, mps, h, d)
+    assert wr == t and up == n + t * linkmodel.LINK_MWR_OVERHEAD
+    c = linkmodel.link_prefix("d2h", n, mps, host_off=h, dev_off=d)
     assert c.dllp == (-(-t // 4) * 2, 0) and c.bytes == (8 * c.dllp[0], up)
     # host reads: the device side does not matter
-    down, upr, cpl = devinfo.h2d_link_bytes(n, mps, 512, h, d)
-    assert (down, upr, cpl) == devinfo.h2d_link_bytes(n, mps, 512, h, 0)
-    req = devinfo.read_requests(n, 512, h)
-    assert cpl == devinfo.completions(n, 512, 64, h)
-    assert down == n + cpl * devinfo.LINK_CPL_OVERHEAD + 8 * 2 * -(-req // 4)
-    assert upr == req * devinfo.LINK_MRD_BYTES + 8 * -(-cpl // 4)
+    down, upr, cpl = linkmodel.h2d_link_bytes(n, mps, 512, h, d)
+    assert (down, upr, cpl) == linkmodel.h2d_link_bytes(n, mps, 512, h, 0)
+    req = linkmodel.read_requests(n, 512, h)
+    assert cpl == linkmodel.completions(n, 512, 64, h)
+    assert down == n + cpl * linkmodel.LINK_CPL_OVERHEAD + 8 * 2 * -(-req // 4)
+    assert upr == req * linkmodel.LINK_MRD_BYTES + 8 * -(-cpl // 4)
 
 
 @settings(max_examples=100, deadline=None)
 @given(n=st.lists(st.integers(0, 1 << 20), min_size=1, max_size=20), mps=MPS)
 def test_payload_tlps_array_matches_scalar(n, mps):
     arr = np.array(n, np.int64)
-    assert list(devinfo.payload_tlps(arr, mps)) == [devinfo.payload_tlps(x, mps) for x in n]
+    assert list(linkmodel.payload_tlps(arr, mps)) == [linkmodel.payload_tlps(x, mps) for x in n]
 
 
 @settings(max_examples=100, deadline=None)
@@ -136,16 +136,16 @@ def test_link_steps_add_up(n, h, d, h2d):
 
 def test_worked_example():
     """docs/hardware.md section 9: 4096 + 100 bytes, MPS 256, MRRS 512, RCB 64."""
-    assert devinfo.payload_tlps(4196, 256) == 17
-    assert devinfo.payload_tlps(4196, 256, host_off=64) == 33
-    assert devinfo.payload_tlps(4196, 256, host_off=64, dev_off=64) == 17
+    assert linkmodel.payload_tlps(4196, 256) == 17
+    assert linkmodel.payload_tlps(4196, 256, host_off=64) == 33
+    assert linkmodel.payload_tlps(4196, 256, host_off=64, dev_off=64) == 17
     # reads: aligned 9 requests (8 x 512 + 100), 66 completions (65 x 64 + 36)
-    assert devinfo.read_requests(4196, 512) == 9
-    assert devinfo.completions(4196, 512, 64) == 66
+    assert linkmodel.read_requests(4196, 512) == 9
+    assert linkmodel.completions(4196, 512, 64) == 66
     # at host offset 32: 4 KiB cut at 4064 adds a request; every request ends mid-RCB
-    assert devinfo.read_requests(4196, 512, 32) == 10
-    assert devinfo.completions(4196, 512, 64, 32) == 1 + (32 + 4195) // 64 + 4195 // 512
-    assert devinfo.h2d_link_bytes(4196, 256, 512) == (
+    assert linkmodel.read_requests(4196, 512, 32) == 10
+    assert linkmodel.completions(4196, 512, 64, 32) == 1 + (32 + 4195) // 64 + 4195 // 512
+    assert linkmodel.h2d_link_bytes(4196, 256, 512) == (
         4196 + 66 * 20 + 8 * (3 + 3), 9 * 24 + 8 * 17, 66)
 
 
@@ -167,9 +167,9 @@ def brute_posted_bound(steps: list[tuple[int, int, int]], loop: int, pool: int) 
                       min_size=1, max_size=12),
        loop=st.integers(1, 10**6), pool=st.integers(1, 4096))
 def test_posted_credit_rule_exact(steps, loop, pool):
-    """devinfo.PostedPool (the C model's tacc_link_posted) is the fraction-exact rule."""
+    """linkmodel.PostedPool (the C model's tacc_link_posted) is the fraction-exact rule."""
     steps = sorted(steps)
-    pp = devinfo.PostedPool(loop, pool)
+    pp = linkmodel.PostedPool(loop, pool)
     assert [pp.take(t, n) for t, n, _ in steps] == brute_posted_bound(steps, loop, pool)
 
 
@@ -181,20 +181,20 @@ def test_posted_credits_steady_rate(gen, mps, ph, pd):
     pd * 16 bytes per credit loop (write latency + 4 TLPs' link time for the UpdateFC
     cadence + the UpdateFC DLLP), within 0.5 %; a burst that fits the pool is free."""
     lm = LinkModel(gen=gen, mps=mps, posted_hdr_credits=ph, posted_credits=pd)
-    loop = devinfo.fc_loop_ps(gen, 16, mps, lm.wr_ns)
-    assert loop == lm.wr_ns * 1000 + 4 * devinfo.t_link_ps(mps + 24, gen, 16) + \
-        devinfo.t_link_ps(8, gen, 16)
+    loop = linkmodel.fc_loop_ps(gen, 16, mps, lm.wr_ns)
+    assert loop == lm.wr_ns * 1000 + 4 * linkmodel.t_link_ps(mps + 24, gen, 16) + \
+        linkmodel.t_link_ps(8, gen, 16)
     n = 64 << 20
-    link_bw = n / (devinfo.copy_link_ps("d2h", n, gen, 16, mps, posted_hdr_credits=1 << 20,
+    link_bw = n / (linkmodel.copy_link_ps("d2h", n, gen, 16, mps, posted_hdr_credits=1 << 20,
                                         posted_credits=1 << 20) * 1e-12)
     want = min(link_bw, ph * mps / (loop * 1e-12), pd * 16 / (loop * 1e-12))
     got = n / (lm.copy_ps(n, False) * 1e-12 - (lm.cmd_ns + lm.wr_ns) * 1e-9)
     assert got == pytest.approx(want, rel=0.005)
-    assert devinfo.link_max_payload_bw(gen, 16, mps, "d2h", posted_hdr_credits=ph,
+    assert linkmodel.link_max_payload_bw(gen, 16, mps, "d2h", posted_hdr_credits=ph,
                                        posted_credits=pd) == pytest.approx(want, rel=0.005)
     small = min(ph, pd * 16 // mps) * mps
-    assert devinfo.copy_link_ps("d2h", small, gen, 16, mps, posted_hdr_credits=ph,
-                                posted_credits=pd) == devinfo.copy_link_ps(
+    assert linkmodel.copy_link_ps("d2h", small, gen, 16, mps, posted_hdr_credits=ph,
+                                posted_credits=pd) == linkmodel.copy_link_ps(
         "d2h", small, gen, 16, mps, posted_hdr_credits=1 << 20, posted_credits=1 << 20)
 
 

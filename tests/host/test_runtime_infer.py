@@ -14,6 +14,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
+from tacc import model
 from tacc.runtime import Context, DeviceError, DtypeError, ShapeError, TaccError, opcost
 from tacc.runtime import apitrace as tr
 
@@ -198,15 +199,15 @@ with Context(sim=True) as ctx:
 
 
 def test_roofline_model() -> None:
-    r = opcost.DEFAULT
+    p = model.DEFAULT
     # a batch-1 bf16 GEMV is memory-bound: time = bytes / bandwidth (within 1 %)
     fl, nb = opcost.gemm_cost(1, 4096, 4096, 1, 2, 2, False, False)
-    t = r.time_ns(fl, nb, bf16=True) - r.fixed_ns
-    assert abs(t - nb / r.mem_bw * 1e9) <= 0.01 * t
+    t = model.compute_ns(fl, nb, "bf16") - p.cmd_latency_ns
+    assert abs(t - nb / p.devmem_gbps) <= 0.01 * t
     # a 1024^3 bf16 GEMM is compute-bound: time = FLOPs / the bf16 peak
     fl, nb = opcost.gemm_cost(1024, 1024, 1024, 1, 2, 2, False, False)
-    t = r.time_ns(fl, nb, bf16=True) - r.fixed_ns
-    assert abs(t - fl / r.peak_bf16 * 1e9) <= 0.01 * t
+    t = model.compute_ns(fl, nb, "bf16") - p.cmd_latency_ns
+    assert abs(t - fl / p.peak_gflops["bf16"]) <= 0.01 * t
 
 
 def test_graph_one_submit_per_launch_and_params(ctx) -> None:

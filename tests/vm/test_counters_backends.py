@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tacc.capture import devinfo
 from tacc.counters import (
     CounterError,
     Function,
@@ -25,6 +24,7 @@ from tacc.counters import (
     open_backend,
 )
 from tacc.counters.workload import TIMESTAMP_BYTES, CopyWorkload, Device
+from tacc.model import link as linkmodel
 from tacc.testing.unpriv import python_as_tacc_user
 
 BACKENDS = ("sysfs", "mmap", "perf")
@@ -90,7 +90,7 @@ def test_catalogue_matches_sysfs_and_pmu(fn: Function) -> None:
 
 def ts_down_bytes(fn: Function) -> int:
     """Downstream DLLP bytes of the workload's 8-byte TIMESTAMP writes."""
-    return TIMESTAMP_BYTES // 8 * devinfo.link_prefix("d2h", 8, fn.mps).bytes[0]
+    return TIMESTAMP_BYTES // 8 * linkmodel.link_prefix("d2h", 8, fn.mps).bytes[0]
 
 
 @pytest.mark.parametrize("direction", ["h2d", "d2h"])
@@ -100,11 +100,11 @@ def test_copy_bytes_exact_in_every_backend(fn: Function, workload: CopyWorkload,
     # hw 1.2 (docs/hardware.md section 9): H2D payload TLPs are the root port's
     # completions (64 B RCB); link bytes include the DLLPs, also the root port's ACK and
     # UpdateFC for the TIMESTAMPs' writes
-    link = devinfo.link_prefix("h2d", SIZE, fn.mps)
+    link = linkmodel.link_prefix("h2d", SIZE, fn.mps)
     for n in BACKENDS:
         if direction == "h2d":
             assert d[n]["h2d_bytes"] == SIZE, n
-            assert d[n]["h2d_tlps"] == link.tlps[0] == math.ceil(SIZE / devinfo.DEFAULT_RCB), n
+            assert d[n]["h2d_tlps"] == link.tlps[0] == math.ceil(SIZE / linkmodel.DEFAULT_RCB), n
             assert d[n]["h2d_link_bytes"] == link.bytes[0] + ts_down_bytes(fn), n
             assert d[n]["d2h_bytes"] == TIMESTAMP_BYTES, n
             assert d[n]["cmds_dma_h2d"] == 1, n
@@ -134,7 +134,7 @@ def test_bandwidth_matches_device_timestamps(fn: Function) -> None:
         assert abs(m["h2d_engine_gbps"] - truth) / truth < 0.01, (n, m["h2d_engine_gbps"], truth)
         assert 0 < m["h2d_engine_gbps"] / (link.max_bw("h2d") / 1e9) <= 1.0
         assert m["h2d_tlp_efficiency"] == pytest.approx(
-            BIG / (devinfo.link_prefix("h2d", BIG, fn.mps).bytes[0] + ts_down_bytes(fn)))
+            BIG / (linkmodel.link_prefix("h2d", BIG, fn.mps).bytes[0] + ts_down_bytes(fn)))
 
 
 def test_mmap_structured_view_and_header(fn: Function, workload: CopyWorkload) -> None:
@@ -163,7 +163,7 @@ def test_stock_perf_tool(fn: Function) -> None:
         if len(parts) > 3 and fn.pmu_name in parts[2]:
             got[parts[2].split("/")[1]] = (int(parts[0]), parts[1])
     assert got["h2d_bytes"] == (SIZE, "bytes"), r.stderr
-    assert got["h2d_tlps"][0] == math.ceil(SIZE / devinfo.DEFAULT_RCB)  # completions
+    assert got["h2d_tlps"][0] == math.ceil(SIZE / linkmodel.DEFAULT_RCB)  # completions
     # the copy; plus the driver's FILL scrubbing the workload's DEVICE BO at its exit
     # when it completes before perf reads the counters (asynchronous, no link bytes)
     assert got["cmds_dma_h2d"][0] in (1, 2), r.stderr

@@ -383,7 +383,7 @@ def test_link_degraded_rule_on_a_real_capture(degraded: Path, tmp_path: Path) ->
     time lost is what the copies would have saved on the capable Gen4 x16 link (serial
     copies: busy time x (1 - capable/negotiated link time), within 1 % of the summed
     per-copy formula difference); the same workload on the full link has none."""
-    from tacc.capture.devinfo import D2H, H2D, copy_link_ps
+    from tacc.model.link import D2H, H2D, copy_link_ps
 
     with GuestQMP() as q:
         q.qom_set(PF_QOM, "x-link-gen-now", 3)

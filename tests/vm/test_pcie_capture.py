@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tacc.capture import devinfo
+from tacc.model import link as linkmodel
 from tacc.testing.pcicfg import DEVCTL, pcie_word
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,9 +106,9 @@ def test_tshark_decodes_every_tlp_of_a_known_copy(capture, pf_pci: Path):
     rows = [dict(zip(FIELDS, ln.split(","), strict=True)) for ln in r.stdout.splitlines()]
     assert len(rows) == info["records"] and info["dropped"] == 0
     kinds = collections.Counter(int(x["kind"]) for x in rows)
-    reqs, cpls = devinfo.read_requests(N, 512), devinfo.completions(N, 512, 64)
+    reqs, cpls = linkmodel.read_requests(N, 512), linkmodel.completions(N, 512, 64)
     wr = [x for x in rows if x["kind"] == "1" and x["payload"] != "8"]
-    assert (kinds[0], kinds[2], len(wr)) == (reqs, cpls, devinfo.payload_tlps(N, mps)) \
+    assert (kinds[0], kinds[2], len(wr)) == (reqs, cpls, linkmodel.payload_tlps(N, mps)) \
         == (128, 1024, N // mps)
     assert kinds[1] - len(wr) == sum(1 for x in rows if x["kind"] == "1" and x["payload"] == "8")
     for x in rows:
@@ -216,7 +216,7 @@ def test_taccd_tlp_stream_agrees_with_the_counters(pf_pci: Path) -> None:
     only = open_capture(d / "mrd")
     assert only.meta["options"]["tlp_kinds"] == ["mrd"]
     t = only.read("tlp")
-    assert len(t) == devinfo.read_requests(N, 512) == 128, len(t)  # the H2D half's MRds
+    assert len(t) == linkmodel.read_requests(N, 512) == 128, len(t)  # the H2D half's MRds
     assert (t["kind"] == MRD).all() and not (t["flags"] & F_CTRL).any()
     assert (t["func"] == 0).all()
     if os.environ.get("TACC_VM_OUT"):  # guest seconds per phase, for the notes
@@ -255,8 +255,8 @@ def test_taccd_tlp_stream_agrees_with_the_counters(pf_pci: Path) -> None:
     assert got == want, (got, want)
     # the known copy: the link formula's counts (as the pcapng test above)
     cmd = t[~ctrl]
-    assert int((cmd["kind"] == MRD).sum()) == devinfo.read_requests(N, 512) == 128
-    assert int((cmd["kind"] == CPLD).sum()) == devinfo.completions(N, 512, 64) == 1024
+    assert int((cmd["kind"] == MRD).sum()) == linkmodel.read_requests(N, 512) == 128
+    assert int((cmd["kind"] == CPLD).sum()) == linkmodel.completions(N, 512, 64) == 1024
     mps = int((pf_pci / "tacc/max_payload_bytes").read_text())
     assert int(((cmd["kind"] == MWR) & (cmd["payload"] == mps)).sum()) == N // mps
     assert got["ctrl_h2d"] + got["ctrl_d2h"] > 0  # descriptor fetches, CQEs, MSI-X, records

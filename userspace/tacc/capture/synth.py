@@ -1,11 +1,11 @@
 """Synthetic captures for the good/bad twin workloads (tests and benchmarks).
 
-Real captures come from taccd in the VM; until then this module writes captures of
-the same format whose events follow a simple, vectorised model of the device (serial
-queues, a shared link with a modelled maximum, TLB walks, per-command overheads) and of
-the host (API call costs, ioctls, interrupts, scheduling).  Every workload of the
-runtime issue has a bad and a good twin; ``truth`` returns what the model knows
-(device time, expected findings, clock parameters) for the tests to compare against.
+Captures of the same format as taccd's, written from each twin's plan (tacc.plans: the
+sizes and commands the real twin runs) with a vectorised model: the device's times are
+tacc.model's (serial queues, a shared link, page walks, the roofline), the host's are
+the constants below (API call costs, ioctls, interrupts, scheduling).  ``truth`` returns
+what the model knows (device time, expected findings, clock parameters) for the tests
+to compare against.
 
     python -m tacc.capture.synth OUT --workload tiny_transfers --variant bad
 """
@@ -21,16 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from .devinfo import (
+from tacc import model, plans
+from tacc.model.link import (
     D2H,
     H2D,
     LINK_CPL_OVERHEAD,
     TLP_OVERHEAD_BYTES,
-    copy_link_ps,
     copy_tlps,
-    link_max_payload_bw,
-    link_raw_bw,
 )
+
 from .schema import (
     API_DTYPE,
     CLOCK_DTYPE,
@@ -58,14 +57,9 @@ from .writer import CaptureWriter
 KiB = 1024
 MiB = 1024 * 1024
 
-# --- device/host model constants (documented in docs/capture-format.md, "Synthetic") ---
-GEN, WIDTH, MPS = 4, 8, 256
-CMD_OVERHEAD_NS = 800  # per command, fixed
-FETCH_NS = 1500  # doorbell -> descriptor fetch
-DMA_EFFICIENCY = 0.97  # achieved share of the modelled maximum for aligned transfers
-WALK_READ_NS = 500  # the device's walk-latency-ns: one page-table entry read
-WALK_READS = 3  # per miss, 4 KiB pages (3 levels)
-TLB_MISS_NS = WALK_READS * WALK_READ_NS  # one page walk
+# --- the host's model (documented in docs/capture-format.md, "Synthetic"); the device's
+# times are tacc.model's (the QEMU device's defaults): nothing here computes device time ---
+DEV = model.DEFAULT  # the synthetic device's parameters
 IRQ_NS = 4000  # completion -> interrupt handled
 WAKE_NS = 6000  # interrupt -> waiting thread runs
 API_NS = 2000  # runtime bookkeeping of one call
@@ -73,18 +67,22 @@ IOCTL_NS = 5000  # submit ioctl
 MAP_NS = 25_000  # dma map of a userptr buffer (pin + IOMMU map)
 MAP_PER_PAGE_NS = 20
 UNMAP_NS = 15_000
-GEMM_FLOP_PER_NS = 2000.0  # 2 TFLOP/s
 SAMPLE_NS = 100_000
 CLOCK_PERIOD_NS = 5_000_000
 
-MAX_BW = link_max_payload_bw(GEN, WIDTH, MPS, "h2d")  # bytes / s (the lower direction)
-RAW_BW = link_raw_bw(GEN, WIDTH)  # link bytes / s incl. TLP overhead
+
+def xfer_ns(nbytes: int, share: float = 1.0, kind: str = H2D) -> int:
+    """Device time of an aligned copy at ``share`` of the link (tacc.model.copy_ns)."""
+    return model.copy_ns(kind, int(nbytes), share=share)
 
 
-def xfer_ns(nbytes: np.ndarray, share: float | np.ndarray = 1.0) -> np.ndarray:
-    """Device time of an aligned copy at ``share`` of the link."""
-    bw = MAX_BW * DMA_EFFICIENCY * np.asarray(share, dtype=np.float64)
-    return (CMD_OVERHEAD_NS + np.asarray(nbytes, np.float64) / bw * 1e9).astype(np.int64)
+def gemm_ns(st: plans.Step, misses: int = 0, page_size: int = 4096) -> int:
+    """Device time of a plan's fp32 GEMM (beta 0) with ``misses`` TLB misses."""
+    return model.gemm_ns(st.m, st.n, st.k, beta=False) + model.walk_ns(misses, page_size)
+
+
+def gemm_flops(st: plans.Step) -> int:
+    return model.gemm_flops(st.m, st.n, st.k)
 
 
 def serial_schedule(ready: np.ndarray, dur: np.ndarray, floor: int = 0) -> tuple[np.ndarray, ...]:
@@ -221,21 +219,21 @@ class Sim:
         job = self.jobs(fid, n)
         t_sub = api_t0 + API_NS
         t_bell = t_sub + IOCTL_NS - 500
-        dev_ready = t_bell + FETCH_NS
+        dev_ready = t_bell  # the device fetches at the doorbell (tacc-sched.c)
         if ready is not None:
             dev_ready = np.maximum(dev_ready, ready)
         start, end = serial_schedule(dev_ready, dur, self.queue_end.get((fid, queue), 0))
         self.queue_end[(fid, queue)] = int(end[-1]) if n else self.queue_end.get((fid, queue), 0)
         nbytes = np.broadcast_to(np.asarray(nbytes, np.int64), (n,))
         if tlps is None:  # aligned buffers (devinfo, section 9)
-            tlps = copy_tlps(nbytes, Opcode(opcode) == Opcode.COPY_H2D, MPS)
+            tlps = copy_tlps(nbytes, Opcode(opcode) == Opcode.COPY_H2D, DEV.mps)
         engine = {Opcode.COPY_H2D: Engine.DMA_H2D, Opcode.COPY_D2H: Engine.DMA_D2H}.get(
             Opcode(opcode), Engine.COMPUTE0 + queue % 4)
         self.cmds.append(dict(
             fid=np.full(n, fid), queue=np.full(n, queue), ctx=np.full(n, ctx), tag=tag, job=job,
             opcode=np.full(n, opcode), engine=np.full(n, int(engine)), bytes=nbytes,
             tlps=np.broadcast_to(tlps, (n,)), tlb=np.broadcast_to(tlb_misses, (n,)),
-            t_fetch=np.minimum(t_bell + FETCH_NS, start), t_start=start, t_end=end,
+            t_fetch=np.minimum(t_bell, start), t_start=start, t_end=end,
             flops=np.broadcast_to(flops, (n,)),
         ))
         self.add_api(pid, tid, name, api_t0, t_sub + IOCTL_NS + 300, tag, nbytes, fid,
@@ -304,8 +302,10 @@ class Sim:
             "node": self.node,
             "devices": [
                 {"pci": f.pci, "pf": self.funcs[0].pci, "vf": f.vf,
-                 "link": {"gen": GEN, "width": WIDTH, "mps": MPS, "mrrs": 512},
-                 "devmem": 1 << 30, "clock_hz": 1e9, "time_scale": 1.0, "tlb_entries": 64}
+                 "link": {"gen": DEV.link_gen, "width": DEV.link_width, "mps": DEV.mps,
+                          "mrrs": DEV.mrrs},
+                 "devmem": 1 << 30, "clock_hz": 1e9, "time_scale": 1.0,
+                 "tlb_entries": DEV.tlb_entries}
                 for f in self.funcs
             ],
             "kernel": "6.12.0-synthetic", "qemu": "10.0.2-synthetic",
@@ -393,7 +393,7 @@ class Sim:
             tlb = cmds["tlb"][sel].astype(np.int64)
             c["tlb_misses"] = cum(tlb)
             c["tlb_hits"] = cum(np.maximum(b // 64 - tlb, 0) + np.where(h | d, 0, 1000))
-            c["tlb_walk_reads"] = WALK_READS * c["tlb_misses"]
+            c["tlb_walk_reads"] = model.walk_reads(4096) * c["tlb_misses"]
             c["irqs"] = cum(np.ones_like(b))
             c["trace_records"] = c["irqs"]
             c["jobs_completed"] = c["irqs"]
@@ -458,10 +458,21 @@ def _async_stream(sim: Sim, t: int, n: int, *, fid: int = 0, queue: int = 0, pid
     return t_end, r
 
 
+# Each workload's sizes and commands are its plan's (tacc.plans, what the real twin runs),
+# at this many times the plan's scale: enough work for the analysis's thresholds on the
+# model's device (a synthetic run at scale 1 is the real twin at these scales).
+PLAN_SCALE = {"tiny_transfers": 32, "unaligned_userptr": 8, "map_churn": 3,
+              "serialized_copies": 2, "tlb_thrash": 10, "link_saturation": 1, "host_bound": 7,
+              "noisy_neighbour": 5}
+
+
+def _plan(name: str, scale: int, good: bool, **kw: int) -> plans.Plan:
+    return plans.PLANS[name](not good, PLAN_SCALE[name] * scale, **kw)
+
+
 def w_tiny_transfers(sim: Sim, t: int, scale: int, good: bool) -> int:
-    total = 64 * MiB * scale
-    size = 1 * MiB if good else 4 * KiB
-    n = total // size
+    p = _plan("tiny_transfers", scale, good)
+    total, size, n = p.params["total"], p.params["chunk"], p.count("copy_h2d")
     t = sim.buffers(PID, TID, t, 0, [total])
     t, _ = _async_stream(sim, t, n, name="copy_h2d", opcode=Opcode.COPY_H2D, nbytes=size,
                          dur=np.full(n, xfer_ns(size)))
@@ -470,41 +481,39 @@ def w_tiny_transfers(sim: Sim, t: int, scale: int, good: bool) -> int:
 
 # the bad twin's host offset: 64 B as the runtime's workload (on the root port's RCB, off
 # MPS and the 4 KiB read boundary: its H2D completions are those of an aligned copy)
-UNALIGNED_OFFSET = 64
+UNALIGNED_OFFSET = plans.unaligned_userptr(True).params["misalign"]
 
 
-def _misaligned_extra_ns(kind: str, n: int, host_off: int) -> tuple[int, int]:
-    """(extra ns, extra TLB misses) of a copy whose host side starts ``host_off`` bytes into
-    a page, against the same copy aligned: the link steps' difference (the device's closed
-    forms, devinfo.copy_link_ps) and one page walk per extra 4 KiB page it spans."""
-    link = (copy_link_ps(kind, n, GEN, WIDTH, MPS, host_off=host_off)
-            - copy_link_ps(kind, n, GEN, WIDTH, MPS))
-    pages = -(-(host_off % 4096 + n) // 4096) - -(-n // 4096)
-    return link // 1000 + pages * TLB_MISS_NS, pages
+def _extra_pages(n: int, host_off: int) -> int:
+    """The 4 KiB pages a copy of ``n`` bytes whose host side starts ``host_off`` bytes into
+    a page spans beyond the aligned copy's (one TLB miss each)."""
+    return -(-(host_off % 4096 + n) // 4096) - -(-n // 4096)
 
 
 def w_unaligned_userptr(sim: Sim, t: int, scale: int, good: bool) -> int:
-    size = 8 * MiB
-    n = 8 * scale
-    align = 0 if good else UNALIGNED_OFFSET
-    t = sim.buffers(PID, TID, t, 0, [size, size // 4], userptr=True, align=align)
+    p = _plan("unaligned_userptr", scale, good)
+    up, down = p.steps[0].nbytes, p.steps[1].nbytes
+    n = p.iters
+    align = UNALIGNED_OFFSET if p.params["misalign"] else 0
+    t = sim.buffers(PID, TID, t, 0, [up, down], userptr=True, align=align)
     # docs/hardware.md section 9: the host side at offset `align`, the device side
     # aligned: the copies cost what the device's link model and page walks give
     u = f"+{align}" if align else ""
     for kind, op, q, nb, name, args in (
-            (H2D, Opcode.COPY_H2D, 0, size, "copy_h2d", f"u1{u}->d3 {size}"),
-            (D2H, Opcode.COPY_D2H, 1, size // 4, "copy_d2h", f"d3->u2{u} {size // 4}")):
-        extra, walks = _misaligned_extra_ns(kind, nb, align)
-        tlps = copy_tlps(nb, kind == H2D, MPS, host_off=align)
+            (H2D, Opcode.COPY_H2D, 0, up, "copy_h2d", f"u1{u}->d3 {up}"),
+            (D2H, Opcode.COPY_D2H, 1, down, "copy_d2h", f"d3->u2{u} {down}")):
+        walks = _extra_pages(nb, align)
+        tlps = copy_tlps(nb, kind == H2D, DEV.mps, host_off=align)
+        dur = model.copy_ns(kind, nb, host_off=align, walks=walks * model.walk_reads(4096))
         t, _ = _async_stream(sim, t, n, queue=q, name=name, opcode=op, nbytes=nb,
-                             dur=np.full(n, xfer_ns(nb) + extra), tlps=np.full(n, tlps),
+                             dur=np.full(n, dur), tlps=np.full(n, tlps),
                              tlb_misses=-(-nb // 4096) + walks, args=args)
     return t
 
 
 def w_map_churn(sim: Sim, t: int, scale: int, good: bool) -> int:
-    size = 256 * KiB
-    n = 200 * scale
+    p = _plan("map_churn", scale, good)
+    size, n = p.steps[0].nbytes, p.iters
     if good:
         t = sim.buffers(PID, TID, t, 0, [size], userptr=True)
         t, _ = _async_stream(sim, t, n, name="copy_h2d", opcode=Opcode.COPY_H2D, nbytes=size,
@@ -541,19 +550,15 @@ def w_map_churn(sim: Sim, t: int, scale: int, good: bool) -> int:
     return int(t0[-1] + per)
 
 
-def _gemm_ns(m: int, flops_per_ns: float = GEMM_FLOP_PER_NS) -> int:
-    return int(2 * m**3 / flops_per_ns) + CMD_OVERHEAD_NS
-
-
 def w_serialized_copies(sim: Sim, t: int, scale: int, good: bool) -> int:
-    n = 40 * scale
-    h, d = 4 * MiB, 1 * MiB
-    m = 1024
-    t = sim.buffers(PID, TID, t, 0, [2 * h, 2 * d, 8 * MiB])
+    p = _plan("serialized_copies", scale, good)
+    n = p.iters
+    h, g, d = p.steps[0].nbytes, p.steps[1], p.steps[2].nbytes
+    t = sim.buffers(PID, TID, t, 0, [2 * h, 2 * d, 4 * g.k * g.n])
     host = API_NS + IOCTL_NS + 1000
     api0 = t + np.arange(3 * n, dtype=np.int64) * host
     a_h, a_c, a_d = api0[0::3], api0[1::3], api0[2::3]
-    hd, cd, dd = np.full(n, xfer_ns(h)), np.full(n, _gemm_ns(m)), np.full(n, xfer_ns(d))
+    hd, cd, dd = np.full(n, xfer_ns(h)), np.full(n, gemm_ns(g)), np.full(n, xfer_ns(d, kind=D2H))
     if not good:
         # everything on queue 0 in order: the submit helper serialises per queue, and the
         # API order interleaves h2d, gemm, d2h
@@ -566,68 +571,73 @@ def w_serialized_copies(sim: Sim, t: int, scale: int, good: bool) -> int:
             sel = op == o
             ends.append((sel, name))
         # one serial queue: schedule all at once, then emit per opcode
-        start, end = serial_schedule(api + API_NS + IOCTL_NS - 500 + FETCH_NS, du)
+        start, end = serial_schedule(api + API_NS + IOCTL_NS - 500, du)
         last = 0
         for sel, name in ends:
             oc = int(op[sel][0])
             r = sim.submit(fid=0, queue=0, pid=PID, tid=TID, api_t0=api[sel], name=name,
                            opcode=oc, nbytes=by[sel], dur=du[sel], ready=start[sel],
-                           flops=2 * m**3 if oc == 4 else 0)
+                           flops=gemm_flops(g) if oc == 4 else 0)
             sim.queue_end[(0, 0)] = 0
             last = max(last, int(r["end"][-1]))
         return sim.synchronize(PID, TID, int(api[-1] + host), last)
     rh = sim.submit(fid=0, queue=1, pid=PID, tid=TID, api_t0=a_h, name="copy_h2d",
                     opcode=Opcode.COPY_H2D, nbytes=np.full(n, h), dur=hd)
     rc = sim.submit(fid=0, queue=0, pid=PID, tid=TID, api_t0=a_c, name="gemm", opcode=Opcode.GEMM,
-                    nbytes=np.zeros(n, np.int64), dur=cd, ready=rh["end"], flops=2 * m**3)
+                    nbytes=np.zeros(n, np.int64), dur=cd, ready=rh["end"], flops=gemm_flops(g))
     rd = sim.submit(fid=0, queue=2, pid=PID, tid=TID, api_t0=a_d, name="copy_d2h",
                     opcode=Opcode.COPY_D2H, nbytes=np.full(n, d), dur=dd, ready=rc["end"])
     return sim.synchronize(PID, TID, int(api0[-1] + host), int(rd["end"][-1]))
 
 
 def w_tlb_thrash(sim: Sim, t: int, scale: int, good: bool) -> int:
-    n = 60 * scale
-    m = 2048
-    page = 2 * MiB if good else 4 * KiB
-    touched = 3 * m * m * 4  # A, B, C in fp32
-    misses = touched // page * 2  # each page walked about twice (TLB of 64 entries)
-    t = sim.buffers(PID, TID, t, 0, [m * m * 4] * 3, page_size=page)
-    dur = np.full(n, _gemm_ns(m) + misses * TLB_MISS_NS)
+    p = _plan("tlb_thrash", scale, good)
+    n, g, page = p.iters, p.steps[0], p.params["page_size"]
+    touched = 3 * g.m * g.m * 4  # A, B, C in fp32
+    misses = touched // page * 2  # each page walked about twice (more pages than TLB entries)
+    t = sim.buffers(PID, TID, t, 0, [g.m * g.m * 4] * 3, page_size=page)
+    dur = np.full(n, gemm_ns(g, misses, page))
     t, _ = _async_stream(sim, t, n, name="gemm", opcode=Opcode.GEMM, nbytes=0, dur=dur,
-                         tlb_misses=misses, flops=2 * m**3)
+                         tlb_misses=misses, flops=gemm_flops(g))
     return t
 
 
 def w_link_saturation(sim: Sim, t: int, scale: int, good: bool) -> int:
     # bad: 4 queues stream fresh inputs concurrently; good: inputs staged once and reused
-    nq = 4
-    size = 8 * MiB
-    n = (2 if good else 32) * scale
+    p = _plan("link_saturation", scale, good)
+    nq, n, size = p.params["queues"], p.iters, p.steps[0].nbytes
+    ups = p.count("copy_h2d") // nq
     t = sim.buffers(PID, TID, t, 0, [size * nq])
     share = 1.0 / nq
+    scale_ns = model.eltwise_ns(size // 4)
     last = t
     for q in range(nq):
         tid = TID + q
         api0 = t + q * 2000 + np.arange(n, dtype=np.int64) * 10_000
-        r = sim.submit(fid=0, queue=q, pid=PID, tid=tid, api_t0=api0, name="copy_h2d",
-                       opcode=Opcode.COPY_H2D, nbytes=np.full(n, size),
-                       dur=np.full(n, xfer_ns(size, share)))
-        d = size // 8
-        r2 = sim.submit(fid=0, queue=q, pid=PID, tid=tid, api_t0=api0 + 5000, name="copy_d2h",
-                        opcode=Opcode.COPY_D2H, nbytes=np.full(n, d), dur=np.full(n, xfer_ns(d)),
-                        ready=r["end"])
-        last = max(last, int(r2["end"][-1]))
+        r = sim.submit(fid=0, queue=q, pid=PID, tid=tid, api_t0=api0[:ups], name="copy_h2d",
+                       opcode=Opcode.COPY_H2D, nbytes=np.full(ups, size),
+                       dur=np.full(ups, xfer_ns(size, share)))
+        ready = r["end"] if ups == n else np.full(n, r["end"][-1])
+        r2 = sim.submit(fid=0, queue=q, pid=PID, tid=tid, api_t0=api0 + 5000, name="scale",
+                        opcode=Opcode.ELTWISE, nbytes=np.full(n, size),
+                        dur=np.full(n, scale_ns), ready=ready, flops=size // 4)
+        # the twin's check: each queue's result read back after the measured section
+        r3 = sim.submit(fid=0, queue=q, pid=PID, tid=tid, api_t0=api0[-1:] + 8000,
+                        name="copy_d2h", opcode=Opcode.COPY_D2H, nbytes=np.full(1, size),
+                        dur=np.full(1, xfer_ns(size, kind=D2H)), ready=r2["end"][-1:])
+        last = max(last, int(r3["end"][-1]))
     return sim.synchronize(PID, TID, t + 10_000 * (n + 1), last)
 
 
 def w_host_bound(sim: Sim, t: int, scale: int, good: bool) -> int:
-    n = 40 * scale
-    pre = 1_500_000  # CPU preprocessing + disk read per batch
-    size = 4 * MiB
-    m = 1024
+    # the plan at sizes whose device work per batch outlasts the host's preprocessing
+    p = _plan("host_bound", scale, good, m=1024, k=1024, n_out=4096)
+    n, size, g = p.iters, p.steps[0].nbytes, p.steps[1]
+    pre = 1_000_000  # CPU preprocessing + disk read per batch (shorter than the device's)
     t = sim.buffers(PID, TID, t, 0, [2 * size])
-    it = xfer_ns(size) + _gemm_ns(m) + 2 * (API_NS + IOCTL_NS + 1000) + IRQ_NS + WAKE_NS
-    period = pre + it if not good else max(it, 1) + 20_000
+    it = xfer_ns(size) + gemm_ns(g) + 2 * (API_NS + IOCTL_NS + 1000) + IRQ_NS + WAKE_NS
+    # good: a loader thread prepares batch i+1 while the device runs batch i
+    period = pre + it if not good else max(it, pre) + 20_000
     t0 = t + np.arange(n, dtype=np.int64) * period
     if not good:
         sim.add_host(HostKind.BLOCK_ISSUE, t0 + 10_000, pid=PID, tid=TID, dev=0x800010,
@@ -647,16 +657,16 @@ def w_host_bound(sim: Sim, t: int, scale: int, good: bool) -> int:
                    opcode=Opcode.COPY_H2D, nbytes=np.full(n, size), dur=np.full(n, xfer_ns(size)))
     rc = sim.submit(fid=0, queue=1, pid=PID, tid=TID, api_t0=start + 8000, name="gemm",
                     opcode=Opcode.GEMM, nbytes=np.zeros(n, np.int64),
-                    dur=np.full(n, _gemm_ns(m)), ready=r["end"], flops=2 * m**3)
+                    dur=np.full(n, gemm_ns(g)), ready=r["end"], flops=gemm_flops(g))
     return sim.synchronize(PID, TID, int(start[-1] + 20_000), int(rc["end"][-1]))
 
 
 def w_noisy_neighbour(sim: Sim, t: int, scale: int, good: bool) -> int:
-    # VF1 streams paced 2 MiB copies (about 40% of the link); VF2 bursts (bad twin only)
-    n = 200 * scale
-    size = 2 * MiB
+    # VF1 streams paced copies (about 60% of the link); VF2 bursts (bad twin only)
+    p = _plan("noisy_neighbour", scale, good)
+    n, size = p.iters, p.steps[0].nbytes
     solo = int(xfer_ns(size))
-    period = int(solo / 0.4)
+    period = int(solo / 0.6)
     t = sim.buffers(PID, TID, t, 1, [size * 2])
     api0 = t + np.arange(n, dtype=np.int64) * period
     burst = np.zeros(n, bool)
@@ -668,7 +678,7 @@ def w_noisy_neighbour(sim: Sim, t: int, scale: int, good: bool) -> int:
     last = int(r["end"][-1])
     if not good:
         pid2 = PID + 100
-        big = 4 * MiB
+        big = size  # the neighbour's uploads are the victim's size
         for b in (0,):
             tb0 = int(api0[b])
             tb1 = int(api0[n // 2 - 1] + period)

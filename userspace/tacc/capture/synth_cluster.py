@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from tacc import model
+
 from .schema import NET_CLOCK_DTYPE, HostKind, Opcode
 from .synth import Sim
 
@@ -27,6 +29,9 @@ PID = 5100
 COMPUTE_TID, TX_TID, RX_TID = 5100, 5101, 5102
 HOST0 = 1_700_000_000_000_000_000
 BOOT_GAP = 7_345_678_901  # node 1 booted this long after node 0 (its monotonic is behind)
+# each stage's work per batch: one fp32 GEMM (rows, n, k), about 2 ms on the model's device;
+# a micro-batch is rows / micro rows of it
+STAGE_GEMM = (2048, 2048, 1808)
 
 
 @dataclass
@@ -46,12 +51,14 @@ class Model:
     def mono(self, k: int, h: Any) -> Any:
         return np.asarray(h, np.int64) - np.int64(self.host_offsets[k] - HOST0)
 
-    def compute(self, k: int, tid: int, h: int, dur: int, tag: int) -> int:
-        """One GEMM job on node k from host time h; returns when its API call saw it done."""
+    def compute(self, k: int, tid: int, h: int, dur: int, tag: int, name: str = "gemm",
+                opcode: int = int(Opcode.GEMM), nbytes: int = 0) -> int:
+        """One job (a GEMM) on node k from host time h; returns when its API call saw it
+        done."""
         sim = self.sims[k]
         t0 = int(self.mono(k, h))
-        r = sim.submit(fid=0, queue=0, pid=PID, tid=tid, api_t0=np.array([t0]), name="gemm",
-                       opcode=int(Opcode.GEMM), nbytes=0, dur=np.array([dur]),
+        r = sim.submit(fid=0, queue=0, pid=PID, tid=tid, api_t0=np.array([t0]), name=name,
+                       opcode=opcode, nbytes=nbytes, dur=np.array([dur]),
                        tag=np.array([tag], np.uint64))
         done = sim.synchronize(PID, tid, int(r["api_end"][0]), int(r["end"][0]))
         return h + (done - t0)
@@ -96,11 +103,12 @@ class Model:
 
 
 def pipeline(variant: str, seed: int = 0, batches: int = 4, micro: int = 4,
-             compute_ns: tuple[int, int] = (2_000_000, 2_000_000), nbytes: int = 131072,
+             stage_gemm: tuple[int, int, int] = STAGE_GEMM, nbytes: int = 131072,
              net: Net | None = None, host_clock: tuple[bool, bool] = (True, True),
              exchanges: bool = True, names: tuple[str, str] = ("node0", "node1"),
              boot_gap: int = BOOT_GAP, setup_ns: int = 0) -> Model:
-    """``boot_gap``: node 1 booted this long after node 0 (negative: before).
+    """``stage_gemm``: each stage's GEMM per batch (rows, n, k), timed by tacc.model.
+    ``boot_gap``: node 1 booted this long after node 0 (negative: before).
     ``setup_ns``: node 0 uploads its weights (one device job, no tag) this long before the
     pipeline's first message, e.g. while its peer is still starting (the real cluster
     boot: node 1's taccd compiling its BPF program)."""
@@ -112,16 +120,20 @@ def pipeline(variant: str, seed: int = 0, batches: int = 4, micro: int = 4,
     md = Model(sims, offs)
     h0 = max(boot_gap, 0) + 50_000_000  # host time - HOST0 once both nodes are up
     h = h0
+    rows, n, k = stage_gemm
     if setup_ns:
-        md.compute(0, COMPUTE_TID, h0 - setup_ns, 1_000_000, 0)
+        w = 4 * k * n
+        md.compute(0, COMPUTE_TID, h0 - setup_ns, model.copy_ns("h2d", w), 0, "copy_h2d",
+                   int(Opcode.COPY_H2D), w)
+    batch_ns = model.gemm_ns(rows, n, k)
     if variant == "bad":
         h1_free = h  # node 1 is waiting from here
         for i in range(batches):
             tag = (PID << 32) | (i + 1)
-            h = md.compute(0, COMPUTE_TID, h, compute_ns[0], tag)
+            h = md.compute(0, COMPUTE_TID, h, batch_ns, tag)
             s_end, r_end = md.message(0, 1, tag, nbytes, h, COMPUTE_TID, h1_free, COMPUTE_TID,
                                       net)
-            h1 = md.compute(1, COMPUTE_TID, r_end + 20_000, compute_ns[1], tag)
+            h1 = md.compute(1, COMPUTE_TID, r_end + 20_000, batch_ns, tag)
             s1_end, r0_end = md.message(1, 0, tag, nbytes, h1, COMPUTE_TID, s_end,
                                         COMPUTE_TID, net)
             h1_free = s1_end
@@ -130,7 +142,7 @@ def pipeline(variant: str, seed: int = 0, batches: int = 4, micro: int = 4,
     else:
         total = batches * micro
         part = nbytes // micro
-        c0, c1 = compute_ns[0] // micro, compute_ns[1] // micro
+        c0 = c1 = model.gemm_ns(rows // micro, n, k)
         arrive1: list[int] = []
         rx1_free = tx0_free = h
         for j in range(total):

@@ -1,7 +1,7 @@
 """Derived metrics from counter differences (docs/counters.md, "Derived metrics").
 
 Works on scalars (``tacc stat``) and on numpy columns (a sampled stream, one value per
-interval).  The link maximum is ``tacc.capture.devinfo.link_max_payload_bw``: the one
+interval).  The link maximum is ``tacc.model.link.link_max_payload_bw``: the one
 implementation of docs/hardware.md's bandwidth formula.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tacc.capture.devinfo import link_max_payload_bw
+from tacc.model.link import link_max_payload_bw
 
 ENGINES = ("dma_h2d", "dma_d2h", "compute0", "compute1", "compute2", "compute3")
 QUEUES = 4

@@ -1,100 +1,33 @@
-"""The device's performance model in one place: the QEMU device's parameters (one table,
-equal to ``-device tacc``'s property defaults: tests/host/test_model.py reads them from
-the built QEMU) and the time a command takes on an engine.
+"""The device's performance model in one place: the QEMU device's parameters
+(:mod:`.params`, one table equal to ``-device tacc``'s property defaults), its PCIe link
+(:mod:`.link`) and the time a command takes on an engine (:mod:`.timing`).  Nothing else
+in Python computes device time: the runtime's simulator, the synthetic captures, the
+analysis's estimates and the test link model take it from here.
 
-The link's timing (TLPs, credits, encoding) is :mod:`tacc.capture.devinfo`'s, built on
-these parameters.  Command timing is a roofline: a command's engine time is its fixed
-cost (``cmd-latency-ns``) plus the larger of its arithmetic time (FLOPs over the peak
-rate of its data type) and its device-memory time (bytes over ``devmem-gbps``); a new
-data type adds its peak rate to :data:`PEAK_GFLOPS`.
+Command timing is what the device computes (docs/hardware.md sections 9 and 14): a
+compute command's engine time is its fixed cost (``cmd-latency-ns``) plus the larger of
+its arithmetic time (FLOPs over the peak rate of its data type) and its device-memory
+time (bytes over ``devmem-gbps``); a copy's is its fixed cost, its page walks, its link
+steps and the host's read or write latency.  A new data type adds its peak rate to
+:data:`PEAK_GFLOPS`; a new operation adds its timing here and in QEMU only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from . import link
+from .params import DEFAULT, PEAK_GFLOPS, QEMU_DEFAULTS, DeviceParams
+from .timing import (
+    compute_ns,
+    copy_ns,
+    eltwise_ns,
+    gemm_flops,
+    gemm_ns,
+    link_max_bw,
+    walk_ns,
+    walk_reads,
+)
 
-# ``-device tacc`` property -> default (qemu/hw/tacc/tacc-pci.c): the model's parameters.
-# Debug (x-) and generic PCI properties are not the model's.
-QEMU_DEFAULTS: dict[str, int | bool] = {
-    "devmem-size": 256 << 20,
-    "link-gen": 4,
-    "link-width": 16,
-    "mps": 256,
-    "mrrs": 512,
-    "rcb": 64,
-    "tags": 32,
-    "posted-credits": 1024,
-    # the root port's posted header credits: Intel's IIO advertises 64 for an x16 port
-    # (Xeon C5500/C3500 datasheet, vol. 1, table 76, "Posted Request Header Credits")
-    "posted-hdr-credits": 64,
-    "link-ctrl-cost": True,
-    "aspm-l0s-entry-ns": 1000,
-    "aspm-l0s-exit-ns": 256,
-    "aspm-l1-entry-ns": 10000,
-    "aspm-l1-exit-ns": 2000,
-    "l1ss": True,
-    "l1ss-cm-restore-us": 10,
-    "l1ss-t-power-on-us": 10,
-    "aspm-l11-exit-ns": 4000,
-    "ltr-latency-ns": 1_000_000,
-    "tlb-entries": 128,
-    "cmd-latency-ns": 100,
-    "read-latency-ns": 600,
-    "write-latency-ns": 200,
-    "walk-latency-ns": 500,
-    "compute-gflops": 7575,  # fp32, one compute engine
-    "bf16-gflops": 30250,  # GEMMs with bf16 A and B
-    "devmem-gbps": 300,
-    "sriov-max-vfs": 4,
-}
-
-
-def _p(name: str) -> int:
-    return int(QEMU_DEFAULTS[name])
-
-
-@dataclass(frozen=True)
-class DeviceParams:
-    """The parameters the model computes with (defaults: the QEMU device's)."""
-
-    link_gen: int = _p("link-gen")
-    link_width: int = _p("link-width")
-    mps: int = _p("mps")
-    mrrs: int = _p("mrrs")
-    rcb: int = _p("rcb")
-    tags: int = _p("tags")
-    posted_credits: int = _p("posted-credits")
-    posted_hdr_credits: int = _p("posted-hdr-credits")
-    cmd_latency_ns: int = _p("cmd-latency-ns")
-    read_latency_ns: int = _p("read-latency-ns")
-    write_latency_ns: int = _p("write-latency-ns")
-    walk_latency_ns: int = _p("walk-latency-ns")
-    tlb_entries: int = _p("tlb-entries")
-    devmem_gbps: int = _p("devmem-gbps")
-    # peak arithmetic rate per data type, GFLOP/s (compute-gflops, bf16-gflops)
-    peak_gflops: dict[str, float] = field(
-        default_factory=lambda: {"fp32": float(_p("compute-gflops")),
-                                 "bf16": float(_p("bf16-gflops"))})
-
-
-DEFAULT = DeviceParams()
-PEAK_GFLOPS = DEFAULT.peak_gflops
-
-
-def compute_ns(flops: float, devmem_bytes: float = 0.0, dtype: str = "fp32",
-               p: DeviceParams = DEFAULT) -> int:
-    """Engine time of a compute command: fixed cost + max(arithmetic, device memory)."""
-    arith = flops / p.peak_gflops[dtype]  # GFLOP/s = FLOP/ns
-    mem = devmem_bytes / p.devmem_gbps  # GB/s = B/ns
-    return int(p.cmd_latency_ns + max(arith, mem))
-
-
-def gemm_flops(m: int, n: int, k: int) -> int:
-    """FLOPs of C = alpha * A x B + beta * C (a multiply and an add per term)."""
-    return 2 * m * n * k
-
-
-def gemm_ns(m: int, n: int, k: int, dtype: str = "fp32", elem_bytes: int = 4,
-            p: DeviceParams = DEFAULT) -> int:
-    """GEMM engine time: A, B read and C read and written in device memory."""
-    return compute_ns(gemm_flops(m, n, k), elem_bytes * (m * k + k * n + 2 * m * n), dtype, p)
+__all__ = [
+    "DEFAULT", "PEAK_GFLOPS", "QEMU_DEFAULTS", "DeviceParams", "compute_ns", "copy_ns",
+    "eltwise_ns", "gemm_flops", "gemm_ns", "link", "link_max_bw", "walk_ns", "walk_reads",
+]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tacc.capture.devinfo import t_link_ps
+from tacc.model.link import t_link_ps
 
 from . import CPLD, F_CTRL, F_UP, KIND_NAMES, MRD
 

@@ -1,17 +1,9 @@
-"""FLOPs and device-memory bytes of each inference command, and its roofline time.
-
-The one place the runtime's simulator takes a command's modelled device time from:
-``max(FLOPs / peak of the dtype, device bytes / memory bandwidth) + fixed cost``.  The
-parameters are the QEMU device's property defaults (docs/hardware.md, the timing model);
-the device model package absorbs this module when it lands.  Only a GEMM with bf16 A
-and B runs at the bf16 peak; every other command computes in fp32.
+"""FLOPs and device-memory bytes of each inference command (docs/hardware.md section 14,
+"FLOPs and bytes of a command"); their time is :func:`tacc.model.compute_ns`'s.  Only a
+GEMM with bf16 A and B runs at the bf16 peak; every other command computes in fp32.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-
-from tacc import model
 
 # FLOPs per element of the row/element-wise commands (counted as the device counts them:
 # one per add, multiply, compare, divide, exp or tanh).
@@ -29,23 +21,6 @@ FLOPS_PER_ELEM = {
     "cast": 0,
     "gather": 0,
 }
-
-
-@dataclass(frozen=True)
-class Roofline:
-    """Peaks of the modelled part (defaults: docs/hardware.md "timing model")."""
-
-    peak_fp32: float = model.DEFAULT.peak_gflops["fp32"] * 1e9  # FLOP/s (`compute-gflops`)
-    peak_bf16: float = model.DEFAULT.peak_gflops["bf16"] * 1e9  # bf16 GEMMs (`bf16-gflops`)
-    mem_bw: float = model.DEFAULT.devmem_gbps * 1e9  # device-memory bytes/s (`devmem-gbps`)
-    fixed_ns: int = model.DEFAULT.cmd_latency_ns  # per command (`cmd-latency-ns`)
-
-    def time_ns(self, flops: int, nbytes: int, bf16: bool = False) -> int:
-        peak = self.peak_bf16 if bf16 else self.peak_fp32
-        return int(max(flops / peak, nbytes / self.mem_bw) * 1e9) + self.fixed_ns
-
-
-DEFAULT = Roofline()
 
 
 def gemm_cost(m: int, n: int, k: int, batch: int, in_size: int, out_size: int,

@@ -2,9 +2,9 @@
 
 It implements the :class:`~tacc.runtime.backend.Backend` methods with the driver's rules
 (handles, operand kinds, bound ranges, alignment) and executes every job at submit with
-numpy.  Jobs complete immediately; ``device time`` is modelled only roughly
-(:attr:`SimBackend.devclk`, advanced by a simple cost per command) for the direct commands,
-and by the roofline (:mod:`tacc.runtime.opcost`) for the inference ones.
+numpy.  Jobs complete immediately; ``device time`` (:attr:`SimBackend.devclk`) advances by
+each command's uncontended time in :mod:`tacc.model` (copies: the link model; compute:
+the roofline over :mod:`tacc.runtime.opcost`'s FLOPs and bytes).
 
 The inference commands and graph launches reach it as the runtime's
 :class:`~tacc.runtime.ops.Op` objects (not encoded descriptors); it checks their operands
@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from . import opcost
+from tacc import model
+
 from . import uapi as U
 from .errors import TaccError, ioctl_error
 from .ops import run_op
@@ -194,12 +195,14 @@ class SimBackend:
         """Runs one command; returns its modelled duration in ns."""
         op = c.opcode
         if op in (U.OP_NOP, U.OP_BARRIER):
-            return 100
+            return model.DEFAULT.cmd_latency_ns
         if op in (U.OP_COPY_H2D, U.OP_COPY_D2H, U.OP_COPY_D2D):
             src = self._operand(c.a, c.size, "dev" if op != U.OP_COPY_H2D else "host")
             dst = self._operand(c.b, c.size, "dev" if op != U.OP_COPY_D2H else "host")
             dst[:] = src
-            return 700 + c.size * 1000 // 31_500 if op != U.OP_COPY_D2D else 100 + c.size // 400
+            if op == U.OP_COPY_D2D:  # device memory only: read and write
+                return model.compute_ns(0, 2 * c.size)
+            return model.copy_ns("h2d" if op == U.OP_COPY_H2D else "d2h", c.size)
         if op == U.OP_GEMM:
             a = self._f32(c.a, c.m, c.k, c.lda)
             b = self._f32(c.b, c.k, c.n, c.ldb)
@@ -210,7 +213,7 @@ class SimBackend:
             if beta != 0.0:
                 r += beta * out
             out[...] = r.astype(np.float32)
-            return 100 + 2 * c.m * c.n * c.k // 4000
+            return model.gemm_ns(c.m, c.n, c.k, beta=beta != 0.0)
         if op == U.OP_ELTWISE:
             n = c.size
             a = self._operand(c.a, n * 4, "dev", 4).view(np.float32)
@@ -224,11 +227,11 @@ class SimBackend:
                 out[:] = a * np.uint32(c.scalar).view(np.float32)
             else:
                 raise ioctl_error("SUBMIT", errno.EINVAL)
-            return 100 + n // 100
+            return model.eltwise_ns(n, 2 if c.elt_op in (U.ELT_ADD, U.ELT_MUL) else 1)
         if op in (U.OP_FENCE, U.OP_TIMESTAMP):
             dst = self._operand(c.a, 8, "any", 8).view(np.uint64)
             dst[0] = c.value if op == U.OP_FENCE else self.devclk
-            return 300
+            return model.copy_ns("d2h", 8)  # an 8-byte host write
         raise ioctl_error("SUBMIT", errno.EINVAL)
 
     # ------------------------------------------------- inference commands ---
@@ -258,7 +261,7 @@ class SimBackend:
             raise _Fault(-errno.EINVAL) from None
         self.op_records.append((op.kind, op.tag, op.flops, op.nbytes,
                                 block is not None and self._list_id or 0))
-        return opcost.DEFAULT.time_ns(op.flops, op.nbytes, op.bf16)
+        return model.compute_ns(op.flops, op.nbytes, "bf16" if op.bf16 else "fp32")
 
     def _run_list(self, launch: Any) -> int:
         """A graph launch: every listed command, in order, with the parameter block."""

@@ -13,8 +13,8 @@ import struct
 from dataclasses import dataclass, field
 
 from tacc import hw, model
-from tacc.capture import devinfo
 from tacc.hw.records import CQE, TRACE, Cqe, TraceRec
+from tacc.model import link as linkmodel
 from tacc.testing.qtest import QTest
 
 # Guest RAM layout (QEMU -m 512M)
@@ -370,30 +370,30 @@ class LinkModel:
     @property
     def bw(self) -> float:
         """Link bytes per second, one direction (after encoding and SKP)."""
-        return devinfo.link_raw_bw(self.gen, self.width)
+        return linkmodel.link_raw_bw(self.gen, self.width)
 
-    # The formulas live in tacc.capture.devinfo (one implementation, also used by the
+    # The formulas live in tacc.model.link (one implementation, also used by the
     # analysis' "modelled maximum" and the counters' share of the link).
     def t_link_ps(self, nbytes: int) -> int:
-        return devinfo.t_link_ps(nbytes, self.gen, self.width)
+        return linkmodel.t_link_ps(nbytes, self.gen, self.width)
 
     def prefix(self, n: int, h2d: bool, host_off: int = 0,
-               dev_off: int = 0) -> devinfo.LinkCount:
-        return devinfo.link_prefix(devinfo.H2D if h2d else devinfo.D2H, n, self.mps,
+               dev_off: int = 0) -> linkmodel.LinkCount:
+        return linkmodel.link_prefix(linkmodel.H2D if h2d else linkmodel.D2H, n, self.mps,
                                    self.mrrs, self.rcb, host_off, dev_off)
 
     # host_off / dev_off: host-side and device-side start addresses (only their offset
-    # modulo 4 KiB matters; 0 = aligned), see devinfo.link_prefix.
+    # modulo 4 KiB matters; 0 = aligned), see linkmodel.link_prefix.
     def h2d_bytes(self, n, host_off: int = 0, dev_off: int = 0):
         """(down, up, completions) link bytes of a host read of n bytes."""
-        return devinfo.h2d_link_bytes(n, self.mps, self.mrrs, host_off, dev_off, self.rcb)
+        return linkmodel.h2d_link_bytes(n, self.mps, self.mrrs, host_off, dev_off, self.rcb)
 
     def d2h_bytes(self, n, host_off: int = 0, dev_off: int = 0):
         """(up, tlps) link bytes of a host write of n bytes."""
-        return devinfo.d2h_link_bytes(n, self.mps, host_off, dev_off)
+        return linkmodel.d2h_link_bytes(n, self.mps, host_off, dev_off)
 
     def step(self, a: int, c: int, h2d: bool, host_off: int = 0,
-             dev_off: int = 0) -> devinfo.LinkCount:
+             dev_off: int = 0) -> linkmodel.LinkCount:
         """The link traffic of the step carrying payload [a, a + c): the TLPs and DLLPs
         that start in it (prefix differences, so the steps add up)."""
         return (self.prefix(a + c, h2d, host_off, dev_off)
@@ -406,7 +406,7 @@ class LinkModel:
 
     def step_ps(self, a: int, c: int, h2d: bool, host_off: int = 0, dev_off: int = 0) -> int:
         """Uncontended duration of that step: both directions' t_link and flow control."""
-        return devinfo.step_ps(devinfo.H2D if h2d else devinfo.D2H, a, c, self.gen,
+        return linkmodel.step_ps(linkmodel.H2D if h2d else linkmodel.D2H, a, c, self.gen,
                                self.width, self.mps, self.mrrs, self.rcb, self.tags,
                                self.rd_ns, self.wr_ns, self.posted_credits, host_off, dev_off,
                                self.posted_hdr_credits)
@@ -415,7 +415,7 @@ class LinkModel:
                 dev_off: int = 0) -> int:
         """Modelled duration of an uncontended COPY_H2D / COPY_D2H of n bytes."""
         t = (self.cmd_ns + self.walk_ns * walks) * 1000
-        t += devinfo.copy_link_ps(devinfo.H2D if h2d else devinfo.D2H, n, self.gen,
+        t += linkmodel.copy_link_ps(linkmodel.H2D if h2d else linkmodel.D2H, n, self.gen,
                                   self.width, self.mps, self.mrrs, self.rcb, self.tags,
                                   self.rd_ns, self.wr_ns, self.posted_credits, host_off,
                                   dev_off, self.posted_hdr_credits)
@@ -426,9 +426,9 @@ class LinkModel:
         / BW, or the flow-control bound if longer), bytes/s."""
         c = self.prefix(n, h2d, host_off, dev_off)
         if h2d:
-            fc = devinfo.fc_ps(devinfo.H2D, n, c.tlps[1], self.tags, self.rd_ns) * 1e-12
+            fc = linkmodel.fc_ps(linkmodel.H2D, n, c.tlps[1], self.tags, self.rd_ns) * 1e-12
         else:  # a full pool first: the whole copy as one step after idle
-            fc = devinfo.PostedCredits(self.gen, self.width, self.mps, self.wr_ns,
+            fc = linkmodel.PostedCredits(self.gen, self.width, self.mps, self.wr_ns,
                                        self.posted_hdr_credits,
                                        self.posted_credits).take(0, c.tlps[1], n) * 1e-12
         link = max(max(c.bytes) / self.bw, fc)

@@ -11,9 +11,10 @@ import time
 
 import numpy as np
 
+from tacc import plans
 from tacc.runtime import Context
 
-from .common import KiB, MiB, Result, Span, aligned_empty, check_close, jobs_of
+from .common import Result, Span, aligned_empty, check_close, jobs_of
 
 
 def _result(name: str, bad: bool, ctx: Context, span: Span, **kw: object) -> Result:
@@ -23,16 +24,16 @@ def _result(name: str, bad: bool, ctx: Context, span: Span, **kw: object) -> Res
 
 def tiny_transfers(ctx: Context, bad: bool, scale: int = 1, check: bool = True) -> Result:
     """Upload 2 MiB x scale as 4 KiB copies (bad) or 1 MiB copies (good)."""
-    total = 2 * MiB * scale
-    chunk = 4 * KiB if bad else 1 * MiB
+    plan = plans.tiny_transfers(bad, scale)
+    total, chunk = plan.params["total"], plan.params["chunk"]
     src = ctx.host_buffer(total, np.uint8)
     src.array[:] = np.arange(total, dtype=np.uint64).astype(np.uint8)
     dst = ctx.device_buffer(total, np.uint8)
     s = ctx.stream()
     span = Span(ctx, [s])
     j0 = jobs_of([s])
-    for off in range(0, total, chunk):
-        s.copy_h2d(dst, src, chunk, dst_offset=off, src_offset=off)
+    for st in plan.steps:
+        s.copy_h2d(dst, src, st.nbytes, dst_offset=st.offset, src_offset=st.offset)
     jobs = jobs_of([s]) - j0
     span.stop()
     ok = False
@@ -47,8 +48,8 @@ def tiny_transfers(ctx: Context, bad: bool, scale: int = 1, check: bool = True) 
 def unaligned_userptr(ctx: Context, bad: bool, scale: int = 1, check: bool = True) -> Result:
     """Register user arrays as userptr: misaligned slices (bad) or page-aligned (good);
     upload 4 MiB and download 1 MiB, 4 x scale times."""
-    n_up, n_down = 1 << 20, 1 << 18  # float32 elements: 4 MiB, 1 MiB
-    mis = 64 if bad else 0
+    plan = plans.unaligned_userptr(bad, scale)
+    n_up, n_down, mis = plan.params["n_up"], plan.params["n_down"], plan.params["misalign"]
     x = aligned_empty(n_up, np.float32, misalign=mis)
     y = aligned_empty(n_down, np.float32, misalign=mis)
     x[:] = np.arange(n_up, dtype=np.float32)
@@ -56,7 +57,7 @@ def unaligned_userptr(ctx: Context, bad: bool, scale: int = 1, check: bool = Tru
     d = ctx.device_buffer(n_up)
     s_up, s_down = ctx.stream(), ctx.stream()
     span = Span(ctx, [s_up, s_down])
-    iters = 4 * scale
+    iters = plan.iters
     for _ in range(iters):
         s_up.copy_h2d(d, ux)
         s_down.wait_event(s_up.record())
@@ -79,12 +80,13 @@ def unaligned_userptr(ctx: Context, bad: bool, scale: int = 1, check: bool = Tru
 def map_churn(ctx: Context, bad: bool, scale: int = 1, check: bool = True) -> Result:
     """Per call: register (pin + map + bind) a 256 KiB array, copy, wait, unregister (bad);
     or register it once (good). 64 x scale calls (the iommu_churn rule needs >= 50 maps)."""
-    n = 64 * KiB  # float32: 256 KiB
+    plan = plans.map_churn(bad, scale)
+    n = plan.params["n"]  # float32: 256 KiB
     x = aligned_empty(n, np.float32)
     x[:] = 1.5
     d = ctx.device_buffer(n)
     s = ctx.stream()
-    iters = 64 * scale
+    iters = plan.iters
     keep = None if bad else ctx.wrap(x)
     span = Span(ctx, [s])
     for i in range(iters):
@@ -114,7 +116,7 @@ def serialized_copies(ctx: Context, bad: bool, scale: int = 1, check: bool = Tru
     bad: one stream, every step waits for the previous; good: copies on their own
     streams, double-buffered inputs and outputs, so upload i+1 and download i-1 overlap
     GEMM i."""
-    iters = 8 * scale
+    iters = plans.serialized_copies(bad, scale, rows, k, n_out).iters
     rng = np.random.default_rng(7)
     w = (rng.standard_normal((k, n_out)) / np.sqrt(k)).astype(np.float32)
     xs = [ctx.host_buffer((rows, k)) for _ in range(2)]
@@ -177,7 +179,8 @@ def serialized_copies(ctx: Context, bad: bool, scale: int = 1, check: bool = Tru
 def tlb_thrash(ctx: Context, bad: bool, scale: int = 1, check: bool = True,
                m: int = 512) -> Result:
     """GEMMs on m x m operands mapped with 4 KiB device pages (bad) or 2 MiB pages (good)."""
-    page = 4096 if bad else 2 * MiB
+    plan = plans.tlb_thrash(bad, scale, m)
+    page = plan.params["page_size"]
     rng = np.random.default_rng(3)
     a = rng.standard_normal((m, m), dtype=np.float32)
     b = rng.standard_normal((m, m), dtype=np.float32) / m
@@ -188,7 +191,7 @@ def tlb_thrash(ctx: Context, bad: bool, scale: int = 1, check: bool = True,
     s.copy_h2d(da, a)
     s.copy_h2d(db, b)
     s.synchronize()
-    iters = 6 * scale
+    iters = plan.iters
     span = Span(ctx, [s])
     for _ in range(iters):
         s.gemm(da, db, dc)
@@ -210,9 +213,8 @@ def link_saturation(ctx: Context, bad: bool, scale: int = 1, check: bool = True,
     input, so the queues together keep the H2D link saturated; good: the input is uploaded
     once per queue and stays resident."""
     ctxs = [ctx, *(extra or [])]
-    nq = 4
-    n = 2 * MiB  # float32 elements = 8 MiB
-    iters = 12 * scale
+    plan = plans.link_saturation(bad, scale)
+    nq, n, iters = plan.params["queues"], plan.params["n"], plan.iters  # n float32: 8 MiB
     lanes = []
     for q in range(nq):
         c = ctxs[q % len(ctxs)]
@@ -249,14 +251,14 @@ def host_bound(ctx: Context, bad: bool, scale: int = 1, check: bool = True) -> R
     """Per batch the host prepares an input (numpy work), uploads it and runs a GEMM.
     bad: prepare, submit, wait, in turn (the device idles while the host works);
     good: prepare batch i+1 while the device runs batch i (double buffering)."""
-    m, k = 512, 512
-    iters = 6 * scale
+    plan = plans.host_bound(bad, scale)
+    m, k, n_out, iters = plan.params["m"], plan.params["k"], plan.params["n"], plan.iters
     rng = np.random.default_rng(5)
-    w = (rng.standard_normal((k, 256)) / np.sqrt(k)).astype(np.float32)
+    w = (rng.standard_normal((k, n_out)) / np.sqrt(k)).astype(np.float32)
     dw = ctx.to_device(w)
     hx = [ctx.host_buffer((m, k)) for _ in range(2)]
     dx = [ctx.device_buffer((m, k)) for _ in range(2)]
-    dy = ctx.device_buffer((m, 256))
+    dy = ctx.device_buffer((m, n_out))
     s = ctx.stream()
 
     def prepare(i: int, out: np.ndarray) -> None:
@@ -307,15 +309,15 @@ def noisy_neighbour(ctx: Context, bad: bool, scale: int = 1, check: bool = True,
     queue it is not counted against the victim)."""
     own = not extra
     nb = extra[0] if extra else Context(ctx.device)
-    n = 2 * MiB  # float32: 8 MiB
-    iters = 40 * scale
+    plan = plans.noisy_neighbour(bad, scale)
+    n, iters = plan.params["n"], plan.iters  # n float32: 8 MiB
     h = ctx.host_buffer(n)
     h.array[:] = 3.0
     d = ctx.device_buffer(n)
     s = ctx.stream()
     lanes = []
     if bad:
-        for _ in range(4):
+        for _ in range(plan.params["neighbour_queues"]):
             hb = nb.host_buffer(n)
             hb.array[:] = 1.0
             lanes.append((nb.stream(), hb, nb.device_buffer(n)))
@@ -323,7 +325,7 @@ def noisy_neighbour(ctx: Context, bad: bool, scale: int = 1, check: bool = True,
     # at 4x (an upload ~1.15 ms, the host queues one in ~0.25 ms) most of them are still
     # queued, so roughly the first 20-28 of the victim's 40 uploads share the engine and
     # the rest run alone, over a 2x range of host speed
-    nb_rounds = 8 * scale
+    nb_rounds = plan.params["neighbour_rounds"]
     if bad:  # queued at once: runs on the device while the victim loops
         for _ in range(nb_rounds):
             for ns, hb, db in lanes:

@@ -14,16 +14,9 @@ from tacc.analyze.rules.base import (
     clip_ranges,
     top_tags,
 )
-from tacc.capture.devinfo import (
-    D2H,
-    H2D,
-    LINK_RATE_GTS,
-    Function,
-    copy_link_ps,
-    copy_tlps,
-    link_prefix,
-)
+from tacc.capture.devinfo import Function
 from tacc.capture.schema import DriverFlag, DriverKind, Opcode
+from tacc.model.link import D2H, H2D, LINK_RATE_GTS, copy_link_ps, copy_tlps, link_prefix
 
 if TYPE_CHECKING:
     from tacc.analyze.rules import Thresholds

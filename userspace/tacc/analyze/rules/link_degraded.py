@@ -13,13 +13,8 @@ from tacc.analyze.rules.base import (
     links_of,
     top_tags,
 )
-from tacc.capture.devinfo import (
-    D2H,
-    H2D,
-    LINK_RATE_GTS,
-    copy_link_ps,
-)
 from tacc.capture.schema import Opcode
+from tacc.model.link import D2H, H2D, LINK_RATE_GTS, copy_link_ps
 
 if TYPE_CHECKING:
     from tacc.analyze.rules import Thresholds

@@ -13,10 +13,8 @@ from tacc.analyze.rules.base import (
     clip_ranges,
     top_tags,
 )
-from tacc.capture.devinfo import (
-    TLP_OVERHEAD_BYTES,
-)
 from tacc.capture.schema import Opcode
+from tacc.model.link import TLP_OVERHEAD_BYTES
 
 if TYPE_CHECKING:
     from tacc.analyze.rules import Thresholds

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tacc import model
 from tacc.analyze.data import Data, merged
 from tacc.analyze.rules.base import (
     Finding,
@@ -25,8 +26,8 @@ class TlbThrashThresholds:
     # 2 MiB), each read a host round trip: the device's `walk-latency-ns` (docs/
     # hardware.md section 1); reads per miss come from the tlb_walk_reads counter.
     # walk_read_ns is also read by host_memory and iommu_churn.
-    walk_read_ns: int = 500
-    walk_reads_per_miss: float = 3.0  # without counters: 4 KiB pages
+    walk_read_ns: int = model.DEFAULT.walk_latency_ns
+    walk_reads_per_miss: float = float(model.walk_reads(4096))  # without counters: 4 KiB pages
     tlb_lost_share: float = 0.05
 
 

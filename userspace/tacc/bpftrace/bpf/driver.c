@@ -40,6 +40,65 @@ static __always_inline void note_owner(u32 dev, u32 ctx, u64 flags)
 	}
 }
 
+/* Emits a job's event: its tag and seqno, b, the queue, w and v. */
+static __always_inline int job_ev(struct tacc_ev *e, u64 tag, u64 seqno, u64 b, u16 queue,
+				  u32 w, u32 v)
+{
+	e->tag = tag;
+	e->a = seqno;
+	e->b = b;
+	e->y = queue;
+	e->w = w;
+	e->v = v;
+	emit(e);
+	return 0;
+}
+
+/*
+ * A context's event, emitted when tracing is on and the context's owner passes the
+ * process filters (owner_proc fills its pid, tid and comm).
+ */
+static __always_inline int ctx_ev(struct tacc_ev *e, u32 dev, u32 ctx, u64 tag, u64 a, u16 y,
+				  u32 w, u32 v, s32 z)
+{
+	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !owner_proc(e, dev, ctx))
+		return 0;
+	e->z = z;
+	return job_ev(e, tag, a, 0, y, w, v);
+}
+
+/* A device's event (no process of its own): emitted unless a process filter is set. */
+static __always_inline int dev_ev(struct tacc_ev *e, u32 dev, u32 w, u32 v)
+{
+	if (!(cfgv(CFG_FLAGS) & F_EMIT) || filtering_proc() || !pass_dev(dev))
+		return 0;
+	e->dev = dev;
+	e->w = w;
+	e->v = v;
+	emit(e);
+	return 0;
+}
+
+/*
+ * An event of the calling process (buffer objects, bindings), emitted when it passes
+ * the filters: ctx in x, the rest in a, b, c, d, w, v.
+ */
+static __always_inline int proc_ev(struct tacc_ev *e, u32 dev, u32 ctx, u64 a, u64 b, u64 c,
+				   u64 d, u32 w, u32 v)
+{
+	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !cur_proc(e, dev))
+		return 0;
+	e->x = ctx;
+	e->a = a;
+	e->b = b;
+	e->c = c;
+	e->d = d;
+	e->w = w;
+	e->v = v;
+	emit(e);
+	return 0;
+}
+
 static __always_inline int on_ioctl_enter(struct tp_tacc_ioctl_enter *args)
 {
 	u32 tid = (u32)bpf_get_current_pid_tgid();
@@ -94,43 +153,22 @@ static __always_inline int on_submit(struct tp_tacc_submit *args)
 	if (!(flags & F_EMIT))
 		return 0;
 	e.kind = KIND_SUBMIT;
-	e.tag = args->tag;
-	e.a = args->seqno;
-	e.b = args->bytes;
-	e.w = args->mix;
 	e.x = args->ctx;
-	e.y = args->queue;
-	e.v = args->ncmds;
-	emit(&e);
-	return 0;
+	return job_ev(&e, args->tag, args->seqno, args->bytes, args->queue, args->mix,
+		      args->ncmds);
 }
 
 static __always_inline int on_doorbell(struct tp_tacc_doorbell *args)
 {
 	struct tacc_ev e = { .kind = KIND_DOORBELL };
-	if (!(cfgv(CFG_FLAGS) & F_EMIT))
-		return 0;
-	if (!owner_proc(&e, args->dev, args->ctx))
-		return 0;
-	e.tag = args->tag;
-	e.a = args->seqno;
-	e.y = args->queue;
-	e.w = args->hw_job;
-	e.v = args->tail;
-	emit(&e);
-	return 0;
+	return ctx_ev(&e, args->dev, args->ctx, args->tag, args->seqno, args->queue,
+		      args->hw_job, args->tail, 0);
 }
 
 static __always_inline int on_irq(struct tp_tacc_irq *args)
 {
 	struct tacc_ev e = { .kind = KIND_IRQ };
-	if (!(cfgv(CFG_FLAGS) & F_EMIT) || filtering_proc() || !pass_dev(args->dev))
-		return 0;
-	e.dev = args->dev;
-	e.w = args->vector;
-	e.v = args->status;
-	emit(&e);
-	return 0;
+	return dev_ev(&e, args->dev, args->vector, args->status);
 }
 
 static __always_inline int on_job_start(struct tp_tacc_job_start *args)
@@ -149,13 +187,7 @@ static __always_inline int on_job_start(struct tp_tacc_job_start *args)
 	}
 	if (!pass || !(flags & F_EMIT))
 		return 0;
-	e.tag = args->tag;
-	e.a = args->seqno;
-	e.y = args->queue;
-	e.w = args->hw_job;
-	e.v = args->tail;
-	emit(&e);
-	return 0;
+	return job_ev(&e, args->tag, args->seqno, 0, args->queue, args->hw_job, args->tail);
 }
 
 static __always_inline int on_job_done(struct tp_tacc_job_done *args)
@@ -201,42 +233,23 @@ static __always_inline int on_job_done(struct tp_tacc_job_done *args)
 	}
 	if (!(flags & F_EMIT))
 		return 0;
-	e.tag = args->tag;
-	e.a = args->seqno;
-	e.b = args->dev_start;
 	e.c = args->dev_end;
-	e.y = args->queue;
-	e.w = args->hw_job;
-	e.v = args->status;
 	e.z = args->error;
-	emit(&e);
-	return 0;
+	return job_ev(&e, args->tag, args->seqno, args->dev_start, args->queue, args->hw_job,
+		      args->status);
 }
 
 static __always_inline int on_bo_create(struct tp_tacc_bo_create *args)
 {
 	struct tacc_ev e = { .kind = KIND_BO_CREATE };
-	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !cur_proc(&e, args->dev))
-		return 0;
-	e.a = args->bo;
-	e.b = args->size;
-	e.x = args->ctx;
-	e.w = args->type;
-	e.v = args->flags;
-	emit(&e);
-	return 0;
+	return proc_ev(&e, args->dev, args->ctx, args->bo, args->size, 0, 0, args->type,
+		       args->flags);
 }
 
 static __always_inline int on_bo_destroy(struct tp_tacc_bo_destroy *args)
 {
 	struct tacc_ev e = { .kind = KIND_BO_DESTROY };
-	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !cur_proc(&e, args->dev))
-		return 0;
-	e.a = args->bo;
-	e.b = args->size;
-	e.w = args->type;
-	emit(&e);
-	return 0;
+	return proc_ev(&e, args->dev, 0, args->bo, args->size, 0, 0, args->type, 0);
 }
 
 static __always_inline void dma_account(struct tacc_ev *e, int unmap, u64 len, u64 ns,
@@ -332,79 +345,42 @@ int kr_dma_unmap(struct pt_regs *ctx)
 	return 0;
 }
 
-static __always_inline int vm_ev(struct tacc_ev *e, u32 dev, u32 ctx, u64 bo, u64 va, u64 size,
-					u64 page_size)
-{
-	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !cur_proc(e, dev))
-		return 0;
-	e->x = ctx;
-	e->a = va;
-	e->b = size;
-	e->c = bo;
-	e->d = page_size;
-	emit(e);
-	return 0;
-}
-
 static __always_inline int on_vm_bind(struct tp_tacc_vm_bind *args)
 {
 	struct tacc_ev e = { .kind = KIND_VM_BIND };
-	return vm_ev(&e, args->dev, args->ctx, args->bo, args->va, args->size, args->page_size);
+	return proc_ev(&e, args->dev, args->ctx, args->va, args->size, args->bo,
+		       args->page_size, 0, 0);
 }
 
 static __always_inline int on_vm_unbind(struct tp_tacc_vm_unbind *args)
 {
 	struct tacc_ev e = { .kind = KIND_VM_UNBIND };
-	return vm_ev(&e, args->dev, args->ctx, args->bo, args->va, args->size, args->page_size);
+	return proc_ev(&e, args->dev, args->ctx, args->va, args->size, args->bo,
+		       args->page_size, 0, 0);
 }
 
 static __always_inline int on_mmu_fault(struct tp_tacc_mmu_fault *args)
 {
 	struct tacc_ev e = { .kind = KIND_MMU_FAULT };
-	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !owner_proc(&e, args->dev, args->ctx))
-		return 0;
-	e.tag = args->tag;
-	e.a = args->addr;
-	e.y = args->queue;
-	e.w = args->type;
-	e.v = args->write;
-	emit(&e);
-	return 0;
+	return ctx_ev(&e, args->dev, args->ctx, args->tag, args->addr, args->queue, args->type,
+		      args->write, 0);
 }
 
 static __always_inline int on_pm(struct tp_tacc_pm *args)
 {
 	struct tacc_ev e = { .kind = KIND_PM };
-	if (!(cfgv(CFG_FLAGS) & F_EMIT) || filtering_proc() || !pass_dev(args->dev))
-		return 0;
-	e.dev = args->dev;
-	e.w = args->from;
-	e.v = args->to;
-	emit(&e);
-	return 0;
+	return dev_ev(&e, args->dev, args->from, args->to);
 }
 
 static __always_inline int on_reset(struct tp_tacc_reset *args)
 {
 	struct tacc_ev e = { .kind = KIND_RESET };
-	if (!(cfgv(CFG_FLAGS) & F_EMIT) || !owner_proc(&e, args->dev, args->ctx))
-		return 0;
-	e.tag = args->tag;
-	e.a = args->seqno;
-	e.y = args->queue;
-	e.z = args->reason;
-	emit(&e);
-	return 0;
+	return ctx_ev(&e, args->dev, args->ctx, args->tag, args->seqno, args->queue, 0, 0,
+		      args->reason);
 }
 
 static __always_inline int on_trace_drop(struct tp_tacc_trace_drop *args)
 {
 	struct tacc_ev e = { .kind = KIND_TRACE_DROP };
-	if (!(cfgv(CFG_FLAGS) & F_EMIT) || filtering_proc() || !pass_dev(args->dev))
-		return 0;
-	e.dev = args->dev;
-	e.w = args->dropped;
-	e.v = args->total;
-	emit(&e);
-	return 0;
+	return dev_ev(&e, args->dev, args->dropped, args->total);
 }
