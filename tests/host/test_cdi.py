@@ -123,15 +123,16 @@ def test_resolve_and_bad_names(tmp_path: Path) -> None:
 
 def test_cli_unknown_function_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                        ) -> None:
-    """This host has no tacc device: any function named is unknown; one line, status 2."""
+    """This host has no tacc device: any function named is unknown (nothing found); one
+    line, status 1."""
     assert main(["cdi", "generate", "-o", str(tmp_path / "t.yaml"), "-d",
-                 "0000:01:00.7"]) == 2
+                 "0000:01:00.7"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("tacc: error: no tacc function at "
                                                    "0000:01:00.7")
     assert not (tmp_path / "t.yaml").exists()
     assert main(["cdi", "list", "-o", str(tmp_path / "t.yaml"),
-                 "tacc.dev/accel=0000:01:00.7"]) == 2
+                 "tacc.dev/accel=0000:01:00.7"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unresolvable CDI device" in err
 

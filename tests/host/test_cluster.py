@@ -83,7 +83,7 @@ def test_node_without_clock_pairs_one_line(tmp_path: Path,
     md = sc.pipeline("bad", host_clock=(True, False), exchanges=False)
     a, b = sc.write(md, tmp_path)
     rc, err = _cli(capsys, "timeline", str(a), str(b), "-o", str(tmp_path / "m.pftrace"))
-    assert rc == 2
+    assert rc == 1
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert "node node1 has no clock pairs to align it with node0" in lines[0]
@@ -91,7 +91,7 @@ def test_node_without_clock_pairs_one_line(tmp_path: Path,
     md = sc.pipeline("bad", exchanges=False)
     a, b = sc.write(md, tmp_path / "h")
     rc, err = _cli(capsys, "cluster", "offsets", str(a), str(b), "--align", "network")
-    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert rc == 1 and len(err.strip().splitlines()) == 1
     assert "it has only hostclk alignment" in err
 
 
@@ -101,7 +101,7 @@ def test_two_captures_one_node_id_refused_unless_renamed(
     a, b = sc.write(md, tmp_path)
     out = tmp_path / "m.pftrace"
     rc, err = _cli(capsys, "timeline", str(a), str(b), "-o", str(out))
-    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert rc == 1 and len(err.strip().splitlines()) == 1, err
     assert "have the same node id 'vm'" in err and f"--rename {b}=NAME" in err
     assert not out.exists() or out.stat().st_size == 0
     # renamed: the merge is made; the exchanges name the peer "vm" (both nodes' id), so
@@ -118,7 +118,7 @@ def test_two_captures_one_node_id_refused_unless_renamed(
         parse_renames(["novalue"])
     rc, err = _cli(capsys, "timeline", str(a), str(b), "-o", str(out), "--rename",
                    f"{tmp_path}/nope=x", "--rename", f"{b}=vm-b")
-    assert rc == 2 and "no such capture" in err
+    assert rc == 2 and "no such capture" in err  # a --rename naming no argument: usage
 
 
 def test_capture_without_node_id_refused(tmp_path: Path,
@@ -128,7 +128,7 @@ def test_capture_without_node_id_refused(tmp_path: Path,
     meta["node"] = ""
     (b / "meta.json").write_text(json.dumps(meta))
     rc, err = _cli(capsys, "cluster", "offsets", str(a), str(b))
-    assert rc == 2 and "names no node" in err and len(err.strip().splitlines()) == 1
+    assert rc == 1 and "names no node" in err and len(err.strip().splitlines()) == 1
 
 
 # ------------------------------------------------------------------ timeline --
@@ -371,7 +371,7 @@ def test_pipeline_no_peer_one_line() -> None:
                         "--variant", "bad"], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "TACC_NODE": "0", "TACC_PIPELINE_TIMEOUT": "1",
                             "TACC_PIPELINE_PEER": "127.0.0.1"}, stdin=subprocess.DEVNULL)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "did not answer" in lines[0], r.stderr
 

@@ -88,4 +88,4 @@ def test_cli_stat_list_top(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "0000:01:00.0" in r.stdout
     r = _tacc(tmp_path, "stat", "-d", "0000:07:00.0", "--", "true")
-    assert r.returncode == 2 and r.stderr.startswith("tacc: error:")
+    assert r.returncode == 1 and r.stderr.startswith("tacc: error:")
