@@ -79,6 +79,15 @@ def _run(a: argparse.Namespace) -> int:
 
 def _test(a: argparse.Namespace) -> int:
     from tacc.onnx import conformance
+    from tacc.runtime import Context, TaccError
+
+    bad = [o for o in (a.ops.split(",") if a.ops else []) if o not in conformance.DEVICE_OPS]
+    if bad:
+        raise UsageError(f"onnx test: --ops: not a supported op: {', '.join(bad)}")
+    try:  # the device first: its failure is one tacc error line
+        Context(a.device, sim=a.sim or None).close()
+    except TaccError as e:
+        raise CommandError(f"onnx test: {e}") from None
 
     argv = (["--sim"] if a.sim else []) + (["--device", a.device] if a.device else []) + \
         (["--ops", a.ops] if a.ops else []) + (["--json", a.json] if a.json else []) + \

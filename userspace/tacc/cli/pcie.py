@@ -76,10 +76,10 @@ def _addr(spec: str | None) -> tuple[int, int] | None:
 def cmd_capture(args: argparse.Namespace) -> int:
     from tacc.pcie.ring import TlpCaptureError, TlpRing
 
-    node, pci = _node(args.device)
-    funcs = _mask(args.funcs, None, "function")
+    funcs = _mask(args.funcs, None, "function")  # usage errors before the device is touched
     kinds = _mask(args.kinds, KINDS, "TLP kind")
     addr = _addr(args.addr)
+    node, pci = _node(args.device)
     cmd = [c for c in args.cmd if c != "--"]
     chunks = []
     try:
