@@ -229,3 +229,27 @@ def test_taccd_exit_status(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
     assert r.stderr.startswith("taccd: error: ")
+
+
+def test_export_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    """tacc export: a bar counting the rows written on a terminal's stderr, none with -q
+    or on a pipe (stdout then the same report)."""
+    import subprocess
+    import tarfile
+
+    from tacc.capture import open_capture
+
+    root = Path(__file__).resolve().parents[2]
+    with tarfile.open(root / "tests/host/data/real-mixed.tar.xz") as tf:
+        tf.extractall(tmp_path)  # noqa: S202 (our own fixture)
+    cap = open_capture(tmp_path / "real-mixed")
+    rows = sum(cap.count(s) for s in cap.streams)
+    tacc = str(root / ".venv/bin/tacc")
+    cmd = [tacc, "export", str(tmp_path / "real-mixed"), "-o", str(tmp_path / "x")]
+    bar = _stderr_in_pty(cmd)
+    assert f"{rows:,} rows" in bar, bar
+    assert "rows" not in _stderr_in_pty([*cmd, "-q", "-o", str(tmp_path / "y")])
+    r = subprocess.run([*cmd, "-o", str(tmp_path / "z")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and "rows" not in r.stderr, r.stderr
+    assert f"{rows} rows in" in r.stdout, r.stdout

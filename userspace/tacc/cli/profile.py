@@ -161,8 +161,11 @@ def report(cap: Path, summary: dict[str, Any]) -> None:
     fpath = cap.with_name(cap.name + "-findings.json")
     fpath.write_text(json.dumps(to_json(c, findings, th), indent=1, default=str) + "\n")
     tpath = cap.with_name(cap.name + ".pftrace")
-    res = convert([cap], tpath, "perfetto", summary=True,
-                  findings=[f.to_json() for f in findings])
+    from tacc.cli.progress import progress_bar
+
+    with progress_bar("tacc profile: timeline", False) as tick:
+        res = convert([cap], tpath, "perfetto", summary=True,
+                      findings=[f.to_json() for f in findings], progress=tick)
     recs = summary.get("records", {})
     drops = sum((summary.get("drops") or {}).values())
     t0, t1 = c.time_range
