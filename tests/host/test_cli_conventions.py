@@ -253,3 +253,20 @@ def test_export_progress_on_a_terminal_only(tmp_path: Path) -> None:
                        timeout=300)
     assert r.returncode == 0 and "rows" not in r.stderr, r.stderr
     assert f"{rows} rows in" in r.stdout, r.stdout
+
+
+# Commands without a --json of theirs, and why
+NO_JSON = {
+    "profile": "stdout carries CMD's own output; the findings are CAP-findings.json",
+    "onnx test": "--json FILE writes every case's result (the conformance tool's option)",
+}
+
+
+def test_json_on_every_reporting_command() -> None:
+    """Every tacc subcommand and accel-bpftrace command takes --json (but NO_JSON's)."""
+    for name in ("tacc", "accel-bpftrace"):
+        for path, p in walk(parsers()[name](), (name,)):
+            leaf = " ".join(path[1:])
+            if len(path) == 1 or list(subparsers(p)) or leaf in NO_JSON:
+                continue
+            assert any("--json" in a.option_strings for a in p._actions), path

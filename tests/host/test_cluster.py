@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from tacc.analyze.cluster_rules import analyze_cluster
-from tacc.capture import clockx
+from tacc.capture import clockx, open_capture
 from tacc.capture import synth_cluster as sc
 from tacc.cli import main
 from tacc.timeline.cluster import ClusterError, load_view, parse_renames
@@ -484,3 +484,11 @@ def test_cluster_boot_runs_make_run_vm_from_a_plain_environment(tmp_path: Path,
     assert tv.make_cluster_check(tmp_path, {"TACC_QEMU": str(q)}, ("-o", "setup"))
     log = (tmp_path / "make-run-vm-nodes2.log").read_text()
     assert "[node0] node=0" in log and "[node1] node=1" in log
+
+
+def test_synth_json_names_the_captures(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cluster", "synth", str(tmp_path / "c"), "--json"]) == 0
+    paths = json.loads(capsys.readouterr().out)
+    assert paths == [str(tmp_path / "c" / n) for n in ("node0", "node1")]
+    assert [open_capture(Path(p)).node for p in paths] == ["node0", "node1"]

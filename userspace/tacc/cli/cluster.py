@@ -65,6 +65,8 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--variant", choices=["bad", "good"], default="bad",
                    help="the bad (bubbled) or the good twin")
     c.add_argument("--seed", type=int, default=0, help="random seed of the synthetic run")
+    c.add_argument("--json", action="store_true",
+                   help="print the capture directories written as a JSON array")
     c.set_defaults(func=cmd_synth)
 
 
@@ -91,7 +93,11 @@ def _emit(args: argparse.Namespace, doc: dict[str, Any]) -> bool:
 def cmd_synth(args: argparse.Namespace) -> int:
     from tacc.capture import synth_cluster
 
-    for p in synth_cluster.write(synth_cluster.pipeline(args.variant, args.seed), args.out):
+    paths = synth_cluster.write(synth_cluster.pipeline(args.variant, args.seed), args.out)
+    if args.json:
+        print(json.dumps([str(p) for p in paths]))
+        return 0
+    for p in paths:
         print(p)
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from tacc.cli import CommandError, UsageError
@@ -27,6 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--sim", action="store_true", help="the runtime's simulator backend")
     r.add_argument("--device", help="PCI address or accel node (default: the first PF)")
     r.add_argument("--fallback", choices=("cpu",), help="run unsupported nodes on the host")
+    r.add_argument("--json", action="store_true",
+                   help="print the outputs (name, dtype, shape) as a JSON array")
     r.set_defaults(func=_run)
     t = s.add_parser("test", help="the ONNX backend node tests of the supported ops",
                      description="The ONNX backend node tests of the supported ops, on the "
@@ -70,10 +73,14 @@ def _run(a: argparse.Namespace) -> int:
         raise
     except TaccError as e:
         raise CommandError(str(e)) from None
-    for n, o in zip(names, outs, strict=True):
-        print(f"{n}: {o.dtype} {list(o.shape)}")
     if a.output:
         np.savez(a.output, **dict(zip(names, outs, strict=True)))
+    if a.json:
+        print(json.dumps([{"name": n, "dtype": str(o.dtype), "shape": list(o.shape)}
+                          for n, o in zip(names, outs, strict=True)]))
+        return 0
+    for n, o in zip(names, outs, strict=True):
+        print(f"{n}: {o.dtype} {list(o.shape)}")
     return 0
 
 
