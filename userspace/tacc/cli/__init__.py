@@ -22,8 +22,6 @@ from importlib.metadata import entry_points
 from tacc import __version__
 from tacc.errors import TaccError, UsageError
 
-from .conventions import EXIT_USAGE, Parser, error_status
-
 # The subcommand modules, in the order of `tacc --help`.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tacc.cli.run",  # run: workloads
@@ -51,6 +49,10 @@ __all__ = ["CommandError", "UsageError", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # tacc.cli.conventions imported here, not above: `python -m tacc.cli.conventions`
+    # (scripts/setup.sh) imports this package first
+    from .conventions import Parser, finish
+
     parser = Parser(
         prog="tacc", description="tacc accelerator tools: captures, counters, timeline, analysis",
         epilog="examples:\n  tacc devices\n  tacc profile -o /tmp/cap -- tacc run mlp\n"
@@ -63,12 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(modname).add_parser(sub)
     for ep in entry_points(group="tacc.subcommands"):
         ep.load()(sub)
-    from .conventions import finish
-
     return finish(parser, "tacc")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .conventions import EXIT_USAGE, error_status
+
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)

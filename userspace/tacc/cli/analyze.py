@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from tacc.cli import CommandError, UsageError
+from tacc.cli import CommandError, UsageError, options
 
 
 class JsonTarget(argparse.Action):
@@ -47,8 +47,8 @@ def add_parser(sub: Any) -> None:
         "  tacc analyze node0/cap node1/cap              # LocalCluster, one worker each\n"
         "  tacc analyze --scheduler tcp://10.0.0.1:8786 caps/*   # a running scheduler\n"
         "  tacc analyze --scheduler serial caps/* --json fleet.json",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("capture", metavar="CAPTURE", nargs="*", help="capture directories")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[options.captures(nargs="*", dest="capture")])
     p.add_argument("--json", action=JsonTarget,
                    help="write versioned findings.json to FILE (or stdout: no FILE, or a "
                    "directory, which is a CAPTURE); several captures: a tacc-fleet-findings "

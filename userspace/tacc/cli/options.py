@@ -73,5 +73,5 @@ def backend(choices: tuple[str, ...], default: str,
     """``-b/--backend``: how the counters are read (docs/counters.md)."""
     p = _parent()
     p.add_argument("-b", "--backend", choices=choices, default=default,
-                   help=f"{help}: {', '.join(choices)} (default {default})")
+                   help=f"{help} (default {default})")
     return p
