@@ -270,3 +270,19 @@ def test_json_on_every_reporting_command() -> None:
             if len(path) == 1 or list(subparsers(p)) or leaf in NO_JSON:
                 continue
             assert any("--json" in a.option_strings for a in p._actions), path
+
+
+@pytest.mark.parametrize("cmd", ["snoop", "latency", "top", "dma", "record", "list"])
+def test_bpftrace_exit_status(cmd: str, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """accel-bpftrace: the host lacks tacc.ko (a runtime failure: 1), a bad option is 2;
+    one line each."""
+    from tacc.cli import bpftrace
+
+    extra = ["-o", str(tmp_path / "cap")] if cmd == "record" else []
+    for argv, status in (([cmd, *extra], 1), ([cmd, *extra, "--duration", "-1"], 2)):
+        capsys.readouterr()
+        rc = bpftrace.main(argv)
+        out, err = capsys.readouterr()
+        assert (rc, len(err.strip().splitlines())) == (status, 1), (argv, rc, err)
+        assert err.startswith("accel-bpftrace: ") and out == "", (argv, err, out)
