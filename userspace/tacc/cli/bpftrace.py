@@ -304,17 +304,24 @@ def cmd_dma(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
-def cmd_record(args: argparse.Namespace, root: Path) -> int:
-    from tacc.capture.errors import CaptureError
-    from tacc.daemon.session import CaptureSession, Options
-    from tacc.devices import discover
+def _record_options(args: argparse.Namespace) -> Any:
+    """record's capture options; a bad value (--trace-entries 100) is a usage error."""
+    from tacc.daemon.session import Options
 
-    try:  # before any device is touched or the program compiled
-        opts = Options(host_events=False, device_trace=not args.no_device_trace, api=False,
+    try:
+        return Options(host_events=False, device_trace=not args.no_device_trace, api=False,
                        counters_hz=10.0, pids=[args.pid] if args.pid else [],
                        comm=args.comm, device=args.device, trace_entries=args.trace_entries)
     except ValueError as exc:
-        raise ToolError(str(exc)) from None
+        raise ToolError(str(exc), status=2) from None
+
+
+def cmd_record(args: argparse.Namespace, root: Path) -> int:
+    from tacc.capture.errors import CaptureError
+    from tacc.daemon.session import CaptureSession
+    from tacc.devices import discover
+
+    opts = _record_options(args)
     flt, fn = _filters(args)
     fns = [fn] if fn else discover()
     out = Path(args.output)
@@ -360,6 +367,8 @@ def run(argv: Sequence[str] | None) -> int:
             parse_pci(args.device)
         except DeviceError as exc:
             raise ToolError(str(exc), status=2) from None
+    if args.cmd == "record":  # before the host's checks: a bad option is a usage error
+        _record_options(args)
     if args.ebpf:  # the source is built from the loaded driver's tracepoint formats
         from tacc.bpftrace import bpfsrc
 
