@@ -142,7 +142,7 @@ FAILURES: dict[str, tuple[list[str] | None, list[str]]] = {
     "counters sample": (["counters", "sample", "-o", "{t}/c"],
                         ["counters", "sample", "-o", "{t}/c", "-r", "20000"]),
     "trace start": (["trace", "--socket", "{t}/none.sock", "start"],
-                    ["trace", "--socket", "{t}/none.sock", "start", "--tlp-funcs", "pf"]),
+                    ["trace", "--socket", "{t}/none.sock", "start", "--trace-entries", "100"]),
     "trace stop": (["trace", "--socket", "{t}/none.sock", "stop"],
                    ["trace", "--socket", "{t}/none.sock", "stop", "--bogus"]),
     "trace status": (["trace", "--socket", "{t}/none.sock", "status"],

@@ -64,6 +64,13 @@ def cmd_start(args: argparse.Namespace) -> int:
         opts.update(filters, tlp=True)
     if args.peers:
         opts["peers"] = [p for p in args.peers.split(",") if p]
+    from tacc.cli import UsageError
+    from tacc.daemon.session import Options
+
+    try:  # taccd refuses the same; here it is a usage error, before taccd is asked
+        Options(**{k: v for k, v in opts.items() if k != "duration"})
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"trace start: {exc}") from None
     rep = _call(args, {"cmd": "start", "output": args.output, "options": opts})
     print(json.dumps(rep) if args.json else f"capturing to {rep['path']}")
     for w in rep.get("warnings", []):  # stdout is the result (JSON with --json)
