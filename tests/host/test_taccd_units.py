@@ -1062,3 +1062,34 @@ def test_api_args_ids_by_hash_match_the_sorted_ones(vals: list[bytes], picks: li
     sa, sb = {v: k for k, v in ta.items()}, {v: k for k, v in tb.items()}
     assert [sa[i] for i in got.tolist()] == [sb[i] for i in want.tolist()]
     assert a._sid_cache.keys() == set(col.tolist())
+
+
+def test_session_copies_then_frees_its_devcoredumps(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A devcoredump of a captured function taken during the capture is copied to
+    devcoredump/1.txt, placed as a device event, and freed (a write to its data, the
+    kernel's devcoredump ABI); one from before the capture is neither copied nor freed."""
+    from tacc import devcoredump as dc
+    from tacc.capture.schema import DeviceEventKind
+
+    pci_dir = tmp_path / "pci" / PCI0
+    pci_dir.mkdir(parents=True)
+    monkeypatch.setattr(dc, "ROOT", tmp_path / "devcoredump")
+    s = _session(tmp_path)
+    texts = {}
+    for n, t_ns in ((1, s.started_mono_ns + 5), (2, s.started_mono_ns - 5)):
+        d = dc.ROOT / f"devcd{n}"
+        d.mkdir(parents=True)
+        (d / "failing_device").symlink_to(pci_dir)
+        texts[n] = (f"{dc.HEADER}\nreason: job timeout\ndevice: {PCI0}\ntime_ns: {t_ns}\n"
+                    "job: context 3 queue 0 tag 0xd0d0 seqno 7 pid 42\nend\n")
+        (d / "data").write_text(texts[n])
+    s._collect_devcoredumps()
+    s.close()
+    assert (tmp_path / "cap" / "devcoredump" / "1.txt").read_text() == texts[1]
+    assert (dc.ROOT / "devcd1" / "data").read_text() == "1"  # freed
+    assert (dc.ROOT / "devcd2" / "data").read_text() == texts[2]  # not this capture's
+    assert not (tmp_path / "cap" / "devcoredump" / "2.txt").exists()
+    ev = open_capture(tmp_path / "cap").read("device_events")
+    ev = ev[ev["kind"] == DeviceEventKind.DEVCOREDUMP]
+    assert len(ev) == 1 and int(ev["tag"][0]) == 0xD0D0 and int(ev["arg"][0]) == 1
