@@ -60,13 +60,13 @@ def add_parser(sub: Any) -> None:
                       "OUT/node1; tests and docs)",
                       description="Write synthetic captures of the two-node pipeline "
                                   "(OUT/node0, OUT/node1), for tests and the docs.",
-                      epilog="examples:\n  tacc cluster synth /tmp/c --variant good --seed 3")
+                      epilog="examples:\n  tacc cluster synth /tmp/c --variant good --seed 3",
+                      parents=[options.json_flag("print the capture directories written as "
+                                                 "a JSON array")])
     c.add_argument("out", metavar="OUT", help="directory for node0/ and node1/")
     c.add_argument("--variant", choices=["bad", "good"], default="bad",
                    help="the bad (bubbled) or the good twin")
     c.add_argument("--seed", type=int, default=0, help="random seed of the synthetic run")
-    c.add_argument("--json", action="store_true",
-                   help="print the capture directories written as a JSON array")
     c.set_defaults(func=cmd_synth)
 
 

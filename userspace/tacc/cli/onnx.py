@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tacc.cli import CommandError, UsageError
+from tacc.cli import CommandError, UsageError, options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +20,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      description="Run an ONNX model on the device: its outputs' shapes and "
                                  "dtypes, optionally saved as an .npz.",
                      epilog="examples:\n  tacc onnx run model.onnx\n"
-                            "  tacc onnx run model.onnx -i x=x.npy -o out.npz --fallback cpu")
+                            "  tacc onnx run model.onnx -i x=x.npy -o out.npz --fallback cpu",
+                     parents=[options.json_flag("print the outputs (name, dtype, shape) as a "
+                                                "JSON array")])
     r.add_argument("model", type=Path, metavar="MODEL", help="the .onnx model file")
     r.add_argument("-i", "--input", action="append", default=[], metavar="NAME=FILE.npy",
                    help="an input from a .npy file (repeat); default: zeros of its shape")
@@ -28,8 +30,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--sim", action="store_true", help="the runtime's simulator backend")
     r.add_argument("--device", help="PCI address or accel node (default: the first PF)")
     r.add_argument("--fallback", choices=("cpu",), help="run unsupported nodes on the host")
-    r.add_argument("--json", action="store_true",
-                   help="print the outputs (name, dtype, shape) as a JSON array")
     r.set_defaults(func=_run)
     t = s.add_parser("test", help="the ONNX backend node tests of the supported ops",
                      description="The ONNX backend node tests of the supported ops, on the "
