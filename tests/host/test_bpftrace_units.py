@@ -214,7 +214,8 @@ def test_pci_parse() -> None:
 
 
 @pytest.mark.parametrize("argv", [["--bogus"], ["snoop", "-p", "x"], ["top", "--duration", "-1"],
-                                  ["frobnicate"], [], ["snoop", "-d", "nope"]])
+                                  ["frobnicate"], [], ["snoop", "-d", "nope"],
+                                  ["record", "-o", "/nonexistent/c", "--trace-entries", "100"]])
 def test_bad_options_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     rc = cli.main(argv)
     err = capsys.readouterr().err

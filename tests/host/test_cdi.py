@@ -123,25 +123,31 @@ def test_resolve_and_bad_names(tmp_path: Path) -> None:
 
 def test_cli_unknown_function_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                        ) -> None:
-    """This host has no tacc device: any function named is unknown; one line, status 2."""
+    """This host has no tacc device: any function named is unknown (nothing found); one
+    line, status 1."""
     assert main(["cdi", "generate", "-o", str(tmp_path / "t.yaml"), "-d",
-                 "0000:01:00.7"]) == 2
+                 "0000:01:00.7"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("tacc: error: no tacc function at "
                                                    "0000:01:00.7")
     assert not (tmp_path / "t.yaml").exists()
     assert main(["cdi", "list", "-o", str(tmp_path / "t.yaml"),
-                 "tacc.dev/accel=0000:01:00.7"]) == 2
+                 "tacc.dev/accel=0000:01:00.7"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unresolvable CDI device" in err
 
 
-def test_cli_generate_and_list(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def cli_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """tacc cdi on a fake sysfs (a PF and one VF): the spec path to write."""
     root = fake_sysfs(tmp_path / "root", vfs=1)
     real = cdi.functions
     monkeypatch.setattr(cdi, "functions", lambda sysroot="/": real(root))
-    out = tmp_path / "cdi/tacc.yaml"
+    return tmp_path / "cdi/tacc.yaml"
+
+
+def test_cli_generate_and_list(cli_spec: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = cli_spec
     assert main(["cdi", "generate", "-o", str(out)]) == 0
     assert "tacc.dev/accel, 2 devices" in capsys.readouterr().out
     assert main(["cdi", "list", "-o", str(out)]) == 0
@@ -168,3 +174,15 @@ def test_taccd_rewrites_spec_when_vfs_go(tmp_path: Path) -> None:
         assert not [w for w in d.warnings if "CDI" in w]
     finally:
         d.close()
+
+
+def test_cli_generate_json(cli_spec: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tacc cdi generate --json: each spec written, its device names those of the file."""
+    out = cli_spec
+    assert main(["cdi", "generate", "-o", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [d["kind"] for d in doc] == ["tacc.dev/accel", "tacc.dev/vfio"]
+    for d in doc:
+        spec = cdi.load(Path(d["path"]))
+        assert d["devices"] == [f"{spec['kind']}={x['name']}" for x in spec["devices"]]
+    assert doc[0]["devices"] == ["tacc.dev/accel=0000:01:00.0", "tacc.dev/accel=0000:01:00.1"]

@@ -76,3 +76,39 @@ def test_cluster_analyze_json_then_captures(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["schema"] == "tacc-cluster-findings"
+
+
+def test_timeline_summary_json_is_the_table(real: Path, tmp_path: Path) -> None:
+    """tacc timeline --summary --json: one object on stdout holding the figures the text
+    table prints (each track's slices and busy ms, each device's busy ms), and the event
+    and track counts tacc timeline -o reports for the same capture."""
+    r = subprocess.run([TACC, "timeline", str(real), "--summary", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "tacc-timeline-summary" and doc["version"] == 1
+    t = subprocess.run([TACC, "timeline", str(real), "--summary", "-o",
+                        str(tmp_path / "t.pftrace")], capture_output=True, text=True,
+                       timeout=300)
+    assert t.returncode == 0, t.stderr
+    assert t.stderr.endswith(f": {doc['events']} events on {doc['tracks']} tracks\n")
+    assert (doc["events"], doc["tracks"]) == (11066, 73)
+    text = t.stdout.splitlines()
+    head = next(i for i, ln in enumerate(text) if ln.startswith("track "))
+    table = text[head + 1:text.index("", head)]  # the track rows, in the JSON's order
+    assert len(table) == len(doc["track_busy"]) > 20
+    for ln, tr in zip(table, doc["track_busy"], strict=True):
+        assert ln.startswith(tr["track"] + " "), (ln, tr)
+        slices, busy_ms, _pct, sleep_ms = ln[len(tr["track"]):].split()
+        assert int(slices) == tr["slices"], tr
+        assert abs(float(busy_ms) - tr["busy_ns"] / 1e6) <= 0.0005, tr
+        assert abs(float(sleep_ms) - tr["sleeping_ns"] / 1e6) <= 0.0005, tr
+        assert tr["busy_ns"] <= doc["span_ns"]
+    dev = [ln for ln in text if ": span " in ln and " busy " in ln]
+    assert len(dev) == len(doc["device_engines"]) > 0
+    for ln, d in zip(dev, doc["device_engines"], strict=True):
+        assert ln.startswith(d["track"] + ": ")
+        assert f"busy {d['busy_ns'] / 1e6:.3f} ms" in ln
+        assert abs(d["busy_share"] * d["span_ns"] - d["busy_ns"]) <= 1
+    assert sum(ev for ev in doc["device_events"]["by_kind"].values()) == \
+        doc["device_events"]["total"]

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from tacc.analyze.cluster_rules import analyze_cluster
-from tacc.capture import clockx
+from tacc.capture import clockx, open_capture
 from tacc.capture import synth_cluster as sc
 from tacc.cli import main
 from tacc.timeline.cluster import ClusterError, load_view, parse_renames
@@ -83,7 +83,7 @@ def test_node_without_clock_pairs_one_line(tmp_path: Path,
     md = sc.pipeline("bad", host_clock=(True, False), exchanges=False)
     a, b = sc.write(md, tmp_path)
     rc, err = _cli(capsys, "timeline", str(a), str(b), "-o", str(tmp_path / "m.pftrace"))
-    assert rc == 2
+    assert rc == 1
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert "node node1 has no clock pairs to align it with node0" in lines[0]
@@ -91,7 +91,7 @@ def test_node_without_clock_pairs_one_line(tmp_path: Path,
     md = sc.pipeline("bad", exchanges=False)
     a, b = sc.write(md, tmp_path / "h")
     rc, err = _cli(capsys, "cluster", "offsets", str(a), str(b), "--align", "network")
-    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert rc == 1 and len(err.strip().splitlines()) == 1
     assert "it has only hostclk alignment" in err
 
 
@@ -101,7 +101,7 @@ def test_two_captures_one_node_id_refused_unless_renamed(
     a, b = sc.write(md, tmp_path)
     out = tmp_path / "m.pftrace"
     rc, err = _cli(capsys, "timeline", str(a), str(b), "-o", str(out))
-    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert rc == 1 and len(err.strip().splitlines()) == 1, err
     assert "have the same node id 'vm'" in err and f"--rename {b}=NAME" in err
     assert not out.exists() or out.stat().st_size == 0
     # renamed: the merge is made; the exchanges name the peer "vm" (both nodes' id), so
@@ -118,7 +118,7 @@ def test_two_captures_one_node_id_refused_unless_renamed(
         parse_renames(["novalue"])
     rc, err = _cli(capsys, "timeline", str(a), str(b), "-o", str(out), "--rename",
                    f"{tmp_path}/nope=x", "--rename", f"{b}=vm-b")
-    assert rc == 2 and "no such capture" in err
+    assert rc == 2 and "no such capture" in err  # a --rename naming no argument: usage
 
 
 def test_capture_without_node_id_refused(tmp_path: Path,
@@ -128,7 +128,7 @@ def test_capture_without_node_id_refused(tmp_path: Path,
     meta["node"] = ""
     (b / "meta.json").write_text(json.dumps(meta))
     rc, err = _cli(capsys, "cluster", "offsets", str(a), str(b))
-    assert rc == 2 and "names no node" in err and len(err.strip().splitlines()) == 1
+    assert rc == 1 and "names no node" in err and len(err.strip().splitlines()) == 1
 
 
 # ------------------------------------------------------------------ timeline --
@@ -371,7 +371,7 @@ def test_pipeline_no_peer_one_line() -> None:
                         "--variant", "bad"], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "TACC_NODE": "0", "TACC_PIPELINE_TIMEOUT": "1",
                             "TACC_PIPELINE_PEER": "127.0.0.1"}, stdin=subprocess.DEVNULL)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "did not answer" in lines[0], r.stderr
 
@@ -484,3 +484,11 @@ def test_cluster_boot_runs_make_run_vm_from_a_plain_environment(tmp_path: Path,
     assert tv.make_cluster_check(tmp_path, {"TACC_QEMU": str(q)}, ("-o", "setup"))
     log = (tmp_path / "make-run-vm-nodes2.log").read_text()
     assert "[node0] node=0" in log and "[node1] node=1" in log
+
+
+def test_synth_json_names_the_captures(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cluster", "synth", str(tmp_path / "c"), "--json"]) == 0
+    paths = json.loads(capsys.readouterr().out)
+    assert paths == [str(tmp_path / "c" / n) for n in ("node0", "node1")]
+    assert [open_capture(Path(p)).node for p in paths] == ["node0", "node1"]

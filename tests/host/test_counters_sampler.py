@@ -88,4 +88,40 @@ def test_cli_stat_list_top(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "0000:01:00.0" in r.stdout
     r = _tacc(tmp_path, "stat", "-d", "0000:07:00.0", "--", "true")
-    assert r.returncode == 2 and r.stderr.startswith("tacc: error:")
+    assert r.returncode == 1 and r.stderr.startswith("tacc: error:")
+
+
+def test_cli_json_list_top_sample(tmp_path: Path) -> None:
+    """--json of counters list, top and counters sample: one document each (top: one
+    object a refresh), its values those of the catalogue, the link and the capture."""
+    from tacc.cli.counters import link_of
+
+    make_function(tmp_path / "sys", values={"h2d_bytes": 5})
+    (fn,) = functions(tmp_path / "sys")
+    r = _tacc(tmp_path, "counters", "list", "--json")
+    assert r.returncode == 0, r.stderr
+    (doc,) = json.loads(r.stdout)
+    assert (doc["function"], doc["label"], doc["pmu"], doc["catalogue_version"]) == (
+        fn.pci, fn.label, fn.pmu_name, fn.catalogue.version)
+    assert [(c["name"], c["slot"], c["unit"]) for c in doc["counters"]] == [
+        (c.name, c.slot, c.unit) for c in fn.catalogue]
+    r = _tacc(tmp_path, "top", "--json", "-n", "2", "-i", "0.05")
+    assert r.returncode == 0, r.stderr
+    refreshes = [json.loads(ln) for ln in r.stdout.splitlines()]
+    assert len(refreshes) == 2 and all(x["interval_s"] == 0.05 for x in refreshes)
+    (f,) = refreshes[-1]["functions"]
+    link = link_of(fn)
+    assert f["function"] == fn.pci and f["max_gbps"] == {
+        d: link.max_bw(d) / 1e9 for d in ("h2d", "d2h")}
+    assert f["derived"]["h2d_gbps"] == 0.0  # the fake counters do not move
+    out = tmp_path / "cap"
+    r = _tacc(tmp_path, "counters", "sample", "-o", str(out), "-b", "sysfs", "-r", "500",
+              "-t", "0.2", "--json")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert st["output"] == str(out) and st["functions"] == [fn.pci]
+    assert st["samples"] == len(open_capture(out).read("counters")) > 0
+    r = _tacc(tmp_path, "counters", "sample", "-o", str(tmp_path / "cap2"), "-b", "sysfs",
+              "-r", "500", "-t", "0.2")
+    n = len(open_capture(tmp_path / "cap2").read("counters"))
+    assert r.returncode == 0 and r.stdout.startswith(f"{n} samples of 1 function at "), r.stdout

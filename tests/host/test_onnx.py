@@ -193,7 +193,9 @@ def test_bf16_model() -> None:
     assert np.allclose(y, ref, rtol=2 * 2.0 ** -8, atol=1e-3), float(np.max(np.abs(y - ref)))
 
 
-def test_cli_run_and_bad_file(tmp_path) -> None:
+def test_cli_run_and_bad_file(tmp_path, capsys) -> None:
+    import json
+
     from tacc.cli import main
 
     m, feeds = _block()
@@ -205,7 +207,12 @@ def test_cli_run_and_bad_file(tmp_path) -> None:
                  "-o", str(out)]) == 0
     (ref,) = ReferenceEvaluator(m).run(None, feeds)
     assert np.allclose(np.load(out)["y"], ref, rtol=1e-4, atol=1e-5)
+    capsys.readouterr()
+    assert main(["onnx", "run", str(path), "--sim", "-i", f"ids={tmp_path}/ids.npy",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"name": "y", "dtype": str(ref.dtype), "shape": list(ref.shape)}]
     r = subprocess.run([sys.executable, "-m", "tacc.cli", "onnx", "run",
                         str(tmp_path / "missing.onnx"), "--sim"], capture_output=True,
                        text=True, timeout=120)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "missing.onnx" in r.stderr
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "missing.onnx" in r.stderr

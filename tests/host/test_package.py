@@ -93,7 +93,7 @@ def test_every_module_imports_from_the_wheel(venv: Path, tmp_path: Path) -> None
 
 
 def test_missing_extra_is_one_line_naming_it(tmp_path: Path) -> None:
-    """tacc query without duckdb: one line naming ``tacc[fleet]``, exit status 2."""
+    """tacc query without duckdb: one line naming ``tacc[fleet]``, exit status 1."""
     (tmp_path / "duckdb.py").write_text("raise ImportError('not installed here')\n")
     exp = tmp_path / "exp"
     exp.mkdir()
@@ -101,6 +101,6 @@ def test_missing_extra_is_one_line_naming_it(tmp_path: Path) -> None:
                         "import sys; sys.path.insert(0, sys.argv[1]); from tacc.cli import main;"
                         " raise SystemExit(main(['query', sys.argv[2], 'select 1']))",
                         str(tmp_path), str(exp)], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 1, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "tacc[fleet]" in lines[0], r.stderr

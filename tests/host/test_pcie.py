@@ -114,3 +114,19 @@ def _tshark(f: Path, lua: Path = ROOT / "tools/tacc-tlp.lua") -> subprocess.Comp
          "tshark", "-X", f"lua_script:{lua}", "-r", str(f), "-T",
          "fields", "-E", "separator=,", *sum((["-e", f"tacc_tlp.{x}"] for x in fields), []),
          "-e", "_ws.col.Info"], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_timeline_json_is_what_it_wrote(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """tacc pcie timeline --json: one object on stdout, its counts those of the file it
+    wrote (19 TLP slices plus the track metadata; 2 read flows)."""
+    from tacc.cli import main
+
+    f, out = tmp_path / "x.pcapng", tmp_path / "t.json"
+    pcapng.write(f, synth(), "0000:01:00.0")
+    assert main(["pcie", "timeline", str(f), "-o", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    ev = json.loads(out.read_text())["traceEvents"]
+    assert doc == {"output": str(out), "records": 19, "events": len(ev),
+                   "read_flows": sum(e["ph"] == "s" for e in ev)}
+    assert doc["read_flows"] == 2

@@ -110,7 +110,7 @@ def test_flipped_bit_is_an_error_never_silent_records(caps: dict, data: st.DataO
 def test_flipped_payload_byte_fails_the_cli_with_one_line(caps: dict, capsys: pytest.CaptureFixture,
                                                          tmp_path: Path) -> None:
     """One byte in the middle of the device trace's payload: `tacc analyze` and
-    `tacc timeline` each print one line naming the stream and exit 2."""
+    `tacc timeline` each print one line naming the stream and exit 1."""
     from tacc.cli import main
 
     p = caps[("real-mixed", True)].path
@@ -121,7 +121,7 @@ def test_flipped_payload_byte_fails_the_cli_with_one_line(caps: dict, capsys: py
     for argv in (["analyze", str(q)], ["timeline", str(q), "-o", str(tmp_path / "t.pftrace")]):
         rc = main(argv)
         err = capsys.readouterr().err.strip().splitlines()
-        assert rc == 2 and len(err) == 1, (argv, rc, err)
+        assert rc == 1 and len(err) == 1, (argv, rc, err)
         assert err[0].startswith("tacc: error:") and "device_trace.tcs" in err[0], err
         assert "CRC" in err[0] or "damaged" in err[0], err
 

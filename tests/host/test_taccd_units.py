@@ -196,7 +196,7 @@ def test_daemon_control_socket_and_tacc_trace(tmp_path: Path) -> None:
         assert open_capture(out).complete
         r = subprocess.run([TACC, "trace", "stop"], env=env,
                            text=True, capture_output=True, timeout=60)
-        assert r.returncode == 2 and r.stderr.strip() == "tacc: error: no capture is running"
+        assert r.returncode == 1 and r.stderr.strip() == "tacc: error: no capture is running"
         bad = request({"cmd": "start", "options": {"bogus": 1}}, sock)
         assert not bad["ok"] and "bogus" in bad["error"]
     finally:
@@ -209,7 +209,7 @@ def test_tacc_trace_without_daemon(tmp_path: Path) -> None:
     env = {**os.environ, "TACCD_SOCKET": str(tmp_path / "none.sock")}
     r = subprocess.run([TACC, "trace", "status"], env=env,
                        text=True, capture_output=True, timeout=60)
-    assert r.returncode == 2 and "taccd is not running" in r.stderr
+    assert r.returncode == 1 and "taccd is not running" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 
@@ -854,8 +854,8 @@ def test_tlp_stream_filters(monkeypatch: pytest.MonkeyPatch) -> None:
     assert opts["tlp_no_ctrl"] is True
     assert Options(**opts).tlp_filters() == (0b11, 0b101, (0x1000, 0x3000), True)
     assert main(["trace", "start", "-o", "x"]) == 0 and "tlp" not in sent[-1]["options"]
-    assert main(["trace", "start", "-o", "x", "--tlp-addr", "9-3"]) != 0
-    assert main(["trace", "start", "-o", "x", "--tlp-funcs", "pf"]) != 0
+    assert main(["trace", "start", "-o", "x", "--tlp-addr", "9-3"]) == 2
+    assert main(["trace", "start", "-o", "x", "--tlp-funcs", "pf"]) == 2
 
 
 def test_session_captures_api_rings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1062,3 +1062,34 @@ def test_api_args_ids_by_hash_match_the_sorted_ones(vals: list[bytes], picks: li
     sa, sb = {v: k for k, v in ta.items()}, {v: k for k, v in tb.items()}
     assert [sa[i] for i in got.tolist()] == [sb[i] for i in want.tolist()]
     assert a._sid_cache.keys() == set(col.tolist())
+
+
+def test_session_copies_then_frees_its_devcoredumps(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A devcoredump of a captured function taken during the capture is copied to
+    devcoredump/1.txt, placed as a device event, and freed (a write to its data, the
+    kernel's devcoredump ABI); one from before the capture is neither copied nor freed."""
+    from tacc import devcoredump as dc
+    from tacc.capture.schema import DeviceEventKind
+
+    pci_dir = tmp_path / "pci" / PCI0
+    pci_dir.mkdir(parents=True)
+    monkeypatch.setattr(dc, "ROOT", tmp_path / "devcoredump")
+    s = _session(tmp_path)
+    texts = {}
+    for n, t_ns in ((1, s.started_mono_ns + 5), (2, s.started_mono_ns - 5)):
+        d = dc.ROOT / f"devcd{n}"
+        d.mkdir(parents=True)
+        (d / "failing_device").symlink_to(pci_dir)
+        texts[n] = (f"{dc.HEADER}\nreason: job timeout\ndevice: {PCI0}\ntime_ns: {t_ns}\n"
+                    "job: context 3 queue 0 tag 0xd0d0 seqno 7 pid 42\nend\n")
+        (d / "data").write_text(texts[n])
+    s._collect_devcoredumps()
+    s.close()
+    assert (tmp_path / "cap" / "devcoredump" / "1.txt").read_text() == texts[1]
+    assert (dc.ROOT / "devcd1" / "data").read_text() == "1"  # freed
+    assert (dc.ROOT / "devcd2" / "data").read_text() == texts[2]  # not this capture's
+    assert not (tmp_path / "cap" / "devcoredump" / "2.txt").exists()
+    ev = open_capture(tmp_path / "cap").read("device_events")
+    ev = ev[ev["kind"] == DeviceEventKind.DEVCOREDUMP]
+    assert len(ev) == 1 and int(ev["tag"][0]) == 0xD0D0 and int(ev["arg"][0]) == 1

@@ -245,7 +245,7 @@ def test_unwritable_output_one_line(tmp_path: Path, out: str,
     code = main(["timeline", str(p), "-o", str(tmp_path / out)])
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1, err
+    assert code == 1 and len(lines) == 1, err
     assert lines[0].startswith(f"tacc: error: {tmp_path / out}: ")
 
 
@@ -272,7 +272,7 @@ def test_clear_error_line(tmp_path: Path, damage: str,
     else:
         code = main(argv)
         err = capsys.readouterr().err
-    assert code == 2
+    assert code == 1
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tacc: error: "), r.stderr
     assert "Traceback" not in err

@@ -191,8 +191,9 @@ def test_vf_enabled_mid_capture_is_described_and_drawn(tmp_path: Path, pf_pci: P
 def test_hang_devcoredump_in_the_capture_and_on_the_timeline(tmp_path: Path, pf_pci: Path,
                                                               pf_accel: Path) -> None:
     """A forced hang during a capture: tacc.ko's devcoredump is copied into the capture
-    (devcoredump/1.txt, equal to /sys/class/devcoredump's) and placed on the timeline as a
-    devcoredump instant on the PF at the dump's time, carrying the job's tag."""
+    (devcoredump/1.txt, the PF's job-timeout dump), freed from /sys/class/devcoredump by
+    taccd once copied, and placed on the timeline as a devcoredump instant on the PF at
+    the dump's time, carrying the job's tag."""
     import errno
 
     from tacc.devcoredump import dumps_of, parse
@@ -221,12 +222,10 @@ def test_hang_devcoredump_in_the_capture_and_on_the_timeline(tmp_path: Path, pf_
     finally:
         d.terminate()
         d.wait(30)
-    dumps = dumps_of(pf_pci.name)
-    assert len(dumps) == 1
-    sysfs_text = (dumps[0] / "data").read_text()
-    (dumps[0] / "data").write_text("1")
-    assert (out / "devcoredump" / "1.txt").read_text() == sysfs_text
-    dump = parse(sysfs_text)
+    assert dumps_of(pf_pci.name) == []  # taccd freed the dump it copied
+    dump = parse((out / "devcoredump" / "1.txt").read_text())
+    assert dump.reason == "job timeout" and dump.device == pf_pci.name
+    assert dump.job["tag"] == "0xd0d0"
     cap = open_capture(out)
     fid = [x["pci"] for x in cap.meta["devices"]].index(pf_pci.name)
     ev = cap.read("device_events")

@@ -290,7 +290,7 @@ def test_cli_sample_device_backend(fn: Function, tmp_path) -> None:  # type: ign
     tacc = str(Path(sys.executable).with_name("tacc"))
     out = tmp_path / "cap"
     r = subprocess.run([tacc, "counters", "sample", "-o", str(out), "-r", "5000", "-t", "0.3",
-                        "-d", fn.pci, "-b", "device"], capture_output=True, text=True,
+                        "-d", fn.pci, "-b", "device", "--json"], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
     st = json.loads(r.stdout)

@@ -323,7 +323,7 @@ def test_bpftrace_one_line_failures() -> None:
     assert r.returncode == 1 and "no tacc device" in r.stderr
     r = subprocess.run([exe, "record", "-o", "/tmp/never", "--trace-entries", "100"],
                        text=True, capture_output=True, timeout=300)
-    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "accel-bpftrace: trace ring entries 100: a power of two from 64 to 32768"], r.stderr
     assert not Path("/tmp/never").exists()
 

@@ -51,7 +51,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _one_line_error(r: subprocess.CompletedProcess[str], *words: str) -> str:
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1, (r.returncode, r.stderr)
+    assert r.returncode == 1 and len(lines) == 1, (r.returncode, r.stderr)
     assert lines[0].startswith("tacc: error: "), lines
     for w in words:
         assert w in lines[0], lines[0]

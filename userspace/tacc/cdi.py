@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tacc.devices import TaccFunction, discover, parse_pci
-from tacc.errors import DeviceError, TaccError
+from tacc.errors import DeviceError, TaccError, UsageError
 
 VENDOR = "tacc.dev"
 ACCEL_KIND = f"{VENDOR}/accel"
@@ -45,6 +45,10 @@ _NAME_INNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 
 class CdiError(TaccError):
     """A request the specs cannot satisfy (unknown function, bad name): one line."""
+
+
+class CdiNameError(CdiError, UsageError):
+    """A name or PCI address that is none by its syntax (a usage error)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ def select(fns: list[Function], wanted: Iterable[str]) -> list[Function]:
         try:
             pci, _ = parse_pci(w)
         except DeviceError as exc:
-            raise CdiError(str(exc)) from None
+            raise CdiNameError(str(exc)) from None
         if pci not in by_pci:
             present = ", ".join(by_pci) or "none"
             raise CdiError(f"no tacc function at {pci} (present: {present})")
@@ -201,12 +205,12 @@ def resolve(name: str, output: str | os.PathLike[str] = DEFAULT_SPEC) -> dict[st
     """The containerEdits of a fully qualified name (``tacc.dev/accel=0000:01:00.1``)."""
     kind, sep, dev = name.partition("=")
     if not sep or kind not in KINDS:
-        raise CdiError(f"{name!r} is not a tacc CDI name (expected "
+        raise CdiNameError(f"{name!r} is not a tacc CDI name (expected "
                        f"{ACCEL_KIND}=<PCI> or {VFIO_KIND}=<PCI>)")
     try:
         pci, _ = parse_pci(dev)
     except DeviceError as exc:
-        raise CdiError(f"{name}: {exc}") from None
+        raise CdiNameError(f"{name}: {exc}") from None
     known = dict(qualified_names(output))
     full = f"{kind}={pci}"
     if full not in known:

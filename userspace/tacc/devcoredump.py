@@ -41,6 +41,18 @@ def dumps_of(pci: str, root: Path | None = None) -> list[Path]:
     return out
 
 
+def free(d: Path) -> bool:
+    """Free the dump ``d`` (a devcdN directory): any write to its ``data`` does, as the
+    kernel's devcoredump ABI (Documentation/ABI/testing/devcoredump) says.  False when it
+    is gone already (freed by another reader, or timed out)."""
+    try:
+        with open(d / "data", "w") as f:
+            f.write("1")
+    except OSError:
+        return False
+    return True
+
+
 def _pairs(text: str) -> dict[str, str]:
     words = text.split()
     return {words[i]: words[i + 1] for i in range(0, len(words) - 1, 2)}

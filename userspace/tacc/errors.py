@@ -1,14 +1,23 @@
 """The root of tacc's exceptions: a :class:`TaccError` is a failure its user can act
 on, and its message is one line.  The ``tacc`` CLI prints any of them as
-``tacc: error: <message>`` and exits with status 2, without a traceback; every package's
-own errors (captures, counters, devices, the runtime, VFIO, the fleet tools) derive
-from it."""
+``tacc: error: <message>`` without a traceback and exits with status 1 (a runtime
+failure: a device error, a bad capture file, nothing found), or 2 for a
+:class:`UsageError` (a bad option value or combination, as argparse's own errors); every
+package's own errors (captures, counters, devices, the runtime, VFIO, the fleet tools)
+derive from it (docs/cli.md)."""
 
 from __future__ import annotations
 
 
 class TaccError(Exception):
     """A library failure with a one-line message."""
+
+
+class UsageError(TaccError):
+    """The command line asked for something it cannot mean: an option value out of its
+    range or syntax, options that exclude each other, a missing argument argparse could
+    not check.  Exit status 2, as argparse's own errors; a library error about an
+    argument derives from its package's error and this one."""
 
 
 class DeviceError(TaccError):

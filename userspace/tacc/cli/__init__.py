@@ -5,9 +5,10 @@ function adds one or more subparsers and sets ``func=<callable(args) -> int>`` o
 (``parser.set_defaults(func=...)``).  To add a subcommand, add its module to
 ``SUBCOMMAND_MODULES`` (or ship a ``tacc.subcommands`` entry point).
 
-Errors: a :class:`tacc.errors.TaccError` (the root of every library error, and of
-:class:`CommandError`) becomes ``tacc: error: <one line>`` on stderr and exit status 2,
-without a traceback.
+Errors (docs/cli.md): a :class:`tacc.errors.TaccError` (the root of every library error,
+and of :class:`CommandError`) becomes ``tacc: error: <one line>`` on stderr, without a
+traceback, and exit status 1; a :class:`tacc.errors.UsageError` exit status 2, as
+argparse's own errors (one line too: :class:`tacc.cli.conventions.Parser`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 
 from tacc import __version__
-from tacc.errors import TaccError
+from tacc.errors import TaccError, UsageError
 
 # The subcommand modules, in the order of `tacc --help`.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
@@ -40,46 +41,50 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 
 
 class CommandError(TaccError):
-    """A user-facing failure of a subcommand's arguments: printed as one line, exit
-    status 2 (as every :class:`tacc.errors.TaccError` is)."""
+    """A subcommand's runtime failure (nothing found, a refusal, a failed step): one
+    line, exit status 1 (as every :class:`tacc.errors.TaccError` but a usage error)."""
+
+
+__all__ = ["CommandError", "UsageError", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tacc", description="tacc accelerator tools: captures, counters, timeline, analysis"
-    )
+    # tacc.cli.conventions imported here, not above: `python -m tacc.cli.conventions`
+    # (scripts/setup.sh) imports this package first
+    from .conventions import Parser, finish
+
+    parser = Parser(
+        prog="tacc", description="tacc accelerator tools: captures, counters, timeline, analysis",
+        epilog="examples:\n  tacc devices\n  tacc profile -o /tmp/cap -- tacc run mlp\n"
+               "  tacc timeline /tmp/cap -o /tmp/cap.pftrace\n\n"
+               "exit status: 0 done, 1 a runtime failure (device, capture file, nothing "
+               "found),\n2 a usage error (docs/cli.md)")
     parser.add_argument("--version", action="version", version=f"tacc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for modname in SUBCOMMAND_MODULES:
         importlib.import_module(modname).add_parser(sub)
     for ep in entry_points(group="tacc.subcommands"):
         ep.load()(sub)
-    from .conventions import finish
-
     return finish(parser, "tacc")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .conventions import EXIT_USAGE, error_status
+
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         return int(func(args) or 0)
-    except TaccError as exc:
-        print(f"tacc: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 1
-    except OSError as exc:  # a file the user named: missing, unwritable, a directory
-        if exc.filename is None:
-            raise
-        print(f"tacc: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
-        return 2
+    except (TaccError, OSError) as exc:  # OSError: a file the user named
+        return error_status("tacc", exc)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from tacc.cli import CommandError
+from tacc.cli import CommandError, UsageError, options
 
 
 class JsonTarget(argparse.Action):
@@ -33,7 +33,7 @@ def json_captures(args: argparse.Namespace, dest: str, what: str) -> list[str]:
     """The positional captures, with a capture directory ``--json`` was given first."""
     caps = [*getattr(args, "json_captures", []), *getattr(args, dest)]
     if not caps:
-        raise CommandError(f"{what}: give at least one CAPTURE")
+        raise UsageError(f"{what}: give at least one CAPTURE")
     return caps
 
 
@@ -47,8 +47,8 @@ def add_parser(sub: Any) -> None:
         "  tacc analyze node0/cap node1/cap              # LocalCluster, one worker each\n"
         "  tacc analyze --scheduler tcp://10.0.0.1:8786 caps/*   # a running scheduler\n"
         "  tacc analyze --scheduler serial caps/* --json fleet.json",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("capture", metavar="CAPTURE", nargs="*", help="capture directories")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[options.captures(nargs="*", dest="capture")])
     p.add_argument("--json", action=JsonTarget,
                    help="write versioned findings.json to FILE (or stdout: no FILE, or a "
                    "directory, which is a CAPTURE); several captures: a tacc-fleet-findings "
@@ -73,18 +73,24 @@ def run(args: argparse.Namespace) -> int:
 
     args.capture = json_captures(args, "capture", "analyze")
 
-    try:
-        th = load_thresholds(args.config, args.set)
+    try:  # a bad file: a runtime failure; a bad --set: a usage error
+        th = load_thresholds(args.config, [])
     except KeyError as exc:
-        raise CommandError(f"analyze: unknown threshold {exc}") from None
+        raise CommandError(f"analyze: {args.config}: unknown threshold {exc}") from None
     except (OSError, ValueError) as exc:
-        raise CommandError(f"analyze: bad thresholds: {exc}") from None
+        raise CommandError(f"analyze: bad thresholds file: {exc}") from None
+    try:
+        th.update({k.strip(): v.strip() for k, _, v in (o.partition("=") for o in args.set)})
+    except KeyError as exc:
+        raise UsageError(f"analyze: --set: unknown threshold {exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"analyze: --set: {exc}") from None
     from tacc.analyze.cross import CROSS_RULES
 
     known = [*RULES, *CROSS_RULES]
     for r in args.rule or []:
         if r not in known:
-            raise CommandError(f"analyze: unknown rule {r!r} (known: {', '.join(known)})")
+            raise UsageError(f"analyze: unknown rule {r!r} (known: {', '.join(known)})")
     if len(args.capture) > 1 or args.scheduler:
         return run_fleet(args, th)
     cap = open_capture(args.capture[0])
@@ -113,7 +119,7 @@ def run_fleet(args: argparse.Namespace, th: Any) -> int:
 
     spec = check_scheduler(args.scheduler or "local")
     if args.workers < 0:
-        raise CommandError(f"analyze: --workers {args.workers}: not a number of workers")
+        raise UsageError(f"analyze: --workers {args.workers}: not a number of workers")
     paths = [Path(p) for p in args.capture]
     thd = dict(th.__dict__)
     docs = analyze_many(paths, thd, args.rule, spec, args.workers)

@@ -55,23 +55,43 @@ def build_parser() -> OneLineParser:
     common.add_argument("--ebpf", action="store_true",
                         help="print the BPF program this command would load, and exit "
                              "(nothing is compiled or attached; as bcc's tools)")
-    p = OneLineParser(prog=PROG, description="Live tracing of the tacc driver (bcc).")
+    def ex(*lines: str) -> str:
+        return "examples:\n" + "\n".join(f"  {PROG} {ln}" for ln in lines)
+
+    p = OneLineParser(prog=PROG, description="Live tracing of the tacc driver (bcc).",
+                      epilog=ex("snoop", "latency --duration 5", "snoop --ebpf"))
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=OneLineParser)
-    sub.add_parser("snoop", parents=[common], help="one line per submission and completion")
+    sub.add_parser("snoop", parents=[common], help="one line per submission and completion",
+                   description="One line per job submission and completion: process, "
+                               "function, queue, tag, bytes, latency.",
+                   epilog=ex("snoop", "snoop -p 1234", "snoop --json --duration 10"))
     sub.add_parser("latency", parents=[common],
-                   help="log2 histograms of submit->complete, queue wait, device time")
-    t = sub.add_parser("top", parents=[common], help="per-process jobs/s, bytes/s, busy share")
-    t.add_argument("-i", "--interval", type=_positive, default=1.0)
-    d = sub.add_parser("dma", parents=[common], help="IOMMU map/unmap sizes, rates, time")
-    d.add_argument("-i", "--interval", type=_positive, default=None)
-    r = sub.add_parser("record", parents=[common], help="every tacc event into a capture")
+                   help="log2 histograms of submit->complete, queue wait, device time",
+                   description="log2 histograms of submit to completion, queue wait and "
+                               "device time, per queue.",
+                   epilog=ex("latency --duration 5", "latency -c python3"))
+    t = sub.add_parser("top", parents=[common], help="per-process jobs/s, bytes/s, busy share",
+                       description="Per-process jobs/s, bytes/s and busy share, refreshed "
+                                   "every interval.", epilog=ex("top -i 2"))
+    t.add_argument("-i", "--interval", type=_positive, default=1.0,
+                   help="seconds between refreshes")
+    d = sub.add_parser("dma", parents=[common], help="IOMMU map/unmap sizes, rates, time",
+                       description="IOMMU map/unmap sizes, rates and time of the driver.",
+                       epilog=ex("dma --duration 5", "dma -i 1"))
+    d.add_argument("-i", "--interval", type=_positive, default=None,
+                   help="seconds between reports (default: at the end)")
+    r = sub.add_parser("record", parents=[common], help="every tacc event into a capture",
+                       description="Every tacc event into a capture directory (what taccd "
+                                   "records, without taccd).",
+                       epilog=ex("record -o /tmp/cap --duration 10"))
     r.add_argument("-o", "--output", required=True, help="capture directory to create")
     r.add_argument("--no-device-trace", action="store_true",
                    help="do not consume the device trace ring")
     r.add_argument("--trace-entries", type=int, default=0, metavar="N",
                    help="device trace ring records per function, a power of two "
                         "64..32768 (default: the driver's, 4096)")
-    sub.add_parser("list", parents=[common], help="the tacc tracepoints and their fields")
+    sub.add_parser("list", parents=[common], help="the tacc tracepoints and their fields",
+                   description="The tacc tracepoints and their fields.", epilog=ex("list"))
     from .conventions import finish
 
     return finish(p, PROG)  # type: ignore[return-value]
@@ -284,17 +304,24 @@ def cmd_dma(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
-def cmd_record(args: argparse.Namespace, root: Path) -> int:
-    from tacc.capture.errors import CaptureError
-    from tacc.daemon.session import CaptureSession, Options
-    from tacc.devices import discover
+def _record_options(args: argparse.Namespace) -> Any:
+    """record's capture options; a bad value (--trace-entries 100) is a usage error."""
+    from tacc.daemon.session import Options
 
-    try:  # before any device is touched or the program compiled
-        opts = Options(host_events=False, device_trace=not args.no_device_trace, api=False,
+    try:
+        return Options(host_events=False, device_trace=not args.no_device_trace, api=False,
                        counters_hz=10.0, pids=[args.pid] if args.pid else [],
                        comm=args.comm, device=args.device, trace_entries=args.trace_entries)
     except ValueError as exc:
-        raise ToolError(str(exc)) from None
+        raise ToolError(str(exc), status=2) from None
+
+
+def cmd_record(args: argparse.Namespace, root: Path) -> int:
+    from tacc.capture.errors import CaptureError
+    from tacc.daemon.session import CaptureSession
+    from tacc.devices import discover
+
+    opts = _record_options(args)
     flt, fn = _filters(args)
     fns = [fn] if fn else discover()
     out = Path(args.output)
@@ -340,6 +367,8 @@ def run(argv: Sequence[str] | None) -> int:
             parse_pci(args.device)
         except DeviceError as exc:
             raise ToolError(str(exc), status=2) from None
+    if args.cmd == "record":  # before the host's checks: a bad option is a usage error
+        _record_options(args)
     if args.ebpf:  # the source is built from the loaded driver's tracepoint formats
         from tacc.bpftrace import bpfsrc
 

@@ -10,7 +10,7 @@ from tacc.cli import CommandError
 
 EPILOG = """examples:
   tacc cdi generate                      # /etc/cdi/tacc.yaml and /etc/cdi/tacc-vfio.yaml
-  tacc cdi generate -o /tmp/cdi/tacc.yaml -d 0000:01:00.1
+  tacc cdi generate -o /tmp/cdi/tacc.yaml -d 0000:01:00.1 --json
   tacc cdi list                          # tacc.dev/accel=0000:01:00.0 /dev/accel/accel0 ...
   tacc cdi list tacc.dev/accel=0000:01:00.1 --json
   podman run --device tacc.dev/accel=0000:01:00.1 ...   (docs/containers.md)
@@ -18,13 +18,16 @@ EPILOG = """examples:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    try:
-        paths = cdi.generate(args.output, only=args.device or ())
-    except cdi.CdiError as exc:
-        raise CommandError(str(exc)) from None
-    for kind, path in paths.items():
-        n = len(cdi.load(path)["devices"])
-        print(f"{path}: {kind}, {n} device{'s' if n != 1 else ''}")
+    paths = cdi.generate(args.output, only=args.device or ())
+    specs = [{"kind": kind, "path": str(path),
+              "devices": [f"{kind}={d['name']}" for d in cdi.load(path)["devices"]]}
+             for kind, path in paths.items()]
+    if args.json:
+        print(json.dumps(specs, indent=2))
+        return 0
+    for sp in specs:
+        n = len(sp["devices"])
+        print(f"{sp['path']}: {sp['kind']}, {n} device{'s' if n != 1 else ''}")
     return 0
 
 
@@ -33,13 +36,10 @@ def _nodes(edits: dict) -> list[str]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    try:
-        if args.names:
-            rows = [(n, cdi.resolve(n, args.output)) for n in args.names]
-        else:
-            rows = cdi.qualified_names(args.output)
-    except cdi.CdiError as exc:
-        raise CommandError(str(exc)) from None
+    if args.names:
+        rows = [(n, cdi.resolve(n, args.output)) for n in args.names]
+    else:
+        rows = cdi.qualified_names(args.output)
     if args.json:
         print(json.dumps([{"name": n, "containerEdits": e} for n, e in rows], indent=2))
         return 0
@@ -51,23 +51,28 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from tacc.cli import options
+
     p = sub.add_parser("cdi", help="Container Device Interface specs for containers",
                        description="CDI specs naming each tacc function: "
                                    "tacc.dev/accel=<PCI> and tacc.dev/vfio=<PCI>",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     cs = p.add_subparsers(dest="cdi_command", metavar="SUBCOMMAND", required=True)
-    g = cs.add_parser("generate", help="write the specs from sysfs", epilog=EPILOG,
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    g.add_argument("-o", "--output", default=cdi.DEFAULT_SPEC,
-                   help=f"accel spec file; the vfio spec goes beside it (default "
-                        f"{cdi.DEFAULT_SPEC})")
-    g.add_argument("-d", "--device", action="append", metavar="PCI",
-                   help="only this function (repeatable; default every tacc function)")
+    spec = options.output(f"accel spec file; the vfio spec goes beside it (default "
+                          f"{cdi.DEFAULT_SPEC})", default=cdi.DEFAULT_SPEC)
+    g = cs.add_parser("generate", help="write the specs from sysfs",
+                      description="Write the CDI spec (one device per function) for "
+                                  "container engines.", epilog=EPILOG,
+                      formatter_class=argparse.RawDescriptionHelpFormatter,
+                      parents=[spec, options.device("only this function (repeatable; "
+                                                    "default every tacc function)"),
+                               options.json_flag("print each spec written (kind, path, "
+                                                 "device names) as JSON")])
     g.set_defaults(func=_generate)
-    ls = cs.add_parser("list", help="the CDI device names in the specs", epilog=EPILOG,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    ls = cs.add_parser("list", help="the CDI device names in the specs",
+                       description="The CDI device names and their container edits.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       parents=[spec, options.json_flag("names and container edits as JSON")])
     ls.add_argument("names", nargs="*", metavar="NAME",
                     help="only these fully qualified names (an unknown one is an error)")
-    ls.add_argument("-o", "--output", default=cdi.DEFAULT_SPEC, help="accel spec file")
-    ls.add_argument("--json", action="store_true", help="names and container edits as JSON")
     ls.set_defaults(func=_list)

@@ -16,22 +16,39 @@ import json
 import sys
 from typing import Any
 
-from tacc.cli import CommandError
+from tacc.cli import UsageError
 from tacc.cli.analyze import JsonTarget, json_captures
 
 FINDINGS_SCHEMA = "tacc-cluster-findings"
 
 
 def add_parser(sub: Any) -> None:
+    from tacc.cli import options
+
     p = sub.add_parser("cluster", help="align and analyse captures of several nodes",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n  tacc cluster synth /tmp/c --variant bad\n"
+                              "  tacc cluster offsets /tmp/c/node0 /tmp/c/node1\n"
+                              "  tacc cluster analyze /tmp/c/node0 /tmp/c/node1 --json")
     cs = p.add_subparsers(dest="cluster_cmd", metavar="ACTION", required=True)
+    docs = {"offsets": ("Each node's clock offset to the first (reference) node and its "
+                        "bound, by the device host clock or taccd's network exchange.",
+                        ["tacc cluster offsets node0/cap node1/cap",
+                         "tacc cluster offsets --json node0/cap node1/cap"]),
+            "analyze": ("The cross-node rules (pipeline_bubble, network_bound) over captures "
+                        "of several nodes.",
+                        ["tacc cluster analyze node0/cap node1/cap",
+                         "tacc cluster analyze --json f.json node0/cap node1/cap"])}
     for name, fn, what in (("offsets", cmd_offsets, "each node's clock offset and bound"),
                            ("analyze", cmd_analyze, "the cross-node rules")):
-        c = cs.add_parser(name, help=what)
-        c.add_argument("captures", nargs="*", metavar="CAPTURE", help="one capture per node")
-        c.add_argument("--rename", action="append", default=[], metavar="CAPTURE=NAME")
-        c.add_argument("--align", choices=["auto", "hostclk", "network"], default="auto")
+        desc, examples = docs[name]
+        c = cs.add_parser(name, help=what, description=desc,
+                          epilog="examples:\n" + "\n".join(f"  {e}" for e in examples),
+                          parents=[options.captures("one capture per node", nargs="*")])
+        c.add_argument("--rename", action="append", default=[], metavar="CAPTURE=NAME",
+                       help="node id of CAPTURE (repeatable)")
+        c.add_argument("--align", choices=["auto", "hostclk", "network"], default="auto",
+                       help="host clock, network exchange, or auto")
         c.add_argument("--json", action=JsonTarget, captures_dest="captures",
                        help="JSON to FILE (or stdout: no FILE, or a directory, which is a "
                             "CAPTURE)")
@@ -40,10 +57,16 @@ def add_parser(sub: Any) -> None:
                            help="override a cluster threshold (repeatable)")
         c.set_defaults(func=fn)
     c = cs.add_parser("synth", help="synthetic captures of the two-node pipeline (OUT/node0, "
-                      "OUT/node1; tests and docs)")
-    c.add_argument("out", metavar="OUT")
-    c.add_argument("--variant", choices=["bad", "good"], default="bad")
-    c.add_argument("--seed", type=int, default=0)
+                      "OUT/node1; tests and docs)",
+                      description="Write synthetic captures of the two-node pipeline "
+                                  "(OUT/node0, OUT/node1), for tests and the docs.",
+                      epilog="examples:\n  tacc cluster synth /tmp/c --variant good --seed 3",
+                      parents=[options.json_flag("print the capture directories written as "
+                                                 "a JSON array")])
+    c.add_argument("out", metavar="OUT", help="directory for node0/ and node1/")
+    c.add_argument("--variant", choices=["bad", "good"], default="bad",
+                   help="the bad (bubbled) or the good twin")
+    c.add_argument("--seed", type=int, default=0, help="random seed of the synthetic run")
     c.set_defaults(func=cmd_synth)
 
 
@@ -70,7 +93,11 @@ def _emit(args: argparse.Namespace, doc: dict[str, Any]) -> bool:
 def cmd_synth(args: argparse.Namespace) -> int:
     from tacc.capture import synth_cluster
 
-    for p in synth_cluster.write(synth_cluster.pipeline(args.variant, args.seed), args.out):
+    paths = synth_cluster.write(synth_cluster.pipeline(args.variant, args.seed), args.out)
+    if args.json:
+        print(json.dumps([str(p) for p in paths]))
+        return 0
+    for p in paths:
         print(p)
     return 0
 
@@ -100,7 +127,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     try:
         th.update(dict(kv.split("=", 1) for kv in args.set))
     except (KeyError, ValueError) as exc:
-        raise CommandError(f"cluster analyze: bad threshold {exc}") from None
+        raise UsageError(f"cluster analyze: --set: bad threshold {exc}") from None
     view = _view(args)
     found = analyze_cluster(view, th)
     doc = {"schema": FINDINGS_SCHEMA, "version": 1, "cluster": view.metadata(),

@@ -86,7 +86,9 @@ def cmd_stat(args: argparse.Namespace) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
-        raise _err("stat: no command (tacc stat [options] -- CMD ...)")
+        from tacc.cli import UsageError
+
+        raise UsageError("stat: no command (tacc stat [options] -- CMD ...)")
     events = args.events.split(",") if args.events else None
     fns = select_functions(args.device)
     bes = _open_all(fns, args.backend, events)
@@ -154,71 +156,117 @@ def top_table(rows: list[dict[str, Any]]) -> Any:
     return t
 
 
-def cmd_top(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.live import Live
+def top_json(rows: list[dict[str, Any]], t: float, interval: float) -> dict[str, Any]:
+    """One refresh of ``tacc top --json`` (docs/cli.md): the figures the table shows."""
+    def num(v: float) -> float | None:
+        return None if v != v else float(v)
 
+    return {"time": t, "interval_s": interval, "functions": [
+        {"function": r["fn"].pci, "label": r["fn"].label, "state": r["state"],
+         "max_gbps": r["max"], "queue_depth_hwm": [int(r["level"].get(f"queue{q}_depth_hwm", 0))
+                                                   for q in range(4)],
+         "derived": {k: num(v) for k, v in r["m"].items()}} for r in rows]}
+
+
+def cmd_top(args: argparse.Namespace) -> int:
     fns = select_functions(args.device)
     bes = _open_all(fns, args.backend, None)
-    console = Console()
+    live: Any = None
+    if not args.json:
+        from rich.console import Console
+        from rich.live import Live
+
+        live = Live(console=Console(), auto_refresh=False, transient=False)
+        live.start()
     prev = [b.read() for b in bes]
     n = 0
     try:
-        with Live(console=console, auto_refresh=False, transient=False) as live:
-            while args.iterations is None or n < args.iterations:
-                time.sleep(args.interval)
-                rows = []
-                for i, b in enumerate(bes):
-                    cur = b.read()
-                    state = b.fn.runtime_status if cur.valid else cur.state
-                    m: dict[str, float] = {}
-                    level: dict[str, int] = {}
-                    if cur.valid and prev[i].valid:
-                        names = b.catalogue.names
-                        d = deltas(names, prev[i].values, cur.values)
-                        level = {k: int(v) for k, v in d.items() if k.endswith("_depth_hwm")}
-                        m = {k: float(v) for k, v in derive(
-                            d, (cur.t_ns - prev[i].t_ns) / 1e9, link_of(b.fn), level).items()}
-                    link = link_of(b.fn)
-                    rows.append({"fn": b.fn, "state": state, "m": m, "level": level,
-                                 "max": {x: link.max_bw(x) / 1e9 for x in ("h2d", "d2h")}})
-                    prev[i] = cur
+        while args.iterations is None or n < args.iterations:
+            time.sleep(args.interval)
+            rows = []
+            for i, b in enumerate(bes):
+                cur = b.read()
+                state = b.fn.runtime_status if cur.valid else cur.state
+                m: dict[str, float] = {}
+                level: dict[str, int] = {}
+                if cur.valid and prev[i].valid:
+                    names = b.catalogue.names
+                    d = deltas(names, prev[i].values, cur.values)
+                    level = {k: int(v) for k, v in d.items() if k.endswith("_depth_hwm")}
+                    m = {k: float(v) for k, v in derive(
+                        d, (cur.t_ns - prev[i].t_ns) / 1e9, link_of(b.fn), level).items()}
+                link = link_of(b.fn)
+                rows.append({"fn": b.fn, "state": state, "m": m, "level": level,
+                             "max": {x: link.max_bw(x) / 1e9 for x in ("h2d", "d2h")}})
+                prev[i] = cur
+            if live is None:
+                print(json.dumps(top_json(rows, time.time(), args.interval)), flush=True)
+            else:
                 live.update(top_table(rows), refresh=True)
-                n += 1
+            n += 1
     except KeyboardInterrupt:
         pass
     finally:
+        if live is not None:
+            live.stop()
         for b in bes:
             b.close()
     return 0
 
 
 # ----------------------------------------------------------------- counters ----
+def list_json(fns: list[Function]) -> list[dict[str, Any]]:
+    """``tacc counters list --json`` (docs/cli.md): each function's catalogue."""
+    return [{"function": fn.pci, "label": fn.label, "pmu": fn.pmu_name,
+             "catalogue_version": fn.catalogue.version,
+             "counters": [{"name": c.name, "slot": c.slot, "unit": c.unit, "scope": c.scope,
+                           "description": c.description} for c in fn.catalogue]}
+            for fn in fns]
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    for fn in select_functions(args.device):
-        print(f"{fn.pci} ({fn.label}) pmu {fn.pmu_name}, catalogue version "
-              f"{fn.catalogue.version}")
-        for c in fn.catalogue:
-            print(f"  {c.name:<22} slot {c.slot:<3} {c.unit:<8} {c.scope:<9} {c.description}")
+    doc = list_json(select_functions(args.device))
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    for f in doc:
+        print(f"{f['function']} ({f['label']}) pmu {f['pmu']}, catalogue version "
+              f"{f['catalogue_version']}")
+        for c in f["counters"]:
+            print(f"  {c['name']:<22} slot {c['slot']:<3} {c['unit']:<8} {c['scope']:<9} "
+                  f"{c['description']}")
     return 0
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
     from tacc.capture import CaptureWriter
-    from tacc.counters.sampler import Sampler, capture_meta
+    from tacc.cli import UsageError
+    from tacc.counters.sampler import MAX_RATE_HZ, Sampler, capture_meta
 
+    low = 0.25 if args.backend == "device" else 0.0  # the device's period: u32 ns
+    if not low < args.rate <= MAX_RATE_HZ or args.duration <= 0:
+        raise UsageError(f"counters sample: --rate {args.rate:g}, --duration {args.duration:g}: "
+                         f"the rate must be in ({low:g}, {MAX_RATE_HZ:g}] Hz, the duration "
+                         "above 0 s")
     fns = select_functions(args.device)
     meta = capture_meta(fns, args.rate, args.backend)
     with Sampler(fns, args.rate, args.backend, spin_us=args.spin_us) as s, CaptureWriter(
             args.output, meta, streams=("counters", "clock_sync", "drops")) as w:
         st = s.run(duration_s=args.duration, writer=w)
         w.close(extra={"counters_sampler": st.as_dict()})
-    print(json.dumps(st.as_dict(), indent=1))
+    if args.json:
+        print(json.dumps({"output": str(args.output), "backend": args.backend,
+                          "functions": [f.pci for f in fns], **st.as_dict()}, indent=1))
+        return 0
+    print(f"{st.samples} samples of {len(fns)} function{'s' if len(fns) != 1 else ''} at "
+          f"{st.rate_hz:.0f} Hz over {st.wall_s:.3f} s ({st.missed} ticks missed, "
+          f"{st.unavailable} unavailable) -> {args.output}")
     return 0
 
 
 def _user_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """CounterError -> tacc.cli.CommandError: one line on stderr, exit status 2."""
+    """CounterError, PermissionError -> tacc.cli.CommandError: one line on stderr, exit
+    status 1."""
 
     def run(args: argparse.Namespace) -> int:
         from tacc.cli import CommandError
@@ -232,54 +280,63 @@ def _user_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argpars
 
 
 def add_parser(sub: Any) -> None:
+    from tacc.cli import options
+
     backends = ("sysfs", "mmap", "perf")
-
-    def dev(p: argparse.ArgumentParser) -> None:
-        p.add_argument("-d", "--device", action="append",
-                       help="PCI function (0000:01:00.0), PF or VFn; repeatable; default all")
-
-    p = sub.add_parser("stat", help="device counters over a command, perf-stat style")
-    dev(p)
-    p.add_argument("-b", "--backend", choices=backends, default="sysfs")
+    p = sub.add_parser(
+        "stat", help="device counters over a command, perf-stat style",
+        description="Count the device counters over a command (or an interval), as perf "
+                    "stat does: each function's counters before and after.",
+        epilog="examples:\n  tacc stat -- tacc run mlp\n"
+               "  tacc stat -e jobs_completed,h2d_bytes -- ./a.out\n"
+               "  tacc stat --json -d 0000:01:00.0 -- sleep 1",
+        parents=[options.device(), options.backend(backends, "sysfs"),
+                 options.json_flag("print the counters as JSON")])
     p.add_argument("-e", "--events", help="comma-separated counter names (default all readable)")
     p.add_argument("-a", "--all", action="store_true", help="show zero counters too")
-    p.add_argument("--json", action="store_true")
     p.add_argument("--stderr", action="store_true", help="report on stderr (like perf stat)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS]")
     p.set_defaults(func=_user_errors(cmd_stat))
 
-    p = sub.add_parser("top", help="live hardware view per function (PF and VFs)")
-    dev(p)
-    p.add_argument("-b", "--backend", choices=backends, default="sysfs")
-    p.add_argument("-i", "--interval", type=float, default=1.0, help="seconds")
+    p = sub.add_parser(
+        "top", help="live hardware view per function (PF and VFs)",
+        description="A live view per function (PF and VFs): jobs, bytes, busy shares, "
+                    "refreshed every interval.",
+        epilog="examples:\n  tacc top\n  tacc top -i 0.5 -n 10\n  tacc top --json -n 1",
+        parents=[options.device(), options.backend(backends, "sysfs"),
+                 options.json_flag("one JSON object per refresh, a line each (JSON Lines) "
+                                   "instead of the live table")])
+    p.add_argument("-i", "--interval", type=float, default=1.0, help="seconds between refreshes")
     p.add_argument("-n", "--iterations", type=int, help="stop after N refreshes")
     p.set_defaults(func=_user_errors(cmd_top))
 
-    p = sub.add_parser("counters", help="counter catalogue and sampling into a capture")
-    csub = p.add_subparsers(dest="counters_cmd", required=True)
-    q = csub.add_parser("list", help="the driver's counter catalogue")
-    dev(q)
+    p = sub.add_parser(
+        "counters", help="counter catalogue and sampling into a capture",
+        description="The driver's counter catalogue, and sampling it into a capture.",
+        epilog="examples:\n  tacc counters list\n  tacc counters sample -o /tmp/c -r 1000")
+    csub = p.add_subparsers(dest="counters_cmd", metavar="ACTION", required=True)
+    q = csub.add_parser(
+        "list", help="the driver's counter catalogue",
+        description="The counters each function has: name, slot, unit, scope, description.",
+        epilog="examples:\n  tacc counters list\n  tacc counters list -d VF1\n"
+               "  tacc counters list --json",
+        parents=[options.device(), options.json_flag()])
     q.set_defaults(func=_user_errors(cmd_list))
-    q = csub.add_parser("sample", help="sample at a fixed rate into a capture directory")
-    dev(q)
-    q.add_argument("-o", "--output", required=True)
+    q = csub.add_parser(
+        "sample", help="sample at a fixed rate into a capture directory",
+        description="Sample the counters at a fixed rate into a capture directory (its "
+                    "counters stream).",
+        epilog="examples:\n  tacc counters sample -o /tmp/c -r 1000 -t 2\n"
+               "  tacc counters sample -o /tmp/c -b device -r 5000 --json",
+        parents=[options.device(), options.output("capture directory to write",
+                                                  required=True, metavar="DIR"),
+                 options.backend((*backends, "device"), "mmap",
+                                 "how the counters are read (device: the device samples "
+                                 "into the driver's sample ring)"),
+                 options.json_flag("print the sampler's figures as JSON")])
     q.add_argument("-r", "--rate", type=float, default=1000.0,
                    help="Hz, up to 10000 (device: the sampling period is 1/rate, >= 100 us)")
     q.add_argument("-t", "--duration", type=float, default=1.0, help="seconds")
-    q.add_argument("-b", "--backend", choices=(*backends, "device"), default="mmap",
-                   help="device: the device samples into the driver's sample ring")
     q.add_argument("--spin-us", type=float, default=0.0,
                    help="spin instead of sleeping for deadlines closer than this")
     q.set_defaults(func=_user_errors(cmd_sample))
-
-
-def main(argv: list[str] | None = None) -> int:  # pragma: no cover - tacc.cli is the entry
-    parser = argparse.ArgumentParser(prog="tacc")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except CounterError as exc:
-        print(f"tacc: error: {exc}", file=sys.stderr)
-        return 2
-

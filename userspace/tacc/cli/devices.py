@@ -48,11 +48,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from tacc.cli import options
+
     p = sub.add_parser("devices", help="list tacc functions (PF, VF, virtio) by PCI address",
                        description="The tacc functions in sysfs, as taccd discovers them: "
                                    "PFs, VFs, then virtio-tacc functions",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       parents=[options.json_flag("a JSON array, one object per function")])
     p.add_argument("--kind", choices=KINDS, help="only functions of this kind")
-    p.add_argument("--json", action="store_true", help="one JSON object per function")
     p.add_argument("--sysroot", default="/", help=argparse.SUPPRESS)
     p.set_defaults(func=_run)

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tacc.cli import CommandError
+from tacc.cli import CommandError, options
+from tacc.cli.progress import progress_bar
 
 EXPORT_EPILOG = """\
 examples:
@@ -37,20 +38,20 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("export", help="write captures as Parquet datasets (pyarrow)",
                        description="Export captures to Parquet: one dataset per stream, "
                        "hive-partitioned by node and capture, for DuckDB, pandas, Spark...",
-                       epilog=EXPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("capture", metavar="CAPTURE", nargs="+")
-    p.add_argument("-o", "--output", required=True, metavar="DIR",
-                   help="dataset directory (created, or added to: a capture exported again "
-                   "replaces its old partition)")
+                       epilog=EXPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       parents=[options.captures(dest="capture"), options.output(
+                           "dataset directory (created, or added to: a capture exported again "
+                           "replaces its old partition)", required=True, metavar="DIR"),
+                           options.json_flag("print what was written as JSON"),
+                           options.quiet()])
     p.add_argument("--compression", default="zstd", choices=["zstd", "lz4", "snappy", "none"],
                    help="Parquet codec (default zstd, level 1)")
-    p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=run_export)
     q = sub.add_parser("query", help="run SQL over an export (DuckDB, embedded)",
                        description="Run one SQL statement with DuckDB over a tacc export.",
                        epilog=QUERY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    q.add_argument("dir", metavar="DIR")
-    q.add_argument("sql", metavar="SQL")
+    q.add_argument("dir", metavar="DIR", help="the export directory (tacc export -o DIR)")
+    q.add_argument("sql", metavar="SQL", help="the SQL query (DuckDB)")
     fmt = q.add_mutually_exclusive_group()
     fmt.add_argument("--json", dest="fmt", action="store_const", const="json",
                      help="rows as a JSON array of objects")
@@ -71,12 +72,14 @@ def run_export(args: argparse.Namespace) -> int:
     if out.is_dir() and any(out.iterdir()) and not (out / "_tacc_export.json").exists():
         raise CommandError(f"export: {out}: not empty and not a tacc export")
     caps = [open_capture(p) for p in args.capture]  # every capture valid before writing
-    ex = Exporter(out, compression=args.compression)
-    out.mkdir(parents=True, exist_ok=True)
     done = []
-    for cap, cid in zip(caps, capture_ids(caps), strict=True):
-        res = ex.export(cap, cid)
-        done.append(res)
+    with progress_bar("tacc export", args.quiet, "rows") as tick:
+        ex = Exporter(out, compression=args.compression, progress=tick)
+        out.mkdir(parents=True, exist_ok=True)
+        ex.total = sum(c.count(s) for c in caps for s in c.streams)
+        for cap, cid in zip(caps, capture_ids(caps), strict=True):
+            done.append(ex.export(cap, cid))
+    for cap, res in zip(caps, done, strict=True):
         if not cap.complete:
             print(f"tacc: warning: {cap.path}: incomplete capture (no 'complete' marker): "
                   f"exported up to the last whole chunk of each stream", file=sys.stderr)

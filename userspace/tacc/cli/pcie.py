@@ -4,7 +4,7 @@
     tacc pcie capture -o f.pcapng -t 0.5 --kinds mrd,cpld --no-ctrl
     tacc pcie capture -o f.pcapng --funcs 1 --addr 0x100000-0x200000 -- CMD
     tacc pcie summary f.pcapng [--json]                    # TLPs, bytes per direction
-    tacc pcie timeline f.pcapng -o tlps.json               # Perfetto: tracks + read flows
+    tacc pcie timeline f.pcapng -o tlps.json               # Chrome JSON: tracks, read flows
     tshark -X lua_script:tools/tacc-tlp.lua -r f.pcapng    # Wireshark decodes it
 
 The capture needs CAP_PERFMON (root): it shows every function and context.
@@ -29,6 +29,12 @@ def _fail(msg: str) -> Exception:
     return CommandError(msg)
 
 
+def _usage(msg: str) -> Exception:
+    from tacc.cli import UsageError
+
+    return UsageError(msg)
+
+
 def _node(dev: str | None) -> tuple[str, str]:
     """(accel node, PCI address) of ``-d`` (a node path or a PCI address; default: the
     first tacc PF)."""
@@ -51,7 +57,7 @@ def _mask(spec: str | None, names: dict[str, int] | None, what: str) -> int:
         try:
             m |= 1 << (names[part] if names else int(part, 0))
         except (KeyError, ValueError):
-            raise _fail(f"bad {what} {part!r}") from None
+            raise _usage(f"bad {what} {part!r}") from None
     return m
 
 
@@ -61,19 +67,19 @@ def _addr(spec: str | None) -> tuple[int, int] | None:
     try:
         lo, hi = (int(x, 0) for x in spec.split("-"))
     except ValueError:
-        raise _fail(f"bad --addr {spec!r} (want LO-HI, e.g. 0x1000-0x2000)") from None
+        raise _usage(f"bad --addr {spec!r} (want LO-HI, e.g. 0x1000-0x2000)") from None
     if hi <= lo:
-        raise _fail(f"bad --addr {spec!r}: HI must be above LO")
+        raise _usage(f"bad --addr {spec!r}: HI must be above LO")
     return lo, hi
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
     from tacc.pcie.ring import TlpCaptureError, TlpRing
 
-    node, pci = _node(args.device)
-    funcs = _mask(args.funcs, None, "function")
+    funcs = _mask(args.funcs, None, "function")  # usage errors before the device is touched
     kinds = _mask(args.kinds, KINDS, "TLP kind")
     addr = _addr(args.addr)
+    node, pci = _node(args.device)
     cmd = [c for c in args.cmd if c != "--"]
     chunks = []
     try:
@@ -132,17 +138,35 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         raise _fail(f"{args.file}: {exc}") from None
     n = perfetto.write(Path(args.output), recs, args.gen, args.width)
-    print(f"{n} trace events ({len(perfetto.read_flows(recs))} read flows) -> {args.output}")
+    flows = len(perfetto.read_flows(recs))
+    if args.json:
+        print(json.dumps({"output": args.output, "records": len(recs), "events": n,
+                          "read_flows": flows}))
+    else:
+        print(f"{n} trace events ({flows} read flows) -> {args.output}")
     return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from tacc.cli import options
+
     p = sub.add_parser("pcie", help="software PCIe analyzer: TLP capture, pcapng, timeline",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n  tacc pcie capture -o /tmp/tlp.tcs -- tacc run mlp\n"
+                              "  tacc pcie summary /tmp/tlp.tcs\n"
+                              "  tacc pcie timeline /tmp/tlp.tcs -o /tmp/tlp.json")
     ps = p.add_subparsers(dest="pcie_cmd", metavar="SUBCOMMAND", required=True)
-    c = ps.add_parser("capture", help="capture TLPs to a pcapng file")
-    c.add_argument("-o", "--output", required=True, help="pcapng file to write")
-    c.add_argument("-d", "--device", help="PF: PCI address or /dev/accel/accelN")
+    c = ps.add_parser(
+        "capture", help="capture TLPs to a pcapng file",
+        description="Record every TLP of the PF's link (the device's TLP capture ring) while "
+                    "a command runs.",
+        epilog="examples:\n  tacc pcie capture -o /tmp/tlp.tcs -- tacc run mlp\n"
+               "  tacc pcie capture -o /tmp/f.pcapng -t 0.5 --kinds mrd,cpld --no-ctrl",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[options.output("pcapng file to write", required=True),
+                 options.device("PF: PCI address or /dev/accel/accelN (default: the first "
+                                "tacc PF)", repeat=False, metavar="PF"),
+                 options.json_flag("print the capture's summary as JSON")])
     c.add_argument("-t", "--duration", type=float, default=1.0,
                    help="seconds to capture when no command is given (default 1)")
     c.add_argument("--entries", type=int, default=0, help="ring records (power of two)")
@@ -151,16 +175,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--addr", help="bus address range LO-HI (exclusive HI)")
     c.add_argument("--no-ctrl", action="store_true",
                    help="leave out control traffic (descriptor fetches, CQEs, MSI-X, ...)")
-    c.add_argument("--json", action="store_true")
     c.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ...: capture while it runs")
     c.set_defaults(func=cmd_capture)
-    s = ps.add_parser("summary", help="TLP counts and bytes per direction of a capture")
-    s.add_argument("file")
-    s.add_argument("--json", action="store_true")
+    tlp_file = "a TLP capture (tacc pcie capture -o FILE)"
+    s = ps.add_parser(
+        "summary", help="TLP counts and bytes per direction of a capture",
+        description="Per-kind TLP counts, bytes and link efficiency of a TLP capture.",
+        epilog="examples:\n  tacc pcie summary /tmp/tlp.tcs\n"
+               "  tacc pcie summary --json /tmp/tlp.tcs",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[options.json_flag("print the summary as JSON")])
+    s.add_argument("file", metavar="FILE", help=tlp_file)
     s.set_defaults(func=cmd_summary)
-    t = ps.add_parser("timeline", help="Perfetto trace (JSON) of a capture")
-    t.add_argument("file")
-    t.add_argument("-o", "--output", required=True)
+    t = ps.add_parser(
+        "timeline", help="Chrome trace JSON of a capture",
+        description="A TLP capture as Chrome trace JSON (chrome://tracing, ui.perfetto.dev): "
+                    "one slice per TLP, read requests flowing to their completions.",
+        epilog="examples:\n  tacc pcie timeline /tmp/tlp.tcs -o /tmp/tlp.json\n"
+               "  tacc pcie timeline /tmp/tlp.tcs -o /tmp/tlp.json --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[options.output("Chrome trace JSON file to write", required=True),
+                 options.json_flag("print what was written (events, read flows) as JSON")])
+    t.add_argument("file", metavar="FILE", help=tlp_file)
     t.add_argument("--gen", type=int, default=4, help="link generation for slice lengths")
     t.add_argument("--width", type=int, default=16, help="link width for slice lengths")
     t.set_defaults(func=cmd_timeline)

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tacc.cli import CommandError
+from tacc.cli import CommandError, UsageError
 from tacc.daemon import protocol
 
 EXAMPLES = """examples:
@@ -31,14 +31,14 @@ EXAMPLES = """examples:
 
 
 def add_parser(sub: Any) -> None:
+    from tacc.cli import options
+
     p = sub.add_parser(
         "profile", help="capture a command: taccd, capture, run, stop, findings, timeline",
         description=__doc__.split("\n\n", 1)[1], epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-o", "--output", required=True, metavar="CAP",
-                   help="capture directory (also CAP.pftrace and CAP-findings.json)")
-    p.add_argument("--socket", default=None, help="taccd control socket (default "
-                   f"$TACCD_SOCKET, else {protocol.DEFAULT_SOCKET})")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[options.output("capture directory (also CAP.pftrace and CAP-findings.json)",
+                                required=True, metavar="CAP"), options.socket()])
     p.add_argument("--no-host", action="store_true", help="no sched/block/net events")
     p.add_argument("--tlp", action="store_true", help="add the TLP stream (root)")
     p.add_argument("--taccd-option", action="append", default=[], metavar="OPT",
@@ -108,7 +108,7 @@ def _run_cmd(cmd: list[str]) -> int:
 def run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
-        raise CommandError("profile: give the command after --: tacc profile -o CAP -- CMD")
+        raise UsageError("profile: give the command after --: tacc profile -o CAP -- CMD")
     cap = Path(args.output).absolute()
     sock = protocol.socket_path(args.socket)
     daemon: subprocess.Popen[bytes] | None = None
@@ -161,8 +161,11 @@ def report(cap: Path, summary: dict[str, Any]) -> None:
     fpath = cap.with_name(cap.name + "-findings.json")
     fpath.write_text(json.dumps(to_json(c, findings, th), indent=1, default=str) + "\n")
     tpath = cap.with_name(cap.name + ".pftrace")
-    res = convert([cap], tpath, "perfetto", summary=True,
-                  findings=[f.to_json() for f in findings])
+    from tacc.cli.progress import progress_bar
+
+    with progress_bar("tacc profile: timeline", False) as tick:
+        res = convert([cap], tpath, "perfetto", summary=True,
+                      findings=[f.to_json() for f in findings], progress=tick)
     recs = summary.get("records", {})
     drops = sum((summary.get("drops") or {}).values())
     t0, t1 = c.time_range

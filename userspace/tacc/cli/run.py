@@ -16,22 +16,26 @@ from typing import Any
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("run", help="run a workload (tacc run NAME)",
-                              description="Run a tacc workload: mlp, or the bad/good twin of "
-                                          "an inefficiency (docs/workloads.md).")
+    from tacc.cli import options
+
+    p = subparsers.add_parser(
+        "run", help="run a workload (tacc run NAME)",
+        description="Run a tacc workload: mlp, or the bad/good twin of an inefficiency "
+                    "(docs/workloads.md).",
+        epilog="examples:\n  tacc run --list\n  tacc run tiny_transfers --variant bad --trace\n"
+               "  tacc run mlp --sim --json",
+        parents=[options.device("PCI address of the function (repeat for multi-device "
+                                "workloads: the first is the main one)"),
+                 options.json_flag("print results as JSON")])
     p.add_argument("name", nargs="?", help="workload name (see --list)")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
     p.add_argument("--variant", choices=("good", "bad", "both"), default=None,
                    help="which twin to run (default: both for twins, good for mlp)")
-    p.add_argument("-d", "--device", action="append", default=None, metavar="PCI",
-                   help="PCI address of the function (repeat for multi-device workloads: "
-                        "the first is the main one)")
     p.add_argument("--scale", type=int, default=1, help="multiply the work (default 1)")
     p.add_argument("--no-check", action="store_true", help="skip the numpy comparison")
     p.add_argument("--trace", action="store_true",
                    help="enable API tracing for this run (as TACC_API_TRACE=1)")
     p.add_argument("--sim", action="store_true", help="use the Python simulator, no device")
-    p.add_argument("--json", action="store_true", help="print results as JSON")
     m = p.add_argument_group("model workloads (decode*)")
     m.add_argument("--config", choices=("tiny", "gpt2"), default=None,
                    help="model configuration (default tiny)")
@@ -58,7 +62,7 @@ def _table(results: list[Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from tacc.cli import CommandError
+    from tacc.cli import CommandError, UsageError
 
     if args.trace:
         os.environ["TACC_API_TRACE"] = "1"
@@ -76,9 +80,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         w = get(args.name)
     except KeyError as e:
-        raise CommandError(str(e.args[0])) from None
+        raise UsageError(str(e.args[0])) from None
     if args.scale < 1:
-        raise CommandError("--scale must be >= 1")
+        raise UsageError("--scale must be >= 1")
     variant = args.variant or ("both" if w.twins else "good")
     devs = args.device or [None]
     try:
@@ -92,19 +96,21 @@ def main(args: argparse.Namespace) -> int:
                                                   "dtype", "mode")
                     if getattr(args, k) is not None}
         if model_kw and not w.model:
-            raise CommandError(f"{w.name}: --{next(iter(model_kw))} is for the model "
+            raise UsageError(f"{w.name}: --{next(iter(model_kw))} is for the model "
                                "workloads (decode*)")
         kw.update(model_kw)
         if w.multi_device and len(ctxs) > 1:
             kw["extra"] = ctxs[1:]
         for bad in ([True, False] if variant == "both" else [variant == "bad"]):
             results.append(run(w.name, ctxs[0], bad, **kw))
+    except UsageError:
+        raise
     except TaccError as e:
         raise CommandError(f"{w.name}: {e}") from None
     except AssertionError as e:
         raise CommandError(f"{w.name}: result check failed: {e}") from None
-    except ValueError as e:
-        raise CommandError(f"{w.name}: {e}") from None
+    except ValueError as e:  # a parameter out of the workload's range
+        raise UsageError(f"{w.name}: {e}") from None
     finally:
         for c in ctxs:
             c.close()

@@ -8,21 +8,16 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
-from tacc.cli.conventions import finish
+from tacc.cli.conventions import EXIT_FAILURE, Parser, finish
 from tacc.daemon import protocol
 from tacc.daemon.main import Daemon, DaemonError
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        print(f"taccd: {message} (see 'taccd --help')", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="taccd", description="tacc tracing service")
+    p = Parser(prog="taccd", description="tacc tracing service",
+               epilog="examples:\n  taccd\n  taccd -f -v --socket /tmp/taccd.sock\n"
+                      "  taccd --clock-exchange 169.254.0.1 --no-cdi")
     p.add_argument("-f", "--foreground", action="store_true",
                    help="stay in the foreground (systemd runs it so)")
     p.add_argument("--socket", default=None, help=f"control socket ({protocol.DEFAULT_SOCKET})")
@@ -39,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CDI spec kept up to date as functions come and go (tacc cdi "
                         "generate; docs/containers.md)")
     p.add_argument("--no-cdi", action="store_true", help="do not write CDI specs")
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log every request and capture event to stderr")
     return finish(p, "taccd")
 
 
@@ -48,8 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="taccd: %(message)s", stream=sys.stderr)
     if os.geteuid() != 0 and not args.no_bpf:
-        print("taccd: must run as root (or pass --no-bpf)", file=sys.stderr)
-        return 1
+        print("taccd: error: must run as root (or pass --no-bpf)", file=sys.stderr)
+        return EXIT_FAILURE
     try:
         d = Daemon(protocol.socket_path(args.socket), Path(args.capture_root),
                    always_on=not args.no_always_on, interval=args.interval,
@@ -57,8 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    clock_exchange=args.clock_exchange,
                    cdi_spec=None if args.no_cdi else args.cdi_spec)
     except (DaemonError, OSError, ValueError) as exc:
-        print(f"taccd: {exc}", file=sys.stderr)
-        return 1
+        print(f"taccd: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     if not args.foreground:
         if os.fork():
             return 0

@@ -3,31 +3,42 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
+import json
 import sys
-from collections.abc import Callable, Iterator
 from typing import Any
 
-from tacc.cli import CommandError
+from tacc.cli import UsageError, options
+from tacc.cli.progress import progress_bar
+
+EPILOG = """examples:
+  tacc timeline /tmp/cap -o /tmp/cap.pftrace
+  tacc timeline /tmp/cap --summary
+  tacc timeline /tmp/cap --summary --json
+  tacc timeline /tmp/cap --format hta -o /tmp/hta
+  tacc timeline node0/cap node1/cap -o merged.pftrace
+"""
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("timeline", help="correlated timeline of one or more captures",
                        description="Convert captures into a Perfetto trace (.pftrace), Chrome "
-                       "trace JSON or a self-contained offline HTML view.")
-    p.add_argument("captures", nargs="+", metavar="CAPTURE",
-                   help="capture directories (several: merged, one node each)")
-    p.add_argument("-o", "--output", help="output file (default: none with --summary)")
+                       "trace JSON or a self-contained offline HTML view; or summarise them.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       parents=[options.captures("capture directories (several: merged, one "
+                                                 "node each)"),
+                                options.output("output file (default: none with --summary)"),
+                                options.quiet()])
     p.add_argument("--format", choices=["perfetto", "json", "hta", "html"],
                    help="output format (default: from the extension, else perfetto); json: "
                         "Chrome trace JSON (chrome://tracing, Perfetto, HTA); hta: OUTPUT is "
                         "a directory of one Chrome JSON per node/function rank, HTA's "
                         "trace_dir")
     p.add_argument("--summary", action="store_true", help="print a text overview")
-    p.add_argument("-q", "--quiet", action="store_true",
-                   help="no progress bar (there is none either when stderr is not a "
-                        "terminal)")
-    p.add_argument("--findings", help="findings.json of tacc analyze to overlay")
+    p.add_argument("--json", action="store_true",
+                   help="print the overview as one JSON object (implies --summary; shape: "
+                        "docs/cli.md)")
+    p.add_argument("--findings", metavar="FILE",
+                   help="findings.json of tacc analyze to overlay")
     p.add_argument("--rename", action="append", default=[], metavar="CAPTURE=NAME",
                    help="node id of CAPTURE in a merge (two captures of one node id are "
                         "refused otherwise); repeatable")
@@ -41,32 +52,12 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-@contextlib.contextmanager
-def progress_bar(what: str, quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar on stderr for a long step (events done of about ``total``),
-    none with -q or when stderr is not a terminal (a pipe, a log, CI)."""
-    if quiet or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed:,.0f} events"), TimeRemainingColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(what, total=None)
-
-        def tick(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=max(total, done) or None)
-
-        yield tick
-
-
 def run(args: argparse.Namespace) -> int:
     from tacc.timeline.convert import convert, load_findings
 
+    args.summary = args.summary or args.json
     if not args.output and not args.summary:
-        raise CommandError("timeline: give -o OUTPUT and/or --summary")
+        raise UsageError("timeline: give -o OUTPUT and/or --summary")
     fmt = args.format
     if fmt is None and args.output:
         fmt = {"json": "json", "html": "html", "htm": "html"}.get(
@@ -82,7 +73,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {path}", file=sys.stderr)
     for p in res.problems:
         print(f"tacc: warning: {p}", file=sys.stderr)
-    if args.summary:
+    if args.json:
+        json.dump(res.summary_json, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif args.summary:
         sys.stdout.write(res.summary)
     if args.output:
         print(f"wrote {args.output}: {res.events} events on {res.tracks} tracks", file=sys.stderr)

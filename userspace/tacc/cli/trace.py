@@ -64,6 +64,13 @@ def cmd_start(args: argparse.Namespace) -> int:
         opts.update(filters, tlp=True)
     if args.peers:
         opts["peers"] = [p for p in args.peers.split(",") if p]
+    from tacc.cli import UsageError
+    from tacc.daemon.session import Options
+
+    try:  # taccd refuses the same; here it is a usage error, before taccd is asked
+        Options(**{k: v for k, v in opts.items() if k != "duration"})
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"trace start: {exc}") from None
     rep = _call(args, {"cmd": "start", "output": args.output, "options": opts})
     print(json.dumps(rep) if args.json else f"capturing to {rep['path']}")
     for w in rep.get("warnings", []):  # stdout is the result (JSON with --json)
@@ -79,8 +86,10 @@ def _funcs(spec: str | None) -> list[int]:
     try:
         return [int(x, 0) for x in _split(spec)]
     except ValueError:
-        raise _fail(f"bad --tlp-funcs {spec!r} (want function numbers: 0 = PF, n = VF n)") \
-            from None
+        from tacc.cli import UsageError
+
+        raise UsageError(f"bad --tlp-funcs {spec!r} (want function numbers: 0 = PF, "
+                         "n = VF n)") from None
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -118,26 +127,44 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("trace", help="taccd capture control (start|stop|status)")
-    p.add_argument("--socket", default=None, help="taccd control socket")
+    from tacc.cli import options
+
+    p = sub.add_parser(
+        "trace", help="taccd capture control (start|stop|status)",
+        description="Control taccd's captures over its UNIX socket (docs/taccd.md).",
+        epilog="examples:\n  tacc trace start -o /tmp/cap\n  tacc trace stop\n"
+               "  tacc trace status --json", parents=[options.socket()])
     ts = p.add_subparsers(dest="trace_cmd", metavar="ACTION", required=True)
-    s = ts.add_parser("start", help="start a capture")
-    s.add_argument("-o", "--output", default=None, help="capture directory")
-    s.add_argument("-p", "--pid", type=int, action="append", default=[])
-    s.add_argument("-c", "--comm", default="")
-    s.add_argument("-d", "--device", default=None)
-    s.add_argument("--duration", type=float, default=None)
+    s = ts.add_parser(
+        "start", help="start a capture",
+        description="Start a capture: taccd records the runtime's API calls, the driver's "
+                    "tracepoints, the device's trace ring, counters and clock pairs into a "
+                    "capture directory.",
+        epilog="examples:\n  tacc trace start -o /tmp/cap\n"
+               "  tacc trace start -o /tmp/cap -p 1234 --no-host\n"
+               "  tacc trace start -o /tmp/cap --tlp --tlp-kinds mrd,cpld",
+        parents=[options.output("capture directory (default: taccd's --capture-root)",
+                                metavar="DIR"),
+                 options.device("only this function (PCI address)", repeat=False),
+                 options.json_flag("print taccd's reply as JSON")])
+    s.add_argument("-p", "--pid", type=int, action="append", default=[],
+                   help="only this process (repeatable)")
+    s.add_argument("-c", "--comm", default="", help="only processes with this name")
+    s.add_argument("--duration", type=float, default=None,
+                   help="stop the capture after this many seconds")
     s.add_argument("--no-host", action="store_true", help="no sched/block/net events")
     s.add_argument("--no-ioctls", action="store_true",
                    help="no IOCTL records (one per tacc ioctl): the per-job facts only, "
                         "the ioctl tracepoints not attached (cheaper)")
-    s.add_argument("--counters-hz", type=float, default=None)
+    s.add_argument("--counters-hz", type=float, default=None,
+                   help="counter sampling rate, Hz")
     s.add_argument("--counters-source", default=None, metavar="SOURCE",
                    help="who samples the counters: taccd's loop (host, default) or the "
                         "device into its sample ring (no late sample is lost, but the "
                         "device stays in D0 and its link out of L1 for the capture; falls "
                         "back to host when the ring is taken)")
-    s.add_argument("--max-bytes", type=int, default=None)
+    s.add_argument("--max-bytes", type=int, default=None,
+                   help="stop when the capture reaches this size")
     s.add_argument("--trace-entries", type=int, default=None, metavar="N",
                    help="device trace ring records per function, a power of two 64..32768 "
                         "(default: the driver's, 4096); more absorbs longer bursts")
@@ -162,11 +189,16 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--peers", default="", metavar="ADDR[:PORT],...",
                    help="other nodes' taccd (--clock-exchange) to exchange clock "
                         "timestamps with during the capture (docs/cluster.md)")
-    s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_start)
-    st = ts.add_parser("stop", help="stop the capture and close it")
-    st.add_argument("--json", action="store_true")
+    st = ts.add_parser(
+        "stop", help="stop the capture and close it",
+        description="Stop the capture and close its directory; prints what it holds.",
+        epilog="examples:\n  tacc trace stop\n  tacc trace stop --json",
+        parents=[options.json_flag("print taccd's reply as JSON")])
     st.set_defaults(func=cmd_stop)
-    ss = ts.add_parser("status", help="taccd mode, devices, always-on figures")
-    ss.add_argument("--json", action="store_true")
+    ss = ts.add_parser(
+        "status", help="taccd mode, devices, always-on figures",
+        description="taccd's mode, devices, capture and always-on figures.",
+        epilog="examples:\n  tacc trace status\n  tacc trace status --json",
+        parents=[options.json_flag("print taccd's status as JSON")])
     ss.set_defaults(func=cmd_status)

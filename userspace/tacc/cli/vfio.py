@@ -16,7 +16,7 @@ EPILOG = """examples:
   tacc vfio selftest --bind 0000:01:00.2   the same, binding first and unbinding after
   tacc vfio nop 0000:01:00.2 -n 200   NOP submit-to-completion through tacc.vfio
 
-refused (one line, exit status 2): a function whose accel node or VFIO group is open,
+refused (one line, exit status 1): a function whose accel node or VFIO group is open,
 the PF while VFs are enabled, a function without an IOMMU group (IOMMU off)."""
 
 
@@ -89,28 +89,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("vfio", help="bind tacc functions to vfio-pci and back",
                        description=__doc__, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    from tacc.cli import options
+
     vs = p.add_subparsers(dest="vfio_cmd", metavar="ACTION", required=True)
-    for name, func, help_ in (("list", cmd_list, "list tacc functions and their drivers"),
-                              ("bind", cmd_bind, "give a function to vfio-pci"),
-                              ("unbind", cmd_unbind, "give a function back to tacc.ko")):
-        q = vs.add_parser(name, help=help_, epilog=EPILOG,
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw = argparse.RawDescriptionHelpFormatter
+    for name, func, help_, desc in (
+            ("list", cmd_list, "list tacc functions and their drivers",
+             "Where each function is: tacc.ko, vfio-pci or none."),
+            ("bind", cmd_bind, "give a function to vfio-pci",
+             "Move a VF from tacc.ko to vfio-pci."),
+            ("unbind", cmd_unbind, "give a function back to tacc.ko",
+             "Give a VF back to tacc.ko.")):
+        q = vs.add_parser(name, help=help_, description=desc, epilog=EPILOG,
+                          formatter_class=raw,
+                          parents=[options.json_flag("print the functions as JSON")])
         if name != "list":
             q.add_argument("bdf", metavar="BDF", help="PCI function, e.g. 0000:01:00.1")
-        q.add_argument("--json", action="store_true", help="print JSON")
         q.set_defaults(func=func)
     q = vs.add_parser("selftest", help="run copies and a GEMM through tacc.vfio",
-                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                      description="Copies and a GEMM through tacc.vfio, checked against numpy.",
+                      epilog=EPILOG, formatter_class=raw, parents=[options.json_flag()])
     q.add_argument("bdf", metavar="BDF", help="function bound to vfio-pci")
     q.add_argument("--huge", action="store_true", help="copy through 2 MiB hugetlb buffers")
     q.add_argument("--bind", action="store_true",
                    help="bind to vfio-pci first, give back to tacc.ko after")
-    q.add_argument("--json", action="store_true", help="print JSON")
     q.set_defaults(func=cmd_selftest)
     q = vs.add_parser("nop", help="NOP submit-to-completion latency through tacc.vfio",
-                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                      description="NOP submit-to-completion latency through tacc.vfio.",
+                      epilog=EPILOG, formatter_class=raw, parents=[options.json_flag()])
     q.add_argument("bdf", metavar="BDF", help="function bound to vfio-pci")
     q.add_argument("-n", "--count", type=int, default=100, help="NOP jobs (default 100)")
     q.add_argument("--poll", action="store_true", help="poll CQ_TAIL instead of MSI-X")
-    q.add_argument("--json", action="store_true", help="print JSON")
     q.set_defaults(func=cmd_nop)

@@ -414,7 +414,9 @@ class CaptureSession:
         """tacc.ko's devcoredumps of the capture's functions taken since it started
         (kernel/tacc_coredump.c, /sys/class/devcoredump): each copied to
         devcoredump/<n>.txt and a DEVCOREDUMP device event at the dump's time (arg n; the
-        job's ctx, queue, tag, seqno, pid when a job timed out)."""
+        job's ctx, queue, tag, seqno, pid when a job timed out), then freed (the kernel
+        keeps a dump for 5 minutes otherwise; the capture holds it now).  Dumps from
+        before the capture are left to their readers."""
         from tacc import devcoredump as dc
 
         for pci, fid in self.fid_of_pci.items():
@@ -432,6 +434,7 @@ class CaptureSession:
                 out = self.path / "devcoredump" / f"{n}.txt"
                 out.parent.mkdir(exist_ok=True)
                 out.write_text(text)
+                dc.free(d)
                 job = dump.job
                 r = np.zeros(1, DEVICE_EVENTS_DTYPE)
                 r["t_ns"], r["fid"] = dump.time_ns, fid

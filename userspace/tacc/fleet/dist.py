@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tacc.errors import TaccError
+from tacc.errors import TaccError, UsageError
 
 from .deps import require
 
@@ -44,7 +44,7 @@ def check_scheduler(spec: str) -> str:
     scheme, _, addr = spec.partition("://")
     if spec in ("local", "serial") or (scheme in ("tcp", "tls") and ":" in addr):
         return spec
-    raise TaccError(f"analyze: --scheduler {spec}: not a scheduler ({SCHEDULER_HELP})")
+    raise UsageError(f"analyze: --scheduler {spec}: not a scheduler ({SCHEDULER_HELP})")
 
 
 @contextmanager

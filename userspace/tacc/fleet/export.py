@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,14 @@ class Exporter:
     """Exports captures into ``out`` (a dataset directory, created or added to)."""
 
     def __init__(self, out: Path, row_group_rows: int = ROW_GROUP_ROWS,
-                 compression: str = "zstd") -> None:
+                 compression: str = "zstd",
+                 progress: Callable[[int, int], None] | None = None) -> None:
+        """``progress(rows, total)``: called as each chunk is converted (rows of the
+        export so far; ``total``, the rows :attr:`total` says are coming, 0: unknown)."""
         self.out = out
+        self.progress = progress
+        self.total = 0
+        self.done = 0
         self.row_group_rows = row_group_rows
         self.compression = compression
         self.pa = require("pyarrow")
@@ -151,6 +158,9 @@ class Exporter:
                 extra = {f"{f}_ns": self._ticks_ns(ch, f, clocks) for f in ticks}
                 pending.append(arrowmap.to_batch(ch, sch, extra))
                 npending += len(ch)
+                self.done += len(ch)
+                if self.progress is not None:
+                    self.progress(self.done, self.total)
                 if npending >= self.row_group_rows:
                     w.write_table(pa.Table.from_batches(pending, schema=sch))
                     rows += npending

@@ -30,6 +30,7 @@ import numpy as np
 from tacc.capture import Capture, CaptureError
 from tacc.capture.clock import IDENTITY, LinearClock, compose, fit_pairs
 from tacc.capture.schema import HostKind
+from tacc.errors import UsageError
 
 ALIGN_METHODS = ("auto", "hostclk", "network")
 # one flow id space for tags that cross nodes: top byte 0xFF (node flows use 1..N)
@@ -47,6 +48,11 @@ MESSAGE_DTYPE = np.dtype([
 
 class ClusterError(CaptureError):
     """A merge that cannot be made (one line)."""
+
+
+class ClusterOptionError(ClusterError, UsageError):
+    """A merge the command line cannot mean: a --rename or --align value, too few
+    captures (a usage error: exit status 2)."""
 
 
 @dataclass
@@ -89,7 +95,7 @@ def parse_renames(items: list[str] | None) -> dict[str, str]:
     for it in items or []:
         cap, sep, name = it.rpartition("=")
         if not sep or not cap or not name.strip():
-            raise ClusterError(f"--rename {it!r}: accepted: CAPTURE=NAME")
+            raise ClusterOptionError(f"--rename {it!r}: accepted: CAPTURE=NAME")
         out[cap.rstrip("/")] = name.strip()
     return out
 
@@ -114,7 +120,7 @@ def node_names(caps: list[Capture], renames: dict[str, str] | None = None) -> li
         seen[name] = cap
         names.append(name)
     if renames:
-        raise ClusterError(f"--rename {next(iter(renames))}: no such capture among those "
+        raise ClusterOptionError(f"--rename {next(iter(renames))}: no such capture among those "
                            f"merged")
     return names
 
@@ -230,7 +236,7 @@ def align_nodes(caps: list[Capture], names: list[str], method: str = "auto"
                 ) -> list[NodeClock]:
     """Each node's clock on the reference (first) node's CLOCK_MONOTONIC."""
     if method not in ALIGN_METHODS:
-        raise ClusterError(f"--align {method}: accepted: {', '.join(ALIGN_METHODS)}")
+        raise ClusterOptionError(f"--align {method}: accepted: {', '.join(ALIGN_METHODS)}")
     fits = [host_fit(c) for c in caps]
     out = [NodeClock(names[0], str(caps[0].path), 0, "reference", IDENTITY)]
     for k in range(1, len(caps)):
@@ -349,5 +355,5 @@ def load_view(paths: list[str | os.PathLike[str]], renames: list[str] | None = N
     from tacc.capture import open_capture
 
     if len(paths) < 2:
-        raise ClusterError("a cluster merge needs two or more captures (one per node)")
+        raise ClusterOptionError("a cluster merge needs two or more captures (one per node)")
     return open_view([open_capture(Path(p)) for p in paths], parse_renames(renames), method)

@@ -17,7 +17,7 @@ from .chrome_json import JsonSink, Ranks
 from .html import HtmlSink
 from .model import Batch, CounterBatch, Extractor, make_sources
 from .perfetto import PerfettoSink
-from .summary import SummarySink
+from .summary import SummarySink, write_text
 
 FINDINGS_UUID_BASE = 0x7ACD_0000
 
@@ -29,6 +29,7 @@ class Result:
     outputs: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     summary: str = ""
+    summary_json: dict[str, Any] = field(default_factory=dict)  # the summary's source
     device_events: dict[str, int] = field(default_factory=dict)  # kind name -> instants
 
 
@@ -152,10 +153,10 @@ def convert(
     if out is not None:
         res.outputs.append(str(out))
     if sm:
+        doc = sm.to_json(ex.tracks.tracks, ex.names.lookup(), res.problems)
+        doc["device_events"] = {"total": sum(res.device_events.values()),
+                                "by_kind": res.device_events}
         buf = io.StringIO()
-        sm.write(buf, ex.tracks.tracks, ex.names.lookup(), res.problems)
-        n = sum(res.device_events.values())
-        kinds = ", ".join(f"{k} {v}" for k, v in res.device_events.items())
-        buf.write(f"\ndevice events: {n}" + (f" ({kinds})" if kinds else "") + "\n")
-        res.summary = buf.getvalue()
+        write_text(buf, doc)
+        res.summary, res.summary_json = buf.getvalue(), doc
     return res

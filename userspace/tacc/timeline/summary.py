@@ -7,13 +7,14 @@ temporal breakdown counts it (docs/timeline.md)."""
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
 from .chrome_json import HTA_MEMORY_NAMES
 from .model import Batch, CounterBatch, Names, Track
 
+SUMMARY_SCHEMA = "tacc-timeline-summary"
 IDLE_NAMES = ("sleeping",)  # slices that are a track's idle time, not its busy time
 
 
@@ -137,8 +138,10 @@ class SummarySink:
                       "compute": union_ns(a[0][comp], a[1][comp])}
         return out
 
-    def write(self, out: TextIO, tracks: list[Track], names: list[str], problems: list[str]
-              ) -> None:
+    def to_json(self, tracks: list[Track], names: list[str], problems: list[str]
+                ) -> dict[str, Any]:
+        """The summary as the JSON of ``tacc timeline --summary --json`` (docs/cli.md);
+        :meth:`write` prints this very document as text."""
         def path(t: Track) -> str:
             parts = [t.name]
             p = t.parent
@@ -150,40 +153,74 @@ class SummarySink:
         lo = min(self.first.values(), default=0)
         hi = max(self.last.values(), default=0)
         span = max(hi - lo, 1)
-        out.write(f"timeline: {self.events} events, {len(tracks)} tracks, "
-                  f"span {span / 1e6:.3f} ms (times below: ms from the first event)\n")
-        for p in problems:
-            out.write(f"warning: {p}\n")
         rows = sorted(self.count, key=lambda k: tracks[k].idx)
-        w = max([len("track"), *(len(path(tracks[t])) for t in rows)])
-        out.write(f"\n{'track':<{w}} {'slices':>9} {'busy ms':>11} {'busy %':>7} "
-                  f"{'sleeping ms':>12}\n")
-        for t in rows:
-            out.write(f"{path(tracks[t]):<{w}} {self.count[t]:>9} "
-                      f"{self.busy[t] / 1e6:>11.3f} {100.0 * self.busy[t] / span:>7.1f} "
-                      f"{self.sleep[t] / 1e6:>12.3f}\n")
         dev = self.device_busy(tracks, names)
-        if dev:
-            out.write("\ndevice engines (union of every queue's commands; compute: all but "
-                      "copies and fills):\n")
-            for g, d in sorted(dev.items()):
-                sp = max(d["span"], 1)
-                out.write(f"{path(tracks[g])}: span {d['span'] / 1e6:.3f} ms, busy "
-                          f"{d['busy'] / 1e6:.3f} ms ({100.0 * d['busy'] / sp:.2f} %), compute "
-                          f"{d['compute'] / 1e6:.3f} ms ({100.0 * d['compute'] / sp:.2f} %), "
-                          f"idle {100.0 * (sp - d['busy']) / sp:.2f} %\n")
-        if self.cstats:
-            cw = max([len("counter"), *(len(path(tracks[t])) for t in self.cstats)])
-            out.write(f"\n{'counter':<{cw}} {'samples':>9} {'mean':>14} {'max':>14}\n")
-            for t, (n, s, _mn, mx) in sorted(self.cstats.items()):
-                u = tracks[t].unit
-                out.write(f"{path(tracks[t]):<{cw}} {int(n):>9} "
-                          f"{fmt_value(s / max(n, 1), u):>14} {fmt_value(mx, u):>14}\n")
-        nw = max([len("slice name"), *(len(names[k]) for k in self.by_name)])
-        out.write(f"\n{'slice name':<{nw}} {'count':>9} {'total ms':>11}\n")
-        for k, (c, s) in sorted(self.by_name.items(), key=lambda kv: -kv[1][1])[:15]:
-            out.write(f"{names[k]:<{nw}} {c:>9} {s / 1e6:>11.3f}\n")
-        out.write(f"\ntop {len(self.top)} slices:\n")
-        for d, ts, t, k in self.top:
-            out.write(f"  {d / 1e3:>12.1f} us  at {(ts - lo) / 1e6:>10.3f} ms  {names[k]:<16} "
-                      f"{path(tracks[t])}\n")
+        return {
+            "schema": SUMMARY_SCHEMA, "version": 1, "events": self.events,
+            "tracks": len(tracks), "t0_ns": lo, "span_ns": span, "problems": list(problems),
+            "track_busy": [{"track": path(tracks[t]), "slices": self.count[t],
+                            "busy_ns": self.busy[t], "busy_share": self.busy[t] / span,
+                            "sleeping_ns": self.sleep[t]} for t in rows],
+            "device_engines": [
+                {"track": path(tracks[g]), "span_ns": d["span"], "busy_ns": d["busy"],
+                 "compute_ns": d["compute"], "busy_share": d["busy"] / max(d["span"], 1),
+                 "compute_share": d["compute"] / max(d["span"], 1),
+                 "idle_share": (max(d["span"], 1) - d["busy"]) / max(d["span"], 1)}
+                for g, d in sorted(dev.items())],
+            "counters": [{"track": path(tracks[t]), "unit": tracks[t].unit, "samples": int(n),
+                          "mean": s / max(n, 1), "min": mn, "max": mx}
+                         for t, (n, s, mn, mx) in sorted(self.cstats.items())],
+            "slice_names": [{"name": names[k], "count": c, "total_ns": s} for k, (c, s) in
+                            sorted(self.by_name.items(), key=lambda kv: -kv[1][1])],
+            "top_slices": [{"dur_ns": d, "t_ns": ts - lo, "name": names[k],
+                            "track": path(tracks[t])} for d, ts, t, k in self.top],
+        }
+
+    def write(self, out: TextIO, tracks: list[Track], names: list[str], problems: list[str]
+              ) -> None:
+        write_text(out, self.to_json(tracks, names, problems))
+
+
+def write_text(out: TextIO, doc: dict[str, Any]) -> None:
+    """The summary document (:meth:`SummarySink.to_json`) as the text of ``tacc timeline
+    --summary``."""
+    span = doc["span_ns"]
+    out.write(f"timeline: {doc['events']} events, {doc['tracks']} tracks, "
+              f"span {span / 1e6:.3f} ms (times below: ms from the first event)\n")
+    for p in doc["problems"]:
+        out.write(f"warning: {p}\n")
+    rows = doc["track_busy"]
+    w = max([len("track"), *(len(r["track"]) for r in rows)])
+    out.write(f"\n{'track':<{w}} {'slices':>9} {'busy ms':>11} {'busy %':>7} "
+              f"{'sleeping ms':>12}\n")
+    for r in rows:
+        out.write(f"{r['track']:<{w}} {r['slices']:>9} {r['busy_ns'] / 1e6:>11.3f} "
+                  f"{100.0 * r['busy_share']:>7.1f} {r['sleeping_ns'] / 1e6:>12.3f}\n")
+    if doc["device_engines"]:
+        out.write("\ndevice engines (union of every queue's commands; compute: all but "
+                  "copies and fills):\n")
+        for d in doc["device_engines"]:
+            out.write(f"{d['track']}: span {d['span_ns'] / 1e6:.3f} ms, busy "
+                      f"{d['busy_ns'] / 1e6:.3f} ms ({100.0 * d['busy_share']:.2f} %), compute "
+                      f"{d['compute_ns'] / 1e6:.3f} ms ({100.0 * d['compute_share']:.2f} %), "
+                      f"idle {100.0 * d['idle_share']:.2f} %\n")
+    if doc["counters"]:
+        cw = max([len("counter"), *(len(c["track"]) for c in doc["counters"])])
+        out.write(f"\n{'counter':<{cw}} {'samples':>9} {'mean':>14} {'max':>14}\n")
+        for c in doc["counters"]:
+            out.write(f"{c['track']:<{cw}} {c['samples']:>9} "
+                      f"{fmt_value(c['mean'], c['unit']):>14} "
+                      f"{fmt_value(c['max'], c['unit']):>14}\n")
+    sn = doc["slice_names"][:15]
+    nw = max([len("slice name"), *(len(r["name"]) for r in doc["slice_names"])])
+    out.write(f"\n{'slice name':<{nw}} {'count':>9} {'total ms':>11}\n")
+    for r in sn:
+        out.write(f"{r['name']:<{nw}} {r['count']:>9} {r['total_ns'] / 1e6:>11.3f}\n")
+    out.write(f"\ntop {len(doc['top_slices'])} slices:\n")
+    for r in doc["top_slices"]:
+        out.write(f"  {r['dur_ns'] / 1e3:>12.1f} us  at {r['t_ns'] / 1e6:>10.3f} ms  "
+                  f"{r['name']:<16} {r['track']}\n")
+    ev = doc.get("device_events")
+    if ev is not None:
+        kinds = ", ".join(f"{k} {v}" for k, v in ev["by_kind"].items())
+        out.write(f"\ndevice events: {ev['total']}" + (f" ({kinds})" if kinds else "") + "\n")
