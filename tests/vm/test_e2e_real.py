@@ -60,12 +60,17 @@ TWINS: dict[str, tuple[dict[str, Any], set[str], int]] = {
     "decode_weights": (DECODE_KW, {"redundant_upload"}, 1000),
     "decode_kv": (DECODE_KW, {"kv_roundtrip"}, 1000),
 }
-QUICK_TWINS = ["tiny_transfers", "tlb_thrash", "map_churn", "serialized_copies", "host_bound",
-               "link_saturation", "unaligned_userptr", "decode_launch", "decode_weights",
-               "decode_kv"]
+# make test records the decode twins here; the micro-pattern twins' real captures are the
+# host layer's fixtures (tests/host/data/fixtures, re-recorded by `make fixtures`), whose
+# findings and estimates tests/host/test_real_analysis.py checks on every run, and the mixed
+# workload below captures their rules live; re-capturing each micro twin here (~250 s of
+# guest time, ~20 min of wall under TCG) runs in `make test-long`.
+MICRO_TWINS = ["tiny_transfers", "tlb_thrash", "map_churn", "serialized_copies", "host_bound",
+               "link_saturation", "unaligned_userptr"]
+DECODE_TWINS = ["decode_launch", "decode_weights", "decode_kv"]
 # host_memory prices each misaligned copy by the device's closed forms: the link
 # steps at its offsets (read requests at 4 KiB, write TLPs at MPS) and its extra page walk
-TWIN_PARAMS = QUICK_TWINS
+TWIN_PARAMS = [*(pytest.param(n, marks=pytest.mark.long) for n in MICRO_TWINS), *DECODE_TWINS]
 
 # The mixed workload (as tacc.capture.synth.MIXED) and its exact expected findings.
 MIXED = [("mlp", False, {"batches": 4}), ("tiny_transfers", True, {}),
@@ -626,6 +631,7 @@ def test_estimate_within_25_percent_of_measured(recorder: Recorder, name: str) -
 IDLE_S = 3.0
 
 
+@pytest.mark.long  # two more captures (~50 s of guest time)
 def test_tiny_transfers_idle_prefix_rated_on_active_span(recorder: Recorder) -> None:
     """the bad twin captured after a few idle seconds is rated high (its
     time lost over the active span of its function); the good twin in its own capture,
@@ -810,6 +816,7 @@ def test_export_query_real_capture(recorder: Recorder, tmp_path: Path,
 
 
 # ---------------------------------------------------------------- errors --
+@pytest.mark.long  # tests/host/test_real_damage.py: the same on the recorded real captures
 def test_damaged_real_captures_one_line(recorder: Recorder, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     src, _, _ = recorder.capture("tiny_transfers-good", [("tiny_transfers", False, {})])
