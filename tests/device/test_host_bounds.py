@@ -26,11 +26,12 @@ from tacc.testing.taccdev import DEVMEM_VA, Tacc
 
 MiB = 1 << 20
 # Worst QMP round trip while the device does host work.  Measured on the
-# 2-core test machine at load ~5 with the default x-host-slice (16 MiB):
-# 0.27 .. 0.48 s (GEMMs), 0.27 .. 0.36 s (FILL); the unsliced gather and FILL
-# of the same commands held QMP for 3.7 s and 4.7 s (docs/hardware.md
-# section 9, "Host work").
-QMP_BOUND_S = 1.0
+# 2-core test machine with the default x-host-slice (16 MiB): 0.27 .. 0.48 s
+# at load ~5 (GEMMs), 0.27 .. 0.36 s (FILL), 1.5 s once at load ~8 (other
+# QEMUs, the GEMM workers and the test share the 2 cores); the unsliced gather
+# and FILL of the same commands held QMP for 3.7 s and 4.7 s at load ~5
+# (docs/hardware.md section 9, "Host work").
+QMP_BOUND_S = 2.0
 RSS_SLACK = 64 * MiB  # allocator and OpenBLAS arenas on top of the bound
 
 
