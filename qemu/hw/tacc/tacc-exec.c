@@ -382,14 +382,12 @@ bool tacc_copy_land(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
  * device-memory window.  No MMU (the addresses are window offsets), so a
  * driver can scrub memory no context maps; the window bounds it.  Timed
  * and counted like a D2D copy's write half: device-memory write bandwidth
- * on the DMA H2D engine, devmem_write_bytes.
+ * on the DMA H2D engine, devmem_write_bytes.  The stores are host work like
+ * a copy's (tacc_fill_run: x-host-slice bytes per main-loop turn).
  */
 static void tacc_exec_fill(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
 {
-    TaccState *s = f->pf;
     uint64_t dst = c->d.fill.dst, len = c->d.fill.len, wbase, wsize;
-    uint64_t le = cpu_to_le64(c->d.fill.value);
-    uint8_t *p;
 
     if (!len || len >= TACC_COPY_MAX_LEN || (len & 7)) {
         res->status = TACC_ST_BAD_LENGTH;
@@ -406,17 +404,46 @@ static void tacc_exec_fill(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
         return;
     }
     trace_tacc_fill(f->fn, q, dst, len, c->d.fill.value);
-    p = s->devmem + wbase + dst;
+    res->work = TACC_WORK_FILL;
+}
+
+/* Store up to @budget bytes of a FILL; true when it is done. */
+static bool tacc_fill_run(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
+                          uint64_t budget)
+{
+    uint64_t dst = c->d.fill.dst, len = c->d.fill.len, wbase, wsize;
+    uint64_t pos = res->work_pos, n = MIN(len - pos, MAX(budget, 8));
+    uint64_t le = cpu_to_le64(c->d.fill.value);
+    uint8_t *p;
+
+    if (!budget) {
+        return false;
+    }
+    /* re-validated per slice: what was checked at dispatch may have moved */
+    tacc_window(f, &wbase, &wsize);
+    if (dst >= wsize || len > wsize - dst) {
+        res->status = tacc_fault(f, q, c, dst + pos, TACC_FAULT_DEVMEM_RANGE,
+                                 true, res);
+        len = pos;
+        n = 0;
+        wbase = dst = 0;    /* nothing is stored */
+    }
+    p = f->pf->devmem + wbase + dst;
     if (!c->d.fill.value) {
-        memset(p, 0, len);
+        memset(p + pos, 0, n);
     } else {
-        for (uint64_t i = 0; i < len; i += 8) {
+        for (uint64_t i = pos; i < pos + n; i += 8) {
             memcpy(p + i, &le, 8);
         }
     }
-    res->devmem_wr = len;
+    res->work_pos += n;
+    if (res->work_pos < len) {
+        return false;
+    }
+    res->devmem_wr = len;      /* the bytes stored (all, unless a fault) */
     res->bytes = len;
-    res->pre_ps += tacc_compute_ps(s, 0, len);
+    res->pre_ps += tacc_compute_ps(f->pf, 0, len);
+    return true;
 }
 
 static void tacc_exec_copy(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
@@ -443,6 +470,11 @@ static float tacc_f32(uint32_t bits)
     return v;
 }
 
+enum {
+    GEMM_GATHER_A, GEMM_GATHER_B, GEMM_GATHER_C, GEMM_GATHER_BIAS,
+    GEMM_PROBE_C, GEMM_DONE,
+};
+
 /* Pure math, no device state: runs on the main loop or a worker thread. */
 static void *tacc_gemm_thread(void *opaque)
 {
@@ -455,8 +487,9 @@ static void *tacc_gemm_thread(void *opaque)
     return NULL;
 }
 
-static void tacc_gemm_free_bufs(TaccGemmJob *j)
+static void tacc_gemm_free_bufs(TaccState *s, TaccGemmJob *j)
 {
+    s->gemm_host_bytes[j->fn] -= j->host_bytes;
     g_free(j->A);
     g_free(j->B);
     g_free(j->C);
@@ -484,7 +517,7 @@ void tacc_gemm_job_free(TaccState *s, TaccGemmJob *j)
     if (j->threaded) {
         qemu_thread_join(&j->thread);   /* finished: does not block */
     }
-    tacc_gemm_free_bufs(j);
+    tacc_gemm_free_bufs(s, j);
 }
 
 /* Join and free the parked workers that have finished (all, if @wait). */
@@ -500,7 +533,7 @@ void tacc_gemm_reap(TaccState *s, bool wait)
         }
         *pp = j->next;
         qemu_thread_join(&j->thread);   /* cancelled: at most one batch left */
-        tacc_gemm_free_bufs(j);
+        tacc_gemm_free_bufs(s, j);
     }
 }
 
@@ -671,11 +704,22 @@ static uint16_t tacc_gemm_check(const struct tacc_desc *d, uint64_t wsize)
     return TACC_ST_OK;
 }
 
+/* A GEMM's bytes and roofline time (also of a refused one: no bytes). */
+static void tacc_gemm_time(TaccState *s, TaccCmd *c, TaccResult *res)
+{
+    res->bf16 = c->d.gemm.dtype_ab == TACC_DT_BF16;
+    res->bytes = res->devmem_rd + res->devmem_wr;
+    res->ideal_ps = tacc_roofline_ps(s, res->flops, res->bytes, res->bf16);
+    res->pre_ps += res->ideal_ps;
+}
+
 /*
- * GEMM: validate, gather the operands (widened to fp32) at dispatch so
- * faults and walks are timed, compute through the BLAS (a worker thread for
- * big ones: host time is kept apart from modelled time), scatter C at the
- * modelled completion.
+ * GEMM: validate, charge the function's staging budget, gather the operands
+ * (widened to fp32) at dispatch so faults and walks are timed, compute
+ * through the BLAS (a worker thread for big ones: host time is kept apart
+ * from modelled time), scatter C at the modelled completion.  The gather is
+ * host work like a copy's: tacc_gemm_run moves x-host-slice bytes of rows
+ * per main-loop turn.
  */
 static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
 {
@@ -683,19 +727,31 @@ static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     const struct tacc_desc *d = &c->d;
     uint64_t m = d->gemm.m, n = d->gemm.n, k = d->gemm.k, wbase, wsize;
     uint64_t batch = d->gemm.batch ? d->gemm.batch : 1;
-    unsigned sab = d->gemm.dtype_ab, sc = d->gemm.dtype_c;
-    size_t eab = tacc_dtype_size(sab), ec = tacc_dtype_size(sc);
+    bool bias = d->gemm.gflags & TACC_GEMM_F_BIAS;
     bool shared_b = batch > 1 && !d->gemm.stride_b;
-    uint64_t ra, ca, rb, cb, nb;
-    float beta;
+    uint64_t nb = shared_b ? 1 : batch, elems;
     TaccGemmJob *j;
 
     tacc_window(f, &wbase, &wsize);
     res->status = tacc_gemm_check(d, wsize);
     if (res->status) {
+        tacc_gemm_time(s, c, res);
+        return;
+    }
+    /* at most 2^30 + 2^24 per operand (tacc_gemm_check): no overflow */
+    elems = batch * m * k + nb * k * n + batch * m * n + (bias ? n : 0);
+    if (elems * 4 > s->gemm_host_max - MIN(s->gemm_host_max,
+                                           s->gemm_host_bytes[f->fn])) {
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: GEMM operands (%"
+                      PRIu64 " bytes) beyond the function's staging budget "
+                      "(%" PRIu64 " of %" PRIu64 " in use)\n", f->fn, q,
+                      elems * 4, s->gemm_host_bytes[f->fn], s->gemm_host_max);
+        res->status = TACC_ST_BAD_LENGTH;
+        tacc_gemm_time(s, c, res);
         return;
     }
     j = g_new0(TaccGemmJob, 1);
+    j->fn = f->fn;
     j->m = m;
     j->n = n;
     j->k = k;
@@ -703,68 +759,96 @@ static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     j->trans_a = d->gemm.gflags & TACC_GEMM_F_TRANS_A;
     j->trans_b = d->gemm.gflags & TACC_GEMM_F_TRANS_B;
     j->shared_b = shared_b;
-    ra = j->trans_a ? k : m;
-    ca = j->trans_a ? m : k;
-    rb = j->trans_b ? n : k;
-    cb = j->trans_b ? k : n;
-    j->lda = ca;
-    j->ldb = cb;
+    j->lda = j->trans_a ? m : k;
+    j->ldb = j->trans_b ? k : n;
     j->ldc = n;
     j->alpha = tacc_f32(d->gemm.alpha);
-    j->beta = beta = tacc_f32(d->gemm.beta);
-    nb = shared_b ? 1 : batch;
+    j->beta = tacc_f32(d->gemm.beta);
     /* guest-sized host buffers: a refused allocation fails the command */
     j->A = tacc_try_floats(batch * m * k);
     j->B = tacc_try_floats(nb * k * n);
-    j->C = tacc_try_floats(batch * m * n);
-    if (d->gemm.gflags & TACC_GEMM_F_BIAS) {
+    j->C = g_try_malloc0(batch * m * n * 4);     /* beta 0: C starts 0 */
+    if (bias) {
         j->bias = tacc_try_floats(n);
     }
-    if (!j->A || !j->B || !j->C ||
-        ((d->gemm.gflags & TACC_GEMM_F_BIAS) && !j->bias)) {
+    j->host_bytes = elems * 4;
+    s->gemm_host_bytes[f->fn] += j->host_bytes;
+    if (!j->A || !j->B || !j->C || (bias && !j->bias)) {
         qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: GEMM operands (%"
                       PRIu64 " elements) do not fit in host memory\n", f->fn, q,
-                      batch * (m * k + k * n + m * n));
-        tacc_gemm_free_bufs(j);
+                      elems);
+        tacc_gemm_free_bufs(s, j);
         res->status = TACC_ST_BAD_LENGTH;
+        tacc_gemm_time(s, c, res);
         return;
     }
-    for (uint64_t i = 0; i < batch && !res->status; i++) {
-        res->status = tacc_rows_rd(f, q, c, d->gemm.a + i * d->gemm.stride_a * eab,
-                                   ra, ca, d->gemm.lda, sab, j->A + i * m * k,
-                                   res);
-    }
-    for (uint64_t i = 0; i < nb && !res->status; i++) {
-        res->status = tacc_rows_rd(f, q, c, d->gemm.b + i * d->gemm.stride_b * eab,
-                                   rb, cb, d->gemm.ldb, sab, j->B + i * k * n,
-                                   res);
-    }
-    for (uint64_t i = 0; i < batch && !res->status; i++) {
-        if (beta != 0.0f) {
-            res->status = tacc_rows_rd(f, q, c,
-                                       d->gemm.c + i * d->gemm.stride_c * ec,
-                                       m, n, d->gemm.ldc, sc, j->C + i * m * n,
-                                       res);
-        } else {
-            memset(j->C + i * m * n, 0, m * n * 4);
+    res->gemm = j;
+    res->work = TACC_WORK_GEMM;
+    res->work_phase = GEMM_GATHER_A;
+}
+
+/*
+ * The rows of gather phase @ph: @mats matrices of @rows rows of @cols
+ * elements of @dt, @ld apart, at @va + i * @stride bytes, packed into
+ * @dst + i * @dst_stride floats (NULL: translate only).
+ */
+typedef struct TaccGemmRows {
+    uint64_t mats, rows, cols, ld, va, stride, dst_stride;
+    unsigned dt;
+    float *dst;
+} TaccGemmRows;
+
+static void tacc_gemm_rows(TaccCmd *c, TaccGemmJob *j, int ph,
+                           TaccGemmRows *g)
+{
+    const struct tacc_desc *d = &c->d;
+    unsigned sab = d->gemm.dtype_ab, sc = d->gemm.dtype_c;
+
+    memset(g, 0, sizeof(*g));
+    switch (ph) {
+    case GEMM_GATHER_A:
+        *g = (TaccGemmRows){ j->batch, j->trans_a ? j->k : j->m, j->lda,
+                             d->gemm.lda, d->gemm.a,
+                             d->gemm.stride_a * tacc_dtype_size(sab),
+                             j->m * j->k, sab, j->A };
+        break;
+    case GEMM_GATHER_B:
+        *g = (TaccGemmRows){ j->shared_b ? 1 : j->batch,
+                             j->trans_b ? j->n : j->k, j->ldb, d->gemm.ldb,
+                             d->gemm.b, d->gemm.stride_b * tacc_dtype_size(sab),
+                             j->k * j->n, sab, j->B };
+        break;
+    case GEMM_GATHER_C:
+    case GEMM_PROBE_C:
+        if (ph == GEMM_PROBE_C || j->beta != 0.0f) {
+            *g = (TaccGemmRows){ j->batch, j->m, j->n, d->gemm.ldc, d->gemm.c,
+                                 d->gemm.stride_c * tacc_dtype_size(sc),
+                                 j->m * j->n, sc,
+                                 ph == GEMM_GATHER_C ? j->C : NULL };
         }
+        break;
+    default:    /* GEMM_GATHER_BIAS */
+        if (j->bias) {
+            *g = (TaccGemmRows){ 1, 1, j->n, j->n, d->gemm.bias, 0, 0, sc,
+                                 j->bias };
+        }
+        break;
     }
-    if (!res->status && j->bias) {
-        res->status = tacc_rows_rd(f, q, c, d->gemm.bias, 1, n, n, sc, j->bias,
-                                   res);
-    }
-    /* translate (and permission-check) every row of C now */
-    for (uint64_t i = 0; i < batch && !res->status; i++) {
-        res->status = tacc_rows_probe(f, q, c,
-                                      d->gemm.c + i * d->gemm.stride_c * ec,
-                                      m, n, d->gemm.ldc, sc, res);
-    }
+}
+
+/* Compute (or start the worker) once the operands are gathered. */
+static void tacc_gemm_start(TaccFunc *f, TaccCmd *c, TaccResult *res)
+{
+    TaccState *s = f->pf;
+    TaccGemmJob *j = res->gemm;
+    uint64_t batch = j->batch, m = j->m, n = j->n, k = j->k;
+
     if (res->status) {
         tacc_gemm_job_free(s, j);
+        res->gemm = NULL;
     } else {
         res->flops = 2 * batch * m * n * k + (j->bias ? batch * m * n : 0);
-        res->devmem_wr = batch * m * n * ec;
-        res->gemm = j;
+        res->devmem_wr = batch * m * n * tacc_dtype_size(c->d.gemm.dtype_c);
         if (batch * m * n * k >= TACC_GEMM_THREAD_MNK) {
             j->threaded = true;
             j->bh = s->host_bh;
@@ -774,10 +858,50 @@ static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
             tacc_ops_gemm(j);
         }
     }
-    res->bf16 = sab == TACC_DT_BF16;
-    res->bytes = res->devmem_rd + res->devmem_wr;
-    res->ideal_ps = tacc_roofline_ps(s, res->flops, res->bytes, res->bf16);
-    res->pre_ps += res->ideal_ps;
+    tacc_gemm_time(s, c, res);
+}
+
+/*
+ * Gather A, B, C (beta != 0), the bias, then translate every row of C, one
+ * row at a time in the order of a single pass, up to @budget bytes of rows;
+ * true when done (the GEMM is then started or failed).
+ */
+static bool tacc_gemm_run(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
+                          uint64_t budget)
+{
+    TaccGemmJob *j = res->gemm;
+    TaccGemmRows g;
+
+    while (res->work_phase != GEMM_DONE && !res->status) {
+        uint64_t i, r, va;
+        size_t es;
+
+        tacc_gemm_rows(c, j, res->work_phase, &g);
+        if (res->work_pos >= g.mats * g.rows) {
+            res->work_phase++;
+            res->work_pos = 0;
+            continue;
+        }
+        if (!budget) {
+            return false;
+        }
+        es = tacc_dtype_size(g.dt);
+        i = res->work_pos / g.rows;
+        r = res->work_pos % g.rows;
+        va = g.va + i * g.stride + r * g.ld * es;
+        if (g.dst) {
+            res->status = tacc_rows_rd(f, q, c, va, 1, g.cols, g.ld, g.dt,
+                                       g.dst + i * g.dst_stride + r * g.cols,
+                                       res);
+        } else {
+            res->status = tacc_rows_probe(f, q, c, va, 1, g.cols, g.ld, g.dt,
+                                          res);
+        }
+        budget -= MIN(budget, g.cols * es);
+        res->work_pos++;
+    }
+    tacc_gemm_start(f, c, res);
+    return true;
 }
 
 /* ---------------------------------------- hw 1.3 row operations ---- */
@@ -1170,6 +1294,16 @@ bool tacc_exec_continue(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
             return false;
         }
         tacc_elt_finish(f, res);
+        break;
+    case TACC_WORK_FILL:
+        if (!tacc_fill_run(f, q, c, res, budget)) {
+            return false;
+        }
+        break;
+    case TACC_WORK_GEMM:
+        if (!tacc_gemm_run(f, q, c, res, budget)) {
+            return false;
+        }
         break;
     default:
         return true;

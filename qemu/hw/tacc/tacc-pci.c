@@ -965,6 +965,7 @@ static const Property tacc_props[] = {
     DEFINE_PROP_UINT32("devmem-gbps", TaccState, devmem_gbps, 300),
     DEFINE_PROP_UINT8("sriov-max-vfs", TaccState, total_vfs, TACC_MAX_VFS),
     DEFINE_PROP_SIZE("x-host-slice", TaccState, host_slice, 16 * MiB),
+    DEFINE_PROP_SIZE("x-gemm-host-max", TaccState, gemm_host_max, 1 * GiB),
 };
 
 /* Device memory, in-flight commands and host threads are not migrated. */

@@ -382,6 +382,13 @@ static void tacc_bar0_write_locked(TaccFunc *f, hwaddr addr, uint64_t val,
     hwaddr reg = addr & ~7ull;
 
     trace_tacc_mmio_write(f->fn, addr, size, val);
+    if (size == 4 && reg >= TACC_QUEUE_BASE(0) &&
+        reg < TACC_QUEUE_BASE(TACC_NUM_QUEUES) &&
+        (addr & 0xff) == TACC_Q_SQ_TAIL && tacc_host_pending(s)) {
+        /* does not wait for the host work (docs/hardware.md section 9) */
+        tacc_queue_doorbell(f, (reg - TACC_QUEUE_BASE(0)) / 0x100, val);
+        return;
+    }
     tacc_sched_run(s);
     if (size == 8 && (addr & 7)) {
         goto bad;

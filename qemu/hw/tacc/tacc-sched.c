@@ -757,9 +757,10 @@ static TaccUnit *tacc_next_event(TaccState *s)
  * C is written at its completion.  When that host work is not finished, the
  * model stops at that point (s->host_unit, at modelled time s->host_t) and
  * nothing of the device advances past it:
- *  - the rest of a big copy/eltwise is moved host_slice bytes per main-loop
- *    turn by host_bh (a guarded bottom half), so the main loop, QMP, qtest
- *    and other devices keep running;
+ *  - the rest of a big copy/eltwise/FILL/GEMM operand gather is done
+ *    host_slice bytes per main-loop turn by host_bh (a guarded bottom half),
+ *    so the main loop, QMP, qtest and other devices keep running; doorbells
+ *    do not wait for it (tacc-regs.c);
  *  - a GEMM worker schedules host_bh when it is done (never joined while it
  *    computes, unless a register access needs the model's state, below).
  * A register access that reflects the model (most of them: tacc_sched_run)
@@ -775,6 +776,12 @@ static bool tacc_host_ready(TaccState *s)
         return !u->res.gemm || qatomic_load_acquire(&u->res.gemm->done);
     }
     return !u->res.work;
+}
+
+/* Is the model stopped at a big copy/eltwise/FILL/GEMM gather? */
+bool tacc_host_pending(TaccState *s)
+{
+    return s->host_unit && !s->host_gemm;
 }
 
 /* A due completion whose GEMM worker has not finished yet. */
@@ -810,30 +817,25 @@ static void tacc_host_finish(TaccState *s)
     tacc_dispatch(s, s->host_t);        /* the rest of the dispatch at host_t */
 }
 
-static void tacc_sched_advance(TaccState *s, bool wait_host)
+/*
+ * Process the device's events up to modelled time @now.  False if it stopped
+ * at host work that is not finished (only without @wait_host).
+ */
+static bool tacc_advance_to(TaccState *s, uint64_t now, bool wait_host)
 {
-    uint64_t now;
-    TaccUnit *u = NULL;
+    TaccUnit *u;
 
-    if (s->in_run) {
-        return;
-    }
-    s->in_run = true;
-    if (s->orphans) {
-        tacc_gemm_reap(s, false);
-    }
-    now = tacc_now_ps(s);
     for (;;) {
         if (s->host_unit) {
             /*
              * A GEMM completion waits for its worker inline (bounded: at most
              * 2^30 multiply-adds), as the guest's clock must not run on while
              * the device is stopped: under -icount the guest would otherwise
-             * see the device late by the host's compute time.  Big copies and
-             * eltwise go on in slices from host_bh.
+             * see the device late by the host's compute time.  Big copies,
+             * eltwise, FILL and GEMM gathers go on in slices from host_bh.
              */
             if (!wait_host && !s->host_gemm && !tacc_host_ready(s)) {
-                break;
+                return false;
             }
             tacc_host_finish(s);
             continue;
@@ -868,9 +870,26 @@ static void tacc_sched_advance(TaccState *s, bool wait_host)
         }
         u = tacc_next_event(s);
         if (!u || u->next_ps > now) {
-            break;
+            return true;
         }
     }
+}
+
+static void tacc_sched_advance(TaccState *s, bool wait_host)
+{
+    uint64_t now;
+    TaccUnit *u = NULL;
+
+    if (s->in_run) {
+        return;
+    }
+    s->in_run = true;
+    if (s->orphans) {
+        tacc_gemm_reap(s, false);
+    }
+    now = tacc_now_ps(s);
+    tacc_advance_to(s, now, wait_host);
+    u = s->host_unit ? NULL : tacc_next_event(s);
     s->gcnt[TACC_CNT_link_h2d_busy_ticks] = s->link_busy_ps[0] / PS_PER_NS;
     s->gcnt[TACC_CNT_link_d2h_busy_ticks] = s->link_busy_ps[1] / PS_PER_NS;
     tacc_lpm_counters(s, now);
@@ -954,7 +973,18 @@ static bool tacc_pow2_in(uint32_t v, uint32_t lo, uint32_t hi)
     return v >= lo && v <= hi && is_power_of_2(v);
 }
 
+/*
+ * A doorbell does not wait for host work (a big copy, FILL or GEMM gather
+ * going on in slices, tacc-regs.c): it fetches at "now" and the model takes
+ * the commands when it gets there.
+ */
 void tacc_queue_doorbell(TaccFunc *f, int qi, uint32_t tail)
+{
+    tacc_queue_doorbell_at(f, qi, tail, tacc_now_ps(f->pf));
+    tacc_sched_poll(f->pf);
+}
+
+void tacc_queue_doorbell_at(TaccFunc *f, int qi, uint32_t tail, uint64_t t)
 {
     TaccQueue *q = &f->q[qi];
 
@@ -970,8 +1000,7 @@ void tacc_queue_doorbell(TaccFunc *f, int qi, uint32_t tail)
         return;
     }
     q->sq_tail = tail;
-    tacc_fetch(f, qi, tacc_now_ps(f->pf));
-    tacc_sched_poll(f->pf);
+    tacc_fetch(f, qi, t);
 }
 
 /* Abort whatever queue qi of f has on a unit (trace record: ABORTED). */

@@ -97,6 +97,8 @@ typedef struct TaccGemmJob {
     bool done;                  /* atomic: set by the worker as its last act */
     struct TaccGemmJob *next;   /* TaccState.orphans */
     QEMUBH *bh;                 /* scheduled by the worker when it is done */
+    int fn;                     /* charged to gemm_host_bytes[fn] ... */
+    uint64_t host_bytes;        /* ... this many bytes, until freed */
 } TaccGemmJob;
 
 /* What executing one command did: filled by tacc-exec.c. */
@@ -139,14 +141,22 @@ typedef struct TaccResult {
     TaccGemmJob *gemm;          /* GEMM result to write back at completion */
     /* host work left after dispatch (a big copy/eltwise): tacc_exec_continue */
     int work;                   /* TACC_WORK_* */
-    int work_phase;             /* eltwise: read A, read B, compute, write C */
-    uint64_t work_pos;          /* copy: bytes moved; eltwise: bytes/elements */
+    /*
+     * work_phase: eltwise read A, read B, compute, write C; GEMM gather A,
+     * B, C, bias, probe C.  work_pos: copy, FILL: bytes done; eltwise: bytes
+     * of the phase; GEMM: rows done in the phase.
+     */
+    int work_phase;
+    uint64_t work_pos;
     uint64_t work_start_ps;
     uint8_t *work_buf;          /* copy bounce buffer */
     float *work_a, *work_b;     /* eltwise operands */
 } TaccResult;
 
-enum { TACC_WORK_NONE, TACC_WORK_COPY, TACC_WORK_ELT };
+enum {
+    TACC_WORK_NONE, TACC_WORK_COPY, TACC_WORK_ELT, TACC_WORK_FILL,
+    TACC_WORK_GEMM,
+};
 
 typedef struct TaccUnit {
     bool busy;
@@ -376,6 +386,13 @@ struct TaccState {
     uint64_t host_t;
     QEMUBH *host_bh;
     uint64_t host_slice;
+    /*
+     * Host memory of GEMM operand staging (packed fp32 A, B, C, bias) held
+     * per function, from dispatch until the job is freed; a GEMM that would
+     * take a function beyond gemm_host_max ends with BAD_LENGTH.
+     */
+    uint64_t gemm_host_max;
+    uint64_t gemm_host_bytes[TACC_NUM_FUNCS];
 };
 
 /* tacc-pci.c */
@@ -406,6 +423,8 @@ void tacc_sched_run(TaccState *s);
 void tacc_sched_poll(TaccState *s);
 void tacc_sched_timer(void *opaque);
 void tacc_queue_doorbell(TaccFunc *f, int q, uint32_t tail);
+void tacc_queue_doorbell_at(TaccFunc *f, int q, uint32_t tail, uint64_t t);
+bool tacc_host_pending(TaccState *s);
 void tacc_queue_ctrl(TaccFunc *f, int q, uint32_t val);
 void tacc_queue_cq_head(TaccFunc *f, int q, uint32_t head);
 void tacc_queue_reset(TaccFunc *f, int q);
