@@ -95,6 +95,10 @@ def convert(
         elif fmt == "html":
             ht = HtmlSink()
             ht.findings = list(findings or [])
+            if len(caps) == 1:  # the model view of one capture (version-3 records)
+                from .report import report
+
+                ht.report = report(caps[0])
         else:
             raise CaptureError(f"unknown output format {fmt!r}")
     total = sum(c.count(s) for c in caps for s in c.streams)
