@@ -232,11 +232,11 @@ let n=0;
 for(const f of R.roofline){
  const h=document.createElement("h3");h.textContent="roofline: "+f.function+(f.reported?"":" (tacc.model's peaks: the capture reports none)");P.appendChild(h);
  const c=document.createElement("canvas");c.width=600;c.height=380;c.className="roofline";c.dataset.points=String(f.points.length);P.appendChild(c);
- const g=c.getContext("2d"),L=50,B=340,Wd=540,Ht=320,x0=-2,x1=4,y0=-1,y1=5;
+ const g=c.getContext("2d"),L=64,B=340,Wd=526,Ht=320,x0=-2,x1=4,y0=-1,y1=5;
  const X=v=>L+(Math.log10(Math.max(v,1e-9))-x0)/(x1-x0)*Wd,Y=v=>B-(Math.log10(Math.max(v,1e-9))-y0)/(y1-y0)*Ht;
  g.fillStyle="#fff";g.fillRect(0,0,600,380);g.strokeStyle="#ccc";g.fillStyle="#444";g.font="10px sans-serif";
  for(let e=x0;e<=x1;e++){g.beginPath();g.moveTo(X(10**e),B);g.lineTo(X(10**e),B-Ht);g.stroke();g.fillText("1e"+e,X(10**e)-8,B+12);}
- for(let e=y0;e<=y1;e++){g.beginPath();g.moveTo(L,Y(10**e));g.lineTo(L+Wd,Y(10**e));g.stroke();g.fillText("1e"+e,4,Y(10**e)+3);}
+ for(let e=y0;e<=y1;e++){g.beginPath();g.moveTo(L,Y(10**e));g.lineTo(L+Wd,Y(10**e));g.stroke();g.fillText("1e"+e,30,Y(10**e)+3);}
  g.fillText("FLOP / device-memory byte",L+Wd/2-50,B+26);g.save();g.translate(12,B-Ht/2+40);g.rotate(-Math.PI/2);g.fillText("achieved GFLOP/s",0,0);g.restore();
  const bw=f.devmem_gbps,roofs=[["fp32",f.peak_gflops.fp32,"#1565c0"],["bf16",f.peak_gflops.bf16,"#2e7d32"]];
  for(const [nm,pk,cl] of roofs){g.strokeStyle=cl;g.lineWidth=2;g.beginPath();const r=pk/bw;g.moveTo(X(10**x0),Y(10**x0*bw));g.lineTo(X(r),Y(pk));g.lineTo(X(10**x1),Y(pk));g.stroke();
