@@ -6,6 +6,7 @@ the roofline rules recovers m, n, k from a record."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -236,3 +237,32 @@ def test_batch_to_ridge_reaches_it() -> None:
         return 2 * b * s.n * s.k / ((b * s.k + s.k * s.n) * 4 + b * s.n * 4)
 
     assert inten(rows) >= ridge > inten(rows - 1)
+
+
+@pytest.mark.parametrize("err", [errno.EOPNOTSUPP, errno.EINVAL])
+def test_trace_ring_falls_back_to_version_2(monkeypatch: pytest.MonkeyPatch, err: int) -> None:
+    """A driver refusing DRM_TACC_TRACE_F_V3 (EOPNOTSUPP: the device lacks it; EINVAL: a
+    driver before uAPI 4) gets the ring opened again without it: version 2."""
+    from tacc.daemon import devring
+
+    opened: list[int] = []
+
+    class FakeKernelRing:
+        def __init__(self, node: str, req: int, arg: object, refused: object, *a: object
+                     ) -> None:
+            flags = int(arg.flags)  # type: ignore[attr-defined]
+            opened.append(flags)
+            if flags:
+                raise refused(OSError(err, os.strerror(err)))  # type: ignore[operator]
+            self.fd = -1
+            self.mm = FakeRing3(16, 64).buf
+            self.advance = lambda cons: (0, 0)
+
+    monkeypatch.setattr(devring, "KernelRing", FakeKernelRing)
+    r = devring.DeviceTraceRing("/dev/accel/accel0", 0, 0, v3=True)
+    assert r.version == 2 and opened == [hw.DRM_TACC_TRACE_F_V3, 0]
+    opened.clear()
+    with pytest.raises(devring.TraceRingError):  # other refusals are not retried
+        err = errno.EBUSY
+        devring.DeviceTraceRing("/dev/accel/accel0", 0, 0, v3=True)
+    assert opened == [hw.DRM_TACC_TRACE_F_V3]
