@@ -19,7 +19,7 @@ from tacc.capture.schema import API_DTYPE, DEVICE_TRACE_DTYPE, Opcode
 from tacc.timeline.report import report
 
 P = model.DEFAULT
-WALK = P.walk_latency_ns
+WALK = 3 * P.walk_latency_ns  # a 4 KiB page's miss: 3 PTE reads (docs/hardware.md)
 PAGE = 4096
 D, V, LAYERS = 128, 512, 2  # the tiny config's shapes
 DEV = {"pci": "0000:01:00.0", "vf": 0, "clock_hz": 1e9, "time_scale": 1.0,

@@ -1003,8 +1003,10 @@ def test_v3_records_carry_the_decode_gemms_flops_and_bytes(recorder: Recorder) -
     d, f = cfg.d_model, 4 * cfg.d_model
     shapes = {(s.m, s.n, s.k) for i in range(len(g))
               if (s := roofline.shape_of(g, i)) is not None}
-    rows = 2  # a decode step: one token of each of the 2 sequences
-    want = {(rows, d, d), (rows, f, d), (rows, d, f), (rows, cfg.vocab, d)}
+    # the MLP's GEMMs and the LM head (batch 1; the q, k, v and output projections are
+    # batched over the heads): a decode step's rows are one token of each of the 2
+    # sequences, the prefill's 8 of each
+    want = {(r, n, k) for r in (2, 16) for n, k in ((f, d), (d, f), (cfg.vocab, d))}
     assert want <= shapes, sorted(shapes)
     out = OUT / "decode_batch-good.json"
     convert([cap_path], out, fmt="json")

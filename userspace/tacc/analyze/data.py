@@ -45,6 +45,7 @@ class Cmds:
     dtype: np.ndarray
     subop: np.ndarray
     list_id: np.ndarray
+    index: np.ndarray  # the command's index in its job (a listed command's: in its list)
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -156,7 +157,7 @@ def load(cap: Capture) -> Data:
         parts["te"].append(np.maximum(te, ts))
         for k, col in (("ver", "version"), ("flops", "flops"), ("rd", "bytes_read"),
                        ("wr", "bytes_written"), ("dtype", "dtype"), ("subop", "subop"),
-                       ("list_id", "list_id")):
+                       ("list_id", "list_id"), ("index", "index")):
             parts[k].append(ch[col].astype(np.int64))
     cmds = Cmds(**{k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in
                    parts.items()})
