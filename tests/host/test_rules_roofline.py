@@ -259,3 +259,28 @@ def test_html_roofline_and_steps_render(tmp_path: Path) -> None:
     convert([tmp_path / "v2"], tmp_path / "v2.html", fmt="html")
     text = (tmp_path / "v2.html").read_text()
     assert 'id="rep"' not in text and "__REPORT" not in text and '"report"' not in text
+
+
+def test_perfetto_slices_carry_flops_and_bytes(tmp_path: Path) -> None:
+    """The Perfetto trace of a version-3 capture: each command slice's debug annotations
+    hold its record's tag, FLOPs and bytes read and written."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+    from tacc.timeline.convert import convert
+
+    _decode(tmp_path / "c", 2, serial=False)
+    recs = open_capture(tmp_path / "c").read("device_trace")
+    want = {int(t): (int(f), int(r), int(w)) for t, f, r, w in
+            zip(recs["tag"], recs["flops"], recs["bytes_read"], recs["bytes_written"],
+                strict=True)}
+    out = tmp_path / "t.pftrace"
+    convert([tmp_path / "c"], out)
+    tr = pb.Trace()
+    tr.ParseFromString(out.read_bytes())
+    names = {e.iid: e.name for p in tr.packet for e in p.interned_data.debug_annotation_names}
+    got = {}
+    for p in tr.packet:
+        if p.HasField("track_event") and p.track_event.debug_annotations:
+            a = {names[d.name_iid]: d.uint_value for d in p.track_event.debug_annotations}
+            if "flops" in a:
+                got[a["tag"]] = (a["flops"], a["bytes_read"], a["bytes_written"])
+    assert got == want
