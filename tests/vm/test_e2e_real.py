@@ -78,8 +78,10 @@ MIXED = [("mlp", False, {"batches": 4}), ("tiny_transfers", True, {}),
 # ~1 GIPS) leaves the device idle for most of the span: idle_gaps is a real finding here.
 # redundant_upload is true of the mixed workload: serialized_copies uploads its two fixed
 # 4 MiB inputs into the same two device buffers at every step (6 repeats, 24 MiB)
+# precision is true of it too: its GEMMs (mlp, tlb_thrash, serialized_copies) are fp32 on a
+# device with a bf16 peak (30 GEMMs, 25 MiB less read in bf16; capture of 2026-12-02)
 MIXED_EXPECTED = {"small_transfers", "iommu_churn", "tlb_thrash", "serialized_copies",
-                  "idle_gaps", "redundant_upload"}
+                  "idle_gaps", "redundant_upload", "precision"}
 
 
 # ------------------------------------------------------------------ worker --
