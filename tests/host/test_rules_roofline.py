@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from tacc import hw, model
 from tacc.analyze.engine import analyze
+from tacc.analyze.report import report
 from tacc.capture import CaptureWriter, open_capture
 from tacc.capture.schema import API_DTYPE, DEVICE_TRACE_DTYPE, Opcode
-from tacc.timeline.report import report
 
 P = model.DEFAULT
 WALK = 3 * P.walk_latency_ns  # a 4 KiB page's miss: 3 PTE reads (docs/hardware.md)
@@ -236,8 +236,8 @@ def test_html_roofline_and_steps_render(tmp_path: Path) -> None:
 
     _decode(tmp_path / "c", 2, serial=True)
     out = tmp_path / "v.html"
-    convert([tmp_path / "c"], out, fmt="html")
     rep = report(open_capture(tmp_path / "c"))
+    convert([tmp_path / "c"], out, fmt="html", report=rep)
     assert CHROMIUM is not None
     dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
                           f"--user-data-dir={tmp_path / 'prof'}", "--virtual-time-budget=3000",
@@ -256,7 +256,8 @@ def test_html_roofline_and_steps_render(tmp_path: Path) -> None:
     recs["version"] = 2
     with CaptureWriter(tmp_path / "v2", {"node": "n0", "devices": [DEV]}) as cw:
         cw.append("device_trace", recs)
-    convert([tmp_path / "v2"], tmp_path / "v2.html", fmt="html")
+    convert([tmp_path / "v2"], tmp_path / "v2.html", fmt="html",
+            report=report(open_capture(tmp_path / "v2")))
     text = (tmp_path / "v2.html").read_text()
     assert 'id="rep"' not in text and "__REPORT" not in text and '"report"' not in text
 
