@@ -597,6 +597,11 @@ static void tacc_read_info(struct tacc_device *tdev)
 	tdev->tlb_entries = tacc_rd(tdev, TACC_REG_TLB_ENTRIES);
 	tdev->clock_hz = tacc_rd(tdev, TACC_REG_CLOCK_HZ);
 	tdev->time_scale = tacc_rd(tdev, TACC_REG_TIME_SCALE);
+	if (tdev->caps & TACC_CAP_ROOFLINE) {
+		tdev->peak_fp32_gflops = tacc_rd(tdev, TACC_REG_PEAK_FP32_GFLOPS);
+		tdev->peak_bf16_gflops = tacc_rd(tdev, TACC_REG_PEAK_BF16_GFLOPS);
+		tdev->devmem_gbps = tacc_rd(tdev, TACC_REG_DEVMEM_GBPS);
+	}
 	tdev->is_vf = !!(tdev->caps & TACC_CAP_VF);
 	tdev->queue_mask = tdev->num_queues ? GENMASK(tdev->num_queues - 1, 0) : 0;
 	if (tdev->caps & TACC_CAP_VF_POLICY)	/* a VF's queues, as its PF set them */

@@ -219,6 +219,9 @@ struct tacc_device {
 	u32 link_params;
 	u32 tlb_entries;
 	u32 time_scale;
+	u32 peak_fp32_gflops;	/* TACC_CAP_ROOFLINE, else 0 */
+	u32 peak_bf16_gflops;
+	u32 devmem_gbps;
 
 	struct tacc_queue queues[TACC_NUM_QUEUES];
 	struct workqueue_struct *reset_wq;

@@ -222,6 +222,10 @@ TACC_INFO_ATTR(queue_mask, "0x%x", tdev->queue_mask);
 TACC_INFO_ATTR(contexts, "%u", tdev->num_contexts);
 TACC_INFO_ATTR(clock_hz, "%u", tdev->clock_hz);
 TACC_INFO_ATTR(tlb_entries, "%u", tdev->tlb_entries);
+/* The roofline's peaks (TACC_CAP_ROOFLINE, read at probe; 0 without) */
+TACC_INFO_ATTR(peak_fp32_gflops, "%u", tdev->peak_fp32_gflops);
+TACC_INFO_ATTR(peak_bf16_gflops, "%u", tdev->peak_bf16_gflops);
+TACC_INFO_ATTR(devmem_gbps, "%u", tdev->devmem_gbps);
 
 /* The model's time scale can change at run time: read it live when powered. */
 static ssize_t time_scale_show(struct device *dev, struct device_attribute *attr, char *buf)
@@ -395,6 +399,9 @@ static struct attribute *tacc_info_attrs[] = {
 	&dev_attr_clock_hz.attr,
 	&dev_attr_time_scale.attr,
 	&dev_attr_tlb_entries.attr,
+	&dev_attr_peak_fp32_gflops.attr,
+	&dev_attr_peak_bf16_gflops.attr,
+	&dev_attr_devmem_gbps.attr,
 	&dev_attr_num_vfs.attr,
 	&dev_attr_pm_suspends.attr,
 	&dev_attr_pm_resumes.attr,

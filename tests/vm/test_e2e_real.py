@@ -59,6 +59,9 @@ TWINS: dict[str, tuple[dict[str, Any], set[str], int]] = {
     "decode_launch": (DECODE_KW, {"launch_bound"}, 1000),
     "decode_weights": (DECODE_KW, {"redundant_upload"}, 1000),
     "decode_kv": (DECODE_KW, {"kv_roundtrip"}, 1000),
+    # the roofline rules read trace records of version 3 (FLOPs and bytes per command)
+    "decode_batch": (DECODE_KW, {"memory_bound"}, 1000),
+    "decode_precision": (DECODE_KW, {"precision"}, 1000),
 }
 # make test records the decode twins here; the micro-pattern twins' real captures are the
 # host layer's fixtures (tests/host/data/fixtures, re-recorded by `make fixtures`), whose
@@ -67,7 +70,8 @@ TWINS: dict[str, tuple[dict[str, Any], set[str], int]] = {
 # guest time, ~20 min of wall under TCG) runs in `make test-long`.
 MICRO_TWINS = ["tiny_transfers", "tlb_thrash", "map_churn", "serialized_copies", "host_bound",
                "link_saturation", "unaligned_userptr"]
-DECODE_TWINS = ["decode_launch", "decode_weights", "decode_kv"]
+DECODE_TWINS = ["decode_launch", "decode_weights", "decode_kv", "decode_batch",
+                "decode_precision"]
 # host_memory prices each misaligned copy by the device's closed forms: the link
 # steps at its offsets (read requests at 4 KiB, write TLPs at MPS) and its extra page walk
 TWIN_PARAMS = [*(pytest.param(n, marks=pytest.mark.long) for n in MICRO_TWINS), *DECODE_TWINS]
@@ -80,8 +84,10 @@ MIXED = [("mlp", False, {"batches": 4}), ("tiny_transfers", True, {}),
 # ~1 GIPS) leaves the device idle for most of the span: idle_gaps is a real finding here.
 # redundant_upload is true of the mixed workload: serialized_copies uploads its two fixed
 # 4 MiB inputs into the same two device buffers at every step (6 repeats, 24 MiB)
+# precision is true of it too: its GEMMs (mlp, tlb_thrash, serialized_copies) are fp32 on a
+# device with a bf16 peak (30 GEMMs, 25 MiB less read in bf16; capture of 2026-12-02)
 MIXED_EXPECTED = {"small_transfers", "iommu_churn", "tlb_thrash", "serialized_copies",
-                  "idle_gaps", "redundant_upload"}
+                  "idle_gaps", "redundant_upload", "precision"}
 
 
 # ------------------------------------------------------------------ worker --
@@ -479,6 +485,17 @@ def _busy_ns(cap_path: Path) -> int:
     return int((dt["t_end"].astype(np.int64) - dt["t_start"].astype(np.int64)).sum())
 
 
+def _roofline_ns(cap_path: Path) -> int:
+    """The device time of the commands on the roofline (GEMM, element-wise, softmax,
+    norm, gather of version-3 records): what memory_bound and precision price."""
+    from tacc.analyze import roofline
+    from tacc.analyze.data import load
+    from tacc.capture import open_capture
+
+    c = load(open_capture(cap_path)).cmds
+    return int(c.dur[roofline.on_roof(c)].sum())
+
+
 def _runqueue_wait_ns(cap_path: Path, pid: int) -> int:
     """Time the threads of ``pid`` spent runnable but off the CPU (switched out preempted
     or running, until their next switch-in) within the measured section (first to last
@@ -537,6 +554,11 @@ def _twin(recorder: Recorder, name: str) -> dict[str, Any]:
         # the device's own busy time (sum of command durations in the trace): the figure
         # for device-side losses (extra TLPs, TLB walks), free of the host's TCG noise
         "measured_diff_device_busy_ns": _busy_ns(pb) - _busy_ns(pg),
+        # the roofline commands' device time (version-3 records): the figure of the
+        # memory_bound and precision rules, free of copies and control commands
+        "measured_diff_roofline_ns": _roofline_ns(pb) - _roofline_ns(pg),
+        "trace_versions": {k: sorted({int(d.get("trace_version", 2)) for d in json.loads(
+            (p / "meta.json").read_text())["devices"]}) for k, p in (("bad", pb), ("good", pg))},
         # the workload thread's run-queue waits in its measured section (runnable, off
         # the one vCPU: kernel workers, the capture engine, 9p under icount), per twin
         "runqueue_wait_ns": {"bad": _runqueue_wait_ns(pb, recorder.worker.pid),
@@ -567,7 +589,8 @@ def test_rule_fires_on_bad_silent_on_good(recorder: Recorder, name: str) -> None
 # summed command durations
 MEASURED_BY = {"small_transfers": "span", "iommu_churn": "span", "tlb_thrash": "busy",
                "idle_gaps": "span", "link_saturation": "busy", "host_memory": "busy",
-               "launch_bound": "span", "redundant_upload": "span", "kv_roundtrip": "span"}
+               "launch_bound": "span", "redundant_upload": "span", "kv_roundtrip": "span",
+               "memory_bound": "roofline", "precision": "roofline"}
 # rules whose estimate is checked against its documented bound instead (docs/analysis.md):
 # h2d_d2h_imbalance is an upper bound of rebalancing (no twin measures it);
 # serialized_copies prices the device-side overlap only, not the host round trips
@@ -595,7 +618,8 @@ def test_estimate_within_25_percent_of_measured(recorder: Recorder, name: str) -
     that gives a bound (h2d_d2h_imbalance) is checked against its documented bound."""
     rep = _twin(recorder, name)
     meas = {"span": rep["measured_diff_device_own_ns"],
-            "busy": rep["measured_diff_device_busy_ns"]}
+            "busy": rep["measured_diff_device_busy_ns"],
+            "roofline": rep["measured_diff_roofline_ns"]}
     out = {}
     for rule in rep["expected"]:
         est = rep["estimated_lost_ns"][rule]
@@ -957,4 +981,53 @@ def test_decode_capture_ranges_nest_the_commands(recorder: Recorder) -> None:
     # lists' capture) project onto the commands whose tags their calls gave
     assert all(n > 0 for n in per_step), per_step
     assert "L0" in proj and "L1" in proj, sorted(proj)
+    out.unlink()
+
+
+def test_v3_records_carry_the_decode_gemms_flops_and_bytes(recorder: Recorder) -> None:
+    """taccd asks the PF for trace records of version 3 (its CAPS advertise them): every
+    GEMM of a batch-2 decode capture is a version-3 record whose FLOPs and bytes solve to
+    a shape of the tiny config (docs/hardware.md's formulas, exactly), the decode steps'
+    projections (2 rows) among them; the meta carries the device's roofline registers;
+    the Chrome JSON's command slices carry the records' FLOPs and bytes."""
+    from tacc.analyze import roofline
+    from tacc.analyze.data import load
+    from tacc.capture import open_capture
+    from tacc.capture.schema import Opcode
+    from tacc.models import gpt2
+    from tacc.timeline.convert import convert
+
+    kw, _, scale = TWINS["decode_batch"]
+    cap_path, res, _ = recorder.capture("decode_batch-good", [("decode_batch", False, kw)],
+                                        scale)
+    assert res[0]["checked"], res
+    cap = open_capture(cap_path)
+    assert cap.format_version == (1, 12)
+    pf = cap.functions[0]
+    assert pf.trace_version == 3
+    assert (pf.peak_fp32_gflops, pf.peak_bf16_gflops, pf.devmem_gbps) == (7575, 30250, 300)
+    c = load(cap).cmds
+    g = c.sel((c.opcode == Opcode.GEMM) & (c.fid == 0))
+    assert len(g) > 50 and np.all(g.ver == 3) and np.all(g.flops > 0)
+    cfg = gpt2.get_config("tiny")
+    d, f = cfg.d_model, 4 * cfg.d_model
+    shapes = {(s.m, s.n, s.k) for i in range(len(g))
+              if (s := roofline.shape_of(g, i)) is not None}
+    # the MLP's GEMMs and the LM head (batch 1; the q, k, v and output projections are
+    # batched over the heads): a decode step's rows are one token of each of the 2
+    # sequences, the prefill's 8 of each
+    want = {(r, n, k) for r in (2, 16) for n, k in ((f, d), (d, f), (cfg.vocab, d))}
+    assert want <= shapes, sorted(shapes)
+    out = OUT / "decode_batch-good.json"
+    convert([cap_path], out, fmt="json")
+    ev = json.loads(out.read_text())
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    gemms = [e for e in ev if e.get("ph") == "X" and e.get("name") == "gemm"
+             and "flops" in e.get("args", {})]
+    recs = {(int(t), int(fl), int(r), int(w)) for t, fl, r, w in
+            zip(g.tag.tolist(), g.flops.tolist(), g.rd.tolist(), g.wr.tolist(), strict=True)}
+    got = {(int(e["args"]["tag"]), int(e["args"]["flops"]), int(e["args"]["bytes_read"]),
+            int(e["args"]["bytes_written"])) for e in gemms}
+    assert len(got) > 10 and got <= recs, sorted(got - recs)[:5]
+    _save("decode-v3.json", {"shapes": sorted(shapes), "gemm_slices": len(gemms)})
     out.unlink()

@@ -95,13 +95,18 @@ class TaccFunction:
             "tlb_entries": int(num("tlb_entries")),
             "hw_version": i.get("hw_version", ""), "engines": int(num("engines")),
             "queues": int(num("queues")),
+            # the roofline (minor 12): sysfs peaks of TACC_CAP_ROOFLINE, 0 = not reported
+            "peak_fp32_gflops": int(num("peak_fp32_gflops")),
+            "peak_bf16_gflops": int(num("peak_bf16_gflops")),
+            "devmem_gbps": int(num("devmem_gbps")),
         }
 
 
 INFO_KEYS = ("function", "is_vf", "hw_version", "caps", "link_speed", "link_width",
              "max_link_speed", "max_link_width",
              "max_payload_bytes", "max_read_request_bytes", "devmem_bytes", "engines",
-             "queues", "contexts", "clock_hz", "time_scale", "tlb_entries", "num_vfs")
+             "queues", "contexts", "clock_hz", "time_scale", "tlb_entries", "num_vfs",
+             "peak_fp32_gflops", "peak_bf16_gflops", "devmem_gbps")
 
 
 def _read(p: Path) -> str:
@@ -128,7 +133,8 @@ def _virtio_function(d: Path, pfs: list[TaccFunction]) -> TaccFunction:
     info = {k: v for k, v in (pf.info if pf else {}).items()
             if k in ("link_speed", "link_width", "max_link_speed", "max_link_width",
                      "max_payload_bytes", "max_read_request_bytes", "clock_hz",
-                     "time_scale")}
+                     "time_scale", "peak_fp32_gflops", "peak_bf16_gflops",
+                     "devmem_gbps")}
     info["function"] = str(VIRTIO_FUNC)
     return TaccFunction(pci, devid, d, False, VIRTIO_FUNC, pf.pci if pf else pci,
                         _accel_of(d, "virtio*/accel/accel*"), info, kind="virtio",

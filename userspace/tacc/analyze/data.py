@@ -35,6 +35,17 @@ class Cmds:
     tf: np.ndarray
     ts: np.ndarray
     te: np.ndarray
+    # trace record version 3 (capture minor 12; zero in older records): FLOPs, device-
+    # memory bytes read and written, operand dtype, sub-op, list id; ``ver`` the record's
+    # version (3: those columns are the device's)
+    ver: np.ndarray
+    flops: np.ndarray
+    rd: np.ndarray
+    wr: np.ndarray
+    dtype: np.ndarray
+    subop: np.ndarray
+    list_id: np.ndarray
+    index: np.ndarray  # the command's index in its job (a listed command's: in its list)
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -144,6 +155,10 @@ def load(cap: Capture) -> Data:
         parts["tf"].append(tf)
         parts["ts"].append(ts)
         parts["te"].append(np.maximum(te, ts))
+        for k, col in (("ver", "version"), ("flops", "flops"), ("rd", "bytes_read"),
+                       ("wr", "bytes_written"), ("dtype", "dtype"), ("subop", "subop"),
+                       ("list_id", "list_id"), ("index", "index")):
+            parts[k].append(ch[col].astype(np.int64))
     cmds = Cmds(**{k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in
                    parts.items()})
     # FILL is the driver scrubbing freed device memory (docs/uapi.md), not the workload

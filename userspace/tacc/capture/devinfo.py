@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,37 @@ class Function:
     max_width: int = 0
     # "pf", "vf" or "virtio" (meta ``devices[].kind``, minor 9; older: from ``vf``)
     kind: str = ""
+    # minor 12: the device's roofline (sysfs peak_*_gflops, devmem_gbps; 0 = not
+    # reported: older captures, a device without TACC_CAP_ROOFLINE) and the version of
+    # the trace records taccd asked for (3: FLOPs and bytes per command; 2 = older)
+    peak_fp32_gflops: float = 0.0
+    peak_bf16_gflops: float = 0.0
+    devmem_gbps: float = 0.0
+    trace_version: int = 2
+
+    def model_params(self) -> model.DeviceParams:
+        """tacc.model's parameters with this device's reported peaks (the model's defaults
+        where it reports none)."""
+        peaks = dict(model.DEFAULT.peak_gflops)
+        if self.peak_fp32_gflops > 0:
+            peaks["fp32"] = self.peak_fp32_gflops
+        if self.peak_bf16_gflops > 0:
+            peaks["bf16"] = self.peak_bf16_gflops
+        return dataclasses.replace(
+            model.DEFAULT, peak_gflops=peaks,
+            devmem_gbps=int(self.devmem_gbps) if self.devmem_gbps > 0
+            else model.DEFAULT.devmem_gbps)
+
+    @property
+    def has_roofline(self) -> bool:
+        """The capture reports the device's peaks (else tacc.model's defaults stand in)."""
+        return self.peak_fp32_gflops > 0 and self.devmem_gbps > 0
+
+    def ridge(self, dtype: str = "fp32") -> float:
+        """FLOP/byte where a command stops being memory-bound: peak of ``dtype`` (a GEMM
+        with bf16 operands: the bf16 peak) over the device-memory bandwidth."""
+        p = self.model_params()
+        return p.peak_gflops[dtype] / p.devmem_gbps
 
     @property
     def name(self) -> str:
@@ -86,6 +118,10 @@ def function_from_desc(fid: int, d: dict[str, Any], meta: dict[str, Any]) -> Fun
         max_gen=int(link.get("max_gen", link.get("gen", 4))),
         max_width=int(link.get("max_width", link.get("width", 16))),
         kind=str(d.get("kind") or ("vf" if int(d.get("vf", 0)) else "pf")),
+        peak_fp32_gflops=float(d.get("peak_fp32_gflops", 0) or 0),
+        peak_bf16_gflops=float(d.get("peak_bf16_gflops", 0) or 0),
+        devmem_gbps=float(d.get("devmem_gbps", 0) or 0),
+        trace_version=int(d.get("trace_version", 2) or 2),
     )
 
 

@@ -44,12 +44,23 @@ def _older_layout(old: np.dtype, new: np.dtype) -> bool:
                     for n in names))
 
 
-def _widen(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def _newer_layout(disk: np.dtype, ours: np.dtype) -> bool:
+    """``disk`` is a later minor's layout of ``ours``'s stream: every named field of ours
+    in it with the same type, and more fields (read: ours picked out of it)."""
+    return _older_layout(ours, disk)
+
+
+def _widen(arr: np.ndarray, dtype: np.dtype, columns: list[str] | None = None
+           ) -> np.ndarray:
+    """Records of another minor's layout as ``dtype``'s (its ``columns`` only, when
+    given): fields the file lacks are zero, fields ``dtype`` lacks are dropped."""
+    names = columns or [n for n in dtype.names or () if not n.startswith("_")]
     out = np.zeros(len(arr), dtype=dtype)
-    for n in arr.dtype.names or ():
-        if not n.startswith("_"):
+    have = arr.dtype.names or ()
+    for n in names:
+        if n in have:
             out[n] = arr[n]
-    return out
+    return out[columns] if columns else out
 
 
 @dataclass
@@ -62,7 +73,7 @@ class StreamInfo:
     chunks: list[framing.ChunkRef] = field(default_factory=list)
     # an older minor's record layout on disk (a subset of ``dtype``'s fields, e.g. the
     # counters stream before hw 1.2's counters): records are widened to ``dtype`` on read,
-    # the new fields zero
+    # the new fields zero; or a later minor's (a superset): ours picked out of it
     file_dtype: np.dtype | None = None
 
     @property
@@ -213,7 +224,7 @@ class Capture:
                     raise CaptureVersionError(f"{what}: unreadable record layout") from None
                 older = None
                 if fdt != dtype:
-                    if not _older_layout(fdt, dtype):
+                    if not (_older_layout(fdt, dtype) or _newer_layout(fdt, dtype)):
                         raise CaptureVersionError(
                             f"{what}: record layout differs from schema {version}"
                         )
@@ -287,7 +298,8 @@ class Capture:
                     return
                 arr = np.frombuffer(payload, dtype=st.file_dtype or st.dtype)
                 if st.file_dtype is not None:
-                    arr = _widen(arr, st.dtype)
+                    yield _widen(arr, st.dtype, columns)
+                    continue
                 yield arr[columns] if columns else arr
 
     def read(self, name: str, columns: list[str] | None = None) -> np.ndarray:

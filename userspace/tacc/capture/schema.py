@@ -21,11 +21,12 @@ FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
 #; captures of minor 0 may lack device_events.  The coordinator reconciles the
 # number when several branches add to the format in one round.
-FORMAT_MINOR = 11  # docs/capture-format.md "Minor versions": 2 virtio trace records,
+FORMAT_MINOR = 12  # docs/capture-format.md "Minor versions": 2 virtio trace records,
 # 3 cluster (net_clock), 4 capture overhead (mix/tail), 5 containers (processes),
 # 6 link-model counter slots, 7 the TLP stream (tlp), 8 link power-state counters,
 # 9 devices[].kind (virtio-tacc functions in captures), 10 L1.1/L1.2 counters,
-# 11 devcoredumps (devcoredump/<n>.txt, device event kind 11)
+# 11 devcoredumps (devcoredump/<n>.txt, device event kind 11), 12 trace record version 3
+# (device_trace's flops ... list_index columns, meta devices[] roofline and trace_version)
 TRACE_REC_VERSION = hw.TACC_TRACE_VERSION  # 2: virtio event records, docs/virtio.md
 # event records (trace record version 2): opcode >= TACC_TRACE_EV_BASE is not a command
 TRACE_EV_BASE = hw.TACC_TRACE_EV_BASE
@@ -36,9 +37,24 @@ STRING_MAX = 120
 TRACE_REC_DTYPE = hw.dtype("tacc_trace_rec")
 assert TRACE_REC_DTYPE.itemsize == 64
 
-# Device trace stream: the raw record, then the capture's function id (index in
-# meta.json "devices").
-DEVICE_TRACE_DTYPE = np.dtype(TRACE_REC_DTYPE.descr + [("fid", "<u2"), ("_pad", "V6")])
+# Version 3 of the record (TRACE_CTRL.V3, 128 bytes: struct tacc_trace_rec3): the
+# version-2 record, then the command's FLOPs, device-memory bytes read and written, its
+# list id and the index of its LIST in the job, its operand dtype and sub-op, 32 reserved.
+TRACE_REC3_VERSION = hw.TACC_TRACE_VERSION_3
+TRACE_REC3_SIZE = hw.TACC_TRACE_REC3_SIZE
+TRACE_V3_TAIL = [("flops", "<u8"), ("bytes_read", "<u8"), ("bytes_written", "<u8"),
+                 ("list_id", "<u4"), ("list_index", "<u2"), ("dtype", "u1"), ("subop", "u1")]
+TRACE_V3_TAIL_DTYPE = np.dtype(TRACE_V3_TAIL)  # bytes 64..96 of a version-3 record
+assert TRACE_V3_TAIL_DTYPE.itemsize == 32
+
+# Device trace stream: the raw record (its first 64 bytes), the capture's function id
+# (index in meta.json "devices"), then (minor 12) the version-3 fields, zero in a
+# version-2 record (``version`` < 3) and in captures of older minors (widened on read).
+DEVICE_TRACE_DTYPE = np.dtype(TRACE_REC_DTYPE.descr + [("fid", "<u2"), ("_pad", "V6")]
+                              + TRACE_V3_TAIL)
+assert DEVICE_TRACE_DTYPE.itemsize == 104
+# the stream's record before minor 12 (72 bytes)
+DEVICE_TRACE_V2_DTYPE = np.dtype(TRACE_REC_DTYPE.descr + [("fid", "<u2"), ("_pad", "V6")])
 
 # X-lists of tacc_hw.h, in slot order (slot = index in the counter page).
 FUNC_COUNTERS: tuple[tuple[str, int], ...] = tuple(hw.FUNC_COUNTERS.items())

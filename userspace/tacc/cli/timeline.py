@@ -63,9 +63,15 @@ def run(args: argparse.Namespace) -> int:
         fmt = {"json": "json", "html": "html", "htm": "html"}.get(
             args.output.rsplit(".", 1)[-1].lower(), "perfetto")
     findings = load_findings(args.findings) if args.findings else None
+    report = None
+    if fmt == "html" and len(args.captures) == 1:  # the model view (version-3 records)
+        from tacc.analyze.report import report as model_report
+        from tacc.capture import open_capture
+
+        report = model_report(open_capture(args.captures[0]))
     with progress_bar("tacc timeline", args.quiet) as tick:
         res = convert(args.captures, args.output, fmt or "perfetto", args.summary, findings,
-                      args.rename, args.align, tick)
+                      args.rename, args.align, tick, report)
     if args.manifest:
         from tacc.timeline.manifest import write_manifest
 

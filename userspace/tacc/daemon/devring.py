@@ -3,7 +3,10 @@
 The driver owns the consumer index: one registered consumer per function maps the
 ring read-only and hands records back with ADVANCE.  Records are copied out in bulk
 as a numpy array; drops are the device's ``dropped`` count (cross-checked against
-gaps in the record sequence numbers).
+gaps in the record sequence numbers).  On a device whose CAPS advertise
+``TACC_CAP_TRACE_V3`` the ring is opened with ``DRM_TACC_TRACE_F_V3``: 128-byte
+version-3 records, whose FLOPs, device-memory bytes, list id and index, dtype and sub-op
+fill the stream's version-3 columns (docs/capture-format.md, minor 12).
 """
 
 from __future__ import annotations
@@ -11,13 +14,20 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
+import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from tacc.capture.schema import DEVICE_TRACE_DTYPE, TRACE_REC_DTYPE
+from tacc import hw
+from tacc.capture.schema import (
+    DEVICE_TRACE_DTYPE,
+    TRACE_REC3_SIZE,
+    TRACE_REC_DTYPE,
+    TRACE_V3_TAIL_DTYPE,
+)
 from tacc.errors import TaccError
 from tacc.runtime import uapi
 from tacc.runtime.ring import KernelRing
@@ -27,8 +37,16 @@ REC = TRACE_REC_DTYPE.itemsize  # 64
 OUT_REC = DEVICE_TRACE_DTYPE.itemsize  # 72: the record, fid, pad
 assert DEVICE_TRACE_DTYPE.fields is not None and DEVICE_TRACE_DTYPE.fields["fid"][1] == REC
 _V_REC = np.dtype(f"V{REC}")
-_PAD = slice(DEVICE_TRACE_DTYPE.fields["_pad"][1], OUT_REC)
-_V_OUT = np.dtype({"names": ["rec"], "formats": [_V_REC], "offsets": [0], "itemsize": OUT_REC})
+_PAD_AT = DEVICE_TRACE_DTYPE.fields["_pad"][1]
+_PAD = slice(_PAD_AT, _PAD_AT + DEVICE_TRACE_DTYPE.fields["_pad"][0].itemsize)
+_TAIL_AT = DEVICE_TRACE_DTYPE.fields["flops"][1]  # the version-3 columns of the stream
+_TAIL = TRACE_V3_TAIL_DTYPE.itemsize
+_V_TAIL = np.dtype(f"V{_TAIL}")
+_V_OUT = np.dtype({"names": ["rec", "tail"], "formats": [_V_REC, _V_TAIL],
+                   "offsets": [0, _TAIL_AT], "itemsize": OUT_REC})
+# a version-3 ring record: the version-2 record, then the tail (offset 64), reserved bytes
+_V_REC3 = np.dtype({"names": ["rec", "tail"], "formats": [_V_REC, _V_TAIL],
+                    "offsets": [0, REC], "itemsize": TRACE_REC3_SIZE})
 
 
 _U32 = struct.Struct("<I")
@@ -37,7 +55,7 @@ _OFF_EPOCH = uapi.drm_tacc_trace_header.epoch.offset
 
 
 class TraceRingError(TaccError):
-    pass
+    errno: int | None = None  # the TRACE_OPEN refusal's, when it is one
 
 
 @dataclass
@@ -62,8 +80,10 @@ class RingView:
         hdr = self.header()
         if hdr.version != uapi.TRACE_HDR_VERSION:
             raise TraceRingError(f"trace ring header version {hdr.version} is not supported")
-        if hdr.rec_size != TRACE_REC_DTYPE.itemsize:
-            raise TraceRingError(f"trace record size {hdr.rec_size} != 64")
+        if hdr.rec_size not in (REC, TRACE_REC3_SIZE):
+            raise TraceRingError(f"trace record size {hdr.rec_size} is neither {REC} nor "
+                                 f"{TRACE_REC3_SIZE}")
+        self.rec_size = int(hdr.rec_size)  # 128: version-3 records
         self.entries = int(hdr.entries)
         self.data_offset = int(hdr.data_offset)
         self.cons = int(hdr.cons)
@@ -106,17 +126,25 @@ class RingView:
             n = min(n, max_records)
         out = np.empty(n, DEVICE_TRACE_DTYPE)  # every byte written below
         if n:
-            # the records copied as opaque 64-byte items (a memcpy each) into the first 64
-            # bytes of the stream's records; the ring may wrap once
-            ring = np.frombuffer(self.buf, dtype=_V_REC, count=self.entries,
-                                 offset=self.data_offset)
-            dst = out.view(_V_OUT)["rec"]
+            # the records copied as opaque items (a memcpy each) into the stream's records:
+            # the first 64 bytes, and of a version-3 record its 32 bytes of FLOPs, bytes
+            # and list (zero for version 2); the ring may wrap once
+            v3 = self.rec_size == TRACE_REC3_SIZE
+            ring = np.frombuffer(self.buf, dtype=_V_REC3 if v3 else _V_REC,
+                                 count=self.entries, offset=self.data_offset)
+            view = out.view(_V_OUT)
             start = self.cons % self.entries
             first = min(n, self.entries - start)
-            dst[:first] = ring[start:start + first]
-            dst[first:] = ring[:n - first]
+            for name in ("rec", "tail") if v3 else ("rec",):
+                src = ring[name] if v3 else ring
+                dst = view[name]
+                dst[:first] = src[start:start + first]
+                dst[first:] = src[:n - first]
             out["fid"] = self.fid
-            out.view(np.uint8).reshape(n, OUT_REC)[:, _PAD] = 0
+            raw = out.view(np.uint8).reshape(n, OUT_REC)
+            raw[:, _PAD] = 0
+            if not v3:
+                raw[:, _TAIL_AT:_TAIL_AT + _TAIL] = 0
         if n:
             self.cons = (self.cons + n) & 0xFFFFFFFF
             _prod, dropped = self.advance(self.cons)
@@ -150,26 +178,57 @@ class RingView:
         return gaps
 
 
+def trace_v3_supported(node: str) -> bool:
+    """The function's CAPS (DRM_TACC_PARAM_CAPS) advertise version-3 trace records."""
+    try:
+        fd = uapi.open_node(node)
+    except OSError:
+        return False
+    try:
+        return bool(uapi.get_param(fd, uapi.PARAM_CAPS) & hw.TACC_CAP_TRACE_V3)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 class DeviceTraceRing:
     """The registered consumer of one function's trace ring (owns the accel fd)."""
 
-    def __init__(self, node: str, fid: int, entries: int = 0) -> None:
-        """``entries``: ring size asked of TRACE_OPEN (0 = the driver's default)."""
+    def __init__(self, node: str, fid: int, entries: int = 0, v3: bool = False) -> None:
+        """``entries``: ring size asked of TRACE_OPEN (0 = the driver's default); ``v3``:
+        ask for version-3 records (a driver or device refusing them, EINVAL or
+        EOPNOTSUPP: version 2, ``self.version`` says which)."""
         self.node = node
+        self.version = 3 if v3 else 2
+        try:
+            self._open(node, entries, v3)
+        except TraceRingError as exc:
+            if not v3 or exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            self.version = 2
+            self._open(node, entries, False)
+        self.fd, self.mm = self.ring.fd, self.ring.mm
+        self.view = RingView(self.mm, fid, self.ring.advance)
+
+    def _open(self, node: str, entries: int, v3: bool) -> None:
 
         def refused(exc: OSError) -> TraceRingError:
             why = {errno.EBUSY: "trace ring already has a consumer (taccd or accel-bpftrace "
                                 "record)",
                    errno.EACCES: "the PF's trace ring needs CAP_PERFMON (root)"}
             if exc.errno in why:
-                return TraceRingError(f"{node}: {why[exc.errno]}")
-            return TraceRingError(f"{node}: TRACE_OPEN failed: {exc.strerror}")
+                err = TraceRingError(f"{node}: {why[exc.errno]}")
+            else:
+                err = TraceRingError(f"{node}: TRACE_OPEN failed: {exc.strerror}")
+            err.errno = exc.errno
+            return err
 
+        flags = hw.DRM_TACC_TRACE_F_V3 if v3 else 0
         self.ring = KernelRing(node, uapi.DRM_IOCTL_TACC_TRACE_OPEN,
-                               uapi.drm_tacc_trace_open(entries=entries), refused,
-                               uapi.DRM_IOCTL_TACC_TRACE_ADVANCE, uapi.DRM_IOCTL_TACC_TRACE_CLOSE)
-        self.fd, self.mm = self.ring.fd, self.ring.mm
-        self.view = RingView(self.mm, fid, self.ring.advance)
+                               uapi.drm_tacc_trace_open(flags=flags, entries=entries),
+                               refused, uapi.DRM_IOCTL_TACC_TRACE_ADVANCE,
+                               uapi.DRM_IOCTL_TACC_TRACE_CLOSE)
 
     def drain(self) -> DrainResult:
         return self.view.drain()

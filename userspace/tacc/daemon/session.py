@@ -46,7 +46,7 @@ from tacc.libc import libc
 from .apiring import ApiRings
 from .apiring import available as api_available
 from .counters import CounterBlock, SampleRingCounters, SysfsCounters
-from .devring import DeviceTraceRing, TraceRingError
+from .devring import DeviceTraceRing, TraceRingError, trace_v3_supported
 from .procinfo import ProcessTable
 
 # enum tacc_fault_type, by value: "unmapped", "permission", ...
@@ -213,9 +213,14 @@ class CaptureSession:
             self._open_tlp()
         self.added: list[dict[str, Any]] = []
         self.removed: set[int] = set()
+        # the trace record version asked of each function's ring: 3 where its CAPS
+        # advertise it (FLOPs and bytes per command, minor 12), else 2
+        self.trace_version = {fid: self._trace_version(fn)
+                              for fid, fn in enumerate(self.functions)}
         meta = {
             "node": node or os.environ.get("TACC_NODE_ID") or socket.gethostname(),
-            "devices": [f.meta() for f in self.functions],
+            "devices": [{**f.meta(), "trace_version": self.trace_version[fid]}
+                        for fid, f in enumerate(self.functions)],
             "kernel": kernel_release(),
             "qemu": machine_info().get("product_version", ""),
             "machine": machine_info(),
@@ -298,10 +303,20 @@ class CaptureSession:
         for sr in self.sample_rings.values():
             sr.close()
 
+    def _trace_version(self, fn: TaccFunction) -> int:
+        return 3 if (self.opts.device_trace and fn.accel
+                     and trace_v3_supported(fn.accel)) else 2
+
     def _open_function(self, fid: int, fn: TaccFunction) -> None:
         if self.opts.device_trace and fn.accel:
+            v = self.trace_version.setdefault(fid, self._trace_version(fn))
             try:
-                self.rings[fid] = DeviceTraceRing(fn.accel, fid, self.opts.trace_entries)
+                ring = self.rings[fid] = DeviceTraceRing(fn.accel, fid,
+                                                         self.opts.trace_entries, v == 3)
+                if ring.version != v:
+                    self.warnings.append(f"{fn.pci}: trace records of version "
+                                         f"{ring.version}, not {v}: the driver refused "
+                                         f"version {v}")
             except (TraceRingError, OSError) as exc:
                 self.warnings.append(f"{fn.pci}: device trace not captured: {exc}")
         if self.opts.counters_hz > 0:
@@ -336,7 +351,9 @@ class CaptureSession:
         self.fid_of_dev[fn.devid] = fid
         self.fid_of_pci[fn.pci] = fid
         t_ns = time.monotonic_ns()
-        self.added.append({"fid": fid, "t_ns": t_ns, **fn.meta()})
+        self.trace_version[fid] = self._trace_version(fn)
+        self.added.append({"fid": fid, "t_ns": t_ns, **fn.meta(),
+                           "trace_version": self.trace_version[fid]})
         self._hotplug(DeviceEventKind.HOTPLUG_ADD, fid, fn, t_ns)
         self._open_function(fid, fn)
 

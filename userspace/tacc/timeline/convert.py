@@ -54,11 +54,13 @@ def convert(
     renames: list[str] | None = None,
     align: str = "auto",
     progress: Any = None,
+    report: dict[str, Any] | None = None,
 ) -> Result:
     """Write ``out`` in ``fmt`` (perfetto, json, html; hta: ``out`` a directory of one
     Chrome JSON per node/function rank); optionally build the text summary.
     Several captures are merged as a cluster (tacc.timeline.cluster: node ids, clock
-    alignment, cross-node messages); ``renames`` are ``CAPTURE=NAME`` items."""
+    alignment, cross-node messages); ``renames`` are ``CAPTURE=NAME`` items; ``report``:
+    the HTML view's roofline and steps (tacc.analyze.report, version-3 captures)."""
     caps = [open_capture(c) for c in captures]
     view = None
     if len(caps) > 1:
@@ -96,6 +98,7 @@ def convert(
         elif fmt == "html":
             ht = HtmlSink()
             ht.findings = list(findings or [])
+            ht.report = dict(report or {})
         else:
             raise CaptureError(f"unknown output format {fmt!r}")
     total = sum(c.count(s) for c in caps for s in c.streams)

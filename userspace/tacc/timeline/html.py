@@ -25,6 +25,9 @@ class HtmlSink:
         self.dropped = 0
         self.counters_data: dict[int, list[np.ndarray]] = {}
         self.findings: list[dict[str, Any]] = []
+        # tacc.timeline.report's roofline and step breakdown (version-3 captures only;
+        # empty: the view is what it was without them)
+        self.report: dict[str, Any] = {}
 
     def slices(self, b: Batch) -> None:
         room = self.max_slices - self.n
@@ -96,8 +99,12 @@ class HtmlSink:
             "dropped": self.dropped,
             "meta": metadata,
         }
+        if self.report:
+            data["report"] = self.report
         payload = json.dumps(data, separators=(",", ":"), default=str).replace("</", "<\\/")
-        out.write(TEMPLATE.replace("__TITLE__", _esc(title)).replace("__DATA__", payload))
+        page = TEMPLATE.replace("__REPORT_BUTTON__", REPORT_BUTTON if self.report else "")
+        page = page.replace("__REPORT_SCRIPT__", REPORT_SCRIPT if self.report else "")
+        out.write(page.replace("__TITLE__", _esc(title)).replace("__DATA__", payload))
 
 
 def _esc(s: str) -> str:
@@ -122,7 +129,7 @@ html,body{margin:0;height:100%;font:12px system-ui,sans-serif;background:#fafafa
 </style></head><body>
 <div id="bar"><b id="ttl"></b><span id="rng"></span>
 <label><input type="checkbox" id="flows" checked> flows</label>
-<button id="reset">reset zoom</button><span id="note"></span>
+<button id="reset">reset zoom</button>__REPORT_BUTTON__<span id="note"></span>
 <span style="margin-left:auto">wheel: zoom &middot; drag: pan &middot; w/s/a/d</span></div>
 <div id="main"><div id="wrap"><div id="labels"></div><canvas id="cv"></canvas></div></div>
 <div id="tip"></div>
@@ -205,5 +212,46 @@ function tip(e){const b=cv.getBoundingClientRect();const x=e.clientX-b.left,yy=e
 window.addEventListener("resize",draw);
 draw();
 })();
-</script></body></html>
+</script>__REPORT_SCRIPT__</body></html>
 """
+
+# The model view (version-3 captures): a roofline chart of the commands (FLOP/byte against
+# achieved GFLOP/s, log-log, under the device's memory and compute roofs) and the step
+# table (prefill, decode steps: host, submit, device compute, device memory, link,
+# storage), in a panel the bar's button opens.
+REPORT_BUTTON = '<button id="rep">roofline &amp; steps</button>'
+REPORT_SCRIPT = r"""<div id="panel" style="display:none;position:fixed;top:34px;right:8px;bottom:8px;width:640px;overflow:auto;background:#fff;border:1px solid #999;padding:8px;z-index:6"></div>
+<script>
+"use strict";
+(function(){
+const R=JSON.parse(document.getElementById("data").textContent).report;
+const P=document.getElementById("panel");
+document.getElementById("rep").onclick=()=>{P.style.display=P.style.display==="none"?"block":"none";};
+function ms(ns){return (ns/1e6).toFixed(3);}
+let n=0;
+for(const f of R.roofline){
+ const h=document.createElement("h3");h.textContent="roofline: "+f.function+(f.reported?"":" (tacc.model's peaks: the capture reports none)");P.appendChild(h);
+ const c=document.createElement("canvas");c.width=600;c.height=380;c.className="roofline";c.dataset.points=String(f.points.length);P.appendChild(c);
+ const g=c.getContext("2d"),L=64,B=340,Wd=526,Ht=320,x0=-2,x1=4,y0=-1,y1=5;
+ const X=v=>L+(Math.log10(Math.max(v,1e-9))-x0)/(x1-x0)*Wd,Y=v=>B-(Math.log10(Math.max(v,1e-9))-y0)/(y1-y0)*Ht;
+ g.fillStyle="#fff";g.fillRect(0,0,600,380);g.strokeStyle="#ccc";g.fillStyle="#444";g.font="10px sans-serif";
+ for(let e=x0;e<=x1;e++){g.beginPath();g.moveTo(X(10**e),B);g.lineTo(X(10**e),B-Ht);g.stroke();g.fillText("1e"+e,X(10**e)-8,B+12);}
+ for(let e=y0;e<=y1;e++){g.beginPath();g.moveTo(L,Y(10**e));g.lineTo(L+Wd,Y(10**e));g.stroke();g.fillText("1e"+e,30,Y(10**e)+3);}
+ g.fillText("FLOP / device-memory byte",L+Wd/2-50,B+26);g.save();g.translate(12,B-Ht/2+40);g.rotate(-Math.PI/2);g.fillText("achieved GFLOP/s",0,0);g.restore();
+ const bw=f.devmem_gbps,roofs=[["fp32",f.peak_gflops.fp32,"#1565c0"],["bf16",f.peak_gflops.bf16,"#2e7d32"]];
+ for(const [nm,pk,cl] of roofs){g.strokeStyle=cl;g.lineWidth=2;g.beginPath();const r=pk/bw;g.moveTo(X(10**x0),Y(10**x0*bw));g.lineTo(X(r),Y(pk));g.lineTo(X(10**x1),Y(pk));g.stroke();
+  g.fillStyle=cl;g.fillText(nm+" "+pk.toFixed(0)+" GFLOP/s, ridge "+r.toFixed(1),X(r)+4,Y(pk)-4);}
+ g.lineWidth=1;const ops=Object.keys(f.ops);
+ for(const p of f.points){const k=ops.indexOf(String(p[2]));g.fillStyle="hsla("+(k*67%360)+",70%,45%,.7)";g.beginPath();g.arc(X(p[0]),Y(Math.max(p[1],10**y0)),2.5,0,6.3);g.fill();n++;}
+ ops.forEach((o,k)=>{g.fillStyle="hsl("+(k*67%360)+",70%,45%)";g.fillRect(L+8,B-Ht+8+k*12,8,8);g.fillStyle="#222";g.fillText(f.ops[o],L+20,B-Ht+16+k*12);});
+}
+if(R.steps.length){const h=document.createElement("h3");h.textContent="steps (ms)";P.appendChild(h);
+ const t=document.createElement("table");t.id="steps";t.style.borderCollapse="collapse";
+ const cols=[["wall","wall_ns"],["host","host_ns"],["submit","submit_ns"],["device compute","compute_ns"],["device memory","memory_ns"],["link","link_ns"],["storage","storage_ns"]];
+ let tr=document.createElement("tr");for(const c of ["step",...cols.map(c=>c[0])]){const th=document.createElement("th");th.textContent=c;th.style.padding="2px 6px";tr.appendChild(th);}t.appendChild(tr);
+ for(const s of R.steps){tr=document.createElement("tr");tr.dataset.step=s.name;const td0=document.createElement("td");td0.textContent=s.name;tr.appendChild(td0);
+  for(const c of cols){const td=document.createElement("td");td.textContent=ms(s[c[1]]);td.style.textAlign="right";td.style.padding="2px 6px";tr.appendChild(td);}t.appendChild(tr);}
+ P.appendChild(t);}
+document.body.dataset.roofline=String(n);document.body.dataset.steps=String(R.steps.length);
+})();
+</script>"""

@@ -22,6 +22,7 @@ from tacc.capture.schema import (
     TRACE_EV_BASE,
     TRACE_EV_VIRTIO_DISPATCH,
     TRACE_EV_VIRTIO_KICK,
+    TRACE_REC3_VERSION,
     DeviceEventKind,
     DriverFlag,
     DriverKind,
@@ -683,6 +684,12 @@ class Extractor:
                        "tlps": ch["tlps"].astype(np.uint64),
                        "tlb_misses": ch["tlb_misses"].astype(np.uint64),
                        "status": ch["status"].astype(np.uint64)})
+            if np.any(ch["version"] >= TRACE_REC3_VERSION):
+                # version-3 records (capture minor 12): each command's FLOPs, device-memory
+                # bytes and list; chunks without them keep the arguments above only
+                for k in ("flops", "bytes_read", "bytes_written", "list_id", "dtype",
+                          "subop"):
+                    b.args[k] = ch[k].astype(np.uint64)
             yield self.nooverlap.fix(b)
 
     # ------------------------------------------------------------ TLPs ------

@@ -14,6 +14,8 @@ from tacc.analyze.rules import (
     launch_bound,
     link_degraded,
     link_saturation,
+    memory_bound,
+    precision,
     redundant_upload,
     serialized_copies,
     small_transfers,
@@ -27,6 +29,8 @@ from tacc.analyze.rules.imbalance import ImbalanceThresholds
 from tacc.analyze.rules.iommu_churn import IommuChurnThresholds
 from tacc.analyze.rules.launch_bound import LaunchBoundThresholds
 from tacc.analyze.rules.link_saturation import LinkSaturationThresholds
+from tacc.analyze.rules.memory_bound import MemoryBoundThresholds
+from tacc.analyze.rules.precision import PrecisionThresholds
 from tacc.analyze.rules.redundant_upload import RedundantUploadThresholds
 from tacc.analyze.rules.serialized_copies import SerializedCopiesThresholds
 from tacc.analyze.rules.small_transfers import SmallTransfersThresholds
@@ -48,11 +52,15 @@ RULES: dict[str, Rule] = {
     "launch_bound": launch_bound.launch_bound,
     "redundant_upload": redundant_upload.redundant_upload,
     "kv_roundtrip": kv_roundtrip.kv_roundtrip,
+    "memory_bound": memory_bound.memory_bound,
+    "precision": precision.precision,
 }
 
 
 @dataclass
 class Thresholds(
+    PrecisionThresholds,
+    MemoryBoundThresholds,
     RedundantUploadThresholds,
     LaunchBoundThresholds,
     IdleGapsThresholds,

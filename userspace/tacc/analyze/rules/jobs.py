@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tacc.analyze.data import Data, merged
+from tacc.analyze.data import Cmds, Data, merged
 from tacc.capture.schema import DriverKind, Opcode
 
 # not device-local work: host transfers and the control commands (NOP, fences, timestamps,
@@ -83,18 +83,14 @@ def range_names(d: Data, starts: np.ndarray, ends: np.ndarray, limit: int = 8
                 ) -> dict[str, int]:
     """The tacc.range names (API records named ``range``) overlapping the given time
     ranges, with the overlapped time (ns) in each, most first."""
-    s = d.cap.strings
-    rid = [k for k, v in s.items() if v == "range"]
-    api = d.api
-    if not rid or len(api) == 0 or len(starts) == 0:
+    names, ra, rb = range_records(d)
+    if not names or len(starts) == 0:
         return {}
-    r = api[np.isin(api["name_id"], rid)]
     out: dict[str, int] = {}
     o = np.argsort(starts)
     st, en = starts[o], ends[o]
     cum_en = np.maximum.accumulate(en)
-    for a, b, nm in zip(r["t_start"].tolist(), r["t_end"].tolist(), r["args_id"].tolist(),
-                        strict=True):
+    for a, b, name in zip(ra.tolist(), rb.tolist(), names, strict=True):
         lo = int(np.searchsorted(cum_en, a, "right"))
         hi = int(np.searchsorted(st, b, "left"))
         if hi <= lo:
@@ -102,7 +98,6 @@ def range_names(d: Data, starts: np.ndarray, ends: np.ndarray, limit: int = 8
         ov = np.minimum(en[lo:hi], b) - np.maximum(st[lo:hi], a)
         t = int(ov[ov > 0].sum())
         if t:
-            name = s.get(int(nm), "?")
             out[name] = out.get(name, 0) + t
     return dict(sorted(out.items(), key=lambda kv: -kv[1])[:limit])
 
@@ -145,3 +140,32 @@ def api_covered(d: Data, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return cum[np.maximum(i - 1, 0)] + np.where(i > 0, np.maximum(inside, 0), 0)
 
     return np.maximum(upto(b) - upto(a), 0)
+
+
+def range_records(d: Data) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The tacc.range records: names, starts, ends (host CLOCK_MONOTONIC ns)."""
+    s = d.cap.strings
+    rid = [k for k, v in s.items() if v == "range"]
+    if not rid or len(d.api) == 0:
+        return [], np.zeros(0, np.int64), np.zeros(0, np.int64)
+    r = d.api[np.isin(d.api["name_id"], rid)]
+    return ([s.get(int(a), "?") for a in r["args_id"].tolist()],
+            r["t_start"].astype(np.int64), r["t_end"].astype(np.int64))
+
+
+def innermost_range(d: Data, c: Cmds) -> tuple[list[str], np.ndarray]:
+    """(range names, index per command of the innermost tacc.range occurrence holding it
+    on the device's timeline, -1 = none): ranges applied longest first, so a nested one
+    overrides its parent."""
+    names, a, b = range_records(d)
+    occ = np.full(len(c), -1, np.int64)
+    if not names or len(c) == 0:
+        return names, occ
+    o = np.argsort(c.ts, kind="stable")
+    ts = c.ts[o]
+    for r in np.argsort(-(b - a), kind="stable").tolist():
+        lo, hi = np.searchsorted(ts, a[r], "left"), np.searchsorted(ts, b[r], "right")
+        sel = o[lo:hi]
+        sel = sel[c.te[sel] <= b[r]]
+        occ[sel] = r
+    return names, occ
