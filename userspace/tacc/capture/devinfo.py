@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from tacc import model
 from tacc.model.link import (
     DEFAULT_MRRS,
     DEFAULT_RCB,
