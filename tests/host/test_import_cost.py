@@ -1,0 +1,39 @@
+"""The CLI's start-up stays light: bfloat16 (ml_dtypes) and ONNX load only when a command
+needs them.  Each costs ~10 s of guest time per process under TCG (docs/measurements.md), and
+every `tacc`, `taccd` and `tacc run` start in the VM layer would pay it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("ml_dtypes", "onnx")
+
+
+@pytest.mark.parametrize("stmt", [
+    "import tacc.cli",
+    "import tacc.cli.taccd",
+    "from tacc.runtime import uapi",
+    "from tacc.runtime import Context, Stream",
+    "import tacc.workloads; tacc.workloads.get('tiny_transfers')",
+    "from tacc.counters.backends import open_backend",
+])
+def test_start_up_imports_no_bfloat16_or_onnx(stmt: str) -> None:
+    code = (f"import sys, json\n{stmt}\n"
+            f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [], f"{stmt!r} imported {r.stdout.strip()}"
+
+
+def test_bf16_still_there_when_asked() -> None:
+    """The lazy attribute resolves to ml_dtypes' bfloat16 and is recognised by name."""
+    import ml_dtypes
+    import numpy as np
+    from tacc.runtime import kernels as K
+
+    assert K.BF16 == np.dtype(ml_dtypes.bfloat16)
+    assert K.is_bf16(K.BF16) and not K.is_bf16(np.float32)
