@@ -37,3 +37,33 @@ def test_bf16_still_there_when_asked() -> None:
 
     assert K.BF16 == np.dtype(ml_dtypes.bfloat16)
     assert K.is_bf16(K.BF16) and not K.is_bf16(np.float32)
+
+
+@pytest.mark.parametrize("argv", [["trace", "status", "--help"], ["analyze", "--help"],
+                                  ["timeline", "--help"], ["profile", "--help"]])
+def test_a_command_imports_its_own_module_only(argv: list[str]) -> None:
+    """`tacc trace ...` builds the trace parser alone: numpy and the counters' modules (which
+    `tacc stat` needs) stay unloaded.  Fails when build_parser imports every module again."""
+    code = ("import sys, json\nfrom tacc.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(json.dumps([m for m in ('numpy', 'tacc.cli.counters', 'tacc.cli.onnx') "
+            "if m in sys.modules]))")
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1]) == [], f"tacc {argv}: {r.stdout[-300:]}"
+
+
+def test_commands_table_is_what_the_modules_add() -> None:
+    """tacc.cli.COMMANDS (the lazy dispatch's table) names every command each module adds."""
+    import importlib
+
+    from tacc.cli import COMMANDS, SUBCOMMAND_MODULES
+    from tacc.cli.conventions import Parser
+
+    added: dict[str, str] = {}
+    for mod in SUBCOMMAND_MODULES:
+        sub = Parser(prog="tacc").add_subparsers(dest="command")
+        importlib.import_module(mod).add_parser(sub)
+        added.update(dict.fromkeys(sub.choices, mod))
+    assert COMMANDS == added

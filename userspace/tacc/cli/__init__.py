@@ -3,7 +3,12 @@
 Each subcommand lives in its own module exposing ``add_parser(subparsers)``; that
 function adds one or more subparsers and sets ``func=<callable(args) -> int>`` on them
 (``parser.set_defaults(func=...)``).  To add a subcommand, add its module to
-``SUBCOMMAND_MODULES`` (or ship a ``tacc.subcommands`` entry point).
+``SUBCOMMAND_MODULES`` and its command names to ``COMMANDS`` (or ship a
+``tacc.subcommands`` entry point).
+
+A command line naming a built-in command imports that command's module only (``tacc trace
+start`` does not import numpy for ``tacc stat``): a Python start in the test VM costs seconds
+per module tree.  ``tacc --help``, an unknown word and ``build_parser()`` import them all.
 
 Errors (docs/cli.md): a :class:`tacc.errors.TaccError` (the root of every library error,
 and of :class:`CommandError`) becomes ``tacc: error: <one line>`` on stderr, without a
@@ -40,6 +45,18 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+# Each built-in command name -> the module that adds it (tests/host/test_cli_conventions.py
+# checks this equals what the modules add).
+COMMANDS: dict[str, str] = {
+    "run": "tacc.cli.run", "stat": "tacc.cli.counters", "top": "tacc.cli.counters",
+    "counters": "tacc.cli.counters", "trace": "tacc.cli.trace", "profile": "tacc.cli.profile",
+    "timeline": "tacc.cli.timeline", "analyze": "tacc.cli.analyze", "export": "tacc.cli.fleet",
+    "query": "tacc.cli.fleet", "cluster": "tacc.cli.cluster", "cdi": "tacc.cli.cdi",
+    "devices": "tacc.cli.devices", "vfio": "tacc.cli.vfio", "pcie": "tacc.cli.pcie",
+    "onnx": "tacc.cli.onnx",
+}
+
+
 class CommandError(TaccError):
     """A subcommand's runtime failure (nothing found, a refusal, a failed step): one
     line, exit status 1 (as every :class:`tacc.errors.TaccError` but a usage error)."""
@@ -48,10 +65,26 @@ class CommandError(TaccError):
 __all__ = ["CommandError", "UsageError", "build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_module(argv: Sequence[str]) -> str | None:
+    """The module of the built-in command ``argv`` names (its first word that is not an
+    option), or None (no command, ``--help``, an unknown word: every module is needed)."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return COMMANDS.get(word)
+        if word in ("-h", "--help", "--version"):
+            return None
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``tacc`` parser: every subcommand, or only the one ``argv`` names."""
     # tacc.cli.conventions imported here, not above: `python -m tacc.cli.conventions`
     # (scripts/setup.sh) imports this package first
     from .conventions import Parser, finish
+
+    only = command_module(argv) if argv is not None else None
 
     parser = Parser(
         prog="tacc", description="tacc accelerator tools: captures, counters, timeline, analysis",
@@ -61,17 +94,19 @@ def build_parser() -> argparse.ArgumentParser:
                "found),\n2 a usage error (docs/cli.md)")
     parser.add_argument("--version", action="version", version=f"tacc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for modname in SUBCOMMAND_MODULES:
+    for modname in (only,) if only else SUBCOMMAND_MODULES:
         importlib.import_module(modname).add_parser(sub)
-    for ep in entry_points(group="tacc.subcommands"):
-        ep.load()(sub)
+    if not only:
+        for ep in entry_points(group="tacc.subcommands"):
+            ep.load()(sub)
     return finish(parser, "tacc")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from .conventions import EXIT_USAGE, error_status
 
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:
