@@ -78,6 +78,18 @@ def test_iommu_modes_reach_qemu_and_kernel(tmp_path: Path) -> None:
         assert arg in argv[argv.index("-append") + 1]
 
 
+def test_icount_guest_keeps_its_tick(tmp_path: Path) -> None:
+    """Under -icount sleep=off an idle tickless guest's clock jumps to its next timer, which
+    can be a 120 s timeout while the guest waits for 9p (seen: a test's subprocess timed out
+    after 4.9 s of wall): the icount guest boots with nohz=off, a host-time guest without."""
+    for icount, tick in (("1", True), ("0", False)):
+        cfg = run_vm.VMConfig.from_env({"ICOUNT": icount, "KERNEL": "6.12.117"},
+                                       require_installed=False)
+        argv = run_vm.qemu_argv(cfg, tmp_path, None, interactive=False)
+        assert ("-icount" in argv) == (icount == "1")
+        assert ("nohz=off" in argv[argv.index("-append") + 1].split()) == tick
+
+
 @given(st.integers(min_value=0, max_value=254))
 def test_exit_status_roundtrip(status: int) -> None:
     # isa-debug-exit: the guest writes status + 1, QEMU exits (v << 1) | 1.
