@@ -799,6 +799,7 @@ def test_back_to_back_captures_have_no_stale_records(recorder: Recorder) -> None
 
 
 # ------------------------------------------------------- fleet export (17) --
+@pytest.mark.long  # tests/host/test_fleet.py exports and queries the recorded real-mixed
 def test_export_query_real_capture(recorder: Recorder, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     """The mixed real capture exported to Parquet (pyarrow) and queried with DuckDB
