@@ -29,9 +29,35 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 declare -A result seconds
+# The host and device layers are one pytest process each (one core): when both are asked,
+# they run side by side, each into its log, printed in order when both are done.
+declare -A early
+if [[ " $layers " == *" host "* && " $layers " == *" device "* ]]; then
+	for layer in host device; do
+		(
+			start=$(date +%s)
+			$py -m pytest tests/$layer -q -p no:cacheprovider \
+				--junitxml=build/test-results/$layer.xml "${extra[@]}" \
+				>build/test-results/$layer.log 2>&1
+			echo "$? $(( $(date +%s) - start ))" >build/test-results/$layer.status
+		) &
+		early[$layer]=$!
+	done
+fi
+
 for layer in $layers; do
 	start=$(date +%s)
 	echo "==================== layer: $layer ===================="
+	if [ -n "${early[$layer]:-}" ]; then
+		wait "${early[$layer]}"
+		cat build/test-results/$layer.log
+		rc=1 secs=0
+		read -r rc secs <build/test-results/$layer.status || rc=1
+		[ $rc = 0 ] && { /usr/bin/python3 scripts/test-vm --check-skips "build/test-results/$layer.xml" || rc=1; }
+		result[$layer]=$rc
+		seconds[$layer]=$secs
+		continue
+	fi
 	case $layer in
 	host)   $py -m pytest tests/host -q -p no:cacheprovider --junitxml=build/test-results/host.xml "${extra[@]}" ;;
 	device) $py -m pytest tests/device -q -p no:cacheprovider --junitxml=build/test-results/device.xml "${extra[@]}" ;;

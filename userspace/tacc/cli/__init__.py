@@ -22,7 +22,6 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from importlib.metadata import entry_points
 
 from tacc import __version__
 from tacc.errors import TaccError, UsageError
@@ -97,6 +96,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     for modname in (only,) if only else SUBCOMMAND_MODULES:
         importlib.import_module(modname).add_parser(sub)
     if not only:
+        from importlib.metadata import entry_points  # (15 ms: only for the whole parser)
+
         for ep in entry_points(group="tacc.subcommands"):
             ep.load()(sub)
     return finish(parser, "tacc")
