@@ -183,7 +183,9 @@ def test_record_accounts_for_every_job(tmp_path: Path, pf_accel: Path, pf_pci: P
     # one record per command, or a counted drop; no drop at all unless the guest is slow
     assert len(dmine) + dev_drops >= 2 * NJOBS and len(dmine) <= 2 * NJOBS, (len(dmine),
                                                                             dev_drops)
-    timing.check(int(drops["count"].sum()) == 0, f"drops {drops}")
+    # no event lost (counter samples the sampling tick took late are not events)
+    timing.check(int(drops["count"][drops["source"] != DropSource.COUNTERS].sum()) == 0,
+                 f"drops {drops}")
     truth.check(NJOBS, 2)
 
 
