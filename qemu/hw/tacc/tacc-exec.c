@@ -1004,14 +1004,16 @@ static bool tacc_rowop_rows(const struct tacc_desc *d, TaccResult *res,
     default:    /* ELTWISE */
         switch (ph) {
         case ROW_RD_X:
-            *r = (TaccRows){ d->eltwise.a, 1, n, n, d->eltwise.dtype_a, r->buf };
+            *r = (TaccRows){ d->eltwise.a, 1, n, n, d->eltwise.dtype_a,
+                             r->buf };
             return true;
         case ROW_RD_W1:
             *r = (TaccRows){ d->eltwise.b, 1, nb, nb, d->eltwise.dtype_a,
                              r->buf };
             return true;
         case ROW_WR_Y:
-            *r = (TaccRows){ d->eltwise.c, 1, n, n, d->eltwise.dtype_c, r->buf };
+            *r = (TaccRows){ d->eltwise.c, 1, n, n, d->eltwise.dtype_c,
+                             r->buf };
             return true;
         }
         return false;
@@ -1153,6 +1155,8 @@ static bool tacc_gather_step(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
     while (res->work_pos < rows && *budget && !res->status) {
         uint64_t r = res->work_pos++;
         int32_t i = (int32_t)ldl_le_p(idx + 4 * r);
+        uint64_t tva = d->gather.table +
+                       (uint64_t)(uint32_t)i * d->gather.ld_table * es;
 
         if (!gather) {
             if (i < 0 || (uint64_t)i >= d->gather.table_rows) {
@@ -1161,9 +1165,8 @@ static bool tacc_gather_step(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
             *budget -= MIN(*budget, 4);
             continue;
         }
-        res->status = tacc_va_rw(f, q, c, d->gather.table +
-                                 (uint64_t)(uint32_t)i * d->gather.ld_table * es,
-                                 row, cols * es, false, KIND_DEVMEM, res, &done);
+        res->status = tacc_va_rw(f, q, c, tva, row, cols * es, false,
+                                 KIND_DEVMEM, res, &done);
         if (!res->status) {
             res->status = tacc_va_rw(f, q, c,
                                      d->gather.out + r * d->gather.ld_out * es,

@@ -526,9 +526,10 @@ static uint64_t vt_bo_pte(VtBo *bo, uint64_t off, uint32_t *ei, uint64_t *base)
 /*
  * The 2 MiB leaf for BO bytes [@off, @off + 2 MiB), or 0 if they are not one
  * 2 MiB-aligned run: device memory, or host BO entries that follow each other
- * without a gap.  A Linux guest lists a buffer as the DMA API's segments (64 KiB
- * by default: one IOVA-contiguous buffer becomes 64 KiB pieces), so runs are
- * merged across entries, as tacc.ko's PF driver maps one contiguous range.
+ * without a gap.  A Linux guest lists a buffer as the DMA API's segments
+ * (64 KiB by default: one IOVA-contiguous buffer becomes 64 KiB pieces), so
+ * runs are merged across entries, as tacc.ko's PF driver maps one contiguous
+ * range.
  * The device MMU walks these leaves (TACC_CAP_MMU_2M); a 4 MiB copy then takes
  * 2 TLB misses per buffer instead of 1024.
  */
