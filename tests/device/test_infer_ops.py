@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from tacc import hw
 from tacc.hw.records import d_copy, d_elt, desc
-from tacc.testing.taccdev import DEVMEM_VA
+from tacc.testing.taccdev import DEVMEM_VA, Tacc
 
 OK = hw.TACC_ST_OK
 FP32, BF16, I32 = hw.TACC_DT_FP32, hw.TACC_DT_BF16, hw.TACC_DT_I32
@@ -534,3 +534,74 @@ def test_roofline_large_bf16_gemm_is_compute_bound(dev, pf):
     assert flops == 2 * 1024 ** 3
     assert abs(t_ns - flops / 30250) <= 0.01 * flops / 30250
     assert nbytes / 300 < flops / 30250
+
+
+# ------------------------------------------------------ sliced host work ----
+def _row_ops_figures(props: str) -> list[tuple]:
+    """Row operations of 0.5 .. 2 MiB (bf16 and fp32, causal softmax with a period,
+    padded rows, rows of 256 KiB across 2 MiB boundaries, broadcast, gather) on a
+    fresh device with ``props``: per command its status, modelled duration, the
+    function's counter deltas and its output bytes."""
+    rng = np.random.default_rng(2836)
+    d = Tacc("devmem-size=64M" + ("," + props if props else ""))
+    try:
+        pf = d.pf
+        pf.reset()
+        pf.set_ptbr(0, d.map_default(devmem=64 << 20))
+
+        def arr(shape, dt):
+            return (rng.standard_normal(shape) * 2).astype(NP[dt])
+
+        M = 1 << 20
+        cases = []
+        x = load(d, pf, arr((300, 1003), BF16), 0)
+        cases.append((d_softmax(x, DEVMEM_VA + 32 * M, 300, 1000, 1003, 1001, scale=0.5,
+                                causal=True, pos=5, period=7, dx=BF16, dy=BF16),
+                      32 * M, 300 * 1001 * 2))
+        x = load(d, pf, arr((8, 65536), FP32), 2 * M - 100 * 1024)
+        cases.append((d_softmax(x, DEVMEM_VA + 36 * M - 4096, 8, 65536, 65536, 65536),
+                      36 * M - 4096, 8 * 65536 * 4))
+        x = load(d, pf, arr((200, 2048), BF16), 5 * M)
+        g = load(d, pf, arr((2048,), BF16), 6 * M)
+        b = load(d, pf, arr((2048,), BF16), 6 * M + 8192)
+        cases.append((d_norm(x, DEVMEM_VA + 40 * M, g, b, 200, 2048, 2048, 2048,
+                             kind=hw.TACC_NORM_LAYER, dx=BF16, dy=BF16, dw=BF16),
+                      40 * M, 200 * 2048 * 2))
+        a = load(d, pf, arr((1 << 20,), BF16), 8 * M - 300 * 1024)
+        bb = load(d, pf, arr((1024,), BF16), 11 * M)
+        cases.append((d_elt3(hw.TACC_ELT_ADD, a, bb, DEVMEM_VA + 44 * M, 1 << 20,
+                             da=BF16, dc=BF16, flags=hw.TACC_ELT_F_ROW_BCAST, cols=1024),
+                      44 * M, 2 * M))
+        cases.append((d_elt3(hw.TACC_ELT_GELU, x, 0, DEVMEM_VA + 48 * M, 200 * 2048,
+                             da=BF16, dc=FP32), 48 * M, 200 * 2048 * 4))
+        t = load(d, pf, arr((4096, 310), BF16), 12 * M)
+        i = load(d, pf, rng.integers(0, 4096, 3000).astype(np.int32), 16 * M)
+        cases.append((d_gather(t, i, DEVMEM_VA + 52 * M, 3000, 300, 310, 300, 4096, BF16),
+                      52 * M, 3000 * 300 * 2))
+        out = []
+        for cmd, off, n in cases:
+            c0 = pf.counters()
+            cq = pf.run_job(2, [cmd])
+            c1 = pf.counters()
+            dst = d.alloc(n)
+            assert pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA + off, dst, n)]
+                              ).status == OK
+            out.append((cq.status, cq.end - cq.start,
+                        {k: c1[k] - c0[k] for k in c1}, d.qt.memread(dst, n)))
+        return out
+    finally:
+        d.close()
+
+
+def test_row_operations_sliced_as_whole():
+    """The row operations run their host work in x-host-slice slices (64 KiB here:
+    tens of slices each, rows cut inside and across 2 MiB boundaries): the same
+    status, modelled duration, counters (TLB hits, misses, walks, bytes, flops) and
+    output bytes as with the default slice, which runs these commands whole at
+    dispatch."""
+    whole = _row_ops_figures("")
+    sliced = _row_ops_figures("x-host-slice=65536")
+    assert all(w[0] == OK for w in whole)
+    for n, (w, s) in enumerate(zip(whole, sliced, strict=True)):
+        assert w[:3] == s[:3], n
+        assert w[3] == s[3], n

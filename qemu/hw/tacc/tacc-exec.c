@@ -914,7 +914,321 @@ static bool tacc_elt_v3(const struct tacc_desc *d)
            d->eltwise.cols;
 }
 
-/* ELTWISE with dtypes, the ops 4..7 and row broadcast: at dispatch. */
+/*
+ * The row operations (ELTWISE with hw 1.3 fields, SOFTMAX, NORM, GATHER)
+ * are checked and their host buffers allocated at dispatch; the reads, the
+ * computation and the writes then run as host work (TACC_WORK_ROWS) in
+ * phases, host_slice bytes per main-loop turn, like a big copy's:
+ *   RD_X      the operand rows (GATHER: the index vector), packed fp32
+ *   RD_W1/W2  NORM gamma, beta; ELTWISE b
+ *   CHECK     GATHER: every index within the table
+ *   COMPUTE   whole rows per slice (eltwise: elements)
+ *   WR_Y      the result rows
+ *   GATHER    GATHER: table row in, output row out, per row
+ * The accesses are the ones of running it whole, in the same order (a row
+ * is cut only at a 2 MiB VA boundary, a leaf boundary at either page size),
+ * and nothing else runs on the model in between, so the TLB, the counters
+ * and the modelled time are those of the unsliced command.
+ */
+enum {
+    ROW_RD_X, ROW_RD_W1, ROW_RD_W2, ROW_CHECK, ROW_COMPUTE, ROW_WR_Y,
+    ROW_GATHER, ROW_DONE,
+};
+
+typedef struct TaccRows {
+    uint64_t va, rows, cols, ld;
+    unsigned dt;
+    float *buf;
+} TaccRows;
+
+static bool tacc_elt3_two(const struct tacc_desc *d)
+{
+    return d->eltwise.op == TACC_ELT_ADD || d->eltwise.op == TACC_ELT_MUL;
+}
+
+/* Does the command have phase @ph? */
+static bool tacc_rowop_has(const struct tacc_desc *d, int ph)
+{
+    switch (d->opcode) {
+    case TACC_OP_SOFTMAX:
+        return ph == ROW_RD_X || ph == ROW_COMPUTE || ph == ROW_WR_Y;
+    case TACC_OP_NORM:
+        return (ph <= ROW_RD_W2 || ph == ROW_COMPUTE || ph == ROW_WR_Y) &&
+               (ph != ROW_RD_W2 || d->norm.kind == TACC_NORM_LAYER);
+    case TACC_OP_GATHER:
+        return ph == ROW_RD_X || ph == ROW_CHECK || ph == ROW_GATHER;
+    default:    /* ELTWISE */
+        return ph == ROW_RD_X || ph == ROW_COMPUTE || ph == ROW_WR_Y ||
+               (ph == ROW_RD_W1 && tacc_elt3_two(d));
+    }
+}
+
+/* The rows a read/write phase moves; false for the other phases. */
+static bool tacc_rowop_rows(const struct tacc_desc *d, TaccResult *res,
+                            int ph, TaccRows *r)
+{
+    bool bcast = d->eltwise.eflags & TACC_ELT_F_ROW_BCAST;
+    uint64_t n = d->eltwise.n, nb = bcast ? d->eltwise.cols : n;
+
+    r->buf = ph == ROW_RD_X || ph == ROW_WR_Y ? res->work_a : res->work_b;
+    switch (d->opcode) {
+    case TACC_OP_SOFTMAX:
+        *r = ph == ROW_RD_X ?
+            (TaccRows){ d->softmax.x, d->softmax.rows, d->softmax.cols,
+                        d->softmax.ldx, d->softmax.dtype_x, r->buf } :
+            (TaccRows){ d->softmax.y, d->softmax.rows, d->softmax.cols,
+                        d->softmax.ldy, d->softmax.dtype_y, r->buf };
+        return ph == ROW_RD_X || ph == ROW_WR_Y;
+    case TACC_OP_NORM:
+        switch (ph) {
+        case ROW_RD_X:
+            *r = (TaccRows){ d->norm.x, d->norm.rows, d->norm.cols,
+                             d->norm.ldx, d->norm.dtype_x, r->buf };
+            return true;
+        case ROW_RD_W1:
+        case ROW_RD_W2:
+            *r = (TaccRows){ ph == ROW_RD_W1 ? d->norm.gamma : d->norm.beta,
+                             1, d->norm.cols, d->norm.cols, d->norm.dtype_w,
+                             r->buf + (ph == ROW_RD_W2 ? d->norm.cols : 0) };
+            return true;
+        case ROW_WR_Y:
+            *r = (TaccRows){ d->norm.y, d->norm.rows, d->norm.cols,
+                             d->norm.ldy, d->norm.dtype_y, r->buf };
+            return true;
+        }
+        return false;
+    case TACC_OP_GATHER:    /* the index vector: 4-byte words, as they are */
+        *r = (TaccRows){ d->gather.idx, 1, d->gather.rows, d->gather.rows,
+                         TACC_DT_FP32, r->buf };
+        return ph == ROW_RD_X;
+    default:    /* ELTWISE */
+        switch (ph) {
+        case ROW_RD_X:
+            *r = (TaccRows){ d->eltwise.a, 1, n, n, d->eltwise.dtype_a,
+                             r->buf };
+            return true;
+        case ROW_RD_W1:
+            *r = (TaccRows){ d->eltwise.b, 1, nb, nb, d->eltwise.dtype_a,
+                             r->buf };
+            return true;
+        case ROW_WR_Y:
+            *r = (TaccRows){ d->eltwise.c, 1, n, n, d->eltwise.dtype_c,
+                             r->buf };
+            return true;
+        }
+        return false;
+    }
+}
+
+/* res->work_buf as scratch of at least @len bytes. */
+static uint8_t *tacc_rowop_scratch(TaccResult *res, uint64_t len)
+{
+    if (res->work_buf_len < len) {
+        g_free(res->work_buf);
+        res->work_buf = g_malloc(len);
+        res->work_buf_len = len;
+    }
+    return res->work_buf;
+}
+
+/*
+ * Move the rows of @r between device memory and packed fp32 r->buf (reads
+ * widened, writes narrowed), from element *pos on, until they are done or
+ * *budget bytes moved.  A row is cut only at a 2 MiB VA boundary.
+ */
+static uint16_t tacc_rows_step(TaccFunc *f, int q, TaccCmd *c,
+                               const TaccRows *r, bool write, uint64_t *pos,
+                               uint64_t *budget, TaccResult *res)
+{
+    size_t es = tacc_dtype_size(r->dt);
+    uint64_t total = r->rows * r->cols, done;
+
+    while (*pos < total && *budget) {
+        uint64_t row = *pos / r->cols, j = *pos % r->cols;
+        uint64_t va = r->va + (row * r->ld + j) * es;
+        uint64_t k = r->cols - j;
+        float *p = r->buf + *pos;
+        uint16_t st;
+
+        if (k * es > *budget) {
+            uint64_t cut = ROUND_UP(va + *budget, 1ull << TACC_HUGE_SHIFT) - va;
+            k = MIN(k, cut / es);
+        }
+        if (write) {
+            uint8_t *raw = (uint8_t *)p;
+
+            if (r->dt != TACC_DT_FP32) {
+                raw = tacc_rowop_scratch(res, k * es);
+                tacc_narrow(p, r->dt, raw, k);
+            }
+            st = tacc_va_rw(f, q, c, va, raw, k * es, true, KIND_DEVMEM, res,
+                            &done);
+        } else {
+            /* bf16: read into the piece's upper half, widen forward */
+            uint8_t *raw = (uint8_t *)p + k * (4 - es);
+
+            st = tacc_va_rw(f, q, c, va, raw, k * es, false, KIND_DEVMEM, res,
+                            &done);
+            if (!st) {
+                tacc_widen(raw, r->dt, p, k);
+            }
+        }
+        *pos += k;
+        *budget -= MIN(*budget, k * es);
+        if (st) {
+            return st;
+        }
+    }
+    return TACC_ST_OK;
+}
+
+/* COMPUTE: whole rows (eltwise: elements) for @budget bytes of operand. */
+static bool tacc_rowop_compute(TaccCmd *c, TaccResult *res, uint64_t *budget)
+{
+    const struct tacc_desc *d = &c->d;
+    uint64_t rows, cols, r0 = res->work_pos, n;
+
+    switch (d->opcode) {
+    case TACC_OP_SOFTMAX:
+        rows = d->softmax.rows;
+        cols = d->softmax.cols;
+        break;
+    case TACC_OP_NORM:
+        rows = d->norm.rows;
+        cols = d->norm.cols;
+        break;
+    default:
+        rows = d->eltwise.n;
+        cols = 1;
+        break;
+    }
+    n = MIN(rows - r0, MAX(*budget / (cols * 4), 1));
+    *budget -= MIN(*budget, n * cols * 4);
+    switch (d->opcode) {
+    case TACC_OP_SOFTMAX:
+        tacc_ops_softmax(res->work_a, r0, r0 + n, cols,
+                         tacc_f32(d->softmax.scale),
+                         d->softmax.sflags & TACC_SOFTMAX_F_CAUSAL,
+                         d->softmax.pos, d->softmax.period);
+        break;
+    case TACC_OP_NORM:
+        tacc_ops_norm(res->work_a + r0 * cols, n, cols, d->norm.kind,
+                      res->work_b, d->norm.kind == TACC_NORM_LAYER ?
+                      res->work_b + cols : NULL, tacc_f32(d->norm.eps));
+        break;
+    default:
+        tacc_ops_eltwise(d->eltwise.op, res->work_a, res->work_b,
+                         d->eltwise.eflags & TACC_ELT_F_ROW_BCAST ?
+                         d->eltwise.cols : 0, r0, r0 + n,
+                         tacc_f32(d->eltwise.scalar));
+        break;
+    }
+    res->work_pos += n;
+    return res->work_pos == rows;
+}
+
+static uint64_t tacc_rowop_flops(const struct tacc_desc *d)
+{
+    switch (d->opcode) {
+    case TACC_OP_SOFTMAX:
+        return 5ull * d->softmax.rows * d->softmax.cols;
+    case TACC_OP_NORM:
+        return (d->norm.kind == TACC_NORM_LAYER ? 8ull : 4ull) *
+               d->norm.rows * d->norm.cols;
+    case TACC_OP_ELTWISE:
+        return d->eltwise.n * tacc_elt_flops_per(d->eltwise.op);
+    default:
+        return 0;
+    }
+}
+
+/* GATHER's CHECK (@gather false) or GATHER phase for @budget bytes. */
+static bool tacc_gather_step(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
+                             bool gather, uint64_t *budget)
+{
+    const struct tacc_desc *d = &c->d;
+    uint64_t rows = d->gather.rows, cols = d->gather.cols, done;
+    size_t es = tacc_dtype_size(d->gather.dtype);
+    const uint8_t *idx = (const uint8_t *)res->work_a;
+    uint8_t *row = gather ? tacc_rowop_scratch(res, cols * es) : NULL;
+
+    while (res->work_pos < rows && *budget && !res->status) {
+        uint64_t r = res->work_pos++;
+        int32_t i = (int32_t)ldl_le_p(idx + 4 * r);
+        uint64_t tva = d->gather.table +
+                       (uint64_t)(uint32_t)i * d->gather.ld_table * es;
+
+        if (!gather) {
+            if (i < 0 || (uint64_t)i >= d->gather.table_rows) {
+                res->status = TACC_ST_BAD_INDEX;
+            }
+            *budget -= MIN(*budget, 4);
+            continue;
+        }
+        res->status = tacc_va_rw(f, q, c, tva, row, cols * es, false,
+                                 KIND_DEVMEM, res, &done);
+        if (!res->status) {
+            res->status = tacc_va_rw(f, q, c,
+                                     d->gather.out + r * d->gather.ld_out * es,
+                                     row, cols * es, true, KIND_DEVMEM, res,
+                                     &done);
+        }
+        *budget -= MIN(*budget, 2 * cols * es);
+    }
+    return res->work_pos == rows;
+}
+
+/* The phases of a row operation, @budget bytes of them. */
+static bool tacc_rowop_run(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
+                           uint64_t budget)
+{
+    const struct tacc_desc *d = &c->d;
+
+    while (res->work_phase != ROW_DONE) {
+        int ph = res->work_phase;
+        bool finished;
+        TaccRows r;
+
+        if (!budget) {
+            return false;
+        }
+        if (tacc_rowop_rows(d, res, ph, &r)) {
+            res->status = tacc_rows_step(f, q, c, &r, ph == ROW_WR_Y,
+                                         &res->work_pos, &budget, res);
+            finished = res->work_pos == r.rows * r.cols;
+        } else if (ph == ROW_COMPUTE) {
+            finished = tacc_rowop_compute(c, res, &budget);
+        } else {
+            finished = tacc_gather_step(f, q, c, res, ph == ROW_GATHER,
+                                        &budget);
+        }
+        if (res->status != TACC_ST_OK) {
+            res->work_phase = ROW_DONE;
+        } else if (finished) {
+            res->work_pos = 0;
+            do {
+                res->work_phase++;
+            } while (res->work_phase != ROW_DONE &&
+                     !tacc_rowop_has(d, res->work_phase));
+            if (res->work_phase == ROW_COMPUTE) {
+                res->flops = tacc_rowop_flops(d);
+            }
+        }
+    }
+    return true;
+}
+
+static void tacc_rowop_start(TaccResult *res, float *a, float *b, bool bf16)
+{
+    res->work_a = a;
+    res->work_b = b;
+    res->work = TACC_WORK_ROWS;
+    res->work_phase = ROW_RD_X;
+    res->work_pos = 0;
+    res->bf16 = bf16;
+}
+
+/* ELTWISE with dtypes, the ops 4..7 and row broadcast. */
 static void tacc_exec_elt3(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
 {
     const struct tacc_desc *d = &c->d;
@@ -923,8 +1237,7 @@ static void tacc_exec_elt3(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     bool two = op == TACC_ELT_ADD || op == TACC_ELT_MUL;
     bool bcast = d->eltwise.eflags & TACC_ELT_F_ROW_BCAST;
     uint64_t n = d->eltwise.n, cols = d->eltwise.cols, nb, wbase, wsize;
-    g_autofree float *a = NULL;
-    g_autofree float *b = NULL;
+    float *a, *b;
 
     tacc_window(f, &wbase, &wsize);
     if (op >= TACC_ELT_MAX || !tacc_dt_float(da) || !tacc_dt_float(dc) ||
@@ -949,20 +1262,12 @@ static void tacc_exec_elt3(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     if (!a || (two && !b)) {
         qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: eltwise operands "
                       "do not fit in host memory\n", f->fn, q);
+        g_free(a);
+        g_free(b);
         res->status = TACC_ST_BAD_LENGTH;
         return;
     }
-    res->status = tacc_rows_rd(f, q, c, d->eltwise.a, 1, n, n, da, a, res);
-    if (!res->status && two) {
-        res->status = tacc_rows_rd(f, q, c, d->eltwise.b, 1, nb, nb, da, b, res);
-    }
-    if (!res->status) {
-        tacc_ops_eltwise(op, a, b, bcast ? cols : 0, n,
-                         tacc_f32(d->eltwise.scalar));
-        res->flops = n * tacc_elt_flops_per(op);
-        res->status = tacc_rows_wr(f, q, c, d->eltwise.c, 1, n, n, dc, a, res);
-    }
-    res->bf16 = da == TACC_DT_BF16;
+    tacc_rowop_start(res, a, b, da == TACC_DT_BF16);
 }
 
 /* SOFTMAX and NORM: rows x cols, ldx/ldy, packed in the host. */
@@ -979,7 +1284,7 @@ static void tacc_exec_softmax(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     const struct tacc_desc *d = &c->d;
     uint64_t rows = d->softmax.rows, cols = d->softmax.cols, wbase, wsize;
     unsigned dx = d->softmax.dtype_x, dy = d->softmax.dtype_y;
-    g_autofree float *x = NULL;
+    float *x;
 
     tacc_window(f, &wbase, &wsize);
     if (!tacc_dt_float(dx) || !tacc_dt_float(dy) ||
@@ -1004,17 +1309,7 @@ static void tacc_exec_softmax(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
         res->status = TACC_ST_BAD_LENGTH;
         return;
     }
-    res->status = tacc_rows_rd(f, q, c, d->softmax.x, rows, cols,
-                               d->softmax.ldx, dx, x, res);
-    if (!res->status) {
-        tacc_ops_softmax(x, rows, cols, tacc_f32(d->softmax.scale),
-                         d->softmax.sflags & TACC_SOFTMAX_F_CAUSAL,
-                         d->softmax.pos, d->softmax.period);
-        res->flops = 5 * rows * cols;
-        res->status = tacc_rows_wr(f, q, c, d->softmax.y, rows, cols,
-                                   d->softmax.ldy, dy, x, res);
-    }
-    res->bf16 = dx == TACC_DT_BF16;
+    tacc_rowop_start(res, x, NULL, dx == TACC_DT_BF16);
 }
 
 static void tacc_exec_norm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
@@ -1024,8 +1319,7 @@ static void tacc_exec_norm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     unsigned dx = d->norm.dtype_x, dy = d->norm.dtype_y, dw = d->norm.dtype_w;
     bool layer = d->norm.kind == TACC_NORM_LAYER;
     float eps = tacc_f32(d->norm.eps);
-    g_autofree float *x = NULL;
-    g_autofree float *gb = NULL;
+    float *x, *gb;
 
     tacc_window(f, &wbase, &wsize);
     if (!tacc_dt_float(dx) || !tacc_dt_float(dy) || !tacc_dt_float(dw) ||
@@ -1048,38 +1342,21 @@ static void tacc_exec_norm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     x = tacc_try_floats(rows * cols);
     gb = tacc_try_floats(2 * cols);
     if (!x || !gb) {
+        g_free(x);
+        g_free(gb);
         res->status = TACC_ST_BAD_LENGTH;
         return;
     }
-    res->status = tacc_rows_rd(f, q, c, d->norm.x, rows, cols, d->norm.ldx,
-                               dx, x, res);
-    if (!res->status) {
-        res->status = tacc_rows_rd(f, q, c, d->norm.gamma, 1, cols, cols, dw,
-                                   gb, res);
-    }
-    if (!res->status && layer) {
-        res->status = tacc_rows_rd(f, q, c, d->norm.beta, 1, cols, cols, dw,
-                                   gb + cols, res);
-    }
-    if (!res->status) {
-        tacc_ops_norm(x, rows, cols, d->norm.kind, gb, layer ? gb + cols : NULL,
-                      eps);
-        res->flops = (layer ? 8 : 4) * rows * cols;
-        res->status = tacc_rows_wr(f, q, c, d->norm.y, rows, cols, d->norm.ldy,
-                                   dy, x, res);
-    }
-    res->bf16 = dx == TACC_DT_BF16;
+    tacc_rowop_start(res, x, gb, dx == TACC_DT_BF16);
 }
 
 static void tacc_exec_gather(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
 {
     const struct tacc_desc *d = &c->d;
-    uint64_t rows = d->gather.rows, cols = d->gather.cols, wbase, wsize, done;
+    uint64_t rows = d->gather.rows, cols = d->gather.cols, wbase, wsize;
     uint64_t trows = d->gather.table_rows;
     unsigned dt = d->gather.dtype;
-    size_t es = tacc_dtype_size(dt);
-    g_autofree uint8_t *idx = NULL;
-    g_autofree uint8_t *row = NULL;
+    float *idx;
 
     tacc_window(f, &wbase, &wsize);
     if (!tacc_dt_float(dt) || d->gather.rsvd[0] || d->gather.rsvd[1] ||
@@ -1099,34 +1376,12 @@ static void tacc_exec_gather(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
         res->status = TACC_ST_BAD_ALIGN;
         return;
     }
-    idx = g_try_malloc(rows * 4);
-    row = g_try_malloc(cols * es);
-    if (!idx || !row) {
+    idx = tacc_try_floats(rows);        /* 4-byte words */
+    if (!idx) {
         res->status = TACC_ST_BAD_LENGTH;
         return;
     }
-    res->status = tacc_va_rw(f, q, c, d->gather.idx, idx, rows * 4, false,
-                             KIND_DEVMEM, res, &done);
-    for (uint64_t r = 0; r < rows && !res->status; r++) {
-        int32_t i = (int32_t)ldl_le_p(idx + 4 * r);
-        if (i < 0 || (uint64_t)i >= trows) {
-            res->status = TACC_ST_BAD_INDEX;
-        }
-    }
-    for (uint64_t r = 0; r < rows && !res->status; r++) {
-        uint64_t i = (uint32_t)ldl_le_p(idx + 4 * r);
-
-        res->status = tacc_va_rw(f, q, c,
-                                 d->gather.table + i * d->gather.ld_table * es,
-                                 row, cols * es, false, KIND_DEVMEM, res, &done);
-        if (!res->status) {
-            res->status = tacc_va_rw(f, q, c,
-                                     d->gather.out + r * d->gather.ld_out * es,
-                                     row, cols * es, true, KIND_DEVMEM, res,
-                                     &done);
-        }
-    }
-    res->bf16 = dt == TACC_DT_BF16;
+    tacc_rowop_start(res, idx, NULL, dt == TACC_DT_BF16);
 }
 
 /* Timing and bytes of the row operations (after their host work). */
@@ -1260,6 +1515,7 @@ void tacc_exec_drop(TaccResult *res)
     g_free(res->work_a);
     g_free(res->work_b);
     res->work_buf = NULL;
+    res->work_buf_len = 0;
     res->work_a = res->work_b = NULL;
     res->work = TACC_WORK_NONE;
 }
@@ -1294,6 +1550,12 @@ bool tacc_exec_continue(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
             return false;
         }
         tacc_elt_finish(f, res);
+        break;
+    case TACC_WORK_ROWS:
+        if (!tacc_rowop_run(f, q, c, res, budget)) {
+            return false;
+        }
+        tacc_rowop_finish(f, res);
         break;
     case TACC_WORK_FILL:
         if (!tacc_fill_run(f, q, c, res, budget)) {
@@ -1398,22 +1660,26 @@ void tacc_exec(TaccFunc *f, int q, TaccCmd *c, uint64_t start_ps,
         case TACC_OP_ELTWISE:
             if (tacc_elt_v3(&c->d)) {
                 tacc_exec_elt3(f, q, c, res);
-                tacc_rowop_finish(f, res);
+                if (!res->work) {
+                    tacc_rowop_finish(f, res);      /* refused */
+                }
             } else {
                 tacc_exec_eltwise(f, q, c, res);
             }
             break;
         case TACC_OP_SOFTMAX:
-            tacc_exec_softmax(f, q, c, res);
-            tacc_rowop_finish(f, res);
-            break;
         case TACC_OP_NORM:
-            tacc_exec_norm(f, q, c, res);
-            tacc_rowop_finish(f, res);
-            break;
         case TACC_OP_GATHER:
-            tacc_exec_gather(f, q, c, res);
-            tacc_rowop_finish(f, res);
+            if (c->d.opcode == TACC_OP_SOFTMAX) {
+                tacc_exec_softmax(f, q, c, res);
+            } else if (c->d.opcode == TACC_OP_NORM) {
+                tacc_exec_norm(f, q, c, res);
+            } else {
+                tacc_exec_gather(f, q, c, res);
+            }
+            if (!res->work) {
+                tacc_rowop_finish(f, res);          /* refused */
+            }
             break;
         case TACC_OP_FENCE:
         case TACC_OP_TIMESTAMP:

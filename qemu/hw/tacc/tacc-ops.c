@@ -115,11 +115,14 @@ static float tacc_gelu(float x)
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
-/* a[i] = op(a[i], b[i % bcols]) in place (b: NULL for unary ops) */
+/*
+ * a[i] = op(a[i], b[i % bcols]) in place for i in [@from, @to) (b: NULL for
+ * unary ops)
+ */
 void tacc_ops_eltwise(unsigned op, float *a, const float *b, size_t bcols,
-                      size_t n, float scalar)
+                      size_t from, size_t to, float scalar)
 {
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = from; i < to; i++) {
         float x = a[i];
 
         switch (op) {
@@ -151,11 +154,14 @@ void tacc_ops_eltwise(unsigned op, float *a, const float *b, size_t bcols,
     }
 }
 
-/* Row softmax of packed rows x cols, in place; masked columns become 0. */
-void tacc_ops_softmax(float *x, size_t rows, size_t cols, float scale,
-                      bool causal, uint64_t pos, uint64_t period)
+/*
+ * Row softmax of rows [@r0, @r1) of packed rows x cols, in place; masked
+ * columns become 0.
+ */
+void tacc_ops_softmax(float *x, size_t r0, size_t r1, size_t cols,
+                      float scale, bool causal, uint64_t pos, uint64_t period)
 {
-    for (size_t r = 0; r < rows; r++) {
+    for (size_t r = r0; r < r1; r++) {
         float *row = x + r * cols;
         size_t valid = cols;
         float mx = -INFINITY;

@@ -149,13 +149,14 @@ typedef struct TaccResult {
     int work_phase;
     uint64_t work_pos;
     uint64_t work_start_ps;
-    uint8_t *work_buf;          /* copy bounce buffer */
+    uint8_t *work_buf;          /* copy bounce buffer, row-op scratch */
+    uint64_t work_buf_len;      /* row ops: bytes of work_buf */
     float *work_a, *work_b;     /* eltwise operands */
 } TaccResult;
 
 enum {
     TACC_WORK_NONE, TACC_WORK_COPY, TACC_WORK_ELT, TACC_WORK_FILL,
-    TACC_WORK_GEMM,
+    TACC_WORK_GEMM, TACC_WORK_ROWS,
 };
 
 typedef struct TaccUnit {
@@ -455,9 +456,9 @@ void tacc_narrow(const float *src, unsigned dt, void *dst, size_t n);
 void tacc_ops_gemm(TaccGemmJob *j);
 uint64_t tacc_elt_flops_per(unsigned op);
 void tacc_ops_eltwise(unsigned op, float *a, const float *b, size_t bcols,
-                      size_t n, float scalar);
-void tacc_ops_softmax(float *x, size_t rows, size_t cols, float scale,
-                      bool causal, uint64_t pos, uint64_t period);
+                      size_t from, size_t to, float scalar);
+void tacc_ops_softmax(float *x, size_t r0, size_t r1, size_t cols,
+                      float scale, bool causal, uint64_t pos, uint64_t period);
 void tacc_ops_norm(float *x, size_t rows, size_t cols, unsigned kind,
                    const float *gamma, const float *beta, float eps);
 void tacc_exec(TaccFunc *f, int q, TaccCmd *cmd, uint64_t start_ps,

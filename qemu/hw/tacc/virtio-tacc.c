@@ -244,7 +244,7 @@ static bool vt_window_busy(TaccFunc *f)
     return false;
 }
 
-/* First fit in the window, 4 KiB granules; UINT64_MAX if it does not fit. */
+/* (offset, size) pairs, by offset */
 static gint vt_range_cmp(gconstpointer a, gconstpointer b)
 {
     const uint64_t *x = a, *y = b;
@@ -252,8 +252,11 @@ static gint vt_range_cmp(gconstpointer a, gconstpointer b)
     return x[0] < y[0] ? -1 : x[0] > y[0];
 }
 
-/* First fit in the window: O(n log n) in the device BOs. */
-static uint64_t vt_devmem_alloc(VirtIOTacc *vt, uint64_t size)
+/*
+ * First fit in the window, at an offset aligned to @align: O(n log n) in the
+ * device BOs; UINT64_MAX if it does not fit.
+ */
+static uint64_t vt_devmem_fit(VirtIOTacc *vt, uint64_t size, uint64_t align)
 {
     g_autoptr(GArray) used = g_array_new(false, false, 2 * sizeof(uint64_t));
     uint64_t base, wsize, at = 0;
@@ -271,15 +274,29 @@ static uint64_t vt_devmem_alloc(VirtIOTacc *vt, uint64_t size)
         }
     }
     g_array_sort(used, vt_range_cmp);
+    /* offsets in the window: what a device PTE holds (TACC_PTE_DEVMEM) */
     for (guint i = 0; i < used->len; i++) {
         uint64_t *r = &g_array_index(used, uint64_t, 2 * i);
 
         if (r[0] >= at && r[0] - at >= size) {
             break;                      /* the gap before it fits */
         }
-        at = MAX(at, r[0] + r[1]);
+        at = MAX(at, ROUND_UP(r[0] + r[1], align));
     }
     return at <= wsize && size <= wsize - at ? at : UINT64_MAX;
+}
+
+/*
+ * A device BO of 2 MiB or more starts 2 MiB-aligned (where the window has
+ * such a gap), so its bindings can take 2 MiB leaves, as tacc.ko's PF driver
+ * places them; smaller ones, and big ones that only fit unaligned, 4 KiB.
+ */
+static uint64_t vt_devmem_alloc(VirtIOTacc *vt, uint64_t size)
+{
+    uint64_t at = size >= VT_HUGE ? vt_devmem_fit(vt, size, VT_HUGE)
+                                  : UINT64_MAX;
+
+    return at != UINT64_MAX ? at : vt_devmem_fit(vt, size, VT_PAGE);
 }
 
 /* A context's bindings are sorted by VA: the first one above @va. */
@@ -508,24 +525,64 @@ static uint64_t vt_bo_pte(VtBo *bo, uint64_t off, uint32_t *ei, uint64_t *base)
 
 /*
  * The 2 MiB leaf for BO bytes [@off, @off + 2 MiB), or 0 if they are not one
- * 2 MiB-aligned run (device memory, or one guest-physical entry of a host BO).
+ * 2 MiB-aligned run: device memory, or host BO entries that follow each other
+ * without a gap.  A Linux guest lists a buffer as the DMA API's segments
+ * (64 KiB by default: one IOVA-contiguous buffer becomes 64 KiB pieces), so
+ * runs are merged across entries, as tacc.ko's PF driver maps one contiguous
+ * range.
  * The device MMU walks these leaves (TACC_CAP_MMU_2M); a 4 MiB copy then takes
  * 2 TLB misses per buffer instead of 1024.
  */
 static uint64_t vt_bo_huge_pte(VtBo *bo, uint64_t off, uint32_t *ei,
                                uint64_t *base)
 {
-    uint64_t a;
+    uint64_t a, next, end;
 
     if (bo->devmem) {
         a = bo->dev_off + off;
         return a & (VT_HUGE - 1) ? 0 : a | TACC_PTE_DEVMEM;
     }
     a = vt_bo_pte(bo, off, ei, base);
-    if ((a & (VT_HUGE - 1)) || off + VT_HUGE > *base + bo->ents[*ei].length) {
+    if (a & (VT_HUGE - 1)) {
         return 0;
     }
+    /* the run from @off on: entry *ei's rest, then entries that continue it */
+    next = bo->ents[*ei].addr + bo->ents[*ei].length;
+    end = *base + bo->ents[*ei].length;
+    for (uint32_t i = *ei + 1; end < off + VT_HUGE; i++) {
+        if (i >= bo->nents || bo->ents[i].addr != next) {
+            return 0;
+        }
+        next += bo->ents[i].length;
+        end += bo->ents[i].length;
+    }
     return a;
+}
+
+/*
+ * Frees the table of @va's slot at @level (1: the 4 KiB-leaf table of its
+ * 2 MiB, 0: the table of its 1 GiB) if no entry of it is valid any more, and
+ * clears the entry that pointed at it: an unbound range leaves no table
+ * behind (a later binding there can take a 2 MiB leaf, a walk reads no empty
+ * level).
+ */
+static void vt_pt_prune(VirtIOTacc *vt, VtCtx *c, uint64_t va, int level)
+{
+    uint64_t *e = level ? vt_pt_entry(vt, c, va, level, false)
+                        : &vt->pt[c->root][(va >> 30) & 511];
+    uint32_t id;
+
+    if (!e || !(*e & TACC_PTE_VALID) || (*e & TACC_PTE_HUGE)) {
+        return;
+    }
+    id = (*e & TACC_PTE_ADDR_MASK) >> 12;
+    for (int i = 0; i < TACC_PT_ENTRIES; i++) {
+        if (vt->pt[id][i] & TACC_PTE_VALID) {
+            return;
+        }
+    }
+    *e = 0;
+    vt_pt_free_tree(vt, id, level + 1);
 }
 
 static void vt_unmap(VirtIOTacc *vt, VtCtx *c, uint64_t va, uint64_t size)
@@ -537,11 +594,19 @@ static void vt_unmap(VirtIOTacc *vt, VtCtx *c, uint64_t va, uint64_t size)
         if (e1 && (*e1 & TACC_PTE_HUGE)) {     /* bound 2 MiB-aligned, whole */
             *e1 = 0;
             o += VT_HUGE - VT_PAGE;
-            continue;
+        } else {
+            e = vt_pt_slot(vt, c, va + o, false);
+            if (e) {
+                *e = 0;
+            }
         }
-        e = vt_pt_slot(vt, c, va + o, false);
-        if (e) {
-            *e = 0;
+        /* last page of a 2 MiB slot, or of the range: drop emptied tables */
+        if (!((va + o + VT_PAGE) & (VT_HUGE - 1)) || o + VT_PAGE >= size) {
+            vt_pt_prune(vt, c, va + o, 1);
+            if (!((va + o + VT_PAGE) & ((1ull << 30) - 1)) ||
+                o + VT_PAGE >= size) {
+                vt_pt_prune(vt, c, va + o, 0);
+            }
         }
     }
 }
@@ -606,7 +671,8 @@ static uint32_t vt_vm_bind(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
         }
         e = vt_pt_slot(vt, c, bd.va + o, true);
         if (!e) {
-            vt_unmap(vt, c, bd.va, o);
+            /* through the failing page: tables made for it go too */
+            vt_unmap(vt, c, bd.va, o + VT_PAGE);
             return vt_bad(TACC_VIRTIO_ERR_NOSPC, "VM_BIND: page tables full");
         }
         *e = vt_bo_pte(bo, bd.offset + o, &ei, &ei_base) | perm;
