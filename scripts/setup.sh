@@ -124,8 +124,24 @@ if ! installed "linux-image-$kver" || ! installed "linux-headers-$kver"; then
 		>build/apt-kernel.log 2>&1 || { tail -20 build/apt-kernel.log >&2; die "kernel $kver install failed"; }
 fi
 
+# ---- venv (Debian's bcc imports through --system-site-packages), in the background
+# while QEMU builds: the step below waits for it
+venv_step() {
+	local stamp=.venv/.tacc-stamp want_stamp
+	want_stamp=$(cat pyproject.toml setup.py | sha256sum | cut -c1-16)
+	if [ ! -x .venv/bin/python ] || [ "$(cat $stamp 2>/dev/null)" != "$want_stamp" ]; then
+		log "venv"
+		[ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv
+		.venv/bin/pip install -q --disable-pip-version-check -e '.[test]' >build/pip.log 2>&1 ||
+			{ tail -20 build/pip.log >&2; return 1; }
+		echo "$want_stamp" > $stamp
+	fi
+}
+venv_step &
+venv_pid=$!
+
 # ---- QEMU with the tacc device (rebuilds only when our device sources change)
-scripts/build-qemu.sh
+scripts/build-qemu.sh || { wait "$venv_pid"; exit 1; }
 
 # ---- tacc.ko for the guest kernel
 if [ -f kernel/Makefile ]; then
@@ -142,16 +158,9 @@ if [ ! -f "$initrd" ] || [ scripts/mkinitramfs.sh -nt "$initrd" ]; then
 	scripts/mkinitramfs.sh "$kver" "$initrd"
 fi
 
-# ---- venv (Debian's bcc imports through --system-site-packages)
-stamp=.venv/.tacc-stamp
-want_stamp=$(cat pyproject.toml setup.py | sha256sum | cut -c1-16)
-if [ ! -x .venv/bin/python ] || [ "$(cat $stamp 2>/dev/null)" != "$want_stamp" ]; then
-	log "venv"
-	[ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv
-	.venv/bin/pip install -q --disable-pip-version-check -e '.[test]' >build/pip.log 2>&1 ||
-		{ tail -20 build/pip.log >&2; die "pip install failed (log: build/pip.log)"; }
-	echo "$want_stamp" > $stamp
-fi
+# ---- venv: started before the QEMU build and waited for here (pip mostly waits on the
+# network; the build keeps the two cores busy)
+wait "$venv_pid" || die "pip install failed (log: build/pip.log)"
 
 # ---- the device contract as Python (tacc.hw._contract), generated from the C headers
 # (the package build does the same in setup.py); rewritten only when it changes
