@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tacc.guest_qmp import device_time_scale
 from tacc.runtime import Context
 from tacc.runtime import uapi as U
 from tacc.runtime.backend import DrmBackend
@@ -346,7 +347,8 @@ def test_backend_refusals_are_errnos():
 
 
 # -------------------------------------------------------------- batching -----
-LONG = 8 << 20  # an 8 MiB host-to-device copy: milliseconds on the device
+LONG = 8 << 20  # an 8 MiB host-to-device copy: ~0.7 ms on the device (2 MiB leaves) ...
+LONG_SCALE = 50000  # ... x50 (QOM time-scale): ~33 ms, longer than 33 submits take
 
 
 def _vstats(info: DeviceInfo) -> dict[str, int]:
@@ -382,10 +384,13 @@ def test_jobs_behind_a_busy_ring_share_one_kick_and_keep_their_statuses():
         dh, _ = _bo(fd, LONG, U.BO_DEVICE)
         ro, _ = _bo(fd, 4096, U.BO_HOST, U.BO_F_READONLY)
         before = _vstats(v)
-        seqs = [_submit(fd, _cmd(U.OP_COPY_H2D, (hh, 0), (dh, 0), LONG)) for _ in range(2)]
-        seqs += [_submit(fd, _cmd(U.OP_NOP)) for _ in range(32)]
-        seqs.append(_submit(fd, _cmd(U.OP_COPY_D2H, (dh, 0), (ro, 0), 4096)))  # faults
-        statuses = [_wait(fd, s) for s in seqs]
+        # the copies must stay in flight while the jobs behind them are submitted: with
+        # the 2 MiB leaves an 8 MiB copy alone ended during the NOPs' submits (5 batches)
+        with device_time_scale(LONG_SCALE):
+            seqs = [_submit(fd, _cmd(U.OP_COPY_H2D, (hh, 0), (dh, 0), LONG)) for _ in range(2)]
+            seqs += [_submit(fd, _cmd(U.OP_NOP)) for _ in range(32)]
+            seqs.append(_submit(fd, _cmd(U.OP_COPY_D2H, (dh, 0), (ro, 0), 4096)))  # faults
+            statuses = [_wait(fd, s) for s in seqs]
         after = _vstats(v)
     d = {k: after[k] - before[k] for k in after}
     assert statuses == [0] * 34 + [-errno.EFAULT], statuses
