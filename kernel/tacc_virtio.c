@@ -349,7 +349,8 @@ static int tacc_vtrace_open_ioctl(struct drm_device *dev, void *data, struct drm
 
 	if (!vd->has_trace)
 		return -EOPNOTSUPP;
-	return tacc_trace_open(&vd->trace, file, data, true,
+	/* every context of the function: CAP_PERFMON, as the PF's ring */
+	return tacc_trace_open(&vd->trace, file, data, perfmon_capable(),
 			       virtio_has_feature(vd->vdev, TACC_VIRTIO_F_TRACE_V3),
 			       tacc_vtrace_setup, tacc_vtrace_stop);
 }

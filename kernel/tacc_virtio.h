@@ -87,6 +87,9 @@ struct tacc_vdev {
 };
 
 /* One open file: one backend context (device address space). */
+/* close() and GEM_CLOSE's bound on waiting for jobs, ms (tacc_drv.c) */
+extern unsigned int tacc_close_wait_ms;
+
 struct tacc_vctx {
 	struct tacc_vdev *vd;
 	u32 id;				/* backend context */
