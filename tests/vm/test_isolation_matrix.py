@@ -19,6 +19,8 @@ The attacker is the unprivileged tacc-user; root is the victim.
 - GEM names: GEM_OPEN of a BO another file created is refused (a BO keeps its creator's
   context, freed with that file).
 - Close: a file whose job waits on an in-syncobj nobody signals closes in bounded time.
+- The virtio device is checked: a context id it answers out of range or already held by
+  another file is refused (it indexes fence slots and bitmaps).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tacc import hw
 from tacc.runtime.device import devices
 from test_driver_basic import (
     DEVICE,
@@ -569,3 +572,37 @@ def test_close_returns_while_a_job_waits_on_an_unsignalled_syncobj(kind, close_w
         vf.close()
     assert took < 5, f"{kind}: close took {took:.1f} s with a job on an unsignalled fence"
     assert not dmesg_problems()
+
+
+# ------------------------------------------------------ a lying virtio device ----
+VIRTIO_BACKEND_QOM = "/machine/peripheral/vtacc0/virtio-backend"  # scripts/run-vm: id=vtacc0
+P_CTX_ID = hw.DRM_TACC_PARAM_CONTEXT_ID
+
+
+@pytest.mark.parametrize("lie", ["in_use", "out_of_range"])
+def test_virtio_context_id_from_the_device_is_checked(lie):
+    """The device answers the next CTX_CREATE with a context another open file holds,
+    or with 16 (the function has 16): open() of the node fails with EIO and the file
+    holding that context keeps working.  Before: the driver took any id, so two files
+    shared one backend context (one's bindings and jobs in the other's address space)
+    or an id indexed the fence page and the 16-bit bitmap of the submit path out of
+    range."""
+    from tacc.guest_qmp import GuestQMP
+
+    node = _node("virtio")
+    with Dev(node) as held, GuestQMP() as q:
+        mine = held.param(P_CTX_ID)
+        q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctx-id", mine if lie == "in_use" else 16)
+        try:
+            second = Dev(node)
+        except OSError as e:
+            got: Any = ("errno", e.errno)
+        else:
+            got = ("opened", second.param(P_CTX_ID))
+            second.close()
+        finally:
+            q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctx-id", -1)
+        assert got == ("errno", errno.EIO), f"{lie}: open() with a lying device -> {got}"
+        assert held.run([nop()]) == 0
+    with Dev(node) as again:  # the device answers truthfully again
+        assert again.run([nop()]) == 0
