@@ -26,6 +26,11 @@ unsigned int tacc_job_timeout_ms = 2000;
 module_param_named(job_timeout_ms, tacc_job_timeout_ms, uint, 0644);
 MODULE_PARM_DESC(job_timeout_ms, "Job timeout before a queue reset, ms (read at probe)");
 
+unsigned int tacc_close_wait_ms = 5000;
+module_param_named(close_wait_ms, tacc_close_wait_ms, uint, 0644);
+MODULE_PARM_DESC(close_wait_ms,
+		 "Longest wait of a GEM_CLOSE or close() for the file's jobs, ms; jobs still waiting then are cancelled");
+
 unsigned int tacc_autosuspend_ms = 1000;
 module_param_named(autosuspend_ms, tacc_autosuspend_ms, uint, 0644);
 MODULE_PARM_DESC(autosuspend_ms, "Runtime PM autosuspend delay, ms (read at probe)");

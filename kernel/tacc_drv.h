@@ -127,6 +127,7 @@ struct tacc_ctx {
 	/* finished fence of the last job per queue (submit_lock): VM_UNBIND waits */
 	struct dma_fence *last_fence[TACC_NUM_QUEUES];
 	bool kernel;			/* the scrub context (tacc_scrub.c): no VM, no file */
+	bool close_stuck;		/* a close-path wait timed out (tacc_ctx_close_wait) */
 	struct tacc_failures failed;	/* final statuses of freed jobs */
 
 	/* statistics (fdinfo) */
@@ -147,7 +148,7 @@ struct tacc_bo {
 	struct page **pages;
 	unsigned long npages;
 	struct sg_table *sgt;		/* USERPTR: own; HOST: the helper's */
-	struct tacc_ctx *uctx;		/* USERPTR: accounting */
+	struct tacc_ctx *uctx;		/* owner (its file only may open it): accounting */
 	struct mm_struct *pin_mm;	/* USERPTR: pinned_vm charged (tacc_gem.c) */
 	/* binding in the owning file's VM (protected by vm->lock) */
 	struct tacc_mapping *map;
@@ -352,6 +353,7 @@ static inline struct device *tacc_to_dev(struct tacc_device *tdev)
 
 /* tacc_drv.c */
 extern unsigned int tacc_job_timeout_ms;
+extern unsigned int tacc_close_wait_ms;
 extern unsigned int tacc_autosuspend_ms;
 int tacc_hw_init(struct tacc_device *tdev);
 void tacc_hw_fini(struct tacc_device *tdev);
@@ -398,6 +400,7 @@ void tacc_job_handle_fault(struct tacc_device *tdev);
 int tacc_submit_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_wait_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
 int tacc_ctx_wait_jobs(struct tacc_ctx *ctx, bool nowait, bool intr);
+bool tacc_ctx_close_wait(struct tacc_ctx *ctx);
 void tacc_ctx_fences_fini(struct tacc_ctx *ctx);
 
 /* tacc_scrub.c */

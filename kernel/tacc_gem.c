@@ -59,9 +59,22 @@ static struct dma_buf *tacc_gem_no_export(struct drm_gem_object *obj, int flags)
 }
 
 /*
+ * A BO belongs to the file that created it: its context accounts for it
+ * (bo->uctx, freed with that file) and only that context's VM binds it.  A
+ * GEM_OPEN of its flink name from another file is refused.
+ */
+static int tacc_gem_open(struct drm_gem_object *obj, struct drm_file *file)
+{
+	return to_tacc_bo(obj)->uctx == file->driver_priv ? 0 : -EPERM;
+}
+
+/*
  * The last handle of the file goes: its binding goes too, once the jobs the
  * context submitted before have finished (their VAs cannot change under
- * them, as for VM_UNBIND); bounded by the job timeout.
+ * them, as for VM_UNBIND).  The wait is bounded (close_wait_ms): a job
+ * waiting on an in-syncobj nobody signals must not hold close() forever.
+ * A job still queued then finds the VA unbound (an MMU fault of its own
+ * context), or is cancelled when the file is released.
  */
 static void tacc_gem_close(struct drm_gem_object *obj, struct drm_file *file)
 {
@@ -75,7 +88,7 @@ static void tacc_gem_close(struct drm_gem_object *obj, struct drm_file *file)
 	bound = bo->map && bo->map->ctx == ctx;
 	mutex_unlock(&ctx->vm.lock);
 	if (bound)
-		tacc_ctx_wait_jobs(ctx, false, false);
+		tacc_ctx_close_wait(ctx);
 	tacc_vm_unbind(ctx, bo);
 }
 
@@ -227,6 +240,7 @@ static void tacc_gem_free(struct drm_gem_object *obj)
 static const struct drm_gem_object_funcs tacc_shmem_funcs = {
 	.status = tacc_gem_status,
 	.free = tacc_gem_free,
+	.open = tacc_gem_open,
 	.close = tacc_gem_close,
 	.export = tacc_gem_no_export,
 	.print_info = drm_gem_shmem_object_print_info,
@@ -242,6 +256,7 @@ static const struct drm_gem_object_funcs tacc_shmem_funcs = {
 static const struct drm_gem_object_funcs tacc_private_funcs = {
 	.status = tacc_gem_status,
 	.free = tacc_gem_free,
+	.open = tacc_gem_open,
 	.close = tacc_gem_close,
 	.export = tacc_gem_no_export,
 };

@@ -566,12 +566,23 @@ err:
 	return ret;
 }
 
+/*
+ * The file is released: its queued jobs run, unless one still waits after
+ * close_wait_ms (drm_sched_entity_destroy() would wait for it forever, as
+ * long as its in-fences are unsignalled): then the jobs not yet given to the
+ * device are cancelled (their fences signal -ESRCH) and never run.
+ */
 void tacc_ctx_entities_fini(struct tacc_ctx *ctx)
 {
+	bool idle = tacc_ctx_close_wait(ctx);
 	u32 i;
 
-	for (i = 0; i < ctx->tdev->num_queues; i++)
-		drm_sched_entity_destroy(&ctx->entity[i]);
+	for (i = 0; i < ctx->tdev->num_queues; i++) {
+		if (idle)
+			drm_sched_entity_destroy(&ctx->entity[i]);
+		else
+			drm_sched_entity_fini(&ctx->entity[i]);
+	}
 }
 
 void tacc_ctx_seq_fini(struct tacc_ctx *ctx)
@@ -816,6 +827,49 @@ int tacc_ctx_wait_jobs(struct tacc_ctx *ctx, bool nowait, bool intr)
 	for (i = 0; i < TACC_NUM_QUEUES; i++)
 		dma_fence_put(f[i]);
 	return ret;
+}
+
+/**
+ * tacc_ctx_close_wait() - wait in a close path for the context's jobs.
+ * @ctx: the context.
+ *
+ * Uninterruptible but bounded by close_wait_ms: a job may wait on an
+ * in-syncobj nobody signals.  Once a wait timed out, later ones (every
+ * other bound BO of a closing file) only check, until the jobs are done.
+ *
+ * Return: true if every job submitted so far has finished.
+ */
+bool tacc_ctx_close_wait(struct tacc_ctx *ctx)
+{
+	unsigned long deadline = jiffies + msecs_to_jiffies(READ_ONCE(tacc_close_wait_ms));
+	struct dma_fence *f[TACC_NUM_QUEUES];
+	bool idle = true;
+	long left;
+	u32 i;
+
+	mutex_lock(&ctx->submit_lock);
+	for (i = 0; i < TACC_NUM_QUEUES; i++)
+		f[i] = dma_fence_get(ctx->last_fence[i]);
+	mutex_unlock(&ctx->submit_lock);
+	if (READ_ONCE(ctx->close_stuck))
+		deadline = jiffies;
+	for (i = 0; i < TACC_NUM_QUEUES && idle; i++) {
+		if (!f[i] || dma_fence_is_signaled(f[i]))
+			continue;
+		left = (long)(deadline - jiffies);
+		idle = left > 0 && dma_fence_wait_timeout(f[i], false, left) > 0;
+	}
+	for (i = 0; i < TACC_NUM_QUEUES; i++)
+		dma_fence_put(f[i]);
+	if (!idle && !READ_ONCE(ctx->close_stuck)) {
+		WRITE_ONCE(ctx->close_stuck, true);
+		drm_warn(&ctx->tdev->drm,
+			 "context %u (%s[%d]): jobs unfinished after %u ms in close: not waited for\n",
+			 ctx->id, ctx->comm, ctx->pid, tacc_close_wait_ms);
+	}
+	if (idle)
+		WRITE_ONCE(ctx->close_stuck, false);
+	return idle;
 }
 
 void tacc_ctx_fences_fini(struct tacc_ctx *ctx)

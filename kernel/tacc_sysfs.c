@@ -6,8 +6,14 @@
  *   global_counters/ one file per global counter (PF only, root only)
  * Counter files read the live registers when the device is powered and the
  * snapshot taken at suspend otherwise: reading never wakes the device.
+ *
+ * The PF's function-wide telemetry (its counters, queue_stats, live_objects)
+ * sums the work of every tenant of the PF: root only (0400), as the PF's
+ * rings need CAP_PERFMON (docs/uapi.md "Threat model").  A VF's are its
+ * node's users' (0444).
  */
 #include <linux/bitfield.h>
+#include <linux/capability.h>
 #include <linux/fs.h>
 #include <linux/ktime.h>
 #include <linux/mm.h>
@@ -131,6 +137,19 @@ static struct bin_attribute *tacc_counter_bin_attrs[] = {
 	NULL
 };
 
+/* The PF's files of every tenant's work: root only; a VF's stay world-readable. */
+static umode_t tacc_pf_root_only(struct kobject *kobj, umode_t mode)
+{
+	struct tacc_device *tdev = tacc_sysfs_dev(kobj_to_dev(kobj));
+
+	return tdev && !tdev->is_vf ? 0400 : mode;
+}
+
+static umode_t tacc_counter_visible(struct kobject *kobj, struct attribute *attr, int n)
+{
+	return tacc_pf_root_only(kobj, attr->mode);
+}
+
 static struct attribute *tacc_counter_attrs[ARRAY_SIZE(tacc_fcnt_list) + 1];
 static struct attribute *tacc_global_counter_attrs[ARRAY_SIZE(tacc_gcnt_list) + 1];
 
@@ -156,6 +175,7 @@ static const struct attribute_group tacc_counter_group = {
 	.name = "counters",
 	.attrs = tacc_counter_attrs,
 	.bin_attrs = tacc_counter_bin_attrs,
+	.is_visible = tacc_counter_visible,	/* the catalogue is not telemetry: 0444 */
 };
 
 static const struct attribute_group tacc_global_counter_group = {
@@ -284,7 +304,9 @@ static DEVICE_ATTR_RO(live_objects);
  * after, in ns / ticks; the bracket width bounds the pairing error.  The
  * fourth column is the device's host-clock register read in the same
  * bracket: captures of several VMs are aligned through it.
- * Reading this file wakes the device.
+ * Reading this file wakes the device, except the PF for a reader without
+ * CAP_PERFMON: -EACCES while it is suspended (waking it is a device-wide
+ * effect, and its wake-ups are counted in pm_resumes).
  */
 #define TACC_CLOCK_SYNC_SAMPLES	4
 static ssize_t clock_sync_show(struct device *dev, struct device_attribute *attr, char *buf)
@@ -295,9 +317,14 @@ static ssize_t clock_sync_show(struct device *dev, struct device_attribute *attr
 	ssize_t len = 0;
 	int i, ret;
 
-	ret = pm_runtime_resume_and_get(dev);
-	if (ret)
-		return ret;
+	ret = !tdev->is_vf && !perfmon_capable() ? pm_runtime_get_if_active(dev) : -EINVAL;
+	if (!ret)
+		return -EACCES;
+	if (ret < 0) {	/* may wake it, or runtime PM disabled: powered */
+		ret = pm_runtime_resume_and_get(dev);
+		if (ret)
+			return ret;
+	}
 	for (i = 0; i < TACC_CLOCK_SYNC_SAMPLES; i++) {
 		local_irq_save(flags);
 		before = ktime_get_ns();
@@ -416,9 +443,17 @@ static struct attribute *tacc_info_attrs[] = {
 	NULL
 };
 
+static umode_t tacc_info_visible(struct kobject *kobj, struct attribute *attr, int n)
+{
+	if (attr == &dev_attr_live_objects.attr || attr == &dev_attr_queue_stats.attr)
+		return tacc_pf_root_only(kobj, attr->mode);
+	return attr->mode;
+}
+
 static const struct attribute_group tacc_info_group = {
 	.name = "tacc",
 	.attrs = tacc_info_attrs,
+	.is_visible = tacc_info_visible,
 };
 
 const struct attribute_group *tacc_dev_groups[] = {

@@ -80,12 +80,21 @@ int tacc_vbuf_sgs(struct scatterlist *sg, unsigned int nsg, const void *buf, siz
 	return n;
 }
 
-/* The control queue is used synchronously by the device; wait for it anyway. */
-static void *tacc_vctrl_get(struct tacc_vdev *vd)
+/*
+ * The control queue is used synchronously by the device; wait for it anyway.
+ * A used buffer that is not @token is the late answer of a request that timed
+ * out (its response buffer, left to the device, is the token): dropped and
+ * freed, never taken for this request's answer.
+ */
+static void *tacc_vctrl_get(struct tacc_vdev *vd, void *token, unsigned int *len)
 {
-	unsigned int len;
+	void *got;
 
-	return virtqueue_get_buf(vd->ctrlq, &len);
+	while ((got = virtqueue_get_buf(vd->ctrlq, len)) && got != token) {
+		dev_warn(&vd->vdev->dev, "late control response dropped\n");
+		kfree(got);
+	}
+	return got;
 }
 
 static void tacc_vctrl_done(struct virtqueue *vq)
@@ -98,6 +107,7 @@ static void tacc_vctrl_done(struct virtqueue *vq)
 static int tacc_vctrl_xfer(struct tacc_vdev *vd, struct scatterlist **sgs, unsigned int out,
 			   void *token)
 {
+	unsigned int len = 0;
 	void *got = NULL;
 	long left;
 	int ret;
@@ -106,10 +116,11 @@ static int tacc_vctrl_xfer(struct tacc_vdev *vd, struct scatterlist **sgs, unsig
 	if (ret)
 		return ret;
 	virtqueue_kick(vd->ctrlq);
-	left = wait_event_timeout(vd->ctrl_wq, (got = tacc_vctrl_get(vd)) || READ_ONCE(vd->gone),
+	left = wait_event_timeout(vd->ctrl_wq,
+				  (got = tacc_vctrl_get(vd, token, &len)) || READ_ONCE(vd->gone),
 				  TACC_V_CTRL_TIMEOUT);
-	if (got == token)
-		return 0;
+	if (got == token)	/* a short answer is no answer (the buffer was zeroed) */
+		return len < sizeof(struct tacc_virtio_resp) ? -EIO : 0;
 	if (left)
 		return -ENODEV;	/* removed: the reset took the buffer back */
 	/* the device still owns the buffer: the caller must not free it */
@@ -349,7 +360,8 @@ static int tacc_vtrace_open_ioctl(struct drm_device *dev, void *data, struct drm
 
 	if (!vd->has_trace)
 		return -EOPNOTSUPP;
-	return tacc_trace_open(&vd->trace, file, data, true,
+	/* every context of the function: CAP_PERFMON, as the PF's ring */
+	return tacc_trace_open(&vd->trace, file, data, perfmon_capable(),
 			       virtio_has_feature(vd->vdev, TACC_VIRTIO_F_TRACE_V3),
 			       tacc_vtrace_setup, tacc_vtrace_stop);
 }
@@ -457,6 +469,12 @@ static int tacc_vopen(struct drm_device *dev, struct drm_file *file)
 	if (ret)
 		goto err_free;
 
+	/* the device's answer indexes fence slots and bitmaps: checked */
+	if (id >= vd->num_contexts || test_and_set_bit(id, vd->ctx_ids)) {
+		drm_warn(dev, "device gave context %llu (out of range or in use): refused\n", id);
+		ret = -EIO;
+		goto err_free;
+	}
 	ctx->vd = vd;
 	ctx->id = id;
 	mutex_init(&ctx->vm_lock);
@@ -499,6 +517,7 @@ static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
 	}
 	tacc_vctx_seq_fini(ctx);
 	drm_mm_takedown(&ctx->va_mm);
+	clear_bit(ctx->id, to_tacc_vdev(dev)->ctx_ids);
 	file->driver_priv = NULL;
 	kfree(ctx);
 }

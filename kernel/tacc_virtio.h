@@ -19,6 +19,7 @@
 #include <drm/drm_gem_shmem_helper.h>
 #include <drm/drm_mm.h>
 
+#include "include/tacc_hw.h"
 #include "include/tacc_virtio.h"
 #include "include/uapi/drm/tacc_accel.h"
 #include "tacc_ring.h"
@@ -45,6 +46,8 @@ struct tacc_vdev {
 	u32 devid;			/* tracepoints' dev: the virtio PCI function's id */
 
 	struct mutex ctrl_lock;		/* one control request at a time */
+	/* backend contexts held by open files (atomic bit ops): ids the device gave */
+	DECLARE_BITMAP(ctx_ids, TACC_NUM_CONTEXTS);
 	wait_queue_head_t ctrl_wq;	/* a control buffer was used */
 
 	spinlock_t submit_lock;		/* submitq, staged, inflight, ring_batches, gone */
@@ -87,6 +90,9 @@ struct tacc_vdev {
 };
 
 /* One open file: one backend context (device address space). */
+/* close() and GEM_CLOSE's bound on waiting for jobs, ms (tacc_drv.c) */
+extern unsigned int tacc_close_wait_ms;
+
 struct tacc_vctx {
 	struct tacc_vdev *vd;
 	u32 id;				/* backend context */

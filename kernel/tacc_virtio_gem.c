@@ -318,9 +318,16 @@ static int tacc_vgem_mmap(struct drm_gem_object *obj, struct vm_area_struct *vma
 	return drm_gem_shmem_object_mmap(obj, vma);
 }
 
+/* A BO is its creator's (bo->ctx, freed with that file): GEM_OPEN elsewhere is refused. */
+static int tacc_vgem_open(struct drm_gem_object *obj, struct drm_file *file)
+{
+	return to_tacc_vbo(obj)->ctx == file->driver_priv ? 0 : -EPERM;
+}
+
 static const struct drm_gem_object_funcs tacc_vshmem_funcs = {
 	.status = tacc_gem_status,
 	.free = tacc_vgem_free,
+	.open = tacc_vgem_open,
 	.export = tacc_vbo_no_export,
 	.print_info = drm_gem_shmem_object_print_info,
 	.pin = drm_gem_shmem_object_pin,
@@ -335,6 +342,7 @@ static const struct drm_gem_object_funcs tacc_vshmem_funcs = {
 static const struct drm_gem_object_funcs tacc_vprivate_funcs = {
 	.status = tacc_gem_status,
 	.free = tacc_vgem_free,
+	.open = tacc_vgem_open,
 	.export = tacc_vbo_no_export,
 };
 

@@ -417,16 +417,59 @@ void tacc_vjobs_fail(struct tacc_vdev *vd, int error)
 	cancel_delayed_work_sync(&vd->flush_work);
 }
 
+/* Fails the context's staged jobs (waiting for in-fences, or for room). */
+static void tacc_vctx_cancel_staged(struct tacc_vctx *ctx)
+{
+	struct tacc_vdev *vd = ctx->vd;
+	struct tacc_vjob *job, *tmp;
+	u32 n = 0;
+
+	spin_lock_irq(&vd->submit_lock);
+	list_for_each_entry_safe(job, tmp, &vd->staged, node) {
+		if (job->ctx != ctx)
+			continue;
+		tacc_vjob_disarm(job);
+		tacc_vjob_complete(vd, job, -ECANCELED, TACC_ST_OK);
+		n++;
+	}
+	spin_unlock_irq(&vd->submit_lock);
+	if (n)
+		drm_warn(&vd->drm, "context %u: %u jobs unqueued after %u ms in close: cancelled\n",
+			 ctx->id, n, tacc_close_wait_ms);
+}
+
+static bool tacc_vctx_quiet(struct tacc_vctx *ctx, bool unplug)
+{
+	return !atomic_read(&ctx->inflight) || (unplug && READ_ONCE(ctx->vd->unplugging));
+}
+
+/*
+ * The close paths' uninterruptible wait for the context's jobs (@unplug: or
+ * a removal), bounded by close_wait_ms for the jobs not yet in the device: a
+ * job may wait on an in-syncobj nobody signals.  Those still staged then are
+ * cancelled; the device's own are waited for.
+ */
+static void tacc_vctx_wait_bounded(struct tacc_vctx *ctx, bool unplug)
+{
+	struct tacc_vdev *vd = ctx->vd;
+
+	if (wait_event_timeout(vd->idle_wq, tacc_vctx_quiet(ctx, unplug),
+			       msecs_to_jiffies(READ_ONCE(tacc_close_wait_ms))))
+		return;
+	tacc_vctx_cancel_staged(ctx);
+	wait_event(vd->idle_wq, tacc_vctx_quiet(ctx, unplug));
+}
+
 /*
  * Waits until the context has no job in flight: before its context goes
  * (file release, outside any drm_dev_enter() section: a removal fails the
- * jobs).
+ * jobs).  Staged jobs are cancelled after close_wait_ms.
  */
 void tacc_vctx_wait_idle(struct tacc_vctx *ctx)
 {
 	struct tacc_vdev *vd = ctx->vd;
 
-	wait_event(vd->idle_wq, !atomic_read(&ctx->inflight));
+	tacc_vctx_wait_bounded(ctx, false);
 	/* the completion that woke us may still be in tacc_vjob_complete() */
 	spin_lock_irq(&vd->submit_lock);
 	spin_unlock_irq(&vd->submit_lock);
@@ -436,6 +479,8 @@ void tacc_vctx_wait_idle(struct tacc_vctx *ctx)
  * Waits until the context has no job in flight, before a request the device
  * refuses under jobs (inside a drm_dev_enter() section): a removal that
  * started ends the wait with -ENODEV, so it does not wait for the jobs.
+ * Uninterruptible (GEM_CLOSE, close()): staged jobs are cancelled after
+ * close_wait_ms.
  */
 int tacc_vctx_wait_quiet(struct tacc_vctx *ctx, bool intr)
 {
@@ -446,7 +491,7 @@ int tacc_vctx_wait_quiet(struct tacc_vctx *ctx, bool intr)
 		ret = wait_event_interruptible(vd->idle_wq, !atomic_read(&ctx->inflight) ||
 					       READ_ONCE(vd->unplugging));
 	else
-		wait_event(vd->idle_wq, !atomic_read(&ctx->inflight) || READ_ONCE(vd->unplugging));
+		tacc_vctx_wait_bounded(ctx, true);
 	if (ret)
 		return ret;
 	return atomic_read(&ctx->inflight) ? -ENODEV : 0;

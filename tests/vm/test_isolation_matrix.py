@@ -13,11 +13,21 @@ The attacker is the unprivileged tacc-user; root is the victim.
 - Fences: a sync_file exported on any kind holds tacc.ko until it is closed.
 - Handoff: a VF given to vfio-pci right after its tacc.ko user freed a BO (its FILL still
   queued behind a slow job on queue 0) shows the VFIO owner none of that user's bytes.
+- Telemetry: the PF's function-wide sysfs files (counters, queue_stats, live_objects) are
+  root's; its clock_sync does not wake a suspended PF for tacc-user; TRACE_OPEN on the PF
+  and on virtio-tacc needs CAP_PERFMON (a VF's ring stays its node's users').
+- GEM names: GEM_OPEN of a BO another file created is refused (a BO keeps its creator's
+  context, freed with that file).
+- Close: a file whose job waits on an in-syncobj nobody signals closes in bounded time.
+- The virtio device is checked: a context id it answers out of range or already held by
+  another file is refused (it indexes fence slots and bitmaps).
 """
 
 from __future__ import annotations
 
+import ctypes as C
 import errno
+import fcntl
 import grp
 import json
 import os
@@ -30,14 +40,20 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tacc import hw
 from tacc.runtime.device import devices
 from test_driver_basic import (
     DEVICE,
     OP_D2H,
     P_DEVMEM,
+    TRACE_CLOSE,
+    TRACE_OPEN,
     Dev,
+    Pair,
+    TraceOpen,
     copy,
     dmesg_problems,
+    fence,
     nop,
     pf_sysfs,
     wait_accel_node,
@@ -302,3 +318,291 @@ def test_exported_fence_holds_the_module(kind):
     assert status == 1 and len(fences) == 1, (status, fences)
     assert held == base + 1, f"{kind}: module refcount {base} -> {held} with a sync_file open"
     assert _refcnt() == base
+
+
+# --------------------------------------------------------------- telemetry ----
+def _pf_wide_files() -> list[Path]:
+    pf = pf_sysfs()
+    files = [p for p in sorted((pf / "counters").iterdir()) if p.name != "catalogue"]
+    return files + [pf / "tacc" / "queue_stats", pf / "tacc" / "live_objects"]
+
+
+def u_read(state: dict[str, Any], paths: list[str]) -> dict[str, Any]:
+    """tacc-user: each file's text, or the errno its open or read ended with."""
+    out: dict[str, Any] = {}
+    for p in paths:
+        try:
+            out[p] = Path(p).read_text()
+        except OSError as e:
+            out[p] = ("errno", e.errno)
+    return out
+
+
+def test_pf_wide_sysfs_telemetry_is_root_only(user):
+    """The PF's function page sums every tenant's work: its counters/*, tacc/queue_stats
+    and tacc/live_objects are refused to tacc-user (EACCES) and still read by root (as
+    taccd and `tacc stat` do); a VF's own counters stay readable by its users.  Before:
+    all 0444."""
+    from tacc.devices import discover, read_counters_sysfs
+
+    files = _pf_wide_files()
+    vf_counter = Path(f"/sys/class/accel/{_vf(1).name}/device/counters/h2d_bytes")
+    got = user.call(u_read, [str(p) for p in files] + [str(vf_counter)])
+    readable = [p for p in files if got[str(p)] != ("errno", errno.EACCES)]
+    assert not readable, f"tacc-user read PF-wide telemetry: {[str(p) for p in readable]}"
+    assert isinstance(got[str(vf_counter)], str) and got[str(vf_counter)].strip().isdigit(), \
+        got[str(vf_counter)]
+    for p in files:  # root still reads them all
+        assert p.read_text().strip(), p
+    pf = [f for f in discover() if f.sysfs.resolve() == pf_sysfs().resolve()]
+    assert pf and "h2d_bytes" in read_counters_sysfs(pf[0]), "root's sysfs backend broke"
+
+
+def _rpm(pci: Path) -> str:
+    return (pci / "power" / "runtime_status").read_text().strip()
+
+
+def test_clock_sync_does_not_wake_the_pf_for_tacc_user(user):
+    """With the PF runtime-suspended, tacc-user's read of its clock_sync is refused
+    (EACCES) and the PF stays suspended (pm_resumes unchanged); root's read still
+    wakes it and returns the samples.  Before: any reader woke the device.  (Enabled
+    VFs hold the PF in D0: they are disabled for the test, then enabled again.)"""
+    pci = pf_sysfs()
+    power = pci / "power"
+    old = {k: (power / k).read_text().strip() for k in ("control", "autosuspend_delay_ms")}
+    clock = pci / "tacc" / "clock_sync"
+    numvfs = int((pci / "sriov_numvfs").read_text() or 0)
+    try:
+        if numvfs:
+            (pci / "sriov_numvfs").write_text("0")
+        (power / "autosuspend_delay_ms").write_text("0")
+        (power / "control").write_text("auto")
+        end = time.monotonic() + 30
+        while _rpm(pci) != "suspended":
+            assert time.monotonic() < end, f"PF never suspended ({_rpm(pci)})"
+            time.sleep(0.05)
+        resumes = int((pci / "tacc" / "pm_resumes").read_text())
+        got = user.call(u_read, [str(clock)])[str(clock)]
+        status, after = _rpm(pci), int((pci / "tacc" / "pm_resumes").read_text())
+        root = clock.read_text()
+    finally:
+        for k, v in old.items():
+            (power / k).write_text(v)
+        if numvfs:
+            (pci / "sriov_numvfs").write_text(str(numvfs))
+            for vf in sorted(p.resolve() for p in pci.glob("virtfn*")):
+                wait_accel_node(vf)
+    assert got == ("errno", errno.EACCES), f"tacc-user read clock_sync of a suspended PF: {got}"
+    assert status == "suspended" and after == resumes, (status, resumes, after)
+    assert len(root.splitlines()) == 4, root
+
+
+def u_trace_open(state: dict[str, Any], node: str) -> int:
+    """tacc-user: TRACE_OPEN on @node (0, closed again, or the errno)."""
+    with Dev(node) as d:
+        d.ioctl(TRACE_OPEN, TraceOpen())
+        d.ioctl(TRACE_CLOSE, Pair())
+    return 0
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_trace_ring_needs_perfmon_where_it_shows_every_tenant(kind, user):
+    """TRACE_OPEN as tacc-user: refused (EACCES) on the PF and on virtio-tacc, whose
+    rings record every context of the function; open on a VF (its node's users own
+    it).  Before: virtio-tacc's ring opened for any user of the node."""
+    got = user.call(u_trace_open, str(_node(kind)))
+    if got == ("errno", errno.EOPNOTSUPP):
+        pytest.skip(f"{kind}: no trace ring")
+    want = 0 if kind.startswith("vf") else ("errno", errno.EACCES)
+    assert got == want, f"{kind}: tacc-user TRACE_OPEN -> {got}, want {want}"
+
+
+# --------------------------------------------------------------- GEM names ----
+class GemFlink(C.Structure):
+    _fields_ = [("handle", C.c_uint32), ("name", C.c_uint32)]
+
+
+class GemOpen(C.Structure):
+    _fields_ = [("name", C.c_uint32), ("handle", C.c_uint32), ("size", C.c_uint64)]
+
+
+def _drm_iowr(nr: int, size: int) -> int:
+    return (3 << 30) | (size << 16) | (ord("d") << 8) | nr
+
+
+def _drm_iow(nr: int, size: int) -> int:
+    return (1 << 30) | (size << 16) | (ord("d") << 8) | nr
+
+
+GEM_FLINK = _drm_iowr(0x0A, C.sizeof(GemFlink))
+GEM_OPEN = _drm_iowr(0x0B, C.sizeof(GemOpen))
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_gem_open_of_another_files_bo_is_refused(kind):
+    """root (flink and open are root's on accel nodes): file A creates a BO and flinks
+    it; GEM_OPEN of the name in file B is EPERM (the BO keeps A's context, freed when A
+    closes); in A itself it works.  Closing A then B leaves dmesg clean.  Before: B got
+    a handle, and its GEM_CLOSE after A's close touched A's freed context."""
+    node = _node(kind)
+    a, b = Dev(node), Dev(node)
+    try:
+        h = a.bo(4096).handle
+        name = a.ioctl(GEM_FLINK, GemFlink(handle=h)).name
+        assert name
+        own = a.ioctl(GEM_OPEN, GemOpen(name=name))
+        assert own.handle and own.size == 4096
+        try:
+            other = b.ioctl(GEM_OPEN, GemOpen(name=name)).handle
+        except OSError as e:
+            other = ("errno", e.errno)
+        assert other == ("errno", errno.EPERM), f"{kind}: GEM_OPEN in another file -> {other}"
+        a.close()
+    finally:
+        a.close()
+        b.close()
+    assert not dmesg_problems()
+
+
+# ------------------------------------------------------------------- close ----
+class DumbCreate(C.Structure):
+    _fields_ = [("height", C.c_uint32), ("width", C.c_uint32), ("bpp", C.c_uint32),
+                ("flags", C.c_uint32), ("handle", C.c_uint32), ("pitch", C.c_uint32),
+                ("size", C.c_uint64)]
+
+
+class PrimeHandle(C.Structure):
+    _fields_ = [("handle", C.c_uint32), ("flags", C.c_uint32), ("fd", C.c_int32)]
+
+
+class VgemFenceAttach(C.Structure):
+    _fields_ = [("handle", C.c_uint32), ("flags", C.c_uint32), ("out_fence", C.c_uint32),
+                ("pad", C.c_uint32)]
+
+
+class VgemFenceSignal(C.Structure):
+    _fields_ = [("fence", C.c_uint32), ("flags", C.c_uint32)]
+
+
+class SyncobjHandle(C.Structure):
+    _fields_ = [("handle", C.c_uint32), ("flags", C.c_uint32), ("fd", C.c_int32),
+                ("pad", C.c_uint32)]
+
+
+class ExportSyncFile(C.Structure):
+    _fields_ = [("flags", C.c_uint32), ("fd", C.c_int32)]
+
+
+MODE_CREATE_DUMB = _drm_iowr(0xB2, C.sizeof(DumbCreate))
+PRIME_HANDLE_TO_FD = _drm_iowr(0x2D, C.sizeof(PrimeHandle))
+VGEM_FENCE_ATTACH = _drm_iowr(0x41, C.sizeof(VgemFenceAttach))
+VGEM_FENCE_SIGNAL = _drm_iow(0x42, C.sizeof(VgemFenceSignal))
+SYNCOBJ_FD_TO_HANDLE = _drm_iowr(0xC2, C.sizeof(SyncobjHandle))
+DMA_BUF_EXPORT_SYNC_FILE = (3 << 30) | (C.sizeof(ExportSyncFile) << 16) | (ord("b") << 8) | 2
+CLOSE_WAIT = Path("/sys/module/tacc/parameters/close_wait_ms")
+
+
+class VgemFence:
+    """An unsignalled fence of vgem (no other driver's fence can be held open from user
+    space on this kernel: no sw_sync), as a sync_file; vgem signals it itself after 10 s."""
+
+    def __init__(self) -> None:
+        subprocess.run(["modprobe", "vgem"], check=True)
+        cards = [c for c in Path("/sys/class/drm").glob("card*")
+                 if (c / "device").resolve().name == "vgem"]
+        assert cards, "no vgem card"
+        self.fd = os.open(f"/dev/dri/{cards[0].name}", os.O_RDWR | os.O_CLOEXEC)
+        bo = DumbCreate(width=1024, height=1, bpp=32)
+        fcntl.ioctl(self.fd, MODE_CREATE_DUMB, bo, True)
+        att = VgemFenceAttach(handle=bo.handle, flags=1)  # VGEM_FENCE_WRITE
+        fcntl.ioctl(self.fd, VGEM_FENCE_ATTACH, att, True)
+        self.fence = att.out_fence
+        ph = PrimeHandle(handle=bo.handle, flags=os.O_CLOEXEC | os.O_RDWR)
+        fcntl.ioctl(self.fd, PRIME_HANDLE_TO_FD, ph, True)
+        self.dmabuf = ph.fd
+        ex = ExportSyncFile(flags=3)  # DMA_BUF_SYNC_RW: every fence
+        fcntl.ioctl(self.dmabuf, DMA_BUF_EXPORT_SYNC_FILE, ex, True)
+        self.sync_file = ex.fd
+
+    def into_syncobj(self, d: Dev) -> int:
+        so = d.syncobj()
+        d.ioctl(SYNCOBJ_FD_TO_HANDLE, SyncobjHandle(handle=so, flags=1, fd=self.sync_file))
+        return so
+
+    def close(self) -> None:
+        try:
+            fcntl.ioctl(self.fd, VGEM_FENCE_SIGNAL, VgemFenceSignal(fence=self.fence), True)
+        except OSError:
+            pass  # signalled by its timer already
+        for fd in (self.sync_file, self.dmabuf, self.fd):
+            os.close(fd)
+
+
+@pytest.fixture
+def close_wait_1s() -> Iterator[None]:
+    old = CLOSE_WAIT.read_text().strip() if CLOSE_WAIT.exists() else None
+    if old is not None:
+        CLOSE_WAIT.write_text("1000")
+    yield
+    if old is not None:
+        CLOSE_WAIT.write_text(old)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_close_returns_while_a_job_waits_on_an_unsignalled_syncobj(kind, close_wait_1s):
+    """A job (writing a fence into a bound BO) waits on an in-syncobj holding a fence
+    nobody signals; close(fd) returns within the driver's bound (close_wait_ms, 1 s
+    here), the job never runs, dmesg stays clean.  Before: the close path waited
+    without a timeout (PF/VF: GEM_CLOSE's wait and the scheduler entity's flush; virtio:
+    the context's idle wait) and returned only when vgem's own 10 s timer signalled."""
+    node = _node(kind)
+    vf = VgemFence()
+    try:
+        d = Dev(node)
+        try:
+            so = vf.into_syncobj(d)
+            h = d.bo(4096).handle
+            d.submit([fence(h, 0, 1)], ins=[so])
+            time.sleep(0.2)
+        finally:
+            t0 = time.monotonic()
+            d.close()
+            took = time.monotonic() - t0
+    finally:
+        vf.close()
+    assert took < 5, f"{kind}: close took {took:.1f} s with a job on an unsignalled fence"
+    assert not dmesg_problems()
+
+
+# ------------------------------------------------------ a lying virtio device ----
+VIRTIO_BACKEND_QOM = "/machine/peripheral/vtacc0/virtio-backend"  # scripts/run-vm: id=vtacc0
+P_CTX_ID = hw.DRM_TACC_PARAM_CONTEXT_ID
+
+
+@pytest.mark.parametrize("lie", ["in_use", "out_of_range"])
+def test_virtio_context_id_from_the_device_is_checked(lie):
+    """The device answers the next CTX_CREATE with a context another open file holds,
+    or with 16 (the function has 16): open() of the node fails with EIO and the file
+    holding that context keeps working.  Before: the driver took any id, so two files
+    shared one backend context (one's bindings and jobs in the other's address space)
+    or an id indexed the fence page and the 16-bit bitmap of the submit path out of
+    range."""
+    from tacc.guest_qmp import GuestQMP
+
+    node = _node("virtio")
+    with Dev(node) as held, GuestQMP() as q:
+        mine = held.param(P_CTX_ID)
+        q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctx-id", mine if lie == "in_use" else 16)
+        try:
+            second = Dev(node)
+        except OSError as e:
+            got: Any = ("errno", e.errno)
+        else:
+            got = ("opened", second.param(P_CTX_ID))
+            second.close()
+        finally:
+            q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctx-id", -1)
+        assert got == ("errno", errno.EIO), f"{lie}: open() with a lying device -> {got}"
+        assert held.run([nop()]) == 0
+    with Dev(node) as again:  # the device answers truthfully again
+        assert again.run([nop()]) == 0

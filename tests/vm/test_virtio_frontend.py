@@ -243,11 +243,12 @@ def _sigbus_after_close(node: str, user: str | None = None) -> dict[str, list[st
     return out
 
 
-def test_tacc_user_may_open_its_own_virtio_trace_ring():
-    """Like a VF's, the virtio function's ring shows only its own work: an unprivileged
-    user of the node opens it (no CAP_PERFMON), maps it read-only, and after CLOSE its
-    mapping is SIGBUS (docs/uapi.md "Threat model")."""
-    _sigbus_after_close(_virtio().devnode, user="tacc-user")
+def test_virtio_trace_ring_mapping_sigbus_after_close():
+    """The virtio function's ring records every context of the function, as the PF's:
+    CAP_PERFMON opens it (tacc-user: EACCES, test_isolation_matrix.py::
+    test_trace_ring_needs_perfmon_where_it_shows_every_tenant[virtio]), maps it
+    read-only, and after CLOSE its mapping is SIGBUS (docs/uapi.md "Threat model")."""
+    _sigbus_after_close(_virtio().devnode)
 
 
 # ------------------------------------------------------------- workloads -----

@@ -11,6 +11,10 @@
  * The engines, MMU, TLB, trace records and counters are the device's own
  * (tacc-sched.c, tacc-exec.c ...), reached through TaccFuncOps.
  *
+ * Fault injection (qom-set at run time on the backend, virtio-backend):
+ *   x-fi-ctx-id=N   the next CTX_CREATE answers context N (self-clearing;
+ *                   -1: off): a device the driver must not trust
+ *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu/osdep.h"
@@ -19,6 +23,7 @@
 #include "qemu/main-loop.h"
 #include "qemu/module.h"
 #include "qapi/error.h"
+#include "qapi/visitor.h"
 #include "hw/qdev-properties.h"
 #include "hw/virtio/virtio.h"
 #include "standard-headers/linux/virtio_config.h"
@@ -345,6 +350,10 @@ static uint32_t vt_ctx_create(VirtIOTacc *vt, uint64_t *value)
         vt->func.ptbr[i] = ((uint64_t)c->root << 12) | TACC_PTBR_VALID;
         tacc_tlb_invalidate(vt->pf, TACC_FN_VIRTIO, i);
         *value = i;
+        if (vt->fi_ctx_id >= 0) {   /* a lying device, once */
+            *value = vt->fi_ctx_id;
+            vt->fi_ctx_id = -1;
+        }
         return TACC_VIRTIO_OK;
     }
     return vt_bad(TACC_VIRTIO_ERR_NOSPC, "all %d contexts in use",
@@ -1536,12 +1545,41 @@ static const VMStateDescription vt_vmstate = {
     .unmigratable = 1,
 };
 
+/* x-fi-ctx-id=N: the next CTX_CREATE answers context N (-1: off) */
+static void vt_get_fi_ctx_id(Object *obj, Visitor *v, const char *name,
+                             void *opaque, Error **errp)
+{
+    visit_type_int64(v, name, &VIRTIO_TACC(obj)->fi_ctx_id, errp);
+}
+
+static void vt_set_fi_ctx_id(Object *obj, Visitor *v, const char *name,
+                             void *opaque, Error **errp)
+{
+    int64_t val;
+
+    if (!visit_type_int64(v, name, &val, errp)) {
+        return;
+    }
+    if (val < -1 || val > UINT32_MAX) {
+        error_setg(errp, "x-fi-ctx-id: -1 or 0..%u", UINT32_MAX);
+        return;
+    }
+    VIRTIO_TACC(obj)->fi_ctx_id = val;
+}
+
+static void vt_instance_init(Object *obj)
+{
+    VIRTIO_TACC(obj)->fi_ctx_id = -1;
+}
+
 static void vt_class_init(ObjectClass *klass, void *data)
 {
     DeviceClass *dc = DEVICE_CLASS(klass);
     VirtioDeviceClass *vdc = VIRTIO_DEVICE_CLASS(klass);
 
     device_class_set_props(dc, vt_properties);
+    object_class_property_add(klass, "x-fi-ctx-id", "int64", vt_get_fi_ctx_id,
+                              vt_set_fi_ctx_id, NULL, NULL);
     dc->vmsd = &vt_vmstate;
     set_bit(DEVICE_CATEGORY_MISC, dc->categories);
     vdc->realize = vt_realize;
@@ -1557,6 +1595,7 @@ static const TypeInfo vt_info = {
     .name = TYPE_VIRTIO_TACC,
     .parent = TYPE_VIRTIO_DEVICE,
     .instance_size = sizeof(VirtIOTacc),
+    .instance_init = vt_instance_init,
     .class_init = vt_class_init,
 };
 

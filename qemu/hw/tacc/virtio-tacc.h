@@ -68,6 +68,7 @@ struct VirtIOTacc {
     QEMUBH *reset_bh;
     Error *unplug_blocker;      /* the PF is not device_del'ed while linked */
     bool detached;              /* the PF was removed (guest eject) */
+    int64_t fi_ctx_id;          /* x-fi-ctx-id (-1: off) */
 };
 
 #endif

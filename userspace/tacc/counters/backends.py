@@ -39,7 +39,8 @@ SEQLOCK_TRIES = 16
 
 # ------------------------------------------------------------------- sysfs ----
 class SysfsBackend(Backend):
-    """One file per counter (``counters/``, ``global_counters/`` root only)."""
+    """One file per counter (``counters/``: the PF's root only; ``global_counters/``
+    root only)."""
 
     name = "sysfs"
 
@@ -52,7 +53,8 @@ class SysfsBackend(Backend):
                 self.fds.append(os.open(d / c.name, os.O_RDONLY))
         except PermissionError as exc:
             self.close()
-            raise CounterError(f"{fn.pci}: {exc.filename}: global counters need root") from exc
+            raise CounterError(f"{fn.pci}: {exc.filename}: global counters and the PF's "
+                               "need root") from exc
         except FileNotFoundError as exc:
             self.close()
             raise CounterError(f"{fn.pci}: {exc.filename} missing") from exc
