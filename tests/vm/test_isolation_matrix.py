@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes as C
 import errno
 import fcntl
+import gc
 import grp
 import json
 import os
@@ -278,7 +279,10 @@ def _refcnt() -> int:
 
 
 def _settled_refcnt() -> int:
-    """The module's count once an earlier test's last fences are gone (5 s at most)."""
+    """The module's count once an earlier test's last fences are gone (5 s at most), and
+    its unreachable Python objects (a device file in a reference cycle holds a reference on
+    tacc.ko until the collector closes it)."""
+    gc.collect()
     last, deadline = _refcnt(), time.monotonic() + 5
     while time.monotonic() < deadline:
         time.sleep(0.2)
