@@ -9,11 +9,12 @@ import ctypes
 import errno
 import os
 import tempfile
+from math import isqrt
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from realcaps import FIXTURES, extract
 from tacc import hw
@@ -207,17 +208,34 @@ def _gemm_record(m: int, n: int, k: int, s_ab: int, s_c: int, bias: bool
 @settings(max_examples=300, deadline=None)
 @given(m=st.integers(1, 512), n=st.integers(1, 4096), k=st.integers(1, 4096),
        ab=st.sampled_from([4, 2]), c=st.sampled_from([4, 2]), bias=st.booleans())
+@example(m=4, n=1, k=1, ab=4, c=4, bias=True)  # a record 2x2x1 fits as well
 def test_gemm_shape_solves_the_record(m: int, n: int, k: int, ab: int, c: int,
                                       bias: bool) -> None:
     """The solver returns a shape whose record is the given one (the same FLOPs, bytes
-    read and written); with a bias, or without one when the weights are the larger
-    operand and the output size is unambiguous, the shape itself."""
+    read and written); when that record admits one shape only (with a bias, or without
+    one when the weights are the larger operand, and the output size unambiguous), the
+    shape itself.  A record can fit two: 4x1x1 and 2x2x1 fp32 with a bias both read 24
+    bytes, write 16 and count 12 FLOPs."""
     flops, rd, wr = _gemm_record(m, n, k, ab, c, bias)
     s = roofline.gemm_shape(flops, rd, wr, ab, bias)
     assert s is not None
     assert _gemm_record(s.m, s.n, s.k, s.s_ab, s.s_c, s.bias) == (flops, rd, wr)
-    if c == 4 and (bias or m * k <= k * n):
+    x = m * n
+    fits = {(x // d, d) for d in range(1, isqrt(x) + 1) if x % d == 0} | \
+        {(d, x // d) for d in range(1, isqrt(x) + 1) if x % d == 0}
+    fits = {(mm, nn) for mm, nn in fits
+            if _gemm_record(mm, nn, k, ab, c, bias) == (flops, rd, wr)
+            and (bias or mm * k <= k * nn)}
+    if c == 4 and (bias or m * k <= k * n) and len(fits) == 1:
         assert (s.m, s.n, s.k, s.s_c) == (m, n, k, c)
+
+
+def test_gemm_shape_of_an_ambiguous_record_is_one_that_fits() -> None:
+    """4x1x1 and 2x2x1 (fp32, bias) have the same record: the solver gives one of them."""
+    rec = _gemm_record(4, 1, 1, 4, 4, True)
+    assert rec == _gemm_record(2, 2, 1, 4, 4, True)
+    s = roofline.gemm_shape(*rec, 4, True)
+    assert s is not None and (s.m, s.n, s.k) in {(4, 1, 1), (2, 2, 1)}
 
 
 def test_gemm_shape_none_for_batched_attention() -> None:
