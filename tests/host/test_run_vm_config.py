@@ -543,13 +543,18 @@ def test_results_copy_leaves_sockets_out(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["console.log", "out"]
 
 
-def test_make_test_boots_the_cluster() -> None:
+def test_make_test_boots_the_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     # two nodes boot side by side in make test; the cluster is the
     # last job, so it takes the lane strict-b frees; a -m selection that none of its tests
-    # match (make test-long's -m long pass) boots nothing
+    # match (make test-long's -m long pass) boots nothing.  make test's nodes capture
+    # without BPF; make test-long boots the cluster again with it
     tv = _load_test_vm()
     assert tv.DEFAULT_CONFIGS.split()[-1] == "cluster"
-    assert "cluster" not in tv.LONG_CONFIGS.split()
+    assert "cluster" in tv.LONG_CONFIGS.split()
+    monkeypatch.delenv("TACC_CLUSTER_BPF", raising=False)
+    assert tv.cluster_bpf() == "0"
+    monkeypatch.setenv("TACC_CLUSTER_BPF", "1")
+    assert tv.cluster_bpf() == "1"
     assert tv.CONFIGS["cluster"]["NODES"] == "2" and tv.CONFIGS["cluster"]["ICOUNT"] == "0"
     assert not tv._collects(tv.CLUSTER_TESTS, ["-m", "long"])
     assert tv._collects(tv.CLUSTER_TESTS, ["-m", "not long"])
@@ -607,3 +612,30 @@ def test_boot_summary_gives_the_totals_of_every_pass(tmp_path: Path) -> None:
     assert tv.boot_totals([]) == "no pytest results"
     src = (ROOT / "scripts/test-vm").read_text()
     assert src.count("totals = boot_totals(") == 2  # the single-VM and the cluster boot
+
+
+def test_guest_pytest_collects_every_vm_file_with_its_named_plugins() -> None:
+    # the guest's pytest loads no entry-point plugin; what tests/vm uses must still be
+    # there: pytest-timeout's ini option and marker (an unknown one is an error here)
+    tv = _load_test_vm()
+    words = shlex.split(tv.GUEST_PYTEST)
+    assert words[0] == "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1" and words[-2:] == ["-p", "pytest_timeout"]
+    env = {**os.environ, "TACC_IN_VM": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    r = subprocess.run([str(ROOT / ".venv/bin/python"), *words[2:], "--collect-only", "-q",
+                        "-p", "no:cacheprovider", "-W", "error::pytest.PytestConfigWarning",
+                        "-W", "error::pytest.PytestUnknownMarkWarning", "tests/vm"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "tests/vm/test_cluster.py::" in r.stdout
+    src = (ROOT / "scripts/test-vm").read_text()
+    assert src.count("{GUEST_PYTEST} ") == 3  # strict/extras, domain passes, cluster nodes
+
+
+def test_lanes_take_extras_after_the_first_strict_shard() -> None:
+    # two lanes: [checks, strict-a] start; extras follows the checks, strict-b strict-a
+    tv = _load_test_vm()
+    jobs = [("strict", "strict-a", [], True), ("strict", "strict-b", [], False),
+            ("extras", "extras", None, False), ("cluster", "cluster", None, False)]
+    assert [j[1] for j in tv.lane_order(jobs)] == ["strict-a", "extras", "strict-b", "cluster"]
+    assert [j[1] for j in tv.lane_order(jobs[2:])] == ["extras", "cluster"]
+    assert [j[1] for j in tv.lane_order(jobs[:2])] == ["strict-a", "strict-b"]
