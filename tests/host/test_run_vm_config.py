@@ -545,7 +545,7 @@ def test_results_copy_leaves_sockets_out(tmp_path: Path) -> None:
 
 def test_make_test_boots_the_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     # two nodes boot side by side in make test; the cluster is the
-    # last job, so it takes the lane strict-b frees; a -m selection that none of its tests
+    # last job, so it takes the lane that frees first; a -m selection that none of its tests
     # match (make test-long's -m long pass) boots nothing.  make test's nodes capture
     # without BPF; make test-long boots the cluster again with it
     tv = _load_test_vm()
@@ -632,10 +632,16 @@ def test_guest_pytest_collects_every_vm_file_with_its_named_plugins() -> None:
 
 
 def test_lanes_take_extras_after_the_first_strict_shard() -> None:
-    # two lanes: [checks, strict-a] start; extras follows the checks, strict-b strict-a
+    # the lanes take extras right after the first strict boot
     tv = _load_test_vm()
     jobs = [("strict", "strict-a", [], True), ("strict", "strict-b", [], False),
             ("extras", "extras", None, False), ("cluster", "cluster", None, False)]
     assert [j[1] for j in tv.lane_order(jobs)] == ["strict-a", "extras", "strict-b", "cluster"]
     assert [j[1] for j in tv.lane_order(jobs[2:])] == ["extras", "cluster"]
     assert [j[1] for j in tv.lane_order(jobs[:2])] == ["strict-a", "strict-b"]
+    # on 2 cores strict is one boot of both shards' files, in shard order, domain passes on
+    one = tv.strict_jobs(2)
+    assert [(j[1], j[3]) for j in one] == [("strict", True)]
+    assert one[0][2] == [f for _, files in tv.strict_shards() for f in files]
+    assert [j[1] for j in tv.lane_order([*one, *jobs[2:]])] == ["strict", "extras", "cluster"]
+    assert [(j[1], j[3]) for j in tv.strict_jobs(4)] == [("strict-a", True), ("strict-b", False)]
