@@ -402,7 +402,8 @@ def test_make_test_covers_every_iommu_mode_by_boot_or_domain_pass() -> None:
     assert set(tv.DOMAIN_PASSES) <= {b["IOMMU"] for b in _boots(tv, tv.LONG_CONFIGS)}
 
 
-def _passes_status(tmp_path: Path, main: int, codes: list[int], args: list[str]) -> tuple[int, str]:
+def _passes_status(tmp_path: Path, main: int, codes: list[int], args: list[str],
+                   last: str = "") -> tuple[int, str]:
     """Run domain_passes_cmd's shell with a fake .venv/bin/python whose nth call exits
     with codes[n] and logs its environment."""
     tv = _load_test_vm()
@@ -417,7 +418,7 @@ def _passes_status(tmp_path: Path, main: int, codes: list[int], args: list[str])
     class Cfg:
         vfs, smp, icount, virtio = "0", "1", True, False
 
-    cmd = tv.domain_passes_cmd(f"(exit {main})", Cfg(), args, tmp_path / "out")
+    cmd = tv.domain_passes_cmd(f"(exit {main})", Cfg(), args, tmp_path / "out", last)
     r = subprocess.run(["sh", "-c", cmd], cwd=tmp_path, capture_output=True, text=True,
                        timeout=30)
     return r.returncode, (tmp_path / "calls").read_text()
@@ -433,6 +434,12 @@ def test_domain_passes_status_is_the_first_failure(tmp_path: Path) -> None:
     # a pass whose -k chose nothing (pytest 5) passes only when a selection was given
     assert _passes_status(tmp_path / "d", 0, [5, 0], [])[0] == 5
     assert _passes_status(tmp_path / "e", 0, [5, 0], ["-k", "copy"])[0] == 0
+    # the files that take the device away run after the passes, their status counted
+    last = "TACC_VM_CONFIG=strict TACC_VM_EXPECT=x .venv/bin/python -m pytest t_zz.py"
+    st, calls = _passes_status(tmp_path / "f", 0, [0, 0, 4], [], last)
+    assert st == 4 and calls.splitlines()[-1] == "strict  x"
+    assert [c.split()[0] for c in calls.splitlines()] == ["lazy", "pt", "strict"]
+    assert _passes_status(tmp_path / "g", 0, [0, 0, 5], ["-k", "x"], last)[0] == 0
 
 
 def test_wall_profile_per_test_and_file(tmp_path: Path) -> None:
@@ -628,7 +635,8 @@ def test_guest_pytest_collects_every_vm_file_with_its_named_plugins() -> None:
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "tests/vm/test_cluster.py::" in r.stdout
     src = (ROOT / "scripts/test-vm").read_text()
-    assert src.count("{GUEST_PYTEST} ") == 3  # strict/extras, domain passes, cluster nodes
+    # strict/extras, domain passes, the files after them, cluster nodes
+    assert src.count("{GUEST_PYTEST} ") == 4
 
 
 def test_lanes_take_extras_after_the_first_strict_shard() -> None:

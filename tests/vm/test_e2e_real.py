@@ -279,7 +279,9 @@ def _set_power(pci: Path, value: str) -> str:
     return old
 
 
-@pytest.fixture(scope="session")
+# module scope: the PF stays in D0 for this file's captures only (a later file in the same
+# boot, e.g. test_isolation_lifetimes, runtime-suspends it)
+@pytest.fixture(scope="module")
 def recorder(program: Any, pf_pci: Path) -> Iterator[Recorder]:
     old = _set_power(pf_pci, "on")
     w = Worker()
