@@ -29,14 +29,18 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 declare -A result seconds
-# The host and device layers are one pytest process each (one core): when both are asked,
-# they run side by side, each into its log, printed in order when both are done.
+# The host and device layers run their files on every core (pytest-xdist, one file per
+# worker at a time: a file's tests share its fixtures and scratch paths); when both are
+# asked they run side by side, each into its log, printed in order when both are done.
+# On 2 idle cores: host 60 s alone (99 s in one process), host and device side by side
+# 78 s (105 s in one process each).
+xdist=(-n auto --dist loadfile)
 declare -A early
 if [[ " $layers " == *" host "* && " $layers " == *" device "* ]]; then
 	for layer in host device; do
 		(
 			start=$(date +%s)
-			$py -m pytest tests/$layer -q -p no:cacheprovider \
+			$py -m pytest tests/$layer -q -p no:cacheprovider "${xdist[@]}" \
 				--junitxml=build/test-results/$layer.xml "${extra[@]}" \
 				>build/test-results/$layer.log 2>&1
 			echo "$? $(( $(date +%s) - start ))" >build/test-results/$layer.status
@@ -59,8 +63,8 @@ for layer in $layers; do
 		continue
 	fi
 	case $layer in
-	host)   $py -m pytest tests/host -q -p no:cacheprovider --junitxml=build/test-results/host.xml "${extra[@]}" ;;
-	device) $py -m pytest tests/device -q -p no:cacheprovider --junitxml=build/test-results/device.xml "${extra[@]}" ;;
+	host)   $py -m pytest tests/host -q -p no:cacheprovider "${xdist[@]}" --junitxml=build/test-results/host.xml "${extra[@]}" ;;
+	device) $py -m pytest tests/device -q -p no:cacheprovider "${xdist[@]}" --junitxml=build/test-results/device.xml "${extra[@]}" ;;
 	vm)     /usr/bin/python3 scripts/test-vm "${extra[@]}" ;;
 	# long: the heavy tests of every layer, then the VM settings make test does not boot
 	# (IOMMU=off, ICOUNT=0: scripts/test-vm --set long)
