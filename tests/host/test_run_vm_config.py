@@ -553,15 +553,15 @@ def test_results_copy_leaves_sockets_out(tmp_path: Path) -> None:
 def test_make_test_boots_the_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     # two nodes boot side by side in make test; the cluster is the
     # last job, so it takes the lane that frees first; a -m selection that none of its tests
-    # match (make test-long's -m long pass) boots nothing.  make test's nodes capture
-    # without BPF; make test-long boots the cluster again with it
+    # match (make test-long's -m long pass) boots nothing.  The nodes capture with BPF
+    # unless TACC_CLUSTER_BPF=0
     tv = _load_test_vm()
     assert tv.DEFAULT_CONFIGS.split()[-1] == "cluster"
-    assert "cluster" in tv.LONG_CONFIGS.split()
+    assert "cluster" not in tv.LONG_CONFIGS.split()
     monkeypatch.delenv("TACC_CLUSTER_BPF", raising=False)
-    assert tv.cluster_bpf() == "0"
-    monkeypatch.setenv("TACC_CLUSTER_BPF", "1")
     assert tv.cluster_bpf() == "1"
+    monkeypatch.setenv("TACC_CLUSTER_BPF", "0")
+    assert tv.cluster_bpf() == "0"
     assert tv.CONFIGS["cluster"]["NODES"] == "2" and tv.CONFIGS["cluster"]["ICOUNT"] == "0"
     assert not tv._collects(tv.CLUSTER_TESTS, ["-m", "long"])
     assert tv._collects(tv.CLUSTER_TESTS, ["-m", "not long"])
