@@ -799,8 +799,12 @@ def test_tlp_stream_needs_perfmon_and_a_pf(tmp_path: Path) -> None:
     p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                           "--inh-caps=-all", "sleep", "30"])
     try:
-        for _ in range(100):  # until setpriv has exec'd sleep with the new credentials
-            if Path(f"/proc/{p.pid}/status").read_text().find("Uid:\t65534") >= 0:
+        # until setpriv has exec'd sleep with the new credentials: setpriv keeps its
+        # capabilities across the uid change (PR_SET_KEEPCAPS) until it execs, so Uid alone
+        # can show 65534 while CapEff is still full (failed once with the device layer beside)
+        for _ in range(500):
+            if (Path(f"/proc/{p.pid}/comm").read_text().strip() == "sleep"
+                    and Path(f"/proc/{p.pid}/status").read_text().find("Uid:\t65534") >= 0):
                 break
             time.sleep(0.02)
         assert not may_perfmon(p.pid, 65534)
