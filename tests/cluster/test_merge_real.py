@@ -73,8 +73,13 @@ def test_merge_forward_in_time_and_bounds_contain_hostclk(variant: str,
     assert min(caused) > 0, f"device work before the send that caused it: {min(caused)} ns"
     both = (m["tx"] != 0) & (m["rx"] != 0)
     lag = (m["rx"] - m["tx"])[both]
-    if any(len(c.read("host")) for c in view.caps):  # BPF captures (TACC_CLUSTER_BPF)
-        assert both.sum() >= len(m) // 2, f"only {both.sum()} of {len(m)} with packets"
+    if any(len(c.read("host")) for c in view.caps):  # BPF captures (cluster-bpf)
+        # a message's packets are the sender's while it is in send() and the receiver's
+        # while it is in recv(): the bad twins' receivers wait in recv() for each message;
+        # the good twins' overlap, so a message may be all buffered before its recv() starts,
+        # or leave from the ACK path once the window fills (cut-good: 7 of 16 under load)
+        if variant in ("bad", "cut-bad"):
+            assert both.sum() >= len(m) // 2, f"only {both.sum()} of {len(m)} with packets"
         assert (lag > 0).all(), f"packets received before they were sent: {lag[lag <= 0]}"
     # the HOSTCLK truth at each exchange: node1 mono - node0 mono through the host clock
     f0, f1 = host_fit(view.caps[0]), host_fit(view.caps[1])

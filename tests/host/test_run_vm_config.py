@@ -553,16 +553,21 @@ def test_results_copy_leaves_sockets_out(tmp_path: Path) -> None:
 def test_make_test_boots_the_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     # two nodes boot side by side in make test; the cluster is the
     # last job, so it takes the lane that frees first; a -m selection that none of its tests
-    # match (make test-long's -m long pass) boots nothing.  The nodes capture with BPF
-    # unless TACC_CLUSTER_BPF=0
+    # match (make test-long's -m long pass) boots nothing.  make test's nodes capture
+    # without BPF (unless TACC_CLUSTER_BPF=1); make test-long boots them again with it
     tv = _load_test_vm()
     assert tv.DEFAULT_CONFIGS.split()[-1] == "cluster"
     assert "cluster" not in tv.LONG_CONFIGS.split()
+    assert "cluster-bpf" in tv.LONG_CONFIGS.split()
+    assert "cluster-bpf" not in tv.DEFAULT_CONFIGS.split()
     monkeypatch.delenv("TACC_CLUSTER_BPF", raising=False)
-    assert tv.cluster_bpf() == "1"
-    monkeypatch.setenv("TACC_CLUSTER_BPF", "0")
-    assert tv.cluster_bpf() == "0"
-    assert tv.CONFIGS["cluster"]["NODES"] == "2" and tv.CONFIGS["cluster"]["ICOUNT"] == "0"
+    assert tv.cluster_bpf("cluster") == "0"
+    assert tv.cluster_bpf("cluster-bpf") == "1"
+    monkeypatch.setenv("TACC_CLUSTER_BPF", "1")
+    assert tv.cluster_bpf("cluster") == "1"
+    for name in ("cluster", "cluster-bpf"):
+        assert tv.CONFIGS[name]["NODES"] == "2" and tv.CONFIGS[name]["ICOUNT"] == "0"
+        assert tv.CONFIG_TESTS[name] == tv.CLUSTER_TESTS
     assert not tv._collects(tv.CLUSTER_TESTS, ["-m", "long"])
     assert tv._collects(tv.CLUSTER_TESTS, ["-m", "not long"])
 

@@ -4,11 +4,11 @@ twins (one stage per node, over TCP on the link-local network) and keeps the cap
 $TACC_VM_OUT/cluster/{bad,good}; tests/cluster/test_merge_real.py merges both nodes'
 captures on the host after the boot.  Not in the single-VM boots (no peer).
 
-taccd captures with its BPF program (the packets: host net tx/rx, and the driver's and
-scheduler's events), as a user's capture does: the compile costs each node ~1-2 min of host
-wall on a loaded 2-core host (33 s for the whole boot without BPF, idle).
-``TACC_CLUSTER_BPF=0`` (scripts/test-vm passes it on) captures without BPF, for a quick
-look at the rest (API rings, device trace, clock pairs and exchanges)."""
+scripts/test-vm sets TACC_CLUSTER_BPF: the cluster boot (make test) captures without BPF
+(API rings, device trace, clock pairs and exchanges); cluster-bpf (make test-long) with the
+BPF program, as a user's capture does (the packets: host net tx/rx, and the driver's and
+scheduler's events): the compile costs each node ~1-2 min of host wall on a loaded 2-core
+host."""
 
 from __future__ import annotations
 
