@@ -67,3 +67,21 @@ def test_commands_table_is_what_the_modules_add() -> None:
         importlib.import_module(mod).add_parser(sub)
         added.update(dict.fromkeys(sub.choices, mod))
     assert COMMANDS == added
+
+
+@pytest.mark.parametrize("argv", [["snoop", "--no-such-option"], ["latency", "--duration", "0"],
+                                  ["top", "-p", "x"]])
+def test_accel_bpftrace_usage_error_imports_no_numpy(argv: list[str]) -> None:
+    """A usage error of accel-bpftrace is one line before numpy, tacc.devices or bcc are
+    imported (the VM's Python spends seconds on each).  Fails when the preflight checks, or
+    tacc.devices through them, are imported before the options are parsed."""
+    code = ("import sys, json\nfrom tacc.cli.bpftrace import main\n"
+            "st = main(sys.argv[1:])\n"
+            "print(json.dumps([st, [m for m in ('numpy', 'tacc.devices', 'bcc') "
+            "if m in sys.modules]]))")
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    st, mods = json.loads(r.stdout.splitlines()[-1])
+    assert st == 2 and mods == [], (st, mods, r.stderr)
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr

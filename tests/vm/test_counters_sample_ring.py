@@ -257,7 +257,11 @@ def _cpu_of(fn: Function, backend: str, seconds: float) -> dict[str, float]:
             "missed": st.missed, "wall_s": round(st.wall_s, 3)}
 
 
-def test_consumer_cpu_at_10khz(fn: Function, report: dict[str, object],
+# make test measures the device backend (its assertions); the polling backends it is
+# compared with (docs/counters.md's table) cost ~12 s of the strict boot: make test-long
+@pytest.mark.parametrize("backend", ["device", pytest.param("mmap", marks=pytest.mark.long),
+                                     pytest.param("sysfs", marks=pytest.mark.long)])
+def test_consumer_cpu_at_10khz(fn: Function, report: dict[str, object], backend: str,
                               record_testsuite_property) -> None:  # type: ignore[no-untyped-def]
     """CPU of the sampler process at 10 kHz: device ring vs mmap and sysfs polling."""
     ctl = fn.path / "power" / "control"
@@ -268,16 +272,19 @@ def test_consumer_cpu_at_10khz(fn: Function, report: dict[str, object],
         time.sleep(1.0)
         ncpu = os.cpu_count() or 1
         idle = {"system_busy_pct": round(100.0 * (ncpu - (_idle_s() - i0)), 2)}
-        res = {b: _cpu_of(fn, b, 2.0) for b in ("device", "mmap", "sysfs")}
-        res["idle_baseline"] = idle  # type: ignore[assignment]
+        r = _cpu_of(fn, backend, 2.0)
     finally:
         ctl.write_text(old)
-    for b, r in res.items():
-        record_testsuite_property(f"cpu_{b}", json.dumps(r))
-    report["cpu_10khz_2s"] = res
-    print("sample-ring CPU at 10 kHz:", json.dumps(res), file=sys.__stderr__)
-    assert res["device"]["samples"] > 5000  # 2 s at 10 kHz of device time
-    assert res["device"]["missed"] == 0
+    record_testsuite_property(f"cpu_{backend}", json.dumps(r))
+    res = report.setdefault("cpu_10khz_2s", {})
+    assert isinstance(res, dict)
+    res[backend] = r
+    res.setdefault("idle_baseline", idle)
+    print(f"sample-ring CPU at 10 kHz, {backend}:", json.dumps(r), file=sys.__stderr__)
+    # 2 s at 10 kHz of device time: every tick is a sample or a counted miss
+    assert r["samples"] + r["missed"] >= 19_000, r
+    if backend == "device":
+        assert r["samples"] > 5000 and r["missed"] == 0, r
 
 
 def test_cli_sample_device_backend(fn: Function, tmp_path) -> None:  # type: ignore[no-untyped-def]

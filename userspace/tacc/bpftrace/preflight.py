@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tacc.devices import TaccFunction, discover, find
 from tacc.errors import DeviceError
 
 from .errors import ToolError
 from .tpformat import tracefs_root
+
+if TYPE_CHECKING:
+    from tacc.devices import TaccFunction
 
 
 def require_root(prog: str = "accel-bpftrace") -> None:
@@ -53,6 +56,9 @@ def require_bcc() -> None:
 def resolve_device(addr: str | None) -> TaccFunction | None:
     if not addr:
         return None
+    # tacc.devices (numpy) only here: a usage error or a missing module fails fast
+    from tacc.devices import discover, find
+
     try:
         return find(discover(), addr)
     except DeviceError as exc:

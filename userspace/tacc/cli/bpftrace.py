@@ -354,9 +354,9 @@ COMMANDS = {"snoop": cmd_snoop, "latency": cmd_latency, "top": cmd_top, "dma": c
 
 
 def run(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
     from tacc.bpftrace import preflight
 
-    args = build_parser().parse_args(argv)
     if not args.cmd:
         raise ToolError(f"a command is required: {', '.join(COMMANDS)}", status=2)
     if args.device:
