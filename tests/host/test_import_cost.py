@@ -44,14 +44,8 @@ def test_bf16_still_there_when_asked() -> None:
 def test_a_command_imports_its_own_module_only(argv: list[str]) -> None:
     """`tacc trace ...` builds the trace parser alone: numpy and the counters' modules (which
     `tacc stat` needs) stay unloaded.  Fails when build_parser imports every module again."""
-    code = ("import sys, json\nfrom tacc.cli import main\n"
-            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "print(json.dumps([m for m in ('numpy', 'tacc.cli.counters', 'tacc.cli.onnx') "
-            "if m in sys.modules]))")
-    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout.splitlines()[-1]) == [], f"tacc {argv}: {r.stdout[-300:]}"
+    _, loaded, _ = _run_main("tacc.cli", argv, ("numpy", "tacc.cli.counters", "tacc.cli.onnx"))
+    assert loaded == [], f"tacc {argv}: {loaded}"
 
 
 def test_commands_table_is_what_the_modules_add() -> None:
@@ -75,13 +69,20 @@ def test_accel_bpftrace_usage_error_imports_no_numpy(argv: list[str]) -> None:
     """A usage error of accel-bpftrace is one line before numpy, tacc.devices or bcc are
     imported (the VM's Python spends seconds on each).  Fails when the preflight checks, or
     tacc.devices through them, are imported before the options are parsed."""
-    code = ("import sys, json\nfrom tacc.cli.bpftrace import main\n"
-            "st = main(sys.argv[1:])\n"
-            "print(json.dumps([st, [m for m in ('numpy', 'tacc.devices', 'bcc') "
-            "if m in sys.modules]]))")
+    st, loaded, err = _run_main("tacc.cli.bpftrace", argv, ("numpy", "tacc.devices", "bcc"))
+    assert st == 2 and loaded == [], (st, loaded, err)
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def _run_main(module: str, argv: list[str], watch: tuple[str, ...]
+              ) -> tuple[int | None, list[str], str]:
+    """(main's status, the modules of ``watch`` loaded after it, stderr) of ``module.main``
+    run on ``argv`` in a new interpreter; argparse's --help exit is a None status."""
+    code = (f"import sys, json\nfrom {module} import main\nst = None\n"
+            "try:\n    st = main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            f"print(json.dumps([st, [m for m in {watch!r} if m in sys.modules]]))")
     r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
-    st, mods = json.loads(r.stdout.splitlines()[-1])
-    assert st == 2 and mods == [], (st, mods, r.stderr)
-    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    st, loaded = json.loads(r.stdout.splitlines()[-1])
+    return st, loaded, r.stderr
