@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes as C
 import errno
 import mmap
-import os
 import struct
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 from tacc import hw
 from tacc.hw.records import PAYLOAD, desc
 from tacc.runtime.device import devices
-from tacc.testing.unpriv import python_as_tacc_user
+from tacc.testing.unpriv import call_as_tacc_user
 from test_driver_basic import DEVICE, HOST, SUBMIT, Cmd, Dev, Submit, copy, op
 
 Cmd2 = hw.struct("drm_tacc_cmd2")
@@ -165,10 +164,9 @@ def test_one_validator_for_every_function_kind(pf_accel, kind):
         assert dev.run([Cmd(opcode=hw.TACC_OP_NOP)]) == OK  # the file still works
 
 
-def hostile_list_main() -> None:
-    """Run as tacc-user: a list with FILL, one with a BARRIER, one pointing at itself.
-    Prints the three job statuses and whether memory the FILL named changed."""
-    node = os.environ["TACC_NODE"]
+def hostile_list(node: str) -> list[int]:
+    """As tacc-user: a list with FILL, one with a BARRIER, one pointing at itself.  The three
+    job statuses and whether the memory the FILL named is intact (1)."""
     with Dev(node) as dev:
         b = Bufs(dev)
         n = 256
@@ -183,16 +181,13 @@ def hostile_list_main() -> None:
               run_list_job(dev, b, [selfref], 8192)]
         assert dev.run([copy(hw.TACC_OP_COPY_D2H, d, h, 4 * n, doff=65536)]) == OK
         intact = np.all(np.frombuffer(b.get(65536, 4 * n), np.float32) == 7)
-        print(st[0], st[1], st[2], int(intact))
+        return [int(x) for x in st] + [int(intact)]
 
 
 @pytest.mark.parametrize("kind", ["pf", "virtio"])
 def test_hostile_list_as_tacc_user(pf_accel, kind):
     node = _node(kind, pf_accel)
-    r = python_as_tacc_user("import test_driver_infer as t; t.hostile_list_main()",
-                            prefix=f"TACC_NODE={node} ")
-    assert r.returncode == 0, r.stderr[-2000:]
-    fill, barrier, selfref, intact = map(int, r.stdout.split()[-4:])
+    fill, barrier, selfref, intact = call_as_tacc_user(hostile_list, str(node))
     assert (fill, barrier, selfref) == (-errno.EINVAL,) * 3  # NOT_PERMITTED, BAD_LIST
     assert intact == 1  # the listed FILL wrote nothing
 

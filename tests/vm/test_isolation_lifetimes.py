@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from tacc.testing.unpriv import python_as_tacc_user
+from tacc.testing.unpriv import call_as_tacc_user, python_as_tacc_user
 from test_driver_basic import (
     BIND_FIXED,
     BO_NO_BIND,
@@ -112,18 +112,17 @@ def test_userptr_charged_to_memlock(pf_accel):
     assert not dmesg_problems()
 
 
-CTX_CODE = """
-import errno
-from test_driver_basic import Dev
-devs, err = [], None
-for i in range(16):
-    try:
-        devs.append(Dev("NODE"))
-    except OSError as e:
-        err = e.errno
-        break
-print("opened", len(devs), "errno", err)
-"""
+def _open_until_refused(node: str, tries: int) -> list[int | None]:
+    """As tacc-user (call_as_tacc_user): open ``node`` up to ``tries`` times, keeping each
+    context; [contexts opened, errno of the refusal or None]."""
+    devs, err = [], None
+    for _ in range(tries):
+        try:
+            devs.append(Dev(node))
+        except OSError as e:
+            err = e.errno
+            break
+    return [len(devs), err]
 
 
 def test_contexts_limited_per_process(pf_accel):
@@ -133,15 +132,11 @@ def test_contexts_limited_per_process(pf_accel):
     limit = int(param.read_text()) if param.exists() else 4
     assert limit == 4  # the documented default
     with Dev(pf_accel):
-        r = python_as_tacc_user(CTX_CODE.replace("NODE", str(pf_accel)))
-        assert r.returncode == 0, r.stderr
-        f = r.stdout.split()
-        assert int(f[1]) == limit, f"one process took {f[1]} contexts: {r.stdout}"
-        assert int(f[3]) == errno.EMFILE, r.stdout
+        opened, err = call_as_tacc_user(_open_until_refused, str(pf_accel), 16)
+        assert opened == limit, f"one process took {opened} contexts"
+        assert err == errno.EMFILE, err
         # another process still gets one, and so does this one
-        r2 = python_as_tacc_user(CTX_CODE.replace("range(16)", "range(1)")
-                                 .replace("NODE", str(pf_accel)))
-        assert r2.stdout.split()[1] == "1", r2.stdout
+        assert call_as_tacc_user(_open_until_refused, str(pf_accel), 1) == [1, None]
     assert not dmesg_problems()
 
 
