@@ -429,6 +429,65 @@ def test_tiny_trace_ring_records_plus_drops_equal_commands(tmp_path: Path, pf_ac
     assert set(((recs["tag"] >> 16) == 0x5B5B).tolist()) == {True}
 
 
+# a BPF ring of one page (34 events of 112 bytes and their headers): make test-long (its
+# own program compile, ~20 s of the boot)
+@pytest.mark.long
+def test_tiny_bpf_ring_records_plus_drops_equal_events(tmp_path: Path, pf_accel: Path,
+                                                       pf_pci: Path) -> None:
+    """A BPF ring buffer of one page under a burst of jobs nothing drains meanwhile: every
+    SUBMIT and JOB_DONE of the jobs the device ran (x-gt-jobs) is a record read or a
+    counted drop; then a capture through the same program under the same burst: its driver
+    records are the program's emitted events and its DRIVER drops what the ring lost."""
+    from tacc.bpftrace import preflight
+    from tacc.bpftrace.program import Filters, Program
+    from tacc.daemon.session import CaptureSession, Options
+
+    prog = Program(preflight.all_checks(bcc=True), rb_pages=1, host=False)
+    try:
+        prog.reset()
+        prog.configure(Filters(pid=os.getpid()))
+        prog.attach("snoop")
+        truth = Truth(pf_pci)
+        try:
+            _workload(pf_accel, BURST_JOBS, tag_base=0x5C5C0000)
+            time.sleep(0.2)
+        finally:
+            prog.detach()
+        truth.check(BURST_JOBS, 2)
+        ev = prog.drain()
+        st = prog.stats()
+        assert set(ev["kind"].tolist()) <= {int(DriverKind.SUBMIT), int(DriverKind.JOB_DONE)}
+        assert len(ev) == st.emitted and st.dropped > 0, (len(ev), st)
+        assert st.emitted + st.dropped == 2 * BURST_JOBS, st
+        print(f"one-page BPF ring, snoop: {st.emitted} read + {st.dropped} dropped",
+              file=sys.__stderr__)
+
+        prog.reset()
+        prog.configure(Filters())
+        out = tmp_path / "tiny-bpf"
+        sess = CaptureSession(out, discover(), Options(api=False, counters_hz=0.0,
+                                                       host_events=False),
+                              program=prog, tool="test_tracing_accounting")
+        prog.attach("record")
+        try:
+            _workload(pf_accel, BURST_JOBS, tag_base=0x5D5D0000)
+            time.sleep(0.2)
+        finally:
+            prog.detach()
+            st = prog.stats()
+            sess.close(complete=True)
+        cap = open_capture(out)
+        drv = cap.read("driver")
+        dr = cap.read("drops")
+        lost = int(dr["count"][dr["source"] == DropSource.DRIVER].sum())
+        assert st.dropped > 0 and st.driver_missed == 0, st
+        print(f"one-page BPF ring, capture: {len(drv)} records + {lost} dropped",
+              file=sys.__stderr__)
+        assert (len(drv), lost) == (st.emitted, st.dropped), (len(drv), lost, st)
+    finally:
+        prog.close()
+
+
 def test_ebpf_prints_the_program_it_would_load() -> None:
     """`accel-bpftrace CMD --ebpf` (bcc's tools' option): the program text each command
     builds from the loaded driver's tracepoints, byte for byte, without compiling it."""
