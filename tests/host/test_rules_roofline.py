@@ -6,7 +6,6 @@ figure test_e2e_real compares on real captures); each fires on the bad twin only
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from tacc.analyze.engine import analyze
 from tacc.analyze.report import report
 from tacc.capture import CaptureWriter, open_capture
 from tacc.capture.schema import API_DTYPE, DEVICE_TRACE_DTYPE, Opcode
+from tacc.testing.chromium import CHROMIUM, dump_dom
 
 P = model.DEFAULT
 WALK = 3 * P.walk_latency_ns  # a 4 KiB page's miss: 3 PTE reads (docs/hardware.md)
@@ -222,36 +222,26 @@ def test_timeline_args_only_for_v3_records(tmp_path: Path) -> None:
         assert got == by_tag
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
 def test_html_roofline_and_steps_render(tmp_path: Path) -> None:
     """The HTML view of a version-3 capture opens its roofline and step panel in headless
     Chromium: every roofline point drawn, one table row per step with the step's times;
     the view of the same capture without version-3 records has no such panel."""
-    import subprocess
-
     from tacc.timeline.convert import convert
 
     _decode(tmp_path / "c", 2, serial=True)
     out = tmp_path / "v.html"
     rep = report(open_capture(tmp_path / "c"))
     convert([tmp_path / "c"], out, fmt="html", report=rep)
-    assert CHROMIUM is not None
-    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                          f"--user-data-dir={tmp_path / 'prof'}", "--virtual-time-budget=3000",
-                          "--dump-dom", out.as_uri()], capture_output=True, text=True,
-                         timeout=120)
-    html = dom.stdout
-    assert f'data-roofline="{len(rep["roofline"][0]["points"])}"' in html, dom.stderr[-2000:]
+    html, err = dump_dom(out, tmp_path / "prof")
+    assert f'data-roofline="{len(rep["roofline"][0]["points"])}"' in html, err[-2000:]
     assert f'data-steps="{len(rep["steps"])}"' in html and len(rep["steps"]) == 8
     for s in rep["steps"]:
         assert f'data-step="{s["name"]}"' in html
     first = rep["steps"][0]
     assert f"<td>{first['memory_ns'] / 1e6:.3f}</td>" in html.replace(
         ' style="text-align: right; padding: 2px 6px;"', "")
-    assert "Uncaught" not in dom.stderr
+    assert "Uncaught" not in err
     recs = open_capture(tmp_path / "c").read("device_trace")
     recs["version"] = 2
     with CaptureWriter(tmp_path / "v2", {"node": "n0", "devices": [DEV]}) as cw:

@@ -572,6 +572,22 @@ def test_make_test_boots_the_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     assert tv._collects(tv.CLUSTER_TESTS, ["-m", "not long"])
 
 
+def test_after_boot_tests_run_on_what_the_readme_kept(tmp_path: Path) -> None:
+    # a boot whose README tests kept files (out/readme/) runs tests/after_boot on the host;
+    # without TACC_VM_RESULTS the test fails (not skipped), and on a kept model view without
+    # the model report it fails too
+    tv = _load_test_vm()
+    assert tv.AFTER_BOOT_TESTS == ["tests/after_boot"]
+    (tmp_path / "out" / "readme").mkdir(parents=True)
+    (tmp_path / "out" / "readme" / "model.html").write_text(
+        '<script id="data" type="application/json">{"tracks": [], "slices": []}</script>')
+    assert tv.host_tests("t", tv.AFTER_BOOT_TESTS, {"TACC_VM_RESULTS": ""}, tmp_path) != 0
+    assert "TACC_VM_RESULTS must name" in (tmp_path / "host-tests.log").read_text()
+    st = tv.host_tests("t", tv.AFTER_BOOT_TESTS, {"TACC_VM_RESULTS": str(tmp_path / "out")},
+                       tmp_path)
+    assert st != 0 and "no model report" in (tmp_path / "host-tests.log").read_text()
+
+
 def test_bench_takes_its_own_run_directory() -> None:
     # make bench copies its boot's JSON from the run directory run-vm names on stderr,
     # never "the newest /tmp/tacc-vm-*" (another VM's, which it then removed)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -116,13 +117,17 @@ def test_readme_guest_command(block: rb.Block, cmd: rb.Command, tmp_path: Path, 
     for want in cmd.expect:
         assert want in [ln.strip() for ln in text.splitlines()], (
             f"README.md:{cmd.line} shows {want!r}; the command printed:\n{text[-3000:]}")
+    kept = Path(os.environ.get("TACC_VM_OUT", tmp_path / "kept")) / "readme"
     for name in re.findall(r"\$TACC_VM_OUT/([\w.-]+)", vm.guest_cmd):
         f = out / name
         assert f.exists() and f.stat().st_size > 0, f"{name}: not written ({text[-2000:]})"
         check_written(f)
+        # for the host's checks after the boot (tests/after_boot: the HTML in Chromium)
+        kept.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, kept / name)
     # a bad twin captured and analysed: the analysis names what the twin is for
-    m = re.search(r"tacc run (\w+) --variant bad --trace", vm.guest_cmd)
-    if m and "tacc analyze" in vm.guest_cmd:
+    m = re.search(r"tacc run (\w+) --variant bad( --trace)?", vm.guest_cmd)
+    if m and ("tacc analyze" in vm.guest_cmd or "tacc profile" in vm.guest_cmd):
         from tacc.workloads import get
 
         for rule in get(m.group(1)).expected:
@@ -154,3 +159,6 @@ def check_written(f: Path) -> None:
         data = json.loads(m.group(1).replace("<\\/", "</"))
         names = {t["name"] for t in data["tracks"]}
         assert data["slices"] and any(n.startswith("device ") for n in names), f.name
+        if "report" in data:  # the model view of version-3 records: roofline and steps
+            rep = data["report"]
+            assert rep["steps"] and any(r["points"] for r in rep["roofline"]), f.name

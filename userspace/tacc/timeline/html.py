@@ -25,7 +25,7 @@ class HtmlSink:
         self.dropped = 0
         self.counters_data: dict[int, list[np.ndarray]] = {}
         self.findings: list[dict[str, Any]] = []
-        # tacc.timeline.report's roofline and step breakdown (version-3 captures only;
+        # tacc.analyze.report's roofline and step breakdown (version-3 captures only;
         # empty: the view is what it was without them)
         self.report: dict[str, Any] = {}
 
