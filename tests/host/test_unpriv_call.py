@@ -4,6 +4,7 @@ with its traceback, no file of the caller is open in the child, a hung child is 
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 
@@ -56,3 +57,10 @@ def test_hung_child_is_killed() -> None:
     with pytest.raises(AssertionError, match="still running after 0.5 s"):
         unpriv.call_as_tacc_user(_hangs, timeout=0.5)
     assert time.monotonic() - t < 10
+
+
+def test_errno_as_tacc_user_is_the_open_errno(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "f").write_text("")
+    assert unpriv.errno_as_tacc_user(tmp_path / "f", os.O_RDONLY) == 0
+    assert unpriv.errno_as_tacc_user(tmp_path / "missing") == errno.ENOENT
+    assert unpriv.errno_as_tacc_user(tmp_path, os.O_RDWR) == errno.EISDIR

@@ -83,18 +83,15 @@ def call_as_tacc_user(fn: Callable[..., Any], *args: Any, timeout: float = 120.0
 
 def errno_as_tacc_user(path: str | os.PathLike[str], flags: int = os.O_RDWR) -> int:
     """0 if tacc-user can open @path with @flags, else the errno of the refusal."""
-    pid = os.fork()
-    if pid == 0:
-        code = 255
-        try:
-            drop_to_tacc_user()
-            os.close(os.open(path, flags))
-            code = 0
-        except OSError as e:
-            code = e.errno or 254
-        finally:
-            os._exit(code)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return int(call_as_tacc_user(_open_errno, os.fspath(path), flags))
+
+
+def _open_errno(path: str, flags: int) -> int:
+    try:
+        os.close(os.open(path, flags))
+    except OSError as e:
+        return e.errno or 254
+    return 0
 
 
 def python_as_tacc_user(code: str, prefix: str = "",
