@@ -709,6 +709,32 @@ def two_vfs(pf_pci: Path) -> Iterator[list[str]]:
         numvfs.write_text("0")
 
 
+def _vf_samples_carry_device_time(cap_path: Path) -> None:
+    """taccd's counter samples of a VF carry the device clock (its PF's uptime_ticks, read
+    right after the VF's snapshot): in the stream's order each lies between the PF's
+    samples of the same tick and the next, and a VF's rise from sample to sample."""
+    from tacc.capture import open_capture
+
+    cap = open_capture(cap_path)
+    cs = cap.read("counters")
+    pf = next(f.fid for f in cap.functions if f.kind == "pf")
+    vfs = [f.fid for f in cap.functions if f.kind == "vf"]
+    assert vfs and all(int((cs["fid"] == v).sum()) >= 3 for v in vfs), (vfs, cs["fid"])
+    last_pf, bad = 0, []
+    pending: list[tuple[int, int]] = []  # (fid, devclk) of VF samples since the last PF's
+    for fid, clk in zip(cs["fid"].tolist(), cs["devclk"].tolist(), strict=True):
+        if fid == pf:
+            bad += [(f, c, last_pf, clk) for f, c in pending if not last_pf <= c <= clk]
+            last_pf, pending = clk, []
+        elif fid in vfs:
+            pending.append((fid, clk))
+    bad += [(f, c, last_pf, None) for f, c in pending if c < last_pf]
+    assert not bad, f"{cap_path.name}: VF samples off the PF's clock: {bad[:5]}"
+    for v in vfs:
+        clk = cs["devclk"][cs["fid"] == v].astype(np.int64)
+        assert clk[0] > 0 and (np.diff(clk) > 0).all(), (cap_path.name, v, clk[:8])
+
+
 def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -> None:
     """The victim (VF1) uploads and waits while a neighbour (VF2) streams uploads on four
     queues over the same link (bad), or is quiet (good): vf_contention names the victim
@@ -724,6 +750,8 @@ def test_vf_contention_noisy_neighbour(recorder: Recorder, two_vfs: list[str]) -
                                      4000, devices=two_vfs)
     finally:
         recorder.fresh = True
+    for p in (pb, pg):
+        _vf_samples_carry_device_time(p)
     fb = _findings(pb, "noisy-bad")
     fg = _findings(pg, "noisy-good")
     cont = [f for f in fb if f["rule"] == "vf_contention"]

@@ -107,6 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .conventions import EXIT_USAGE, error_status
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv == ["--version"]:  # argparse's own output, without importing every command
+        print(f"tacc {__version__}")
+        return 0
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)

@@ -1,7 +1,7 @@
 """Counter samples of a function: the counter block mmap'd from the accel node (fast,
 seqlocked, wakes nothing extra while a trace ring holds the device powered) or sysfs
-(never wakes a suspended device; slow).  ``tacc.counters`` (being written in parallel)
-will replace this small reader when it lands.
+(never wakes a suspended device; slow), or the function's sample ring (the device samples
+itself; taccd drains it).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -43,12 +44,18 @@ def sample_from_slots(func: np.ndarray, glob: np.ndarray | None, fid: int, seq: 
 
 
 class CounterBlock:
-    """The mmap'd counter block of one function (read-only)."""
+    """The mmap'd counter block of one function (read-only).
 
-    def __init__(self, fn: TaccFunction, fid: int) -> None:
+    Only a PF's block has the global page, whose ``uptime_ticks`` is a sample's device
+    time; ``clock`` gives a VF's or a virtio-tacc function's samples theirs: the same
+    device's clock, read (from its PF's block, :meth:`uptime`) right after the snapshot."""
+
+    def __init__(self, fn: TaccFunction, fid: int,
+                 clock: Callable[[], int] | None = None) -> None:
         if fn.accel is None:
             raise OSError(f"{fn.pci}: no accel node")
         self.fid = fid
+        self.clock = clock
         self.fd = uapi.open_node(fn.accel)
         self.size = 8192 if not fn.is_vf and os.geteuid() == 0 else 4096
         try:
@@ -76,7 +83,18 @@ class CounterBlock:
                 break
             self.retries += 1
         self.seq += 1
-        return sample_from_slots(func, glob, self.fid, self.seq)
+        rec = sample_from_slots(func, glob, self.fid, self.seq)
+        if glob is None and self.clock is not None:
+            rec["devclk"] = self.clock()
+        return rec
+
+    @property
+    def has_global_page(self) -> bool:
+        return self.size > 4096
+
+    def uptime(self) -> int:
+        """The device clock now: the global page's ``uptime_ticks`` (a PF's block)."""
+        return int(np.frombuffer(self.mm, "<u8", 1, GLOBAL_PAGE + 8 * 8)[0])
 
     def close(self) -> None:
         try:
@@ -134,7 +152,8 @@ class SampleRingCounters:
     sample of a capture are read by taccd (:meth:`bracket`, the mmap'd counter block),
     at its start and end, so the series covers the whole capture."""
 
-    def __init__(self, fn: TaccFunction, fid: int, hz: float) -> None:
+    def __init__(self, fn: TaccFunction, fid: int, hz: float,
+                 clock: Callable[[], int] | None = None) -> None:
         from pathlib import Path
 
         from tacc.counters.device import DeviceBackend
@@ -143,7 +162,7 @@ class SampleRingCounters:
         if fn.accel is None:
             raise OSError(f"{fn.pci}: no accel node")
         self.fid = fid
-        self.block = CounterBlock(fn, fid)
+        self.block = CounterBlock(fn, fid, clock)
         period = max(ru.SAMPLE_MIN_PERIOD_NS, round(1e9 / hz))
         try:
             self.ring = DeviceBackend(fn, period_ns=period,  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ import os
 import platform
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -324,17 +325,31 @@ class CaptureSession:
             # reads, without a warning
             if self.opts.counters_source == "device" and fn.accel and fn.kind != "virtio":
                 try:
-                    sr = self.sample_rings[fid] = SampleRingCounters(fn, fid,
-                                                                     self.opts.counters_hz)
+                    sr = self.sample_rings[fid] = SampleRingCounters(
+                        fn, fid, self.opts.counters_hz, self._device_clock(fn))
                     self._append("counters", sr.bracket(), DropSource.COUNTERS)
                     return
                 except (CounterError, OSError) as exc:
                     self.warnings.append(f"{fn.pci}: counters sampled by taccd, not the "
                                          f"device: {exc}")
             try:
-                self.counters[fid] = CounterBlock(fn, fid)
+                self.counters[fid] = CounterBlock(fn, fid, self._device_clock(fn))
             except OSError:
                 self.counters[fid] = SysfsCounters(fn, fid)
+
+    def _device_clock(self, fn: TaccFunction) -> Callable[[], int] | None:
+        """For a VF or a virtio-tacc function (no global page of its own): its device's
+        clock, read from its PF's mmap'd counter block; None for a PF, or when the PF's
+        block has no global page (not root) and its samples keep device time 0."""
+        pf = self.fid_of_pci.get(fn.pf) if fn.kind != "pf" else None
+        if pf is None:
+            return None
+        block = self.counters.get(pf)
+        if pf in self.sample_rings:
+            block = self.sample_rings[pf].block
+        if isinstance(block, CounterBlock) and block.has_global_page:
+            return block.uptime
+        return None
 
     def add_function(self, fn: TaccFunction) -> None:
         """A function appeared (VF enabled) during the capture."""
