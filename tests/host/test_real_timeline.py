@@ -154,9 +154,9 @@ def _clocked_fids(cs: np.ndarray) -> list[int]:
             if len(np.unique(cs["devclk"][cs["fid"] == f])) >= 2]
 
 
-@pytest.mark.xfail(strict=True, reason="taccd reads a VF's counter block without the global "
-                   "page (uptime_ticks): its samples' devclk is 0, so the timeline draws no "
-                   "rate track for a VF")
+@pytest.mark.xfail(strict=True, reason="the fixtures predate taccd's device clock for a VF's "
+                   "counter samples (its PF's uptime_ticks): their VF samples have devclk 0, "
+                   "so the timeline draws no rate track for a VF (make fixtures)")
 def test_vf_counter_samples_carry_device_time(views: dict) -> None:
     """A VF pair that moved bytes: its samples must carry device time for a GB/s track."""
     if "noisy_neighbour-bad" not in views:
