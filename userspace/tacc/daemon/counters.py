@@ -13,12 +13,14 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tacc import hw
 from tacc.capture.schema import COUNTERS_DTYPE, FUNC_COUNTERS, GLOBAL_COUNTERS
 from tacc.devices import TaccFunction, read_counters_sysfs
 from tacc.runtime import uapi
 
 SLOT_HDR, SLOT_GEN = 0, 1
 GLOBAL_PAGE = 0x1000
+UPTIME_SLOT = hw.GLOBAL_COUNTERS["uptime_ticks"]  # the device clock, in the global page
 _FUNC_SLOTS = np.array([s for _, s in FUNC_COUNTERS])
 _GLOBAL_SLOTS = np.array([s for _, s in GLOBAL_COUNTERS])
 # u64 word of each counter column in a COUNTERS_DTYPE record (every counter is a u64)
@@ -38,7 +40,7 @@ def sample_from_slots(func: np.ndarray, glob: np.ndarray | None, fid: int, seq: 
     words[_FUNC_WORDS] = func[_FUNC_SLOTS]
     if glob is not None:
         words[_GLOBAL_WORDS] = glob[_GLOBAL_SLOTS]
-        rec["devclk"] = glob[8]  # uptime_ticks: device clock at the last update
+        rec["devclk"] = glob[UPTIME_SLOT]  # the device clock when the page was read
     rec["fid"], rec["seq"] = fid, seq
     return rec
 
@@ -94,7 +96,7 @@ class CounterBlock:
 
     def uptime(self) -> int:
         """The device clock now: the global page's ``uptime_ticks`` (a PF's block)."""
-        return int(np.frombuffer(self.mm, "<u8", 1, GLOBAL_PAGE + 8 * 8)[0])
+        return int(np.frombuffer(self.mm, "<u8", 1, GLOBAL_PAGE + 8 * UPTIME_SLOT)[0])
 
     def close(self) -> None:
         try:
