@@ -84,6 +84,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     from .conventions import Parser, finish
 
     only = command_module(argv) if argv is not None else None
+    # `tacc --version` needs no command: the parser's own --version answers it
+    bare_version = argv is not None and list(argv) == ["--version"]
 
     parser = Parser(
         prog="tacc", description="tacc accelerator tools: captures, counters, timeline, analysis",
@@ -93,9 +95,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                "found),\n2 a usage error (docs/cli.md)")
     parser.add_argument("--version", action="version", version=f"tacc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for modname in (only,) if only else SUBCOMMAND_MODULES:
+    for modname in (only,) if only else () if bare_version else SUBCOMMAND_MODULES:
         importlib.import_module(modname).add_parser(sub)
-    if not only:
+    if not only and not bare_version:
         from importlib.metadata import entry_points  # (15 ms: only for the whole parser)
 
         for ep in entry_points(group="tacc.subcommands"):
@@ -107,9 +109,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .conventions import EXIT_USAGE, error_status
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv == ["--version"]:  # argparse's own output, without importing every command
-        print(f"tacc {__version__}")
-        return 0
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
