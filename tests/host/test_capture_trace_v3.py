@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from realcaps import FIXTURES, extract
+from realcaps import DATA, extract
 from tacc import hw
 from tacc.analyze import roofline
 from tacc.capture import CaptureWriter, open_capture
@@ -134,11 +134,11 @@ def test_ring_view_refuses_other_record_sizes() -> None:
 
 
 def test_old_real_fixture_reads_widened() -> None:
-    """A real capture of an older minor (tests/host/data/fixtures): its device_trace
+    """A real capture of an older minor (tests/host/data/real-mixed, format 1.1): its device_trace
     stream is the 72-byte layout, read widened: every column it has equal to the file's
     bytes, the version-3 columns zero, no record of version 3."""
     with tempfile.TemporaryDirectory() as td:
-        cap = open_capture(extract(FIXTURES / "mixed.tar.xz", Path(td)))
+        cap = open_capture(extract(DATA / "real-mixed.tar.xz", Path(td)))
         major, minor = cap.format_version
         assert (major, minor) < (1, 12)
         info = cap.info("device_trace")

@@ -51,3 +51,21 @@ def test_estimate_without_api_args_from_the_tlp_counts(tmp_path: Path,
     diff = measured[0] - measured[1]
     est = _lost(tmp_path / "bad")
     assert abs(est - diff) <= 0.25 * diff, (est, diff)
+
+
+def test_copy_offsets_read_past_the_fingerprint_words() -> None:
+    """copy_h2d's API arguments end in ``fp=`` (and ``doff=``) words for redundant_upload:
+    the offsets still come from them (with the pattern anchored on the byte count alone,
+    every real upload fell back to the TLP count, which a 64 B offset leaves unchanged:
+    the unaligned twin's fixture priced its downloads only, 286 of 312 us)."""
+    from tacc.analyze.rules.host_memory import _COPY_ARGS, _side_off
+    from tacc.runtime.stream import fingerprint
+
+    data = np.arange(4096, dtype=np.uint8)
+    for args in (f"u2+64->d4 4194304 fp={fingerprint(data, 0, 4096)}",
+                 f"u2+64->d4 4194304 fp={fingerprint(data, 0, 4096)} doff=8192",
+                 "d4->u2+64 4194304"):
+        m = _COPY_ARGS.match(args)
+        assert m, args
+        offs = sorted((_side_off(m.group(1)), _side_off(m.group(2))))
+        assert offs == [0, 64], args

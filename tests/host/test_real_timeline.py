@@ -154,13 +154,9 @@ def _clocked_fids(cs: np.ndarray) -> list[int]:
             if len(np.unique(cs["devclk"][cs["fid"] == f])) >= 2]
 
 
-@pytest.mark.xfail(strict=True, reason="the fixtures predate taccd's device clock for a VF's "
-                   "counter samples (its PF's uptime_ticks): their VF samples have devclk 0, "
-                   "so the timeline draws no rate track for a VF (make fixtures)")
 def test_vf_counter_samples_carry_device_time(views: dict) -> None:
     """A VF pair that moved bytes: its samples must carry device time for a GB/s track."""
-    if "noisy_neighbour-bad" not in views:
-        pytest.skip("make fixtures: no VF capture")
+    assert "noisy_neighbour-bad" in views, "the VF pair's fixture is missing (make fixtures)"
     cap = open_capture(views["noisy_neighbour-bad"][0])
     cs = cap.read("counters")
     vfs = [f.fid for f in cap.functions if f.vf > 0]

@@ -64,18 +64,20 @@ TWINS: dict[str, tuple[dict[str, Any], set[str], int]] = {
     "decode_batch": (DECODE_KW, {"memory_bound"}, 1000),
     "decode_precision": (DECODE_KW, {"precision"}, 1000),
 }
-# make test records the decode twins here; the micro-pattern twins' real captures are the
-# host layer's fixtures (tests/host/data/fixtures, re-recorded by `make fixtures`), whose
-# findings and estimates tests/host/test_real_analysis.py checks on every run, and the mixed
-# workload below captures their rules live; re-capturing each micro twin here (~250 s of
-# guest time, ~20 min of wall under TCG) runs in `make test-long`.
+# Every twin's real captures are the host layer's fixtures (tests/host/data/fixtures,
+# re-recorded by `make fixtures`), whose exact findings and estimates
+# tests/host/test_real_analysis.py checks on every run; in make test the mixed workload
+# below captures the micro twins' rules live, the decoder's capture below (decode_batch's
+# good twin) its records, and README.md's profile block decode_launch's bad twin with its
+# rule.  Re-capturing each twin here (micro twins ~250 s of guest time, ~20 min of wall
+# under TCG; the decoder's ~50 s of wall) runs in `make test-long`.
 MICRO_TWINS = ["tiny_transfers", "tlb_thrash", "map_churn", "serialized_copies", "host_bound",
                "link_saturation", "unaligned_userptr"]
 DECODE_TWINS = ["decode_launch", "decode_weights", "decode_kv", "decode_batch",
                 "decode_precision"]
 # host_memory prices each misaligned copy by the device's closed forms: the link
 # steps at its offsets (read requests at 4 KiB, write TLPs at MPS) and its extra page walk
-TWIN_PARAMS = [*(pytest.param(n, marks=pytest.mark.long) for n in MICRO_TWINS), *DECODE_TWINS]
+TWIN_PARAMS = [pytest.param(n, marks=pytest.mark.long) for n in (*MICRO_TWINS, *DECODE_TWINS)]
 
 # The mixed workload (as tacc.capture.synth.MIXED) and its exact expected findings.
 MIXED = [("mlp", False, {"batches": 4}), ("tiny_transfers", True, {}),

@@ -30,8 +30,9 @@ class HostMemoryThresholds:
 
 _PAGE = 4096
 _WALK_READS_4K = 3  # a 4 KiB leaf: one PTE read per level of the device's page table
-# "u2+64->d4 4194304" (tacc.runtime.stream._args): source, destination, bytes
-_COPY_ARGS = re.compile(r"^(\S+?)->(\S+) \d+$")
+# "u2+64->d4 4194304" (tacc.runtime.stream._args): source, destination, bytes; then
+# key=value words (copy_h2d's "fp=1a2b3c4d doff=4096", redundant_upload's)
+_COPY_ARGS = re.compile(r"^(\S+?)->(\S+) \d+(?: \w+=\S*)*$")
 
 
 def _side_off(name: str) -> int | None:

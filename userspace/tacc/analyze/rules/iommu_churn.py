@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class IommuChurnThresholds:
-    churn_min_maps: int = 32  # the runtime's map_churn makes 40 per scale unit
+    churn_min_maps: int = 32  # maps beyond the buffers needed; map_churn makes 40 per scale unit
     churn_gap_ns: int = 100_000_000  # bursts of maps are split at this gap
     churn_maps_per_job: float = 0.2
     churn_time_share: float = 0.02
@@ -95,6 +95,10 @@ def _churn_burst(d: Data, th: Thresholds, f: Any, fd: np.ndarray, maps_all: np.n
     o = np.lexsort((dd, tt))  # unmap before map at equal times
     peak = int(max(np.cumsum(dd[o]).max(), 1))
     needed = min(distinct, peak)
+    # churn is mapping again what was mapped: a program that maps each of its buffers
+    # once (a model's weights and KV cache at load) has no map to save, however many
+    if n - needed < th.churn_min_maps:
+        return out
     # and the device's side: a re-registered buffer has a new device VA / IOVA, so every
     # copy from it walks its pages again (cold TLB; 4 KiB pinned pages).  The walks of the
     # burst's copies at the device's miss cost (as tlb_thrash prices them): on the real

@@ -153,6 +153,28 @@ def range_records(d: Data) -> tuple[list[str], np.ndarray, np.ndarray]:
             r["t_start"].astype(np.int64), r["t_end"].astype(np.int64))
 
 
+def range_paths(d: Data) -> list[tuple[str, ...]]:
+    """Per tacc.range record (range_records' order), the names of the ranges of its thread
+    that enclose it, outermost first, then its own: where the range sits in the program
+    (``("decode step 2", "L0")``).  Ranges of a thread nest (the runtime's ranges are
+    ``with`` blocks); a sweep over starts keeps the open ones on a stack."""
+    names, a, b = range_records(d)
+    if not names:
+        return []
+    s = d.cap.strings
+    rid = [k for k, v in s.items() if v == "range"]
+    tid = d.api[np.isin(d.api["name_id"], rid)]["tid"].astype(np.int64)
+    paths: list[tuple[str, ...]] = [()] * len(names)
+    stacks: dict[int, list[int]] = {}
+    for r in np.lexsort((-(b - a), a, tid)).tolist():  # per thread, by start, longest first
+        st = stacks.setdefault(int(tid[r]), [])
+        while st and b[st[-1]] < b[r]:  # closed before this one ends: not an ancestor
+            st.pop()
+        paths[r] = tuple(names[q] for q in st) + (names[r],)
+        st.append(r)
+    return paths
+
+
 def innermost_range(d: Data, c: Cmds) -> tuple[list[str], np.ndarray]:
     """(range names, index per command of the innermost tacc.range occurrence holding it
     on the device's timeline, -1 = none): ranges applied longest first, so a nested one

@@ -13,7 +13,7 @@ import numpy as np
 from tacc.analyze import roofline
 from tacc.analyze.data import Cmds, Data
 from tacc.analyze.rules.base import Finding, clip_ranges
-from tacc.analyze.rules.jobs import innermost_range, range_names
+from tacc.analyze.rules.jobs import innermost_range, range_names, range_paths
 from tacc.capture.schema import Opcode
 
 if TYPE_CHECKING:
@@ -29,11 +29,14 @@ class MemoryBoundThresholds:
 
 
 def repeated_groups(d: Data, c: Cmds) -> list[tuple[str, list[np.ndarray]]]:
-    """Occurrences of a range name whose commands have the same shapes, command for
-    command (opcode, dtype, sub-op, FLOPs, bytes): the same work on independent inputs (a
-    decode step of another sequence at the same position).  Each group: the name and one
-    index array per occurrence, in device order."""
+    """Occurrences of a range at the same place in the program (the same names of the
+    ranges enclosing it: ``decode step 2`` of each sequence, not layer ``L0`` of steps 1,
+    2 and 3 of one sequence, which depend on each other) whose commands have the same
+    shapes, command for command (opcode, dtype, sub-op, FLOPs, bytes): the same work on
+    independent inputs (a decode step of another sequence at the same position).  Each
+    group: the name and one index array per occurrence, in device order."""
     names, occ = innermost_range(d, c)
+    paths = range_paths(d)
     by_occ: dict[int, list[int]] = defaultdict(list)
     for i in np.argsort(c.ts, kind="stable").tolist():
         if occ[i] >= 0:
@@ -44,8 +47,8 @@ def repeated_groups(d: Data, c: Cmds) -> list[tuple[str, list[np.ndarray]]]:
         sig = tuple(zip(c.opcode[ix].tolist(), c.dtype[ix].tolist(), c.subop[ix].tolist(),
                         c.flops[ix].tolist(), c.rd[ix].tolist(), c.wr[ix].tolist(),
                         strict=True))
-        groups[(names[r], sig)].append(ix)
-    return [(name, occs) for (name, _), occs in groups.items() if len(occs) >= 2]
+        groups[(paths[r], sig)].append(ix)
+    return [(path[-1], occs) for (path, _), occs in groups.items() if len(occs) >= 2]
 
 
 def memory_bound(d: Data, th: Thresholds) -> list[Finding]:
