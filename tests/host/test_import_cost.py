@@ -48,6 +48,20 @@ def test_a_command_imports_its_own_module_only(argv: list[str]) -> None:
     assert loaded == [], f"tacc {argv}: {loaded}"
 
 
+@pytest.mark.parametrize("argv", [["start", "-o", "/tmp/never-written"], ["stop"],
+                                  ["status"]])
+def test_trace_control_imports_no_numpy(argv: list[str], tmp_path: object) -> None:
+    """`tacc trace start|stop|status` is one request over taccd's socket: the options are
+    checked (tacc.daemon.options) without numpy or the capture modules, which cost ~3 s of
+    a guest's host wall per process.  Here taccd is not running: the request fails after
+    everything the command imports is imported."""
+    sock = f"{tmp_path}/no-taccd.sock"
+    st, loaded, err = _run_main("tacc.cli", ["trace", "--socket", sock, *argv],
+                                ("numpy", "tacc.daemon.session", "tacc.capture", "tacc.pcie"))
+    assert st == 1 and "taccd is not running" in err, (st, err)
+    assert loaded == [], f"tacc trace {argv}: {loaded}"
+
+
 def test_commands_table_is_what_the_modules_add() -> None:
     """tacc.cli.COMMANDS (the lazy dispatch's table) names every command each module adds."""
     import importlib

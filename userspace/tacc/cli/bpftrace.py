@@ -306,7 +306,7 @@ def cmd_dma(args: argparse.Namespace, root: Path) -> int:
 
 def _record_options(args: argparse.Namespace) -> Any:
     """record's capture options; a bad value (--trace-entries 100) is a usage error."""
-    from tacc.daemon.session import Options
+    from tacc.daemon.options import Options
 
     try:
         return Options(host_events=False, device_trace=not args.no_device_trace, api=False,

@@ -53,11 +53,14 @@ def cmd_start(args: argparse.Namespace) -> int:
         opts["tlp"] = True
     if args.tlp_entries is not None:
         opts["tlp_entries"] = args.tlp_entries
-    from tacc.cli.pcie import _addr  # `tacc pcie capture --addr`'s syntax
+    addr: tuple[int, int] | None = None
+    if args.tlp_addr:  # tacc.cli.pcie imports numpy: only for an address filter
+        from tacc.cli.pcie import _addr  # `tacc pcie capture --addr`'s syntax
 
+        addr = _addr(args.tlp_addr)
     filters = {"tlp_funcs": _funcs(args.tlp_funcs),
                "tlp_kinds": [k.lower() for k in _split(args.tlp_kinds)],
-               "tlp_addr": list(_addr(args.tlp_addr) or ()),
+               "tlp_addr": list(addr or ()),
                "tlp_no_ctrl": bool(args.tlp_no_ctrl)}
     filters = {k: v for k, v in filters.items() if v}
     if filters:  # a filter asks for the TLP stream
@@ -65,7 +68,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     if args.peers:
         opts["peers"] = [p for p in args.peers.split(",") if p]
     from tacc.cli import UsageError
-    from tacc.daemon.session import Options
+    from tacc.daemon.options import Options
 
     try:  # taccd refuses the same; here it is a usage error, before taccd is asked
         Options(**{k: v for k, v in opts.items() if k != "duration"})
