@@ -1,0 +1,433 @@
+"""Migration of the PF and its VFs (docs/hardware.md "Migration").
+
+Each test starts its own source QEMU, saves it with QMP ``migrate`` to a file and loads
+that file into a second QEMU started with ``-incoming defer``.  The destination must
+carry on where the source stopped: the same register values, device memory, counters
+and device time, commands that were on the engines complete with the results and the
+times the source gives them when it resumes, and new work runs.  A damaged stream
+(truncated, an index out of range, an unknown version) fails the load with a message;
+the source keeps running.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tacc import hw
+from tacc.hw.records import Cqe, d_copy, d_gemm
+from tacc.testing.qtest import QEMU, QTestError
+from tacc.testing.taccdev import DEVMEM_VA, Func, Tacc
+
+OK = hw.TACC_ST_OK
+PROPS = "sriov-max-vfs=4"
+VF_WINDOW = 32 << 20
+
+pytestmark = pytest.mark.skipif(not QEMU.exists(), reason=f"{QEMU} not built (make qemu)")
+
+
+# ----------------------------------------------------------------- helpers --
+
+def wait_migration(t: Tacc, timeout: float = 60.0) -> dict:
+    """Poll query-migrate until the migration ends (or the QEMU does)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            st = t.qt.qmp.cmd("query-migrate")
+        except Exception:  # noqa: BLE001 (a destination that failed to load exits)
+            return {"status": "exited"}
+        if st.get("status") in ("completed", "failed", "cancelled"):
+            return st
+        assert time.monotonic() < deadline, st
+        time.sleep(0.02)
+
+
+def save(src: Tacc, path: Path) -> dict:
+    src.qt.qmp.cmd("migrate", uri=f"file:{path}")
+    st = wait_migration(src)
+    assert st["status"] == "completed", st
+    return st
+
+
+def load(path: Path) -> tuple[Tacc, dict]:
+    """A destination QEMU that loads @path: (it, its query-migrate result)."""
+    dst = Tacc(PROPS, extra=["-incoming", "defer"])
+    dst.qt.qmp.cmd("migrate-incoming", uri=f"file:{path}")
+    return dst, wait_migration(dst)
+
+
+def adopt(src: Tacc, dst: Tacc, funcs: list[Func]) -> list[Func]:
+    """The test's own bookkeeping (allocators, ring tails, job numbers) moves too."""
+    dst.pt_pool[0] = src.pt_pool[0]
+    dst.pt.tables = src.pt.tables
+    dst.data_next = src.data_next
+    moved = [dataclasses.replace(f, dev=dst, tail=list(f.tail), cq_head=list(f.cq_head))
+             for f in funcs]
+    dst.vfs = [f for f in moved if f.fn]
+    return moved
+
+
+def registers(f: Func) -> dict[str, int]:
+    """The guest-visible register state of a function (no side effects on reads)."""
+    r: dict[str, int] = {}
+    for name in ("CTRL", "STATUS", "IRQ_MASK", "SCRATCH", "TRACE_SIZE", "TRACE_CTRL",
+                 "TRACE_PROD", "TRACE_CONS", "TRACE_DROPPED", "FAULT_INFO",
+                 "TLB_INV_SEQ", "TLB_INV_DONE", "DEVMEM_SIZE", "LINK_STATUS"):
+        r[name] = f.r32(getattr(hw, f"TACC_REG_{name}"))
+    for name in ("TRACE_BASE", "TRACE_WB", "FAULT_ADDR", "DEVCLK"):
+        r[name] = f.r64(getattr(hw, f"TACC_REG_{name}"))
+    for ctx in range(hw.TACC_NUM_CONTEXTS):
+        r[f"PTBR{ctx}"] = f.r64(hw.TACC_REG_CTX_PTBR(ctx))
+    for q in range(hw.TACC_NUM_QUEUES):
+        b = hw.TACC_QUEUE_BASE(q)
+        for name in ("CTRL", "SQ_SIZE", "CQ_SIZE", "SQ_TAIL", "SQ_HEAD", "CQ_HEAD",
+                     "CQ_TAIL", "STATUS"):
+            r[f"Q{q}_{name}"] = f.r32(b + getattr(hw, f"TACC_Q_{name}"))
+        for name in ("SQ_BASE", "CQ_BASE"):
+            r[f"Q{q}_{name}"] = f.r64(b + getattr(hw, f"TACC_Q_{name}"))
+    return r
+
+
+def f32(dev: Tacc, arr: np.ndarray) -> int:
+    data = np.ascontiguousarray(arr, dtype=np.float32).tobytes()
+    a = dev.alloc(len(data))
+    dev.qt.memwrite(a, data)
+    return a
+
+
+def to_dev(f: Func, host: int, dev_off: int, n: int, q: int = 0) -> Cqe:
+    return f.run_job(q, [d_copy(hw.TACC_OP_COPY_H2D, host, DEVMEM_VA + dev_off, n)])
+
+
+def from_dev(f: Func, dev_off: int, n: int, q: int = 0) -> bytes:
+    dst = f.dev.alloc(n)
+    assert f.run_job(q, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA + dev_off, dst, n)]).status == OK
+    return f.dev.qt.memread(dst, n)
+
+
+def gemm_check(f: Func, rng: np.random.Generator, m: int, n: int, k: int, base: int,
+               q: int = 2) -> None:
+    """A GEMM in device memory at @base, its result checked against numpy."""
+    A = rng.standard_normal((m, k), dtype=np.float32)
+    B = rng.standard_normal((k, n), dtype=np.float32)
+    offs = (base, base + (4 << 20), base + (8 << 20))
+    for arr, off in zip((A, B), offs, strict=False):
+        assert to_dev(f, f32(f.dev, arr), off, arr.nbytes).status == OK
+    cq = f.run_job(q, [d_gemm(DEVMEM_VA + offs[0], DEVMEM_VA + offs[1], DEVMEM_VA + offs[2],
+                              m, n, k, k, n, n)])
+    assert cq.status == OK
+    got = np.frombuffer(from_dev(f, offs[2], m * n * 4), np.float32).reshape(m, n)
+    np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4 * k)
+
+
+def source_with_vfs(nvfs: int = 2) -> tuple[Tacc, Func, list[Func]]:
+    """A source QEMU: the PF with 4 queues and context 0, and @nvfs VFs each with a
+    32 MiB window, 2 queues and context 0."""
+    src = Tacc(PROPS)
+    pf = src.pf
+    pf.reset()
+    pf.set_ptbr(0, src.map_default())
+    vfs = src.enable_vfs(nvfs)
+    for i, vf in enumerate(vfs):
+        pf.w64(hw.TACC_REG_VF_DEVMEM_BASE(i), (64 << 20) * (i + 1))
+        pf.w64(hw.TACC_REG_VF_DEVMEM_SIZE(i), VF_WINDOW)
+        vf.reset(queues=2)
+        vf.set_ptbr(0, src.map_default(devmem=VF_WINDOW))
+    return src, pf, vfs
+
+
+@pytest.fixture
+def qemus():
+    """Every QEMU a test starts is closed at its end."""
+    started: list[Tacc] = []
+    yield started
+    for t in started:
+        try:
+            t.close()
+        except Exception:  # noqa: BLE001 (a destination that failed has exited)
+            pass
+
+
+# ------------------------------------------------------------------- tests --
+
+def test_state_moves_and_work_goes_on(qemus, tmp_path):
+    """Registers, device memory, counters and device time arrive as they were; the PF and
+    a VF run new work on the destination with numpy-correct results."""
+    rng = np.random.default_rng(7)
+    src, pf, (vf1, vf2) = source_with_vfs()
+    qemus.append(src)
+    # state a driver leaves behind: scratch, an interrupt mask, more contexts, a trace ring
+    pf.w32(hw.TACC_REG_SCRATCH, 0x5EED_CAFE)
+    vf2.w32(hw.TACC_REG_SCRATCH, 0x0BAD_F00D)
+    pf.w32(hw.TACC_REG_IRQ_MASK, 0x5)
+    pf.set_ptbr(3, pf.r64(hw.TACC_REG_CTX_PTBR(0)) & ~hw.TACC_PTBR_VALID)
+    vf1.set_ptbr(7, vf1.r64(hw.TACC_REG_CTX_PTBR(0)) & ~hw.TACC_PTBR_VALID)
+    pf.trace_enable()
+    # work: copies into device memory (PF and VF1), a GEMM
+    blob = rng.integers(0, 256, 3 << 20, dtype=np.uint8).tobytes()
+    vblob = rng.integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+    h = src.alloc(len(blob))
+    src.qt.memwrite(h, blob)
+    assert to_dev(pf, h, 32 << 20, len(blob), q=1).status == OK
+    hv = src.alloc(len(vblob))
+    src.qt.memwrite(hv, vblob)
+    assert to_dev(vf1, hv, 4096, len(vblob)).status == OK
+    gemm_check(pf, rng, 64, 48, 40, 0)
+    src.qt.clock_step(123_456)
+    before = {f.fn: registers(f) for f in (pf, vf1, vf2)}
+    cnt_before = {f.fn: f.counters() for f in (pf, vf1, vf2)}
+    gcnt_before = {k: pf.gcnt(k) for k in hw.GLOBAL_COUNTERS}
+    assert before[0]["TRACE_PROD"] > 0 and cnt_before[0]["cmds_completed"] > 0
+
+    save(src, tmp_path / "state")
+    dst, st = load(tmp_path / "state")
+    qemus.append(dst)
+    assert st["status"] == "completed", (st, dst.qt.log())
+    dpf, dvf1, dvf2 = adopt(src, dst, [pf, vf1, vf2])
+
+    # the same values, device time included (no clock has moved since the save)
+    after = {f.fn: registers(f) for f in (dpf, dvf1, dvf2)}
+    assert after == before
+    assert after[0]["DEVCLK"] == src.qt.clock() != dst.qt.clock()
+    assert {f.fn: f.counters() for f in (dpf, dvf1, dvf2)} == cnt_before
+    assert {k: dpf.gcnt(k) for k in hw.GLOBAL_COUNTERS} == gcnt_before
+    # device memory: the PF's data, VF1's in its window (64 MiB on)
+    assert from_dev(dpf, 32 << 20, len(blob)) == blob
+    assert from_dev(dvf1, 4096, len(vblob)) == vblob
+    assert from_dev(dpf, (64 << 20) + 4096, len(vblob)) == vblob
+
+    # new work: a GEMM on the PF and one on VF1, copies on VF2
+    gemm_check(dpf, rng, 33, 17, 65, 16 << 20)
+    gemm_check(dvf1, rng, 16, 16, 16, 1 << 20, q=1)
+    h2 = dst.alloc(8192)
+    dst.qt.memwrite(h2, blob[:8192])
+    assert to_dev(dvf2, h2, 0, 8192).status == OK
+    assert from_dev(dvf2, 0, 8192) == blob[:8192]
+    # counters go on from their values (the TLB was dropped: walks again)
+    for f, old in zip((dpf, dvf1, dvf2), (cnt_before[0], cnt_before[1], cnt_before[2]),
+                      strict=True):
+        new = f.counters()
+        assert all(new[k] >= old[k] for k in old), f.fn
+        assert new["cmds_completed"] > old["cmds_completed"]
+    assert dpf.counters()["tlb_misses"] > cnt_before[0]["tlb_misses"]
+    assert dpf.r64(hw.TACC_REG_DEVCLK) > before[0]["DEVCLK"]
+    assert dpf.r32(hw.TACC_REG_SCRATCH) == 0x5EED_CAFE
+    assert dpf.r32(hw.TACC_REG_TRACE_PROD) > before[0]["TRACE_PROD"]
+
+
+def test_commands_in_flight_complete_as_on_the_source(qemus, tmp_path):
+    """Commands on the engines at save time (a long H2D copy part-way over the link, a
+    GEMM whose worker computed C, a D2H copy queued behind them) complete on the
+    destination with the data and the completion times the source gives them when it
+    resumes: timers and modelled times are device time, carried over."""
+    rng = np.random.default_rng(11)
+    src, pf, (vf1,) = source_with_vfs(1)
+    qemus.append(src)
+    m = n = k = 256  # >= 2^21 multiply-adds: computed on a worker thread
+    A = rng.standard_normal((m, k), dtype=np.float32)
+    B = rng.standard_normal((k, n), dtype=np.float32)
+    for arr, off in ((A, 0), (B, 1 << 20)):
+        assert to_dev(pf, f32(src, arr), off, arr.nbytes).status == OK
+    big = rng.integers(0, 256, 8 << 20, dtype=np.uint8).tobytes()
+    h = src.alloc(len(big))
+    src.qt.memwrite(h, big)
+    vdata = rng.integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+    hv = src.alloc(len(vdata))
+    src.qt.memwrite(hv, vdata)
+    out = src.alloc(A.nbytes)
+    jobs = [
+        (pf, 0, [d_copy(hw.TACC_OP_COPY_H2D, h, DEVMEM_VA + (32 << 20), len(big))]),
+        (pf, 2, [d_gemm(DEVMEM_VA, DEVMEM_VA + (1 << 20), DEVMEM_VA + (2 << 20),
+                        m, n, k, k, n, n)]),
+        (pf, 1, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, out, A.nbytes)]),
+        (vf1, 0, [d_copy(hw.TACC_OP_COPY_H2D, hv, DEVMEM_VA, len(vdata))]),
+    ]
+    for f, q, descs in jobs:
+        f.submit(q, f.job_of(q, descs)[1])
+    src.qt.clock_step(2_000)  # every command is on a unit or waiting for one
+    assert not pf.qstatus(0) & hw.TACC_Q_STATUS_IDLE
+    assert pf.cqes(0) == [] and pf.cqes(2) == []
+
+    save(src, tmp_path / "state")
+    dst, st = load(tmp_path / "state")
+    qemus.append(dst)
+    assert st["status"] == "completed", (st, dst.qt.log())
+    dpf, dvf1 = adopt(src, dst, [pf, vf1])
+
+    # both sides now run the same 10 ms of device time
+    src.qt.qmp.cmd("cont")
+    results = []
+    for t, funcs in ((src, {0: pf, 1: vf1}), (dst, {0: dpf, 1: dvf1})):
+        t.qt.clock_step(10_000_000)
+        results.append({(fn, q): f.cqes(q) for fn, f in funcs.items()
+                        for q in range(4 if fn == 0 else 2)})
+    want, got = results
+    assert got == want
+    done = {key: c for key, c in got.items() if c}
+    assert {(0, 0), (0, 1), (0, 2), (1, 0)} <= set(done)
+    assert all(c[-1].status == OK for c in done.values())
+    # the data: the H2D copy landed, the D2H copy read A, C is numpy's, VF1's copy
+    assert from_dev(dpf, 32 << 20, len(big)) == big
+    assert dst.qt.memread(out, A.nbytes) == A.tobytes()
+    C = np.frombuffer(from_dev(dpf, 2 << 20, m * n * 4), np.float32).reshape(m, n)
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-3)
+    assert from_dev(dvf1, 0, len(vdata)) == vdata
+
+
+# ------------------------------------------------------------ bad streams --
+
+def prepared_stream(qemus: list[Tacc], path: Path) -> tuple[Tacc, Func]:
+    """A source with a job done on queue 1 (SQ and CQ indices not 0), saved to @path."""
+    src, pf, _ = source_with_vfs(1)
+    qemus.append(src)
+    h = src.alloc(4096)
+    for _ in range(3):
+        assert to_dev(pf, h, 0, 4096, q=1).status == OK
+    save(src, path)
+    return src, pf
+
+
+def source_goes_on(src: Tacc, pf: Func) -> None:
+    """The source, resumed after the migration, still runs jobs."""
+    src.qt.qmp.cmd("cont")
+    h = src.alloc(4096)
+    src.qt.memwrite(h, b"\xa5" * 4096)
+    assert to_dev(pf, h, 8192, 4096, q=1).status == OK
+    assert from_dev(pf, 8192, 4096, q=1) == b"\xa5" * 4096
+
+
+def refused(qemus: list[Tacc], path: Path) -> str:
+    """Load @path, which must fail: the destination's messages."""
+    dst, st = load(path)
+    qemus.append(dst)
+    assert st["status"] in ("failed", "exited"), st
+    try:
+        dst.qt.proc.wait(timeout=10)  # a failed incoming migration ends the QEMU
+    except Exception:  # noqa: BLE001
+        pass
+    return dst.qt.log()
+
+
+def queue_record(pf: Func, q: int) -> bytes:
+    """Queue @q's first saved fields: SQ base, CQ base, SQ size, CQ size (big-endian)."""
+    return struct.pack(">QQII", pf.sq_addr(q), pf.cq_addr(q), pf.sq_size, pf.cq_size)
+
+
+def test_truncated_stream_fails_the_load(qemus, tmp_path):
+    src, pf = prepared_stream(qemus, tmp_path / "state")
+    data = (tmp_path / "state").read_bytes()
+    at = data.index(queue_record(pf, 1))  # in the middle of the PF's section
+    (tmp_path / "cut").write_bytes(data[:at + 100])
+    log = refused(qemus, tmp_path / "cut")
+    assert "error while loading state for instance 0x0 of device '0000:00:01.0/tacc'" in log, log
+    assert "load of migration failed" in log, log
+    source_goes_on(src, pf)
+
+
+@pytest.mark.parametrize("fn,q,offset,bit,why", [
+    (0, 1, 24, 12, "SQ head/tail beyond the ring"),  # sq_tail 3 | 1 << 12, 256 entries
+    (0, 1, 32, 9, "CQ head/tail beyond the ring"),   # cq_head 3 | 1 << 9
+    (0, 1, 16, 0, "ring size"),                      # sq_size 257
+    (1, 0, 28, 8, "SQ head/tail beyond the ring"),   # VF1's sq_head 1 << 8 (its section)
+])
+def test_bad_index_fails_the_load(qemus, tmp_path, fn, q, offset, bit, why):
+    """A bit flipped in a queue index of the PF's or a VF's section: the load fails with
+    the device's message naming the function, the queue and the reason."""
+    src, pf = prepared_stream(qemus, tmp_path / "state")
+    f = pf if fn == 0 else src.vfs[fn - 1]
+    data = bytearray((tmp_path / "state").read_bytes())
+    assert data.count(queue_record(f, q)) == 1
+    word = data.index(queue_record(f, q)) + offset
+    v = struct.unpack_from(">I", data, word)[0]
+    struct.pack_into(">I", data, word, v ^ (1 << bit))
+    (tmp_path / "bad").write_bytes(bytes(data))
+    log = refused(qemus, tmp_path / "bad")
+    assert f"tacc: migration: fn{fn} queue {q}: {why}" in log, log
+    source_goes_on(src, pf)
+
+
+def gemm_in_flight(qemus: list[Tacc], path: Path) -> tuple[Tacc, Func, bytes, int]:
+    """A source saved with a 256^3 GEMM on a compute engine: (it, the PF, the stream,
+    where that unit's record starts in it)."""
+    src, pf, _ = source_with_vfs(1)
+    qemus.append(src)
+    job, descs = pf.job_of(2, [d_gemm(DEVMEM_VA, DEVMEM_VA, DEVMEM_VA + (1 << 20),
+                                      256, 256, 256, 256, 256, 256)])
+    pf.submit(2, descs)
+    src.qt.clock_step(1000)
+    save(src, path)
+    data = path.read_bytes()
+    for engine in range(2, hw.TACC_NUM_ENGINES):  # busy, fn, queue, engine, descriptor
+        rec = b"\x01" + struct.pack(">iii", 0, 2, engine) + descs[0]
+        if rec in data:
+            assert data.count(rec) == 1
+            return src, pf, data, data.index(rec)
+    raise AssertionError("no busy compute unit in the stream")
+
+
+@pytest.mark.parametrize("what,patch,why", [
+    ("queue", lambda d, u, g: struct.pack_into(">i", d, u + 5, 7), "function or queue"),
+    ("function", lambda d, u, g: struct.pack_into(">i", d, u + 1, -1), "function or queue"),
+    ("engine", lambda d, u, g: struct.pack_into(">i", d, u + 9, 0), "engine"),
+    ("GEMM m", lambda d, u, g: struct.pack_into(">Q", d, g + 1, 0), "bad GEMM result"),
+    ("GEMM n", lambda d, u, g: struct.pack_into(">Q", d, g + 9, 4097), "bad GEMM result"),
+])
+def test_bad_unit_fails_the_load(qemus, tmp_path, what, patch, why):
+    """The command on an engine: its queue, function, engine and GEMM result are checked
+    (a queue index out of range would index past the function's queues)."""
+    src, pf, data, unit = gemm_in_flight(qemus, tmp_path / "state")
+    buf = bytearray(data)
+    gemm = buf.index(b"\x01" + struct.pack(">QQQ", 256, 256, 1), unit)
+    patch(buf, unit, gemm)
+    (tmp_path / "bad").write_bytes(bytes(buf))
+    log = refused(qemus, tmp_path / "bad")
+    assert "tacc: migration: " in log and why in log, log
+    source_goes_on(src, pf)
+
+
+def test_unknown_version_fails_the_load(qemus, tmp_path):
+    """The section is versioned: a stream from a newer layout is refused by name."""
+    src, pf = prepared_stream(qemus, tmp_path / "state")
+    data = bytearray((tmp_path / "state").read_bytes())
+    idstr = b"0000:00:01.0/tacc"
+    at = data.index(bytes([len(idstr)]) + idstr) + 1 + len(idstr)
+    instance, version = struct.unpack_from(">II", data, at)
+    assert version == 1
+    struct.pack_into(">I", data, at + 4, 2)
+    (tmp_path / "v2").write_bytes(bytes(data))
+    log = refused(qemus, tmp_path / "v2")
+    assert "tacc" in log and "version" in log, log
+    source_goes_on(src, pf)
+
+
+def test_host_work_is_quiesced_before_save(qemus, tmp_path):
+    """A device with every kind of state at once (a GEMM on a worker, a sliced copy, a
+    trace ring, fetched commands waiting) saves: the stop quiesces it first."""
+    src = Tacc(PROPS + ",x-host-slice=65536")
+    qemus.append(src)
+    pf = src.pf
+    pf.reset()
+    pf.set_ptbr(0, src.map_default())
+    pf.trace_enable()
+    h = src.alloc(4 << 20)
+    jobs = [pf.job_of(0, [d_copy(hw.TACC_OP_COPY_H2D, h, DEVMEM_VA + (i << 22), 4 << 20)])
+            for i in range(4)]
+    for _, descs in jobs:
+        pf.submit(0, descs)
+    pf.submit(2, pf.job_of(2, [d_gemm(DEVMEM_VA, DEVMEM_VA, DEVMEM_VA + (32 << 20),
+                                      256, 256, 256, 256, 256, 256)])[1])
+    try:
+        save(src, tmp_path / "state")
+    except QTestError as e:  # pragma: no cover (the message is the point)
+        pytest.fail(str(e))
+    dst, st = load(tmp_path / "state")
+    qemus.append(dst)
+    assert st["status"] == "completed", (st, dst.qt.log())
+    (dpf,) = adopt(src, dst, [pf])
+    dst.qt.clock_step(10**8)
+    assert [c.status for c in dpf.cqes(0)] == [OK] * 4
+    assert [c.status for c in dpf.cqes(2)] == [OK]
