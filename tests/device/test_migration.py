@@ -22,6 +22,7 @@ from tacc import hw
 from tacc.hw.records import Cqe, d_copy, d_gemm
 from tacc.testing.qtest import QEMU, QTestError
 from tacc.testing.taccdev import DEVMEM_VA, Func, Tacc
+from tacc.testing.virtiodev import device_arg
 
 OK = hw.TACC_ST_OK
 PROPS = "sriov-max-vfs=4"
@@ -431,3 +432,18 @@ def test_host_work_is_quiesced_before_save(qemus, tmp_path):
     dst.qt.clock_step(10**8)
     assert [c.status for c in dpf.cqes(0)] == [OK] * 4
     assert [c.status for c in dpf.cqes(2)] == [OK]
+
+
+def test_virtio_function_is_not_migrated(qemus, tmp_path):
+    """virtio-tacc's backend state (contexts, BOs, page tables) has no section yet: a
+    machine with the function refuses migrate, and its PF runs on."""
+    src = Tacc(PROPS, extra=device_arg())
+    qemus.append(src)
+    src.pf.reset()
+    src.pf.set_ptbr(0, src.map_default())
+    with pytest.raises(QTestError, match="non-migratable device '0000:00:02.0/virtio-tacc'"):
+        src.qt.qmp.cmd("migrate", uri=f"file:{tmp_path / 'state'}")
+    h = src.alloc(4096)
+    src.qt.memwrite(h, b"\x5a" * 4096)
+    assert to_dev(src.pf, h, 0, 4096).status == OK
+    assert from_dev(src.pf, 0, 4096) == b"\x5a" * 4096
