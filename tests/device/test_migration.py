@@ -54,9 +54,9 @@ def save(src: Tacc, path: Path) -> dict:
     return st
 
 
-def load(path: Path) -> tuple[Tacc, dict]:
+def load(path: Path, props: str = PROPS, root_port: str | None = None) -> tuple[Tacc, dict]:
     """A destination QEMU that loads @path: (it, its query-migrate result)."""
-    dst = Tacc(PROPS, extra=["-incoming", "defer"])
+    dst = Tacc(props, extra=["-incoming", "defer"], root_port=root_port)
     dst.qt.qmp.cmd("migrate-incoming", uri=f"file:{path}")
     return dst, wait_migration(dst)
 
@@ -90,7 +90,18 @@ def registers(f: Func) -> dict[str, int]:
             r[f"Q{q}_{name}"] = f.r32(b + getattr(hw, f"TACC_Q_{name}"))
         for name in ("SQ_BASE", "CQ_BASE"):
             r[f"Q{q}_{name}"] = f.r64(b + getattr(hw, f"TACC_Q_{name}"))
+    if f.fn == 0:  # VF partitions and policy, TLP capture, link PM: every dword
+        for lo, hi in ((hw.TACC_REG_VF_DEVMEM_BASE(0), hw.TACC_REG_ARB_WEIGHT(8)),
+                       (hw.TACC_REG_TLPCAP_BASE, hw.TACC_REG_TLPCAP_ADDR_HI + 8),
+                       (hw.TACC_REG_LINKPM_STATE, hw.TACC_REG_LINKPM_END)):
+            for off in range(lo, hi, 4):
+                r[f"{off:#x}"] = f.r32(off)
     return r
+
+
+def config_space(d: Tacc, bus: int, devfn: int) -> list[int]:
+    """A function's 4 KiB of configuration space, as dwords."""
+    return [d.qt.cfg_read(bus, devfn, off) for off in range(0, 4096, 4)]
 
 
 def f32(dev: Tacc, arr: np.ndarray) -> int:
@@ -184,11 +195,14 @@ def test_state_moves_and_work_goes_on(qemus, tmp_path):
     gcnt_before = {k: pf.gcnt(k) for k in hw.GLOBAL_COUNTERS}
     assert before[0]["TRACE_PROD"] > 0 and cnt_before[0]["cmds_completed"] > 0
 
+    cfg_before = [config_space(src, 0, f.devfn) for f in (pf, vf1, vf2)]
+
     save(src, tmp_path / "state")
     dst, st = load(tmp_path / "state")
     qemus.append(dst)
     assert st["status"] == "completed", (st, dst.qt.log())
     dpf, dvf1, dvf2 = adopt(src, dst, [pf, vf1, vf2])
+    assert [config_space(dst, 0, f.devfn) for f in (dpf, dvf1, dvf2)] == cfg_before
 
     # the same values, device time included (no clock has moved since the save)
     after = {f.fn: registers(f) for f in (dpf, dvf1, dvf2)}
@@ -447,3 +461,57 @@ def test_virtio_function_is_not_migrated(qemus, tmp_path):
     src.qt.memwrite(h, b"\x5a" * 4096)
     assert to_dev(src.pf, h, 0, 4096).status == OK
     assert from_dev(src.pf, 0, 4096) == b"\x5a" * 4096
+
+
+def test_link_power_and_aer_state_move(qemus, tmp_path):
+    """Behind a root port, ASPM L1 enabled on both ends and the link idle in L1, an AER
+    correctable error logged: the PF's and the root port's config space and the link PM
+    registers arrive as they were, and the next copy wakes the link at the same time on
+    the destination as on the resumed source.  The destination's TLB was dropped: its copy
+    walks the page tables again and ends exactly those walks' latency later."""
+    src = Tacc("sriov-max-vfs=0", root_port="")
+    qemus.append(src)
+    pf = src.pf
+    pf.reset()
+    pf.set_ptbr(0, src.map_default())
+    for bus, devfn in ((0, Tacc.RP_DEVFN), (1, 0)):  # ASPM L1: upstream end first
+        cap = src.qt.find_cap(bus, devfn, 0x10)
+        v = src.qt.cfg_read(bus, devfn, cap + 0x10, 2)
+        src.qt.cfg_write(bus, devfn, cap + 0x10, (v & ~3) | 2, 2)
+    h = src.alloc(65536)
+    assert to_dev(pf, h, 0, 65536).status == OK
+    src.qt.clock_step(1_000_000)  # idle: the link goes to L1
+    assert pf.r32(hw.TACC_REG_LINKPM_STATE) & hw.TACC_LINKPM_STATE_MASK == hw.TACC_LINKPM_L1
+    src.qt.qmp.cmd("human-monitor-command",  # a Receiver Error
+                   **{"command-line": "pcie_aer_inject_error -c tacc0 0x1"})
+    aer = src.qt.find_ext_cap(1, 0, 0x1)
+    assert src.qt.cfg_read(1, 0, aer + 0x10) & 0x1  # COR_STATUS.RxErr
+    regs = registers(pf)
+    cnt = pf.counters()
+    cfg = [config_space(src, *bd) for bd in ((0, Tacc.RP_DEVFN), (1, 0))]
+
+    save(src, tmp_path / "state")
+    dst, st = load(tmp_path / "state", "sriov-max-vfs=0", root_port="")
+    qemus.append(dst)
+    assert st["status"] == "completed", (st, dst.qt.log())
+    (dpf,) = adopt(src, dst, [pf])
+    assert registers(dpf) == regs
+    assert [config_space(dst, *bd) for bd in ((0, Tacc.RP_DEVFN), (1, 0))] == cfg
+
+    src.qt.qmp.cmd("cont")
+    seen = []
+    for t, f in ((src, pf), (dst, dpf)):
+        t.qt.clock_step(50_000)
+        f.submit(0, f.job_of(0, [d_copy(hw.TACC_OP_COPY_H2D, h, DEVMEM_VA, 65536)])[1])
+        t.qt.clock_step(1_000_000)
+        (cq,) = f.cqes(0)
+        seen.append((cq, f.counters(), registers(f)))
+    (scq, scnt, sregs), (dcq, dcnt, dregs) = seen
+    assert scq.status == dcq.status == OK
+    assert dcq.start == scq.start  # the descriptor fetch paid the same L1 exit
+    walks = dcnt["tlb_walk_reads"] - scnt["tlb_walk_reads"]
+    assert scnt["tlb_walk_reads"] == cnt["tlb_walk_reads"] and walks == 4  # 2 VAs x 2 levels
+    assert dcq.end - scq.end == walks * 500  # walk-latency-ns each
+    for reg in (hw.TACC_REG_LINKPM_L1_ENTRIES, hw.TACC_REG_LINKPM_L1_EXITS):
+        key = f"{reg:#x}"
+        assert dregs[key] == sregs[key] == regs[key] + 1, key
