@@ -11,6 +11,7 @@ the source keeps running.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import struct
 import time
@@ -22,7 +23,7 @@ from tacc import hw
 from tacc.hw.records import Cqe, d_copy, d_gemm
 from tacc.testing.qtest import QEMU, QTestError
 from tacc.testing.taccdev import DEVMEM_VA, Func, Tacc
-from tacc.testing.virtiodev import device_arg
+from tacc.testing.virtiodev import Job, VirtioTacc, device_arg
 
 OK = hw.TACC_ST_OK
 PROPS = "sriov-max-vfs=4"
@@ -315,9 +316,9 @@ def source_goes_on(src: Tacc, pf: Func) -> None:
     assert from_dev(pf, 8192, 4096, q=1) == b"\xa5" * 4096
 
 
-def refused(qemus: list[Tacc], path: Path) -> str:
-    """Load @path, which must fail: the destination's messages."""
-    dst, st = load(path)
+def refused(qemus: list[Tacc], path: Path, loader=load) -> str:
+    """Load @path (with @loader), which must fail: the destination's messages."""
+    dst, st = loader(path)
     qemus.append(dst)
     assert st["status"] in ("failed", "exited"), st
     try:
@@ -448,21 +449,6 @@ def test_host_work_is_quiesced_before_save(qemus, tmp_path):
     assert [c.status for c in dpf.cqes(2)] == [OK]
 
 
-def test_virtio_function_is_not_migrated(qemus, tmp_path):
-    """virtio-tacc's backend state (contexts, BOs, page tables) has no section yet: a
-    machine with the function refuses migrate, and its PF runs on."""
-    src = Tacc(PROPS, extra=device_arg())
-    qemus.append(src)
-    src.pf.reset()
-    src.pf.set_ptbr(0, src.map_default())
-    with pytest.raises(QTestError, match="non-migratable device '0000:00:02.0/virtio-tacc'"):
-        src.qt.qmp.cmd("migrate", uri=f"file:{tmp_path / 'state'}")
-    h = src.alloc(4096)
-    src.qt.memwrite(h, b"\x5a" * 4096)
-    assert to_dev(src.pf, h, 0, 4096).status == OK
-    assert from_dev(src.pf, 0, 4096) == b"\x5a" * 4096
-
-
 def test_link_power_and_aer_state_move(qemus, tmp_path):
     """Behind a root port, ASPM L1 enabled on both ends and the link idle in L1, an AER
     correctable error logged: the PF's and the root port's config space and the link PM
@@ -515,3 +501,143 @@ def test_link_power_and_aer_state_move(qemus, tmp_path):
     for reg in (hw.TACC_REG_LINKPM_L1_ENTRIES, hw.TACC_REG_LINKPM_L1_EXITS):
         key = f"{reg:#x}"
         assert dregs[key] == sregs[key] == regs[key] + 1, key
+
+
+# ----------------------------------------------------------------- virtio --
+
+V_WIN = (192 << 20, 64 << 20)  # the virtio function's device-memory window
+V_HOST_VA, V_DEV_VA = 0x1000_0000, 0x40_0000_0000
+V_PROPS = f"devmem-base={V_WIN[0]:#x},devmem-size={V_WIN[1]:#x}"
+
+
+def virtio_source() -> tuple[Tacc, VirtioTacc]:
+    src = Tacc("sriov-max-vfs=2", extra=device_arg(props=V_PROPS))
+    src.pf.reset()
+    src.pf.set_ptbr(0, src.map_default())
+    v = VirtioTacc(src)
+    assert v.init()
+    return src, v
+
+
+def virtio_load(path: Path) -> tuple[Tacc, dict]:
+    dst = Tacc("sriov-max-vfs=2", extra=[*device_arg(props=V_PROPS), "-incoming", "defer"])
+    dst.qt.qmp.cmd("migrate-incoming", uri=f"file:{path}")
+    return dst, wait_migration(dst)
+
+
+def virtio_adopt(v: VirtioTacc, dst: Tacc) -> VirtioTacc:
+    """The test driver's side of the virtqueues (indices, free descriptors) moves too."""
+    nv = VirtioTacc(dst)
+    nv.features, nv.buf_next = v.features, v.buf_next
+    nv.queues = []
+    for q in v.queues:
+        nq = copy.copy(q)
+        nq.drv, nq.free, nq.heads = nv, list(q.free), dict(q.heads)
+        nv.queues.append(nq)
+    return nv
+
+
+def virtio_gemm_job(v: VirtioTacc, ctx: int, rng: np.random.Generator, a_in: int,
+                    a_out: int, m: int = 24, n: int = 40, k: int = 32) -> np.ndarray:
+    """A and B written to the host BO at a_in (bound at V_HOST_VA), one job: both in,
+    GEMM in device memory, C out to the host BO at a_out (V_HOST_VA + 1 MiB); returns
+    numpy's C."""
+    A = rng.standard_normal((m, k), dtype=np.float32)
+    B = rng.standard_normal((k, n), dtype=np.float32)
+    v.qt.memwrite(a_in, A.tobytes() + B.tobytes())
+    ga, gb, gc = V_DEV_VA, V_DEV_VA + 0x10000, V_DEV_VA + 0x20000
+    v.submit([Job(ctx, 1, v.fence(ctx, 1)[0] + 1, [
+        d_copy(hw.TACC_OP_COPY_H2D, V_HOST_VA, ga, A.nbytes),
+        d_copy(hw.TACC_OP_COPY_H2D, V_HOST_VA + A.nbytes, gb, B.nbytes),
+        d_gemm(ga, gb, gc, m, n, k, k, n, n),
+        d_copy(hw.TACC_OP_COPY_D2H, gc, V_HOST_VA + 0x100000, m * n * 4)])])
+    [(st, nj, failed, _)] = v.wait_used()
+    assert (st, nj, failed) == (0, 1, 0)
+    return A.astype(np.float64) @ B
+
+
+def virtio_with_state(qemus: list[Tacc], path: Path | None = None):
+    """A source whose virtio function has two contexts (the second unused), a host BO in
+    scattered 4 KiB pages and a device BO bound in context 0, one GEMM job done; saved to
+    @path if given.  Returns (source, its driver, ctx, host BO handle, its pages)."""
+    rng = np.random.default_rng(3)
+    src, v = virtio_source()
+    qemus.append(src)
+    c = v.ctx_create()
+    assert v.ctx_create() == c + 1
+    a = src.alloc(2 << 20)
+    h = v.bo_host(c, a, 2 << 20, page_split=4096)
+    assert v.bind(c, h, V_HOST_VA, 2 << 20) == OK
+    st, hd = v.bo_create(c, 4 << 20, devmem=True)
+    assert st == OK and v.bind(c, hd, V_DEV_VA, 4 << 20) == OK
+    want = virtio_gemm_job(v, c, rng, a, a + 0x100000)
+    got = np.frombuffer(src.qt.memread(a + 0x100000, want.size * 4), np.float32)
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+    if path:
+        save(src, path)
+    return src, v, c, h, a
+
+
+def test_virtio_state_moves_and_work_goes_on(qemus, tmp_path):
+    """virtio-tacc's contexts, BOs, bindings, page tables, fences and counters arrive as
+    they were: a GEMM job in the old context and bindings on the destination is
+    numpy-correct, the handles and bind counts are the source's (a bound BO cannot be
+    destroyed, unbound it can), the next context is the source's next."""
+    src, v, c, h, a = virtio_with_state(qemus, tmp_path / "state")
+    names = ("cmds_completed", "jobs_completed", "h2d_bytes", "d2h_bytes", "flops")
+    cnt = {k: v.cnt(k) for k in names}
+    fence = v.fence(c, 1)
+    dst, st = virtio_load(tmp_path / "state")
+    qemus.append(dst)
+    assert st["status"] == "completed", (st, dst.qt.log())
+    dst.data_next = src.data_next
+    dv = virtio_adopt(v, dst)
+    assert {k: dv.cnt(k) for k in names} == cnt and dv.fence(c, 1) == fence == (1, 0, 0)
+    want = virtio_gemm_job(dv, c, np.random.default_rng(4), a, a + 0x100000)
+    got = np.frombuffer(dst.qt.memread(a + 0x100000, want.size * 4), np.float32)
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+    assert dv.fence(c, 1) == (2, 0, 0)
+    assert dv.cnt("jobs_completed") == cnt["jobs_completed"] + 1
+    assert dv.bo_destroy(c, h) == hw.TACC_VIRTIO_ERR_BUSY  # still bound
+    assert dv.unbind(c, V_HOST_VA, 2 << 20) == OK and dv.bo_destroy(c, h) == OK
+    assert dv.ctx_create() == c + 2
+    assert dv.ctx_destroy(c) == OK and dv.ctx_destroy(c + 1) == OK
+
+
+def test_virtio_jobs_in_flight_refuse_the_save(qemus, tmp_path):
+    """A submit buffer whose jobs are on the engines is not saved (its virtqueue element
+    and the jobs are not in the section): migrate fails with the backend's message, the
+    source runs on and completes the job; once it is used the save succeeds."""
+    src, v, c, _, _ = virtio_with_state(qemus)
+    v.submit([Job(c, 0, 1, [d_copy(hw.TACC_OP_COPY_H2D, V_HOST_VA, V_DEV_VA, 1 << 20)])])
+    src.qt.qmp.cmd("migrate", uri=f"file:{tmp_path / 'state'}")
+    st = wait_migration(src)
+    assert st["status"] == "failed", st
+    assert "virtio-tacc: migration: jobs queued or in flight on ring 0" in src.qt.log()
+    [(s, nj, failed, _)] = v.wait_used()
+    assert (s, nj, failed) == (0, 1, 0) and v.fence(c, 0) == (1, 0, 0)
+    save(src, tmp_path / "state")
+
+
+def test_virtio_bad_state_fails_the_load(qemus, tmp_path):
+    """A binding that names another BO handle, a BO whose size is not page aligned, a
+    page-table entry pointing at a page that does not exist: the load fails with the
+    backend's message (a walk of that table would dereference a missing page)."""
+    src, v, c, h, _ = virtio_with_state(qemus, tmp_path / "state")
+    data = (tmp_path / "state").read_bytes()
+    bind = struct.pack(">QQQI", V_HOST_VA, 2 << 20, 0, h)
+    bo = struct.pack(">IIBQQI", h, c, 0, 2 << 20, 0, 512)
+    # page ids are handed out from 1: context 0's root 1, context 1's 2, then the host
+    # binding's level-1 table 3 (its pages are scattered: 4 KiB leaves in table 4)
+    root = struct.pack(">IQ", 1, 3 << 12 | hw.TACC_PTE_VALID)
+    for rec, patched, why in (
+            (bind, struct.pack(">QQQI", V_HOST_VA, 2 << 20, 0, h + 100),
+             f"context {c} binding 0 (BO {h + 100}"),
+            (bo, struct.pack(">IIBQQI", h, c, 0, (2 << 20) + 8, 0, 512), f"BO {h} (context"),
+            (root, struct.pack(">IQ", 1, 999 << 12 | hw.TACC_PTE_VALID),
+             "page tables: not one tree per context")):
+        assert data.count(rec) == 1, why
+        (tmp_path / "bad").write_bytes(data.replace(rec, patched))
+        log = refused(qemus, tmp_path / "bad", virtio_load)
+        assert f"virtio-tacc: migration: {why}" in log, log
+    source_goes_on(src, src.pf)

@@ -337,10 +337,20 @@ static bool tacc_ring_size_ok(uint32_t size)
     return size >= 2 && size <= 4096 && is_power_of_2(size);
 }
 
-/* A loaded queue: sizes, indices and its state machine within limits. */
-static const char *tacc_queue_bad(const TaccQueue *q)
+/*
+ * A loaded queue: sizes, indices and its state machine within limits.  A
+ * queue a backend feeds (@fed: virtio-tacc) has no ring and is saved idle.
+ */
+static const char *tacc_queue_bad(const TaccQueue *q, bool fed)
 {
     bool busy = q->f_count || q->running || q->cqe_pending || q->list_on;
+
+    if (fed) {
+        return busy || q->sq_size || q->cq_size || q->sq_head || q->sq_tail ||
+               q->cq_head || q->cq_tail || q->f_head >= TACC_FIFO_DEPTH ||
+               (q->ctrl & ~(TACC_Q_CTRL_ENABLE | TACC_Q_CTRL_IRQ))
+               ? "a virtio-tacc queue that is not idle" : NULL;
+    }
 
     if ((q->sq_size && !tacc_ring_size_ok(q->sq_size)) ||
         (q->cq_size && !tacc_ring_size_ok(q->cq_size))) {
@@ -385,7 +395,7 @@ static int tacc_func_post_load(void *opaque, int version_id)
     TaccFunc *f = opaque;
 
     for (int qi = 0; qi < TACC_NUM_QUEUES; qi++) {
-        const char *bad = tacc_queue_bad(&f->q[qi]);
+        const char *bad = tacc_queue_bad(&f->q[qi], f->ops);
 
         if (bad) {
             error_report("tacc: migration: fn%d queue %d: %s (sq %u/%u/%u, "
@@ -410,17 +420,14 @@ static int tacc_func_post_load(void *opaque, int version_id)
     return 0;
 }
 
-static const VMStateDescription tacc_vmstate_func = {
-    .name = "tacc/func",
+/* What every function kind has (the PF, a VF, virtio-tacc): no PCI state */
+const VMStateDescription tacc_vmstate_func_regs = {
+    .name = "tacc/func-regs",
     .version_id = 1,
     .minimum_version_id = 1,
     .pre_save = tacc_func_pre_save,
     .post_load = tacc_func_post_load,
     .fields = (const VMStateField[]) {
-        VMSTATE_PCI_DEVICE(parent_obj, TaccFunc),
-        VMSTATE_MSIX(parent_obj, TaccFunc),
-        VMSTATE_STRUCT(parent_obj.exp.aer_log, TaccFunc, 0,
-                       vmstate_pcie_aer_log, PCIEAERLog),
         VMSTATE_UINT32(ctrl, TaccFunc),
         VMSTATE_UINT32(status_fatal, TaccFunc),
         VMSTATE_UINT32(irq_status, TaccFunc),
@@ -460,6 +467,28 @@ static const VMStateDescription tacc_vmstate_func = {
     }
 };
 
+/* A PCI function (PF, VF): config space, MSI-X and AER log, then the rest */
+static const VMStateDescription tacc_vmstate_func = {
+    .name = "tacc/func",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .fields = (const VMStateField[]) {
+        VMSTATE_PCI_DEVICE(parent_obj, TaccFunc),
+        VMSTATE_MSIX(parent_obj, TaccFunc),
+        VMSTATE_STRUCT(parent_obj.exp.aer_log, TaccFunc, 0,
+                       vmstate_pcie_aer_log, PCIEAERLog),
+        {
+            .name = "regs",
+            .version_id = 1,
+            .vmsd = &tacc_vmstate_func_regs,
+            .size = sizeof(TaccFunc),
+            .flags = VMS_STRUCT,
+            .offset = 0,
+        },
+        VMSTATE_END_OF_LIST()
+    }
+};
+
 /* The sample timer again, at its deadline in device time. */
 static void tacc_func_rearm(TaccFunc *f)
 {
@@ -494,6 +523,19 @@ static bool tacc_units_match(TaccFunc *f)
     return true;
 }
 
+/*
+ * A function other than the PF was loaded (after the PF's section): its
+ * queues agree with the PF's units, its sample timer runs again.
+ */
+bool tacc_vmstate_func_loaded(TaccFunc *f)
+{
+    if (!tacc_units_match(f)) {
+        return false;
+    }
+    tacc_func_rearm(f);
+    return true;
+}
+
 /* -------------------------------------------------------------- the PF -- */
 
 static int tacc_pf_pre_save(void *opaque)
@@ -518,10 +560,6 @@ static int tacc_pf_pre_save(void *opaque)
                          i);
             return -EBUSY;
         }
-    }
-    if (s->virtio) {
-        error_report("tacc: migration: a virtio-tacc function is attached");
-        return -EBUSY;
     }
     s->mig_dev_ns = tacc_dev_ns(s);
     s->mig_timer_dev = timer_pending(&s->timer)
@@ -757,11 +795,7 @@ static int tacc_vf_post_load(void *opaque, int version_id)
     TaccFunc *f = opaque;
 
     /* the PF's section came first: its units and device time are loaded */
-    if (!tacc_units_match(f)) {
-        return -EINVAL;
-    }
-    tacc_func_rearm(f);
-    return 0;
+    return tacc_vmstate_func_loaded(f) ? 0 : -EINVAL;
 }
 
 const VMStateDescription tacc_vmstate_vf = {

@@ -433,6 +433,8 @@ void tacc_policy_reset(TaccState *s, bool masks);
 /* tacc-vmstate.c */
 extern const VMStateDescription tacc_vmstate_pf;
 extern const VMStateDescription tacc_vmstate_vf;
+extern const VMStateDescription tacc_vmstate_func_regs;
+bool tacc_vmstate_func_loaded(TaccFunc *f);
 
 /* tacc-regs.c */
 extern const MemoryRegionOps tacc_bar0_ops;
