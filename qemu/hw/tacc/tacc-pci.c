@@ -733,7 +733,6 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
                                      &DEVICE(s)->mem_reentrancy_guard);
     s->reset_bh = qemu_bh_new_guarded(tacc_reset_bh, s,
                                       &DEVICE(s)->mem_reentrancy_guard);
-    s->vmse = qemu_add_vm_change_state_handler(tacc_vm_state_change, s);
 
     if (!tacc_init_func(f, errp)) {
         return;
@@ -752,7 +751,11 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_MSIX, TACC_VF_BAR_TYPE,
                                   TACC_MSIX_BAR_SIZE);
     }
-    tacc_lpm_init_l1ss(s, pdev, TACC_L1SS_CAP, errp);  /* L1.1/L1.2, LTR */
+    if (!tacc_lpm_init_l1ss(s, pdev, TACC_L1SS_CAP, errp)) {  /* L1.1/L1.2 */
+        return;
+    }
+    /* last: a realize that failed leaves no handler behind (exit is not run) */
+    s->vmse = qemu_add_vm_change_state_handler(tacc_vm_state_change, s);
 }
 
 static void tacc_vf_realize(PCIDevice *pdev, Error **errp)
