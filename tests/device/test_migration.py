@@ -294,6 +294,36 @@ def test_commands_in_flight_complete_as_on_the_source(qemus, tmp_path):
     assert from_dev(dvf1, 0, len(vdata)) == vdata
 
 
+def test_device_time_goes_on_across_two_moves(qemus, tmp_path):
+    """Source -> A -> B with a copy on the link all along: B completes it with the CQE
+    (times included) the resumed source gives over the same device time; DEVCLK on B reads
+    the source's clock although B's own clock has moved only since its load."""
+    src, pf, _ = source_with_vfs(1)
+    qemus.append(src)
+    src.qt.clock_step(5_000_000)
+    h = src.alloc(4 << 20)
+    pf.submit(0, pf.job_of(0, [d_copy(hw.TACC_OP_COPY_H2D, h, DEVMEM_VA, 4 << 20)])[1])
+    src.qt.clock_step(1000)
+    save(src, tmp_path / "a")
+    a, st = load(tmp_path / "a")
+    qemus.append(a)
+    assert st["status"] == "completed", (st, a.qt.log())
+    a.qt.clock_step(20_000)
+    save(a, tmp_path / "b")
+    b, st = load(tmp_path / "b")
+    qemus.append(b)
+    assert st["status"] == "completed", (st, b.qt.log())
+    (bpf,) = adopt(src, b, [pf])
+    src.qt.qmp.cmd("cont")
+    src.qt.clock_step(20_000)
+    assert bpf.r64(hw.TACC_REG_DEVCLK) == pf.r64(hw.TACC_REG_DEVCLK) == src.qt.clock()
+    assert src.qt.clock() == 5_021_000 and b.qt.clock() == 0
+    for t in (src, b):
+        t.qt.clock_step(1_000_000)
+    (want,), (got,) = pf.cqes(0), bpf.cqes(0)
+    assert got == want and got.status == OK and got.end > 5_021_000
+
+
 # ------------------------------------------------------------ bad streams --
 
 def prepared_stream(qemus: list[Tacc], path: Path) -> tuple[Tacc, Func]:
