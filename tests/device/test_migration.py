@@ -1,4 +1,4 @@
-"""Migration of the PF and its VFs (docs/hardware.md "Migration").
+"""Migration of the PF, its VFs and virtio-tacc (docs/hardware.md section 15).
 
 Each test starts its own source QEMU, saves it with QMP ``migrate`` to a file and loads
 that file into a second QEMU started with ``-incoming defer``.  The destination must
@@ -6,7 +6,8 @@ carry on where the source stopped: the same register values, device memory, coun
 and device time, commands that were on the engines complete with the results and the
 times the source gives them when it resumes, and new work runs.  A damaged stream
 (truncated, an index out of range, an unknown version) fails the load with a message;
-the source keeps running.
+the source keeps running.  virtio-tacc moves while no job is in flight (else the save
+is refused).
 """
 
 from __future__ import annotations

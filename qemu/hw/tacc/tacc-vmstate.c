@@ -590,7 +590,9 @@ static const char *tacc_unit_bad(TaccState *s, int i, TaccUnit *u)
     }
     if (r->link_kind < TACC_LINK_NONE || r->link_kind > TACC_LINK_D2H ||
         (r->link_kind == TACC_LINK_NONE ? u->link_left != 0
-                                        : u->link_left > r->link_payload)) {
+                                        : u->link_left > r->link_payload) ||
+        r->link_host_off >= TACC_LINK_RD_BOUNDARY ||
+        r->link_dev_off >= TACC_LINK_RD_BOUNDARY) {
         return "link transfer";
     }
     if (r->land && ((d->opcode != TACC_OP_COPY_H2D &&
