@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import struct
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -155,7 +156,7 @@ def source_with_vfs(nvfs: int = 2) -> tuple[Tacc, Func, list[Func]]:
 
 
 @pytest.fixture
-def qemus():
+def qemus() -> Iterator[list[Tacc]]:
     """Every QEMU a test starts is closed at its end."""
     started: list[Tacc] = []
     yield started
@@ -168,7 +169,7 @@ def qemus():
 
 # ------------------------------------------------------------------- tests --
 
-def test_state_moves_and_work_goes_on(qemus, tmp_path):
+def test_state_moves_and_work_goes_on(qemus: list[Tacc], tmp_path: Path) -> None:
     """Registers, device memory, counters and device time arrive as they were; the PF and
     a VF run new work on the destination with numpy-correct results."""
     rng = np.random.default_rng(7)
@@ -236,7 +237,7 @@ def test_state_moves_and_work_goes_on(qemus, tmp_path):
     assert dpf.r32(hw.TACC_REG_TRACE_PROD) > before[0]["TRACE_PROD"]
 
 
-def test_commands_in_flight_complete_as_on_the_source(qemus, tmp_path):
+def test_commands_in_flight_complete_as_on_the_source(qemus: list[Tacc], tmp_path: Path) -> None:
     """Commands on the engines at save time (a long H2D copy part-way over the link, a
     GEMM whose worker computed C, a D2H copy queued behind them) complete on the
     destination with the data and the completion times the source gives them when it
@@ -295,7 +296,7 @@ def test_commands_in_flight_complete_as_on_the_source(qemus, tmp_path):
     assert from_dev(dvf1, 0, len(vdata)) == vdata
 
 
-def test_device_time_goes_on_across_two_moves(qemus, tmp_path):
+def test_device_time_goes_on_across_two_moves(qemus: list[Tacc], tmp_path: Path) -> None:
     """Source -> A -> B with a copy on the link all along: B completes it with the CQE
     (times included) the resumed source gives over the same device time; DEVCLK on B reads
     the source's clock although B's own clock has moved only since its load."""
@@ -347,7 +348,10 @@ def source_goes_on(src: Tacc, pf: Func) -> None:
     assert from_dev(pf, 8192, 4096, q=1) == b"\xa5" * 4096
 
 
-def refused(qemus: list[Tacc], path: Path, loader=load) -> str:
+Loader = Callable[[Path], tuple[Tacc, dict]]
+
+
+def refused(qemus: list[Tacc], path: Path, loader: Loader = load) -> str:
     """Load @path (with @loader), which must fail: the destination's messages."""
     dst, st = loader(path)
     qemus.append(dst)
@@ -364,7 +368,7 @@ def queue_record(pf: Func, q: int) -> bytes:
     return struct.pack(">QQII", pf.sq_addr(q), pf.cq_addr(q), pf.sq_size, pf.cq_size)
 
 
-def test_truncated_stream_fails_the_load(qemus, tmp_path):
+def test_truncated_stream_fails_the_load(qemus: list[Tacc], tmp_path: Path) -> None:
     src, pf = prepared_stream(qemus, tmp_path / "state")
     data = (tmp_path / "state").read_bytes()
     at = data.index(queue_record(pf, 1))  # in the middle of the PF's section
@@ -381,7 +385,8 @@ def test_truncated_stream_fails_the_load(qemus, tmp_path):
     (0, 1, 16, 0, "ring size"),                      # sq_size 257
     (1, 0, 28, 8, "SQ head/tail beyond the ring"),   # VF1's sq_head 1 << 8 (its section)
 ])
-def test_bad_index_fails_the_load(qemus, tmp_path, fn, q, offset, bit, why):
+def test_bad_index_fails_the_load(qemus: list[Tacc], tmp_path: Path, fn: int, q: int,
+                                  offset: int, bit: int, why: str) -> None:
     """A bit flipped in a queue index of the PF's or a VF's section: the load fails with
     the device's message naming the function, the queue and the reason."""
     src, pf = prepared_stream(qemus, tmp_path / "state")
@@ -423,7 +428,9 @@ def gemm_in_flight(qemus: list[Tacc], path: Path) -> tuple[Tacc, Func, bytes, in
     ("GEMM m", lambda d, u, g: struct.pack_into(">Q", d, g + 1, 0), "bad GEMM result"),
     ("GEMM n", lambda d, u, g: struct.pack_into(">Q", d, g + 9, 4097), "bad GEMM result"),
 ])
-def test_bad_unit_fails_the_load(qemus, tmp_path, what, patch, why):
+def test_bad_unit_fails_the_load(qemus: list[Tacc], tmp_path: Path, what: str,
+                                 patch: Callable[[bytearray, int, int], None],
+                                 why: str) -> None:
     """The command on an engine: its queue, function, engine and GEMM result are checked
     (a queue index out of range would index past the function's queues)."""
     src, pf, data, unit = gemm_in_flight(qemus, tmp_path / "state")
@@ -436,7 +443,7 @@ def test_bad_unit_fails_the_load(qemus, tmp_path, what, patch, why):
     source_goes_on(src, pf)
 
 
-def test_unknown_version_fails_the_load(qemus, tmp_path):
+def test_unknown_version_fails_the_load(qemus: list[Tacc], tmp_path: Path) -> None:
     """The section is versioned: a stream from a newer layout is refused by name."""
     src, pf = prepared_stream(qemus, tmp_path / "state")
     data = bytearray((tmp_path / "state").read_bytes())
@@ -451,7 +458,7 @@ def test_unknown_version_fails_the_load(qemus, tmp_path):
     source_goes_on(src, pf)
 
 
-def test_host_work_is_quiesced_before_save(qemus, tmp_path):
+def test_host_work_is_quiesced_before_save(qemus: list[Tacc], tmp_path: Path) -> None:
     """A device with every kind of state at once (a GEMM on a worker, a sliced copy, a
     trace ring, fetched commands waiting) saves: the stop quiesces it first."""
     src = Tacc(PROPS + ",x-host-slice=65536")
@@ -480,7 +487,7 @@ def test_host_work_is_quiesced_before_save(qemus, tmp_path):
     assert [c.status for c in dpf.cqes(2)] == [OK]
 
 
-def test_link_power_and_aer_state_move(qemus, tmp_path):
+def test_link_power_and_aer_state_move(qemus: list[Tacc], tmp_path: Path) -> None:
     """Behind a root port, ASPM L1 enabled on both ends and the link idle in L1, an AER
     correctable error logged: the PF's and the root port's config space and the link PM
     registers arrive as they were, and the next copy wakes the link at the same time on
@@ -587,7 +594,8 @@ def virtio_gemm_job(v: VirtioTacc, ctx: int, rng: np.random.Generator, a_in: int
     return A.astype(np.float64) @ B
 
 
-def virtio_with_state(qemus: list[Tacc], path: Path | None = None):
+def virtio_with_state(qemus: list[Tacc], path: Path | None = None
+                      ) -> tuple[Tacc, VirtioTacc, int, int, int]:
     """A source whose virtio function has two contexts (the second unused), a host BO in
     scattered 4 KiB pages and a device BO bound in context 0, one GEMM job done; saved to
     @path if given.  Returns (source, its driver, ctx, host BO handle, its pages)."""
@@ -609,7 +617,7 @@ def virtio_with_state(qemus: list[Tacc], path: Path | None = None):
     return src, v, c, h, a
 
 
-def test_virtio_state_moves_and_work_goes_on(qemus, tmp_path):
+def test_virtio_state_moves_and_work_goes_on(qemus: list[Tacc], tmp_path: Path) -> None:
     """virtio-tacc's contexts, BOs, bindings, page tables, fences and counters arrive as
     they were: a GEMM job in the old context and bindings on the destination is
     numpy-correct, the handles and bind counts are the source's (a bound BO cannot be
@@ -635,7 +643,7 @@ def test_virtio_state_moves_and_work_goes_on(qemus, tmp_path):
     assert dv.ctx_destroy(c) == OK and dv.ctx_destroy(c + 1) == OK
 
 
-def test_virtio_jobs_in_flight_refuse_the_save(qemus, tmp_path):
+def test_virtio_jobs_in_flight_refuse_the_save(qemus: list[Tacc], tmp_path: Path) -> None:
     """A submit buffer whose jobs are on the engines is not saved (its virtqueue element
     and the jobs are not in the section): migrate fails with the backend's message, the
     source runs on and completes the job; once it is used the save succeeds."""
@@ -650,7 +658,7 @@ def test_virtio_jobs_in_flight_refuse_the_save(qemus, tmp_path):
     save(src, tmp_path / "state")
 
 
-def test_virtio_bad_state_fails_the_load(qemus, tmp_path):
+def test_virtio_bad_state_fails_the_load(qemus: list[Tacc], tmp_path: Path) -> None:
     """A binding that names another BO handle, a BO whose size is not page aligned, a
     page-table entry pointing at a page that does not exist: the load fails with the
     backend's message (a walk of that table would dereference a missing page)."""
