@@ -26,6 +26,7 @@ from tacc.hw.records import Cqe, d_copy, d_gemm
 from tacc.testing.qtest import QEMU, QTestError
 from tacc.testing.taccdev import DEVMEM_VA, Func, Tacc
 from tacc.testing.virtiodev import Job, VirtioTacc, device_arg
+from test_iommu import DMAR, HOLE, iommu_on
 
 OK = hw.TACC_ST_OK
 PROPS = "sriov-max-vfs=4"
@@ -324,6 +325,41 @@ def test_device_time_goes_on_across_two_moves(qemus: list[Tacc], tmp_path: Path)
         t.qt.clock_step(1_000_000)
     (want,), (got,) = pf.cqes(0), bpf.cqes(0)
     assert got == want and got.status == OK and got.end > 5_021_000
+
+
+def test_dma_goes_through_the_viommu_after_a_move(qemus: list[Tacc], tmp_path: Path) -> None:
+    """With intel-iommu translating the PF's DMA, a copy on the link at save lands on the
+    destination through the destination's vIOMMU (its state came first), and a copy from
+    an IOVA the IOMMU does not map still fails there with DMA_ERROR and a DMAR fault."""
+    pre = ["-device", "intel-iommu"]
+    src = Tacc("sriov-max-vfs=0", pre=pre)
+    qemus.append(src)
+    pf = src.pf
+    root0 = iommu_on(src)
+    pf.reset()
+    pf.set_ptbr(0, root0)
+    data = np.random.default_rng(5).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+    h = 0x0200_0000
+    src.qt.memwrite(h, data)
+    pf.submit(0, pf.job_of(0, [d_copy(hw.TACC_OP_COPY_H2D, h, DEVMEM_VA, len(data))])[1])
+    src.qt.clock_step(1000)
+    save(src, tmp_path / "state")
+    dst = Tacc("sriov-max-vfs=0", pre=pre, extra=["-incoming", "defer"])
+    qemus.append(dst)
+    dst.qt.qmp.cmd("migrate-incoming", uri=f"file:{tmp_path / 'state'}")
+    st = wait_migration(dst)
+    assert st["status"] == "completed", (st, dst.qt.log())
+    (dpf,) = adopt(src, dst, [pf])
+    dst.qt.clock_step(1_000_000)
+    (cq,) = dpf.cqes(0)
+    assert cq.status == OK
+    out = 0x0280_0000
+    assert dpf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA, out, len(data))]).status == OK
+    assert dst.qt.memread(out, len(data)) == data
+    assert dst.qt.readl(DMAR + 0x34) & 2 == 0  # no DMAR fault so far
+    cq = dpf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, HOLE[0], DEVMEM_VA, 64)])
+    assert cq.status == hw.TACC_ST_DMA_ERROR
+    assert dst.qt.readl(DMAR + 0x34) & 2  # FSTS.PPF
 
 
 # ------------------------------------------------------------ bad streams --
