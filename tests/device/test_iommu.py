@@ -54,11 +54,9 @@ class VtdTables:
             self.qt.memwrite(a, bytes(b))
 
 
-@pytest.fixture(scope="module")
-def vdev():
-    if not QEMU.exists():
-        pytest.skip("QEMU not built")
-    d = Tacc("sriov-max-vfs=0", pre=["-device", "intel-iommu"])
+def iommu_on(d: Tacc) -> int:
+    """Translation on in the vIOMMU for the PF: IOVA == GPA for 0 .. MAPPED except the
+    HOLE; returns the device page-table root (context 0) it maps."""
     qt = d.qt
     root0 = d.map_default()  # device page tables (at IOVA == GPA, mapped below)
     vt = VtdTables(qt)
@@ -76,6 +74,15 @@ def vdev():
     assert qt.readl(DMAR + 0x1C) & (1 << 30)
     qt.writel(DMAR + 0x18, 1 << 31)  # TE
     assert qt.readl(DMAR + 0x1C) & (1 << 31)
+    return root0
+
+
+@pytest.fixture(scope="module")
+def vdev():
+    if not QEMU.exists():
+        pytest.skip("QEMU not built")
+    d = Tacc("sriov-max-vfs=0", pre=["-device", "intel-iommu"])
+    root0 = iommu_on(d)
     d.pf.reset()
     d.pf.set_ptbr(0, root0)
     yield d

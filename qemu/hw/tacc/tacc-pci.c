@@ -44,9 +44,15 @@
 
 /* ---------------------------------------------------------- helpers ---- */
 
+/* Device time, ns: the virtual clock, continued across a migration. */
+int64_t tacc_dev_ns(TaccState *s)
+{
+    return qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) + s->dev_clock_off;
+}
+
 uint64_t tacc_now_ps(TaccState *s)
 {
-    return (uint64_t)qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) * PS_PER_NS;
+    return (uint64_t)tacc_dev_ns(s) * PS_PER_NS;
 }
 
 TaccFunc *tacc_func(TaccState *s, int fn)
@@ -507,6 +513,55 @@ static void tacc_reset_hold(Object *obj, ResetType type)
     tacc_device_reset(f);
 }
 
+/* ------------------------------------------------------- quiescing ---- */
+
+/*
+ * Finish the host work the device has in progress: the model's big
+ * copies/eltwise/FILL/GEMM gathers (inline, as a register read would), every
+ * GEMM worker (joined: its result waits in host memory for the command's
+ * modelled completion), the parked workers of aborted GEMMs and a deferred
+ * reset.  Modelled time is not changed by it.  Then the device has nothing
+ * running on the host and its state can be saved (tacc-vmstate.c).
+ */
+void tacc_quiesce(TaccState *s)
+{
+    if (s->reset_pending && !s->in_run && !s->dma_depth) {
+        tacc_reset_bh(s);
+    }
+    if (!tacc_enter(s, &s->func, "quiesce")) {
+        return;
+    }
+    tacc_sched_run(s);
+    for (int i = 0; i < TACC_NUM_UNITS; i++) {
+        TaccGemmJob *j = s->unit[i].res.gemm;
+
+        if (s->unit[i].busy && j && j->threaded) {
+            qemu_thread_join(&j->thread);   /* bounded: 2^30 multiply-adds */
+            j->threaded = false;
+        }
+    }
+    tacc_gemm_reap(s, true);
+    tacc_leave(s);
+    trace_tacc_quiesce(tacc_dev_ns(s));
+}
+
+/*
+ * The VM stops (a migration's last stage, a snapshot, a pause): quiesce,
+ * before the last pass over RAM, so the data the host work wrote is in it.
+ * The device writes its memory through a pointer, not the memory API, so
+ * all of it is marked dirty for that pass (zero pages cost little).
+ */
+static void tacc_vm_state_change(void *opaque, bool running, RunState state)
+{
+    TaccState *s = opaque;
+
+    if (running) {
+        return;
+    }
+    tacc_quiesce(s);
+    memory_region_set_dirty(&s->devmem_mr, 0, s->devmem_size);
+}
+
 /* ----------------------------------------------------------- realize ---- */
 
 /*
@@ -662,7 +717,15 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
 
     f->pf = s;
     f->fn = 0;
-    s->devmem = g_malloc0(s->devmem_size);     /* lazily backed by the OS */
+    /*
+     * Device memory is RAM of its own (lazily backed by the OS), registered
+     * for migration under the device's path: it moves with guest RAM.
+     */
+    if (!memory_region_init_ram(&s->devmem_mr, OBJECT(s), "tacc.devmem",
+                                s->devmem_size, errp)) {
+        return;
+    }
+    s->devmem = memory_region_get_ram_ptr(&s->devmem_mr);
     s->tlb = g_new0(TaccTlbEntry, s->tlb_entries);
     tacc_policy_reset(s, true);
     timer_init_ns(&s->timer, QEMU_CLOCK_VIRTUAL, tacc_sched_timer, s);
@@ -688,7 +751,11 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_MSIX, TACC_VF_BAR_TYPE,
                                   TACC_MSIX_BAR_SIZE);
     }
-    tacc_lpm_init_l1ss(s, pdev, TACC_L1SS_CAP, errp);  /* L1.1/L1.2, LTR */
+    if (!tacc_lpm_init_l1ss(s, pdev, TACC_L1SS_CAP, errp)) {  /* L1.1/L1.2 */
+        return;
+    }
+    /* last: a realize that failed leaves no handler behind (exit is not run) */
+    s->vmse = qemu_add_vm_change_state_handler(tacc_vm_state_change, s);
 }
 
 static void tacc_vf_realize(PCIDevice *pdev, Error **errp)
@@ -732,6 +799,10 @@ static void tacc_pf_exit(PCIDevice *pdev)
     }
     s->host_unit = NULL;
     tacc_gemm_reap(s, true);        /* cancelled workers: at most a row each */
+    if (s->vmse) {
+        qemu_del_vm_change_state_handler(s->vmse);
+        s->vmse = NULL;
+    }
     qemu_bh_delete(s->host_bh);
     qemu_bh_delete(s->reset_bh);
     s->reset_bh = NULL;
@@ -740,7 +811,8 @@ static void tacc_pf_exit(PCIDevice *pdev)
         pcie_sriov_pf_exit(pdev);
     }
     tacc_exit_func(&s->func);
-    g_free(s->devmem);
+    vmstate_unregister_ram(&s->devmem_mr, DEVICE(s));
+    s->devmem = NULL;
     g_free(s->tlb);
 }
 
@@ -968,12 +1040,6 @@ static const Property tacc_props[] = {
     DEFINE_PROP_SIZE("x-gemm-host-max", TaccState, gemm_host_max, 1 * GiB),
 };
 
-/* Device memory, in-flight commands and host threads are not migrated. */
-static const VMStateDescription tacc_vmstate = {
-    .name = "tacc",
-    .unmigratable = 1,
-};
-
 static void tacc_func_class_init(ObjectClass *oc, void *data)
 {
     DeviceClass *dc = DEVICE_CLASS(oc);
@@ -984,7 +1050,6 @@ static void tacc_func_class_init(ObjectClass *oc, void *data)
     pc->class_id = TACC_PCI_CLASS >> 8;
     pc->revision = TACC_PCI_REVISION;
     rc->phases.hold = tacc_reset_hold;
-    dc->vmsd = &tacc_vmstate;
     set_bit(DEVICE_CATEGORY_MISC, dc->categories);
 }
 
@@ -997,6 +1062,7 @@ static void tacc_pf_class_init(ObjectClass *oc, void *data)
     pc->exit = tacc_pf_exit;
     pc->device_id = TACC_PCI_DEVICE_ID_PF;
     dc->desc = "tacc ML accelerator (PF)";
+    dc->vmsd = &tacc_vmstate_pf;
     device_class_set_props(dc, tacc_props);
 }
 
@@ -1009,6 +1075,7 @@ static void tacc_vf_class_init(ObjectClass *oc, void *data)
     pc->exit = tacc_vf_exit;
     pc->device_id = TACC_PCI_DEVICE_ID_VF;
     dc->desc = "tacc ML accelerator (VF)";
+    dc->vmsd = &tacc_vmstate_vf;
     dc->user_creatable = false;
 }
 

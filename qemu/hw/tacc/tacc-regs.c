@@ -45,7 +45,7 @@ static bool tacc_reg64(TaccFunc *f, hwaddr reg, uint64_t *v)
         *v = size;
         return true;
     case TACC_REG_DEVCLK:
-        *v = qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL);
+        *v = tacc_dev_ns(s);
         return true;
     case TACC_REG_HOSTCLK:
         *v = qemu_clock_get_ns(QEMU_CLOCK_HOST);
@@ -634,7 +634,7 @@ static uint64_t tacc_bar2_read(void *opaque, hwaddr addr, unsigned size)
             v = f->cnt[slot];
         } else if (!f->fn) {
             v = slot == TACC_CNT_uptime_ticks
-                ? (uint64_t)qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL)
+                ? (uint64_t)tacc_dev_ns(s)
                 : s->gcnt[slot];
         }
     }

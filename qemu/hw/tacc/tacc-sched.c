@@ -906,7 +906,7 @@ static void tacc_sched_advance(TaccState *s, bool wait_host)
         if (s->lpm_fetch_ps) {
             next = MIN(next, s->lpm_fetch_ps);
         }
-        timer_mod(&s->timer, DIV_ROUND_UP(next, PS_PER_NS));
+        timer_mod(&s->timer, DIV_ROUND_UP(next, PS_PER_NS) - s->dev_clock_off);
     } else {
         timer_del(&s->timer);
     }

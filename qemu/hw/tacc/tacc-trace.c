@@ -178,6 +178,7 @@ static void tacc_sample_timer_locked(TaccFunc *f)
     struct tacc_sample_hdr h;
     uint64_t *slots = (uint64_t *)(buf + sizeof(h));
     int64_t now = qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL);
+    int64_t dev_now = now + s->dev_clock_off;
 
     if (!tacc_func_active(f) || f->sample_period < TACC_SAMPLE_MIN_PERIOD_NS ||
         !tacc_ring_ok(f->sample_base, f->sample_size, 8)) {
@@ -189,7 +190,7 @@ static void tacc_sample_timer_locked(TaccFunc *f)
     h.version = cpu_to_le32(TACC_CNT_VERSION);
     h.nslots = cpu_to_le32(f->fn ? TACC_SAMPLE_SLOTS : 2 * TACC_SAMPLE_SLOTS);
     h.seq = cpu_to_le64(f->sample_seq++);
-    h.devclk = cpu_to_le64(now);
+    h.devclk = cpu_to_le64(dev_now);
     memcpy(buf, &h, sizeof(h));
     for (int i = 0; i < TACC_SAMPLE_SLOTS; i++) {
         uint64_t v = f->cnt[i];
@@ -206,7 +207,7 @@ static void tacc_sample_timer_locked(TaccFunc *f)
             } else if (i == TACC_CNT_SLOT_GEN) {
                 v = s->cnt_gen;
             } else if (i == TACC_CNT_uptime_ticks) {
-                v = now;
+                v = dev_now;
             }
             slots[TACC_SAMPLE_SLOTS + i] = cpu_to_le64(v);
         }

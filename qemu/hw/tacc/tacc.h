@@ -29,6 +29,8 @@
 #include "system/dma.h"
 #include "qemu/timer.h"
 #include "qemu/thread.h"
+#include "system/runstate.h"
+#include "migration/vmstate.h"
 #include "qom/object.h"
 #include "tacc_hw.h"
 
@@ -253,6 +255,8 @@ struct TaccFunc {
     uint64_t busy_ps[TACC_NUM_ENGINES];
     uint64_t stall_ps;
     uint8_t rr_queue[TACC_NUM_CLASSES];
+
+    int64_t mig_sample_dev;     /* migration: sample deadline, device ns */
 };
 
 /* What a TLP capture needs of a transfer (tacc-tlpcap.c). */
@@ -328,7 +332,8 @@ struct TaccState {
     bool fi_corrupt_next_cqe;
     bool fi_fatal;
 
-    uint8_t *devmem;
+    MemoryRegion devmem_mr;     /* device memory: migratable RAM */
+    uint8_t *devmem;            /* its host pointer */
     uint64_t vf_mem_base[TACC_MAX_VFS], vf_mem_size[TACC_MAX_VFS];
     TaccFunc *virtio;           /* attached virtio-tacc function, or NULL */
     uint64_t virtio_mem_base, virtio_mem_size;
@@ -394,9 +399,21 @@ struct TaccState {
      */
     uint64_t gemm_host_max;
     uint64_t gemm_host_bytes[TACC_NUM_FUNCS];
+
+    /*
+     * Device time: QEMU's virtual clock plus dev_clock_off, which is 0 until
+     * an incoming migration sets it so that device time goes on from the
+     * saved value whatever the destination's clock reads (tacc-vmstate.c).
+     */
+    int64_t dev_clock_off;
+    int64_t mig_dev_ns;         /* migration: device time at save */
+    int64_t mig_timer_dev;      /* migration: scheduler deadline, or -1 */
+    VMChangeStateEntry *vmse;   /* stopping quiesces host work */
 };
 
 /* tacc-pci.c */
+int64_t tacc_dev_ns(TaccState *s);
+void tacc_quiesce(TaccState *s);
 TaccFunc *tacc_func(TaccState *s, int fn);     /* NULL if not enabled */
 void tacc_func_reset(TaccFunc *f);
 void tacc_irq_cause(TaccFunc *f, uint32_t cause);
@@ -412,6 +429,12 @@ MemTxResult tacc_func_dma(TaccFunc *f, uint64_t addr, void *buf, uint64_t len,
                           bool write);
 uint32_t tacc_queue_mask(TaccFunc *f);
 void tacc_policy_reset(TaccState *s, bool masks);
+
+/* tacc-vmstate.c */
+extern const VMStateDescription tacc_vmstate_pf;
+extern const VMStateDescription tacc_vmstate_vf;
+extern const VMStateDescription tacc_vmstate_func_regs;
+bool tacc_vmstate_func_loaded(TaccFunc *f);
 
 /* tacc-regs.c */
 extern const MemoryRegionOps tacc_bar0_ops;

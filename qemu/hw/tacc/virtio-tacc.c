@@ -20,6 +20,8 @@
 #include "qemu/osdep.h"
 #include "qemu/iov.h"
 #include "qemu/log.h"
+#include "qemu/error-report.h"
+#include "migration/qemu-file-types.h"
 #include "qemu/main-loop.h"
 #include "qemu/module.h"
 #include "qapi/error.h"
@@ -1540,9 +1542,375 @@ static const Property vt_properties[] = {
                       TACC_VIRTIO_F_TRACE_V3, true),
 };
 
+/* ------------------------------------------------------ migration ---- */
+
+/*
+ * The backend's state (docs/hardware.md "Migration"): the function's registers
+ * and queues (tacc_vmstate_func_regs), contexts with their bindings, BOs and
+ * the page-table pages, saved while no job is queued or in flight (a batch
+ * holds its virtqueue element until all its jobs complete: pre_save refuses
+ * then).  The fence slots are a RAM block (memory_region_init_rom) and move
+ * with guest RAM.
+ */
+static int vt_pre_save(void *opaque)
+{
+    VirtIOTacc *vt = opaque;
+
+    if (vt->detached) {
+        error_report("virtio-tacc: migration: its tacc PF was removed");
+        return -EINVAL;
+    }
+    for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+        if (!QSIMPLEQ_EMPTY(&vt->pending[r]) ||
+            !QSIMPLEQ_EMPTY(&vt->inflight[r])) {
+            error_report("virtio-tacc: migration: jobs queued or in flight on "
+                         "ring %d: migrate when its submit buffers are used",
+                         r);
+            return -EBUSY;
+        }
+    }
+    return 0;
+}
+
+static int vt_tables_put(QEMUFile *f, void *pv, size_t size,
+                         const VMStateField *field, JSONWriter *vmdesc)
+{
+    VirtIOTacc *vt = pv;
+    GHashTableIter it;
+    gpointer v;
+
+    qemu_put_be32(f, vt->pt_used);
+    for (uint32_t id = 1; id <= TACC_VIRTIO_MAX_PT_PAGES; id++) {
+        if (vt->pt[id]) {
+            qemu_put_be32(f, id);
+            for (int i = 0; i < TACC_PT_ENTRIES; i++) {
+                qemu_put_be64(f, vt->pt[id][i]);
+            }
+        }
+    }
+    qemu_put_be32(f, g_hash_table_size(vt->bos));
+    g_hash_table_iter_init(&it, vt->bos);
+    while (g_hash_table_iter_next(&it, NULL, &v)) {
+        VtBo *bo = v;
+
+        qemu_put_be32(f, bo->handle);
+        qemu_put_be32(f, bo->ctx);
+        qemu_put_byte(f, bo->devmem);
+        qemu_put_be64(f, bo->size);
+        qemu_put_be64(f, bo->dev_off);
+        qemu_put_be32(f, bo->nents);
+        for (uint32_t i = 0; i < bo->nents; i++) {
+            qemu_put_be64(f, bo->ents[i].addr);
+            qemu_put_be32(f, bo->ents[i].length);
+        }
+    }
+    for (int c = 0; c < TACC_NUM_CONTEXTS; c++) {
+        VtCtx *ctx = &vt->ctx[c];
+
+        qemu_put_byte(f, ctx->used);
+        if (!ctx->used) {
+            continue;
+        }
+        qemu_put_be32(f, ctx->root);
+        for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+            qemu_put_be64(f, ctx->last_seqno[r]);
+        }
+        qemu_put_be32(f, ctx->binds->len);
+        for (guint i = 0; i < ctx->binds->len; i++) {
+            VtBind *b = &g_array_index(ctx->binds, VtBind, i);
+
+            qemu_put_be64(f, b->va);
+            qemu_put_be64(f, b->size);
+            qemu_put_be64(f, b->offset);
+            qemu_put_be32(f, b->bo->handle);
+            qemu_put_byte(f, b->ro);
+        }
+    }
+    return 0;
+}
+
+/* A loaded host BO's page list: the checks of BO_CREATE. */
+static bool vt_ents_ok(const VtBo *bo)
+{
+    uint64_t total = 0;
+
+    for (uint32_t i = 0; i < bo->nents; i++) {
+        uint64_t a = bo->ents[i].addr;
+        uint32_t l = bo->ents[i].length;
+
+        if (!l || ((a | l) & (VT_PAGE - 1)) || a + l < a ||
+            ((a + l - 1) & ~TACC_PTE_ADDR_MASK & ~(VT_PAGE - 1))) {
+            return false;
+        }
+        total += l;
+    }
+    return total == bo->size;
+}
+
+/*
+ * Claim page @id at @level and, below level 2, the pages its valid entries
+ * that are not 2 MiB leaves point at: each must exist and be claimed once.
+ */
+static bool vt_pt_claim(VirtIOTacc *vt, uint8_t *seen, uint32_t id, int level,
+                        uint32_t *claimed)
+{
+    if (!id || id > TACC_VIRTIO_MAX_PT_PAGES || !vt->pt[id] || seen[id]) {
+        return false;
+    }
+    seen[id] = 1;
+    (*claimed)++;
+    for (int i = 0; level < 2 && i < TACC_PT_ENTRIES; i++) {
+        uint64_t e = vt->pt[id][i];
+
+        if ((e & TACC_PTE_VALID) && !(e & TACC_PTE_HUGE) &&
+            !vt_pt_claim(vt, seen, (e & TACC_PTE_ADDR_MASK) >> 12, level + 1,
+                         claimed)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Page-table pages form one tree per context, and every page is in one. */
+static bool vt_pt_trees_ok(VirtIOTacc *vt)
+{
+    g_autofree uint8_t *seen = g_new0(uint8_t, TACC_VIRTIO_MAX_PT_PAGES + 1);
+    uint32_t claimed = 0;
+
+    for (int c = 0; c < TACC_NUM_CONTEXTS; c++) {
+        if (vt->ctx[c].used &&
+            !vt_pt_claim(vt, seen, vt->ctx[c].root, 0, &claimed)) {
+            return false;
+        }
+    }
+    return claimed == vt->pt_used;
+}
+
+/*
+ * Drop contexts, BOs and page-table pages as they are, without walking the
+ * tables (a stream being loaded may not hold trees): by page id.
+ */
+static void vt_tables_drop(VirtIOTacc *vt)
+{
+    for (int c = 0; c < TACC_NUM_CONTEXTS; c++) {
+        if (vt->ctx[c].binds) {
+            g_array_free(vt->ctx[c].binds, true);
+        }
+        memset(&vt->ctx[c], 0, sizeof(vt->ctx[c]));
+        vt->func.ptbr[c] = 0;
+    }
+    g_hash_table_remove_all(vt->bos);
+    for (uint32_t id = 1; id <= TACC_VIRTIO_MAX_PT_PAGES; id++) {
+        g_free(vt->pt[id]);
+        vt->pt[id] = NULL;
+    }
+    vt->pt_used = 0;
+    tacc_tlb_invalidate(vt->pf, TACC_FN_VIRTIO, -1);
+}
+
+#define VT_LOAD_BAD(...) do {                                       \
+        error_report("virtio-tacc: migration: " __VA_ARGS__);       \
+        goto bad;                                                   \
+    } while (0)
+
+static int vt_tables_get(QEMUFile *f, void *pv, size_t size,
+                         const VMStateField *field)
+{
+    VirtIOTacc *vt = pv;
+    uint64_t wbase, wsize;
+    uint32_t n, nbos;
+
+    tacc_window(&vt->func, &wbase, &wsize);     /* the PF's was loaded */
+    vt_tables_drop(vt);
+    n = qemu_get_be32(f);
+    if (n > TACC_VIRTIO_MAX_PT_PAGES) {
+        VT_LOAD_BAD("%u page-table pages", n);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t id = qemu_get_be32(f);
+
+        if (qemu_file_get_error(f)) {
+            goto bad;
+        }
+        if (!id || id > TACC_VIRTIO_MAX_PT_PAGES || vt->pt[id]) {
+            VT_LOAD_BAD("page-table page id %u", id);
+        }
+        vt->pt[id] = g_new(uint64_t, TACC_PT_ENTRIES);
+        vt->pt_used++;
+        for (int e = 0; e < TACC_PT_ENTRIES; e++) {
+            vt->pt[id][e] = qemu_get_be64(f);
+        }
+    }
+    nbos = qemu_get_be32(f);
+    if (nbos > TACC_VIRTIO_MAX_BOS) {
+        VT_LOAD_BAD("%u BOs", nbos);
+    }
+    for (uint32_t i = 0; i < nbos; i++) {
+        g_autofree VtBo *bo = g_new0(VtBo, 1);
+        uint8_t devmem;
+
+        bo->handle = qemu_get_be32(f);
+        bo->ctx = qemu_get_be32(f);
+        devmem = qemu_get_byte(f);
+        bo->devmem = devmem;
+        bo->size = qemu_get_be64(f);
+        bo->dev_off = qemu_get_be64(f);
+        bo->nents = qemu_get_be32(f);
+        if (qemu_file_get_error(f)) {
+            goto bad;
+        }
+        if (!bo->handle || bo->ctx >= TACC_NUM_CONTEXTS || devmem > 1 ||
+            !bo->size || bo->size > TACC_VIRTIO_MAX_BO_SIZE ||
+            (bo->size & (VT_PAGE - 1)) ||
+            g_hash_table_contains(vt->bos, GUINT_TO_POINTER(bo->handle)) ||
+            (bo->devmem ? bo->nents || (bo->dev_off & (VT_PAGE - 1)) ||
+                          bo->dev_off > wsize || bo->size > wsize - bo->dev_off
+                        : !bo->nents || bo->nents > TACC_VIRTIO_MAX_BO_ENTS ||
+                          bo->nents >
+                          TACC_VIRTIO_MAX_FN_ENTS - vt->ents_total)) {
+            VT_LOAD_BAD("BO %u (context %u, %s, size 0x%" PRIx64 ", offset 0x%"
+                        PRIx64 ", %u entries)", bo->handle, bo->ctx,
+                        bo->devmem ? "device" : "host", bo->size, bo->dev_off,
+                        bo->nents);
+        }
+        if (!bo->devmem) {
+            bo->ents = g_new(struct tacc_virtio_mem_entry, bo->nents);
+            for (uint32_t e = 0; e < bo->nents; e++) {
+                bo->ents[e].addr = qemu_get_be64(f);
+                bo->ents[e].length = qemu_get_be32(f);
+            }
+            if (qemu_file_get_error(f) || !vt_ents_ok(bo)) {
+                g_free(bo->ents);
+                VT_LOAD_BAD("BO %u: its page list", bo->handle);
+            }
+        }
+        vt->ents_total += bo->nents;
+        bo->ents_total = &vt->ents_total;
+        g_hash_table_insert(vt->bos, GUINT_TO_POINTER(bo->handle), bo);
+        bo = NULL;                      /* the table holds it */
+    }
+    for (int c = 0; c < TACC_NUM_CONTEXTS; c++) {
+        VtCtx *ctx = &vt->ctx[c];
+        uint8_t used = qemu_get_byte(f);
+
+        if (used > 1) {
+            VT_LOAD_BAD("context %d", c);
+        }
+        if (!used) {
+            continue;
+        }
+        ctx->used = true;
+        ctx->root = qemu_get_be32(f);
+        ctx->binds = g_array_new(false, true, sizeof(VtBind));
+        for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+            ctx->last_seqno[r] = qemu_get_be64(f);
+        }
+        n = qemu_get_be32(f);
+        for (uint32_t i = 0; i < n && !qemu_file_get_error(f); i++) {
+            VtBind b = { 0 };
+            uint32_t handle;
+            uint8_t ro;
+
+            b.va = qemu_get_be64(f);
+            b.size = qemu_get_be64(f);
+            b.offset = qemu_get_be64(f);
+            handle = qemu_get_be32(f);
+            ro = qemu_get_byte(f);
+            b.bo = g_hash_table_lookup(vt->bos, GUINT_TO_POINTER(handle));
+            b.ro = ro;
+            /* VM_BIND's checks, and sorted by VA without overlap */
+            if (!b.bo || b.bo->ctx != c || ro > 1 || !b.size ||
+                ((b.va | b.offset | b.size) & (VT_PAGE - 1)) ||
+                b.va >= (1ull << TACC_VA_BITS) ||
+                b.size > (1ull << TACC_VA_BITS) - b.va ||
+                b.offset > b.bo->size || b.size > b.bo->size - b.offset ||
+                (ctx->binds->len &&
+                 b.va < g_array_index(ctx->binds, VtBind,
+                                      ctx->binds->len - 1).va +
+                        g_array_index(ctx->binds, VtBind,
+                                      ctx->binds->len - 1).size)) {
+                VT_LOAD_BAD("context %d binding %u (BO %u, va 0x%" PRIx64
+                            " size 0x%" PRIx64 ")", c, i, handle, b.va,
+                            b.size);
+            }
+            b.bo->binds++;
+            g_array_append_val(ctx->binds, b);
+        }
+    }
+    if (qemu_file_get_error(f)) {
+        goto bad;
+    }
+    if (!vt_pt_trees_ok(vt)) {
+        VT_LOAD_BAD("page tables: not one tree per context");
+    }
+    return 0;
+
+bad:
+    vt_tables_drop(vt);
+    return qemu_file_get_error(f) ? qemu_file_get_error(f) : -EINVAL;
+}
+
+static const VMStateInfo vt_vmstate_info_tables = {
+    .name = "virtio-tacc-tables",
+    .get = vt_tables_get,
+    .put = vt_tables_put,
+};
+
+static int vt_post_load(void *opaque, int version_id)
+{
+    VirtIOTacc *vt = opaque;
+
+    for (int c = 0; c < TACC_NUM_CONTEXTS; c++) {
+        uint64_t want = vt->ctx[c].used
+            ? ((uint64_t)vt->ctx[c].root << 12) | TACC_PTBR_VALID : 0;
+
+        if (vt->func.ptbr[c] != want) {
+            error_report("virtio-tacc: migration: context %d: PTBR 0x%" PRIx64
+                         " is not its root's", c, vt->func.ptbr[c]);
+            return -EINVAL;
+        }
+    }
+    if (vt->fi_ctx_id < -1 || vt->fi_ctx_id > UINT32_MAX) {
+        error_report("virtio-tacc: migration: x-fi-ctx-id %" PRId64,
+                     vt->fi_ctx_id);
+        return -EINVAL;
+    }
+    vt->pending_cmds = 0;
+    vt->resetting = false;
+    return tacc_vmstate_func_loaded(&vt->func) ? 0 : -EINVAL;
+}
+
+static const VMStateDescription vt_vmstate_backend = {
+    .name = "virtio-tacc-backend",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .pre_save = vt_pre_save,
+    .post_load = vt_post_load,
+    .fields = (const VMStateField[]) {
+        {
+            .name = "tables",
+            .version_id = 1,
+            .size = sizeof(VirtIOTacc),
+            .info = &vt_vmstate_info_tables,
+            .flags = VMS_SINGLE,
+            .offset = 0,
+        },
+        VMSTATE_STRUCT(func, VirtIOTacc, 1, tacc_vmstate_func_regs, TaccFunc),
+        VMSTATE_UINT32(next_handle, VirtIOTacc),
+        VMSTATE_UINT32(next_job, VirtIOTacc),
+        VMSTATE_INT64(fi_ctx_id, VirtIOTacc),
+        VMSTATE_END_OF_LIST()
+    }
+};
+
 static const VMStateDescription vt_vmstate = {
     .name = "virtio-tacc",
-    .unmigratable = 1,
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .fields = (const VMStateField[]) {
+        VMSTATE_VIRTIO_DEVICE,
+        VMSTATE_END_OF_LIST()
+    }
 };
 
 /* x-fi-ctx-id=N: the next CTX_CREATE answers context N (-1: off) */
@@ -1581,6 +1949,7 @@ static void vt_class_init(ObjectClass *klass, void *data)
     object_class_property_add(klass, "x-fi-ctx-id", "int64", vt_get_fi_ctx_id,
                               vt_set_fi_ctx_id, NULL, NULL);
     dc->vmsd = &vt_vmstate;
+    vdc->vmsd = &vt_vmstate_backend;
     set_bit(DEVICE_CATEGORY_MISC, dc->categories);
     vdc->realize = vt_realize;
     vdc->unrealize = vt_unrealize;
