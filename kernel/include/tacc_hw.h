@@ -58,7 +58,7 @@ enum tacc_engine {
 #define   TACC_ID_MAGIC			0x54414343	/* "TACC" */
 #define TACC_REG_VERSION		0x004	/* RO: major << 16 | minor */
 #define   TACC_HW_VERSION_MAJOR		1
-#define   TACC_HW_VERSION_MINOR		3
+#define   TACC_HW_VERSION_MINOR		4
 #define TACC_REG_CAPS			0x008	/* RO: TACC_CAP_* */
 #define   TACC_CAP_VF			(1u << 0)	/* this function is a VF */
 #define   TACC_CAP_SRIOV		(1u << 1)
@@ -78,6 +78,7 @@ enum tacc_engine {
 #define   TACC_CAP_CMD_LIST		(1u << 15)	/* TACC_OP_LIST command lists (hw 1.3) */
 #define   TACC_CAP_TRACE_V3		(1u << 16)	/* 128-byte trace records: FLOPs, bytes, list id (hw 1.3) */
 #define   TACC_CAP_ROOFLINE		(1u << 17)	/* per-dtype peaks, PEAK_* and DEVMEM_GBPS registers (hw 1.3) */
+#define   TACC_CAP_VF_MIGRATION		(1u << 18)	/* PF: VF state save/load, dirty logging, registers 0x900 (hw 1.4) */
 #define TACC_REG_FUNC			0x00c	/* RO: 0 = PF, n = VF n (1-based) */
 #define TACC_REG_NUM_QUEUES		0x010	/* RO */
 #define TACC_REG_NUM_CONTEXTS		0x014	/* RO */
@@ -221,6 +222,121 @@ enum tacc_fault_type {
 #define TACC_FN_VIRTIO			(TACC_MAX_VFS + 1)
 #define TACC_REG_VIRTIO_DEVMEM_BASE	0x800	/* RW 64 */
 #define TACC_REG_VIRTIO_DEVMEM_SIZE	0x808	/* RW 64 */
+
+/* --------------------------- BAR0: VF migration (PF only, hw 1.4) ---- */
+/*
+ * Admin operations of the PF on one of its VFs (TACC_CAP_VF_MIGRATION), for
+ * a VFIO migration driver (docs/hardware.md section 16).  Registers
+ * 0x900..0x97f exist on the PF only: a VF reads 0 there and its writes are
+ * ignored (and logged).  The PF's driver writes the operands, then
+ * TACC_REG_VFMIG_CMD = op | vf << TACC_VFMIG_CMD_FN_SHIFT (vf: the VF's
+ * FUNC value, 1-based); the operation is done when the write returns, and
+ * TACC_REG_VFMIG_STATUS holds its TACC_VFMIG_ST_* (RESULT its result).
+ * Buffers are IOVAs of the PF, read and written with the PF's own DMA.
+ *
+ * STOP: the VF fetches and starts nothing more, its sample timer stops;
+ * commands already on engines complete (their CQEs and trace records are
+ * written), then VF_STATE reads STOPPED.  RESUME: it runs again.  QUERY:
+ * RESULT = the size of its state blob.  SAVE (STOPPED): the blob to
+ * [ADDR, +LEN), RESULT = its size.  LOAD (STOPPED): the blob of LEN bytes
+ * at ADDR replaces the VF's state and device-memory window, or is refused
+ * with nothing changed.  LOG_START: log the pages of [LOG_IOVA, +LOG_LEN)
+ * (page size 1 << LOG_PGSHIFT) the VF's DMA writes; LOG_REPORT: the bitmap
+ * of [LOG_IOVA, +LOG_LEN) (inside the logged range, page aligned) to
+ * [ADDR, +LEN), bit i = page i, and those bits cleared; LOG_STOP.
+ */
+#define TACC_REG_VFMIG_CMD		0x900	/* WO: op | vf << 8, runs the operation */
+#define   TACC_VFMIG_CMD_FN_SHIFT	8
+#define TACC_REG_VFMIG_STATUS		0x904	/* RO: TACC_VFMIG_ST_* of the last operation */
+#define TACC_REG_VFMIG_ADDR		0x908	/* RW 64: buffer IOVA (PF's DMA), 8-byte aligned */
+#define TACC_REG_VFMIG_LEN		0x910	/* RW 64: buffer bytes */
+#define TACC_REG_VFMIG_RESULT		0x918	/* RO 64: blob size (QUERY, SAVE), bitmap bytes (LOG_REPORT) */
+#define TACC_REG_VFMIG_LOG_IOVA		0x920	/* RW 64: VF IOVA of the logged / reported range */
+#define TACC_REG_VFMIG_LOG_LEN		0x928	/* RW 64: its bytes */
+#define TACC_REG_VFMIG_LOG_PGSHIFT	0x930	/* RW: log2 of the page size, 12 .. 30 */
+#define TACC_REG_VFMIG_VF_STATE(vf)	(0x940 + (vf) * 4)	/* RO: 0-based VF, TACC_VFMIG_STATE_* */
+#define TACC_REG_VFMIG_END		0x980
+#define   TACC_VFMIG_STATE_MASK		0x3
+#define   TACC_VFMIG_STATE_LOGGING	(1u << 8)	/* dirty logging on */
+#define TACC_VFMIG_PGSHIFT_MIN		12
+#define TACC_VFMIG_PGSHIFT_MAX		30
+#define TACC_VFMIG_LOG_MAX_PAGES	(1ull << 24)	/* a logged range: 2 MiB of bitmap */
+
+/* VF run states (VF_STATE bits 1:0) */
+enum tacc_vfmig_state {
+	TACC_VFMIG_RUNNING = 0,
+	TACC_VFMIG_STOPPING = 1,	/* stopped, commands on engines still completing */
+	TACC_VFMIG_STOPPED = 2,		/* nothing of the VF runs: SAVE and LOAD allowed */
+};
+
+/* Operations (VFMIG_CMD bits 7:0) */
+enum tacc_vfmig_op {
+	TACC_VFMIG_OP_QUERY = 1,
+	TACC_VFMIG_OP_STOP = 2,
+	TACC_VFMIG_OP_RESUME = 3,
+	TACC_VFMIG_OP_SAVE = 4,
+	TACC_VFMIG_OP_LOAD = 5,
+	TACC_VFMIG_OP_LOG_START = 6,
+	TACC_VFMIG_OP_LOG_STOP = 7,
+	TACC_VFMIG_OP_LOG_REPORT = 8,
+};
+
+/* Statuses (VFMIG_STATUS) */
+enum tacc_vfmig_status {
+	TACC_VFMIG_ST_OK = 0,
+	TACC_VFMIG_ST_BAD_OP = 1,	/* unknown operation */
+	TACC_VFMIG_ST_BAD_FN = 2,	/* not an enabled VF */
+	TACC_VFMIG_ST_BAD_STATE = 3,	/* SAVE/LOAD of a VF not STOPPED, logging already on/off */
+	TACC_VFMIG_ST_BAD_ARG = 4,	/* buffer too small or misaligned, bad range or page shift */
+	TACC_VFMIG_ST_DMA_ERROR = 5,	/* the PF's DMA of the buffer was refused */
+	TACC_VFMIG_ST_BAD_MAGIC = 6,	/* LOAD: not a tacc VF state */
+	TACC_VFMIG_ST_BAD_VERSION = 7,	/* LOAD: blob or VMState version not known */
+	TACC_VFMIG_ST_BAD_LENGTH = 8,	/* LOAD: lengths disagree (truncated, padded) */
+	TACC_VFMIG_ST_BAD_CRC = 9,	/* LOAD: damaged */
+	TACC_VFMIG_ST_WRONG_FN = 10,	/* LOAD: another VF's state */
+	TACC_VFMIG_ST_MISMATCH = 11,	/* LOAD: device-memory window size differs */
+	TACC_VFMIG_ST_BAD_DATA = 12,	/* LOAD: refused by the state checks (section 15's) */
+};
+
+#define TACC_VFSTATE_MAGIC		0x53465654	/* "TVFS" */
+#define TACC_VFSTATE_VERSION		1
+#define TACC_VFSTATE_REGS_MAX		(1u << 20)	/* bytes of registers a blob may hold */
+
+/**
+ * struct tacc_vfstate_hdr - header of a VF state blob (SAVE, LOAD).
+ * @magic: TACC_VFSTATE_MAGIC.
+ * @version: TACC_VFSTATE_VERSION.
+ * @hdr_size: sizeof(struct tacc_vfstate_hdr).
+ * @fn: the VF it was saved from (FUNC value, 1-based); LOAD takes it only
+ *	into the same VF.
+ * @flags: 0.
+ * @crc: CRC-32 (IEEE 802.3, as zlib's crc32) of the whole blob with this
+ *	field 0.
+ * @total_len: bytes of the blob: hdr_size + regs_len + devmem_len.
+ * @regs_len: bytes of the function's registers and queues (QEMU VMState
+ *	"tacc/func-regs", the section-15 encoding of a function without its
+ *	PCI state), after the header.
+ * @devmem_len: bytes of the VF's device-memory window, after the registers.
+ * @hw_version: TACC_REG_VERSION of the device that saved it.
+ * @regs_version: version of the register encoding (1).
+ * @dev_ns: device time at save.
+ * @rsvd: 0.
+ */
+struct tacc_vfstate_hdr {
+	__le32 magic;
+	__le16 version;
+	__le16 hdr_size;
+	__le16 fn;
+	__le16 flags;
+	__le32 crc;
+	__le64 total_len;
+	__le64 regs_len;
+	__le64 devmem_len;
+	__le32 hw_version;
+	__le32 regs_version;
+	__le64 dev_ns;
+	__le64 rsvd;
+};
 
 /* --------------------------------------------------- BAR0: queues ---- */
 #define TACC_QUEUE_BASE(q)		(0x1000 + (q) * 0x100)

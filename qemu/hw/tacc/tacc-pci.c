@@ -173,6 +173,9 @@ MemTxResult tacc_func_dma(TaccFunc *f, uint64_t addr, void *buf, uint64_t len,
     if (tacc_config_dma_refused(f, as, addr, len, write)) {
         return MEMTX_DECODE_ERROR;
     }
+    if (write) {
+        tacc_vfmig_dirty(f, addr, len);     /* a VF's, when logged */
+    }
     s->dma_depth++;
     r = dma_memory_rw(as, addr, buf, len,
                       write ? DMA_DIRECTION_FROM_DEVICE
@@ -316,6 +319,7 @@ void tacc_func_reset(TaccFunc *f)
     }
     if (!f->fn) {
         tacc_tlpcap_reset(s);
+        tacc_vfmig_reset(s);
         tacc_policy_reset(s, !pcie_sriov_num_vfs(PCI_DEVICE(s)));
         if (!s->virtio_window_busy || !s->virtio_window_busy(s->virtio)) {
             s->virtio_mem_base = s->virtio_mem_reset[0];
@@ -821,6 +825,7 @@ static void tacc_vf_exit(PCIDevice *pdev)
     TaccFunc *f = TACC_FUNC(pdev);
 
     tacc_func_abort_all(f);
+    tacc_vfmig_vf_gone(f->pf, f->fn);
     tacc_exit_func(f);
 }
 

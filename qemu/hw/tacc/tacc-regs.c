@@ -116,6 +116,7 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
                TACC_CAP_FILL | TACC_CAP_TLB_INV_DONE | TACC_CAP_VF_POLICY |
                (s->link_ctrl_cost ? TACC_CAP_LINK_CTRL_COST : 0) |
                (f->fn ? 0 : TACC_CAP_TLP_CAPTURE | TACC_CAP_LINK_PM) |
+               (f->fn || !s->total_vfs ? 0 : TACC_CAP_VF_MIGRATION) |
                (!f->fn && s->virtio ? TACC_CAP_VIRTIO_FN : 0) |
                TACC_CAP_HW13;
     case TACC_REG_FUNC:
@@ -252,6 +253,12 @@ static uint64_t tacc_bar0_read_locked(TaccFunc *f, hwaddr addr, unsigned size)
     if (!f->fn && addr >= TACC_REG_TLPCAP_BASE && addr < TACC_REG_TLPCAP_END) {
         if (!tacc_tlpcap_reg_read(f->pf, addr, size, &v)) {
             qemu_log_mask(LOG_GUEST_ERROR, "tacc: bad TLP capture read 0x%"
+                          HWADDR_PRIx "/%u\n", addr, size);
+        }
+    } else if (!f->fn && addr >= TACC_REG_VFMIG_CMD &&
+               addr < TACC_REG_VFMIG_END) {
+        if (!tacc_vfmig_reg_read(f->pf, addr, size, &v)) {
+            qemu_log_mask(LOG_GUEST_ERROR, "tacc: bad VF migration read 0x%"
                           HWADDR_PRIx "/%u\n", addr, size);
         }
     } else if (!f->fn && addr >= TACC_REG_LINKPM_STATE &&
@@ -401,6 +408,12 @@ static void tacc_bar0_write_locked(TaccFunc *f, hwaddr addr, uint64_t val,
     }
     if (!f->fn && addr >= TACC_REG_TLPCAP_BASE && addr < TACC_REG_TLPCAP_END) {
         if (!tacc_tlpcap_reg_write(s, addr, val, size)) {
+            goto bad;
+        }
+        return;
+    }
+    if (!f->fn && addr >= TACC_REG_VFMIG_CMD && addr < TACC_REG_VFMIG_END) {
+        if (!tacc_vfmig_reg_write(s, addr, val, size)) {
             goto bad;
         }
         return;

@@ -114,8 +114,8 @@ static void tacc_fetch(TaccFunc *f, int qi, uint64_t t_ps)
         }
         return;
     }
-    if (!q->sq_size) {
-        return;                 /* never enabled with it; belt and braces */
+    if (!q->sq_size || tacc_vfmig_stopped(f)) {
+        return;     /* never enabled with it; or a VF stopped for migration */
     }
     while (tacc_queue_on(f, q) && q->f_count < TACC_FIFO_DEPTH &&
            q->sq_head != q->sq_tail) {
@@ -500,7 +500,7 @@ static bool tacc_barrier_ok(TaccFunc *f, int qi, uint64_t t)
 static bool tacc_func_runs(TaccFunc *f)
 {
     return f && (f->ctrl & TACC_CTRL_ENABLE) && !f->status_fatal &&
-           tacc_func_active(f);
+           tacc_func_active(f) && !tacc_vfmig_stopped(f);
 }
 
 /*
@@ -1108,6 +1108,20 @@ void tacc_queue_cq_head(TaccFunc *f, int qi, uint32_t head)
             tacc_queue_irq(f, qi);
         }
         q->pending_irq = false;
+    }
+    tacc_sched_poll(f->pf);
+}
+
+/*
+ * A VF resumed after a migration stop: fetch what its doorbells asked for
+ * while it was stopped, and run.
+ */
+void tacc_func_kick(TaccFunc *f)
+{
+    uint64_t t = tacc_now_ps(f->pf);
+
+    for (int qi = 0; qi < TACC_NUM_QUEUES; qi++) {
+        tacc_fetch(f, qi, t);
     }
     tacc_sched_poll(f->pf);
 }

@@ -29,6 +29,8 @@
 #include "qemu/error-report.h"
 #include "hw/pci/msix.h"
 #include "hw/pci/pcie_aer.h"
+#include "io/channel-buffer.h"
+#include "migration/qemu-file.h"
 #include "migration/qemu-file-types.h"
 #include "migration/vmstate.h"
 #include "tacc.h"
@@ -561,6 +563,11 @@ static int tacc_pf_pre_save(void *opaque)
             return -EBUSY;
         }
     }
+    if (tacc_vfmig_busy(s)) {
+        error_report("tacc: migration: a VF is stopped or dirty-logged for "
+                     "a VF migration (docs/hardware.md section 16)");
+        return -EBUSY;
+    }
     s->mig_dev_ns = tacc_dev_ns(s);
     s->mig_timer_dev = timer_pending(&s->timer)
         ? timer_expire_time_ns(&s->timer) + s->dev_clock_off : -1;
@@ -817,3 +824,75 @@ const VMStateDescription tacc_vmstate_vf = {
         VMSTATE_END_OF_LIST()
     }
 };
+
+/* ------------------------------------ one VF's state, for VF migration -- */
+
+/*
+ * The stream ends with this byte: the loader looks one byte past each
+ * structure for a subsection, which must not be the end of the buffer.
+ */
+#define TACC_REGS_END   0xfe
+
+/*
+ * The registers and queues of function @f in the section-15 encoding
+ * ("tacc/func-regs": no PCI state) into a new buffer (tacc-vfmig.c puts
+ * it in a VF state blob).  Returns its length; *@out is g_free'd by the
+ * caller.
+ */
+size_t tacc_vmstate_func_save_buf(TaccFunc *f, uint8_t **out)
+{
+    g_autoptr(QIOChannelBuffer) bioc = qio_channel_buffer_new(4096);
+    QEMUFile *qf = qemu_file_new_output(QIO_CHANNEL(bioc));
+    size_t len;
+
+    vmstate_save_state(qf, &tacc_vmstate_func_regs, f, NULL);
+    qemu_put_byte(qf, TACC_REGS_END);
+    qemu_fflush(qf);
+    len = bioc->usage;
+    *out = g_memdup2(bioc->data, len);
+    qemu_fclose(qf);
+    return len;
+}
+
+static int tacc_vmstate_func_load_into(TaccFunc *f, const uint8_t *buf,
+                                       size_t len)
+{
+    g_autoptr(QIOChannelBuffer) bioc = qio_channel_buffer_new(len);
+    QEMUFile *qf;
+    int ret;
+
+    memcpy(bioc->data, buf, len);
+    bioc->usage = len;
+    qf = qemu_file_new_input(QIO_CHANNEL(bioc));
+    ret = vmstate_load_state(qf, &tacc_vmstate_func_regs, f, 1);
+    if (!ret && qemu_get_byte(qf) != TACC_REGS_END) {
+        ret = -EINVAL;
+    }
+    if (!ret) {
+        ret = qemu_file_get_error(qf);
+    }
+    qemu_fclose(qf);
+    return ret;
+}
+
+/*
+ * Load the output of tacc_vmstate_func_save_buf into function @f, which has
+ * nothing on the units (a stopped VF).  The stream is checked first on a
+ * scratch copy of @f with the same post_load checks as a migration (the
+ * queues' limits, the units agreeing: none of its queues may be running);
+ * @f changes only when it passes.  Returns 0 or a negative errno.
+ */
+int tacc_vmstate_func_load_buf(TaccFunc *f, const uint8_t *buf, size_t len)
+{
+    g_autofree TaccFunc *tmp = g_memdup2(f, sizeof(*f));
+    int ret = tacc_vmstate_func_load_into(tmp, buf, len);
+
+    if (!ret && !tacc_units_match(tmp)) {
+        ret = -EINVAL;
+    }
+    if (ret) {
+        return ret;
+    }
+    /* the same bytes pass the same checks */
+    return tacc_vmstate_func_load_into(f, buf, len);
+}

@@ -290,6 +290,14 @@ typedef struct TaccPostedPool {
     uint64_t tat_ps, tat_rem;
 } TaccPostedPool;
 
+/* Dirty-page log of one VF (tacc-vfmig.c) */
+typedef struct TaccDirtyLog {
+    bool on;
+    uint64_t iova, len;         /* the logged range */
+    uint32_t shift;             /* log2 of the page size */
+    unsigned long *bmap;        /* bit per page of the range */
+} TaccDirtyLog;
+
 typedef struct TaccGroundTruth {
     uint64_t h2d_bytes, d2h_bytes;
     uint64_t h2d_link_bytes, d2h_link_bytes;
@@ -409,6 +417,12 @@ struct TaccState {
     int64_t mig_dev_ns;         /* migration: device time at save */
     int64_t mig_timer_dev;      /* migration: scheduler deadline, or -1 */
     VMChangeStateEntry *vmse;   /* stopping quiesces host work */
+    /* VF migration (tacc-vfmig.c, PF registers 0x900-0x97f) */
+    uint64_t vfmig_addr, vfmig_len, vfmig_result;
+    uint64_t vfmig_log_iova, vfmig_log_len;
+    uint32_t vfmig_cmd, vfmig_status, vfmig_log_shift;
+    bool vf_stopped[TACC_MAX_VFS];      /* STOP until RESUME */
+    TaccDirtyLog vf_log[TACC_MAX_VFS];
 };
 
 /* tacc-pci.c */
@@ -435,6 +449,8 @@ extern const VMStateDescription tacc_vmstate_pf;
 extern const VMStateDescription tacc_vmstate_vf;
 extern const VMStateDescription tacc_vmstate_func_regs;
 bool tacc_vmstate_func_loaded(TaccFunc *f);
+size_t tacc_vmstate_func_save_buf(TaccFunc *f, uint8_t **out);
+int tacc_vmstate_func_load_buf(TaccFunc *f, const uint8_t *buf, size_t len);
 
 /* tacc-regs.c */
 extern const MemoryRegionOps tacc_bar0_ops;
@@ -455,6 +471,7 @@ void tacc_queue_reset(TaccFunc *f, int q);
 bool tacc_fifo_push(TaccFunc *f, int q, const struct tacc_desc *d,
                     uint64_t t_ps);
 void tacc_func_abort_all(TaccFunc *f);
+void tacc_func_kick(TaccFunc *f);
 uint32_t tacc_queue_status(TaccFunc *f, int q);
 bool tacc_func_idle(TaccFunc *f);
 
@@ -563,6 +580,17 @@ bool tacc_tlpcap_reg_write(TaccState *s, hwaddr addr, uint64_t val,
 bool tacc_tlpcap_reg_read(TaccState *s, hwaddr addr, unsigned size,
                           uint64_t *val);
 void tacc_tlpcap_reset(TaccState *s);
+
+/* tacc-vfmig.c */
+bool tacc_vfmig_stopped(TaccFunc *f);
+void tacc_vfmig_dirty(TaccFunc *f, uint64_t addr, uint64_t len);
+bool tacc_vfmig_busy(TaccState *s);
+void tacc_vfmig_reset(TaccState *s);
+void tacc_vfmig_vf_gone(TaccState *s, int fn);
+bool tacc_vfmig_reg_write(TaccState *s, hwaddr addr, uint64_t val,
+                          unsigned size);
+bool tacc_vfmig_reg_read(TaccState *s, hwaddr addr, unsigned size,
+                         uint64_t *val);
 
 /* tacc-trace.c */
 void tacc_trace_record(TaccFunc *f, TaccUnit *u, uint64_t end_ps);
