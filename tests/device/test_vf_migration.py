@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import struct
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 from tacc import hw
 from tacc.hw.records import d_copy
 from tacc.testing.taccdev import DEVMEM_VA, Func, Tacc
+from test_migration import save as migrate_to
+from test_migration import source_with_vfs, wait_migration
 
-WIN = 1 << 20  # each VF's device-memory window
+WIN = 512 << 10  # each VF's device-memory window
 HDR = struct.Struct("<IHHHHIQQQIIQQ")  # struct tacc_vfstate_hdr
 OFF_VERSION, OFF_FN, OFF_CRC = 4, 8, 12
 Q0_SQ_SIZE = 292  # "tacc/func-regs" stream: queue 0's sq_size (big endian)
@@ -128,7 +131,7 @@ def test_stop_save_flr_load_resume(dev: Tacc, pf: Func) -> None:
     the data."""
     vf1, vf2 = setup_vfs(dev, pf)
     works(dev, vf1, 2)
-    n = 512 << 10
+    n = WIN
     src, data = pattern(dev, n, 3)
     dst = dev.alloc(n)
     job, ds = vf1.job_of(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA, n),
@@ -311,7 +314,7 @@ def test_save_load_need_a_stopped_vf(dev: Tacc, pf: Func, op: str) -> None:
     pf.w64(hw.TACC_REG_VFMIG_LEN, 4 << 20)
     code = getattr(hw, f"TACC_VFMIG_OP_{op}")
     assert admin(pf, code, 1) == ST["TACC_VFMIG_ST_BAD_STATE"]
-    n = 1 << 20
+    n = WIN
     src = dev.alloc(n)
     vf1.submit(0, vf1.job_of(0, [d_copy(hw.TACC_OP_COPY_H2D, src, DEVMEM_VA, n)])[1])
     dev.qt.clock_step(2000)
@@ -321,3 +324,19 @@ def test_save_load_need_a_stopped_vf(dev: Tacc, pf: Func, op: str) -> None:
     pf.w32(hw.TACC_REG_CTRL, hw.TACC_CTRL_RESET)
     assert vf_state(pf, 1) == hw.TACC_VFMIG_RUNNING
     dev.enable_vfs(0)
+
+
+def test_pf_migration_waits_for_a_vf_migration(tmp_path: Path) -> None:
+    """The PF's own migration section does not carry the VF migration state: migrate
+    fails while a VF is stopped for one (the source runs on) and succeeds after."""
+    src, pf, (vf1,) = source_with_vfs(1)
+    try:
+        assert admin(pf, hw.TACC_VFMIG_OP_STOP, 1) == 0
+        src.qt.qmp.cmd("migrate", uri=f"file:{tmp_path / 'state'}")
+        assert wait_migration(src)["status"] == "failed"
+        assert "a VF is stopped or dirty-logged for a VF migration" in src.qt.log()
+        assert admin(pf, hw.TACC_VFMIG_OP_RESUME, 1) == 0
+        works(src, vf1, 13)
+        migrate_to(src, tmp_path / "state")
+    finally:
+        src.close()

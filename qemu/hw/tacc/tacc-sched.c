@@ -1102,7 +1102,8 @@ void tacc_queue_cq_head(TaccFunc *f, int qi, uint32_t head)
         return;
     }
     q->cq_head = head;
-    if (q->cqe_pending && tacc_cq_write(f, qi, &q->pending_cqe)) {
+    if (q->cqe_pending && !tacc_vfmig_stopped(f) &&
+        tacc_cq_write(f, qi, &q->pending_cqe)) {
         q->cqe_pending = false;
         if (q->pending_irq) {
             tacc_queue_irq(f, qi);
@@ -1121,6 +1122,10 @@ void tacc_func_kick(TaccFunc *f)
     uint64_t t = tacc_now_ps(f->pf);
 
     for (int qi = 0; qi < TACC_NUM_QUEUES; qi++) {
+        if (f->q[qi].cqe_pending) {
+            /* a completion that waited for CQ space: its head may have moved */
+            tacc_queue_cq_head(f, qi, f->q[qi].cq_head);
+        }
         tacc_fetch(f, qi, t);
     }
     tacc_sched_poll(f->pf);

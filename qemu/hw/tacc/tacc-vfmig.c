@@ -226,9 +226,12 @@ static uint16_t tacc_vfmig_load(TaccState *s, TaccFunc *vf)
     if (le64_to_cpu(h.devmem_len) != wsize) {
         return TACC_VFMIG_ST_MISMATCH;
     }
+    tacc_counters_begin(s);
     if (tacc_vmstate_func_load_buf(vf, blob + sizeof(h), rlen)) {
+        tacc_counters_end(s);
         return TACC_VFMIG_ST_BAD_DATA;
     }
+    tacc_counters_end(s);
     memcpy(s->devmem + base, blob + sizeof(h) + rlen, wsize);
     memory_region_set_dirty(&s->devmem_mr, base, wsize);
     tacc_tlb_invalidate(s, vf->fn, -1);
@@ -275,7 +278,7 @@ static uint16_t tacc_vfmig_log_report(TaccState *s, TaccFunc *vf)
     }
     if (!len || ((iova | len) & ((1ull << l->shift) - 1)) ||
         iova < l->iova || iova + len - 1 < iova ||
-        iova + len > l->iova + l->len) {
+        iova + len - 1 > l->iova + l->len - 1) {
         return TACC_VFMIG_ST_BAD_ARG;
     }
     first = (iova - l->iova) >> l->shift;

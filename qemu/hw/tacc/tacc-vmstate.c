@@ -861,6 +861,9 @@ static int tacc_vmstate_func_load_into(TaccFunc *f, const uint8_t *buf,
     QEMUFile *qf;
     int ret;
 
+    if (!len) {
+        return -EINVAL;
+    }
     memcpy(bioc->data, buf, len);
     bioc->usage = len;
     qf = qemu_file_new_input(QIO_CHANNEL(bioc));
