@@ -340,3 +340,23 @@ def test_pf_migration_waits_for_a_vf_migration(tmp_path: Path) -> None:
         migrate_to(src, tmp_path / "state")
     finally:
         src.close()
+
+
+def test_stopped_vf_holds_a_waiting_completion(dev: Tacc, pf: Func) -> None:
+    """A completion waiting for CQ space is not written while the VF is stopped, even
+    when its owner frees the space; RESUME writes it."""
+    (vf1,) = setup_vfs(dev, pf, 1)
+    vf1.setup_queue(0, cq_size=2)  # one usable entry
+    nop = bytes([hw.TACC_OP_NOP]) + bytes(127)
+    (j1, d1), (j2, d2) = vf1.job_of(0, [nop]), vf1.job_of(0, [nop])
+    vf1.submit(0, d1 + d2)
+    dev.qt.clock_step(10**6)
+    assert admin(pf, hw.TACC_VFMIG_OP_STOP, 1) == 0
+    assert vf_state(pf, 1) == hw.TACC_VFMIG_STOPPED
+    assert [c.job for c in vf1.cqes(0)] == [j1]  # moves CQ_HEAD: room for j2's
+    dev.qt.clock_step(10**6)
+    assert vf1.r32(hw.TACC_QUEUE_BASE(0) + hw.TACC_Q_CQ_TAIL) == 1
+    assert admin(pf, hw.TACC_VFMIG_OP_RESUME, 1) == 0
+    dev.qt.clock_step(10**6)
+    assert [(c.job, c.status) for c in vf1.cqes(0)] == [(j2, 0)]
+    dev.enable_vfs(0)
