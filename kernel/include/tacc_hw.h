@@ -78,7 +78,7 @@ enum tacc_engine {
 #define   TACC_CAP_CMD_LIST		(1u << 15)	/* TACC_OP_LIST command lists (hw 1.3) */
 #define   TACC_CAP_TRACE_V3		(1u << 16)	/* 128-byte trace records: FLOPs, bytes, list id (hw 1.3) */
 #define   TACC_CAP_ROOFLINE		(1u << 17)	/* per-dtype peaks, PEAK_* and DEVMEM_GBPS registers (hw 1.3) */
-#define   TACC_CAP_VF_MIGRATION		(1u << 18)	/* PF: VF state save/load, dirty logging, registers 0x900 (hw 1.4) */
+#define   TACC_CAP_VF_MIGRATION		(1u << 18)	/* PF: VF migration, registers 0x900 (hw 1.4) */
 #define TACC_REG_FUNC			0x00c	/* RO: 0 = PF, n = VF n (1-based) */
 #define TACC_REG_NUM_QUEUES		0x010	/* RO */
 #define TACC_REG_NUM_CONTEXTS		0x014	/* RO */
@@ -250,11 +250,11 @@ enum tacc_fault_type {
 #define TACC_REG_VFMIG_STATUS		0x904	/* RO: TACC_VFMIG_ST_* of the last operation */
 #define TACC_REG_VFMIG_ADDR		0x908	/* RW 64: buffer IOVA (PF's DMA), 8-byte aligned */
 #define TACC_REG_VFMIG_LEN		0x910	/* RW 64: buffer bytes */
-#define TACC_REG_VFMIG_RESULT		0x918	/* RO 64: blob size (QUERY, SAVE), bitmap bytes (LOG_REPORT) */
-#define TACC_REG_VFMIG_LOG_IOVA		0x920	/* RW 64: VF IOVA of the logged / reported range */
+#define TACC_REG_VFMIG_RESULT		0x918	/* RO 64: blob or bitmap bytes */
+#define TACC_REG_VFMIG_LOG_IOVA		0x920	/* RW 64: VF IOVA of a range */
 #define TACC_REG_VFMIG_LOG_LEN		0x928	/* RW 64: its bytes */
 #define TACC_REG_VFMIG_LOG_PGSHIFT	0x930	/* RW: log2 of the page size, 12 .. 30 */
-#define TACC_REG_VFMIG_VF_STATE(vf)	(0x940 + (vf) * 4)	/* RO: 0-based VF, TACC_VFMIG_STATE_* */
+#define TACC_REG_VFMIG_VF_STATE(vf)	(0x940 + (vf) * 4)	/* RO: 0-based vf */
 #define TACC_REG_VFMIG_END		0x980
 #define   TACC_VFMIG_STATE_MASK		0x3
 #define   TACC_VFMIG_STATE_LOGGING	(1u << 8)	/* dirty logging on */
