@@ -360,3 +360,22 @@ def test_stopped_vf_holds_a_waiting_completion(dev: Tacc, pf: Func) -> None:
     dev.qt.clock_step(10**6)
     assert [(c.job, c.status) for c in vf1.cqes(0)] == [(j2, 0)]
     dev.enable_vfs(0)
+
+
+def test_stopped_vf_takes_no_samples(dev: Tacc, pf: Func) -> None:
+    """A stopped VF's sample timer stands still, also when its owner programs it again;
+    RESUME starts it."""
+    (vf1,) = setup_vfs(dev, pf, 1)
+    vf1.w64(hw.TACC_REG_SAMPLE_BASE, dev.alloc(16 * hw.TACC_SAMPLE_SIZE))
+    vf1.w32(hw.TACC_REG_SAMPLE_SIZE, 16)
+    vf1.w32(hw.TACC_REG_SAMPLE_PERIOD, hw.TACC_SAMPLE_MIN_PERIOD_NS)
+    dev.qt.clock_step(3 * hw.TACC_SAMPLE_MIN_PERIOD_NS + 1000)
+    assert vf1.r32(hw.TACC_REG_SAMPLE_PROD) == 3
+    assert admin(pf, hw.TACC_VFMIG_OP_STOP, 1) == 0
+    vf1.w32(hw.TACC_REG_SAMPLE_PERIOD, hw.TACC_SAMPLE_MIN_PERIOD_NS)
+    dev.qt.clock_step(5 * hw.TACC_SAMPLE_MIN_PERIOD_NS)
+    assert vf1.r32(hw.TACC_REG_SAMPLE_PROD) == 3
+    assert admin(pf, hw.TACC_VFMIG_OP_RESUME, 1) == 0
+    dev.qt.clock_step(2 * hw.TACC_SAMPLE_MIN_PERIOD_NS + 1000)
+    assert vf1.r32(hw.TACC_REG_SAMPLE_PROD) == 5
+    dev.enable_vfs(0)

@@ -163,7 +163,7 @@ void tacc_sample_rearm(TaccFunc *f)
     }
     if (f->sample_period >= TACC_SAMPLE_MIN_PERIOD_NS &&
         tacc_ring_ok(f->sample_base, f->sample_size, 8) &&
-        tacc_func_active(f)) {
+        tacc_func_active(f) && !tacc_vfmig_stopped(f)) {
         timer_mod(&f->sample_timer,
                   qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) + f->sample_period);
     } else {
@@ -181,7 +181,8 @@ static void tacc_sample_timer_locked(TaccFunc *f)
     int64_t dev_now = now + s->dev_clock_off;
 
     if (!tacc_func_active(f) || f->sample_period < TACC_SAMPLE_MIN_PERIOD_NS ||
-        !tacc_ring_ok(f->sample_base, f->sample_size, 8)) {
+        !tacc_ring_ok(f->sample_base, f->sample_size, 8) ||
+        tacc_vfmig_stopped(f)) {
         return;
     }
     tacc_sched_poll(s);     /* counters to now (or to where host work waits) */
