@@ -15,6 +15,7 @@ print(" ".join(shlex.quote(a) for a in shlex.split(os.environ.get("PYTEST_ARGS",
 	{ echo "test: PYTEST_ARGS: cannot split like a shell: ${split##*: }" >&2; exit 2; }
 eval "extra=($split)"
 mkdir -p build/test-results
+t0=$(date +%s)
 # Every QEMU started below inherits this tag; whatever is left at the end is killed.
 export TACC_TEST_SESSION=$$-$RANDOM
 cleanup() {
@@ -95,5 +96,7 @@ for layer in $layers; do
 	if [ "${result[$layer]}" = 0 ]; then s=passed; else s="FAILED (exit ${result[$layer]})"; fail=1; fi
 	printf '%-8s %-20s %4ss\n' "$layer" "$s" "${seconds[$layer]}"
 done
+# the failed tests by name, last: a log kept only by its tail still says which
+[ $fail = 0 ] || /usr/bin/python3 scripts/test-vm --list-failures build/test-results --since "$t0" || true
 [ $fail = 0 ] && echo "make test: all layers passed" || echo "make test: FAILED"
 exit $fail

@@ -642,6 +642,34 @@ def test_boot_summary_gives_the_totals_of_every_pass(tmp_path: Path) -> None:
     assert src.count("totals = boot_totals(") == 2  # the single-VM and the cluster boot
 
 
+def test_failed_tests_are_named_from_every_layers_junit(tmp_path: Path) -> None:
+    # a CI log keeps its tail: make test ends with the failed tests' names, from each
+    # layer's and each boot's junit written during this run (an older file is not this run's)
+    tv = _load_test_vm()
+    boot = tmp_path / "vm-strict/out"
+    boot.mkdir(parents=True)
+    (boot / "junit.xml").write_text(
+        '<testsuites><testsuite tests="3" failures="1" errors="1">'
+        '<testcase classname="tests.vm.test_pm" name="test_cycle">'
+        '<failure message="assert 3 == 4&#10;second line">tb</failure></testcase>'
+        '<testcase classname="tests.vm.test_pm" name="test_setup"><error message="">x'
+        '</error></testcase><testcase classname="tests.vm.test_pm" name="test_ok"/>'
+        '</testsuite></testsuites>')
+    (tmp_path / "host.xml").write_text("<testsuites><testsuite tests='1'><testcase "
+                                       "classname='h' name='t'/></testsuite></testsuites>")
+    (tmp_path / "bad.xml").write_text("<testsuites")
+    assert tv.failed_cases(tmp_path) == [
+        "vm-strict/out/junit.xml: tests.vm.test_pm::test_cycle: failure: assert 3 == 4",
+        "vm-strict/out/junit.xml: tests.vm.test_pm::test_setup: error: x"]
+    old = tmp_path / "vm-strict/out/junit.xml"
+    os.utime(old, (1000, 1000))
+    assert tv.failed_cases(tmp_path, since=2000) == []
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/test-vm"), "--list-failures",
+                        str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stdout.count("failed: ") == 2
+    assert "--list-failures build/test-results" in (ROOT / "scripts/test.sh").read_text()
+
+
 def test_guest_pytest_collects_every_vm_file_with_its_named_plugins() -> None:
     # the guest's pytest loads no entry-point plugin; what tests/vm uses must still be
     # there: pytest-timeout's ini option and marker (an unknown one is an error here)
