@@ -1242,17 +1242,26 @@ def test_tlp_records_get_the_capture_fid_of_their_function(tmp_path: Path) -> No
     s.remove_function("0000:01:00.2")
     ring.recs, ring.dropped = recs[:3], 5
     s._drain_devices()
+    ring.recs = recs[1:2]
+    s.remove_function(PCI0)  # the PF goes: what its ring holds is written, then it is closed
+    assert ring.closed and s.tlp_rings == {}
     summary = s.close()
-    assert ring.closed
     cap = open_capture(tmp_path / "cap")
     t = cap.read("tlp")
-    assert t["fid"].tolist() == [0, 1, 2, NO_FID, NO_FID, 0, 1, NO_FID]
-    assert t["addr"].tolist() == [0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x1000, 0x2000, 0x3000]
-    assert t["t_ps"].tolist() == [10, 20, 30, 40, 50, 10, 20, 30]
+    assert t["fid"].tolist() == [0, 1, 2, NO_FID, NO_FID, 0, 1, NO_FID, 1]
+    assert t["addr"].tolist() == [0x1000, 0x2000, 0x3000, 0x4000, 0x5000,
+                                  0x1000, 0x2000, 0x3000, 0x2000]
+    assert t["t_ps"].tolist() == [10, 20, 30, 40, 50, 10, 20, 30, 20]
     d = cap.read("drops")
     d = d[d["source"] == int(DropSource.TLP)]
     assert d["count"].tolist() == [3, 2] and d["fid"].tolist() == [0, 0]
-    assert summary["records"]["tlp"] == 8
+    from tacc.capture.schema import STREAMS
+
+    assert summary["records"] == {"tlp": 9, "device_events": 5}
+    assert summary["bytes"] == sum(n * STREAMS[k][1].itemsize
+                                   for k, n in summary["records"].items())
+    assert summary["drops"] == {"tlp": 5} and summary["devices"] == 4
+    assert summary["path"] == str(tmp_path / "cap") and summary["warnings"] == []
 
 
 def test_function_removed_then_back_keeps_its_fid(tmp_path: Path) -> None:
