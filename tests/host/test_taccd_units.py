@@ -1331,3 +1331,77 @@ def test_session_meta_describes_the_capture(tmp_path: Path,
     meta = json.loads((tmp_path / "c" / "meta.json").read_text())
     assert meta["node"] == socket.gethostname() and meta["tool"] == "taccd"
     assert meta["qemu"] == "" and meta["time_scale"] == 1.0
+
+
+class _FakeSampleRing:
+    """A device's counter sample ring (SampleRingCounters): batches to hand out, lost
+    samples, a failure to raise."""
+
+    def __init__(self, entries: int = 16) -> None:
+        from tacc.capture.schema import COUNTERS_DTYPE
+
+        self.dtype = COUNTERS_DTYPE
+        self.entries, self.batches, self.lost, self.closed = entries, [], 0, False
+        self.fail: OSError | None = None
+        self.seq = 0
+
+    def add(self, n: int) -> None:
+        r = np.zeros(n, self.dtype)
+        r["seq"] = np.arange(self.seq, self.seq + n)
+        self.seq += n
+        self.batches.append(r)
+
+    def pending(self) -> int:
+        return sum(len(b) for b in self.batches)
+
+    def drain(self) -> tuple[np.ndarray, int]:
+        if self.fail:
+            raise self.fail
+        recs = np.concatenate(self.batches) if self.batches else np.zeros(0, self.dtype)
+        self.batches, lost, self.lost = [], self.lost, 0
+        return recs, lost
+
+    def bracket(self) -> np.ndarray:
+        return np.zeros(0, self.dtype)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_device_rings_drained_at_watermark_or_age(tmp_path: Path) -> None:
+    """A device's sample ring is drained when it is 1/RING_WATERMARK full or RING_MAX_AGE_S
+    after its last drain; the TLP ring at every tick; a ring's lost samples are counters
+    drops of its function; a ring that fails (device gone) is closed and named in a
+    warning, and the capture goes on without it."""
+    from tacc.daemon import session as sm
+
+    s = _session(tmp_path, flush_s=1e9)
+    ring, tlp = _FakeSampleRing(entries=4 * sm.RING_WATERMARK), _FakeTlpRing()
+    s.sample_rings[0], s.tlp_rings[0], s.tlp_dropped[0] = ring, tlp, 0
+    t = 100.0
+    s.tick(t)  # the first tick: the age limit has passed
+    ring.add(3)  # below the watermark (4)
+    from tacc.capture.schema import TLP_REC_DTYPE
+
+    tlp.recs = np.zeros(2, TLP_REC_DTYPE)
+    s.tick(t + 0.05)
+    assert s.counts.get("counters", 0) == 0 and s.counts["tlp"] == 2
+    ring.add(1)  # at the watermark
+    s.tick(t + 0.1)
+    assert s.counts["counters"] == 4
+    ring.add(1)
+    ring.lost = 2
+    s.tick(t + 0.1 + sm.RING_MAX_AGE_S * 0.8)
+    assert s.counts["counters"] == 4
+    s.tick(t + 0.1 + sm.RING_MAX_AGE_S * 1.2)  # the age limit
+    assert s.counts["counters"] == 5 and s.drops == {(int(DropSource.COUNTERS), 0): 2}
+    ring.fail = OSError("gone")
+    s.tick(t + 1.0)
+    assert s.warnings == ["fid 0: sample ring: gone"] and ring.closed and not s.sample_rings
+    tlp.recs = np.zeros(1, TLP_REC_DTYPE)
+    s.tick(t + 1.01)  # the others go on
+    assert s.counts["tlp"] == 3
+    summary = s.close()
+    assert summary["warnings"] == ["fid 0: sample ring: gone"]
+    c = open_capture(tmp_path / "cap").read("counters")
+    assert c["seq"].tolist() == [0, 1, 2, 3, 4]
