@@ -379,6 +379,7 @@ def test_session_writes_device_events_as_they_arrive(tmp_path: Path) -> None:
     detail = [cap.strings[int(i)] for i in e["name_id"]]
     assert detail[0] == f"mmu_fault {PCI0} unmapped write"
     assert detail[1] == f"pm {PCI0} D3 (suspended)" and detail[2] == f"pm {PCI0} D0 (resumed)"
+    assert detail[5] == f"event42 {PCI0}"  # the decoder's name for a newer driver's event
     assert detail[6] == "pm 0000:02:00.0 D3 (suspended)"
     assert detail[7:] == ["hotplug add 0000:01:00.1 VF 1", "hotplug remove 0000:01:00.1 VF 1"]
     assert np.all(np.diff(e["t_ns"][:7]) > 0)
