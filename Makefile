@@ -46,7 +46,7 @@ help:
 	@echo '  test-host test-device test-vm    one layer; test-long: the heavy runs'
 	@echo '  setup         install and build everything (run by the others first)'
 	@echo '  fixtures      record real captures for the host tests, in the VM (tests/host/data/fixtures)'
-	@echo '  mutation      mutation testing of capture/timeline/analyze/session (MODULE=capture ...)'
+	@echo '  mutation      mutation testing of capture/timeline/analyze/session (MODULE=capture SAMPLE=400 ...)'
 	@echo '  bench lint qemu clean distclean fuzz (FUZZ_S=seconds: QEMU generic-fuzz on the device)'
 	@echo
 	@echo 'variables (run-vm, test-vm):'
@@ -93,6 +93,11 @@ test-long: setup
 FUZZ_S ?= 60
 fuzz: setup
 	@scripts/fuzz.sh $(FUZZ_S)
+
+# Mutation testing (mutmut) of capture, timeline, analyze and taccd's session with the host
+# tests: MODULE= ONLY= TESTS= JOBS= SAMPLE= (scripts/mutation, docs/measurements.md)
+mutation: setup
+	@scripts/mutation
 
 # The VM layer on the KASAN/lockdep/kmemleak kernel (built first: scripts/debug-kernel.sh)
 test-debug: setup

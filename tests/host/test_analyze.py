@@ -282,3 +282,29 @@ def test_invariants(tmp_path_factory: pytest.TempPathFactory, n: int, seed: int,
                 assert 0.0 <= f.evidence[k] <= 1.0
         if f.rule == "link_saturation":
             assert f.time_lost_ns <= t1 - t0
+
+
+def test_thresholds_from_a_file_then_overrides_keep_their_types(tmp_path: Path) -> None:
+    """`tacc analyze --config FILE` (TOML, or JSON with or without a "thresholds" table)
+    then `--set k=v` overrides: each value converted to its field's type (an int stays an
+    int), an unknown name refused (KeyError); `tacc cluster analyze --set` the same."""
+    from tacc.analyze.cluster_rules import ClusterThresholds
+    from tacc.analyze.engine import load_thresholds
+
+    (tmp_path / "t.toml").write_text("[thresholds]\nmax_ranges = 7\nidle_share = 0.25\n")
+    (tmp_path / "t.json").write_text(json.dumps({"window_ns": "2000", "small_bytes": 4096}))
+    th = load_thresholds(tmp_path / "t.toml", [" window_ns = 3000 ", "bounce_bw=1e9"])
+    assert (th.max_ranges, th.idle_share, th.window_ns, th.bounce_bw) == (7, 0.25, 3000, 1e9)
+    assert type(th.window_ns) is int and type(th.bounce_bw) is float
+    th = load_thresholds(tmp_path / "t.json", [])
+    assert (th.window_ns, th.small_bytes, th.max_ranges) == (2000, 4096, Thresholds().max_ranges)
+    with pytest.raises(KeyError, match="no_such"):
+        load_thresholds(None, ["no_such=1"])
+    with pytest.raises(ValueError):
+        load_thresholds(None, ["max_ranges=many"])
+    c = ClusterThresholds()
+    c.update({"bubble_share": "0.2", "network_min_ns": "5000"})
+    assert (c.bubble_share, c.network_min_ns, c.max_ranges) == (0.2, 5000, 50)
+    assert type(c.network_min_ns) is int
+    with pytest.raises(KeyError, match="no_such"):
+        c.update({"no_such": "1"})

@@ -310,3 +310,48 @@ def test_old_capture_without_device_events_reads_empty(tmp_path: Path) -> None:
     e = cap.read("device_events")
     assert len(e) == 0 and e.dtype.names is not None and "kind" in e.dtype.names
     assert cap.count("driver") == 1000
+
+
+def test_writer_directory_meta_modes_and_a_second_close(tmp_path: Path) -> None:
+    """A capture may go into an existing empty directory, not a non-empty one; meta.json
+    gets the creation time (unless the caller gave one) and the writer keeps what it wrote;
+    the stream files are 0644 (less the umask); closing twice is closing once."""
+    d = tmp_path / "cap"
+    d.mkdir()
+    t0 = time.time()
+    w = CaptureWriter(d, META)
+    on_disk = json.loads((d / "meta.json").read_text())
+    assert w.meta == on_disk and t0 <= on_disk["created_unix"] <= time.time()
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (d / "streams").iterdir()}
+    assert modes and set(modes.values()) == {0o644 & ~umask}, modes
+    w.append("driver", np.zeros(3, DRIVER_DTYPE))
+    w.close()
+    w.close()
+    assert open_capture(d).read("driver").shape == (3,)
+    with pytest.raises(CaptureError, match="exists and is not empty"):
+        CaptureWriter(d, META)
+    given_time = CaptureWriter(tmp_path / "c2", {**META, "created_unix": 5.0})
+    given_time.close()
+    assert json.loads((tmp_path / "c2" / "meta.json").read_text())["created_unix"] == 5.0
+
+
+def test_peer_port_range_and_link_bandwidth_by_direction() -> None:
+    """A clock-exchange peer's port is 1..65535; a function's modelled bandwidth is the link
+    model's for that direction (read completions and posted writes differ), in the
+    capture's time."""
+    from tacc.capture.clockx import parse_peer
+    from tacc.capture.devinfo import Function
+    from tacc.model.link import link_max_payload_bw
+
+    assert parse_peer("10.0.0.1:1") == ("10.0.0.1", 1)
+    assert parse_peer("10.0.0.1:65535") == ("10.0.0.1", 65535)
+    for bad in ("10.0.0.1:0", "10.0.0.1:65536"):
+        with pytest.raises(ValueError, match="out of range"):
+            parse_peer(bad)
+    f = Function(0, "0000:01:00.0", "0000:01:00.0", 0, 4, 16, 256, 1e9, 2.0, 0)
+    for direction in ("h2d", "d2h"):
+        assert f.max_bw(direction) == link_max_payload_bw(4, 16, 256, direction, f.mrrs,
+                                                          f.rcb) / 2.0
+    assert f.max_bw("h2d") != f.max_bw("d2h")

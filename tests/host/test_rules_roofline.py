@@ -275,3 +275,24 @@ def test_perfetto_slices_carry_flops_and_bytes(tmp_path: Path) -> None:
             if "flops" in a:
                 got[a["tag"]] = (a["flops"], a["bytes_read"], a["bytes_written"])
     assert got == want
+
+
+def test_model_ns_and_batch_to_ridge_by_hand() -> None:
+    """model_ns is tacc.model's time with the device's own peaks, in the capture's time
+    (time_scale 2: twice the nanoseconds); batch_to_ridge solves the docstring's inequality
+    (hand-computed here), None when the denominator is not positive."""
+    from tacc.analyze.roofline import GemmShape, batch_to_ridge, model_ns
+    from tacc.capture.devinfo import Function
+
+    f = Function(0, "0000:01:00.0", "0000:01:00.0", 0, 4, 16, 256, 1e9, 2.0, 1 << 30,
+                 peak_fp32_gflops=1000.0, devmem_gbps=50.0)
+    # compute bound on 1000 GFLOP/s: 1e9 FLOPs take 1e6 ns plus the command latency
+    want = (1e9 / 1000.0 + P.cmd_latency_ns) * 2.0
+    assert model_ns(f, 1e9, 1e3, "fp32") == want
+    assert model_ns(f, 1e9, 1e3, "fp32") == 2.0 * model.compute_ns(1e9, 1e3, "fp32",
+                                                                   f.model_params())
+    # 2 b m n k >= R ((b m k + k n) s_ab + b m n s_c): m 2, n k 64, 4-byte operands, R 8
+    # -> b m (2 n k - R (k s_ab + n s_c)) >= R k n s_ab -> 8192 b >= 131072 -> b 16, 32 rows
+    assert batch_to_ridge(GemmShape(2, 64, 64, 4, 4, False), 8.0) == 32
+    assert batch_to_ridge(GemmShape(1, 1, 1, 4, 4, False), 0.125) == 1  # denominator 1
+    assert batch_to_ridge(GemmShape(1, 4, 4, 4, 4, False), 1.0) is None  # denominator 0

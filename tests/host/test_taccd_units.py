@@ -379,6 +379,7 @@ def test_session_writes_device_events_as_they_arrive(tmp_path: Path) -> None:
     detail = [cap.strings[int(i)] for i in e["name_id"]]
     assert detail[0] == f"mmu_fault {PCI0} unmapped write"
     assert detail[1] == f"pm {PCI0} D3 (suspended)" and detail[2] == f"pm {PCI0} D0 (resumed)"
+    assert detail[5] == f"event42 {PCI0}"  # the decoder's name for a newer driver's event
     assert detail[6] == "pm 0000:02:00.0 D3 (suspended)"
     assert detail[7:] == ["hotplug add 0000:01:00.1 VF 1", "hotplug remove 0000:01:00.1 VF 1"]
     assert np.all(np.diff(e["t_ns"][:7]) > 0)
@@ -1097,3 +1098,311 @@ def test_session_copies_then_frees_its_devcoredumps(tmp_path: Path,
     ev = open_capture(tmp_path / "cap").read("device_events")
     ev = ev[ev["kind"] == DeviceEventKind.DEVCOREDUMP]
     assert len(ev) == 1 and int(ev["tag"][0]) == 0xD0D0 and int(ev["arg"][0]) == 1
+
+
+def test_devcoredump_events_carry_the_dumps_job(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each dump of the capture becomes one DEVCOREDUMP event with the job line's fields
+    (ctx, queue, tag, seqno, pid; none without a job line), at the dump's time (one taken at
+    the capture's start counts), numbered in order; a dump that does not parse is skipped
+    without stopping the scan, and a dump already collected is not collected again."""
+    from tacc import devcoredump as dc
+    from tacc.capture.schema import NO_CTX, NO_QUEUE, DeviceEventKind
+
+    pci_dir = tmp_path / "pci" / PCI0
+    pci_dir.mkdir(parents=True)
+    monkeypatch.setattr(dc, "ROOT", tmp_path / "devcoredump")
+    s = _session(tmp_path)
+    t0 = s.started_mono_ns
+    dumps = {1: "not a devcoredump\n",
+             2: f"{dc.HEADER}\nreason: job timeout\ndevice: {PCI0}\ntime_ns: {t0}\n"
+                "job: context 3 queue 2 tag 0xd0d0 seqno 7 pid 42\nend\n",
+             3: f"{dc.HEADER}\nreason: fatal\ndevice: {PCI0}\ntime_ns: {t0 + 9}\nend\n"}
+    for n, text in dumps.items():
+        d = dc.ROOT / f"devcd{n}"
+        d.mkdir(parents=True)
+        (d / "failing_device").symlink_to(pci_dir)
+        (d / "data").write_text(text)
+    s._collect_devcoredumps()
+    (dc.ROOT / "devcd2" / "data").write_text(dumps[2])  # as if the free had not happened
+    s._collect_devcoredumps()
+    s.close()
+    cap = open_capture(tmp_path / "cap")
+    ev = cap.read("device_events")
+    ev = ev[ev["kind"] == DeviceEventKind.DEVCOREDUMP]
+    got = [tuple(int(r[k]) for k in ("t_ns", "fid", "ctx", "queue", "tag", "seqno", "pid", "arg"))
+           for r in ev]
+    assert got == [(t0, 0, 3, 2, 0xD0D0, 7, 42, 1),
+                   (t0 + 9, 0, NO_CTX, NO_QUEUE, 0, 0, 0, 2)]
+    assert [cap.strings[int(i)] for i in ev["name_id"]] == [
+        f"devcoredump {PCI0} job timeout: devcoredump/1.txt",
+        f"devcoredump {PCI0} fatal: devcoredump/2.txt"]
+    assert (tmp_path / "cap" / "devcoredump" / "2.txt").read_text() == dumps[3]
+    assert not (tmp_path / "cap" / "devcoredump" / "3.txt").exists()
+
+
+def test_ring_sizes_and_tlp_filters_at_their_bounds() -> None:
+    """Options accepts the uAPI's own bounds and refuses one past them; a value that is
+    not an int (a float from JSON, a bool) is a one-line ValueError, not a TypeError from
+    the arithmetic; a peer is parsed at once."""
+    for lo, hi, field_name in ((uapi.TLPCAP_MIN_ENTRIES, uapi.TLPCAP_MAX_ENTRIES, "tlp_entries"),
+                               (uapi.TRACE_MIN_ENTRIES, uapi.TRACE_MAX_ENTRIES, "trace_entries")):
+        for ok in (lo, 2 * lo, hi):
+            assert getattr(Options(**{field_name: ok}), field_name) == ok
+        for bad in (lo // 2, 2 * hi, lo + 2, 3 * lo, float(lo), -1):
+            with pytest.raises(ValueError, match="power of two from"):
+                Options(**{field_name: bad})  # type: ignore[arg-type]
+    assert Options(peers=["10.0.0.2:4000"]).peers == ["10.0.0.2:4000"]
+    with pytest.raises(ValueError, match="peer 'nohost'"):
+        Options(peers=["nohost"])
+    with pytest.raises(ValueError, match="TLP filter function True"):
+        Options(tlp_funcs=[True])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"TLP filter kind 'io': one of mrd, mwr, cpld$"):
+        Options(tlp_kinds=["io"])
+    with pytest.raises(ValueError, match="address range"):
+        Options(tlp_addr=[-1, 5])
+    assert Options(tlp_addr=[0, 1]).tlp_filters() == (0, 0, (0, 1), False)
+    assert Options(tlp_funcs=[31]).tlp_filters()[0] == 1 << 31
+
+
+def test_device_event_fields_default_to_zero_and_details_name_them(tmp_path: Path) -> None:
+    """A netlink event's missing or zero fields are recorded as 0, the receive time stands in
+    for a missing timestamp; the detail string names the fault type (or its number), read or
+    write, a function reset's reason (queue 0xFFFF, the driver's value) and a VF count."""
+    from tacc.capture.schema import NO_CTX, NO_FID, NO_QUEUE
+    from tacc.capture.schema import DeviceEventKind as K
+
+    s = _session(tmp_path)
+    t0 = time.monotonic_ns()
+    s.device_event({"event": 5, "recv_mono_ns": t0})  # no device, no fields
+    s.device_event(_nl(9, timestamp=t0 + 1, name=""))  # HOTPLUG_ADD's number: not netlink's
+    fault = (6 << 24) | 3  # a read, fault type 6 (mem_kind), ctx 3
+    s.device_event(_nl(1, info=fault, queue=NO_QUEUE, timestamp=t0 + 2))
+    s.device_event(_nl(1, info=(9 << 24), timestamp=t0 + 3))  # a type the header lacks
+    s.device_event(_nl(3, queue=NO_QUEUE, info=4, timestamp=t0 + 4))  # function reset
+    s.device_event(_nl(3, queue=1, info=4, timestamp=t0 + 5))  # queue reset
+    s.device_event(_nl(6, info=2, timestamp=t0 + 6))
+    s.device_event({"device": PCI0, "timestamp": t0 + 7})  # no event number, no queue
+    s.close()
+    cap = open_capture(tmp_path / "cap")
+    e = cap.read("device_events")
+    detail = [cap.strings[int(i)] for i in e["name_id"]]
+    first = e[0]
+    assert (first["t_ns"], first["fid"], first["kind"], first["arg"]) == (t0, NO_FID, K.PM, 0)
+    assert [int(first[k]) for k in ("tag", "addr", "seqno", "pid", "status")] == [0] * 5
+    assert (first["queue"], first["ctx"]) == (NO_QUEUE, NO_CTX)
+    assert detail[0] == "pm D0 (resumed)"
+    assert (e["kind"][1], e["arg"][1], e["queue"][1]) == (K.OTHER, 9, 0)
+    assert detail[1] == f"other {PCI0}"
+    assert (e["ctx"][2], e["queue"][2], e["status"][2]) == (3, NO_QUEUE, 6)
+    assert detail[2] == f"mmu_fault {PCI0} mem_kind read"
+    assert detail[3] == f"mmu_fault {PCI0} type 9 read"
+    assert detail[4] == f"reset {PCI0} function reset, reason 4"
+    assert detail[5] == f"reset {PCI0}" and e["queue"][5] == 1
+    assert detail[6] == f"vf_enable {PCI0} 2 VFs" and e["arg"][6] == 2
+    assert (e["kind"][7], e["arg"][7], e["queue"][7]) == (K.OTHER, 0, 0)
+
+
+class _FakeTlpRing:
+    """A TLP capture ring (tacc.pcie.ring.TlpRing) with records and drops to hand out."""
+
+    def __init__(self) -> None:
+        from tacc.capture.schema import TLP_REC_DTYPE
+
+        self.recs = np.zeros(0, TLP_REC_DTYPE)
+        self.dropped = 0
+        self.closed = False
+
+    def drain(self) -> np.ndarray:
+        r, self.recs = self.recs, self.recs[:0]
+        return r
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_tlp_records_get_the_capture_fid_of_their_function(tmp_path: Path) -> None:
+    """A TLP's function on the PF's link (0 = PF, n = VF n) becomes that function's capture
+    fid; a function outside the capture, or removed from it, gets NO_FID; every field of the
+    ring's record is kept; the ring's drops are counted once each, against the PF."""
+    from tacc.capture.schema import NO_FID, TLP_REC_DTYPE
+
+    s = _session(tmp_path)
+    ring = _FakeTlpRing()
+    s.tlp_rings[0], s.tlp_dropped[0] = ring, 0
+    for vf in (1, 2):
+        s.add_function(TaccFunction(f"0000:01:00.{vf}", 0x100 + vf, tmp_path, True, vf, PCI0,
+                                    None))
+    s.add_function(TaccFunction("0000:05:00.1", 0x201, tmp_path, True, 3, "0000:05:00.0", None))
+    recs = np.zeros(5, TLP_REC_DTYPE)
+    recs["func"] = [0, 1, 2, 3, 7]
+    recs["addr"] = [0x1000, 0x2000, 0x3000, 0x4000, 0x5000]
+    recs["t_ps"] = [10, 20, 30, 40, 50]
+    ring.recs, ring.dropped = recs, 3
+    s._drain_devices()
+    s.remove_function("0000:01:00.2")
+    ring.recs, ring.dropped = recs[:3], 5
+    s._drain_devices()
+    ring.recs = recs[1:2]
+    s.remove_function(PCI0)  # the PF goes: what its ring holds is written, then it is closed
+    assert ring.closed and s.tlp_rings == {}
+    summary = s.close()
+    cap = open_capture(tmp_path / "cap")
+    t = cap.read("tlp")
+    assert t["fid"].tolist() == [0, 1, 2, NO_FID, NO_FID, 0, 1, NO_FID, 1]
+    assert t["addr"].tolist() == [0x1000, 0x2000, 0x3000, 0x4000, 0x5000,
+                                  0x1000, 0x2000, 0x3000, 0x2000]
+    assert t["t_ps"].tolist() == [10, 20, 30, 40, 50, 10, 20, 30, 20]
+    d = cap.read("drops")
+    d = d[d["source"] == int(DropSource.TLP)]
+    assert d["count"].tolist() == [3, 2] and d["fid"].tolist() == [0, 0]
+    from tacc.capture.schema import STREAMS
+
+    assert summary["records"] == {"tlp": 9, "device_events": 5}
+    assert summary["bytes"] == sum(n * STREAMS[k][1].itemsize
+                                   for k, n in summary["records"].items())
+    assert summary["drops"] == {"tlp": 5} and summary["devices"] == 4
+    assert summary["path"] == str(tmp_path / "cap") and summary["warnings"] == []
+
+
+def test_function_removed_then_back_keeps_its_fid(tmp_path: Path) -> None:
+    """A VF that goes and comes back (VFs re-enabled) keeps its fid: one HOTPLUG_ADD per
+    appearance, one description in the marker (its fid, the time it appeared, its trace
+    record version), its new TaccFunction in use; adding a present function does nothing."""
+    from tacc.capture.schema import DeviceEventKind as K
+
+    s = _session(tmp_path)
+    t_before = time.monotonic_ns()
+    vf = TaccFunction("0000:01:00.1", 0x101, tmp_path, True, 1, PCI0, None)
+    s.add_function(vf)
+    s.add_function(vf)  # already there
+    s.remove_function(vf.pci)
+    back = TaccFunction("0000:01:00.1", 0x101, tmp_path, True, 1, PCI0, None)
+    s.add_function(back)
+    assert s.functions[1] is back and s.removed == set()
+    assert s.fid_of_dev == {0x100: 0, 0x101: 1} and s.fid_of_pci[vf.pci] == 1
+    s.close()
+    marker = json.loads((tmp_path / "cap" / "complete").read_text())
+    (added,) = marker["devices_added"]
+    assert added["fid"] == 1 and added["pci"] == vf.pci and added["trace_version"] == 2
+    assert t_before <= added["t_ns"] <= time.monotonic_ns()
+    cap = open_capture(tmp_path / "cap")
+    e = cap.read("device_events")
+    assert e["kind"].tolist() == [K.HOTPLUG_ADD, K.HOTPLUG_REMOVE, K.HOTPLUG_ADD]
+    assert e["fid"].tolist() == [1, 1, 1] and e["arg"].tolist() == [1, 1, 1]
+    assert e["t_ns"][0] == added["t_ns"] and np.all(np.diff(e["t_ns"].astype(np.int64)) > 0)
+    assert [cap.strings[int(i)] for i in e["name_id"]] == [
+        f"hotplug {w} 0000:01:00.1 VF 1" for w in ("add", "remove", "add")]
+
+
+def test_session_meta_describes_the_capture(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """meta.json of a taccd capture (docs/capture-format.md): the node (the argument, else
+    TACC_NODE_ID, else the host name), each function with its trace record version, the
+    kernel, QEMU's version and machine from DMI, icount, the first function's time scale,
+    the options, the tool, Python."""
+    import platform
+    import socket
+
+    from tacc.daemon import session as sess
+
+    machine = {"sys_vendor": "QEMU", "product_version": "pc-q35-10.0"}
+    monkeypatch.setattr(sess, "machine_info", lambda: dict(machine))
+    monkeypatch.setattr(sess, "icount_info", lambda: {"shift": None, "icount": 7})
+    fn = TaccFunction(PCI0, 0x100, tmp_path, False, 0, PCI0, None)
+    opts = Options(device_trace=False, api=False, counters_hz=0, clock_hz=0,
+                   host_events=False, flush_s=2.0)
+    want_opts = opts.to_json()
+    monkeypatch.setenv("TACC_NODE_ID", "rack7")
+    for name, node, want_node in (("a", "n1", "n1"), ("b", None, "rack7")):
+        opts.flush_s = 2.0  # (close() sets it for its final flush)
+        CaptureSession(tmp_path / name, [fn], opts, tool="test", node=node).close()
+        meta = json.loads((tmp_path / name / "meta.json").read_text())
+        assert meta["node"] == want_node
+        assert [d["trace_version"] for d in meta["devices"]] == [2]
+        assert meta["devices"][0]["pci"] == PCI0
+        assert meta["kernel"] == os.uname().release and meta["python"] == platform.python_version()
+        assert meta["qemu"] == "pc-q35-10.0" and meta["machine"] == machine
+        assert meta["icount"] == {"shift": None, "icount": 7}
+        assert meta["time_scale"] == float(fn.meta()["time_scale"])
+        assert meta["options"] == want_opts and meta["tool"] == "test"
+    monkeypatch.delenv("TACC_NODE_ID")
+    del machine["product_version"]
+    CaptureSession(tmp_path / "c", [], opts).close()  # no function, the default tool
+    meta = json.loads((tmp_path / "c" / "meta.json").read_text())
+    assert meta["node"] == socket.gethostname() and meta["tool"] == "taccd"
+    assert meta["qemu"] == "" and meta["time_scale"] == 1.0
+
+
+class _FakeSampleRing:
+    """A device's counter sample ring (SampleRingCounters): batches to hand out, lost
+    samples, a failure to raise."""
+
+    def __init__(self, entries: int = 16) -> None:
+        from tacc.capture.schema import COUNTERS_DTYPE
+
+        self.dtype = COUNTERS_DTYPE
+        self.entries, self.batches, self.lost, self.closed = entries, [], 0, False
+        self.fail: OSError | None = None
+        self.seq = 0
+
+    def add(self, n: int) -> None:
+        r = np.zeros(n, self.dtype)
+        r["seq"] = np.arange(self.seq, self.seq + n)
+        self.seq += n
+        self.batches.append(r)
+
+    def pending(self) -> int:
+        return sum(len(b) for b in self.batches)
+
+    def drain(self) -> tuple[np.ndarray, int]:
+        if self.fail:
+            raise self.fail
+        recs = np.concatenate(self.batches) if self.batches else np.zeros(0, self.dtype)
+        self.batches, lost, self.lost = [], self.lost, 0
+        return recs, lost
+
+    def bracket(self) -> np.ndarray:
+        return np.zeros(0, self.dtype)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_device_rings_drained_at_watermark_or_age(tmp_path: Path) -> None:
+    """A device's sample ring is drained when it is 1/RING_WATERMARK full or RING_MAX_AGE_S
+    after its last drain; the TLP ring at every tick; a ring's lost samples are counters
+    drops of its function; a ring that fails (device gone) is closed and named in a
+    warning, and the capture goes on without it."""
+    from tacc.daemon import session as sm
+
+    s = _session(tmp_path, flush_s=1e9)
+    ring, tlp = _FakeSampleRing(entries=4 * sm.RING_WATERMARK), _FakeTlpRing()
+    s.sample_rings[0], s.tlp_rings[0], s.tlp_dropped[0] = ring, tlp, 0
+    t = 100.0
+    s.tick(t)  # the first tick: the age limit has passed
+    ring.add(3)  # below the watermark (4)
+    from tacc.capture.schema import TLP_REC_DTYPE
+
+    tlp.recs = np.zeros(2, TLP_REC_DTYPE)
+    s.tick(t + 0.05)
+    assert s.counts.get("counters", 0) == 0 and s.counts["tlp"] == 2
+    ring.add(1)  # at the watermark
+    s.tick(t + 0.1)
+    assert s.counts["counters"] == 4
+    ring.add(1)
+    ring.lost = 2
+    s.tick(t + 0.1 + sm.RING_MAX_AGE_S * 0.8)
+    assert s.counts["counters"] == 4
+    s.tick(t + 0.1 + sm.RING_MAX_AGE_S * 1.2)  # the age limit
+    assert s.counts["counters"] == 5 and s.drops == {(int(DropSource.COUNTERS), 0): 2}
+    ring.fail = OSError("gone")
+    s.tick(t + 1.0)
+    assert s.warnings == ["fid 0: sample ring: gone"] and ring.closed and not s.sample_rings
+    tlp.recs = np.zeros(1, TLP_REC_DTYPE)
+    s.tick(t + 1.01)  # the others go on
+    assert s.counts["tlp"] == 3
+    summary = s.close()
+    assert summary["warnings"] == ["fid 0: sample ring: gone"]
+    c = open_capture(tmp_path / "cap").read("counters")
+    assert c["seq"].tolist() == [0, 1, 2, 3, 4]

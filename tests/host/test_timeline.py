@@ -363,3 +363,61 @@ def test_capture_without_device_events_stream(tmp_path: Path) -> None:
     tr = _decode(tmp_path / "t.pftrace")
     assert not any(p.track_descriptor.name == "events" for p in tr.packet
                    if p.HasField("track_descriptor"))
+
+
+def test_findings_overlay_in_json_and_perfetto(mixed: tuple[Path, dict], tmp_path: Path) -> None:
+    """Analysis findings on the timeline: a slice per time range (Chrome JSON in us, with the
+    suggestion and the time lost in ms; Perfetto one track per rule under the first track,
+    a range ending before it starts drawn empty), named "severity: title" (the rule without
+    a title)."""
+    from tacc.timeline.convert import FINDINGS_UUID_BASE
+
+    cap_path, _ = mixed
+    findings = [
+        {"rule": "small_transfers", "severity": "high", "title": "many small copies",
+         "time_ranges": [[2_000_000, 5_000_000], [9_000_000, 9_500_000]],
+         "suggestion": "batch them", "time_lost_ns": 1_500_000, "id": "st1"},
+        {"rule": "idle_gaps", "severity": "low", "time_ranges": [[7_000, 6_000]]},
+    ]
+    out = tmp_path / "f.json"
+    convert([cap_path], out, fmt="json", findings=findings)
+    ev = json.loads(out.read_text())["traceEvents"]
+    assert {"ph": "M", "cat": "__metadata", "name": "process_name", "pid": 0,
+            "args": {"name": "tacc findings"}} in ev
+    got = [e for e in ev if e.get("cat") == "finding"]
+    assert got == [
+        {"ph": "X", "cat": "finding", "pid": 0, "tid": 0, "ts": 2000.0, "dur": 3000.0,
+         "name": "high: many small copies",
+         "args": {"suggestion": "batch them", "time_lost_ms": 1.5}},
+        {"ph": "X", "cat": "finding", "pid": 0, "tid": 0, "ts": 9000.0, "dur": 500.0,
+         "name": "high: many small copies",
+         "args": {"suggestion": "batch them", "time_lost_ms": 1.5}},
+        {"ph": "X", "cat": "finding", "pid": 0, "tid": 0, "ts": 7.0, "dur": -1.0,
+         "name": "low: idle_gaps", "args": {"suggestion": "", "time_lost_ms": 0.0}}]
+    out = tmp_path / "f.pftrace"
+    convert([cap_path], out, findings=findings)
+    tr = _decode(out)
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in tr.packet
+              if p.HasField("track_descriptor")}
+    first = next(p.track_descriptor.uuid for p in tr.packet if p.HasField("track_descriptor"))
+    rules = {tracks[u].name: u for u in tracks if u >= FINDINGS_UUID_BASE}
+    assert rules == {"finding: idle_gaps": FINDINGS_UUID_BASE,
+                     "finding: small_transfers": FINDINGS_UUID_BASE + 1}
+    assert {tracks[u].parent_uuid for u in rules.values()} == {first}
+    sl = [p for p in tr.packet if p.HasField("track_event")
+          and p.track_event.track_uuid >= FINDINGS_UUID_BASE]
+    assert [(p.timestamp, p.track_event.type, p.track_event.track_uuid) for p in sl] == [
+        (2_000_000, pb.TrackEvent.TYPE_SLICE_BEGIN, FINDINGS_UUID_BASE + 1),
+        (5_000_000, pb.TrackEvent.TYPE_SLICE_END, FINDINGS_UUID_BASE + 1),
+        (9_000_000, pb.TrackEvent.TYPE_SLICE_BEGIN, FINDINGS_UUID_BASE + 1),
+        (9_500_000, pb.TrackEvent.TYPE_SLICE_END, FINDINGS_UUID_BASE + 1),
+        (7_000, pb.TrackEvent.TYPE_SLICE_BEGIN, FINDINGS_UUID_BASE),
+        (7_000, pb.TrackEvent.TYPE_SLICE_END, FINDINGS_UUID_BASE)]
+    b = sl[0].track_event
+    assert b.name == "high: many small copies"
+    ann = {a.name: (a.string_value or a.double_value) for a in b.debug_annotations}
+    assert ann == {"severity": "high", "suggestion": "batch them", "id": "st1",
+                   "time_lost_ms": 1.5}
+    ann = {a.name: a.double_value for a in sl[4].track_event.debug_annotations
+           if a.name == "time_lost_ms"}
+    assert sl[4].track_event.name == "low: idle_gaps" and ann == {"time_lost_ms": 0.0}
