@@ -974,8 +974,10 @@ def test_decode_capture_ranges_nest_the_commands(recorder: Recorder) -> None:
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
     from tacc.timeline.convert import convert
 
-    cap_path, res, _ = recorder.capture("decode", [("decode", False,
-                                                    {"batch": 2, "tokens": 4})])
+    # the same run as test_v3_records_carry_the_decode_gemms_flops_and_bytes's (one capture)
+    kw, _, scale = TWINS["decode_batch"]
+    cap_path, res, _ = recorder.capture("decode_batch-good", [("decode_batch", False, kw)],
+                                        scale)
     assert res[0]["checked"], res
     out = cap_path.parent / "decode.pftrace"
     convert([cap_path], out)
