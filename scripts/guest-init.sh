@@ -28,6 +28,28 @@ for f in /usr/lib/python3/dist-packages/_sandboxing_egress_ca.pth \
 done
 ip link set lo up 2>/dev/null
 
+# The venv from its disk image when run-vm attached one (VENV_DISK, build/venv.img): a
+# Python start over 9p listed site-packages (~320 entries) four times and opened every
+# module by a round trip to QEMU (python -c pass: 0.9-1.3 s of guest time, 0.13-0.17 s from
+# the disk).  Read-only ext4 under a tmpfs overlay at the venv's own path: what the guest
+# writes there stays in the guest, as on the 9p root.
+venv_disk() {
+	local s dev= m=/run/tacc-venv
+	modprobe -q virtio_blk 2>/dev/null || return 0
+	for s in /sys/block/vd*/serial; do
+		[ "$(cat "$s" 2>/dev/null)" = tacc-venv ] && dev=/dev/${s#/sys/block/} && dev=${dev%/serial}
+	done
+	[ -n "$dev" ] || return 0
+	mkdir -p $m/lower $m/up $m/work
+	if mount -t ext4 -o ro "$dev" $m/lower &&
+		mount -t overlay -o "lowerdir=$m/lower,upperdir=$m/up,workdir=$m/work" tacc-venv "$root/.venv"; then
+		return 0
+	fi
+	echo "guest-init: the venv disk $dev did not mount; the venv stays on 9p"
+	umount $m/lower 2>/dev/null
+}
+[ -d "$root/.venv" ] && venv_disk
+
 cmd= out= vfs=0 modparams= iommu= tty= term= node= nodes=
 for w in $(cat /proc/cmdline); do
 	case $w in
