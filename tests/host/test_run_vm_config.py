@@ -90,6 +90,50 @@ def test_icount_guest_keeps_its_tick(tmp_path: Path) -> None:
         assert ("nohz=off" in argv[argv.index("-append") + 1].split()) == tick
 
 
+def test_venv_disk_made_when_the_venv_changes_and_attached_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VENV_DISK: an ext4 image of the venv, made again only when a file or directory in it
+    changed (pip; not its bytecode caches), attached read-only after every other device (their
+    slots and the guest's BDFs unchanged); VENV_DISK=0 and a VM inside the test VM: none."""
+    if not shutil.which("mke2fs"):
+        pytest.fail("mke2fs is not installed (e2fsprogs)")
+    venv = tmp_path / "venv"
+    (venv / "lib/site-packages/pkg").mkdir(parents=True)
+    (venv / "lib/site-packages/pkg/__init__.py").write_text("x = 1\n")
+    monkeypatch.setattr(run_vm, "VENV", venv)
+    monkeypatch.setattr(run_vm, "VENV_IMAGE", tmp_path / "build/venv.img")
+    (tmp_path / "build").mkdir()
+    cfg = run_vm.VMConfig.from_env({"KERNEL": "6.12.117"}, require_installed=False)
+    said: list[str] = []
+    run_vm.ensure_venv_image(cfg, say=lambda *a, **_k: said.append(" ".join(map(str, a))))
+    img = tmp_path / "build/venv.img"
+    assert img.exists() and len(said) == 1 and "made" in said[0], said
+    r = subprocess.run(["debugfs", "-R", "cat /lib/site-packages/pkg/__init__.py", str(img)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout == "x = 1\n", (r.stdout, r.stderr)
+    run_vm.ensure_venv_image(cfg, say=lambda *a, **_k: said.append(" ".join(map(str, a))))
+    assert len(said) == 1  # unchanged venv: the image is kept
+    (venv / "lib/site-packages/pkg/__pycache__").mkdir()
+    (venv / "lib/site-packages/pkg/__pycache__/m.cpython-311.pyc").write_bytes(b"x")
+    run_vm.ensure_venv_image(cfg, say=lambda *a, **_k: said.append(" ".join(map(str, a))))
+    assert len(said) == 1  # bytecode caches (host pytest writes them): kept
+    (venv / "lib/site-packages/pkg/m.py").write_text("y = 2\n")
+    run_vm.ensure_venv_image(cfg, say=lambda *a, **_k: said.append(" ".join(map(str, a))))
+    assert len(said) == 2  # a new module (pip): made again
+    argv = run_vm.qemu_argv(cfg, tmp_path, None, interactive=False)
+    drive = argv.index("-drive")
+    assert argv[drive + 1] == f"file={img},if=none,id=venv,format=raw,readonly=on"
+    assert argv[drive + 3] == "virtio-blk-pci,drive=venv,serial=tacc-venv"
+    devices = [argv[i + 1] for i, a in enumerate(argv) if a == "-device"]
+    assert devices[-1].startswith("virtio-blk-pci")
+    for env in ({"VENV_DISK": "0"}, {"TACC_IN_VM": "1"}):
+        off = run_vm.VMConfig.from_env({"KERNEL": "6.12.117", **env}, require_installed=False)
+        assert "-drive" not in run_vm.qemu_argv(off, tmp_path, None, interactive=False)
+    assert validate(VENV_DISK="yes").returncode == 2
+    init = (ROOT / "scripts/guest-init.sh").read_text()
+    assert "= tacc-venv ]" in init and '"$root/.venv"' in init
+
+
 @given(st.integers(min_value=0, max_value=254))
 def test_exit_status_roundtrip(status: int) -> None:
     # isa-debug-exit: the guest writes status + 1, QEMU exits (v << 1) | 1.
@@ -154,7 +198,7 @@ def fake_qemu(tmp_path: Path) -> dict[str, str]:
     q.write_text(FAKE_QEMU)
     q.chmod(0o755)
     return {**os.environ, "TACC_QEMU": str(q), "FAKE_QEMU_SAVE": str(tmp_path / "saved"),
-            "SETUP_QUIET": "1"}
+            "SETUP_QUIET": "1", "VENV_DISK": "0"}
 
 
 def make_run_vm(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -264,7 +308,7 @@ def test_make_help_lists_every_variable() -> None:
                        timeout=60)
     assert r.returncode == 0, r.stderr
     for var in ("IOMMU", "VFS", "MEM", "KERNEL", "SMP", "VIRTIO", "ICOUNT", "MODPARAMS",
-                "QEMU_ARGS", "KERNEL_ARGS", "CMD", "PYTEST_ARGS", "TEST_VM_CONFIGS"):
+                "QEMU_ARGS", "KERNEL_ARGS", "CMD", "PYTEST_ARGS", "TEST_VM_CONFIGS", "VENV_DISK"):
         lines = [ln for ln in r.stdout.splitlines() if re.match(rf"\s*{var}\s", ln)]
         assert len(lines) == 1, f"{var}: {lines} in\n{r.stdout}"
         assert len(lines[0].split()) >= 3, lines[0]  # the name, then what it does
