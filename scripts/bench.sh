@@ -2,7 +2,8 @@
 # make bench: every benchmark, JSON under build/bench/ plus a readable table each.
 #   host/device benchmarks: tools/bench/bench_*.py (run on the host)
 #   in-guest benchmarks:    tools/bench/vm_*.py (one VM boot runs them all; vm_virt.py
-#                           has its own, with VFS=2 VIRTIO=1)
+#                           has its own, with VFS=2 VIRTIO=1, and vm_decode.py its own,
+#                           with 1 GiB of device memory and 4 GiB of guest memory)
 # BENCH='link timeline' limits the set; BENCH_EVENTS=N sizes the synthetic captures;
 # BENCH_LINK_CONFIGS='link-gen=3,link-width=4 ...' adds link sweeps (link-<n>.json).
 # Last, tools/bench/report.py draws build/bench/report.html from every JSON there.
@@ -50,13 +51,18 @@ vm=()
 for f in tools/bench/vm_*.py; do
 	[ -e "$f" ] || continue
 	name=$(basename "$f" .py); name=${name#vm_}
-	[ "$name" = virt ] && continue  # its own boot, below
+	case $name in virt|decode) continue ;; esac  # their own boots, below
 	selected "$name" && vm+=("$f")
 done
 [ ${#vm[@]} -eq 0 ] || vm_boot vm.log "${vm[@]}"
 # virt: the PF, a VF and virtio-tacc side by side need VFs and the virtio function at boot
 if selected virt; then
 	VFS=2 VIRTIO=1 vm_boot vm-virt.log tools/bench/vm_virt.py
+fi
+# decode: GPT-2 small's fp32 weights (~500 MB) in device memory, and the guest's copies
+if selected decode; then
+	MEM=4G QEMU_ARGS="${QEMU_ARGS:-} -global tacc.devmem-size=1G" \
+		vm_boot vm-decode.log tools/bench/vm_decode.py
 fi
 $py tools/bench/report.py --dir "$out" || { echo "bench: report FAILED" >&2; fail=1; }
 echo "bench: results in $out/"
