@@ -34,10 +34,11 @@ for f in tools/bench/bench_*.py; do
 	fi
 done
 # vm_boot LOG SCRIPT...: one VM boot runs the in-guest benchmarks, JSON to build/bench/
+# (VM_BENCH_ARGS: options given to each script)
 vm_boot() {
 	local log=$1; shift
 	echo "==================== bench (in the VM): $* ===================="
-	cmd="cd $root && rc=0; for f in $*; do n=\$(basename \$f .py); .venv/bin/python \$f --json \$TACC_VM_OUT/\${n#vm_}.json || rc=1; done; exit \$rc"
+	cmd="cd $root && rc=0; for f in $*; do n=\$(basename \$f .py); .venv/bin/python \$f --json \$TACC_VM_OUT/\${n#vm_}.json ${VM_BENCH_ARGS:-} || rc=1; done; exit \$rc"
 	TACC_KEEP_RUNDIR=1 /usr/bin/python3 scripts/run-vm --cmd "$cmd" < /dev/null \
 		2> "$out/$log.stderr" | tee "$out/$log" || fail=1
 	cat "$out/$log.stderr" >&2
@@ -60,9 +61,11 @@ if selected virt; then
 	VFS=2 VIRTIO=1 vm_boot vm-virt.log tools/bench/vm_virt.py
 fi
 # decode: GPT-2 small's fp32 weights (~500 MB) in device memory, and the guest's copies
+# (weights, two ONNX graphs, the engines': 4 GiB of guest memory ran out);
+# BENCH_DECODE_ARGS: vm_decode.py's options, e.g. '--config tiny --prompt 8 --tokens 16'
 if selected decode; then
-	MEM=4G QEMU_ARGS="${QEMU_ARGS:-} -global tacc.devmem-size=1G" \
-		vm_boot vm-decode.log tools/bench/vm_decode.py
+	MEM=${BENCH_DECODE_MEM:-8G} QEMU_ARGS="${QEMU_ARGS:-} -global tacc.devmem-size=1G" \
+		VM_BENCH_ARGS=${BENCH_DECODE_ARGS:-} vm_boot vm-decode.log tools/bench/vm_decode.py
 fi
 $py tools/bench/report.py --dir "$out" || { echo "bench: report FAILED" >&2; fail=1; }
 echo "bench: results in $out/"
