@@ -60,9 +60,9 @@ done
 if selected virt; then
 	VFS=2 VIRTIO=1 vm_boot vm-virt.log tools/bench/vm_virt.py
 fi
-# decode: GPT-2 small's fp32 weights (~500 MB) in device memory, and the guest's copies
-# (weights, two ONNX graphs, the engines': 4 GiB of guest memory ran out);
-# BENCH_DECODE_ARGS: vm_decode.py's options, e.g. '--config tiny --prompt 8 --tokens 16'
+# decode: room for --config gpt2 (fp32 weights ~500 MB in device memory; the guest's
+# copies of them, two ONNX graphs and the engines' outran 4 GiB of guest memory);
+# BENCH_DECODE_ARGS: vm_decode.py's options, e.g. '--batches 8 --rounds 5'
 if selected decode; then
 	MEM=${BENCH_DECODE_MEM:-8G} QEMU_ARGS="${QEMU_ARGS:-} -global tacc.devmem-size=1G" \
 		VM_BENCH_ARGS=${BENCH_DECODE_ARGS:-} vm_boot vm-decode.log tools/bench/vm_decode.py
