@@ -2,7 +2,8 @@
 # make bench: every benchmark, JSON under build/bench/ plus a readable table each.
 #   host/device benchmarks: tools/bench/bench_*.py (run on the host)
 #   in-guest benchmarks:    tools/bench/vm_*.py (one VM boot runs them all; vm_virt.py
-#                           has its own, with VFS=2 VIRTIO=1)
+#                           has its own, with VFS=2 VIRTIO=1, and vm_decode.py its own,
+#                           with 1 GiB of device memory and 4 GiB of guest memory)
 # BENCH='link timeline' limits the set; BENCH_EVENTS=N sizes the synthetic captures;
 # BENCH_LINK_CONFIGS='link-gen=3,link-width=4 ...' adds link sweeps (link-<n>.json).
 # Last, tools/bench/report.py draws build/bench/report.html from every JSON there.
@@ -33,10 +34,11 @@ for f in tools/bench/bench_*.py; do
 	fi
 done
 # vm_boot LOG SCRIPT...: one VM boot runs the in-guest benchmarks, JSON to build/bench/
+# (VM_BENCH_ARGS: options given to each script)
 vm_boot() {
 	local log=$1; shift
 	echo "==================== bench (in the VM): $* ===================="
-	cmd="cd $root && rc=0; for f in $*; do n=\$(basename \$f .py); .venv/bin/python \$f --json \$TACC_VM_OUT/\${n#vm_}.json || rc=1; done; exit \$rc"
+	cmd="cd $root && rc=0; for f in $*; do n=\$(basename \$f .py); .venv/bin/python \$f --json \$TACC_VM_OUT/\${n#vm_}.json ${VM_BENCH_ARGS:-} || rc=1; done; exit \$rc"
 	TACC_KEEP_RUNDIR=1 /usr/bin/python3 scripts/run-vm --cmd "$cmd" < /dev/null \
 		2> "$out/$log.stderr" | tee "$out/$log" || fail=1
 	cat "$out/$log.stderr" >&2
@@ -50,13 +52,20 @@ vm=()
 for f in tools/bench/vm_*.py; do
 	[ -e "$f" ] || continue
 	name=$(basename "$f" .py); name=${name#vm_}
-	[ "$name" = virt ] && continue  # its own boot, below
+	case $name in virt|decode) continue ;; esac  # their own boots, below
 	selected "$name" && vm+=("$f")
 done
 [ ${#vm[@]} -eq 0 ] || vm_boot vm.log "${vm[@]}"
 # virt: the PF, a VF and virtio-tacc side by side need VFs and the virtio function at boot
 if selected virt; then
 	VFS=2 VIRTIO=1 vm_boot vm-virt.log tools/bench/vm_virt.py
+fi
+# decode: room for --config gpt2 (fp32 weights ~500 MB in device memory; the guest's
+# copies of them, two ONNX graphs and the engines' outran 4 GiB of guest memory);
+# BENCH_DECODE_ARGS: vm_decode.py's options, e.g. '--batches 8 --rounds 5'
+if selected decode; then
+	MEM=${BENCH_DECODE_MEM:-8G} QEMU_ARGS="${QEMU_ARGS:-} -global tacc.devmem-size=1G" \
+		VM_BENCH_ARGS=${BENCH_DECODE_ARGS:-} vm_boot vm-decode.log tools/bench/vm_decode.py
 fi
 $py tools/bench/report.py --dir "$out" || { echo "bench: report FAILED" >&2; fail=1; }
 echo "bench: results in $out/"

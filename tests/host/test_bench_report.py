@@ -17,8 +17,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--no-first-run", "--disable-component-update", "--disable-sync",
          "--virtual-time-budget=5000"]
-# plots the fixtures give: two link configurations, overhead, latency, counter sampling
-N_PLOTS = 5
+# plots the fixtures give: two link configurations, overhead, latency, counter sampling,
+# decode tokens/s vs batch
+N_PLOTS = 6
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def test_missing_json_says_so(tmp_path: Path) -> None:
                         str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     text = (tmp_path / "report.html").read_text()
-    assert text.count("in this run.") == 4 and "<img" not in text
+    assert text.count("in this run.") == 5 and "<img" not in text
     bad = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "report.py"), "--dir",
                           str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

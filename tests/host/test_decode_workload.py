@@ -77,3 +77,12 @@ def test_cli_decode_json_and_bad_options(capsys: pytest.CaptureFixture[str]) -> 
     assert "exceed the KV cache" in capsys.readouterr().err
     assert tacc_main(["run", "tiny_transfers", "--sim", "--batch", "2"]) == 2
     assert "--batch is for the model workloads" in capsys.readouterr().err
+
+
+def test_heads_sum_wider_than_a_gemm_dimension(ctx: Context) -> None:
+    """batch x prompt x d_model above the device's GEMM dimension (4096): the prefill sums
+    its heads with element-wise adds instead of one GEMM, the decode step with the ones
+    GEMM (its ones vector uploaded though the prefill made none), and the tokens equal
+    the reference."""
+    r = run("decode", ctx, batch=8, prompt=8, tokens=2)
+    assert r.checked and 0 < r.max_abs_err < D.LOGIT_BOUND

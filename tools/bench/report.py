@@ -10,7 +10,9 @@ data: URI) beside the JSON it is drawn from:
   fraction of "nothing" with its 95 % interval, one bar per mode;
 * NOP latency histograms (``driver.json`` ``nop_latency.samples_us``, vm_driver.py; and
   per tracing mode where tracing.json has ``latency_us``);
-* counter sampling CPU vs rate (``counters.json`` ``sampling_sweep``, bench_counters.py).
+* counter sampling CPU vs rate (``counters.json`` ``sampling_sweep``, bench_counters.py);
+* decode tokens/s vs batch per tracing mode under the modelled device's roofline bound
+  (``decode.json``, vm_decode.py), and its table of ratios to untraced.
 
 A section whose JSON is missing says so instead of a plot.
 
@@ -162,6 +164,55 @@ def counters_section(c: Any) -> str:
     return _img(_png(fig), "counter sampling CPU vs rate")
 
 
+def decode_section(dj: Any) -> str:
+    if not dj or not dj.get("results"):
+        return "<p>No decode benchmark (decode.json) in this run.</p>"
+    import decodestats
+
+    res = {int(b): rows for b, rows in dj["results"].items()}
+    batches = sorted(res)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for mode in dj.get("modes") or [r["mode"] for r in res[batches[0]]]:
+        pts = [(b, r) for b in batches for r in res[b] if r["mode"] == mode]
+        if not pts:
+            continue
+        xs = [b for b, _ in pts]
+        ys = [r["median"] for _, r in pts]
+        err = [[r["median"] - r["ci"][0] for _, r in pts],
+               [r["ci"][1] - r["median"] for _, r in pts]]
+        ax.errorbar(xs, ys, yerr=err, fmt="o-", capsize=3, ms=4, label=mode)
+    m = dj.get("model")
+    if m:
+        span = decodestats.mean_span(dj.get("prompt", 0), dj.get("tokens", 0))
+        bs = sorted({1, 2, 4, 8, 16, 32, 64, *batches})
+        roof = [decodestats.roofline(batch=b, span=span, **m) for b in bs]
+        ax.plot(bs, [r["tokens_per_s"] for r in roof], "k--", lw=1,
+                label="roofline bound (device model)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch (sequences)")
+    ax.set_ylabel("tokens/s (guest clock)")
+    ax.set_title(f"decode {dj.get('config', '')}: tokens/s vs batch (95 % CI)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, which="both")
+    out = [_img(_png(fig), "decode tokens/s vs batch")]
+    out.append("<table><tr><th>batch</th><th>mode</th><th>tokens/s</th><th>95 % CI</th>"
+               "<th>min - max</th><th>x untraced</th><th>95 % CI</th><th>tracer CPU</th>"
+               "<th>drops</th><th>roofline bound</th></tr>")
+    for b in batches:
+        bound = (dj.get("roofline") or {}).get(str(b), {}).get("tokens_per_s", 0.0)
+        for r in res[b]:
+            out.append(
+                f"<tr><td>{b}</td><td>{html.escape(r['mode'])}</td><td>{r['median']:.2f}</td>"
+                f"<td>{r['ci'][0]:.2f} - {r['ci'][1]:.2f}</td>"
+                f"<td>{r['spread'][0]:.2f} - {r['spread'][1]:.2f}</td><td>{r['ratio']:.3f}</td>"
+                f"<td>{r['ratio_ci'][0]:.3f} - {r['ratio_ci'][1]:.3f}</td>"
+                f"<td>{r.get('tracer_cpu_share', 0.0) * 100:.1f} %</td>"
+                f"<td>{r.get('drops', 0):,}</td><td>{bound:.0f}</td></tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
 def render(d: Path) -> str:
     t = _load(d / "tracing.json")
     parts = [
@@ -179,6 +230,7 @@ def render(d: Path) -> str:
         "<h2>Tracing overhead per tool and workload</h2>", tracing_section(t),
         "<h2>NOP latency</h2>", latency_section(_load(d / "driver.json"), t),
         "<h2>Counter sampling CPU vs rate</h2>", counters_section(_load(d / "counters.json")),
+        "<h2>Decode tokens/s per tracing mode</h2>", decode_section(_load(d / "decode.json")),
         "</body></html>",
     ]
     return "\n".join(parts)

@@ -37,8 +37,7 @@ sys.path.insert(0, str(ROOT / "userspace"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchstats import median_ci, ratio_ci  # noqa: E402
-from tacc.devices import discover  # noqa: E402
-from vm_tracing import measure  # noqa: E402  (the same NOP flood)
+from vm_tracing import guest_function, measure  # noqa: E402  (the same NOP flood)
 
 MODES = ("nothing", "driver", "driver+sched", "doorbell", "submit-kprobe")
 # the pre-issue-18 submit kprobe, as the capture program had it (bpfsrc.py before)
@@ -106,14 +105,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        print("vm_stages: must run as root inside the VM", file=sys.stderr)
-        return 1
-    fns = [f for f in discover() if f.accel]
-    if not fns:
-        print("vm_stages: no tacc device", file=sys.stderr)
-        return 1
-    node = fns[0].accel
+    node = guest_function("vm_stages").accel
     from bcc import BPF
     from tacc.bpftrace.preflight import require_tracefs
     from tacc.bpftrace.program import Program

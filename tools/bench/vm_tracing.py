@@ -111,6 +111,17 @@ class Mlp:
         self.ctx.close()
 
 
+def guest_function(prog: str) -> Any:
+    """The first tacc function with an accel node, for a benchmark run as root in the
+    guest; exits with status 1 and one line naming ``prog`` otherwise."""
+    if os.geteuid() != 0:
+        raise SystemExit(f"{prog}: must run as root inside the VM")
+    fns = [f for f in discover() if f.accel]
+    if not fns:
+        raise SystemExit(f"{prog}: no tacc device")
+    return fns[0]
+
+
 def jobs_completed(fn_sysfs: Path) -> int:
     return int((fn_sysfs / "counters" / "jobs_completed").read_text())
 
@@ -426,20 +437,14 @@ def main() -> int:
     args = ap.parse_args()
     if args.from_log is not None:
         return report_log(args.from_log, args.json)
-    if os.geteuid() != 0:
-        print("vm_tracing: must run as root inside the VM", file=sys.stderr)
-        return 1
+    fn = guest_function("vm_tracing")
     modes = [m for m in args.modes.split(",") if m]
     wls = [w for w in args.workloads.split(",") if w]
     bad = [m for m in modes if m not in MODES] + [w for w in wls if w not in WORKLOADS]
     if bad or "nothing" not in modes:
         print(f"vm_tracing: bad --modes/--workloads {bad} (need nothing)", file=sys.stderr)
         return 2
-    fns = [f for f in discover() if f.accel]
-    if not fns:
-        print("vm_tracing: no tacc device", file=sys.stderr)
-        return 1
-    node, sysfs = fns[0].accel, fns[0].sysfs
+    node, sysfs = fn.accel, fn.sysfs
     tmp = Path(tempfile.mkdtemp(prefix="vm-tracing-"))
     d = Taccd(tmp)
     works: dict[str, Any] = {}

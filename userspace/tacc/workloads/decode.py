@@ -87,6 +87,7 @@ class Decoder:
         t0 = time.monotonic_ns()
         with tacc.range("load weights"):
             self.pre.upload_weights(s)  # the step engine shares these buffers
+            self.step.upload_consts(s)  # and has constants of its own
             s.synchronize()
         return time.monotonic_ns() - t0
 

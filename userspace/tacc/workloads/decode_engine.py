@@ -37,8 +37,7 @@ from onnx import numpy_helper
 
 import tacc
 from tacc.runtime import Context, DeviceBuffer, HostBuffer, Stream
-
-MAX_DIM = 1 << 16  # a GEMM dimension the device takes (tacc.runtime.ops.MAX_DIM)
+from tacc.runtime.ops import GEMM_MAX_DIM
 
 
 def _dtype(elem: int) -> np.dtype:
@@ -261,7 +260,7 @@ class Engine:
         if axes != [0]:
             raise Unsupported(f"{n.name}: ReduceSum over axes {axes} (only the heads, 0)")
         h, cols = x.shape[0], o.size
-        if cols <= MAX_DIM:  # one GEMM: ones[1, H] @ x[H, N*D]
+        if cols <= GEMM_MAX_DIM:  # one GEMM: ones[1, H] @ x[H, N*D]
             ones = self._shared("ones.heads", (1, h), np.float32)
             self.const_uploads.append((ones, np.ones((1, h), np.float32)))
             xv, ov = x.view((h, cols)), o.view((1, cols))
@@ -306,6 +305,12 @@ class Engine:
                 s.copy_h2d(d, hb)
             else:
                 s.copy_h2d(d, np.ascontiguousarray(self.consts[name]))
+        self.upload_consts(s)
+
+    def upload_consts(self, s: Stream) -> None:
+        """The constants this engine made (the heads' ones vector), which another engine
+        sharing the weights may not have made: a prefill wider than a GEMM dimension sums
+        its heads with adds, and its decode step with the ones GEMM."""
         for d, arr in self.const_uploads:
             s.copy_h2d(d, arr)
 
