@@ -19,6 +19,35 @@ mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 mount -t bpf bpf /sys/fs/bpf 2>/dev/null
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 hostname tacc-vm
+# The trees every Python start reads, from the disk images run-vm attached (PYDISK:
+# taccvm.pydisks=SERIAL:PATH,...): over 9p a start listed site-packages (~320 entries) four
+# times and opened every module by a round trip to QEMU (python -c pass: 0.9-1.3 s of guest
+# time; 0.13-0.47 s with the venv from its disk).  Read-only ext4 under a tmpfs overlay at
+# the tree's own path: what the guest writes there stays in the guest, as on the 9p root.
+py_disks() {
+	local w s serial path dev m
+	for w in $(cat /proc/cmdline); do
+		case $w in taccvm.pydisks=*) pydisks=${w#taccvm.pydisks=} ;; esac
+	done
+	[ -n "$pydisks" ] || return 0
+	modprobe -q virtio_blk 2>/dev/null || { echo "guest-init: no virtio_blk: Python over 9p"; return 0; }
+	for w in $(echo "$pydisks" | tr , ' '); do
+		serial=${w%%:*} path=${w#*:} dev=
+		for s in /sys/block/vd*/serial; do
+			[ "$(cat "$s" 2>/dev/null)" = "$serial" ] && dev=${s#/sys/block/} && dev=/dev/${dev%/serial}
+		done
+		m=/run/tacc-pydisk/$serial
+		mkdir -p $m/lower $m/up $m/work
+		if [ -n "$dev" ] && [ -d "$path" ] && mount -t ext4 -o ro "$dev" $m/lower &&
+			mount -t overlay -o "lowerdir=$m/lower,upperdir=$m/up,workdir=$m/work" "$serial" "$path"; then
+			continue
+		fi
+		echo "guest-init: the disk $serial (${dev:-not found}) did not mount over $path: 9p"
+		umount $m/lower 2>/dev/null
+	done
+}
+pydisks=
+py_disks
 # A host's sandbox may add a .pth that imports certifi at every Python start (an egress proxy's
 # CA; the guest has no network beyond the cluster's loopback): ~40 ms of host CPU, several
 # times that under TCG, per process.  Hidden in the guest's overlay only.
@@ -28,27 +57,6 @@ for f in /usr/lib/python3/dist-packages/_sandboxing_egress_ca.pth \
 done
 ip link set lo up 2>/dev/null
 
-# The venv from its disk image when run-vm attached one (VENV_DISK, build/venv.img): a
-# Python start over 9p listed site-packages (~320 entries) four times and opened every
-# module by a round trip to QEMU (python -c pass: 0.9-1.3 s of guest time, 0.13-0.17 s from
-# the disk).  Read-only ext4 under a tmpfs overlay at the venv's own path: what the guest
-# writes there stays in the guest, as on the 9p root.
-venv_disk() {
-	local s dev= m=/run/tacc-venv
-	modprobe -q virtio_blk 2>/dev/null || return 0
-	for s in /sys/block/vd*/serial; do
-		[ "$(cat "$s" 2>/dev/null)" = tacc-venv ] && dev=/dev/${s#/sys/block/} && dev=${dev%/serial}
-	done
-	[ -n "$dev" ] || return 0
-	mkdir -p $m/lower $m/up $m/work
-	if mount -t ext4 -o ro "$dev" $m/lower &&
-		mount -t overlay -o "lowerdir=$m/lower,upperdir=$m/up,workdir=$m/work" tacc-venv "$root/.venv"; then
-		return 0
-	fi
-	echo "guest-init: the venv disk $dev did not mount; the venv stays on 9p"
-	umount $m/lower 2>/dev/null
-}
-[ -d "$root/.venv" ] && venv_disk
 
 cmd= out= vfs=0 modparams= iommu= tty= term= node= nodes=
 for w in $(cat /proc/cmdline); do

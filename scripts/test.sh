@@ -30,11 +30,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 declare -A result seconds
-# The VM layer's venv disk (scripts/run-vm VENV_DISK: ~10 s of mke2fs in a new checkout)
+# The VM layer's Python disks (scripts/run-vm PYDISK: ~10 s of mke2fs in a new checkout)
 # made while the host and device layers run; scripts/test-vm waits for it (a lock).
 if [[ " $layers " == *" vm "* ]]; then
-	( $py scripts/guest-pyc && /usr/bin/python3 scripts/run-vm --venv-image ) \
-		>build/test-results/venv-image.log 2>&1 &
+	( $py scripts/guest-pyc && /usr/bin/python3 scripts/run-vm --py-disks ) \
+		>build/test-results/py-disks.log 2>&1 &
 fi
 # The host and device layers run their files on every core (pytest-xdist, one file per
 # worker at a time: a file's tests share its fixtures and scratch paths); when both are

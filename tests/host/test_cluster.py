@@ -403,7 +403,7 @@ def test_run_vm_cluster_statuses(tmp_path: Path, cmd: str, want: list[int]) -> N
     q.write_text(FAKE_QEMU)
     q.chmod(0o755)
     env = {**os.environ, "TACC_QEMU": str(q), "NODES": "3", "TIMEOUT": "60",
-           "TACC_MAKE_CMD": cmd, "VENV_DISK": "0"}
+           "TACC_MAKE_CMD": cmd, "PYDISK": "0"}
     r = subprocess.run(["/usr/bin/python3", str(ROOT / "scripts/run-vm"), "--make-cmd"],
                        env=env, capture_output=True, text=True, timeout=120,
                        stdin=subprocess.DEVNULL)
@@ -431,7 +431,7 @@ def _plain_env(**extra: str) -> dict[str, str]:
     """A plain shell's environment: none of the harness's variables (no TIMEOUT: make
     test's layers set it, a user's shell does not); no venv disk for the stand-in QEMU."""
     keep = ("PATH", "HOME", "LANG", "USER", "LOGNAME", "TERM")
-    return {**{k: os.environ[k] for k in keep if k in os.environ}, "VENV_DISK": "0", **extra}
+    return {**{k: os.environ[k] for k in keep if k in os.environ}, "PYDISK": "0", **extra}
 
 
 def test_make_run_vm_cluster_without_timeout_waits_for_quiet_nodes(tmp_path: Path) -> None:
@@ -481,7 +481,7 @@ def test_cluster_boot_runs_make_run_vm_from_a_plain_environment(tmp_path: Path,
     q = tmp_path / "qemu"
     q.write_text(FAKE_QEMU.replace("import os", "import os, time; time.sleep(1.5)\nimport os"))
     q.chmod(0o755)
-    assert tv.make_cluster_check(tmp_path, {"TACC_QEMU": str(q), "VENV_DISK": "0"},
+    assert tv.make_cluster_check(tmp_path, {"TACC_QEMU": str(q), "PYDISK": "0"},
                                  ("-o", "setup"))
     log = (tmp_path / "make-run-vm-nodes2.log").read_text()
     assert "[node0] node=0" in log and "[node1] node=1" in log

@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -90,48 +91,67 @@ def test_icount_guest_keeps_its_tick(tmp_path: Path) -> None:
         assert ("nohz=off" in argv[argv.index("-append") + 1].split()) == tick
 
 
-def test_venv_disk_made_when_the_venv_changes_and_attached_last(
+def test_py_disks_made_when_their_tree_changes_and_attached_last(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """VENV_DISK: an ext4 image of the venv, made again only when a file or directory in it
-    changed (pip; not its bytecode caches), attached read-only after every other device (their
-    slots and the guest's BDFs unchanged); VENV_DISK=0 and a VM inside the test VM: none."""
+    """PYDISK: an ext4 image per Python tree, made again only when a file or directory in
+    it changed (pip; not its bytecode caches), attached read-only after every other device
+    (their slots and the guest's BDFs unchanged) and named to guest-init with the path it
+    covers; PYDISK=0 and a VM inside the test VM: none."""
     if not shutil.which("mke2fs"):
         pytest.fail("mke2fs is not installed (e2fsprogs)")
-    venv = tmp_path / "venv"
+    venv, lib = tmp_path / "venv", tmp_path / "lib"
     (venv / "lib/site-packages/pkg").mkdir(parents=True)
     (venv / "lib/site-packages/pkg/__init__.py").write_text("x = 1\n")
-    monkeypatch.setattr(run_vm, "VENV", venv)
-    monkeypatch.setattr(run_vm, "VENV_IMAGE", tmp_path / "build/venv.img")
-    (tmp_path / "build").mkdir()
+    (lib / "json").mkdir(parents=True)
+    (lib / "json/__init__.py").write_text("")
+    monkeypatch.setattr(run_vm, "ROOT", tmp_path)
+    monkeypatch.setattr(run_vm, "py_disks", lambda: [run_vm.PyDisk("venv", venv),
+                                                     run_vm.PyDisk("stdlib", lib)])
     cfg = run_vm.VMConfig.from_env({"KERNEL": "6.12.117"}, require_installed=False)
     said: list[str] = []
-    run_vm.ensure_venv_image(cfg, say=lambda *a, **_k: said.append(" ".join(map(str, a))))
+
+    def ensure() -> list[str]:
+        got = run_vm.ensure_py_disks(cfg, say=lambda *a, **_k: said.append(" ".join(map(str, a))))
+        return [d.name for d in got]
+
+    assert ensure() == ["venv", "stdlib"]
     img = tmp_path / "build/venv.img"
-    assert img.exists() and len(said) == 1 and "made" in said[0], said
     r = subprocess.run(["debugfs", "-R", "cat /lib/site-packages/pkg/__init__.py", str(img)],
                        capture_output=True, text=True, timeout=60)
     assert r.stdout == "x = 1\n", (r.stdout, r.stderr)
-    run_vm.ensure_venv_image(cfg, say=lambda *a, **_k: said.append(" ".join(map(str, a))))
-    assert len(said) == 1  # unchanged venv: the image is kept
+    stamp = img.with_suffix(".stamp").read_text()
+    mtime = img.stat().st_mtime_ns
+    ensure()
+    assert img.stat().st_mtime_ns == mtime  # unchanged tree: the image is kept
     (venv / "lib/site-packages/pkg/__pycache__").mkdir()
     (venv / "lib/site-packages/pkg/__pycache__/m.cpython-311.pyc").write_bytes(b"x")
-    run_vm.ensure_venv_image(cfg, say=lambda *a, **_k: said.append(" ".join(map(str, a))))
-    assert len(said) == 1  # bytecode caches (host pytest writes them): kept
+    ensure()
+    assert img.stat().st_mtime_ns == mtime  # bytecode caches (host pytest writes them): kept
     (venv / "lib/site-packages/pkg/m.py").write_text("y = 2\n")
-    run_vm.ensure_venv_image(cfg, say=lambda *a, **_k: said.append(" ".join(map(str, a))))
-    assert len(said) == 2  # a new module (pip): made again
+    ensure()
+    assert img.with_suffix(".stamp").read_text() != stamp  # a new module (pip): made again
     argv = run_vm.qemu_argv(cfg, tmp_path, None, interactive=False)
-    drive = argv.index("-drive")
-    assert argv[drive + 1] == f"file={img},if=none,id=venv,format=raw,readonly=on"
-    assert argv[drive + 3] == "virtio-blk-pci,drive=venv,serial=tacc-venv"
+    drives = [argv[i + 1] for i, a in enumerate(argv) if a == "-drive"]
+    assert drives == [f"file={tmp_path}/build/{n}.img,if=none,id={n},format=raw,readonly=on"
+                      for n in ("venv", "stdlib")]
     devices = [argv[i + 1] for i, a in enumerate(argv) if a == "-device"]
-    assert devices[-1].startswith("virtio-blk-pci")
-    for env in ({"VENV_DISK": "0"}, {"TACC_IN_VM": "1"}):
+    assert devices[-2:] == ["virtio-blk-pci,drive=venv,serial=tacc-venv",
+                            "virtio-blk-pci,drive=stdlib,serial=tacc-stdlib"]
+    append = argv[argv.index("-append") + 1].split()
+    assert f"taccvm.pydisks=tacc-venv:{venv},tacc-stdlib:{lib}" in append
+    for env in ({"PYDISK": "0"}, {"TACC_IN_VM": "1"}):
         off = run_vm.VMConfig.from_env({"KERNEL": "6.12.117", **env}, require_installed=False)
-        assert "-drive" not in run_vm.qemu_argv(off, tmp_path, None, interactive=False)
-    assert validate(VENV_DISK="yes").returncode == 2
+        argv = run_vm.qemu_argv(off, tmp_path, None, interactive=False)
+        assert "-drive" not in argv and "taccvm.pydisks" not in argv[argv.index("-append") + 1]
+    assert validate(PYDISK="yes").returncode == 2
     init = (ROOT / "scripts/guest-init.sh").read_text()
-    assert "= tacc-venv ]" in init and '"$root/.venv"' in init
+    assert "taccvm.pydisks=*" in init and "/sys/block/vd*/serial" in init
+
+
+def test_py_disks_are_the_trees_python_reads() -> None:
+    names = {d.name: d.source for d in run_vm.py_disks()}
+    assert names["venv"] == ROOT / ".venv" and names["userspace"] == ROOT / "userspace"
+    assert names["stdlib"] == Path(sysconfig.get_paths()["stdlib"])
 
 
 @given(st.integers(min_value=0, max_value=254))
@@ -198,7 +218,7 @@ def fake_qemu(tmp_path: Path) -> dict[str, str]:
     q.write_text(FAKE_QEMU)
     q.chmod(0o755)
     return {**os.environ, "TACC_QEMU": str(q), "FAKE_QEMU_SAVE": str(tmp_path / "saved"),
-            "SETUP_QUIET": "1", "VENV_DISK": "0"}
+            "SETUP_QUIET": "1", "PYDISK": "0"}
 
 
 def make_run_vm(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -308,7 +328,7 @@ def test_make_help_lists_every_variable() -> None:
                        timeout=60)
     assert r.returncode == 0, r.stderr
     for var in ("IOMMU", "VFS", "MEM", "KERNEL", "SMP", "VIRTIO", "ICOUNT", "MODPARAMS",
-                "QEMU_ARGS", "KERNEL_ARGS", "CMD", "PYTEST_ARGS", "TEST_VM_CONFIGS", "VENV_DISK"):
+                "QEMU_ARGS", "KERNEL_ARGS", "CMD", "PYTEST_ARGS", "TEST_VM_CONFIGS", "PYDISK"):
         lines = [ln for ln in r.stdout.splitlines() if re.match(rf"\s*{var}\s", ln)]
         assert len(lines) == 1, f"{var}: {lines} in\n{r.stdout}"
         assert len(lines[0].split()) >= 3, lines[0]  # the name, then what it does
