@@ -369,8 +369,9 @@ def test_gemm_host_allocation_failure_fails_cleanly():
 @pytest.mark.parametrize("what", ["copy", "eltwise"])
 def test_huge_command_does_not_block_the_main_loop(what):
     """A 1 GiB COPY_D2D (or a 2^26-element eltwise) is moved in slices, one
-    per main-loop turn: while it runs, QEMU answers a register read (ID) at
-    once; the command's modelled times are those of the unsliced model."""
+    per main-loop turn: while it runs, QEMU answers a register read (ID) in a
+    tenth of the command's host time; its modelled times are those of the unsliced
+    model."""
     d = Tacc("devmem-size=2G")
     try:
         pf = d.pf
@@ -399,8 +400,9 @@ def test_huge_command_does_not_block_the_main_loop(what):
         assert cq.status == hw.TACC_ST_OK
         model_ps += 500_000 * pf.cnt("tlb_walk_reads")  # W: walk-latency-ns per PTE read
         assert (cq.end - cq.start) * 1000 == pytest.approx(model_ps, abs=2000)
-        assert t_db < 0.3 and t_id < 0.3, (t_db, t_id, t_all)
-        assert t_all > 2 * max(t_db, t_id), (t_db, t_id, t_all)  # the work took longer
+        # against the work's own wall time, not a clock bound (a loaded host stretches all
+        # three alike): unsliced, the doorbell or the ID read waited for the whole command
+        assert max(t_db, t_id) < t_all / 10, (t_db, t_id, t_all)
     finally:
         d.close()
 
