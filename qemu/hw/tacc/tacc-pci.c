@@ -990,14 +990,15 @@ static void tacc_set_time_scale(Object *obj, Visitor *v, const char *name,
 
 /*
  * x-gemm-wait: the model is stopped at a GEMM's completion whose thread-pool
- * worker has not finished (tacc-sched.c "host work").  Tests poll it to let
- * such a completion happen before they read the CQ.
+ * worker has not finished, or whose completion callback has not resumed the
+ * model yet (tacc-sched.c "host work").  Tests poll it to let such a
+ * completion happen before they read the CQ.  It does not move the model (a
+ * read would finish a sliced copy inline).
  */
 static bool tacc_get_gemm_wait(Object *obj, Error **errp)
 {
     TaccState *s = TACC(obj);
 
-    tacc_sched_run(s);
     return s->host_unit && s->host_gemm;
 }
 

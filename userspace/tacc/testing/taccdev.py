@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from tacc import hw, model
 from tacc.hw.records import CQE, TRACE, Cqe, TraceRec
 from tacc.model import link as linkmodel
-from tacc.testing.qtest import QTest
+from tacc.testing.qtest import QTest, QTestError
 
 # Guest RAM layout (QEMU -m 512M)
 RING_BASE = 0x0010_0000  # per function 1 MiB: SQs, CQs, trace, samples
@@ -341,9 +341,15 @@ class Tacc:
         not stopped at a GEMM completion whose thread-pool worker is still
         computing: then the CQ shows every completion up to the clock."""
         end = time.monotonic() + timeout
-        while self.qom_get("x-gemm-wait"):
+        while self._gemm_wait():
             assert time.monotonic() < end, "a GEMM worker did not finish"
             time.sleep(0.002)
+
+    def _gemm_wait(self) -> bool:
+        try:
+            return self.qom_get("x-gemm-wait")
+        except QTestError:  # the PF was unplugged (its jobs are cancelled)
+            return False
 
     def qom_get(self, prop):
         return self.qt.qmp.cmd("qom-get", path="/machine/peripheral/tacc0",
