@@ -81,6 +81,15 @@ def big_gemm():
     return d_gemm(DEVMEM_VA, DEVMEM_VA + B_OFF, DEVMEM_VA + C_OFF, M, N, K, K, N, N)
 
 
+def start_big_gemm(d: Tacc) -> float:
+    """Submit the big GEMM on the PF's queue 0 and wait until its worker has
+    it; returns the time then."""
+    _, ds = d.pf.job_of(0, [big_gemm()])
+    d.pf.submit(0, ds)
+    wait_log(d, "tacc_gemm_submit", 1)
+    return time.monotonic()
+
+
 def fetch_c(d: Tacc) -> np.ndarray:
     d.reset_alloc()  # the same host pages each time (the same TLB entries)
     host = d.alloc(M * N * 4)
@@ -203,10 +212,7 @@ def test_abort_mid_gemm_does_not_wait_for_the_worker(abort):
     d, _, _ = new_dev()
     try:
         pf = d.pf
-        _, ds = pf.job_of(0, [big_gemm()])
-        pf.submit(0, ds)
-        wait_log(d, "tacc_gemm_submit", 1)
-        t0 = time.monotonic()
+        t0 = start_big_gemm(d)
         abort(d)
         assert d.pf.r32(hw.TACC_REG_SCRATCH) is not None
         dt = time.monotonic() - t0
@@ -257,10 +263,7 @@ def test_unplug_mid_gemm():
     d, _, _ = new_dev("", root_port="")
     try:
         pf = d.pf
-        _, ds = pf.job_of(0, [big_gemm()])
-        pf.submit(0, ds)
-        wait_log(d, "tacc_gemm_submit", 1)
-        t0 = time.monotonic()
+        t0 = start_big_gemm(d)
         d.qt.outl(PCIHP_SEL, 0)
         d.qt.outl(PCIHP_EJ, 1 << (pf.devfn >> 3))
         assert time.monotonic() - t0 < STEP_BOUND_S

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from tacc import hw
-from tacc.hw.records import PAYLOAD, d_copy, d_elt, d_gemm, desc
+from tacc.hw.records import PAYLOAD, d_copy, d_elt, desc
 from tacc.testing.taccdev import DEVMEM_VA, Tacc
 
 Q0 = 0x1000
