@@ -130,7 +130,22 @@ def test_version_caps_and_roofline_registers(dev, pf):
     (FP32, BF16, False, True, 1, True, -1.0),
 ])
 def test_gemm_ex(dev, pf, dab, dc, ta, tb, batch, bias, beta):
-    m, n, k, pad = 19, 23, 37, 3
+    gemm_ex(dev, pf, dab, dc, ta, tb, batch, bias, beta, 19, 23, 37)
+
+
+# at least 2^21 multiply-adds: computed on QEMU's thread pool (docs/hardware.md section 9)
+@pytest.mark.parametrize("dab,dc,ta,tb,batch,bias,beta", [
+    (FP32, FP32, False, False, 1, False, 0.0),
+    (BF16, BF16, False, False, 1, False, 1.0),
+    (FP32, FP32, True, True, 2, True, 0.5),
+    (BF16, FP32, False, True, 3, False, 0.0),
+])
+def test_gemm_ex_thread_pool(dev, pf, dab, dc, ta, tb, batch, bias, beta):
+    gemm_ex(dev, pf, dab, dc, ta, tb, batch, bias, beta, 128, 120, 144)
+
+
+def gemm_ex(dev, pf, dab, dc, ta, tb, batch, bias, beta, m, n, k):
+    pad = 3
     alpha = 1.25
     sa_rows, sa_cols = (k, m) if ta else (m, k)
     sb_rows, sb_cols = (n, k) if tb else (k, n)

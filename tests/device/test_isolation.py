@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from tacc import hw
-from tacc.hw.records import PAYLOAD, d_copy, d_elt, d_gemm, desc
+from tacc.hw.records import PAYLOAD, d_copy, d_elt, desc
 from tacc.testing.taccdev import DEVMEM_VA, Tacc
 
 Q0 = 0x1000
@@ -291,54 +291,6 @@ def test_pf_ctrl_reset_keeps_sriov_flr_disables(fresh):
 
 
 # ----------------------------------------------------------- item 14 ----
-def gemm_threads(pid: int) -> int:
-    n = 0
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            n += (t / "comm").read_text().strip() == "tacc-gemm"
-        except OSError:
-            pass
-    return n
-
-
-def test_queue_reset_does_not_wait_for_gemm_worker():
-    """A GEMM of 2^30 multiply-adds computes on a worker thread for seconds;
-    resetting its queue must not join that worker under the BQL: the reset
-    and a register read come back at once, and the worker stops soon after."""
-    d = Tacc("", extra=["-name", "debug-threads=on"])
-    try:
-        pf = d.pf
-        root = d.map_default()
-        pf.reset()
-        pf.set_ptbr(0, root)
-        m, n, k = 4096, 64, 4096
-        _, ds = pf.job_of(0, [d_gemm(DEVMEM_VA, DEVMEM_VA + (64 << 20), DEVMEM_VA + (66 << 20),
-                                     m, n, k, k, n, n)])
-        pf.submit(0, ds)  # dispatched now: operands gathered, worker started
-        pid = d.qt.proc.pid
-        # the worker names itself once it runs (qemu_thread_start): until then its
-        # comm is the parent's
-        deadline = time.monotonic() + 2
-        while not gemm_threads(pid) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert gemm_threads(pid) == 1
-        t0 = time.monotonic()
-        pf.w32(Q0 + hw.TACC_Q_CTRL, hw.TACC_Q_CTRL_RESET)
-        assert_alive(d)
-        dt = time.monotonic() - t0
-        assert dt < 0.5, f"queue reset took {dt:.2f} s (joined the GEMM worker)"
-        # (the worker may already have stopped at its next row: the reset cancels it)
-        deadline = time.monotonic() + 5
-        while gemm_threads(pid) and time.monotonic() < deadline:
-            d.qt.clock_step(1000)  # the scheduler reaps finished workers
-            time.sleep(0.02)
-        assert gemm_threads(pid) == 0, "cancelled GEMM worker still running"
-        pf.setup_queue(0)
-        assert pf.run_job(0, [desc(hw.TACC_OP_NOP)]).status == hw.TACC_ST_OK
-    finally:
-        d.close()
-
-
 def test_gemm_host_allocation_failure_fails_cleanly():
     """A batched GEMM whose operands gather into 4 GiB of host buffers (valid:
     64 batches of a 4096 x 4096 A fit a 4 GiB device memory; 2^30 multiply-adds) in

@@ -14,6 +14,7 @@
 #include <math.h>
 #include "qemu/log.h"
 #include "qemu/cutils.h"
+#include "block/thread-pool.h"
 #include "tacc.h"
 #include "trace.h"
 
@@ -475,21 +476,15 @@ enum {
     GEMM_PROBE_C, GEMM_DONE,
 };
 
-/* Pure math, no device state: runs on the main loop or a worker thread. */
-static void *tacc_gemm_thread(void *opaque)
+/* Pure math, no device state: runs on a thread-pool worker. */
+static int tacc_gemm_work(void *opaque)
 {
-    TaccGemmJob *j = opaque;
-    QEMUBH *bh = j->bh;     /* lives until every worker is joined */
-
-    tacc_ops_gemm(j);
-    qatomic_store_release(&j->done, true);  /* j may be freed from here on */
-    qemu_bh_schedule(bh);
-    return NULL;
+    tacc_ops_gemm(opaque);
+    return 0;
 }
 
-static void tacc_gemm_free_bufs(TaccState *s, TaccGemmJob *j)
+static void tacc_gemm_free_bufs(TaccGemmJob *j)
 {
-    s->gemm_host_bytes[j->fn] -= j->host_bytes;
     g_free(j->A);
     g_free(j->B);
     g_free(j->C);
@@ -497,44 +492,80 @@ static void tacc_gemm_free_bufs(TaccState *s, TaccGemmJob *j)
     g_free(j);
 }
 
+static void tacc_gemm_free(TaccState *s, TaccGemmJob *j)
+{
+    if (s) {
+        s->gemm_host_bytes[j->fn] -= j->host_bytes;
+    }
+    tacc_gemm_free_bufs(j);
+}
+
 /*
- * Drop a GEMM (reset, abort, unplug).  A worker still computing is never
- * joined here (that would hold the BQL for as long as the GEMM takes): it is
- * told to stop at its next batch and parked on s->orphans; tacc_gemm_reap()
- * joins it once it has finished (then joining is immediate).
+ * The thread pool's completion callback (main loop): the only place a job
+ * that went to the pool is freed once aborted.  A job still on its unit has
+ * its result ready: the model, if it stopped at the command's completion
+ * waiting for it (tacc-sched.c "host work"), goes on from host_bh.
+ */
+static void tacc_gemm_done(void *opaque, int ret)
+{
+    TaccGemmJob *j = opaque;
+    TaccState *s = j->s;
+
+    j->in_pool = false;
+    trace_tacc_gemm_done(j->fn, j->batch, j->m, j->n, j->k,
+                         qatomic_read(&j->cancel));
+    if (!s) {
+        tacc_gemm_free_bufs(j);         /* the device was unplugged */
+        return;
+    }
+    if (qatomic_read(&j->cancel)) {
+        TaccGemmJob **pp = &s->orphans;
+
+        while (*pp != j) {
+            pp = &(*pp)->next;
+        }
+        *pp = j->next;
+        tacc_gemm_free(s, j);
+        return;
+    }
+    if (s->host_unit && s->host_gemm && s->host_unit->res.gemm == j) {
+        qemu_bh_schedule(s->host_bh);
+    }
+}
+
+/*
+ * Drop a GEMM (reset, abort, unplug).  A job still in the thread pool is
+ * told to stop at its next batch and parked on s->orphans: its completion
+ * callback frees it.  Nothing waits for the worker.
  */
 void tacc_gemm_job_free(TaccState *s, TaccGemmJob *j)
 {
     if (!j) {
         return;
     }
-    if (j->threaded && !qatomic_load_acquire(&j->done)) {
+    if (j->in_pool) {
         qatomic_set(&j->cancel, true);
         j->next = s->orphans;
         s->orphans = j;
         return;
     }
-    if (j->threaded) {
-        qemu_thread_join(&j->thread);   /* finished: does not block */
-    }
-    tacc_gemm_free_bufs(s, j);
+    tacc_gemm_free(s, j);
 }
 
-/* Join and free the parked workers that have finished (all, if @wait). */
-void tacc_gemm_reap(TaccState *s, bool wait)
+/* Does a GEMM of the device still run in the thread pool? */
+bool tacc_gemm_busy(TaccState *s)
 {
-    TaccGemmJob **pp = &s->orphans;
-
-    while (*pp) {
-        TaccGemmJob *j = *pp;
-        if (!wait && !qatomic_load_acquire(&j->done)) {
-            pp = &j->next;
-            continue;
-        }
-        *pp = j->next;
-        qemu_thread_join(&j->thread);   /* cancelled: at most one batch left */
-        tacc_gemm_free_bufs(s, j);
+    if (s->orphans) {
+        return true;
     }
+    for (int i = 0; i < TACC_NUM_UNITS; i++) {
+        TaccGemmJob *j = s->unit[i].res.gemm;
+
+        if (j && j->in_pool) {
+            return true;
+        }
+    }
+    return false;
 }
 
 static bool tacc_aligned(uint64_t a, unsigned dt)
@@ -633,10 +664,7 @@ uint16_t tacc_gemm_finish(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     size_t es = tacc_dtype_size(c->d.gemm.dtype_c);
     uint16_t st = TACC_ST_OK;
 
-    if (j->threaded) {
-        qemu_thread_join(&j->thread);       /* waits only if the host is slower */
-        j->threaded = false;
-    }
+    assert(!j->in_pool);    /* the model waits for the completion callback */
     for (uint64_t i = 0; i < j->batch && st == TACC_ST_OK; i++) {
         st = tacc_rows_wr(f, q, c, c->d.gemm.c + i * c->d.gemm.stride_c * es,
                           j->m, j->n, c->d.gemm.ldc, c->d.gemm.dtype_c,
@@ -751,6 +779,7 @@ static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
         return;
     }
     j = g_new0(TaccGemmJob, 1);
+    j->s = s;
     j->fn = f->fn;
     j->m = m;
     j->n = n;
@@ -777,7 +806,7 @@ static void tacc_exec_gemm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
         qemu_log_mask(LOG_GUEST_ERROR, "tacc: fn%d q%d: GEMM operands (%"
                       PRIu64 " elements) do not fit in host memory\n", f->fn, q,
                       elems);
-        tacc_gemm_free_bufs(s, j);
+        tacc_gemm_free(s, j);
         res->status = TACC_ST_BAD_LENGTH;
         tacc_gemm_time(s, c, res);
         return;
@@ -850,10 +879,9 @@ static void tacc_gemm_start(TaccFunc *f, TaccCmd *c, TaccResult *res)
         res->flops = 2 * batch * m * n * k + (j->bias ? batch * m * n : 0);
         res->devmem_wr = batch * m * n * tacc_dtype_size(c->d.gemm.dtype_c);
         if (batch * m * n * k >= TACC_GEMM_THREAD_MNK) {
-            j->threaded = true;
-            j->bh = s->host_bh;
-            qemu_thread_create(&j->thread, "tacc-gemm", tacc_gemm_thread, j,
-                               QEMU_THREAD_JOINABLE);
+            j->in_pool = true;
+            trace_tacc_gemm_submit(j->fn, batch, m, n, k);
+            thread_pool_submit_aio(tacc_gemm_work, j, tacc_gemm_done, j);
         } else {
             tacc_ops_gemm(j);
         }

@@ -32,6 +32,7 @@
 #include "hw/pci/pci_host.h"
 #include "hw/qdev-properties.h"
 #include "migration/vmstate.h"
+#include "block/aio-wait.h"
 #include "tacc.h"
 #include "trace.h"
 
@@ -522,10 +523,12 @@ static void tacc_reset_hold(Object *obj, ResetType type)
 /*
  * Finish the host work the device has in progress: the model's big
  * copies/eltwise/FILL/GEMM gathers (inline, as a register read would), every
- * GEMM worker (joined: its result waits in host memory for the command's
- * modelled completion), the parked workers of aborted GEMMs and a deferred
+ * GEMM in the thread pool (its result waits in host memory for the command's
+ * modelled completion; the main AioContext is polled until its completion
+ * callback has run), the aborted GEMMs still in the pool and a deferred
  * reset.  Modelled time is not changed by it.  Then the device has nothing
- * running on the host and its state can be saved (tacc-vmstate.c).
+ * running on the host and its state can be saved (tacc-vmstate.c).  Called
+ * when the VM stops, never while it runs.
  */
 void tacc_quiesce(TaccState *s)
 {
@@ -535,16 +538,13 @@ void tacc_quiesce(TaccState *s)
     if (!tacc_enter(s, &s->func, "quiesce")) {
         return;
     }
-    tacc_sched_run(s);
-    for (int i = 0; i < TACC_NUM_UNITS; i++) {
-        TaccGemmJob *j = s->unit[i].res.gemm;
-
-        if (s->unit[i].busy && j && j->threaded) {
-            qemu_thread_join(&j->thread);   /* bounded: 2^30 multiply-adds */
-            j->threaded = false;
+    for (;;) {
+        tacc_sched_run(s);      /* may complete a GEMM or dispatch one */
+        if (!tacc_gemm_busy(s)) {
+            break;
         }
+        AIO_WAIT_WHILE(NULL, tacc_gemm_busy(s));
     }
-    tacc_gemm_reap(s, true);
     tacc_leave(s);
     trace_tacc_quiesce(tacc_dev_ns(s));
 }
@@ -802,7 +802,11 @@ static void tacc_pf_exit(PCIDevice *pdev)
         tacc_exec_drop(&s->unit[i].res);
     }
     s->host_unit = NULL;
-    tacc_gemm_reap(s, true);        /* cancelled workers: at most a row each */
+    /* cancelled jobs still in the pool: their completion frees them alone */
+    for (TaccGemmJob *j = s->orphans; j; j = j->next) {
+        j->s = NULL;
+    }
+    s->orphans = NULL;
     if (s->vmse) {
         qemu_del_vm_change_state_handler(s->vmse);
         s->vmse = NULL;
@@ -984,6 +988,20 @@ static void tacc_set_time_scale(Object *obj, Visitor *v, const char *name,
     TACC(obj)->time_scale = val;
 }
 
+/*
+ * x-gemm-wait: the model is stopped at a GEMM's completion whose thread-pool
+ * worker has not finished, or whose completion callback has not resumed the
+ * model yet (tacc-sched.c "host work").  Tests poll it to let such a
+ * completion happen before they read the CQ.  It does not move the model (a
+ * read would finish a sliced copy inline).
+ */
+static bool tacc_get_gemm_wait(Object *obj, Error **errp)
+{
+    TaccState *s = TACC(obj);
+
+    return s->host_unit && s->host_gemm;
+}
+
 static void tacc_pf_instance_init(Object *obj)
 {
     TaccState *s = TACC(obj);
@@ -999,6 +1017,7 @@ static void tacc_pf_instance_init(Object *obj)
     object_property_add_bool(obj, "x-fi-corrupt-next-cqe", tacc_get_corrupt,
                              tacc_set_corrupt);
     object_property_add_bool(obj, "x-fi-fatal", tacc_get_fatal, tacc_set_fatal);
+    object_property_add_bool(obj, "x-gemm-wait", tacc_get_gemm_wait, NULL);
     for (size_t i = 0; i < ARRAY_SIZE(tacc_gt_props); i++) {
         object_property_add(obj, tacc_gt_props[i].name, "uint64", tacc_get_gt,
                             NULL, NULL, (void *)&tacc_gt_props[i]);

@@ -18,6 +18,8 @@
 #include "qemu/osdep.h"
 #include "qemu/log.h"
 #include "hw/pci/msix.h"
+#include "system/cpu-timers.h"
+#include "system/qtest.h"
 #include "tacc.h"
 #include "trace.h"
 
@@ -761,19 +763,25 @@ static TaccUnit *tacc_next_event(TaccState *s)
  *    host_slice bytes per main-loop turn by host_bh (a guarded bottom half),
  *    so the main loop, QMP, qtest and other devices keep running; doorbells
  *    do not wait for it (tacc-regs.c);
- *  - a GEMM worker schedules host_bh when it is done (never joined while it
- *    computes, unless a register access needs the model's state, below).
+ *  - a big GEMM computes on QEMU's thread pool; when its completion is due
+ *    before the worker has finished, the model stops there and the pool's
+ *    completion callback (tacc_gemm_done) resumes it through host_bh.
+ *    Nothing waits for a worker, register accesses included: until then
+ *    registers show the device at that completion point.  Under -icount the
+ *    device's timer is kept due meanwhile, so the guest's clock does not run
+ *    on while the device is stopped (the guest sees the CQE and interrupt
+ *    at the modelled time, as if the host had kept up).
  * A register access that reflects the model (most of them: tacc_sched_run)
- * first finishes the host work inline, so registers never show a state the
- * device had not reached yet; the identity/clock/scratch registers do not wait.
- * Modelled time does not depend on any of this.
+ * first finishes a sliced copy/eltwise/FILL/gather inline, so registers never
+ * show a state the device had not reached yet; the identity/clock/scratch
+ * registers do not wait.  Modelled time does not depend on any of this.
  */
 static bool tacc_host_ready(TaccState *s)
 {
     TaccUnit *u = s->host_unit;
 
     if (s->host_gemm) {
-        return !u->res.gemm || qatomic_load_acquire(&u->res.gemm->done);
+        return !u->res.gemm || !u->res.gemm->in_pool;
     }
     return !u->res.work;
 }
@@ -789,11 +797,13 @@ static bool tacc_unit_waits_host(TaccUnit *u)
 {
     TaccGemmJob *j = u->res.gemm;
 
-    return u->phase == TACC_PHASE_POST && j && j->threaded &&
-           !qatomic_load_acquire(&j->done);
+    return u->phase == TACC_PHASE_POST && j && j->in_pool;
 }
 
-/* Finish the host work (inline if not done yet) and resume the model. */
+/*
+ * Finish the host work (a copy/eltwise/FILL/gather inline if not done yet;
+ * a GEMM's worker has finished) and resume the model.
+ */
 static void tacc_host_finish(TaccState *s)
 {
     TaccUnit *u = s->host_unit;
@@ -801,11 +811,6 @@ static void tacc_host_finish(TaccState *s)
 
     s->ev_ps = s->host_t;
     if (s->host_gemm) {
-        TaccGemmJob *j = u->res.gemm;
-        if (j && j->threaded) {
-            qemu_thread_join(&j->thread);   /* immediate once done */
-            j->threaded = false;
-        }
         s->host_unit = NULL;
         return;
     }
@@ -819,7 +824,8 @@ static void tacc_host_finish(TaccState *s)
 
 /*
  * Process the device's events up to modelled time @now.  False if it stopped
- * at host work that is not finished (only without @wait_host).
+ * at host work that is not finished: a GEMM worker, or (only without
+ * @wait_host) a sliced copy/eltwise/FILL/gather.
  */
 static bool tacc_advance_to(TaccState *s, uint64_t now, bool wait_host)
 {
@@ -828,13 +834,11 @@ static bool tacc_advance_to(TaccState *s, uint64_t now, bool wait_host)
     for (;;) {
         if (s->host_unit) {
             /*
-             * A GEMM completion waits for its worker inline (bounded: at most
-             * 2^30 multiply-adds), as the guest's clock must not run on while
-             * the device is stopped: under -icount the guest would otherwise
-             * see the device late by the host's compute time.  Big copies,
-             * eltwise, FILL and GEMM gathers go on in slices from host_bh.
+             * A GEMM completion waits for the pool's completion callback
+             * (never for the worker itself).  Big copies, eltwise, FILL and
+             * GEMM gathers go on in slices from host_bh.
              */
-            if (!wait_host && !s->host_gemm && !tacc_host_ready(s)) {
+            if (!tacc_host_ready(s) && (s->host_gemm || !wait_host)) {
                 return false;
             }
             tacc_host_finish(s);
@@ -884,9 +888,6 @@ static void tacc_sched_advance(TaccState *s, bool wait_host)
         return;
     }
     s->in_run = true;
-    if (s->orphans) {
-        tacc_gemm_reap(s, false);
-    }
     now = tacc_now_ps(s);
     tacc_advance_to(s, now, wait_host);
     u = s->host_unit ? NULL : tacc_next_event(s);
@@ -895,7 +896,14 @@ static void tacc_sched_advance(TaccState *s, bool wait_host)
     tacc_lpm_counters(s, now);
     tacc_counters_end(s);
 
-    if (s->host_unit) {
+    if (s->host_unit && s->host_gemm && icount_enabled() &&
+        !qtest_enabled()) {
+        /*
+         * Keep the guest's clock where the device stopped: a due timer gives
+         * the vCPU no instructions to run (tacc_gemm_done resumes the model).
+         */
+        timer_mod(&s->timer, qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) + 1);
+    } else if (s->host_unit) {
         timer_del(&s->timer);   /* host_bh resumes the model */
         if (!s->host_gemm) {
             qemu_bh_schedule(s->host_bh);

@@ -43,8 +43,8 @@
 /*
  * A GEMM on a unit holds its result C (packed fp32, batch x m x n) in host
  * memory until its modelled completion writes it back.  Saved: present (0 or
- * 1), m, n, batch, the host bytes charged to the function, then C.  Workers
- * were joined before (pre_save refuses otherwise).
+ * 1), m, n, batch, the host bytes charged to the function, then C.  The
+ * thread pool had finished it before (pre_save refuses otherwise).
  */
 static int tacc_gemm_put(QEMUFile *f, void *pv, size_t size,
                          const VMStateField *field, JSONWriter *vmdesc)
@@ -56,7 +56,7 @@ static int tacc_gemm_put(QEMUFile *f, void *pv, size_t size,
         qemu_put_byte(f, 0);
         return 0;
     }
-    assert(!j->threaded);
+    assert(!j->in_pool);
     elems = j->batch * j->m * j->n;
     qemu_put_byte(f, 1);
     qemu_put_be64(f, j->m);
@@ -125,7 +125,6 @@ static int tacc_gemm_get(QEMUFile *f, void *pv, size_t size,
     j->n = n;
     j->batch = batch;
     j->host_bytes = host_bytes;
-    j->done = true;
     *pj = j;
     return 0;
 }
@@ -557,7 +556,7 @@ static int tacc_pf_pre_save(void *opaque)
         TaccUnit *u = &s->unit[i];
 
         if (u->busy &&
-            (u->res.work || (u->res.gemm && u->res.gemm->threaded))) {
+            (u->res.work || (u->res.gemm && u->res.gemm->in_pool))) {
             error_report("tacc: migration: unit %d has host work in progress",
                          i);
             return -EBUSY;
@@ -693,7 +692,7 @@ static int tacc_pf_post_load(void *opaque, int version_id)
 
         if (s->unit[i].busy && j) {
             j->fn = s->unit[i].fn;
-            j->bh = s->host_bh;
+            j->s = s;
             s->gemm_host_bytes[j->fn] += j->host_bytes;
         }
     }

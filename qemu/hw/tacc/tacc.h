@@ -84,8 +84,14 @@ typedef struct TaccCmd {
 #define TACC_CAP_HW13   (TACC_CAP_GEMM_EX | TACC_CAP_BF16 | TACC_CAP_NN_OPS | \
                          TACC_CAP_CMD_LIST | TACC_CAP_TRACE_V3 | TACC_CAP_ROOFLINE)
 
-#define TACC_GEMM_THREAD_MNK    (1ull << 21)   /* bigger GEMMs: worker thread */
+#define TACC_GEMM_THREAD_MNK    (1ull << 21)   /* bigger GEMMs: thread pool */
 
+/*
+ * A GEMM's staging and result.  A big one is computed on QEMU's thread pool
+ * (tacc-exec.c): from submission until its completion callback has run
+ * (in_pool), only the worker touches A, B, C and bias, and only the
+ * completion callback frees the job.
+ */
 typedef struct TaccGemmJob {
     uint64_t m, n, k, lda, ldb, ldc;    /* lda, ldb: of the packed A, B */
     uint64_t batch;
@@ -93,12 +99,10 @@ typedef struct TaccGemmJob {
     float alpha, beta;
     float *A, *B, *C;           /* packed fp32: batch x (A, B, C m x n) */
     float *bias;                /* n, or NULL */
-    bool threaded;
-    QemuThread thread;
-    bool cancel;                /* atomic: an aborted job stops at next row */
-    bool done;                  /* atomic: set by the worker as its last act */
+    bool in_pool;               /* submitted, completion callback not run */
+    bool cancel;                /* atomic: an aborted job stops at next batch */
+    TaccState *s;               /* owner; NULL once the device is gone */
     struct TaccGemmJob *next;   /* TaccState.orphans */
-    QEMUBH *bh;                 /* scheduled by the worker when it is done */
     int fn;                     /* charged to gemm_host_bytes[fn] ... */
     uint64_t host_bytes;        /* ... this many bytes, until freed */
 } TaccGemmJob;
@@ -387,7 +391,7 @@ struct TaccState {
     uint64_t config_dma_refused;        /* DMA/MSI-X aimed at ECAM */
     uint64_t reentrant_refused;
     uint64_t fetch_seq;
-    TaccGemmJob *orphans;       /* aborted GEMMs, worker still running */
+    TaccGemmJob *orphans;       /* aborted GEMMs still in the thread pool */
 
     /*
      * Host work the model waits for (tacc-sched.c "host work"): a unit whose
@@ -510,7 +514,7 @@ bool tacc_copy_land(TaccFunc *f, int q, TaccCmd *c, TaccResult *res);
 void tacc_host_bh(void *opaque);
 uint16_t tacc_gemm_finish(TaccFunc *f, int q, TaccCmd *c, TaccResult *res);
 void tacc_gemm_job_free(TaccState *s, TaccGemmJob *j);
-void tacc_gemm_reap(TaccState *s, bool wait);
+bool tacc_gemm_busy(TaccState *s);
 MemTxResult tacc_dma_read(TaccFunc *f, uint64_t iova, void *buf, uint64_t len);
 MemTxResult tacc_dma_write(TaccFunc *f, uint64_t iova, const void *buf,
                            uint64_t len);

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -82,6 +83,7 @@ class QTest:
     def __init__(self, args: list[str], qemu: Path | str = QEMU, memory: str = "512M",
                  log: str | None = None):
         self.dir = tempfile.mkdtemp(prefix="tacc-qtest-")
+        self.settle: Callable[[], None] | None = None
         qsock = os.path.join(self.dir, "qtest.sock")
         msock = os.path.join(self.dir, "qmp.sock")
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -236,11 +238,16 @@ class QTest:
     def memset(self, a: int, n: int, v: int = 0):
         self._write(f"memset {a:#x} {n:#x} {v:#x}")
 
-    def clock_step(self, ns: int | None = None) -> int:
-        """Advance the virtual clock by ns (or to the next timer); returns it."""
+    def clock_step(self, ns: int | None = None, settle: bool = True) -> int:
+        """Advance the virtual clock by ns (or to the next timer); returns it.
+        Then, unless settle is False, self.settle() (if set) lets the
+        completions the device deferred to host work happen (the virtual
+        clock does not move meanwhile)."""
         if ns == 0:
             return self._clock
         self._clock = int(self.cmd("clock_step" if ns is None else f"clock_step {ns}"))
+        if settle and self.settle:
+            self.settle()
         return self._clock
 
     def clock(self) -> int:

@@ -10,12 +10,13 @@ tools/bench/bench_link.py.
 from __future__ import annotations
 
 import struct
+import time
 from dataclasses import dataclass, field
 
 from tacc import hw, model
 from tacc.hw.records import CQE, TRACE, Cqe, TraceRec
 from tacc.model import link as linkmodel
-from tacc.testing.qtest import QTest
+from tacc.testing.qtest import QTest, QTestError
 
 # Guest RAM layout (QEMU -m 512M)
 RING_BASE = 0x0010_0000  # per function 1 MiB: SQs, CQs, trace, samples
@@ -261,6 +262,7 @@ class Tacc:
             dev = "tacc,id=tacc0,bus=rp0,addr=00.0"
         dev += "," + props if props else ""
         self.qt = QTest([*pre, "-device", dev, *(extra or [])])
+        self.qt.settle = self.settle
         self.qt.ecam_enable()
         self.pt_pool = [PT_BASE]
         self.data_next = DATA_BASE
@@ -333,6 +335,21 @@ class Tacc:
 
     def reset_alloc(self):
         self.data_next = DATA_BASE
+
+    def settle(self, timeout: float = 120.0):
+        """Wait (wall time; the virtual clock stands still) until the model is
+        not stopped at a GEMM completion whose thread-pool worker is still
+        computing: then the CQ shows every completion up to the clock."""
+        end = time.monotonic() + timeout
+        while self._gemm_wait():
+            assert time.monotonic() < end, "a GEMM worker did not finish"
+            time.sleep(0.002)
+
+    def _gemm_wait(self) -> bool:
+        try:
+            return self.qom_get("x-gemm-wait")
+        except QTestError:  # the PF was unplugged (its jobs are cancelled)
+            return False
 
     def qom_get(self, prop):
         return self.qt.qmp.cmd("qom-get", path="/machine/peripheral/tacc0",
