@@ -52,7 +52,7 @@ pkgs=(
 	build-essential pkg-config ninja-build flex bison git ccache
 	libglib2.0-dev libpixman-1-dev libslirp-dev libattr1-dev libcap-ng-dev
 	python3-venv python3-pip python3-dev xz-utils zstd bzip2 dpkg-dev cpio kmod busybox-static
-	e2fsprogs  # mke2fs -d: the guest venv disk (scripts/run-vm VENV_DISK)
+	e2fsprogs  # mke2fs -d: the guest Python disks, scripts/run-vm PYDISK
 	seabios qemu-system-data
 	bpfcc-tools python3-bpfcc bpftrace libelf-dev
 	iproute2 procps util-linux passwd chromium pciutils make
