@@ -21,11 +21,11 @@ mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 hostname tacc-vm
 # The trees every Python start reads, from the disk images run-vm attached (PYDISK:
 # taccvm.pydisks=SERIAL:PATH,...): over 9p a start listed site-packages (~320 entries) four
-# times and opened every module by a round trip to QEMU (python -c pass: 0.9-1.3 s of guest
-# time; 0.13-0.47 s with the venv from its disk).  Read-only ext4 under a tmpfs overlay at
-# the tree's own path: what the guest writes there stays in the guest, as on the 9p root.
+# times and opened every module by a round trip to QEMU (python -c pass: 0.7-1.3 s of guest
+# time; 0.10 s from the disks).  Read-only ext4 under a tmpfs overlay at the tree's own
+# path: what the guest writes there stays in the guest, as on the 9p root.
 py_disks() {
-	local w s serial path dev m
+	local w s serial path dev m pydisks=
 	for w in $(cat /proc/cmdline); do
 		case $w in taccvm.pydisks=*) pydisks=${w#taccvm.pydisks=} ;; esac
 	done
@@ -46,7 +46,6 @@ py_disks() {
 		umount $m/lower 2>/dev/null
 	done
 }
-pydisks=
 py_disks
 # A host's sandbox may add a .pth that imports certifi at every Python start (an egress proxy's
 # CA; the guest has no network beyond the cluster's loopback): ~40 ms of host CPU, several
@@ -56,7 +55,6 @@ for f in /usr/lib/python3/dist-packages/_sandboxing_egress_ca.pth \
 	[ -e "$f" ] && rm -f "$f"
 done
 ip link set lo up 2>/dev/null
-
 
 cmd= out= vfs=0 modparams= iommu= tty= term= node= nodes=
 for w in $(cat /proc/cmdline); do
