@@ -207,10 +207,13 @@ def test_batched_publish_and_flush(tmp_path: Path) -> None:
 
 
 def test_runtime_flushes_before_blocking(tmp_path: Path) -> None:
-    """A consumer sees every call made before a synchronize while the thread waits."""
+    """A consumer sees every call made before a synchronize while the thread waits.
+    The age that publishes a queued record at the next call (10 ms) is set past the
+    test's span: on a loaded host the calls before the first drain took more than it."""
     code = """
 import os, threading, numpy as np
 from tacc.runtime import Context, apitrace
+apitrace.BATCH_AGE_NS = 600 * 10**9
 with Context() as ctx:
     s = ctx.stream(); d = ctx.device_buffer(64); s.copy_h2d(d, np.ones(64, np.float32))
     r = apitrace.RingReader(apitrace.list_rings(pid=os.getpid())[0])
