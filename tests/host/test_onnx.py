@@ -19,12 +19,11 @@ from tacc.runtime import Context, TaccError
 from test_runtime_infer import traced_run
 
 # pass counts of the node tests on the simulator (onnx 1.23); every supported op but
-# LayerNormalization (its tests also output Mean and InvStdDev: Y is compared, "partial")
-# and Sigmoid (only as SiLU) passes some
+# Sigmoid (only as SiLU) passes some
 MIN_PASS = {"MatMul": 6, "Gemm": 7, "Add": 2, "Mul": 3, "Softmax": 7, "RMSNormalization": 19,
             "Gelu": 2, "Swish": 1, "Exp": 2, "Relu": 1, "Cast": 2, "Gather": 2, "Transpose": 7,
             "Concat": 12, "Reshape": 10, "Flatten": 9, "Squeeze": 2, "Unsqueeze": 7,
-            "Identity": 1, "Sub": 2, "Neg": 2, "Shape": 11}
+            "Identity": 1, "Sub": 2, "Neg": 2, "Shape": 11, "LayerNormalization": 19}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +39,8 @@ def test_node_tests_pass_or_skip_with_a_reason(node_results) -> None:
     per = conformance.summary(node_results)
     for op, n in MIN_PASS.items():
         assert per[op]["pass"] >= n, (op, per[op])
-    assert per["LayerNormalization"]["partial"] >= 19
+    # Mean and InvStdDev from the NORM's statistics: none partial
+    assert not [r.name for r in node_results if r.status == "partial"]
     assert per["Transpose"]["skip"] == 0
     assert all("ReduceMax" in r.reason for r in node_results
                if r.op == "Softmax" and r.status == "skip")   # only the _expanded forms

@@ -29,7 +29,7 @@ from test_runtime_join import DeviceTrace
 TRACEFS = Path("/sys/kernel/tracing")
 # a small set of the node tests: one module each
 SMALL_OPS = ("MatMul", "Gemm", "Softmax", "RMSNormalization", "Gelu", "Gather", "Cast",
-             "Swish", "Transpose")
+             "Swish", "Transpose", "LayerNormalization")
 
 
 @pytest.fixture(scope="module")

@@ -456,14 +456,24 @@ def _norm(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:
     bias = node.input[2] if node.op_type == "LayerNormalization" and len(node.input) > 2 \
         else ""
     y = node.output[0]
-    if any(o and (plan.is_output(o) or plan.consumers(o)) for o in node.output[1:]):
-        raise Unsupported(f"{node.op_type}: the Mean/InvStdDev outputs (the device's NORM "
-                          "writes Y only)")
     _floats(plan, [x, scale, bias, y], node.op_type)
     shape = plan.shape(x)
     axis = int(at.get("axis", -1))
     axis = axis + len(shape) if axis < 0 else axis
     cols = _prod(shape[axis:])
+    rows = _prod(shape[:axis])
+    # Mean, InvStdDev: the NORM's row statistics (float32: rows means, then rows 1/std)
+    extra = [(j, o) for j, o in enumerate(node.output[1:3], 1)
+             if o and (plan.is_output(o) or plan.consumers(o))]
+    stats = ""
+    if extra:
+        if node.op_type != "LayerNormalization" or int(at.get("stash_type", 1)) != 1 or \
+                any(plan.dtype(o) != K.F32 for _, o in extra) or not rows:
+            raise Unsupported(f"{node.op_type}: the Mean/InvStdDev outputs other than "
+                              "float32 with stash_type 1 (the device's NORM statistics)")
+        stats = plan.temp(y + "/stats", (2 * rows,), K.F32)
+        for j, o in extra:
+            plan.alias(o, stats, plan.shape(o), offset=(j - 1) * rows * 4)
     for v in (scale, bias):
         if v and _prod(plan.shape(v)) != cols:
             if plan.is_const(v):
@@ -483,11 +493,12 @@ def _norm(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:
         dx, dy = plan.dev(x).view(v), plan.dev(y).view(v)
         gv = plan.dev(g).view((cols,))
         if node.op_type == "LayerNormalization":
-            s.layer_norm(dx, gv, plan.dev(bt).view((cols,)) if bt else None, dy, eps=eps)
+            s.layer_norm(dx, gv, plan.dev(bt).view((cols,)) if bt else None, dy, eps=eps,
+                         stats=plan.dev(stats) if stats else None)
         else:
             s.rms_norm(dx, gv, dy, eps=eps)
 
-    return Step([node], run, outputs=[y])
+    return Step([node], run, outputs=[y, *(o for _, o in extra)])
 
 
 def _cast(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:
