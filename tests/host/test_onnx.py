@@ -154,6 +154,11 @@ def test_transpose_counts() -> None:
     assert n((2, 3, 4, 5), [0, 1, 2, 3]) == 0 and n((2, 1, 4), [2, 1, 0]) == 1
     assert n((2, 3, 4, 5, 6, 7, 8), [6, 4, 2, 0, 1, 3, 5]) == 3   # merged (0, 1)
     assert n(tuple(range(2, 10)), [7, 6, 5, 4, 3, 2, 1, 0]) == 7  # 8 axes: greedy
+    # only size-1 axes move: a view, any dtype (int64 too: no GEMM)
+    m = _one_node(h.make_node("Transpose", ["x"], ["y"], perm=[1, 0, 2]), (1, 3, 2), T.INT64)
+    x = np.arange(6).reshape(1, 3, 2)
+    with InferenceSession(m, sim=True) as sess:
+        assert np.array_equal(sess.run(None, {"x": x})[0], x.transpose(1, 0, 2))
 
 
 @pytest.mark.parametrize("dtype", [T.FLOAT, T.BFLOAT16])

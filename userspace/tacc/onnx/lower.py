@@ -184,11 +184,11 @@ class _Transposer:
 
     def __init__(self, plan: Plan, x: str, shape: tuple[int, ...], perm: list[int],
                  name: str) -> None:
-        if any(p != j for j, p in enumerate(perm)):
-            _floats(plan, [x], "Transpose")
         self.dtype = plan.dtype(x)
         self.dims, cperm = _canon(shape, perm)
         self.path = _rotations(self.dims, cperm) if _prod(shape) else []
+        if self.path:
+            _floats(plan, [x], "Transpose")
         self.plan, self.eyes = plan, {}
         cur = tuple(range(len(self.dims)))
         self.cmds: list[tuple[int, int, int]] = []      # (batch, x, y) per rotation
