@@ -610,7 +610,8 @@ def test_roofline_large_bf16_gemm_is_compute_bound(dev, pf):
 # ------------------------------------------------------ sliced host work ----
 def _row_ops_figures(props: str) -> list[tuple]:
     """Row operations of 0.5 .. 2 MiB (bf16 and fp32, causal softmax with a period,
-    padded rows, rows of 256 KiB across 2 MiB boundaries, broadcast, gather) on a
+    padded rows, rows of 256 KiB across 2 MiB boundaries, broadcast, gather, NORM's
+    statistics) on a
     fresh device with ``props``: per command its status, modelled duration, the
     function's counter deltas and its output bytes."""
     rng = np.random.default_rng(2836)
@@ -649,6 +650,14 @@ def _row_ops_figures(props: str) -> list[tuple]:
         i = load(d, pf, rng.integers(0, 4096, 3000).astype(np.int32), 16 * M)
         cases.append((d_gather(t, i, DEVMEM_VA + 52 * M, 3000, 300, 310, 300, 4096, BF16),
                       52 * M, 3000 * 300 * 2))
+        # NORM's statistics (hw 1.5): 320 KiB across a 2 MiB boundary, written in slices
+        x = load(d, pf, arr((40000, 16), FP32), 20 * M)
+        g = load(d, pf, arr((16,), FP32), 23 * M)
+        b = load(d, pf, arr((16,), FP32), 23 * M + 4096)
+        cases.append((d_norm(x, DEVMEM_VA + 24 * M, g, b, 40000, 16, 16, 16,
+                             nflags=hw.TACC_NORM_F_STATS,
+                             stats=DEVMEM_VA + 28 * M - 100 * 1024),
+                      28 * M - 100 * 1024, 2 * 40000 * 4))
         out = []
         for cmd, off, n in cases:
             c0 = pf.counters()

@@ -952,8 +952,8 @@ static bool tacc_elt_v3(const struct tacc_desc *d)
  *   CHECK     GATHER: every index within the table
  *   COMPUTE   whole rows per slice (eltwise: elements)
  *   WR_Y      the result rows
- *   WR_S      NORM with TACC_NORM_F_STATS: the row statistics
  *   GATHER    GATHER: table row in, output row out, per row
+ *   WR_S      NORM with TACC_NORM_F_STATS: the row statistics
  * The accesses are the ones of running it whole, in the same order (a row
  * is cut only at a 2 MiB VA boundary, a leaf boundary at either page size),
  * and nothing else runs on the model in between, so the TLB, the counters
@@ -961,7 +961,7 @@ static bool tacc_elt_v3(const struct tacc_desc *d)
  */
 enum {
     ROW_RD_X, ROW_RD_W1, ROW_RD_W2, ROW_CHECK, ROW_COMPUTE, ROW_WR_Y,
-    ROW_WR_S, ROW_GATHER, ROW_DONE,
+    ROW_GATHER, ROW_WR_S, ROW_DONE,     /* migrated as numbers: WR_S (hw 1.5) last */
 };
 
 typedef struct TaccRows {

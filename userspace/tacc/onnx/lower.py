@@ -436,9 +436,9 @@ def _softmax_axis(plan: Plan, node: onnx.NodeProto, shape: tuple[int, ...], axis
         raise Unsupported("Softmax: dtype changes")
     if n > 65536:
         raise Unsupported(f"Softmax over {n} columns (the device's rows are <= 65536)")
+    there = _Transposer(plan, x, (a, n, b), [0, 2, 1], y + "/to")  # raises before temps
     t_in = plan.temp(y + "/last", (a * b * n,), plan.dtype(x))
     t_out = plan.temp(y + "/softmax", (a * b * n,), plan.dtype(x))
-    there = _Transposer(plan, x, (a, n, b), [0, 2, 1], y + "/to")
     back = _Transposer(plan, t_out, (a, b, n), [0, 2, 1], y + "/back")
     plan.alloc(y)
 
