@@ -224,18 +224,22 @@ static int tacc_cmd_softmax(const struct tacc_desc *d, struct tacc_cmd_spec *spe
 	return 0;
 }
 
-static int tacc_cmd_norm(const struct tacc_desc *d, struct tacc_cmd_spec *spec)
+static int tacc_cmd_norm(const struct tacc_desc *d, u32 caps, struct tacc_cmd_spec *spec)
 {
 	u64 rows = d->norm.rows, cols = d->norm.cols;
 	unsigned int dx = d->norm.dtype_x, dy = d->norm.dtype_y, dw = d->norm.dtype_w;
 	bool layer = d->norm.kind == TACC_NORM_LAYER;
+	bool stats = d->norm.nflags & TACC_NORM_F_STATS;
 	u32 eps = d->norm.eps;
 
+	if (d->norm.nflags && !(caps & TACC_CAP_NORM_STATS))
+		return -EOPNOTSUPP;
 	/* eps: finite and >= 0 (sign clear, exponent not all ones) */
 	if (!tacc_cmd_dt_float(dx) || !tacc_cmd_dt_float(dy) || !tacc_cmd_dt_float(dw) ||
 	    d->norm.kind >= TACC_NORM_MAX || (eps & BIT(31)) ||
 	    (eps & 0x7f800000) == 0x7f800000 ||
-	    !tacc_cmd_tail_zero(d, TACC_F(norm.dtype_w) + 1) ||
+	    (d->norm.nflags & ~TACC_NORM_F_ALL) || d->norm.rsvd ||
+	    !tacc_cmd_tail_zero(d, TACC_F(norm.stats)) ||
 	    !tacc_cmd_rows_ok(rows, cols, d->norm.ldx, d->norm.ldy))
 		return -EINVAL;
 	tacc_cmd_set(spec, 0, TACC_F(norm.x), tacc_cmd_rows(rows, cols, d->norm.ldx, dx),
@@ -247,6 +251,9 @@ static int tacc_cmd_norm(const struct tacc_desc *d, struct tacc_cmd_spec *spec)
 	if (layer)
 		tacc_cmd_set(spec, 3, TACC_F(norm.beta), cols * tacc_cmd_dt_size(dw),
 			     tacc_cmd_dt_size(dw), TACC_CMD_DEV, false);
+	if (stats)
+		tacc_cmd_set(spec, 4, TACC_F(norm.stats), (layer ? 2 : 1) * rows * 4, 4,
+			     TACC_CMD_DEV, true);
 	return 0;
 }
 
@@ -352,7 +359,7 @@ int tacc_cmd_check(const struct drm_tacc_cmd2 *c, u32 caps, struct tacc_cmd_spec
 		if (!(caps & TACC_CAP_BF16) && tacc_cmd_rowop_bf16(&d, c->opcode))
 			return -EOPNOTSUPP;
 		ret = c->opcode == DRM_TACC_OP_SOFTMAX ? tacc_cmd_softmax(&d, spec) :
-		      c->opcode == DRM_TACC_OP_NORM ? tacc_cmd_norm(&d, spec) :
+		      c->opcode == DRM_TACC_OP_NORM ? tacc_cmd_norm(&d, caps, spec) :
 		      tacc_cmd_gather(&d, spec);
 		break;
 	case DRM_TACC_OP_LIST:

@@ -695,7 +695,7 @@ static bool tacc_job_writes_bo(struct tacc_job *job, struct tacc_bo *bo)
 		return false;
 	for (i = 0; i < job->num_cmds; i++) {
 		const struct tacc_desc *d = &job->descs[i];
-		u64 va;
+		u64 va, va2 = 0;	/* a second output: NORM's statistics */
 
 		switch (d->opcode) {
 		case TACC_OP_COPY_H2D:
@@ -714,6 +714,7 @@ static bool tacc_job_writes_bo(struct tacc_job *job, struct tacc_bo *bo)
 			break;
 		case TACC_OP_NORM:
 			va = d->norm.y;
+			va2 = d->norm.stats;
 			break;
 		case TACC_OP_GATHER:
 			va = d->gather.out;
@@ -726,6 +727,8 @@ static bool tacc_job_writes_bo(struct tacc_job *job, struct tacc_bo *bo)
 			continue;
 		}
 		if (va >= map->node.start && va - map->node.start < map->size)
+			return true;
+		if (va2 && va2 >= map->node.start && va2 - map->node.start < map->size)
 			return true;
 	}
 	return false;

@@ -58,7 +58,7 @@ enum tacc_engine {
 #define   TACC_ID_MAGIC			0x54414343	/* "TACC" */
 #define TACC_REG_VERSION		0x004	/* RO: major << 16 | minor */
 #define   TACC_HW_VERSION_MAJOR		1
-#define   TACC_HW_VERSION_MINOR		4
+#define   TACC_HW_VERSION_MINOR		5
 #define TACC_REG_CAPS			0x008	/* RO: TACC_CAP_* */
 #define   TACC_CAP_VF			(1u << 0)	/* this function is a VF */
 #define   TACC_CAP_SRIOV		(1u << 1)
@@ -79,6 +79,7 @@ enum tacc_engine {
 #define   TACC_CAP_TRACE_V3		(1u << 16)	/* 128-byte trace records: FLOPs, bytes, list id (hw 1.3) */
 #define   TACC_CAP_ROOFLINE		(1u << 17)	/* per-dtype peaks, PEAK_* and DEVMEM_GBPS registers (hw 1.3) */
 #define   TACC_CAP_VF_MIGRATION		(1u << 18)	/* PF: VF migration, registers 0x900 (hw 1.4) */
+#define   TACC_CAP_NORM_STATS		(1u << 19)	/* NORM writes per-row statistics (hw 1.5) */
 #define TACC_REG_FUNC			0x00c	/* RO: 0 = PF, n = VF n (1-based) */
 #define TACC_REG_NUM_QUEUES		0x010	/* RO */
 #define TACC_REG_NUM_CONTEXTS		0x014	/* RO */
@@ -435,6 +436,14 @@ enum tacc_norm_kind {
 	TACC_NORM_MAX
 };
 
+/*
+ * NORM flags (hw 1.5, TACC_CAP_NORM_STATS).  STATS: the statistics of each
+ * row are written at stats, fp32: LAYER rows means then rows 1/sqrt(var +
+ * eps); RMS rows 1/sqrt(mean(x^2) + eps).
+ */
+#define TACC_NORM_F_STATS	(1u << 0)	/* write the row statistics */
+#define TACC_NORM_F_ALL		0x1
+
 /* Command lists (hw 1.3, TACC_CAP_CMD_LIST) */
 #define TACC_LIST_MAX_CMDS	65536		/* count: 1 .. 65536 */
 #define TACC_LIST_MAX_PATCHES	4096		/* npatch: 0 .. 4096 */
@@ -575,6 +584,11 @@ struct tacc_desc {
 			__u8  dtype_x;
 			__u8  dtype_y;
 			__u8  dtype_w;	/* gamma and beta */
+			/* hw 1.5 (TACC_CAP_NORM_STATS); zero: no statistics */
+			__u32 nflags;	/* TACC_NORM_F_* */
+			__u32 rsvd;
+			__u64 stats;	/* TACC_NORM_F_STATS: VA of the statistics
+					 * (2 x rows fp32 LAYER, rows RMS), else 0 */
 		} norm;
 		struct {
 			__u64 table;	/* table_rows x cols, ld_table, dtype */

@@ -57,10 +57,12 @@ def descriptor(draw):
                               draw(st.integers(0, 6)), draw(f32bits))
     elif kind == "fence":
         payload = struct.pack("<QQ", draw(addr), draw(u64))
-    elif kind == "rows":  # SOFTMAX / NORM / GATHER shapes, dtypes and flags (hw 1.3)
-        payload = struct.pack("<QQQQIIIIIBBBB", draw(addr), draw(addr), draw(addr), draw(addr),
-                              draw(dim), draw(dim), draw(dim), draw(dim), draw(f32bits),
-                              *(draw(st.integers(0, 3)) for _ in range(4)))
+    elif kind == "rows":  # SOFTMAX / NORM / GATHER shapes, dtypes and flags (hw 1.3);
+        # NORM's nflags, reserved word and statistics address (hw 1.5)
+        payload = struct.pack("<QQQQIIIIIBBBBIIQ", draw(addr), draw(addr), draw(addr),
+                              draw(addr), draw(dim), draw(dim), draw(dim), draw(dim),
+                              draw(f32bits), *(draw(st.integers(0, 3)) for _ in range(5)),
+                              draw(st.integers(0, 1)), draw(addr))
     elif kind == "list":  # a LIST: count, patches, params (hw 1.3)
         payload = struct.pack("<QQIIII16IQ", draw(addr), draw(addr),
                               draw(st.one_of(st.integers(0, 8), st.sampled_from([65536, 65537]))),

@@ -45,9 +45,10 @@ def d_softmax(x, y, rows, cols, ldx, ldy, *, scale=1.0, causal=False, pos=0, per
 
 
 def d_norm(x, y, gamma, beta, rows, cols, ldx, ldy, *, eps=1e-5, kind=0, dx=FP32, dy=FP32,
-           dw=FP32, **kw):
+           dw=FP32, nflags=0, rsvd=0, stats=0, **kw):
     return desc(hw.TACC_OP_NORM, payload=struct.pack(
-        "<QQQQIIIIfBBBB", x, y, gamma, beta, rows, cols, ldx, ldy, eps, kind, dx, dy, dw), **kw)
+        "<QQQQIIIIfBBBBIIQ", x, y, gamma, beta, rows, cols, ldx, ldy, eps, kind, dx, dy, dw,
+        nflags, rsvd, stats), **kw)
 
 
 def d_gather(table, idx, out, rows, cols, ld_table, ld_out, table_rows, dt=FP32, **kw):
@@ -113,7 +114,8 @@ def busy(c0, c1):
 def test_version_caps_and_roofline_registers(dev, pf):
     assert pf.r32(hw.TACC_REG_VERSION) >= (1 << 16) | 3  # the operations of hw 1.3, or later
     caps = pf.r32(hw.TACC_REG_CAPS)
-    for bit in ("GEMM_EX", "BF16", "NN_OPS", "CMD_LIST", "TRACE_V3", "ROOFLINE"):
+    for bit in ("GEMM_EX", "BF16", "NN_OPS", "CMD_LIST", "TRACE_V3", "ROOFLINE",
+                "NORM_STATS"):
         assert caps & getattr(hw, f"TACC_CAP_{bit}"), bit
     assert pf.r32(hw.TACC_REG_PEAK_FP32_GFLOPS) == dev.qom_get("compute-gflops") == 7575
     assert pf.r32(hw.TACC_REG_PEAK_BF16_GFLOPS) == dev.qom_get("bf16-gflops") == 30250
@@ -308,6 +310,42 @@ def test_norm(dev, pf, kind, dx, dy, dw):
     check(fetch(dev, pf, vy, (rows, cols), dy), ref, dy)
 
 
+@pytest.mark.parametrize("kind", ["LAYER", "RMS"])
+@pytest.mark.parametrize("dx", [FP32, BF16])
+def test_norm_stats(dev, pf, kind, dx):
+    """TACC_NORM_F_STATS: each row's mean and 1/sqrt(var + eps) (RMS: 1/rms), fp32, within
+    fp32 rounding of the float64 reference; Y as without them; the bytes counted."""
+    rows, cols, eps = 300, 96, 1e-5
+    layer = kind == "LAYER"
+    k = getattr(hw, f"TACC_NORM_{kind}")
+    x = (rnd((rows, cols), dx).astype(np.float64) * 3 + 1).astype(NP[dx])
+    g, b = rnd((cols,), FP32), rnd((cols,), FP32)
+    vx, vg, vb = load(dev, pf, x, 0), load(dev, pf, g, 1 << 20), load(dev, pf, b, 2 << 20)
+    vy, vy0, vs = DEVMEM_VA + (3 << 20), DEVMEM_VA + (4 << 20), DEVMEM_VA + (5 << 20) + 4
+    ns = (2 if layer else 1) * rows
+    bb = vb if layer else 0
+    assert pf.run_job(0, [d_norm(vx, vy0, vg, bb, rows, cols, cols, cols, eps=eps,
+                                 kind=k, dx=dx)]).status == OK
+    c0 = pf.counters()
+    assert pf.run_job(0, [d_norm(vx, vy, vg, bb, rows, cols, cols, cols, eps=eps, kind=k,
+                                 dx=dx, nflags=hw.TACC_NORM_F_STATS, stats=vs)]).status == OK
+    c1 = pf.counters()
+    xf = x.astype(np.float64)
+    mean = xf.mean(1) if layer else np.zeros(rows)
+    inv = 1 / np.sqrt(((xf - mean[:, None]) ** 2).mean(1) + eps)
+    got = fetch(dev, pf, vs, (ns,), FP32).astype(np.float64)
+    if layer:
+        # the mean within fp32 rounding of the row's scale; 1/std within 1e-5 relative
+        assert np.max(np.abs(got[:rows] - mean)) <= 1e-6 * np.max(np.abs(xf))
+    assert np.max(np.abs(got[-rows:] - inv) / inv) <= 1e-5
+    assert np.array_equal(fetch(dev, pf, vy, (rows, cols), FP32),
+                          fetch(dev, pf, vy0, (rows, cols), FP32))   # Y unchanged
+    es = 2 if dx == BF16 else 4
+    wbytes = (1 + (1 if layer else 0)) * cols * 4
+    assert delta(c0, c1, "devmem_read_bytes") == rows * cols * es + wbytes
+    assert delta(c0, c1, "devmem_write_bytes") == rows * cols * 4 + ns * 4
+
+
 # ---------------------------------------------------------------- gather ----
 @pytest.mark.parametrize("dt", [FP32, BF16])
 def test_gather(dev, pf, dt):
@@ -385,6 +423,24 @@ BAD = {
                            hw.TACC_ST_BAD_OPCODE),
     "norm_unknown_kind": (lambda: d_norm(V, V, V, V, 2, 8, 8, 8, kind=5),
                           hw.TACC_ST_BAD_OPCODE),
+    "norm_unknown_flag": (lambda: d_norm(V, V, V, V, 2, 8, 8, 8, nflags=2, stats=V),
+                          hw.TACC_ST_BAD_OPCODE),
+    "norm_reserved_word": (lambda: d_norm(V, V, V, V, 2, 8, 8, 8, rsvd=1),
+                           hw.TACC_ST_BAD_OPCODE),
+    "norm_stats_without_flag": (lambda: d_norm(V, V, V, V, 2, 8, 8, 8, stats=V),
+                                hw.TACC_ST_BAD_OPCODE),
+    "norm_stats_misaligned": (lambda: d_norm(V, V, V, V, 2, 8, 8, 8, stats=V + 2,
+                                             nflags=hw.TACC_NORM_F_STATS),
+                              hw.TACC_ST_BAD_ALIGN),
+    "norm_stats_past_devmem": (lambda: d_norm(V, V, V, V, 4, 8, 8, 8, stats=END - 16,
+                                              nflags=hw.TACC_NORM_F_STATS),
+                               hw.TACC_ST_MMU_FAULT),
+    "norm_stats_unmapped": (lambda: d_norm(V, V, V, V, 2, 8, 8, 8, stats=1 << 40,
+                                           nflags=hw.TACC_NORM_F_STATS),
+                            hw.TACC_ST_MMU_FAULT),
+    "norm_stats_bigger_than_window": (lambda: d_norm(V, V, V, V, 1 << 26, 1, 1, 1, stats=V,
+                                                     nflags=hw.TACC_NORM_F_STATS),
+                                      hw.TACC_ST_BAD_LENGTH),
     "gather_table_bigger_than_window": (lambda: d_gather(V, V, V, 2, 8, 8, 8, 1 << 26),
                                         hw.TACC_ST_BAD_LENGTH),
     "gather_i32_rows": (lambda: d_gather(V, V, V, 2, 8, 8, 8, 4, dt=I32),
@@ -554,7 +610,8 @@ def test_roofline_large_bf16_gemm_is_compute_bound(dev, pf):
 # ------------------------------------------------------ sliced host work ----
 def _row_ops_figures(props: str) -> list[tuple]:
     """Row operations of 0.5 .. 2 MiB (bf16 and fp32, causal softmax with a period,
-    padded rows, rows of 256 KiB across 2 MiB boundaries, broadcast, gather) on a
+    padded rows, rows of 256 KiB across 2 MiB boundaries, broadcast, gather, NORM's
+    statistics) on a
     fresh device with ``props``: per command its status, modelled duration, the
     function's counter deltas and its output bytes."""
     rng = np.random.default_rng(2836)
@@ -593,6 +650,14 @@ def _row_ops_figures(props: str) -> list[tuple]:
         i = load(d, pf, rng.integers(0, 4096, 3000).astype(np.int32), 16 * M)
         cases.append((d_gather(t, i, DEVMEM_VA + 52 * M, 3000, 300, 310, 300, 4096, BF16),
                       52 * M, 3000 * 300 * 2))
+        # NORM's statistics (hw 1.5): 320 KiB across a 2 MiB boundary, written in slices
+        x = load(d, pf, arr((40000, 16), FP32), 20 * M)
+        g = load(d, pf, arr((16,), FP32), 23 * M)
+        b = load(d, pf, arr((16,), FP32), 23 * M + 4096)
+        cases.append((d_norm(x, DEVMEM_VA + 24 * M, g, b, 40000, 16, 16, 16,
+                             nflags=hw.TACC_NORM_F_STATS,
+                             stats=DEVMEM_VA + 28 * M - 100 * 1024),
+                      28 * M - 100 * 1024, 2 * 40000 * 4))
         out = []
         for cmd, off, n in cases:
             c0 = pf.counters()

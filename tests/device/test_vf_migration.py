@@ -23,6 +23,8 @@ OFF_VERSION, OFF_FN, OFF_CRC = 4, 8, 12
 Q0_SQ_SIZE = 292  # "tacc/func-regs" stream: queue 0's sq_size (big endian)
 ST = hw.ENUMS["tacc_vfmig_status"]
 
+HW_VERSION = hw.TACC_HW_VERSION_MAJOR << 16 | hw.TACC_HW_VERSION_MINOR   # 1.4 or later
+
 
 def admin(pf: Func, op: int, fn: int) -> int:
     """One PF admin operation on VF fn: its status."""
@@ -102,7 +104,7 @@ def vf_flr(dev: Tacc, vf: Func) -> None:
 def test_contract_and_pf_only(dev: Tacc, pf: Func) -> None:
     """hw 1.4, CAPS bit on the PF only; a VF reads 0 at the admin registers and its
     writes there do nothing (VF2 is not stopped, the PF's status does not move)."""
-    assert pf.r32(hw.TACC_REG_VERSION) == 1 << 16 | 4
+    assert pf.r32(hw.TACC_REG_VERSION) == HW_VERSION
     vf1, vf2 = setup_vfs(dev, pf)
     assert not vf1.r32(hw.TACC_REG_CAPS) & hw.TACC_CAP_VF_MIGRATION
     assert admin(pf, 0x7F, 1) == ST["TACC_VFMIG_ST_BAD_OP"]
@@ -146,7 +148,7 @@ def test_stop_save_flr_load_resume(dev: Tacc, pf: Func) -> None:
     magic, ver, hsz, fn, _, _, total, rlen, dlen, hwv, rver, _, _ = HDR.unpack_from(blob)
     assert (magic, ver, hsz, fn) == (hw.TACC_VFSTATE_MAGIC, 1, HDR.size, 1)
     assert HDR.size == hw.STRUCTS["tacc_vfstate_hdr"]["size"]
-    assert (total, dlen, hwv, rver) == (len(blob), WIN, 1 << 16 | 4, 1)
+    assert (total, dlen, hwv, rver) == (len(blob), WIN, HW_VERSION, 1)
     assert total == HDR.size + rlen + dlen
     crc = struct.unpack_from("<I", blob, OFF_CRC)[0]
     assert zlib.crc32(blob[:OFF_CRC] + bytes(4) + blob[OFF_CRC + 4:]) == crc

@@ -106,6 +106,36 @@ def test_norms_and_unary(ctx) -> None:
     close(ctx.to_numpy(outs["exp"]), np.exp(x))
 
 
+def test_norm_stats(ctx) -> None:
+    """layer_norm/rms_norm(..., stats=): each row's mean then 1/std (RMS: 1/rms), float32,
+    the same Y; the stats' bytes in the command's device bytes."""
+    s = ctx.stream()
+    X, g, b = rnd(2, 3, 32, seed=14) * 3 + 1, rnd(32, seed=15), rnd(32, seed=16)
+    dx, dg, db = ctx.to_device(X), ctx.to_device(g), ctx.to_device(b)
+    x = X.astype(np.float64).reshape(6, 32)
+    y0, y1, y2 = (ctx.device_buffer(X.shape) for _ in range(3))
+    st, rs = ctx.device_buffer((2, 6)), ctx.device_buffer(6)
+    s.layer_norm(dx, dg, db, y0, eps=1e-5)
+    s.layer_norm(dx, dg, db, y1, eps=1e-5, stats=st)
+    s.rms_norm(dx, dg, y2, eps=1e-6, stats=rs)
+    mean, var = x.mean(-1), x.var(-1)
+    got = ctx.to_numpy(st).astype(np.float64)
+    assert np.max(np.abs(got[0] - mean)) <= 1e-6 * np.max(np.abs(x))
+    assert np.max(np.abs(got[1] * np.sqrt(var + 1e-5) - 1)) <= 1e-5
+    rms = np.sqrt((x * x).mean(-1) + 1e-6)
+    assert np.max(np.abs(ctx.to_numpy(rs) * rms - 1)) <= 1e-5
+    assert np.array_equal(ctx.to_numpy(y0), ctx.to_numpy(y1))
+    from tacc.runtime.ops import build_rows
+
+    plain = build_rows(ctx, "layer_norm", dx, y0, gamma=dg, beta=db, eps=1e-5)
+    with_st = build_rows(ctx, "layer_norm", dx, y0, gamma=dg, beta=db, eps=1e-5, stats=st)
+    assert with_st.nbytes - plain.nbytes == 12 * 4 and with_st.flops == plain.flops
+    with pytest.raises(ShapeError, match="stats"):
+        s.layer_norm(dx, dg, db, y0, stats=ctx.device_buffer(6))       # 2 x rows
+    with pytest.raises(DtypeError):
+        s.rms_norm(dx, dg, y0, stats=ctx.device_buffer(6, BF16))       # float32 only
+
+
 def test_row_broadcast_cast_gather(ctx) -> None:
     s = ctx.stream()
     X, r = rnd(5, 8, seed=10).astype(BF16), rnd(8, seed=11).astype(BF16)

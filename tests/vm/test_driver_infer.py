@@ -59,6 +59,12 @@ def elt(op_: int, n: int, *, da: int = 0, dc: int = 0, scalar: float = 0.0) -> b
     return PAYLOAD["eltwise"].pack(0, 0, 0, n, op_, f32bits(scalar), da, dc, 0, 0, 0)
 
 
+def norm(rows: int, cols: int, *, nflags: int = 0, eps: float = 1e-5) -> bytes:
+    """A LAYER NORM payload (fp32), its addresses zero."""
+    return PAYLOAD["norm"].pack(0, 0, 0, 0, rows, cols, cols, cols, f32bits(eps),
+                                hw.TACC_NORM_LAYER, 0, 0, 0, nflags, 0, 0)
+
+
 def errno_of(fn) -> int:
     try:
         fn()
@@ -122,6 +128,32 @@ def test_ops_and_a_list_through_the_driver(pf_accel, kind):
 
 
 @pytest.mark.parametrize("kind", ["pf", "virtio"])
+def test_norm_stats_through_the_driver(pf_accel, kind):
+    """hw 1.5 NORM_STATS: op[4] receives each row's mean and 1/sqrt(var + eps), float32,
+    on every function kind (the CAPS bit is reported)."""
+    with Dev(_node(kind, pf_accel)) as dev:
+        assert dev.param(2) & hw.TACC_CAP_NORM_STATS    # DRM_TACC_PARAM_CAPS
+        b = Bufs(dev)
+        rows, cols = 8, 64
+        x = (np.random.default_rng(5).standard_normal((rows, cols)) * 2 + 1).astype(np.float32)
+        gb = np.concatenate([np.ones(cols), np.zeros(cols)]).astype(np.float32)
+        b.put(0, x.tobytes())
+        b.put(65536, gb.tobytes())
+        h, d = b.host.handle, b.devbo.handle
+        cp = PAYLOAD["copy"]
+        jobs = [cmd2(hw.TACC_OP_COPY_H2D, cp.pack(0, 0, x.nbytes), [(h, 0), (d, 0)]),
+                cmd2(hw.TACC_OP_COPY_H2D, cp.pack(0, 0, gb.nbytes), [(h, 65536), (d, 65536)]),
+                cmd2(hw.TACC_OP_NORM, norm(rows, cols, nflags=hw.TACC_NORM_F_STATS),
+                     [(d, 0), (d, 131072), (d, 65536), (d, 65536 + 4 * cols), (d, 196608)]),
+                cmd2(hw.TACC_OP_COPY_D2H, cp.pack(0, 0, 8 * rows), [(d, 196608), (h, 262144)])]
+        assert dev.wait(submit2(dev, jobs)) == OK
+        got = np.frombuffer(b.get(262144, 8 * rows), np.float32).astype(np.float64)
+        xf = x.astype(np.float64)
+        assert np.max(np.abs(got[:rows] - xf.mean(1))) <= 1e-6 * np.max(np.abs(xf))
+        assert np.max(np.abs(got[rows:] * np.sqrt(xf.var(1) + 1e-5) - 1)) <= 1e-5
+
+
+@pytest.mark.parametrize("kind", ["pf", "virtio"])
 def test_one_validator_for_every_function_kind(pf_accel, kind):
     """The same bad commands, the same -EINVAL, on a PF and on virtio-tacc (the PF
     accepted a COPY with a value and non-zero unused GEMM fields; virtio refused them)."""
@@ -158,6 +190,17 @@ def test_one_validator_for_every_function_kind(pf_accel, kind):
                 0, 0, 1, 0, 0, 0, *([0] * 16), 0), [(h, 0)]),
             "list_past_its_bo": cmd2(hw.TACC_OP_LIST, PAYLOAD["list"].pack(
                 0, 0, 65536, 0, 1, 0, *([0] * 16), 0), [(h, 0)]),
+            # NORM's statistics (hw 1.5): 2 x 8 floats do not fit in the last 32 bytes
+            "norm_stats_past_its_bo": cmd2(hw.TACC_OP_NORM, norm(
+                8, 8, nflags=hw.TACC_NORM_F_STATS), [(d, 0), (d, 4096), (d, 8192), (d, 8224),
+                                                     (d, b.size - 32)]),
+            "norm_unknown_flag": cmd2(hw.TACC_OP_NORM, norm(8, 8, nflags=2),
+                                      [(d, 0), (d, 4096), (d, 8192), (d, 8224)]),
+            "norm_stats_operand_without_flag": cmd2(hw.TACC_OP_NORM, norm(8, 8), [
+                (d, 0), (d, 4096), (d, 8192), (d, 8224), (d, 12288)]),
+            "norm_stats_on_host_bo": cmd2(hw.TACC_OP_NORM, norm(
+                8, 8, nflags=hw.TACC_NORM_F_STATS), [(d, 0), (d, 4096), (d, 8192), (d, 8224),
+                                                     (h, 0)]),
         }
         for name, c in bad_v2.items():
             assert errno_of(lambda c=c: submit2(dev, [c])) == errno.EINVAL, name

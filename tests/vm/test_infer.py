@@ -27,9 +27,9 @@ from test_runtime_basic import KINDS, kind_context
 from test_runtime_join import DeviceTrace
 
 TRACEFS = Path("/sys/kernel/tracing")
-# a small set of the node tests: one module each, ~60 cases
+# a small set of the node tests: one module each
 SMALL_OPS = ("MatMul", "Gemm", "Softmax", "RMSNormalization", "Gelu", "Gather", "Cast",
-             "Swish")
+             "Swish", "Transpose", "LayerNormalization")
 
 
 @pytest.fixture(scope="module")

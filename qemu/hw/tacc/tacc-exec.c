@@ -953,6 +953,7 @@ static bool tacc_elt_v3(const struct tacc_desc *d)
  *   COMPUTE   whole rows per slice (eltwise: elements)
  *   WR_Y      the result rows
  *   GATHER    GATHER: table row in, output row out, per row
+ *   WR_S      NORM with TACC_NORM_F_STATS: the row statistics
  * The accesses are the ones of running it whole, in the same order (a row
  * is cut only at a 2 MiB VA boundary, a leaf boundary at either page size),
  * and nothing else runs on the model in between, so the TLB, the counters
@@ -960,7 +961,7 @@ static bool tacc_elt_v3(const struct tacc_desc *d)
  */
 enum {
     ROW_RD_X, ROW_RD_W1, ROW_RD_W2, ROW_CHECK, ROW_COMPUTE, ROW_WR_Y,
-    ROW_GATHER, ROW_DONE,
+    ROW_GATHER, ROW_WR_S, ROW_DONE,     /* migrated as numbers: WR_S (hw 1.5) last */
 };
 
 typedef struct TaccRows {
@@ -974,6 +975,12 @@ static bool tacc_elt3_two(const struct tacc_desc *d)
     return d->eltwise.op == TACC_ELT_ADD || d->eltwise.op == TACC_ELT_MUL;
 }
 
+/* fp32 statistics a NORM with TACC_NORM_F_STATS writes (2 per row: LAYER) */
+static uint64_t tacc_norm_nstats(const struct tacc_desc *d)
+{
+    return (d->norm.kind == TACC_NORM_LAYER ? 2ull : 1ull) * d->norm.rows;
+}
+
 /* Does the command have phase @ph? */
 static bool tacc_rowop_has(const struct tacc_desc *d, int ph)
 {
@@ -981,7 +988,8 @@ static bool tacc_rowop_has(const struct tacc_desc *d, int ph)
     case TACC_OP_SOFTMAX:
         return ph == ROW_RD_X || ph == ROW_COMPUTE || ph == ROW_WR_Y;
     case TACC_OP_NORM:
-        return (ph <= ROW_RD_W2 || ph == ROW_COMPUTE || ph == ROW_WR_Y) &&
+        return (ph <= ROW_RD_W2 || ph == ROW_COMPUTE || ph == ROW_WR_Y ||
+                (ph == ROW_WR_S && (d->norm.nflags & TACC_NORM_F_STATS))) &&
                (ph != ROW_RD_W2 || d->norm.kind == TACC_NORM_LAYER);
     case TACC_OP_GATHER:
         return ph == ROW_RD_X || ph == ROW_CHECK || ph == ROW_GATHER;
@@ -1022,6 +1030,11 @@ static bool tacc_rowop_rows(const struct tacc_desc *d, TaccResult *res,
         case ROW_WR_Y:
             *r = (TaccRows){ d->norm.y, d->norm.rows, d->norm.cols,
                              d->norm.ldy, d->norm.dtype_y, r->buf };
+            return true;
+        case ROW_WR_S:      /* after gamma and beta in work_b */
+            *r = (TaccRows){ d->norm.stats, 1, tacc_norm_nstats(d),
+                             tacc_norm_nstats(d), TACC_DT_FP32,
+                             res->work_b + 2 * d->norm.cols };
             return true;
         }
         return false;
@@ -1139,11 +1152,18 @@ static bool tacc_rowop_compute(TaccCmd *c, TaccResult *res, uint64_t *budget)
                          d->softmax.sflags & TACC_SOFTMAX_F_CAUSAL,
                          d->softmax.pos, d->softmax.period);
         break;
-    case TACC_OP_NORM:
+    case TACC_OP_NORM: {
+        bool layer = d->norm.kind == TACC_NORM_LAYER;
+        float *st = d->norm.nflags & TACC_NORM_F_STATS ?
+                    res->work_b + 2 * cols : NULL;
+
         tacc_ops_norm(res->work_a + r0 * cols, n, cols, d->norm.kind,
-                      res->work_b, d->norm.kind == TACC_NORM_LAYER ?
-                      res->work_b + cols : NULL, tacc_f32(d->norm.eps));
+                      res->work_b, layer ? res->work_b + cols : NULL,
+                      tacc_f32(d->norm.eps),
+                      st && layer ? st + r0 : NULL,
+                      st ? st + (layer ? rows : 0) + r0 : NULL);
         break;
+    }
     default:
         tacc_ops_eltwise(d->eltwise.op, res->work_a, res->work_b,
                          d->eltwise.eflags & TACC_ELT_F_ROW_BCAST ?
@@ -1221,7 +1241,8 @@ static bool tacc_rowop_run(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,
             return false;
         }
         if (tacc_rowop_rows(d, res, ph, &r)) {
-            res->status = tacc_rows_step(f, q, c, &r, ph == ROW_WR_Y,
+            res->status = tacc_rows_step(f, q, c, &r,
+                                         ph == ROW_WR_Y || ph == ROW_WR_S,
                                          &res->work_pos, &budget, res);
             finished = res->work_pos == r.rows * r.cols;
         } else if (ph == ROW_COMPUTE) {
@@ -1346,29 +1367,35 @@ static void tacc_exec_norm(TaccFunc *f, int q, TaccCmd *c, TaccResult *res)
     uint64_t rows = d->norm.rows, cols = d->norm.cols, wbase, wsize;
     unsigned dx = d->norm.dtype_x, dy = d->norm.dtype_y, dw = d->norm.dtype_w;
     bool layer = d->norm.kind == TACC_NORM_LAYER;
+    bool stats = d->norm.nflags & TACC_NORM_F_STATS;
     float eps = tacc_f32(d->norm.eps);
     float *x, *gb;
 
     tacc_window(f, &wbase, &wsize);
     if (!tacc_dt_float(dx) || !tacc_dt_float(dy) || !tacc_dt_float(dw) ||
         d->norm.kind >= TACC_NORM_MAX || (!layer && d->norm.beta) ||
-        !(eps >= 0.0f) || isinf(eps)) {
+        !(eps >= 0.0f) || isinf(eps) ||
+        (d->norm.nflags & ~TACC_NORM_F_ALL) || d->norm.rsvd ||
+        (!stats && d->norm.stats)) {
         res->status = TACC_ST_BAD_OPCODE;
         return;
     }
     if (!tacc_rows_shape_ok(rows, cols, d->norm.ldx, d->norm.ldy) ||
         tacc_rows_extent(rows, cols, d->norm.ldx, dx) > wsize ||
-        tacc_rows_extent(rows, cols, d->norm.ldy, dy) > wsize) {
+        tacc_rows_extent(rows, cols, d->norm.ldy, dy) > wsize ||
+        (stats && tacc_norm_nstats(d) * 4 > wsize)) {
         res->status = TACC_ST_BAD_LENGTH;
         return;
     }
     if (!tacc_aligned(d->norm.x, dx) || !tacc_aligned(d->norm.y, dy) ||
-        !tacc_aligned(d->norm.gamma, dw) || !tacc_aligned(d->norm.beta, dw)) {
+        !tacc_aligned(d->norm.gamma, dw) || !tacc_aligned(d->norm.beta, dw) ||
+        !tacc_aligned(d->norm.stats, TACC_DT_FP32)) {
         res->status = TACC_ST_BAD_ALIGN;
         return;
     }
     x = tacc_try_floats(rows * cols);
-    gb = tacc_try_floats(2 * cols);
+    /* gamma, beta, then the statistics */
+    gb = tacc_try_floats(2 * cols + (stats ? tacc_norm_nstats(d) : 0));
     if (!x || !gb) {
         g_free(x);
         g_free(gb);

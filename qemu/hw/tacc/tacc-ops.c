@@ -188,9 +188,14 @@ void tacc_ops_softmax(float *x, size_t r0, size_t r1, size_t cols,
     }
 }
 
-/* LayerNorm / RMSNorm of packed rows x cols, in place. */
+/*
+ * LayerNorm / RMSNorm of packed rows x cols, in place; each row's mean and
+ * 1/sqrt(var + eps) (RMS: 1/sqrt(mean(x^2) + eps)) into @mean[r], @inv[r]
+ * when they are not NULL.
+ */
 void tacc_ops_norm(float *x, size_t rows, size_t cols, unsigned kind,
-                   const float *gamma, const float *beta, float eps)
+                   const float *gamma, const float *beta, float eps,
+                   float *mean_out, float *inv_out)
 {
     for (size_t r = 0; r < rows; r++) {
         float *row = x + r * cols;
@@ -209,6 +214,12 @@ void tacc_ops_norm(float *x, size_t rows, size_t cols, unsigned kind,
             var += d * d;
         }
         inv = (float)(1.0 / sqrt(var / cols + eps));
+        if (mean_out) {
+            mean_out[r] = m;
+        }
+        if (inv_out) {
+            inv_out[r] = inv;
+        }
         for (size_t j = 0; j < cols; j++) {
             float y = (row[j] - m) * inv * gamma[j];
             row[j] = beta ? y + beta[j] : y;

@@ -118,7 +118,7 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
                (f->fn ? 0 : TACC_CAP_TLP_CAPTURE | TACC_CAP_LINK_PM) |
                (f->fn || !s->total_vfs ? 0 : TACC_CAP_VF_MIGRATION) |
                (!f->fn && s->virtio ? TACC_CAP_VIRTIO_FN : 0) |
-               TACC_CAP_HW13;
+               TACC_CAP_HW13 | TACC_CAP_HW15;
     case TACC_REG_FUNC:
         return f->fn;
     case TACC_REG_NUM_QUEUES:

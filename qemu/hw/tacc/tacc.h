@@ -83,6 +83,8 @@ typedef struct TaccCmd {
 /* the hw 1.3 features every function kind has (docs/hardware.md section 14) */
 #define TACC_CAP_HW13   (TACC_CAP_GEMM_EX | TACC_CAP_BF16 | TACC_CAP_NN_OPS | \
                          TACC_CAP_CMD_LIST | TACC_CAP_TRACE_V3 | TACC_CAP_ROOFLINE)
+/* and the hw 1.5 ones (section 14) */
+#define TACC_CAP_HW15   TACC_CAP_NORM_STATS
 
 #define TACC_GEMM_THREAD_MNK    (1ull << 21)   /* bigger GEMMs: thread pool */
 
@@ -504,7 +506,8 @@ void tacc_ops_eltwise(unsigned op, float *a, const float *b, size_t bcols,
 void tacc_ops_softmax(float *x, size_t r0, size_t r1, size_t cols,
                       float scale, bool causal, uint64_t pos, uint64_t period);
 void tacc_ops_norm(float *x, size_t rows, size_t cols, unsigned kind,
-                   const float *gamma, const float *beta, float eps);
+                   const float *gamma, const float *beta, float eps,
+                   float *mean_out, float *inv_out);
 void tacc_exec(TaccFunc *f, int q, TaccCmd *cmd, uint64_t start_ps,
                TaccResult *res);
 bool tacc_exec_continue(TaccFunc *f, int q, TaccCmd *c, TaccResult *res,

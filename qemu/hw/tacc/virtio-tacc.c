@@ -1397,7 +1397,8 @@ static void vt_get_config(VirtIODevice *vdev, uint8_t *config)
                          (virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_FILL)
                           ? TACC_CAP_FILL : 0) |
                          (virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_INFER)
-                          ? TACC_CAP_HW13 & ~TACC_CAP_TRACE_V3 : 0) |
+                          ? (TACC_CAP_HW13 | TACC_CAP_HW15) & ~TACC_CAP_TRACE_V3
+                          : 0) |
                          (virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_TRACE_V3)
                           ? TACC_CAP_TRACE_V3 : 0));
     c.func = cpu_to_le32(TACC_FN_VIRTIO);

@@ -9,6 +9,7 @@ Transpose of size-1 axes) become views of the same device memory, no command.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -105,26 +106,143 @@ def _layout(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Ste
     return Step([node], run, outputs=[y])
 
 
+GEMM_MAX_DIM, GEMM_MAX_MNK, GEMM_MAX_BATCH = 4096, 1 << 30, 65536   # docs/hardware.md
+
+
+def _canon(shape: tuple[int, ...], perm: list[int]) -> tuple[list[int], list[int]]:
+    """The same transpose over fewer axes: size-1 axes dropped, and axes adjacent (in
+    order) in both the input and the output merged into one."""
+    keep = [a for a in range(len(shape)) if shape[a] != 1]
+    pos = {a: j for j, a in enumerate(keep)}
+    p = [pos[a] for a in perm if shape[a] != 1]
+    groups: list[list[int]] = []       # runs of p of consecutive input axes
+    for a in p:
+        if groups and groups[-1][-1] + 1 == a:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    order = sorted(range(len(groups)), key=lambda g: groups[g][0])   # input order
+    dims = [_prod(tuple(shape[keep[a]] for a in groups[g])) for g in order]
+    rank = {g: j for j, g in enumerate(order)}
+    return dims, [rank[g] for g in range(len(groups))]
+
+
+def _rot_cost(dims: list[int], cur: tuple[int, ...], s: int, j: int) -> int:
+    """Multiply-adds of moving ``cur[s:s+j]`` to the end (x^T @ I or I @ x^T, the
+    smaller identity)."""
+    x = _prod(tuple(dims[a] for a in cur[s:s + j]))
+    y = _prod(tuple(dims[a] for a in cur[s + j:]))
+    return _prod(tuple(dims[a] for a in cur[:s])) * x * y * min(x, y)
+
+
+def _rotations(dims: list[int], perm: list[int]) -> list[tuple[int, int]]:
+    """The fewest (then cheapest) batched last-two-axes transposes taking the axes from
+    input order to ``perm``: each (s, j) moves the j axes at position s to the end (the
+    suffix from s rotated by j; the axes before s are the batch)."""
+    n = len(perm)
+    start, goal = tuple(range(n)), tuple(perm)
+    if n <= 6:   # Dijkstra over (commands, multiply-adds); the axes in place stay
+        heap: list[tuple[int, int, tuple[int, ...], list[tuple[int, int]]]] = [
+            (0, 0, start, [])]
+        seen: set[tuple[int, ...]] = set()
+        while heap:
+            k, f, cur, path = heapq.heappop(heap)
+            if cur == goal:
+                return path
+            if cur in seen:
+                continue
+            seen.add(cur)
+            s0 = next(s for s in range(n) if cur[s] != goal[s])
+            for s in range(s0, n - 1):
+                for j in range(1, n - s):
+                    nxt = cur[:s] + cur[s + j:] + cur[s:s + j]
+                    if nxt not in seen:
+                        heapq.heappush(heap, (k + 1, f + _rot_cost(dims, cur, s, j), nxt,
+                                              [*path, (s, j)]))
+    # more axes: the axes after perm's leading increasing run moved to the end in order,
+    # those adjacent at the time together
+    lead = 1
+    while lead < n and perm[lead] > perm[lead - 1]:
+        lead += 1
+    path: list[tuple[int, int]] = []
+    cur = list(start)
+    k = lead
+    while k < n:
+        s, j = cur.index(perm[k]), 1
+        while k + j < n and s + j < n and cur[s + j] == perm[k + j]:
+            j += 1
+        path.append((s, j))
+        cur = cur[:s] + cur[s + j:] + cur[s:s + j]
+        k += j
+    return path
+
+
+class _Transposer:
+    """Device commands permuting a tensor's axes: batched last-two-axes transposes on the
+    GEMM engine (x^T @ I with ``trans_a``, or I @ x^T with ``trans_b``: the smaller
+    identity), through scratch values of the plan."""
+
+    def __init__(self, plan: Plan, x: str, shape: tuple[int, ...], perm: list[int],
+                 name: str) -> None:
+        self.dtype = plan.dtype(x)
+        self.dims, cperm = _canon(shape, perm)
+        self.path = _rotations(self.dims, cperm) if _prod(shape) else []
+        if self.path:
+            _floats(plan, [x], "Transpose")
+        self.plan, self.eyes = plan, {}
+        cur = tuple(range(len(self.dims)))
+        self.cmds: list[tuple[int, int, int]] = []      # (batch, x, y) per rotation
+        for s, j in self.path:
+            a = _prod(tuple(self.dims[q] for q in cur[:s]))
+            xx = _prod(tuple(self.dims[q] for q in cur[s:s + j]))
+            yy = _prod(tuple(self.dims[q] for q in cur[s + j:]))
+            e = min(xx, yy)
+            if max(xx, yy) > GEMM_MAX_DIM or xx * yy * e > GEMM_MAX_MNK:
+                raise Unsupported(f"Transpose perm {perm} of {shape}: a {xx} x {yy} "
+                                  f"transpose (the GEMM's m, n, k are <= {GEMM_MAX_DIM}, "
+                                  "m n k <= 2^30)")
+            if e not in self.eyes:
+                self.eyes[e] = plan.const_device(np.eye(e, dtype=self.dtype))
+            self.cmds.append((a, xx, yy))
+            cur = cur[:s] + cur[s + j:] + cur[s:s + j]
+        n = _prod(shape)
+        self.tmp = [plan.temp(f"{name}/t{i}", (n,), self.dtype)
+                    for i in range(min(len(self.path) - 1, 2))]
+
+    def __len__(self) -> int:
+        return len(self.cmds)
+
+    def run(self, s: Any, src: Any, dst: Any) -> None:
+        """Issues the commands: ``src`` (any shape) permuted into ``dst``."""
+        isz = self.dtype.itemsize
+        cur = src
+        for i, (a, xx, yy) in enumerate(self.cmds):
+            out = dst if i == len(self.cmds) - 1 else self.plan.dev(self.tmp[i % 2])
+            e = self.eyes[min(xx, yy)]
+            # the batch in chunks within the GEMM limits (batch, batch m n k)
+            step = max(1, min(GEMM_MAX_BATCH, GEMM_MAX_MNK // (xx * yy * min(xx, yy))))
+            for b0 in range(0, a, step):
+                nb = min(step, a - b0)
+                off = b0 * xx * yy * isz
+                vi = cur.view((nb, xx, yy), offset=off)
+                vo = out.view((nb, yy, xx), offset=off)
+                if xx <= yy:
+                    s.gemm(vi, e, vo, trans_a=True)     # (x^T) @ I_x
+                else:
+                    s.gemm(e, vi, vo, trans_b=True)     # I_y @ (x^T)
+            cur = out
+
+
 def _transpose(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:
     x, y = node.input[0], node.output[0]
     shape = plan.shape(x)
     perm = list(at.get("perm", range(len(shape) - 1, -1, -1)))
-    moved = [p for j, p in enumerate(perm) if p != j]
-    if all(shape[p] == 1 for p in moved):   # only size-1 axes move: the same bytes
+    tr = _Transposer(plan, x, shape, perm, y)
+    if not len(tr):   # only size-1 axes move (or no element): the same bytes
         plan.alias(y, x, plan.shape(y))
         return Step([node], lambda s: None, outputs=[y])
-    n = len(shape)
-    if n >= 2 and perm == [*range(n - 2), n - 1, n - 2]:
-        _floats(plan, [x], "Transpose")
-        eye = plan.const_device(np.eye(shape[-2], dtype=plan.dtype(x)))
-
-        def run(s: Any) -> None:
-            # x^T = x^T @ I on the GEMM engine (trans_a)
-            s.gemm(plan.dev(x), eye, plan.dev(y), trans_a=True)
-
-        plan.alloc(y)
-        return Step([node], run, outputs=[y])
-    raise Unsupported(f"Transpose perm {perm}: only the last two axes (or size-1 axes)")
+    plan.alloc(y)
+    return Step([node], lambda s: tr.run(s, plan.dev(x), plan.dev(y)), outputs=[y])
 
 
 def _batch_ok(bshape: tuple[int, ...], full: tuple[int, ...]) -> bool:
@@ -294,11 +412,10 @@ def _softmax(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> St
     axis = axis + len(shape) if axis < 0 else axis
     if plan.opset < 13:
         cols = _prod(shape[axis:])
-    elif axis == len(shape) - 1:
-        cols = shape[-1]
+    elif _prod(shape[axis + 1:]) > 1 and _prod(shape):
+        return _softmax_axis(plan, node, shape, axis)
     else:
-        raise Unsupported(f"Softmax over axis {axis} of {len(shape)}: the device reduces rows "
-                          "(the last axis)")
+        cols = shape[axis]
     plan.alloc(y)
 
     def run(s: Any) -> None:
@@ -309,19 +426,54 @@ def _softmax(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> St
     return Step([node], run, outputs=[y])
 
 
+def _softmax_axis(plan: Plan, node: onnx.NodeProto, shape: tuple[int, ...], axis: int
+                  ) -> Step:
+    """Softmax over an axis with axes after it, (A, I, B): the axis moved to the end
+    (a transpose to (A, B, I)), SOFTMAX over rows, and moved back."""
+    x, y = node.input[0], node.output[0]
+    a, n, b = _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:])
+    if plan.dtype(x) != plan.dtype(y):
+        raise Unsupported("Softmax: dtype changes")
+    if n > 65536:
+        raise Unsupported(f"Softmax over {n} columns (the device's rows are <= 65536)")
+    there = _Transposer(plan, x, (a, n, b), [0, 2, 1], y + "/to")  # raises before temps
+    t_in = plan.temp(y + "/last", (a * b * n,), plan.dtype(x))
+    t_out = plan.temp(y + "/softmax", (a * b * n,), plan.dtype(x))
+    back = _Transposer(plan, t_out, (a, b, n), [0, 2, 1], y + "/back")
+    plan.alloc(y)
+
+    def run(s: Any) -> None:
+        ti, to = plan.dev(t_in), plan.dev(t_out)
+        there.run(s, plan.dev(x), ti)
+        s.softmax(ti.view((a * b, n)), to.view((a * b, n)))
+        back.run(s, to, plan.dev(y))
+
+    return Step([node], run, fused="Transpose+Softmax+Transpose", outputs=[y])
+
+
 def _norm(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:
     x, scale = node.input[0], node.input[1]
     bias = node.input[2] if node.op_type == "LayerNormalization" and len(node.input) > 2 \
         else ""
     y = node.output[0]
-    if any(o and (plan.is_output(o) or plan.consumers(o)) for o in node.output[1:]):
-        raise Unsupported(f"{node.op_type}: the Mean/InvStdDev outputs (the device's NORM "
-                          "writes Y only)")
     _floats(plan, [x, scale, bias, y], node.op_type)
     shape = plan.shape(x)
     axis = int(at.get("axis", -1))
     axis = axis + len(shape) if axis < 0 else axis
     cols = _prod(shape[axis:])
+    rows = _prod(shape[:axis])
+    # Mean, InvStdDev: the NORM's row statistics (float32: rows means, then rows 1/std)
+    extra = [(j, o) for j, o in enumerate(node.output[1:3], 1)
+             if o and (plan.is_output(o) or plan.consumers(o))]
+    stats = ""
+    if extra:
+        if node.op_type != "LayerNormalization" or int(at.get("stash_type", 1)) != 1 or \
+                any(plan.dtype(o) != K.F32 for _, o in extra) or not rows:
+            raise Unsupported(f"{node.op_type}: the Mean/InvStdDev outputs other than "
+                              "float32 with stash_type 1 (the device's NORM statistics)")
+        stats = plan.temp(y + "/stats", (2 * rows,), K.F32)
+        for j, o in extra:
+            plan.alias(o, stats, plan.shape(o), offset=(j - 1) * rows * 4)
     for v in (scale, bias):
         if v and _prod(plan.shape(v)) != cols:
             if plan.is_const(v):
@@ -341,11 +493,12 @@ def _norm(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:
         dx, dy = plan.dev(x).view(v), plan.dev(y).view(v)
         gv = plan.dev(g).view((cols,))
         if node.op_type == "LayerNormalization":
-            s.layer_norm(dx, gv, plan.dev(bt).view((cols,)) if bt else None, dy, eps=eps)
+            s.layer_norm(dx, gv, plan.dev(bt).view((cols,)) if bt else None, dy, eps=eps,
+                         stats=plan.dev(stats) if stats else None)
         else:
             s.rms_norm(dx, gv, dy, eps=eps)
 
-    return Step([node], run, outputs=[y])
+    return Step([node], run, outputs=[y, *(o for _, o in extra)])
 
 
 def _cast(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:

@@ -43,6 +43,7 @@ class _Val:
     host: np.ndarray | None = None
     const: bool = False
     alias: str = ""          # a view of this value's device memory
+    offset: int = 0          # ... from this byte on
     on_device: bool = False  # produced on, or needed by, the device
     own: DeviceBuffer | None = None  # the plan's memory (dev may be a bound buffer instead)
 
@@ -163,11 +164,12 @@ class Plan:
     def step_of(self, node: onnx.NodeProto) -> Step | None:
         return self._step_of.get(id(node))
 
-    def alias(self, y: str, x: str, shape: tuple[int, ...]) -> None:
+    def alias(self, y: str, x: str, shape: tuple[int, ...], offset: int = 0) -> None:
+        """``y`` is ``x``'s device memory (from byte ``offset``) seen as ``shape``."""
         vx = self.val(x)
-        self.vals[y] = _Val(tuple(shape), vx.dtype, alias=x, on_device=True,
-                            const=vx.const, host=None if vx.host is None
-                            else vx.host.reshape(shape))
+        self.vals[y] = _Val(tuple(shape), vx.dtype, alias=x, on_device=True, offset=offset,
+                            const=vx.const and not offset, host=None if vx.host is None
+                            or offset else vx.host.reshape(shape))
 
     def alloc(self, name: str) -> None:
         self.val(name).on_device = True
@@ -216,7 +218,7 @@ class Plan:
         v = self.vals[name]
         if v.alias:
             base = self.dev(v.alias)
-            return base.view(v.shape, v.dtype)  # type: ignore[return-value]
+            return base.view(v.shape, v.dtype, v.offset)  # type: ignore[return-value]
         if v.dev is None:
             raise TaccError(f"tacc.onnx: {name} has no device memory")
         return v.dev

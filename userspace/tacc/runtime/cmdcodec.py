@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tacc import hw
+
 from . import uapi as U
 from .buffers import Buffer, HostBuffer
 from .errors import TaccError
@@ -69,7 +71,8 @@ class softmax_args(C.Structure):  # noqa: N801
 class norm_args(C.Structure):  # noqa: N801
     _fields_ = [("x", u64), ("y", u64), ("gamma", u64), ("beta", u64), ("rows", u32),
                 ("cols", u32), ("ldx", u32), ("ldy", u32), ("eps", u32), ("kind", u8),
-                ("dtype_x", u8), ("dtype_y", u8), ("dtype_w", u8)]
+                ("dtype_x", u8), ("dtype_y", u8), ("dtype_w", u8), ("nflags", u32),
+                ("rsvd", u32), ("stats", u64)]
 
 
 class gather_args(C.Structure):  # noqa: N801
@@ -175,7 +178,10 @@ def encode_op(op: Op) -> Encoded:
         nm.kind = NORM_LAYER if op.kind == "layer_norm" else NORM_RMS
         nm.dtype_x, nm.dtype_y = DT[b["x"].dtype.name], DT[b["out"].dtype.name]
         nm.dtype_w = DT[b["gamma"].dtype.name]
-        return Encoded(U.OP_NORM, nm, [b["x"], b["out"], b["gamma"], b.get("beta")], patches)
+        if "stats" in b:
+            nm.nflags = hw.TACC_NORM_F_STATS
+        return Encoded(U.OP_NORM, nm, [b["x"], b["out"], b["gamma"], b.get("beta"),
+                                       b.get("stats")], patches)
     if op.kind == "gather":
         g = gather_args()
         g.rows, g.cols = p["n"], p["cols"]
@@ -303,7 +309,7 @@ def upload_graph(g: Graph) -> DeviceList:
 
 _ADDR_ORDER: dict[type[C.Structure], tuple[str, ...]] = {
     gemm_args: ("a", "b", "c", "bias"), eltwise_args: ("a", "b", "c"),
-    softmax_args: ("x", "y"), norm_args: ("x", "y", "gamma", "beta"),
+    softmax_args: ("x", "y"), norm_args: ("x", "y", "gamma", "beta", "stats"),
     gather_args: ("table", "idx", "out")}
 
 

@@ -103,6 +103,16 @@ def rms_norm(x: np.ndarray, gamma: np.ndarray, *, eps: float = 1e-5,
     return r.astype(out_dtype)
 
 
+def norm_stats(x: np.ndarray, kind: str, *, eps: float = 1e-5) -> np.ndarray:
+    """NORM's row statistics, float32: layer_norm each row's mean then each row's
+    ``1 / sqrt(var + eps)`` (2 x rows); rms_norm ``1 / sqrt(mean(x^2) + eps)`` (rows)."""
+    v = f32(x).reshape(-1, x.shape[-1])
+    mean = np.mean(v, axis=-1) if kind == "layer_norm" else np.zeros(len(v), F32)
+    d = v - mean[:, None]
+    inv = (np.float32(1) / np.sqrt(np.mean(d * d, axis=-1) + np.float32(eps))).astype(F32)
+    return np.concatenate([mean.astype(F32), inv]) if kind == "layer_norm" else inv
+
+
 def gelu(x: np.ndarray, out_dtype: np.dtype = F32) -> np.ndarray:
     """GELU, tanh form."""
     v = f32(x)

@@ -88,12 +88,18 @@ def run_op(op: Op, load: Callable[[Buffer], np.ndarray],
         r = K.softmax(x, scale=p["scale"], causal=p["causal"], pos_offset=p["pos_offset"],
                       out_dtype=out.dtype)
     elif op.kind == "layer_norm":
-        r = K.layer_norm(load(b["x"]).reshape(-1, p["cols"]), load(b["gamma"]),
-                         load(b["beta"]) if "beta" in b else None, eps=p["eps"],
-                         out_dtype=out.dtype)
+        x = load(b["x"]).reshape(-1, p["cols"])
+        r = K.layer_norm(x, load(b["gamma"]), load(b["beta"]) if "beta" in b else None,
+                         eps=p["eps"], out_dtype=out.dtype)
+        if "stats" in b:
+            st = K.norm_stats(x, "layer_norm", eps=p["eps"])
+            store(b["stats"], st.reshape(b["stats"].shape))
     elif op.kind == "rms_norm":
-        r = K.rms_norm(load(b["x"]).reshape(-1, p["cols"]), load(b["gamma"]), eps=p["eps"],
-                       out_dtype=out.dtype)
+        x = load(b["x"]).reshape(-1, p["cols"])
+        r = K.rms_norm(x, load(b["gamma"]), eps=p["eps"], out_dtype=out.dtype)
+        if "stats" in b:
+            st = K.norm_stats(x, "rms_norm", eps=p["eps"])
+            store(b["stats"], st.reshape(b["stats"].shape))
     elif op.kind in ("gelu", "silu", "exp"):
         r = getattr(K, op.kind)(load(b["x"]), out_dtype=out.dtype)
     elif op.kind in ("add", "mul"):
@@ -214,7 +220,14 @@ def build_rows(ctx: Context, kind: str, x: Any, out: Any, **kw: Any) -> Op:
         p["eps"] = float(kw["eps"])
         if not p["eps"] > 0:
             raise ValueError(f"{kind}: eps {kw['eps']} must be > 0")
-        extra = sum(bufs[r].nbytes for r in ("gamma", "beta") if r in bufs)
+        if kw.get("stats") is not None:
+            per = 2 if kind == "layer_norm" else 1
+            bufs["stats"] = _dev(ctx, kw["stats"], f"{kind} stats", (K.F32,))
+            if bufs["stats"].size != per * rows:
+                raise ShapeError(f"{kind}: stats {bufs['stats'].shape} is not {per} x {rows} "
+                                 "float32 (" + ("means, then 1/std" if per == 2 else "1/rms")
+                                 + " of each row)")
+        extra = sum(bufs[r].nbytes for r in ("gamma", "beta", "stats") if r in bufs)
     elif kind in ("add", "mul"):
         dy = _dev(ctx, kw["y"], f"{kind} operand b")
         if dy.size not in (dx.size, cols):
@@ -303,14 +316,20 @@ class InferenceOps:
                                                causal=causal, pos_offset=pos_offset))
 
     def layer_norm(self: Stream, x: Any, gamma: Any, beta: Any, out: Any, *,
-                   eps: float = 1e-5) -> None:
-        """Each row (last axis) normalised, times ``gamma`` plus ``beta`` (None: none)."""
+                   eps: float = 1e-5, stats: Any = None) -> None:
+        """Each row (last axis) normalised, times ``gamma`` plus ``beta`` (None: none).
+        ``stats``: a float32 device buffer of 2 x rows, written with each row's mean,
+        then each row's ``1 / sqrt(var + eps)``."""
         self._op("layer_norm", lambda: build_rows(self.ctx, "layer_norm", x, out,
-                                                  gamma=gamma, beta=beta, eps=eps))
+                                                  gamma=gamma, beta=beta, eps=eps,
+                                                  stats=stats))
 
-    def rms_norm(self: Stream, x: Any, gamma: Any, out: Any, *, eps: float = 1e-5) -> None:
+    def rms_norm(self: Stream, x: Any, gamma: Any, out: Any, *, eps: float = 1e-5,
+                 stats: Any = None) -> None:
+        """``x / sqrt(mean(x^2) + eps) * gamma`` per row; ``stats``: a float32 device
+        buffer of rows, written with each row's ``1 / sqrt(mean(x^2) + eps)``."""
         self._op("rms_norm", lambda: build_rows(self.ctx, "rms_norm", x, out, gamma=gamma,
-                                                eps=eps))
+                                                eps=eps, stats=stats))
 
     def gelu(self: Stream, x: Any, out: Any) -> None:
         """GELU, tanh form."""

@@ -327,7 +327,8 @@ struct drm_tacc_cmd {
  *  ELTWISE: op[0] a, op[1] b (ADD, MUL), op[2] c.
  *  FENCE, TIMESTAMP: op[0] addr.
  *  SOFTMAX: op[0] x, op[1] y.
- *  NORM:    op[0] x, op[1] y, op[2] gamma, op[3] beta (LAYER).
+ *  NORM:    op[0] x, op[1] y, op[2] gamma, op[3] beta (LAYER), op[4] stats
+ *           (TACC_NORM_F_STATS, hw 1.5: TACC_CAP_NORM_STATS).
  *  GATHER:  op[0] table, op[1] idx, op[2] out.
  *  LIST:    op[0] list, op[1] patches (npatch > 0).
  * The driver checks each operand's whole extent against its binding, the
