@@ -414,7 +414,7 @@ err_unmap:
 	drm_mm_remove_node(&map->node);
 	mutex_unlock(&vm->lock);
 	/* a job of the context may have walked the partial mapping */
-	tacc_vm_flush(tdev, ctx, &dead, NULL);
+	tacc_vm_flush(tdev, ctx, &dead, bo);
 	kfree(map);
 	return ret;
 err_unlock:

@@ -39,6 +39,8 @@ from test_driver_basic import (
     live_objects,
     nop,
     pf_sysfs,
+    record_figures,
+    run_list,
 )
 
 GIB = 1 << 30
@@ -131,11 +133,11 @@ def test_stalled_tlb_invalidation_resets_before_unbinding(pf_accel):
     through the BO's old VA faults instead of reaching its pages through the stale
     entry, and the BO's memory keeps its bytes."""
     from tacc.guest_qmp import PF_QOM, GuestQMP
-    from test_driver_infer import Bufs, run_list_job
 
     resets = pf_sysfs() / "tacc/function_resets"
     with Dev(pf_accel) as d:
-        b = Bufs(d, 1 << 16)
+        lst = d.bo(1 << 16)  # holds the LIST's descriptors
+        lmem = d.map(lst.handle, 1 << 16)
         victim = d.bo(8192)
         vmem = d.map(victim.handle, 8192)
         assert d.run([fence(victim.handle, 0, 0x11)]) == 0  # the device caches its page
@@ -149,11 +151,13 @@ def test_stalled_tlb_invalidation_resets_before_unbinding(pf_accel):
             d.ioctl(VM_UNBIND, VmUnbind(handle=victim.handle))
             took = time.monotonic() - t
             switches = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - sw0
-            st = run_list_job(d, b, [d_fence(victim.va, 0x22)], 4096)
+            st = run_list(d, lst.handle, lmem, 4096, [d_fence(victim.va, 0x22)])
         finally:
             q.qom_set(PF_QOM, TLB_STALL, False)
             q.close()
         t1 = _tlb_debugfs()
+        record_figures("tlb_inv_stall_unbind", {"unbind_ms": round(took * 1e3, 1),
+                                                "voluntary_switches": switches})
         got = int.from_bytes(vmem[:4], "little")
         assert got == 0x11, (f"the device wrote 0x{got:x} through its stale TLB entry "
                              f"after VM_UNBIND (job status {st})")
@@ -167,7 +171,7 @@ def test_stalled_tlb_invalidation_resets_before_unbinding(pf_accel):
         # each ~10 us poll step sleeps: a 10 ms wait is tens of switches or more
         assert switches >= 20, f"{switches} voluntary switches in a {took * 1e3:.0f} ms unbind"
         # the context works after the reset
-        assert d.run([fence(b.host.handle, 0, 0x33)]) == 0
+        assert d.run([fence(lst.handle, 0, 0x33)]) == 0
     assert not dmesg_problems()
 
 
