@@ -156,6 +156,19 @@ static int scrub_show(struct seq_file *m, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(scrub);
 
+/* TLB invalidations the device did not complete, and what they cost. */
+static int tlb_show(struct seq_file *m, void *unused)
+{
+	struct tacc_device *tdev = m->private;
+
+	seq_printf(m, "inv_timeouts %lld\nresets %lld\nleaked_tables %d\nleaked_bos %d\n",
+		   (s64)atomic64_read(&tdev->tlb_inv_timeouts),
+		   (s64)atomic64_read(&tdev->tlb_recoveries),
+		   atomic_read(&tdev->pt_leaked), atomic_read(&tdev->bo_leaked));
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(tlb);
+
 /* The per-VF policy as the device holds it (PF registers, read live). */
 static int vf_policy_show(struct seq_file *m, void *unused)
 {
@@ -193,6 +206,7 @@ void tacc_debugfs_init(struct drm_minor *minor)
 	debugfs_create_file("objects", 0444, root, tdev, &objects_fops);
 	tacc_debugfs_knobs(tdev, root);
 	debugfs_create_file("scrub", 0444, root, tdev, &scrub_fops);
+	debugfs_create_file("tlb", 0444, root, tdev, &tlb_fops);
 	if (!tdev->is_vf && (tdev->caps & TACC_CAP_SRIOV) && (tdev->caps & TACC_CAP_VF_POLICY))
 		debugfs_create_file("vf_policy", 0444, root, tdev, &vf_policy_fops);
 }

@@ -48,45 +48,54 @@ MODULE_PARM_DESC(test_warn, "Test only: WARN once at probe, to show the harness 
 
 /*
  * TLB_INV with its completion (docs/hardware.md): write a fresh sequence
- * number to TLB_INV_SEQ, then TLB_INV, and poll until TLB_INV_DONE shows
- * the sequence; only then is no stale translation of @val used again.
+ * number to TLB_INV_SEQ, then TLB_INV, and wait until TLB_INV_DONE shows
+ * the sequence; only then is no stale translation of @val used again.  The
+ * wait sleeps (tlb_lock is a mutex): -ETIMEDOUT after TACC_TLB_INV_TIMEOUT_US.
  */
-static void tacc_tlb_inv_hw(struct tacc_device *tdev, u32 val)
+static int tacc_tlb_inv_hw(struct tacc_device *tdev, u32 val)
 {
 	u32 seq, done;
 	int ret;
 
 	if (!(tdev->caps & TACC_CAP_TLB_INV_DONE)) {
 		tacc_wr(tdev, TACC_REG_TLB_INV, val);
-		return;
+		return 0;
 	}
-	spin_lock(&tdev->tlb_lock);
+	mutex_lock(&tdev->tlb_lock);
 	seq = ++tdev->tlb_seq;
 	if (!seq)			/* 0 is the reset value of TLB_INV_DONE */
 		seq = ++tdev->tlb_seq;
 	tacc_wr(tdev, TACC_REG_TLB_INV_SEQ, seq);
 	tacc_wr(tdev, TACC_REG_TLB_INV, val);
-	ret = readl_poll_timeout_atomic(tdev->regs + TACC_REG_TLB_INV_DONE, done, done == seq,
-					1, 10000);
-	spin_unlock(&tdev->tlb_lock);
-	if (ret)
+	ret = readl_poll_timeout(tdev->regs + TACC_REG_TLB_INV_DONE, done, done == seq,
+				 TACC_TLB_INV_POLL_US, TACC_TLB_INV_TIMEOUT_US);
+	mutex_unlock(&tdev->tlb_lock);
+	if (ret) {
+		atomic64_inc(&tdev->tlb_inv_timeouts);
 		drm_err_ratelimited(&tdev->drm, "TLB invalidation 0x%x: no completion (done %u, want %u)\n",
 				    val, done, seq);
+	}
+	return ret;
 }
 
-/* Files and BOs outlive an unplugged device: never touch its BARs then. */
-void tacc_tlb_invalidate(struct tacc_device *tdev, u32 ctx)
+/*
+ * Files and BOs outlive an unplugged device: never touch its BARs then.
+ * Returns -ETIMEDOUT when the device did not complete the invalidation: the
+ * caller must not free what the old entries mapped (tacc_tlb_recover()).
+ */
+int tacc_tlb_invalidate(struct tacc_device *tdev, u32 ctx)
 {
-	int idx;
+	int idx, ret = 0;
 
 	if (!drm_dev_enter(&tdev->drm, &idx))
-		return;
+		return 0;
 	if (pm_runtime_get_if_active(tacc_to_dev(tdev)) > 0) {
-		tacc_tlb_inv_hw(tdev, ctx);
+		ret = tacc_tlb_inv_hw(tdev, ctx);
 		pm_runtime_mark_last_busy(tacc_to_dev(tdev));
 		pm_runtime_put_autosuspend(tacc_to_dev(tdev));
 	}	/* else suspended: resume invalidates everything */
 	drm_dev_exit(idx);
+	return ret;
 }
 
 /*
@@ -634,7 +643,7 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	mutex_init(&tdev->sriov_lock);
 	INIT_LIST_HEAD(&tdev->bo_dma_list);
 	spin_lock_init(&tdev->cnt_lock);
-	spin_lock_init(&tdev->tlb_lock);
+	mutex_init(&tdev->tlb_lock);
 	tacc_reset_init(tdev);
 
 	ret = pcim_enable_device(pdev);

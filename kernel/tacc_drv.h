@@ -39,6 +39,10 @@
 #define TACC_VA_END		BIT_ULL(TACC_VA_BITS)
 #define TACC_SZ_2M		BIT_ULL(TACC_HUGE_SHIFT)
 
+/* TLB_INV completion wait (sleeping): poll step and timeout */
+#define TACC_TLB_INV_POLL_US	10
+#define TACC_TLB_INV_TIMEOUT_US	10000
+
 #define TACC_NUM_FUNC_COUNTERS	(TACC_FUNC_CNT_END - 2)
 #define TACC_NUM_GLOBAL_COUNTERS (TACC_GLOBAL_CNT_END - 2)
 
@@ -249,8 +253,12 @@ struct tacc_device {
 	bool vf_dirty;			/* VF windows not scrubbed at disable */
 
 	/* TLB invalidation completion (TACC_CAP_TLB_INV_DONE) */
-	spinlock_t tlb_lock;
+	struct mutex tlb_lock;		/* one invalidation in flight; sleeps */
 	u32 tlb_seq;
+	atomic64_t tlb_inv_timeouts;	/* invalidations the device did not complete */
+	atomic64_t tlb_recoveries;	/* function resets they caused */
+	atomic_t pt_leaked;		/* table pages kept: no reset after a timeout */
+	atomic_t bo_leaked;		/* BOs kept so */
 
 	struct tacc_ring trace;
 	struct tacc_ring sample;
@@ -281,6 +289,7 @@ struct tacc_device {
 	/* errors and function-level recovery (tacc_reset.c) */
 	struct mutex reset_lock;	/* in_reset, hw_init by recovery */
 	bool in_reset;
+	int fail_pending;		/* reset_lock: AER, jobs to fail once reset */
 	u32 recover_delay_ms;		/* debugfs test knob, 0 */
 	u32 resume_delay_ms;		/* debugfs test knob, 0 */
 	bool aer_pending;		/* error_detected seen, resume not yet */
@@ -362,7 +371,8 @@ struct tacc_ctx *tacc_ctx_get(struct tacc_ctx *ctx);
 void tacc_ctx_put(struct tacc_ctx *ctx);
 unsigned int tacc_ctx_open_files(struct tacc_device *tdev, pid_t pid);
 void tacc_hw_program_ctx(struct tacc_device *tdev, u32 id, u64 ptbr);
-void tacc_tlb_invalidate(struct tacc_device *tdev, u32 ctx);
+int tacc_tlb_invalidate(struct tacc_device *tdev, u32 ctx);
+int tacc_tlb_recover(struct tacc_device *tdev);
 
 /* tacc_gem.c */
 struct drm_gem_object *tacc_gem_create_object(struct drm_device *dev, size_t size);

@@ -71,6 +71,8 @@ void tacc_show_fdinfo(struct drm_printer *p, struct drm_file *file)
 		drm_printf(p, "tacc-jobs-queue%u:\t%llu\n", i, (u64)atomic64_read(&ctx->jobs[i]));
 	tacc_fdinfo_bo_sizes(p, file, tacc_bo_kind);
 	drm_printf(p, "tacc-context:\t%u\n", ctx->id);
+	/* the context's device page-table pages, its root included */
+	drm_printf(p, "tacc-pt-pages:\t%u\n", READ_ONCE(ctx->vm.nr_tables));
 	drm_printf(p, "tacc-mmu-faults:\t%llu\n", (u64)atomic64_read(&ctx->faults));
 	drm_printf(p, "tacc-resets:\t%llu\n", (u64)atomic64_read(&ctx->resets));
 }

@@ -228,6 +228,98 @@ static int tacc_map_bo(struct tacc_device *tdev, struct tacc_vm *vm, struct tacc
 	return left ? -EINVAL : 0;
 }
 
+static bool tacc_pt_empty(const struct tacc_pt *pt)
+{
+	return !memchr_inv(pt->cpu, 0, PAGE_SIZE);
+}
+
+static void tacc_pt_unhook(struct tacc_vm *vm, struct tacc_pt *parent, u32 idx,
+			   struct list_head *dead)
+{
+	struct tacc_pt *pt = parent->child[idx];
+
+	WRITE_ONCE(parent->cpu[idx], 0);
+	parent->child[idx] = NULL;
+	list_add_tail(&pt->dead, dead);
+	vm->nr_tables--;
+}
+
+/*
+ * After an unmap of [va, va + len): unhook the level-2 and level-1 tables
+ * that no longer hold a valid entry and queue them on @dead.  The device may
+ * still cache the directory entries that pointed to them, so they are freed
+ * by tacc_vm_free_dead() only after the TLB invalidation.
+ */
+static void tacc_vm_prune(struct tacc_vm *vm, u64 va, u64 len, struct list_head *dead)
+{
+	u64 last = va + len - 1;
+	u32 i0, i1;
+
+	lockdep_assert_held(&vm->lock);
+	if (!len || !vm->root.cpu)
+		return;
+	for (i0 = va >> 30; i0 <= last >> 30; i0++) {
+		struct tacc_pt *l1 = vm->root.child[i0 & 511];
+		u32 lo = i0 == va >> 30 ? (va >> 21) & 511 : 0;
+		u32 hi = i0 == last >> 30 ? (last >> 21) & 511 : 511;
+
+		if (!l1)
+			continue;
+		for (i1 = lo; i1 <= hi; i1++) {
+			if (l1->child[i1] && tacc_pt_empty(l1->child[i1]))
+				tacc_pt_unhook(vm, l1, i1, dead);
+		}
+		if (tacc_pt_empty(l1))
+			tacc_pt_unhook(vm, &vm->root, i0 & 511, dead);
+	}
+}
+
+static void tacc_vm_free_dead(struct tacc_device *tdev, struct list_head *dead)
+{
+	struct tacc_pt *pt, *tmp;
+
+	list_for_each_entry_safe(pt, tmp, dead, dead) {
+		list_del(&pt->dead);
+		tacc_pt_free(tdev, pt);
+		kfree(pt);
+	}
+}
+
+/*
+ * Invalidate @ctx's TLB entries after its PTEs were cleared, then free the
+ * tables pruned on @dead.  When the device does not complete the
+ * invalidation it may still translate through the old entries: the function
+ * is reset first (tacc_tlb_recover(), which empties its TLB), and if that
+ * fails too the tables and @bo (its pages) are kept for good (counted in
+ * debugfs "tlb").  Returns the invalidation's result.
+ */
+static int tacc_vm_flush(struct tacc_device *tdev, struct tacc_ctx *ctx,
+			 struct list_head *dead, struct tacc_bo *bo)
+{
+	struct tacc_pt *pt, *tmp;
+	int ret;
+
+	wmb();	/* cleared PTEs visible before the TLB invalidation */
+	ret = tacc_tlb_invalidate(tdev, ctx->id);
+	if (!ret || !tacc_tlb_recover(tdev)) {
+		tacc_vm_free_dead(tdev, dead);
+		return ret;
+	}
+	list_for_each_entry_safe(pt, tmp, dead, dead) {
+		list_del_init(&pt->dead);
+		atomic_inc(&tdev->pt_leaked);
+	}
+	if (bo) {
+		drm_gem_object_get(&bo->shmem.base);
+		if (bo->uctx)
+			tacc_ctx_get(bo->uctx);	/* the BO's free path accounts to it */
+		atomic_inc(&tdev->bo_leaked);
+	}
+	drm_err(&tdev->drm, "context %u: function not reset after a TLB invalidation timeout: tables and BO kept\n",
+		ctx->id);
+	return ret;
+}
+
 static int __tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 bo_offset,
 			  u64 size, u32 flags, u64 *out_va, u64 *out_pgsz)
 {
@@ -237,6 +329,7 @@ static int __tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 
 	struct sg_table *sgt = NULL;
 	struct tacc_mapping *map;
 	u64 pte_flags = 0, pgsz = 0;
+	LIST_HEAD(dead);
 	int ret;
 
 	if (flags & ~DRM_TACC_BIND_F_ALL)
@@ -304,6 +397,11 @@ static int __tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 
 	mutex_unlock(&vm->lock);
 
 	wmb();	/* PTEs visible before the device is told */
+	/*
+	 * A timeout here frees nothing: the new VA had no valid entry the
+	 * device could cache (an unbind's failed invalidation reset the
+	 * function), so the binding stands.
+	 */
 	tacc_tlb_invalidate(tdev, ctx->id);
 	trace_tacc_vm_bind(tacc_devid(tdev), ctx->id, bo, map->node.start, size, pgsz);
 	*out_va = map->node.start;
@@ -312,7 +410,13 @@ static int __tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 
 
 err_unmap:
 	tacc_unmap_range(vm, map->node.start, size);
+	tacc_vm_prune(vm, map->node.start, size, &dead);
 	drm_mm_remove_node(&map->node);
+	mutex_unlock(&vm->lock);
+	/* a job of the context may have walked the partial mapping */
+	tacc_vm_flush(tdev, ctx, &dead, bo);
+	kfree(map);
+	return ret;
 err_unlock:
 	mutex_unlock(&vm->lock);
 	kfree(map);
@@ -330,63 +434,6 @@ int tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 bo_offset
 	ret = __tacc_vm_bind(ctx, bo, va, bo_offset, size, flags, out_va, out_pgsz);
 	drm_dev_exit(idx);
 	return ret;
-}
-
-static bool tacc_pt_empty(const struct tacc_pt *pt)
-{
-	return !memchr_inv(pt->cpu, 0, PAGE_SIZE);
-}
-
-static void tacc_pt_unhook(struct tacc_vm *vm, struct tacc_pt *parent, u32 idx,
-			   struct list_head *dead)
-{
-	struct tacc_pt *pt = parent->child[idx];
-
-	WRITE_ONCE(parent->cpu[idx], 0);
-	parent->child[idx] = NULL;
-	list_add_tail(&pt->dead, dead);
-	vm->nr_tables--;
-}
-
-/*
- * After an unmap of [va, va + len): unhook the level-2 and level-1 tables
- * that no longer hold a valid entry and queue them on @dead.  The device may
- * still cache the directory entries that pointed to them, so they are freed
- * by tacc_vm_free_dead() only after the TLB invalidation.
- */
-static void tacc_vm_prune(struct tacc_vm *vm, u64 va, u64 len, struct list_head *dead)
-{
-	u64 last = va + len - 1;
-	u32 i0, i1;
-
-	lockdep_assert_held(&vm->lock);
-	if (!len || !vm->root.cpu)
-		return;
-	for (i0 = va >> 30; i0 <= last >> 30; i0++) {
-		struct tacc_pt *l1 = vm->root.child[i0 & 511];
-		u32 lo = i0 == va >> 30 ? (va >> 21) & 511 : 0;
-		u32 hi = i0 == last >> 30 ? (last >> 21) & 511 : 511;
-
-		if (!l1)
-			continue;
-		for (i1 = lo; i1 <= hi; i1++) {
-			if (l1->child[i1] && tacc_pt_empty(l1->child[i1]))
-				tacc_pt_unhook(vm, l1, i1, dead);
-		}
-		if (tacc_pt_empty(l1))
-			tacc_pt_unhook(vm, &vm->root, i0 & 511, dead);
-	}
-}
-
-static void tacc_vm_free_dead(struct tacc_device *tdev, struct list_head *dead)
-{
-	struct tacc_pt *pt, *tmp;
-
-	list_for_each_entry_safe(pt, tmp, dead, dead) {
-		list_del(&pt->dead);
-		tacc_pt_free(tdev, pt);
-		kfree(pt);
-	}
 }
 
 void tacc_vm_unbind(struct tacc_ctx *ctx, struct tacc_bo *bo)
@@ -415,9 +462,7 @@ void tacc_vm_unbind(struct tacc_ctx *ctx, struct tacc_bo *bo)
 	atomic_dec(&tdev->live.mappings);
 	mutex_unlock(&ctx->vm.lock);
 
-	wmb();	/* cleared PTEs visible before the TLB invalidation */
-	tacc_tlb_invalidate(tdev, ctx->id);
-	tacc_vm_free_dead(tdev, &dead);
+	tacc_vm_flush(tdev, ctx, &dead, bo);
 	if (live)
 		drm_dev_exit(idx);
 	trace_tacc_vm_unbind(tacc_devid(tdev), ctx->id, bo, map->node.start, map->size,

@@ -41,9 +41,13 @@ void tacc_aer_init(struct tacc_device *tdev)
  * it held: a failed fence tells user space the job's memory is its own
  * again, so nothing of the job may still run (ivpu_pm_reset_prepare_cb:
  * stop the schedulers, stop the hardware, then signal).  @mmio is false
- * when the function does not answer (AER); the platform stopped its DMA.
+ * when the function does not answer (AER).  The device may still DMA then
+ * (on x86 nothing stops it before the link reset): with @defer the jobs are
+ * failed only once the function was reset (tacc_recover_fail_deferred()
+ * from slot_reset, the driver's own reset, or tacc_recover_end()).
+ * Returns false when a recovery was already under way.
  */
-static void tacc_recover_begin(struct tacc_device *tdev, int error, bool mmio)
+static bool tacc_recover_begin(struct tacc_device *tdev, int error, bool mmio, bool defer)
 {
 	u32 delay;
 	u32 i;
@@ -51,19 +55,46 @@ static void tacc_recover_begin(struct tacc_device *tdev, int error, bool mmio)
 	mutex_lock(&tdev->reset_lock);
 	if (tdev->in_reset) {
 		mutex_unlock(&tdev->reset_lock);
-		return;
+		return false;
 	}
 	tdev->in_reset = true;
 	for (i = 0; i < tdev->num_queues; i++)
 		drm_sched_wqueue_stop(&tdev->queues[i].sched);
 	tacc_hw_stop(tdev, mmio && pm_runtime_active(tacc_to_dev(tdev)));
-	tacc_queues_fail(tdev, error);
+	if (defer)
+		tdev->fail_pending = error;
+	else
+		tacc_queues_fail(tdev, error);
 	mutex_unlock(&tdev->reset_lock);
 
-	/* test knob (debugfs, 0): hold the reset right after the fences failed */
+	/* test knob (debugfs, 0): hold the reset right after the fences failed (or not) */
 	delay = READ_ONCE(tdev->recover_delay_ms);
 	if (delay)
 		msleep(delay);
+	return true;
+}
+
+/*
+ * The jobs of a recovery begun without MMIO, once the function was reset
+ * (or its registers answer again: @mmio, then its queues are disabled first
+ * and what completed keeps its status).
+ */
+static void tacc_recover_fail_deferred_locked(struct tacc_device *tdev, bool mmio)
+{
+	lockdep_assert_held(&tdev->reset_lock);
+	if (!tdev->fail_pending)
+		return;
+	if (mmio && pm_runtime_active(tacc_to_dev(tdev)))
+		tacc_queues_quiesce(tdev);
+	tacc_queues_fail(tdev, tdev->fail_pending);
+	tdev->fail_pending = 0;
+}
+
+static void tacc_recover_fail_deferred(struct tacc_device *tdev, bool mmio)
+{
+	mutex_lock(&tdev->reset_lock);
+	tacc_recover_fail_deferred_locked(tdev, mmio);
+	mutex_unlock(&tdev->reset_lock);
 }
 
 /* The function was reset: reprogram it and restart submission. */
@@ -77,6 +108,8 @@ static int tacc_recover_end(struct tacc_device *tdev, int reason)
 		mutex_unlock(&tdev->reset_lock);
 		return 0;
 	}
+	/* AER without slot_reset: stop the queues now, before their jobs fail */
+	tacc_recover_fail_deferred_locked(tdev, true);
 	/* a suspended function is reprogrammed by its runtime resume */
 	if (pm_runtime_get_if_active(tacc_to_dev(tdev)) > 0) {
 		ret = tacc_hw_init(tdev);
@@ -131,14 +164,42 @@ static void tacc_fatal_work(struct work_struct *work)
 		drm_warn(&tdev->drm, "AER recovery did not complete: resetting the function\n");
 		pci_restore_state(tdev->pdev);
 		pci_save_state(tdev->pdev);
+		tacc_recover_fail_deferred(tdev, true);
 		WRITE_ONCE(tdev->aer_pending, false);
 		tacc_recover_end(tdev, -EIO);
 	} else if (fatal) {
 		drm_warn(&tdev->drm, "fatal error not recovered by AER: resetting the function\n");
-		tacc_recover_begin(tdev, -EIO, true);
+		tacc_recover_begin(tdev, -EIO, true, false);
 		tacc_recover_end(tdev, -EIO);
 	}
 	drm_dev_exit(idx);
+}
+
+/**
+ * tacc_tlb_recover() - reset the function after a TLB invalidation timeout.
+ * @tdev: the function.
+ *
+ * The device may still translate through the entries the invalidation was
+ * to drop, so what they map must not be freed yet.  A function reset
+ * (CTRL_RESET in tacc_hw_init()) empties its TLB; its jobs fail with -EIO as
+ * in any reset.  If another recovery (AER, FLR) holds the function, its
+ * reset does the same: wait for it, sleeping.
+ *
+ * Return: 0 once the function was reset, else an error (keep the pages).
+ */
+int tacc_tlb_recover(struct tacc_device *tdev)
+{
+	s64 before = atomic64_read(&tdev->dev_resets);
+	int t;
+
+	if (tacc_recover_begin(tdev, -EIO, true, false)) {
+		atomic64_inc(&tdev->tlb_recoveries);
+		drm_warn(&tdev->drm, "TLB invalidation timed out: resetting the function\n");
+		return tacc_recover_end(tdev, -EIO);
+	}
+	for (t = 0; t < 100 && atomic64_read(&tdev->dev_resets) == before; t++)
+		msleep(100);
+	return atomic64_read(&tdev->dev_resets) != before ? 0 : -ETIMEDOUT;
 }
 
 void tacc_reset_init(struct tacc_device *tdev)
@@ -168,9 +229,12 @@ static pci_ers_result_t tacc_error_detected(struct pci_dev *pdev, pci_channel_st
 	drm_err(&tdev->drm, "PCI error detected, channel state %d\n", state);
 	if (state == pci_channel_io_normal)
 		return PCI_ERS_RESULT_CAN_RECOVER;
-	tacc_recover_begin(tdev, state == pci_channel_io_perm_failure ? -ENODEV : -EIO, false);
-	if (state == pci_channel_io_perm_failure)
+	if (state == pci_channel_io_perm_failure) {
+		tacc_recover_begin(tdev, -ENODEV, false, false);
 		return PCI_ERS_RESULT_DISCONNECT;
+	}
+	/* frozen: the device may DMA until the link reset; fail the jobs after it */
+	tacc_recover_begin(tdev, -EIO, false, true);
 	WRITE_ONCE(tdev->aer_pending, true);
 	schedule_work(&tdev->fatal_work);	/* in case the core gives up */
 	return PCI_ERS_RESULT_NEED_RESET;
@@ -196,10 +260,13 @@ static pci_ers_result_t tacc_slot_reset(struct pci_dev *pdev)
 	pci_save_state(pdev);
 	if (tacc_rd(tdev, TACC_REG_ID) != TACC_ID_MAGIC) {
 		drm_err(&tdev->drm, "slot reset: device does not answer\n");
+		tacc_recover_fail_deferred(tdev, false);
 		return PCI_ERS_RESULT_DISCONNECT;
 	}
+	/* the function went through the link reset: error_detected's jobs fail now */
+	tacc_recover_fail_deferred(tdev, true);
 	/* a reset without error_detected (e.g. AER of another function) */
-	tacc_recover_begin(tdev, -EIO, true);
+	tacc_recover_begin(tdev, -EIO, true, false);
 	return PCI_ERS_RESULT_RECOVERED;
 }
 
@@ -226,7 +293,7 @@ static void tacc_reset_prepare(struct pci_dev *pdev)
 		tacc_counters_cache(tdev);
 		pm_runtime_put_noidle(&pdev->dev);
 	}
-	tacc_recover_begin(tdev, -EIO, true);
+	tacc_recover_begin(tdev, -EIO, true, false);
 }
 
 static void tacc_reset_done(struct pci_dev *pdev)

@@ -129,8 +129,9 @@ def test_tlb_inv_done_protocol(dev, pf):
     pf.reset()
 
 
-def test_tlb_inv_done_means_new_translation(dev, pf):
-    """Once DONE shows the sequence, a command walks the new page tables."""
+def _cached_then_remapped(dev, pf):
+    """Context 3's page at VA 0x20_0000_0000 (device memory of 0x11 bytes) read once, so
+    the TLB holds it, then remapped in the tables to 0x22 bytes: (va, dst, root)."""
     va = 0x20_0000_0000
     write_devmem(dev, pf, 0x50_0000, b"\x11" * 4096)
     write_devmem(dev, pf, 0x60_0000, b"\x22" * 4096)
@@ -144,6 +145,12 @@ def test_tlb_inv_done_means_new_translation(dev, pf):
     assert dev.qt.memread(dst, 4096) == b"\x11" * 4096
     dev.pt.map(root, va, 0x60_0000, 4096, devmem=True)   # remap: the TLB still has the old
     dev.pt.flush()
+    return va, dst, root
+
+
+def test_tlb_inv_done_means_new_translation(dev, pf):
+    """Once DONE shows the sequence, a command walks the new page tables."""
+    va, dst, _ = _cached_then_remapped(dev, pf)
     assert pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, va, dst, 4096, ctx=3)]).status == OK
     assert dev.qt.memread(dst, 4096) == b"\x11" * 4096
     pf.w32(hw.TACC_REG_TLB_INV_SEQ, 42)
@@ -151,3 +158,29 @@ def test_tlb_inv_done_means_new_translation(dev, pf):
     assert pf.r32(hw.TACC_REG_TLB_INV_DONE) == 42
     assert pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, va, dst, 4096, ctx=3)]).status == OK
     assert dev.qt.memread(dst, 4096) == b"\x22" * 4096
+
+
+def test_tlb_inv_stall_keeps_stale_translation_until_reset(dev, pf):
+    """x-fi-tlb-inv-stall: a TLB_INV neither completes (DONE keeps its value) nor drops
+    the entry (a command still reads the old page); a function reset empties the TLB
+    (the next command walks the new tables); cleared, TLB_INV completes again."""
+    va, dst, root = _cached_then_remapped(dev, pf)
+    dev.qom_set("x-fi-tlb-inv-stall", True)
+    try:
+        pf.w32(hw.TACC_REG_TLB_INV_SEQ, 9)
+        pf.w32(hw.TACC_REG_TLB_INV, 3)
+        assert pf.r32(hw.TACC_REG_TLB_INV_DONE) == 0
+        assert pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, va, dst, 4096, ctx=3)]).status == OK
+        assert dev.qt.memread(dst, 4096) == b"\x11" * 4096     # the stale entry
+        pf.reset()                                             # empties the TLB
+        pf.set_ptbr(3, root)
+        assert pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, va, dst, 4096, ctx=3)]).status == OK
+        assert dev.qt.memread(dst, 4096) == b"\x22" * 4096
+        pf.w32(hw.TACC_REG_TLB_INV_SEQ, 10)
+        pf.w32(hw.TACC_REG_TLB_INV, 3)
+        assert pf.r32(hw.TACC_REG_TLB_INV_DONE) != 10          # still stalled
+    finally:
+        dev.qom_set("x-fi-tlb-inv-stall", False)
+    pf.w32(hw.TACC_REG_TLB_INV_SEQ, 11)
+    pf.w32(hw.TACC_REG_TLB_INV, 3)
+    assert pf.r32(hw.TACC_REG_TLB_INV_DONE) == 11

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tacc import hw
+from tacc.hw.records import PAYLOAD
 
 # ------------------------------------------------------------------ uAPI ----
 # the header's layouts and numbers, as tacc.hw generates them from it
@@ -135,6 +136,35 @@ def fence(h: int, off: int, value: int, tag: int = 0) -> Cmd:
 def gemm(a: int, b: int, c: int, m: int, n: int, k: int, alpha=1.0, beta=0.0, tag=0) -> Cmd:
     return Cmd(opcode=OP_GEMM, a=op(a), b=op(b), c=op(c), m=m, n=n, k=k, lda=k, ldb=n, ldc=n,
                alpha=f32bits(alpha), beta=f32bits(beta), tag=tag)
+
+
+Cmd2 = hw.struct("drm_tacc_cmd2")
+
+
+def cmd2(opcode: int, payload: bytes, ops: list[tuple[int, int]], tag: int = 0):
+    c = Cmd2()
+    c.opcode, c.tag = opcode, tag
+    for i, (h, off) in enumerate(ops):
+        c.op[i].handle, c.op[i].offset = h, off
+    C.memmove(C.addressof(c) + Cmd2.args.offset, payload, len(payload))
+    return c
+
+
+def submit2(dev: Dev, cmds: list, queue: int = 0) -> int:
+    arr = (Cmd2 * len(cmds))(*cmds)
+    s = Submit(cmds=C.addressof(arr), num_cmds=len(cmds), queue=queue,
+               cmd_size=C.sizeof(Cmd2))
+    return dev.ioctl(SUBMIT, s).seqno
+
+
+def run_list(dev: Dev, handle: int, mem: mmap.mmap, list_off: int, listed: list[bytes], *,
+             params=()) -> int:
+    """The raw descriptors (device VAs) written at offset list_off of the mapped host BO
+    ``handle``, run by one LIST: its status."""
+    mem[list_off:list_off + len(b"".join(listed))] = b"".join(listed)
+    p = list(params) + [0] * (hw.TACC_LIST_PARAMS - len(params))
+    pay = PAYLOAD["list"].pack(0, 0, len(listed), 0, 7, 0, *p, 0)
+    return dev.wait(submit2(dev, [cmd2(hw.TACC_OP_LIST, pay, [(handle, list_off)])]))
 
 
 def pf_sysfs() -> Path:

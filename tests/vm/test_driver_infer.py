@@ -6,7 +6,6 @@ list run as the unprivileged tacc-user ending in an error completion.
 
 from __future__ import annotations
 
-import ctypes as C
 import errno
 import mmap
 import struct
@@ -19,9 +18,18 @@ from tacc import hw
 from tacc.hw.records import PAYLOAD, desc
 from tacc.runtime.device import devices
 from tacc.testing.unpriv import call_as_tacc_user
-from test_driver_basic import DEVICE, HOST, SUBMIT, Cmd, Dev, Submit, copy, op
+from test_driver_basic import (
+    DEVICE,
+    HOST,
+    Cmd,
+    Dev,
+    cmd2,
+    copy,
+    op,
+    run_list,
+    submit2,
+)
 
-Cmd2 = hw.struct("drm_tacc_cmd2")
 OK = 0
 
 
@@ -32,22 +40,6 @@ def _node(kind: str, pf_accel: Path) -> Path:
     if not found:
         pytest.skip("no virtio-tacc function in this boot (the extras boot has one)")
     return Path(found[0].devnode)
-
-
-def cmd2(opcode: int, payload: bytes, ops: list[tuple[int, int]], tag: int = 0):
-    c = Cmd2()
-    c.opcode, c.tag = opcode, tag
-    for i, (h, off) in enumerate(ops):
-        c.op[i].handle, c.op[i].offset = h, off
-    C.memmove(C.addressof(c) + Cmd2.args.offset, payload, len(payload))
-    return c
-
-
-def submit2(dev: Dev, cmds: list, queue: int = 0) -> int:
-    arr = (Cmd2 * len(cmds))(*cmds)
-    s = Submit(cmds=C.addressof(arr), num_cmds=len(cmds), queue=queue,
-               cmd_size=C.sizeof(Cmd2))
-    return dev.ioctl(SUBMIT, s).seqno
 
 
 def f32bits(x: float) -> int:
@@ -91,10 +83,7 @@ class Bufs:
 
 def run_list_job(dev: Dev, b: Bufs, listed: list[bytes], list_off: int, *, params=()) -> int:
     """The raw descriptors (device VAs) at host offset list_off, run by one LIST."""
-    b.put(list_off, b"".join(listed))
-    p = list(params) + [0] * (hw.TACC_LIST_PARAMS - len(params))
-    pay = PAYLOAD["list"].pack(0, 0, len(listed), 0, 7, 0, *p, 0)
-    return dev.wait(submit2(dev, [cmd2(hw.TACC_OP_LIST, pay, [(b.host.handle, list_off)])]))
+    return run_list(dev, b.host.handle, b.mem, list_off, listed, params=params)
 
 
 @pytest.mark.parametrize("kind", ["pf", "virtio"])

@@ -1,7 +1,12 @@
 """tacc.ko in the guest: lifetimes and resource limits (driver items 6 and 10).
 
 - a job whose fence a function reset failed never writes its memory afterwards;
-- page tables emptied by VM_UNBIND are freed (a bind/unbind loop stays flat);
+- page tables emptied by VM_UNBIND are freed (a bind/unbind loop stays flat; many BOs
+  over the VA space: the context's fdinfo tacc-pt-pages returns to its baseline and the
+  device walks the same number of PTEs per round, whatever came before);
+- a TLB invalidation the device does not complete (x-fi-tlb-inv-stall): the wait sleeps,
+  the function is reset before the unbound pages can go, the device does not write
+  through its stale entry;
 - USERPTR pins are charged to the process's RLIMIT_MEMLOCK (tacc-user);
 - one process takes at most ``max_ctx_per_process`` contexts of a function (tacc-user).
 
@@ -11,10 +16,12 @@ The unbind/rmmod lifetimes (sync_file, perf event) are in test_driver_zz_reload.
 from __future__ import annotations
 
 import errno
+import resource
 import threading
 import time
 from pathlib import Path
 
+from tacc.hw.records import d_fence
 from tacc.testing.unpriv import call_as_tacc_user, python_as_tacc_user
 from test_driver_basic import (
     BIND_FIXED,
@@ -32,6 +39,8 @@ from test_driver_basic import (
     live_objects,
     nop,
     pf_sysfs,
+    record_figures,
+    run_list,
 )
 
 GIB = 1 << 30
@@ -60,6 +69,109 @@ def test_pagetables_freed_by_unbind(pf_accel):
         # and the context still works: bind again, run a job through the new tables
         d.ioctl(VM_BIND, VmBind(handle=h, flags=BIND_FIXED, va=3 * GIB))
         assert d.run([fence(h, 0, 0x77)]) == 0
+    assert not dmesg_problems()
+
+
+def _pt_pages(d: Dev) -> int:
+    """The context's page-table pages (fdinfo tacc-pt-pages, the root included)."""
+    for ln in Path(f"/proc/self/fdinfo/{d.fd}").read_text().splitlines():
+        if ln.startswith("tacc-pt-pages:"):
+            return int(ln.split()[1])
+    raise AssertionError("fdinfo has no tacc-pt-pages")
+
+
+def _counter(name: str) -> int:
+    return int((pf_sysfs() / "counters" / name).read_text())
+
+
+def test_pagetables_many_bos_back_to_baseline(pf_accel):
+    """Rounds of 16 BOs bound at new VAs spread over the 512 GiB space (each its own
+    1 GiB region: one level-1 and one level-2 table each), a job writing a fence into each,
+    all unbound: the context's tacc-pt-pages is 1 + 2 x 16 while bound and back to its
+    baseline after each round, and every round's job costs the device the same TLB misses
+    and page-table reads (counters), 3 reads per miss (4 KiB pages), whatever the rounds
+    before left."""
+    n, rounds = 16, 3
+    with Dev(pf_accel) as d:
+        hs = [d.bo(8192, flags=BO_NO_BIND).handle for _ in range(n)]
+        base = _pt_pages(d)
+        assert base == 1, base  # the root
+        costs = []
+        for r in range(rounds):
+            vas = [(1 + r * n + i) * GIB + (i % 8) * (2 << 20) + (r % 4) * 4096
+                   for i in range(n)]
+            for h, va in zip(hs, vas, strict=True):
+                d.ioctl(VM_BIND, VmBind(handle=h, flags=BIND_FIXED, va=va))
+            assert _pt_pages(d) == base + 2 * n
+            m0, w0 = _counter("tlb_misses"), _counter("tlb_walk_reads")
+            assert d.run([fence(h, 0, 0x100 + r) for h in hs]) == 0
+            costs.append((_counter("tlb_misses") - m0, _counter("tlb_walk_reads") - w0))
+            for h in hs:
+                d.ioctl(VM_UNBIND, VmUnbind(handle=h))
+            assert _pt_pages(d) == base, f"round {r}: {_pt_pages(d)} table pages, {base} before"
+        assert costs[0][0] >= n and costs[0][1] == 3 * costs[0][0], costs
+        assert all(c == costs[0] for c in costs), f"walk cost grew with history: {costs}"
+    assert not dmesg_problems()
+
+
+TLB_STALL = "x-fi-tlb-inv-stall"
+
+
+def _tlb_debugfs() -> dict[str, int] | None:
+    """debugfs tlb (TLB invalidation timeouts and their resets), None without it."""
+    f = _debugfs(None) / "tlb"
+    if not f.exists():
+        return None
+    return {k: int(v) for k, v in (ln.split() for ln in f.read_text().splitlines())}
+
+
+def test_stalled_tlb_invalidation_resets_before_unbinding(pf_accel):
+    """The device stops completing TLB invalidations (x-fi-tlb-inv-stall) with a translation
+    of a host BO cached: VM_UNBIND of that BO still returns 0 (docs/uapi.md), after
+    tacc.ko waited its 10 ms sleeping (voluntary context switches; no spin under a lock)
+    and reset the function (function_resets + 1, debugfs tlb), so a LIST job writing
+    through the BO's old VA faults instead of reaching its pages through the stale
+    entry, and the BO's memory keeps its bytes."""
+    from tacc.guest_qmp import PF_QOM, GuestQMP
+
+    resets = pf_sysfs() / "tacc/function_resets"
+    with Dev(pf_accel) as d:
+        lst = d.bo(1 << 16)  # holds the LIST's descriptors
+        lmem = d.map(lst.handle, 1 << 16)
+        victim = d.bo(8192)
+        vmem = d.map(victim.handle, 8192)
+        assert d.run([fence(victim.handle, 0, 0x11)]) == 0  # the device caches its page
+        assert int.from_bytes(vmem[:4], "little") == 0x11
+        r0, t0 = int(resets.read_text()), _tlb_debugfs()
+        q = GuestQMP()
+        q.qom_set(PF_QOM, TLB_STALL, True)
+        try:
+            sw0 = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+            t = time.monotonic()
+            d.ioctl(VM_UNBIND, VmUnbind(handle=victim.handle))
+            took = time.monotonic() - t
+            switches = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - sw0
+            st = run_list(d, lst.handle, lmem, 4096, [d_fence(victim.va, 0x22)])
+        finally:
+            q.qom_set(PF_QOM, TLB_STALL, False)
+            q.close()
+        t1 = _tlb_debugfs()
+        record_figures("tlb_inv_stall_unbind", {"unbind_ms": round(took * 1e3, 1),
+                                                "voluntary_switches": switches})
+        got = int.from_bytes(vmem[:4], "little")
+        assert got == 0x11, (f"the device wrote 0x{got:x} through its stale TLB entry "
+                             f"after VM_UNBIND (job status {st})")
+        assert st != 0, "a LIST job at the unbound VA completed"
+        assert int(resets.read_text()) == r0 + 1, "no function reset after the timeout"
+        assert t0 is not None and t1 is not None, "no debugfs tlb"
+        assert t1["inv_timeouts"] > t0["inv_timeouts"] and t1["resets"] == t0["resets"] + 1, \
+            (t0, t1)
+        assert t1["leaked_tables"] == t0["leaked_tables"] == 0, t1
+        assert took >= 0.01, f"VM_UNBIND took {took * 1e3:.1f} ms: no 10 ms wait"
+        # each ~10 us poll step sleeps: a 10 ms wait is tens of switches or more
+        assert switches >= 20, f"{switches} voluntary switches in a {took * 1e3:.0f} ms unbind"
+        # the context works after the reset
+        assert d.run([fence(lst.handle, 0, 0x33)]) == 0
     assert not dmesg_problems()
 
 

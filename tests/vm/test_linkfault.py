@@ -289,6 +289,92 @@ def _fatal_recovery(pf_pci: Path, rp: Path, vf_accel: Path) -> None:
 
 
 
+DMA_WORKER = """
+import sys, time
+import numpy as np
+from tacc.runtime import Context
+from tacc.runtime.errors import DeviceError
+n = 256 << 10
+with Context() as ctx:
+    x = ctx.host_buffer((n,), dtype=np.uint8)
+    y = ctx.host_buffer((n,), dtype=np.uint8)
+    d = ctx.device_buffer((n,), dtype=np.uint8)
+    s = ctx.stream()
+    x.array[:] = 7
+    s.copy_h2d(d, x)
+    s.synchronize(timeout=60)
+    y.array[:] = 0
+    s.copy_d2h(y, d)                       # the D2H engine is hung: in flight
+    time.sleep(0.05)
+    print("submitted", flush=True)
+    try:
+        s.synchronize(timeout=60)
+        y.array[:] = 0xEE                  # the job is over: the buffer is ours again
+        print("completed", flush=True)
+    except DeviceError as e:
+        y.array[:] = 0xEE                  # so it is when its fence failed
+        print("failed", e.status, flush=True)
+    sys.stdin.readline()                   # the engine ran again, the recovery ended
+    print("after", int(np.count_nonzero(y.array != 0xEE)), flush=True)
+"""
+
+
+def _line_ready(f, timeout: float) -> bool:
+    import select
+    return bool(select.select([f], [], [], timeout)[0])
+
+
+def test_fatal_aer_error_fails_jobs_only_after_the_link_reset(pf_pci: Path) -> None:
+    """A fatal AER error (DLP) while a D2H copy is in flight on a hung engine, tacc.ko's
+    error_detected held 1.5 s (debugfs recover_delay_ms) before the AER core resets the
+    link; the engine runs again while the link is not yet reset. The device may DMA until
+    that reset, so the job's fence must not fail before it: the device's own count of D2H
+    bytes (x-gt-d2h-bytes) does not move after the worker saw its fence fail, and the
+    buffer the worker overwrote then keeps its bytes."""
+    knob = Path("/sys/kernel/debug/accel") / pf_pci.name / "recover_delay_ms"
+    mark = f"tacc-test-aer-dma-{time.monotonic_ns()}"
+    Path("/dev/kmsg").write_text(mark + "\n")
+    q = GuestQMP()
+    q.qom_set(PF_QOM, "x-fi-hang-engine", 1)
+    knob.write_text("1500")
+    w = subprocess.Popen([sys.executable, "-c", DMA_WORKER], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    result = None
+    try:
+        assert w.stdout is not None and w.stdin is not None
+        assert w.stdout.readline().strip() == "submitted"
+        assert q.execute("human-monitor-command", **{
+            "command-line": "pcie_aer_inject_error tacc0 DLP"}).startswith("OK id: tacc0")
+        wait_for(lambda: any("PCI error detected, channel state 2" in ln
+                             for ln in _dmesg_since(mark)), "error_detected")
+        if _line_ready(w.stdout, 0.3):  # failed in error_detected, before the link reset
+            result = w.stdout.readline().split()
+            g_result = int(q.qom_get(PF_QOM, "x-gt-d2h-bytes"))
+        q.qom_set(PF_QOM, "x-fi-hang-engine", -1)  # the device runs the copy now
+        if result is None:
+            result = w.stdout.readline().split()
+            g_result = int(q.qom_get(PF_QOM, "x-gt-d2h-bytes"))
+        wait_for(lambda: any("AER: device recovery" in ln or "did not complete" in ln
+                             for ln in _dmesg_since(mark)), "the end of the AER recovery")
+        time.sleep(0.3)
+        g_end = int(q.qom_get(PF_QOM, "x-gt-d2h-bytes"))
+        w.stdin.write("\n")
+        w.stdin.flush()
+        out, err = w.communicate(timeout=120)
+    finally:
+        knob.write_text("0")
+        q.qom_set(PF_QOM, "x-fi-hang-engine", -1)
+        q.close()
+        if w.poll() is None:
+            w.kill()
+            w.wait()
+    assert result in (["failed", str(-errno.EIO)], ["completed"]), (result, out, err)
+    assert g_end == g_result, (f"the device wrote {g_end - g_result} bytes to host memory "
+                               f"after the job's fence failed ({result})")
+    assert w.returncode == 0 and out.split() == ["after", "0"], (out, err)
+    assert any("AER: device recovery successful" in ln for ln in _dmesg_since(mark))
+
+
 def test_aer_inject_module_correctable_and_nonfatal(pf_pci: Path) -> None:
     """The guest kernel's aer_inject module (tacc.testing.aer_inject, /dev/aer_inject):
     a correctable Bad TLP record for the PF is counted in aer_dev_correctable and by

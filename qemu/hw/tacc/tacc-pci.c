@@ -14,6 +14,7 @@
  *   x-fi-fail-next-dma   the next command data DMA fails (self-clearing)
  *   x-fi-corrupt-next-cqe the next CQE is written corrupted (self-clearing)
  *   x-fi-fatal           fatal error on every function (until function reset)
+ *   x-fi-tlb-inv-stall   TLB_INV neither invalidates nor completes (until cleared)
  * Ground truth (qom-get, read-only): x-gt-* properties, see docs/hardware.md.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -904,6 +905,16 @@ static void tacc_set_fatal(Object *obj, bool v, Error **errp)
     }
 }
 
+static bool tacc_get_tlb_stall(Object *obj, Error **errp)
+{
+    return TACC(obj)->fi_tlb_inv_stall;
+}
+
+static void tacc_set_tlb_stall(Object *obj, bool v, Error **errp)
+{
+    TACC(obj)->fi_tlb_inv_stall = v;
+}
+
 typedef struct TaccGtProp {
     const char *name;
     size_t off;             /* in TaccState */
@@ -1017,6 +1028,8 @@ static void tacc_pf_instance_init(Object *obj)
     object_property_add_bool(obj, "x-fi-corrupt-next-cqe", tacc_get_corrupt,
                              tacc_set_corrupt);
     object_property_add_bool(obj, "x-fi-fatal", tacc_get_fatal, tacc_set_fatal);
+    object_property_add_bool(obj, "x-fi-tlb-inv-stall", tacc_get_tlb_stall,
+                             tacc_set_tlb_stall);
     object_property_add_bool(obj, "x-gemm-wait", tacc_get_gemm_wait, NULL);
     for (size_t i = 0; i < ARRAY_SIZE(tacc_gt_props); i++) {
         object_property_add(obj, tacc_gt_props[i].name, "uint64", tacc_get_gt,

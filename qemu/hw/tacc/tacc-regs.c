@@ -528,6 +528,11 @@ static void tacc_bar0_write_locked(TaccFunc *f, hwaddr addr, uint64_t val,
         f->scratch = val;
         return;
     case TACC_REG_TLB_INV:
+        if (s->fi_tlb_inv_stall) {
+            /* fault injection: the invalidation never completes */
+            trace_tacc_tlb_inv_stalled(f->fn, val);
+            return;
+        }
         if (val & TACC_TLB_INV_ALL) {
             tacc_tlb_invalidate(s, f->fn, -1);
         } else if (val < TACC_NUM_CONTEXTS) {

@@ -345,6 +345,7 @@ struct TaccState {
     bool fi_fail_next_dma;
     bool fi_corrupt_next_cqe;
     bool fi_fatal;
+    bool fi_tlb_inv_stall;    /* TLB_INV neither invalidates nor completes */
 
     MemoryRegion devmem_mr;     /* device memory: migratable RAM */
     uint8_t *devmem;            /* its host pointer */
