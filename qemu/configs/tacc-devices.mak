@@ -17,4 +17,5 @@ CONFIG_TACC=y
 CONFIG_VFIO=y
 CONFIG_VFIO_PCI=y
 CONFIG_VIRTIO_SERIAL=y
-CONFIG_VIRTIO_SERIAL=y
+# scripts/run-vm NVME=1: a scratch NVMe disk (the storage of tacc run load)
+CONFIG_NVME_PCI=y

@@ -1,0 +1,166 @@
+"""Storage reads and uploads of a load not overlapped (docs/analysis.md "load_serialised"):
+each tensor read from storage, then uploaded, then the next read, so the storage idles
+while the device uploads and the device idles while the storage reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tacc.analyze.data import Data, merged
+from tacc.analyze.rules.base import Finding, clip_ranges
+from tacc.analyze.rules.jobs import range_names
+from tacc.capture.schema import BlockOp, DriverKind, HostKind, Opcode
+
+if TYPE_CHECKING:
+    from tacc.analyze.rules import Thresholds
+
+
+@dataclass
+class LoadSerialisedThresholds:
+    load_min_read_bytes: int = 1 << 20  # block reads of one process from one device
+    load_max_overlap: float = 0.25  # reads overlapped by uploads / the shorter of the two
+    load_min_phases: int = 3  # read phases (tensors) with an upload between them
+    load_upload_ratio: float = 0.9  # the load ends when this share of the read bytes is up
+
+
+def storage_reads(d: Data) -> np.ndarray:
+    """The block read completions of the capture (host records of kind BLOCK_COMPLETE whose
+    operation is a read; a capture older than minor 13 records no operation: none)."""
+    h = d.host
+    if not len(h) or "prev_state" not in (h.dtype.names or ()) or \
+            d.cap.format_version < (1, 13):
+        return h[:0]
+    return h[(h["kind"] == HostKind.BLOCK_COMPLETE) & (h["prev_state"] == BlockOp.READ)]
+
+
+def pipelined_ns(r: np.ndarray, u: np.ndarray, buffers: int = 2) -> int:
+    """Makespan of read phases ``r`` and upload phases ``u`` (in order) run as a two-stage
+    pipeline with ``buffers`` staging buffers: read i starts when read i-1 has finished
+    and the upload that last used its buffer (i - buffers) has; upload i when read i and
+    upload i-1 have."""
+    rend: list[int] = []
+    uend: list[int] = []
+    for i in range(len(r)):
+        free = uend[i - buffers] if i >= buffers else 0
+        rend.append(max(rend[-1] if rend else 0, free) + int(r[i]))
+        uend.append(max(uend[-1] if uend else 0, rend[-1]) + int(u[i]))
+    return uend[-1] if uend else 0
+
+
+def _overlap(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) -> int:
+    """Length of (union of a) intersected with (union of b); both merged and sorted."""
+    total = 0
+    j = 0
+    for s, e in zip(as_.tolist(), ae.tolist(), strict=True):
+        while j < len(bs) and be[j] <= s:
+            j += 1
+        k = j
+        while k < len(bs) and bs[k] < e:
+            total += min(e, int(be[k])) - max(s, int(bs[k]))
+            k += 1
+    return total
+
+
+def load_serialised(d: Data, th: Thresholds) -> list[Finding]:
+    """Per process and block device: its reads (``load_min_read_bytes`` or more) and the
+    H2D copies it submitted from its first read until the copies carry
+    ``load_upload_ratio`` of the bytes read (the load).  Reads and uploads overlapping
+    for less than ``load_max_overlap`` of the shorter of the two, with at least
+    ``load_min_phases`` read phases separated by uploads: serialised.  Time lost: the
+    load's span minus the span of the same read and upload phases pipelined with two
+    staging buffers (:func:`pipelined_ns`)."""
+    reads = storage_reads(d)
+    c = d.cmds
+    up = c.sel(c.opcode == Opcode.COPY_H2D)
+    if not len(reads) or not len(up):
+        return []
+    o = np.argsort(up.ts, kind="stable")
+    up = up.sel(o)
+    drv = d.drv
+    sub = drv[drv["kind"] == DriverKind.SUBMIT] if len(drv) else drv
+    out = []
+    keys = np.unique(np.stack([reads["pid"].astype(np.int64),
+                               reads["dev"].astype(np.int64)], 1), axis=0)
+    for pid, dev in keys.tolist():
+        r = reads[(reads["pid"] == pid) & (reads["dev"] == dev)]
+        nbytes = int(r["size"].sum())
+        if nbytes < th.load_min_read_bytes:
+            continue
+        rs = (r["t_ns"] - r["dur_ns"]).astype(np.int64)
+        re_ = r["t_ns"].astype(np.int64)
+        # the process's uploads: its submits' tags (the driver stream), else every upload
+        mine = up
+        if len(sub):
+            tags = sub["tag"][sub["pid"] == pid]
+            if len(tags):
+                mine = up.sel(np.isin(up.tag, tags))
+        mine = mine.sel(mine.ts >= rs.min())
+        if not len(mine):
+            continue
+        cum = np.cumsum(mine.bytes)
+        k = int(np.searchsorted(cum, th.load_upload_ratio * nbytes))
+        if k >= len(mine):
+            continue  # the reads were not uploaded (not a load)
+        last_tag = mine.tag[k]
+        t_end = int(mine.te[(mine.tag == last_tag)].max())
+        load = mine.sel(mine.ts <= t_end)
+        inr = re_ <= t_end
+        rs, re_ = rs[inr], re_[inr]
+        t0 = int(rs.min())
+        ms, me = merged(rs, re_)
+        us, ue = merged(load.ts, load.te)
+        read_busy = int((me - ms).sum())
+        up_busy = int((ue - us).sum())
+        ovl = _overlap(ms, me, us, ue)
+        ratio = ovl / max(min(read_busy, up_busy), 1)
+        if ratio >= th.load_max_overlap:
+            continue
+        # phases: consecutive reads with no upload between them are one read phase;
+        # the time from a read phase's end to the next read (or the load's end), an
+        # upload phase (the host copy, the submit, the transfer, the wait)
+        nxt = np.r_[ms[1:], t_end]
+        j = np.searchsorted(us, me, side="left")  # first upload starting at or after
+        gap_has_up = (j < len(us)) & (us[np.minimum(j, len(us) - 1)] < nxt)
+        ends = np.flatnonzero(gap_has_up)
+        if len(ends) < th.load_min_phases:
+            continue
+        starts = np.r_[0, ends[:-1] + 1]
+        r_ph = me[ends] - ms[starts]
+        u_ph = nxt[ends] - me[ends]
+        span = t_end - t0
+        ideal = pipelined_ns(r_ph, u_ph)
+        lost = int(span - ideal)
+        if lost < th.min_time_lost_ns:
+            continue
+        pids = d.api["pid"] if len(d.api) else np.zeros(0)
+        comm = r["comm"][0].decode(errors="replace") if "comm" in (r.dtype.names or ()) \
+            else ""
+        fids = sorted(set(load.fid.tolist()))
+        names = {f.fid: f for f in d.functions}
+        gs, ge = me[ends], nxt[ends]
+        out.append(Finding(
+            rule="load_serialised",
+            title=f"{len(ends)} storage reads of pid {pid} ({nbytes / (1 << 20):.1f} MiB "
+                  f"from block {dev >> 20}:{dev & 0xFFFFF}) each waited for the previous "
+                  f"upload: reads and uploads overlapped {100 * ratio:.0f} %",
+            time_ranges=clip_ranges(d, gs, ge, th),
+            evidence={"pid": int(pid), "comm": comm, "block_dev": f"{dev >> 20}:{dev & 0xFFFFF}",
+                      "read_requests": int(inr.sum()), "read_bytes": int(r["size"][inr].sum()),
+                      "read_busy_ns": read_busy, "upload_commands": len(load),
+                      "upload_bytes": int(load.bytes.sum()), "upload_busy_ns": up_busy,
+                      "overlap_ns": int(ovl), "overlap_share": round(ratio, 4),
+                      "phases": len(ends), "read_phase_ns": int(r_ph.sum()),
+                      "upload_phase_ns": int(u_ph.sum()), "load_ns": int(span),
+                      "pipelined_ns": int(ideal), "traced_api": bool(np.isin(pid, pids).any()),
+                      "ranges": range_names(d, gs, ge)},
+            time_lost_ns=lost,
+            suggestion="read the next tensor while the previous one uploads: a reader "
+                       "thread (or io_uring) reading into one of two pinned staging "
+                       "buffers, the uploads on a stream with an event per buffer before "
+                       "it is refilled (tacc run load's good twin)",
+            functions=[names[f].pci for f in fids if f in names],
+        ))
+    return out
