@@ -709,7 +709,28 @@ def _load_reads(sim: Sim, t: int, i: int, tid: int, comm: bytes) -> int:
         sim.add_host(kind, at, pid=PID, tid=tid, dev=NVME_DEV, sector=sector,
                      size=LOAD_CHUNK, prev_state=int(BlockOp.READ), comm=comm,
                      dur_ns=LOAD_READ_NS if kind == HostKind.BLOCK_COMPLETE else 0)
-    return int(t0[-1] + LOAD_READ_NS + LOAD_SYSCALL_NS)
+    end = int(t0[-1] + LOAD_READ_NS + LOAD_SYSCALL_NS)
+    sim.add_api(PID, tid, "range", np.array([t - 5000]), np.array([end - 5000]),
+                args=f"tensor {_load_name(i)}: read")
+    return end
+
+
+def _load_name(i: int) -> str:
+    return f"h.{i // 4}." + ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")[i % 4]
+
+
+def _load_upload(sim: Sim, t: int, i: int) -> dict[str, np.ndarray]:
+    """Tensor ``i``'s host copy from ``t`` and its upload, each in its range."""
+    name = _load_name(i)
+    sim.add_api(PID, TID, "range", np.array([t]), np.array([t + LOAD_COPY_NS - 1000]),
+                args=f"tensor {name}: copy")
+    t += LOAD_COPY_NS
+    r = sim.submit(fid=0, queue=0, pid=PID, tid=TID, api_t0=np.array([t]), name="copy_h2d",
+                   opcode=Opcode.COPY_H2D, nbytes=np.array([LOAD_TENSOR]),
+                   dur=np.array([xfer_ns(LOAD_TENSOR)]))
+    sim.add_api(PID, TID, "range", np.array([t - 500]), r["api_end"] + 500,
+                args=f"tensor {name}: upload")
+    return r
 
 
 def w_load(sim: Sim, t: int, scale: int, good: bool) -> int:
@@ -721,14 +742,10 @@ def w_load(sim: Sim, t: int, scale: int, good: bool) -> int:
     sim.add_host(HostKind.BLOCK_COMPLETE, t + 50_000, pid=PID, tid=TID, dev=NVME_DEV, sector=0,
                  size=4096, prev_state=int(BlockOp.READ), dur_ns=40_000, comm=b"tacc-run")
     t += 100_000
-    dur = np.array([xfer_ns(LOAD_TENSOR)])
     if not good:
         for i in range(n):
-            t = _load_reads(sim, t, i, TID, b"tacc-run") + LOAD_COPY_NS
-            r = sim.submit(fid=0, queue=0, pid=PID, tid=TID, api_t0=np.array([t]),
-                           name="copy_h2d", opcode=Opcode.COPY_H2D,
-                           nbytes=np.array([LOAD_TENSOR]), dur=dur)
-            t = sim.synchronize(PID, TID, int(r["api_end"][-1]), int(r["end"][-1]))
+            r = _load_upload(sim, _load_reads(sim, t, i, TID, b"tacc-run"), i)
+            t = sim.synchronize(PID, TID, int(r["api_end"][-1]) + 1000, int(r["end"][-1]))
         return t
     # a reader thread reads tensor i+1 while the loader copies tensor i and uploads it
     reader, rt, api_t, done = TID + 9, t, t, [0] * n
@@ -738,11 +755,9 @@ def w_load(sim: Sim, t: int, scale: int, good: bool) -> int:
         rt = _load_reads(sim, rt, i, reader, b"tacc-load-reade")
         t_copy = max(rt, api_t, done[i - 2] if i >= 2 else 0)  # staging buffer free
         copied[i] = t_copy + LOAD_COPY_NS
-        r = sim.submit(fid=0, queue=0, pid=PID, tid=TID, api_t0=np.array([copied[i]]),
-                       name="copy_h2d", opcode=Opcode.COPY_H2D,
-                       nbytes=np.array([LOAD_TENSOR]), dur=dur)
+        r = _load_upload(sim, t_copy, i)
         done[i] = int(r["end"][-1]) + IRQ_NS + WAKE_NS
-        api_t = int(r["api_end"][-1])
+        api_t = int(r["api_end"][-1]) + 1000
     return sim.synchronize(PID, TID, api_t, done[-1] - IRQ_NS - WAKE_NS)
 
 

@@ -46,7 +46,7 @@ def _lazy(module: str, name: str) -> Callable[..., Result]:
     return fn
 
 
-load = _lazy("load", "load")
+storage_load = _lazy("load", "load")
 decode_main, decode_launch, decode_weights, decode_kv, decode_batch, decode_precision = (
     _lazy("decode", n) for n in ("decode_main", "decode_launch", "decode_weights", "decode_kv",
                                  "decode_batch", "decode_precision"))
@@ -106,7 +106,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              ("memory_bound",), model=True),
     Workload("decode_precision", decode_precision,
              "decode: fp32 weights vs bf16", ("precision",), model=True),
-    Workload("load", load,
+    Workload("load", storage_load,
              "model weights from storage (NVMe) to the device: each tensor read, copied "
              "and uploaded in turn vs read and upload pipelined (a reader thread, double "
              "buffering)", ("load_serialised",), storage=True),

@@ -80,18 +80,21 @@ def encode_header(tensors: dict[str, np.ndarray]) -> tuple[bytes, dict[str, tupl
                     for n, m in meta.items() if n != "__metadata__"}
 
 
-def read_header(fd: int) -> dict[str, tuple[int, int, tuple[int, ...]]]:
-    """name -> (file offset, bytes, shape) from a safetensors file's header."""
+def read_header(fd: int) -> tuple[dict[str, tuple[int, int, tuple[int, ...]]], int]:
+    """name -> (file offset, bytes, shape) from a safetensors file's header, and the bytes
+    read for it (page-aligned reads: the first page, then the rest of a longer header)."""
     raw = aligned_empty(PAGE, np.uint8)
     if os.preadv(fd, [raw], 0) < 8:
         raise ValueError("weights: shorter than a safetensors header")
     hlen = int.from_bytes(raw[:8].tobytes(), "little")
     if hlen > 1 << 24:
         raise ValueError(f"weights: header of {hlen} bytes")
-    buf = aligned_empty(_align(8 + hlen), np.uint8)
-    got = os.preadv(fd, [buf], 0)
-    if got < 8 + hlen:
-        raise ValueError("weights: header cut short")
+    buf = raw
+    if 8 + hlen > PAGE:  # the rest of a header longer than the page read
+        buf = aligned_empty(_align(8 + hlen), np.uint8)
+        buf[:PAGE] = raw
+        if os.preadv(fd, [buf[PAGE:]], PAGE) < 8 + hlen - PAGE:
+            raise ValueError("weights: header cut short")
     meta = json.loads(buf[8:8 + hlen].tobytes())
     out = {}
     for name, m in meta.items():
@@ -101,7 +104,7 @@ def read_header(fd: int) -> dict[str, tuple[int, int, tuple[int, ...]]]:
             raise ValueError(f"weights: tensor {name}: dtype {m.get('dtype')}, only F32")
         a, b = m["data_offsets"]
         out[name] = (8 + hlen + a, b - a, tuple(m["shape"]))
-    return out
+    return out, len(buf)
 
 
 def write_weights(path: str, tensors: dict[str, np.ndarray]) -> int:
@@ -186,7 +189,7 @@ def _load(ctx: Context, bad: bool, path: str, tensors: dict[str, np.ndarray],
           file_bytes: int, check: bool) -> Result:
     fd, direct = open_direct(path)
     try:
-        index = read_header(fd)
+        index, header_read = read_header(fd)
         names = list(index)
         biggest = max(n for _, n, _ in index.values())
         dev = {n: ctx.device_buffer(index[n][1], np.uint8) for n in names}
@@ -265,6 +268,7 @@ def _load(ctx: Context, bad: bool, path: str, tensors: dict[str, np.ndarray],
                    params={"tensors": len(names), "tensor_bytes": tensor_bytes,
                            "read_chunk": READ_CHUNK, "storage": path},
                    extra={"file_bytes": file_bytes, "o_direct": direct,
+                          "bytes_read": header_read + tensor_bytes,
                           "read_requests": sum(-(-n // READ_CHUNK) for _, n, _ in
                                                index.values()),
                           "offsets": {n: [o, m] for n, (o, m, _) in index.items()},
