@@ -788,7 +788,8 @@ def test_nvme_scratch_disk_made_sparse_and_attached_last(tmp_path: Path) -> None
     off = run_vm.VMConfig.from_env({"KERNEL": "6.12.117", "PYDISK": "0"},
                                    require_installed=False)
     argv = run_vm.qemu_argv(off, tmp_path / "x", None, interactive=False)
-    assert not any("nvme" in a for a in argv)
+    assert not any(a.startswith("nvme,") or "id=nvme0" in a or "taccvm.nvme" in a
+                   for a in argv)
     init = (ROOT / "scripts/guest-init.sh").read_text()
     assert "taccvm.nvme=*" in init and "TACC_NVME_DEV" in init and "modprobe -q nvme" in init
     mak = (ROOT / "qemu/configs/tacc-devices.mak").read_text()
