@@ -95,7 +95,10 @@ def read_header(fd: int) -> tuple[dict[str, tuple[int, int, tuple[int, ...]]], i
         buf[:PAGE] = raw
         if os.preadv(fd, [buf[PAGE:]], PAGE) < 8 + hlen - PAGE:
             raise ValueError("weights: header cut short")
-    meta = json.loads(buf[8:8 + hlen].tobytes())
+    try:
+        meta = json.loads(buf[8:8 + hlen].tobytes())
+    except ValueError as e:
+        raise ValueError(f"weights: header not JSON: {e}") from None
     out = {}
     for name, m in meta.items():
         if name == "__metadata__":
