@@ -225,7 +225,8 @@ def test_workload_refuses_bad_headers(tmp_path: Path) -> None:
     for raw, why in (((1 << 40).to_bytes(8, "little") + b"{}", "header of"),
                      (b"\x01", "shorter than"),
                      ((21).to_bytes(8, "little") + b'{"w":{"dtype":"F16"}}', "only F32"),
-                     ((21).to_bytes(8, "little") + b'{"w":{"dtype":"F32"}', "not JSON")):
+                     ((20).to_bytes(8, "little") + b'{"w":{"dtype":"F32"}', "not JSON"),
+                     ((21).to_bytes(8, "little") + b'{"w":{"dtype":"F32"}}', "data_offsets")):
         p.write_bytes(raw)
         fd = os.open(p, os.O_RDONLY)
         try:

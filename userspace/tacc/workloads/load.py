@@ -84,6 +84,7 @@ def read_header(fd: int) -> tuple[dict[str, tuple[int, int, tuple[int, ...]]], i
     """name -> (file offset, bytes, shape) from a safetensors file's header, and the bytes
     read for it (page-aligned reads: the first page, then the rest of a longer header)."""
     raw = aligned_empty(PAGE, np.uint8)
+    raw[:] = 0
     if os.preadv(fd, [raw], 0) < 8:
         raise ValueError("weights: shorter than a safetensors header")
     hlen = int.from_bytes(raw[:8].tobytes(), "little")
@@ -105,8 +106,15 @@ def read_header(fd: int) -> tuple[dict[str, tuple[int, int, tuple[int, ...]]], i
             continue
         if m.get("dtype") != "F32":
             raise ValueError(f"weights: tensor {name}: dtype {m.get('dtype')}, only F32")
-        a, b = m["data_offsets"]
-        out[name] = (8 + hlen + a, b - a, tuple(m["shape"]))
+        try:
+            a, b = (int(x) for x in m["data_offsets"])
+            shape = tuple(int(x) for x in m["shape"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"weights: tensor {name}: no data_offsets [begin, end] and "
+                             "shape") from None
+        if not 0 <= a <= b:
+            raise ValueError(f"weights: tensor {name}: data_offsets [{a}, {b}]")
+        out[name] = (8 + hlen + a, b - a, shape)
     return out, len(buf)
 
 
