@@ -181,6 +181,12 @@ def test_timeline_storage_track_and_one_flow_per_tensor(twins: dict, tmp_path: P
         assert "copy_h2d" in steps and "copy_h2d" in [n for _, tr, n in fl if "H2D" in tr], fl
         assert steps.index("block read") < steps.index(f"{name}: copy") < steps.index(
             "copy_h2d"), steps
+    from tacc.timeline.convert import convert
+
+    html = tmp_path / "v.html"
+    convert([twins[variant][0]], html, fmt="html")
+    text = html.read_text()
+    assert '"block 259:0"' in text and '"tensor h.1.mlp.c_proj: upload"' in text
 
 
 def test_workload_on_the_simulator_reads_what_it_wrote(tmp_path: Path,
