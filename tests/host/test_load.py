@@ -41,6 +41,7 @@ def test_rule_fires_on_the_bad_twin_only_estimate_within_25_percent(twins: dict)
     assert ev["read_bytes"] == 8 * LOAD_TENSOR + 4096
     assert ev["upload_bytes"] == 8 * LOAD_TENSOR and ev["upload_commands"] == 8
     assert ev["phases"] == 8 and ev["overlap_ns"] == 0
+    assert ev["reads_in_uploads"] == ev["uploads_in_reads"] == 0
     assert ev["block_dev"] == f"{NVME_DEV >> 20}:{NVME_DEV & 0xFFFFF}" == "259:0"
     assert ev["load_ns"] - ev["pipelined_ns"] == f.time_lost_ns
     assert len(f.time_ranges) == 8 and f.functions == ["0000:01:00.0"]
@@ -75,10 +76,10 @@ def test_rule_needs_block_operations_and_ignores_writes(twins: dict, tmp_path: P
 def test_thresholds_are_beside_the_rule_and_in_the_docs() -> None:
     th = Thresholds()
     assert (th.load_min_read_bytes, th.load_max_overlap, th.load_min_phases,
-            th.load_upload_ratio) == (1 << 20, 0.25, 3, 0.9)
+            th.load_upload_ratio, th.idle_storage_bytes) == (1 << 20, 0.1, 3, 0.9, 256 << 10)
     doc = (Path(__file__).resolve().parents[2] / "docs/analysis.md").read_text()
     for k in ("load_min_read_bytes", "load_max_overlap", "load_min_phases",
-              "load_upload_ratio", "idle_storage_share"):
+              "load_upload_ratio", "idle_storage_bytes"):
         assert f"`{k}`" in doc, k
 
 

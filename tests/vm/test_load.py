@@ -3,8 +3,8 @@ NVMe scratch disk (scripts/run-vm NVME=1: the extras boot), each under a real ca
 session's BPF program, tests/vm/test_e2e_real.py's recorder): the block reads the kernel
 issued for the load are the bytes the workload read, the uploads the tensors' bytes, the
 rule ``load_serialised`` fires on the bad twin only with its estimate within 25 % of the
-measured difference of the twins' load time, and the timeline draws one flow per tensor
-from its block reads to its H2D command."""
+measured difference of the twins' load time outside their reads (see below), and the
+timeline draws one flow per tensor from its block reads to its H2D command."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from test_e2e_real import OUT, Recorder, recorder  # noqa: F401 (the fixture)
 
@@ -37,10 +38,17 @@ def loads(recorder: Recorder) -> dict[str, tuple[Path, dict[str, Any]]]:  # noqa
     return out
 
 
-def _kdev(path: str) -> int:
-    """The kernel's dev_t (major << 20 | minor) of a block device node."""
+def _kdevs(path: str) -> set[int]:
+    """The kernel's dev_t (major << 20 | minor) of a block device node and of its paths: a
+    namespace under native NVMe multipath (Debian's nvme_core.multipath=Y) is a head disk
+    (nvme0n1) whose requests the block layer issues on a hidden path disk (nvme0c0n1),
+    the dev the block tracepoints report."""
     rdev = os.stat(path).st_rdev
-    return (os.major(rdev) << 20) | os.minor(rdev)
+    out = {(os.major(rdev) << 20) | os.minor(rdev)}
+    for p in Path(f"/sys/block/{Path(path).name}/multipath").glob("*"):
+        major, minor = (int(x) for x in (p / "dev").read_text().split(":"))
+        out.add((major << 20) | minor)
+    return out
 
 
 def test_block_reads_are_the_bytes_read_and_uploads_the_tensors(loads: dict) -> None:
@@ -48,14 +56,14 @@ def test_block_reads_are_the_bytes_read_and_uploads_the_tensors(loads: dict) -> 
     from tacc.capture import open_capture
     from tacc.capture.schema import BlockOp, HostKind, Opcode
 
-    dev = _kdev(_nvme())
+    devs = list(_kdevs(_nvme()))
     for v, (path, r) in loads.items():
         assert r["checked"] and r["extra"]["o_direct"], r
         cap = open_capture(path)
         assert cap.format_version >= (1, 13)
         h = cap.read("host")
         pids = set(cap.read("api")["pid"].tolist())
-        mine = h[(h["dev"] == dev) & (h["kind"] == HostKind.BLOCK_COMPLETE)
+        mine = h[np.isin(h["dev"], devs) & (h["kind"] == HostKind.BLOCK_COMPLETE)
                  & [p in pids for p in h["pid"].tolist()]]
         reads = mine[mine["prev_state"] == BlockOp.READ]
         writes = mine[mine["prev_state"] == BlockOp.WRITE]
@@ -80,8 +88,17 @@ def test_rule_on_bad_only_estimate_within_25_percent(loads: dict) -> None:
     rules = {v: sorted(f.rule for f in fs) for v, fs in found.items()}
     bad = [f for f in found["bad"] if f.rule == "load_serialised"]
     wall = {v: r["wall_ns"] for v, (_, r) in loads.items()}
-    measured = wall["bad"] - wall["good"]
-    summary = {"rules": rules, "wall_ns": wall, "measured_ns": measured,
+    # Under -icount sleep=off the same 128 KiB read takes 0.01 ms to 150 ms of guest time:
+    # an idle guest's clock jumps timer to timer while QEMU's I/O thread works on the host
+    # (loaded by the other VMs), a busy one counts instructions.  The bad twin waits idle
+    # for each read, the good twin's loader is often busy meanwhile, so their storage time
+    # differs by far more than the pipelining (bad 258 ms of reads, good 9.7 ms, for the
+    # same 32 requests).  Compared: the difference of the twins' time outside their reads
+    # (the workload's own clock of its preadv calls), what pipelining hides behind them.
+    own = {v: r["wall_ns"] - r["extra"]["read_ns"] for v, (_, r) in loads.items()}
+    measured = own["bad"] - own["good"]
+    summary = {"rules": rules, "wall_ns": wall, "outside_reads_ns": own,
+               "measured_ns": measured,
                "findings": {v: [f.to_json() for f in fs] for v, fs in found.items()},
                "results": {v: r for v, (_, r) in loads.items()}}
     OUT.mkdir(parents=True, exist_ok=True)
@@ -90,8 +107,9 @@ def test_rule_on_bad_only_estimate_within_25_percent(loads: dict) -> None:
     assert rules["good"] == [], rules  # the good twin: no finding at all
     assert len(bad) == 1, rules
     f = bad[0]
-    print(f"load: bad {wall['bad'] / 1e6:.1f} ms, good {wall['good'] / 1e6:.1f} ms, "
-          f"estimate {f.time_lost_ns / 1e6:.1f} ms, evidence {f.evidence}")
+    print(f"load: bad {wall['bad'] / 1e6:.1f} ms, good {wall['good'] / 1e6:.1f} ms, outside "
+          f"reads {own['bad'] / 1e6:.2f} / {own['good'] / 1e6:.2f} ms, estimate "
+          f"{f.time_lost_ns / 1e6:.2f} ms, evidence {f.evidence}")
     assert measured > 0, wall
     assert abs(f.time_lost_ns - measured) <= TOLERANCE * measured, (f.time_lost_ns, measured)
     assert f.evidence["phases"] == loads["bad"][1]["params"]["tensors"], f.evidence
@@ -104,7 +122,7 @@ def test_timeline_one_flow_per_tensor(loads: dict, tmp_path: Path) -> None:
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
     from tacc.timeline.convert import convert
 
-    major, minor = divmod(_kdev(_nvme()), 1 << 20)
+    devs = {f"block {d >> 20}:{d & 0xFFFFF}" for d in _kdevs(_nvme())}
     for v, (path, r) in loads.items():
         out = tmp_path / f"{v}.pftrace"
         convert([path], out)
@@ -120,7 +138,7 @@ def test_timeline_one_flow_per_tensor(loads: dict, tmp_path: Path) -> None:
             if not p.HasField("track_event") or e.type != pb.TrackEvent.TYPE_SLICE_BEGIN:
                 continue
             tname, name = tracks[e.track_uuid], names[e.name_iid]
-            storage += tname == f"block {major}:{minor}" and name == "block read"
+            storage += tname in devs and name == "block read"
             for fl in e.flow_ids:
                 flows[fl].append((p.timestamp, tname, name))
         assert storage >= r["extra"]["read_requests"], (v, storage)

@@ -266,11 +266,14 @@ def _load(ctx: Context, bad: bool, path: str, tensors: dict[str, np.ndarray],
         wall = time.monotonic_ns() - t0
         span.stop()
         ok = False
-        if check:
+        if check:  # every tensor downloaded, one wait, then compared (no device gaps)
+            got = {n: np.empty(index[n][1], np.uint8) for n in names}
             for name in names:
-                got = ctx.to_numpy(dev[name])
+                s.copy_d2h(got[name], dev[name])
+            s.synchronize()
+            for name in names:
                 want = np.ascontiguousarray(tensors[name]).view(np.uint8).reshape(-1)
-                assert np.array_equal(got, want), f"load: tensor {name} differs from the file"
+                assert np.array_equal(got[name], want), f"load: tensor {name} differs from the file"
             ok = True
         tensor_bytes = sum(n for _, n, _ in index.values())
         r = Result(workload="load", variant="bad" if bad else "good", device=ctx.device.pci,

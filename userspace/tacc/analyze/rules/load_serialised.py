@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 @dataclass
 class LoadSerialisedThresholds:
     load_min_read_bytes: int = 1 << 20  # block reads of one process from one device
-    load_max_overlap: float = 0.25  # reads overlapped by uploads / the shorter of the two
+    load_max_overlap: float = 0.1  # reads issued in an upload, uploads submitted in a read
     load_min_phases: int = 3  # read phases (tensors) with an upload between them
     load_upload_ratio: float = 0.9  # the load ends when this share of the read bytes is up
 
@@ -67,8 +67,9 @@ def _overlap(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) ->
 def load_serialised(d: Data, th: Thresholds) -> list[Finding]:
     """Per process and block device: its reads (``load_min_read_bytes`` or more) and the
     H2D copies it submitted from its first read until the copies carry
-    ``load_upload_ratio`` of the bytes read (the load).  Reads and uploads overlapping
-    for less than ``load_max_overlap`` of the shorter of the two, with at least
+    ``load_upload_ratio`` of the bytes read (the load).  Fewer than ``load_max_overlap``
+    of its read requests issued while an upload was in flight (submit to device end) and
+    of its uploads submitted while a read was, with at least
     ``load_min_phases`` read phases separated by uploads: serialised.  Time lost: the
     load's span minus the span of the same read and upload phases pipelined with two
     staging buffers (:func:`pipelined_ns`)."""
@@ -111,11 +112,24 @@ def load_serialised(d: Data, th: Thresholds) -> list[Finding]:
         rs, re_ = rs[inr], re_[inr]
         t0 = int(rs.min())
         ms, me = merged(rs, re_)
-        us, ue = merged(load.ts, load.te)
+        # an upload runs from its submit (the driver's record of its tag) to its device end
+        ws = load.ts.copy()
+        if len(sub):
+            o = np.argsort(sub["tag"], kind="stable")
+            st, sts = sub["tag"][o], sub["t_ns"][o].astype(np.int64)
+            k = np.minimum(np.searchsorted(st, load.tag), len(st) - 1)
+            ws = np.where(st[k] == load.tag, np.minimum(sts[k], load.ts), load.ts)
+        us, ue = merged(ws, load.te)
         read_busy = int((me - ms).sum())
         up_busy = int((ue - us).sum())
         ovl = _overlap(ms, me, us, ue)
-        ratio = ovl / max(min(read_busy, up_busy), 1)
+        # concurrency: reads issued while an upload was in flight, uploads submitted while
+        # a read was (a pipelined load has many of one or the other; a serialised one none)
+        ki = np.searchsorted(us, rs, side="right") - 1
+        reads_in_up = float(np.mean((ki >= 0) & (rs < ue[np.maximum(ki, 0)])))
+        kr = np.searchsorted(ms, ws, side="right") - 1
+        ups_in_read = float(np.mean((kr >= 0) & (ws < me[np.maximum(kr, 0)])))
+        ratio = max(reads_in_up, ups_in_read)
         if ratio >= th.load_max_overlap:
             continue
         # phases: consecutive reads with no upload between them are one read phase;
@@ -145,13 +159,14 @@ def load_serialised(d: Data, th: Thresholds) -> list[Finding]:
             rule="load_serialised",
             title=f"{len(ends)} storage reads of pid {pid} ({nbytes / (1 << 20):.1f} MiB "
                   f"from block {dev >> 20}:{dev & 0xFFFFF}) each waited for the previous "
-                  f"upload: reads and uploads overlapped {100 * ratio:.0f} %",
+                  f"upload: {100 * reads_in_up:.0f} % of the reads ran during an upload",
             time_ranges=clip_ranges(d, gs, ge, th),
             evidence={"pid": int(pid), "comm": comm, "block_dev": f"{dev >> 20}:{dev & 0xFFFFF}",
                       "read_requests": int(inr.sum()), "read_bytes": int(r["size"][inr].sum()),
                       "read_busy_ns": read_busy, "upload_commands": len(load),
                       "upload_bytes": int(load.bytes.sum()), "upload_busy_ns": up_busy,
-                      "overlap_ns": int(ovl), "overlap_share": round(ratio, 4),
+                      "overlap_ns": int(ovl), "reads_in_uploads": round(reads_in_up, 4),
+                      "uploads_in_reads": round(ups_in_read, 4),
                       "phases": len(ends), "read_phase_ns": int(r_ph.sum()),
                       "upload_phase_ns": int(u_ph.sum()), "load_ns": int(span),
                       "pipelined_ns": int(ideal), "traced_api": bool(np.isin(pid, pids).any()),
