@@ -33,21 +33,21 @@ def loads(recorder: Recorder) -> dict[str, tuple[Path, dict[str, Any]]]:  # noqa
     _nvme()
     out = {}
     for v in ("bad", "good"):
-        path, results, _ = recorder.capture(f"load-{v}", [("load", v == "bad", {})])
+        path, results, _ = recorder.capture(f"load-{v}", [("load", v == "bad", {"scale": 2})])
         out[v] = (path, results[0])
     return out
 
 
 def _kdevs(path: str) -> set[int]:
-    """The kernel's dev_t (major << 20 | minor) of a block device node and of its paths: a
-    namespace under native NVMe multipath (Debian's nvme_core.multipath=Y) is a head disk
-    (nvme0n1) whose requests the block layer issues on a hidden path disk (nvme0c0n1),
-    the dev the block tracepoints report."""
-    rdev = os.stat(path).st_rdev
-    out = {(os.major(rdev) << 20) | os.minor(rdev)}
-    for p in Path(f"/sys/block/{Path(path).name}/multipath").glob("*"):
-        major, minor = (int(x) for x in (p / "dev").read_text().split(":"))
-        out.add((major << 20) | minor)
+    """The kernel's dev_t (major << 20 | minor) of the NVMe disks: under native NVMe
+    multipath (Debian's nvme_core.multipath=Y) the namespace's node (nvme0n1) is a head
+    disk whose requests the block layer issues on a hidden path disk (nvme0c0n1), the dev
+    the block tracepoints report; the VM has this one NVMe controller."""
+    out = set()
+    for p in [*Path("/sys/class/block").glob("nvme*"), Path("/sys/class/block") / Path(path).name]:
+        if (p / "dev").exists():
+            major, minor = (int(x) for x in (p / "dev").read_text().split(":"))
+            out.add((major << 20) | minor)
     return out
 
 

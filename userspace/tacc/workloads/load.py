@@ -266,14 +266,17 @@ def _load(ctx: Context, bad: bool, path: str, tensors: dict[str, np.ndarray],
         wall = time.monotonic_ns() - t0
         span.stop()
         ok = False
-        if check:  # every tensor downloaded, one wait, then compared (no device gaps)
-            got = {n: np.empty(index[n][1], np.uint8) for n in names}
-            for name in names:
-                s.copy_d2h(got[name], dev[name])
+        if check:  # every tensor downloaded into one pinned buffer, one wait, compared
+            back = ctx.host_buffer(sum(index[n][1] for n in names), np.uint8)
+            offs = np.cumsum([0] + [index[n][1] for n in names])
+            for name, o in zip(names, offs.tolist(), strict=False):
+                s.copy_d2h(back, dev[name], index[name][1], dst_offset=o)
             s.synchronize()
-            for name in names:
+            for name, o in zip(names, offs.tolist(), strict=False):
                 want = np.ascontiguousarray(tensors[name]).view(np.uint8).reshape(-1)
-                assert np.array_equal(got[name], want), f"load: tensor {name} differs from the file"
+                got = back.array[o:o + len(want)]
+                assert np.array_equal(got, want), f"load: tensor {name} differs from the file"
+            back.free()
             ok = True
         tensor_bytes = sum(n for _, n, _ in index.values())
         r = Result(workload="load", variant="bad" if bad else "good", device=ctx.device.pci,
