@@ -93,6 +93,9 @@ def test_pipelined_ns_values() -> None:
     # one buffer: no overlap at all
     assert pipelined_ns(np.array([10, 10]), np.array([10, 10]), buffers=1) == 40
     assert pipelined_ns(np.zeros(0, np.int64), np.zeros(0, np.int64)) == 0
+    # a short read behind a long upload: two buffers stall, enough buffers do not
+    r, u = np.array([10, 1, 30, 30]), np.array([20, 20, 1, 1])
+    assert pipelined_ns(r, u, buffers=2) == 91 and pipelined_ns(r, u) == 72
 
 
 @settings(max_examples=200, deadline=None)
@@ -105,7 +108,8 @@ def test_pipelined_ns_bounds(ph: list[tuple[int, int]], buffers: int) -> None:
     u = np.array([b for _, b in ph], np.int64)
     p = pipelined_ns(r, u, buffers)
     assert max(int(r.sum()) + int(u[-1]), int(r[0]) + int(u.sum())) <= p <= int((r + u).sum())
-    assert pipelined_ns(r, u, buffers + 1) <= p
+    assert pipelined_ns(r, u) <= pipelined_ns(r, u, buffers + 1) <= p
+    assert pipelined_ns(r, u, len(r) + 1) == pipelined_ns(r, u)  # unbounded = enough
     if buffers == 1:
         assert p == int((r + u).sum())
 

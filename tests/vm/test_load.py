@@ -44,7 +44,8 @@ def _kdevs(path: str) -> set[int]:
     disk whose requests the block layer issues on a hidden path disk (nvme0c0n1), the dev
     the block tracepoints report; the VM has this one NVMe controller."""
     out = set()
-    for p in [*Path("/sys/class/block").glob("nvme*"), Path("/sys/class/block") / Path(path).name]:
+    for p in [*Path("/sys/class/block").glob("nvme*"), *Path("/sys/class/nvme").glob("*/nvme*"),
+              *Path("/sys/block").glob("nvme*/multipath/*"), Path("/sys/block") / Path(path).name]:
         if (p / "dev").exists():
             major, minor = (int(x) for x in (p / "dev").read_text().split(":"))
             out.add((major << 20) | minor)
@@ -68,7 +69,8 @@ def test_block_reads_are_the_bytes_read_and_uploads_the_tensors(loads: dict) -> 
         reads = mine[mine["prev_state"] == BlockOp.READ]
         writes = mine[mine["prev_state"] == BlockOp.WRITE]
         # O_DIRECT: every byte the workload read is one block read's, no more
-        assert int(reads["size"].sum()) == r["extra"]["bytes_read"], (v, reads["size"])
+        assert int(reads["size"].sum()) == r["extra"]["bytes_read"], (
+            v, devs, np.unique(h["dev"]).tolist(), reads["size"])
         assert len(reads) >= r["extra"]["read_requests"] + 1  # + the header's page
         # the file written (fsync's writeback from the process) before the load
         assert int(writes["size"].sum()) == r["extra"]["file_bytes"], (v, writes["size"])

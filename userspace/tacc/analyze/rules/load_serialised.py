@@ -36,18 +36,26 @@ def storage_reads(d: Data) -> np.ndarray:
     return h[(h["kind"] == HostKind.BLOCK_COMPLETE) & (h["prev_state"] == BlockOp.READ)]
 
 
-def pipelined_ns(r: np.ndarray, u: np.ndarray, buffers: int = 2) -> int:
+def pipelined_ns(r: np.ndarray, u: np.ndarray, buffers: int | None = None) -> int:
     """Makespan of read phases ``r`` and upload phases ``u`` (in order) run as a two-stage
-    pipeline with ``buffers`` staging buffers: read i starts when read i-1 has finished
-    and the upload that last used its buffer (i - buffers) has; upload i when read i and
-    upload i-1 have."""
+    pipeline: read i starts when read i-1 has finished (and, with ``buffers`` staging
+    buffers, when the upload that last used its buffer, i - buffers, has); upload i when
+    read i and upload i-1 have.  ``buffers`` None: as many as it takes, the makespan is
+    then the longest of the first k reads and the uploads from k on (the overlap a load
+    leaves on the table, whatever its buffering)."""
+    r = np.asarray(r, np.int64)
+    u = np.asarray(u, np.int64)
+    if not len(r):
+        return 0
+    if buffers is None:
+        return int(np.max(np.cumsum(r) + np.cumsum(u[::-1])[::-1]))
     rend: list[int] = []
     uend: list[int] = []
     for i in range(len(r)):
         free = uend[i - buffers] if i >= buffers else 0
         rend.append(max(rend[-1] if rend else 0, free) + int(r[i]))
         uend.append(max(uend[-1] if uend else 0, rend[-1]) + int(u[i]))
-    return uend[-1] if uend else 0
+    return uend[-1]
 
 
 def _overlap(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) -> int:
@@ -71,8 +79,9 @@ def load_serialised(d: Data, th: Thresholds) -> list[Finding]:
     of its read requests issued while an upload was in flight (submit to device end) and
     of its uploads submitted while a read was, with at least
     ``load_min_phases`` read phases separated by uploads: serialised.  Time lost: the
-    load's span minus the span of the same read and upload phases pipelined with two
-    staging buffers (:func:`pipelined_ns`)."""
+    load's span minus the span of the same read and upload phases pipelined
+    (:func:`pipelined_ns`: the longest of the first k read phases and the upload phases
+    from k on)."""
     reads = storage_reads(d)
     c = d.cmds
     up = c.sel(c.opcode == Opcode.COPY_H2D)
