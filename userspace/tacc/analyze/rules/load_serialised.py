@@ -23,7 +23,7 @@ class LoadSerialisedThresholds:
     load_min_read_bytes: int = 1 << 20  # block reads of one process from one device
     load_max_overlap: float = 0.1  # reads issued in an upload, uploads submitted in a read
     load_min_phases: int = 3  # read phases (tensors) with an upload between them
-    load_upload_ratio: float = 0.9  # the load ends when this share of the read bytes is up
+    load_upload_ratio: float = 0.9  # a load uploads at least this share of what it read
 
 
 def storage_reads(d: Data) -> np.ndarray:
@@ -74,9 +74,9 @@ def _overlap(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) ->
 
 def load_serialised(d: Data, th: Thresholds) -> list[Finding]:
     """Per process and block device: its reads (``load_min_read_bytes`` or more) and the
-    H2D copies it submitted from its first read until the copies carry
-    ``load_upload_ratio`` of the bytes read (the load).  Fewer than ``load_max_overlap``
-    of its read requests issued while an upload was in flight (submit to device end) and
+    H2D copies it submitted from its first read to the first one after its last read
+    (the load, which must upload ``load_upload_ratio`` of the bytes read).  Fewer than
+    ``load_max_overlap`` of its read requests issued while an upload was in flight (submit to device end) and
     of its uploads submitted while a read was, with at least
     ``load_min_phases`` read phases separated by uploads: serialised.  Time lost: the
     load's span minus the span of the same read and upload phases pipelined
@@ -110,13 +110,15 @@ def load_serialised(d: Data, th: Thresholds) -> list[Finding]:
         mine = mine.sel(mine.ts >= rs.min())
         if not len(mine):
             continue
-        cum = np.cumsum(mine.bytes)
-        k = int(np.searchsorted(cum, th.load_upload_ratio * nbytes))
-        if k >= len(mine):
-            continue  # the reads were not uploaded (not a load)
-        last_tag = mine.tag[k]
+        # the load ends with the first upload after its last read (all its commands)
+        after = np.flatnonzero(mine.ts >= int(re_.max()))
+        if not len(after):
+            continue  # nothing uploaded after the reads
+        last_tag = mine.tag[after[0]]
         t_end = int(mine.te[(mine.tag == last_tag)].max())
         load = mine.sel(mine.ts <= t_end)
+        if int(load.bytes.sum()) < th.load_upload_ratio * nbytes:
+            continue  # the reads were not uploaded (not a load)
         inr = re_ <= t_end
         rs, re_ = rs[inr], re_[inr]
         t0 = int(rs.min())
