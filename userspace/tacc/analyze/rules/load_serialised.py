@@ -76,8 +76,8 @@ def load_serialised(d: Data, th: Thresholds) -> list[Finding]:
     """Per process and block device: its reads (``load_min_read_bytes`` or more) and the
     H2D copies it submitted from its first read to the first one after its last read
     (the load, which must upload ``load_upload_ratio`` of the bytes read).  Fewer than
-    ``load_max_overlap`` of its read requests issued while an upload was in flight (submit to device end) and
-    of its uploads submitted while a read was, with at least
+    ``load_max_overlap`` of its read requests issued while an upload was in flight
+    (submit to device end) and of its uploads submitted while a read was, with at least
     ``load_min_phases`` read phases separated by uploads: serialised.  Time lost: the
     load's span minus the span of the same read and upload phases pipelined
     (:func:`pipelined_ns`: the longest of the first k read phases and the upload phases
