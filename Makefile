@@ -19,7 +19,8 @@ KERNEL_ARGS ?=
 CMD ?=
 NODES ?= 1
 PYDISK ?= 1
-export IOMMU VFS MEM KERNEL SMP VIRTIO ICOUNT MODPARAMS QEMU_ARGS KERNEL_ARGS NODES PYDISK
+NVME ?= 0
+export IOMMU VFS MEM KERNEL SMP VIRTIO ICOUNT MODPARAMS QEMU_ARGS KERNEL_ARGS NODES PYDISK NVME
 # CMD goes to the guest as typed: $(value) stops make expanding `$(mktemp)` or `$f`, and
 # scripts/run-vm --make-cmd turns make's escape `$$` into `$` (README: `$$TACC_VM_OUT`).
 export TACC_MAKE_CMD = $(value CMD)
@@ -27,7 +28,7 @@ export TACC_MAKE_CMD = $(value CMD)
 # Bad variable values stop here, before anything runs, with one line.
 ifeq ($(filter help clean distclean,$(MAKECMDGOALS)),)
 BAD_VARS := $(shell IOMMU='$(IOMMU)' VFS='$(VFS)' MEM='$(MEM)' KERNEL='$(KERNEL)' SMP='$(SMP)' \
-	VIRTIO='$(VIRTIO)' ICOUNT='$(ICOUNT)' MODPARAMS='$(MODPARAMS)' NODES='$(NODES)' PYDISK='$(PYDISK)' \
+	VIRTIO='$(VIRTIO)' ICOUNT='$(ICOUNT)' MODPARAMS='$(MODPARAMS)' NODES='$(NODES)' PYDISK='$(PYDISK)' NVME='$(NVME)' \
 	/usr/bin/python3 scripts/run-vm --validate 2>&1)
 ifneq ($(BAD_VARS),)
 $(error $(BAD_VARS))
@@ -63,6 +64,7 @@ help:
 	@echo '  KERNEL_ARGS   extra guest kernel command line'
 	@echo '  NODES         run-vm: 1..4 VMs side by side on a loopback-only network (docs/cluster.md)'
 	@echo '  PYDISK        1 | 0: the guest Python trees from disk images (build/*.img) or over 9p (default 1)'
+	@echo '  NVME          1 | 0: an NVMe scratch disk (sparse image, $$TACC_NVME_DEV in the guest; default 0)'
 	@echo '  CMD           run-vm: run this in the guest instead of a shell (as typed; $$$$ for $$)'
 	@echo '  PYTEST_ARGS   test layers: extra pytest arguments, split like a shell: -k "capture and format" -x'
 	@echo '  TEST_VM_CONFIGS  test-vm: configurations to boot, e.g. "strict pt" (scripts/test-vm)'

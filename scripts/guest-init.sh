@@ -47,6 +47,29 @@ py_disks() {
 	done
 }
 py_disks
+# run-vm NVME=1 (taccvm.nvme=SERIAL): the NVMe scratch disk as TACC_NVME_DEV, its
+# namespace's node found by the controller's serial (no udev: devtmpfs makes the node).
+nvme_disk() {
+	local w serial= c i
+	for w in $(cat /proc/cmdline); do
+		case $w in taccvm.nvme=*) serial=${w#taccvm.nvme=} ;; esac
+	done
+	[ -n "$serial" ] || return 0
+	modprobe -q nvme 2>/dev/null || { echo "guest-init: no nvme module"; return 0; }
+	for i in $(seq 100); do
+		for c in /sys/class/nvme/nvme*; do
+			[ "$(tr -d ' ' < "$c/serial" 2>/dev/null)" = "$serial" ] || continue
+			# the namespace (a multipath head's name is the subsystem's, not the
+			# controller's): the VM has this one NVMe controller
+			for w in /dev/nvme*n1; do
+				[ -b "$w" ] && export TACC_NVME_DEV=$w && return 0
+			done
+		done
+		sleep 0.05
+	done
+	echo "guest-init: the NVMe disk $serial did not appear"
+}
+nvme_disk
 # A host's sandbox may add a .pth that imports certifi at every Python start (an egress proxy's
 # CA; the guest has no network beyond the cluster's loopback): ~40 ms of host CPU, several
 # times that under TCG, per process.  Hidden in the guest's overlay only.

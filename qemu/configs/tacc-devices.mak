@@ -17,4 +17,8 @@ CONFIG_TACC=y
 CONFIG_VFIO=y
 CONFIG_VFIO_PCI=y
 CONFIG_VIRTIO_SERIAL=y
-CONFIG_VIRTIO_SERIAL=y
+# scripts/run-vm NVME=1: a scratch NVMe disk (the storage of tacc run load)
+CONFIG_NVME_PCI=y
+# nvme's SPDM responder socket: QEMU 10.0's NVME_PCI does not select it, and
+# --without-default-devices ignores its `default y` (undefined spdm_socket_* at link)
+CONFIG_SPDM_SOCKET=y

@@ -329,12 +329,12 @@ def test_to_host_fields_per_kind() -> None:
     e["kind"] = [HOST_BASE + int(k) for k in (HostKind.SCHED_SWITCH, HostKind.BLOCK_COMPLETE,
                                               HostKind.NET_RX, HostKind.SCHED_WAKEUP)] + [
         int(DriverKind.SUBMIT)]
-    e["x"], e["z"] = [77, 8, 3, 9, 1], [-1, 5, 5, 5, 5]
+    e["x"], e["z"], e["v"] = [77, 8, 3, 9, 1], [-1, 5, 5, 5, 5], [6, 1, 6, 6, 6]
     e["a"], e["b"], e["d"] = [1, 4096, 9, 9, 9], [2, 512, 1500, 9, 9], [3, 700, 9, 9, 9]
     e["comm"] = b"python3"
     h = to_host(e)
     assert h["kind"].tolist() == [1, 4, 6, 2]
-    assert h["next_pid"].tolist() == [77, 0, 0, 0] and h["prev_state"].tolist() == [-1, 0, 0, 0]
+    assert h["next_pid"].tolist() == [77, 0, 0, 0] and h["prev_state"].tolist() == [-1, 1, 0, 0]
     assert h["dev"].tolist() == [0, 8, 3, 0] and h["size"].tolist() == [0, 512, 1500, 0]
     assert h["sector"].tolist() == [0, 4096, 0, 0] and h["dur_ns"].tolist() == [0, 700, 0, 0]
     assert h["t_ns"].tolist() == [1000, 1001, 1002, 1003]

@@ -51,6 +51,8 @@ def validate(**env: str) -> subprocess.CompletedProcess[str]:
         ("ICOUNT", "2", "1 (-icount"),
         ("SMP", "0", "1 to 8"),
         ("VIRTIO", "2", "1 (a virtio-tacc-pci) or 0"),
+        ("NVME", "yes", "1 (an NVMe scratch disk) or 0"),
+        ("NVME_MB", "0", "MiB from 1 to 4096"),
     ],
 )
 def test_bad_value_one_clear_line(var: str, value: str, accepted: str) -> None:
@@ -328,7 +330,8 @@ def test_make_help_lists_every_variable() -> None:
                        timeout=60)
     assert r.returncode == 0, r.stderr
     for var in ("IOMMU", "VFS", "MEM", "KERNEL", "SMP", "VIRTIO", "ICOUNT", "MODPARAMS",
-                "QEMU_ARGS", "KERNEL_ARGS", "CMD", "PYTEST_ARGS", "TEST_VM_CONFIGS", "PYDISK"):
+                "QEMU_ARGS", "KERNEL_ARGS", "CMD", "PYTEST_ARGS", "TEST_VM_CONFIGS", "PYDISK",
+                "NVME"):
         lines = [ln for ln in r.stdout.splitlines() if re.match(rf"\s*{var}\s", ln)]
         assert len(lines) == 1, f"{var}: {lines} in\n{r.stdout}"
         assert len(lines[0].split()) >= 3, lines[0]  # the name, then what it does
@@ -766,3 +769,28 @@ def test_lanes_take_extras_after_the_first_strict_shard() -> None:
     assert one[0][2] == [f for _, files in tv.strict_shards() for f in files]
     assert [j[1] for j in tv.lane_order([*one, *jobs[2:]])] == ["strict", "extras", "cluster"]
     assert [(j[1], j[3]) for j in tv.strict_jobs(4)] == [("strict-a", True), ("strict-b", False)]
+
+
+def test_nvme_scratch_disk_made_sparse_and_attached_last(tmp_path: Path) -> None:
+    """NVME=1: a sparse raw image of NVME_MB MiB made anew in the run directory (a previous
+    boot's bytes gone), behind QEMU's nvme after every other device, and its serial named
+    to guest-init (which exports TACC_NVME_DEV); NVME=0: none."""
+    cfg = run_vm.VMConfig.from_env({"KERNEL": "6.12.117", "NVME": "1", "NVME_MB": "16",
+                                    "PYDISK": "0"}, require_installed=False)
+    img = tmp_path / "nvme-scratch.img"
+    img.write_bytes(b"old boot")
+    argv = run_vm.qemu_argv(cfg, tmp_path, None, interactive=False)
+    assert img.stat().st_size == 16 << 20 and img.stat().st_blocks == 0  # sparse, fresh
+    devices = [argv[i + 1] for i, a in enumerate(argv) if a == "-device"]
+    assert devices[-1] == "nvme,drive=nvme0,serial=tacc-scratch", devices
+    assert f"file={img},if=none,id=nvme0,format=raw" in argv
+    assert "taccvm.nvme=tacc-scratch" in argv[argv.index("-append") + 1].split()
+    off = run_vm.VMConfig.from_env({"KERNEL": "6.12.117", "PYDISK": "0"},
+                                   require_installed=False)
+    argv = run_vm.qemu_argv(off, tmp_path / "x", None, interactive=False)
+    assert not any(a.startswith("nvme,") or "id=nvme0" in a or "taccvm.nvme" in a
+                   for a in argv)
+    init = (ROOT / "scripts/guest-init.sh").read_text()
+    assert "taccvm.nvme=*" in init and "TACC_NVME_DEV" in init and "modprobe -q nvme" in init
+    mak = (ROOT / "qemu/configs/tacc-devices.mak").read_text()
+    assert "CONFIG_NVME_PCI=y" in mak.splitlines()

@@ -176,7 +176,8 @@ def load(cap: Capture) -> Data:
     drv = np.concatenate(drv_parts) if drv_parts else np.zeros(0, DRIVER_DTYPE)[DRIVER_COLS]
     api = cap.read("api", ["t_start", "t_end", "tag", "name_id", "args_id", "pid", "tid",
                            "bytes", "fid"])
-    host = cap.read("host", ["t_ns", "dur_ns", "kind", "size", "tid"])
+    host = cap.read("host", ["t_ns", "dur_ns", "kind", "size", "tid", "pid", "dev",
+                             "prev_state", "comm"])
     tlb: dict[int, tuple[int, int, int]] = {}
     first: dict[int, np.ndarray] = {}
     last: dict[int, np.ndarray] = {}

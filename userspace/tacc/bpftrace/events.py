@@ -24,7 +24,7 @@ TRACE_DROP     -           -           -          -           -      dropped tot
 
 Host kinds are ``HOST_BASE + HostKind``: sched_switch (tid=prev, x=next_pid,
 z=prev_state, comm/comm2), sched_wakeup (tid=woken, y=target cpu), block issue/complete
-(x=dev, a=sector, b=bytes, d=dur_ns), net tx/rx (b=len).
+(x=dev, a=sector, b=bytes, d=dur_ns, v=operation: BlockOp), net tx/rx (b=len).
 """
 
 from __future__ import annotations
@@ -177,7 +177,8 @@ def to_host(ev: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     blk = (k == HostKind.BLOCK_ISSUE) | (k == HostKind.BLOCK_COMPLETE)
     io = blk | (k == HostKind.NET_TX) | (k == HostKind.NET_RX)
     out["next_pid"] = np.where(sw, ev["x"], 0)
-    out["prev_state"] = np.where(sw, ev["z"], 0)
+    # block records (minor 13): the request's operation (BlockOp) from the rwbs
+    out["prev_state"] = np.where(sw, ev["z"], np.where(blk, ev["v"].astype(np.int32), 0))
     out["dev"] = np.where(io, ev["x"], 0)  # block device, or the net ifindex
     out["size"] = np.where(io, ev["b"], 0)
     out["sector"] = np.where(blk, ev["a"], 0)

@@ -21,12 +21,13 @@ FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
 #; captures of minor 0 may lack device_events.  The coordinator reconciles the
 # number when several branches add to the format in one round.
-FORMAT_MINOR = 12  # docs/capture-format.md "Minor versions": 2 virtio trace records,
+FORMAT_MINOR = 13  # docs/capture-format.md "Minor versions": 2 virtio trace records,
 # 3 cluster (net_clock), 4 capture overhead (mix/tail), 5 containers (processes),
 # 6 link-model counter slots, 7 the TLP stream (tlp), 8 link power-state counters,
 # 9 devices[].kind (virtio-tacc functions in captures), 10 L1.1/L1.2 counters,
 # 11 devcoredumps (devcoredump/<n>.txt, device event kind 11), 12 trace record version 3
-# (device_trace's flops ... list_index columns, meta devices[] roofline and trace_version)
+# (device_trace's flops ... list_index columns, meta devices[] roofline and trace_version),
+# 13 block I/O operation (host block records' prev_state: BlockOp)
 TRACE_REC_VERSION = hw.TACC_TRACE_VERSION  # 2: virtio event records, docs/virtio.md
 # event records (trace record version 2): opcode >= TACC_TRACE_EV_BASE is not a command
 TRACE_EV_BASE = hw.TACC_TRACE_EV_BASE
@@ -143,10 +144,21 @@ CLOCK_DTYPE = np.dtype(
 class HostKind(IntEnum):
     SCHED_SWITCH = 1  # pid/tid = prev, next_pid, prev_state
     SCHED_WAKEUP = 2  # pid/tid = woken task
-    BLOCK_ISSUE = 3  # dev, sector, size
-    BLOCK_COMPLETE = 4  # dev, sector, size, dur_ns = issue->complete
+    BLOCK_ISSUE = 3  # dev, sector, size, prev_state = BlockOp (minor 13)
+    BLOCK_COMPLETE = 4  # dev, sector, size, dur_ns = issue->complete, prev_state = BlockOp
     NET_TX = 5  # dev = ifindex, size
     NET_RX = 6
+
+
+class BlockOp(IntEnum):
+    """A block record's request operation, in ``prev_state`` (minor 13; 0 in older
+    captures: not recorded), from the tracepoint's rwbs."""
+
+    OTHER = 0
+    READ = 1
+    WRITE = 2
+    FLUSH = 3
+    DISCARD = 4
 
 
 HOST_DTYPE = np.dtype(

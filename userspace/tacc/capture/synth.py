@@ -43,6 +43,7 @@ from .schema import (
     NO_CTX,
     NO_FID,
     NO_QUEUE,
+    BlockOp,
     DeviceEventKind,
     DmaDir,
     DriverFlag,
@@ -691,6 +692,75 @@ def w_noisy_neighbour(sim: Sim, t: int, scale: int, good: bool) -> int:
     return sim.synchronize(PID, TID, int(api0[-1] + 10_000), last)
 
 
+LOAD_TENSOR = 512 * KiB  # tacc.workloads.load: 8 tensors of 512 KiB a scale unit
+LOAD_CHUNK = 128 * KiB  # its O_DIRECT read requests
+LOAD_READ_NS = 400_000  # a 128 KiB read request on the model's disk (~330 MB/s)
+LOAD_SYSCALL_NS = 30_000  # between two requests of one tensor
+LOAD_COPY_NS = 300_000  # the host copy of a tensor into pinned staging memory
+NVME_DEV = (259 << 20) | 0  # dev_t of nvme0n1
+
+
+def _load_reads(sim: Sim, t: int, i: int, tid: int, comm: bytes) -> int:
+    """The read requests of tensor ``i`` from ``t``; returns the time after the last."""
+    n = LOAD_TENSOR // LOAD_CHUNK
+    t0 = t + np.arange(n, dtype=np.int64) * (LOAD_READ_NS + LOAD_SYSCALL_NS)
+    sector = (4096 + i * LOAD_TENSOR + np.arange(n) * LOAD_CHUNK) // 512
+    for kind, at in ((HostKind.BLOCK_ISSUE, t0), (HostKind.BLOCK_COMPLETE, t0 + LOAD_READ_NS)):
+        sim.add_host(kind, at, pid=PID, tid=tid, dev=NVME_DEV, sector=sector,
+                     size=LOAD_CHUNK, prev_state=int(BlockOp.READ), comm=comm,
+                     dur_ns=LOAD_READ_NS if kind == HostKind.BLOCK_COMPLETE else 0)
+    end = int(t0[-1] + LOAD_READ_NS + LOAD_SYSCALL_NS)
+    sim.add_api(PID, tid, "range", np.array([t - 5000]), np.array([end - 5000]),
+                args=f"tensor {_load_name(i)}: read")
+    return end
+
+
+def _load_name(i: int) -> str:
+    return f"h.{i // 4}." + ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")[i % 4]
+
+
+def _load_upload(sim: Sim, t: int, i: int) -> dict[str, np.ndarray]:
+    """Tensor ``i``'s host copy from ``t`` and its upload, each in its range."""
+    name = _load_name(i)
+    sim.add_api(PID, TID, "range", np.array([t]), np.array([t + LOAD_COPY_NS - 1000]),
+                args=f"tensor {name}: copy")
+    t += LOAD_COPY_NS
+    r = sim.submit(fid=0, queue=0, pid=PID, tid=TID, api_t0=np.array([t]), name="copy_h2d",
+                   opcode=Opcode.COPY_H2D, nbytes=np.array([LOAD_TENSOR]),
+                   dur=np.array([xfer_ns(LOAD_TENSOR)]))
+    sim.add_api(PID, TID, "range", np.array([t - 500]), r["api_end"] + 500,
+                args=f"tensor {name}: upload")
+    return r
+
+
+def w_load(sim: Sim, t: int, scale: int, good: bool) -> int:
+    """tacc run load: tensors read from an NVMe disk, copied and uploaded; bad: in turn,
+    good: a reader thread ahead of the uploads (two staging buffers)."""
+    n = 8 * scale
+    t = sim.buffers(PID, TID, t, 0, [LOAD_TENSOR] * n)
+    # the header, read before the load
+    sim.add_host(HostKind.BLOCK_COMPLETE, t + 50_000, pid=PID, tid=TID, dev=NVME_DEV, sector=0,
+                 size=4096, prev_state=int(BlockOp.READ), dur_ns=40_000, comm=b"tacc-run")
+    t += 100_000
+    if not good:
+        for i in range(n):
+            r = _load_upload(sim, _load_reads(sim, t, i, TID, b"tacc-run"), i)
+            t = sim.synchronize(PID, TID, int(r["api_end"][-1]) + 1000, int(r["end"][-1]))
+        return t
+    # a reader thread reads tensor i+1 while the loader copies tensor i and uploads it
+    reader, rt, api_t, done = TID + 9, t, t, [0] * n
+    copied = [0] * n
+    for i in range(n):
+        rt = max(rt, copied[i - 2] if i >= 2 else 0)  # its bounce buffer was copied out
+        rt = _load_reads(sim, rt, i, reader, b"tacc-load-reade")
+        t_copy = max(rt, api_t, done[i - 2] if i >= 2 else 0)  # staging buffer free
+        copied[i] = t_copy + LOAD_COPY_NS
+        r = _load_upload(sim, t_copy, i)
+        done[i] = int(r["end"][-1]) + IRQ_NS + WAKE_NS
+        api_t = int(r["api_end"][-1]) + 1000
+    return sim.synchronize(PID, TID, api_t, done[-1] - IRQ_NS - WAKE_NS)
+
+
 def w_mlp(sim: Sim, t: int, scale: int, good: bool) -> int:
     """The good reference: double-buffered inputs, copies overlap compute."""
     return w_serialized_copies(sim, t, scale, True)
@@ -705,6 +775,7 @@ WORKLOADS: dict[str, Callable[[Sim, int, int, bool], int]] = {
     "link_saturation": w_link_saturation,
     "host_bound": w_host_bound,
     "noisy_neighbour": w_noisy_neighbour,
+    "load": w_load,
     "mlp": w_mlp,
 }
 
@@ -718,6 +789,7 @@ EXPECTED: dict[str, set[str]] = {
     "link_saturation": {"link_saturation"},
     "host_bound": {"idle_gaps"},
     "noisy_neighbour": {"link_saturation", "vf_contention", "h2d_d2h_imbalance"},
+    "load": {"load_serialised"},
     "mlp": set(),
 }
 

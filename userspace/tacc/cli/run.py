@@ -48,6 +48,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     m.add_argument("--mode", choices=("graph", "eager", "launch"), default=None,
                    help="decode steps: graph replay (default), op by op, op by op with a "
                         "host sync per layer")
+    p.add_argument("--storage", metavar="PATH", default=None,
+                   help="load: the block device or file the weights are written to and read "
+                        "from (default $TACC_NVME_DEV, else a temporary file); its first "
+                        "bytes are overwritten")
     p.set_defaults(func=main)
     return p
 
@@ -99,6 +103,10 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"{w.name}: --{next(iter(model_kw))} is for the model "
                                "workloads (decode*)")
         kw.update(model_kw)
+        if args.storage is not None:
+            if not w.storage:
+                raise UsageError(f"{w.name}: --storage is for the storage workloads (load)")
+            kw["storage"] = args.storage
         if w.multi_device and len(ctxs) > 1:
             kw["extra"] = ctxs[1:]
         for bad in ([True, False] if variant == "both" else [variant == "bad"]):

@@ -9,6 +9,7 @@ consume the same batches.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ from tacc.capture.schema import (
     TRACE_EV_VIRTIO_DISPATCH,
     TRACE_EV_VIRTIO_KICK,
     TRACE_REC3_VERSION,
+    BlockOp,
     DeviceEventKind,
     DriverFlag,
     DriverKind,
@@ -250,6 +252,22 @@ CROSS_FLOW = np.uint64(0xFF << FLOW_NODE_SHIFT)  # tacc.timeline.cluster.CROSS_F
 TLP_FLOW = 0xFE << FLOW_NODE_SHIFT  # read request -> completions (node << 48 | number)
 
 
+# tacc.range names of a load's steps (tacc.workloads.load): one flow per tensor
+TENSOR_RANGE = re.compile(r"tensor (.+): (read|copy|upload)")
+
+
+@dataclass
+class TensorFlows:
+    """A load's flows, one per tensor (ranges named ``tensor NAME: read|copy|upload``):
+    each tensor's flow id is the one of the first tagged API call inside its upload range
+    on that range's thread (so the flow runs on through that call's submit and device
+    commands); ``args_flow`` maps a range name's string id to it, ``reads`` holds the read
+    ranges (tid, start, end, flow id) that the block I/O issued inside them joins."""
+
+    args_flow: dict[int, int]
+    reads: np.ndarray  # rows of (tid, t_start, t_end, flow) int64 / uint64 as int64
+
+
 @dataclass
 class RangeProjection:
     """What projecting a capture's ranges onto its devices needs, gathered while the API
@@ -311,6 +329,7 @@ class Extractor:
         self._os: dict[int, tuple[dict[int, str], dict[int, int]]] = {}  # node -> names
         self._ctr: dict[int, dict[int, str]] = {}  # node -> pid -> container label
         self._proj: dict[int, RangeProjection] = {}  # node -> ranges, calls, commands
+        self._tflows: dict[int, TensorFlows | None] = {}  # node -> a load's tensor flows
 
     # ------------------------------------------------------- OS names -------
     def os_names(self, src: Source) -> tuple[dict[int, str], dict[int, int]]:
@@ -445,6 +464,48 @@ class Extractor:
             yield self._range_batch(src, np.concatenate(ranges), iid_of, proj)
 
     # ------------------------------------------------------------ ranges ----
+    def tensor_flows(self, src: Source) -> TensorFlows | None:
+        """The capture's tensor flows (TensorFlows), None without tensor ranges; one pass
+        over the API stream's range and tagged records, cached per source."""
+        if src.node_idx in self._tflows:
+            return self._tflows[src.node_idx]
+        strings = src.cap.strings
+        steps = {sid: m.groups() for sid, s in strings.items()
+                 if s and (m := TENSOR_RANGE.fullmatch(s))}
+        range_sids = [sid for sid, s in strings.items() if s == "range"]
+        out: TensorFlows | None = None
+        if steps and range_sids:
+            rng, calls = [], []
+            for ch in src.cap.chunks("api", ["t_start", "t_end", "tid", "tag", "name_id",
+                                             "args_id"]):
+                m = np.isin(ch["name_id"], range_sids) & np.isin(ch["args_id"], list(steps))
+                rng.append(ch[m])
+                calls.append(ch[ch["tag"] != 0])
+            r = np.concatenate(rng)
+            c = np.concatenate(calls)
+            c = c[np.argsort(c["t_start"], kind="stable")]
+            tag_of: dict[str, int] = {}
+            for row in r[np.argsort(r["t_start"], kind="stable")]:
+                name, step = steps[int(row["args_id"])]
+                if step != "upload" or name in tag_of:
+                    continue
+                i = np.searchsorted(c["t_start"], row["t_start"], "left")
+                j = np.searchsorted(c["t_start"], row["t_end"], "right")
+                inside = c[i:j]
+                inside = inside[inside["tid"] == row["tid"]]
+                if len(inside):
+                    tag_of[name] = int(inside["tag"][0])
+            flow = {n: int(flow_ids(src.node_idx, np.array([t], np.uint64), src.cross)[0])
+                    for n, t in tag_of.items()}
+            args_flow = {sid: flow[n] for sid, (n, _) in steps.items() if n in flow}
+            reads = [(int(x["tid"]), int(x["t_start"]), int(x["t_end"]),
+                      args_flow[int(x["args_id"])]) for x in r
+                     if steps[int(x["args_id"])][1] == "read" and int(x["args_id"]) in args_flow]
+            out = TensorFlows(args_flow, np.array(reads, np.uint64).reshape(-1, 4)
+                              .astype(np.int64))
+        self._tflows[src.node_idx] = out
+        return out
+
     def _projection(self, src: Source) -> RangeProjection:
         p = self._proj.get(src.node_idx)
         if p is None:
@@ -470,7 +531,13 @@ class Extractor:
         names = iid_of[np.minimum(r["args_id"], len(iid_of) - 1)]
         proj.ranges.append((key, ts, ts + dur, names))
         o = np.lexsort((-dur, ts))  # outer ranges begin first
-        return Batch(self._lookup_tracks(key, make)[o], ts[o], dur[o], names[o], None, None,
+        flow = None
+        tf = self.tensor_flows(src)
+        if tf is not None and tf.args_flow:
+            flow = np.array([tf.args_flow.get(int(a), 0) for a in r["args_id"][o].tolist()],
+                            np.uint64)
+        return Batch(self._lookup_tracks(key, make)[o], ts[o], dur[o], names[o], flow,
+                     None if flow is None else np.zeros(len(o), bool),
                      {"status": (r["status"][o].astype(np.int64) != 0).astype(np.uint64)})
 
     def _range_projection(self, src: Source) -> Iterator[Batch]:
@@ -841,6 +908,7 @@ class Extractor:
         n_sleep = self.names.iid("sleeping")
         n_wake = self.names.iid("wakeup")
         n_blk = self.names.iid("block read/write")
+        n_blkr, n_blkw = self.names.iid("block read"), self.names.iid("block write")
         n_tx, n_rx = self.names.iid("net tx"), self.names.iid("net rx")
         for ch in src.cap.chunks("host"):
             ts = src.align.convert(ch["t_ns"].view(np.uint64)) if src.node_idx else \
@@ -901,9 +969,13 @@ class Extractor:
                                            node=src.node_idx)
 
                 sub = ch[bc]
+                flow = self._block_flows(src, sub)
                 b = Batch(self._lookup_tracks(sub["dev"].astype(np.int64), make_blk),
                           ts[bc] - sub["dur_ns"], sub["dur_ns"].astype(np.int64),
-                          np.full(len(sub), n_blk, np.int64),
+                          np.where(sub["prev_state"] == BlockOp.WRITE, n_blkw,
+                                   np.where(sub["prev_state"] == BlockOp.READ, n_blkr,
+                                            n_blk)).astype(np.int64),
+                          flow, None if flow is None else np.zeros(len(sub), bool),
                           args={"bytes": sub["size"].astype(np.uint64),
                                 "sector": sub["sector"].astype(np.uint64)})
                 yield self.nooverlap.fix(b)
@@ -919,6 +991,19 @@ class Extractor:
                             ts[net], None,
                             np.where(sub["kind"] == HostKind.NET_TX, n_tx, n_rx).astype(np.int64),
                             args={"bytes": sub["size"].astype(np.uint64)})
+
+    def _block_flows(self, src: Source, blk: np.ndarray) -> np.ndarray | None:
+        """Flow ids of block completions: a request issued on a thread inside one of its
+        tensor read ranges (tensor_flows) is a step of that tensor's flow."""
+        tf = self.tensor_flows(src)
+        if tf is None or not len(tf.reads):
+            return None
+        issued = (blk["t_ns"] - blk["dur_ns"]).astype(np.int64)
+        tid = blk["tid"].astype(np.int64)
+        flow = np.zeros(len(blk), np.uint64)
+        for rt, r0, r1, f in tf.reads.tolist():
+            flow[(tid == rt) & (issued >= r0) & (issued <= r1)] = np.uint64(f)
+        return flow if flow.any() else None
 
     def drops(self, src: Source) -> Iterator[Batch]:
         node = self.node_track(src)

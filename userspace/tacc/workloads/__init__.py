@@ -46,6 +46,7 @@ def _lazy(module: str, name: str) -> Callable[..., Result]:
     return fn
 
 
+storage_load = _lazy("load", "load")
 decode_main, decode_launch, decode_weights, decode_kv, decode_batch, decode_precision = (
     _lazy("decode", n) for n in ("decode_main", "decode_launch", "decode_weights", "decode_kv",
                                  "decode_batch", "decode_precision"))
@@ -62,6 +63,7 @@ class Workload:
     cluster: bool = False  # runs one stage per node of a cluster (docs/cluster.md)
     options: dict[str, Any] = field(default_factory=dict)
     model: bool = False  # takes the model options (tacc run --config/--batch/...)
+    storage: bool = False  # reads from storage (tacc run --storage PATH)
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
@@ -104,6 +106,10 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              ("memory_bound",), model=True),
     Workload("decode_precision", decode_precision,
              "decode: fp32 weights vs bf16", ("precision",), model=True),
+    Workload("load", storage_load,
+             "model weights from storage (NVMe) to the device: each tensor read, copied "
+             "and uploaded in turn vs read and upload pipelined (a reader thread, double "
+             "buffering)", ("load_serialised",), storage=True),
     Workload("pipeline", pipeline,
              "MLP split over two nodes (TCP): one batch in flight vs micro-batches "
              "overlapped; one stage per node (TACC_NODE)", ("pipeline_bubble",),

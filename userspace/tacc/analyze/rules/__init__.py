@@ -14,6 +14,7 @@ from tacc.analyze.rules import (
     launch_bound,
     link_degraded,
     link_saturation,
+    load_serialised,
     memory_bound,
     precision,
     redundant_upload,
@@ -29,6 +30,7 @@ from tacc.analyze.rules.imbalance import ImbalanceThresholds
 from tacc.analyze.rules.iommu_churn import IommuChurnThresholds
 from tacc.analyze.rules.launch_bound import LaunchBoundThresholds
 from tacc.analyze.rules.link_saturation import LinkSaturationThresholds
+from tacc.analyze.rules.load_serialised import LoadSerialisedThresholds
 from tacc.analyze.rules.memory_bound import MemoryBoundThresholds
 from tacc.analyze.rules.precision import PrecisionThresholds
 from tacc.analyze.rules.redundant_upload import RedundantUploadThresholds
@@ -47,6 +49,7 @@ RULES: dict[str, Rule] = {
     "iommu_churn": iommu_churn.iommu_churn,
     "tlb_thrash": tlb_thrash.tlb_thrash,
     "serialized_copies": serialized_copies.serialized_copies,
+    "load_serialised": load_serialised.load_serialised,
     "idle_gaps": idle_gaps.idle_gaps,
     "link_degraded": link_degraded.link_degraded,
     "launch_bound": launch_bound.launch_bound,
@@ -59,6 +62,7 @@ RULES: dict[str, Rule] = {
 
 @dataclass
 class Thresholds(
+    LoadSerialisedThresholds,
     PrecisionThresholds,
     MemoryBoundThresholds,
     RedundantUploadThresholds,

@@ -23,6 +23,7 @@ class IdleGapsThresholds:
     idle_share: float = 0.10
     idle_min_gaps: int = 5  # a workload's own phases (upload, run, download) leave 3-4
     idle_small_calls: int = 2  # gaps with this many small copy calls: small_transfers' time
+    idle_storage_bytes: int = 256 << 10  # gaps with this much block reads issued: a load's
 
 
 def _small_copy_calls_in(d: Data, gs: np.ndarray, ge: np.ndarray, th: Thresholds) -> np.ndarray:
@@ -39,6 +40,20 @@ def _small_copy_calls_in(d: Data, gs: np.ndarray, ge: np.ndarray, th: Thresholds
     return np.bincount(k[inside], minlength=len(gs))
 
 
+def _storage_read_bytes(d: Data, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
+    """Per gap [gs, ge): the bytes of the block reads (storage_reads) issued in it."""
+    from tacc.analyze.rules.load_serialised import storage_reads
+
+    r = storage_reads(d)
+    if not len(r) or not len(gs):
+        return np.zeros(len(gs), np.int64)
+    t = (r["t_ns"] - r["dur_ns"]).astype(np.int64)
+    k = np.searchsorted(gs, t, side="right") - 1
+    inside = (k >= 0) & (t < ge[np.maximum(k, 0)])
+    return np.bincount(k[inside], weights=r["size"][inside].astype(np.float64),
+                       minlength=len(gs)).astype(np.int64)
+
+
 def idle_gaps(d: Data, th: Thresholds) -> list[Finding]:
     out = []
     c = d.cmds
@@ -52,6 +67,9 @@ def idle_gaps(d: Data, th: Thresholds) -> list[Finding]:
         # gaps in which the host was issuing small copies are the cost of those copies
         # (small_transfers counts it): a finding explains its time once
         long &= _small_copy_calls_in(d, gs, ge, th) < th.idle_small_calls
+        # gaps in which the host read storage are a load's (load_serialised counts the
+        # serialised ones; a pipelined load waits for its storage)
+        long &= _storage_read_bytes(d, gs, ge) < th.idle_storage_bytes
         active = int(be.max() - bs.min())
         total = int((ge - gs)[long].sum())
         if long.sum() < th.idle_min_gaps or total < th.idle_share * active:

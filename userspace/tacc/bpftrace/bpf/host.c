@@ -46,6 +46,15 @@ static __always_inline int on_sched_wakeup(struct tp_sched_wakeup *args)
 	return 0;
 }
 
+/* the request's operation from the tracepoint's rwbs (the kernel's blk_fill_rwbs: an
+ * optional F for a preflush, then R read, W write, D discard, F flush, N other):
+ * 1 read, 2 write, 3 flush, 4 discard, 0 other (capture-format.md, host records) */
+static __always_inline u32 blk_op(u8 c0, u8 c1)
+{
+	u8 c = c0 == 'F' ? c1 : c0;
+	return c == 'R' ? 1 : c == 'W' ? 2 : c == 'D' ? 4 : c0 == 'F' ? 3 : 0;
+}
+
 int on_block_rq_issue(struct tp_block_rq_issue *args)
 {
 	u64 id = bpf_get_current_pid_tgid();
@@ -65,6 +74,7 @@ int on_block_rq_issue(struct tp_block_rq_issue *args)
 	e.x = args->dev;
 	e.a = args->sector;
 	e.b = args->bytes;
+	e.v = blk_op(args->rwbs[0], args->rwbs[1]);
 	__builtin_memcpy(e.comm, v.comm, 16);
 	emit_host(&e);
 	return 0;
@@ -84,6 +94,7 @@ int on_block_rq_complete(struct tp_block_rq_complete *args)
 	e.b = v->bytes;
 	e.d = bpf_ktime_get_ns() - v->ts;
 	e.z = args->error;
+	e.v = blk_op(args->rwbs[0], args->rwbs[1]);
 	__builtin_memcpy(e.comm, v->comm, 16);
 	blk.delete(&k);
 	emit_host(&e);
