@@ -271,6 +271,15 @@ void tacc_irq_cause(TaccFunc *f, uint32_t cause)
  * too (in_run), and an access that arrives while one is active can only be
  * the device's own: it is refused (writes dropped, reads return 0).
  */
+/* CPU time of the calling thread (the main loop, or a vCPU holding the BQL) */
+static int64_t tacc_thread_cpu_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * NANOSECONDS_PER_SECOND + ts.tv_nsec;
+}
+
 bool tacc_enter(TaccState *s, TaccFunc *f, const char *what)
 {
     if (s->depth || s->in_run) {
@@ -281,14 +290,25 @@ bool tacc_enter(TaccState *s, TaccFunc *f, const char *what)
         s->reentrant_refused++;
         return false;
     }
-    s->depth++;
+    if (!s->depth++) {
+        s->turn_cpu_t0 = tacc_thread_cpu_ns();
+        s->turn_what = what;
+    }
     return true;
 }
 
 void tacc_leave(TaccState *s)
 {
     assert(s->depth);
-    s->depth--;
+    if (!--s->depth) {
+        int64_t ns = tacc_thread_cpu_ns() - s->turn_cpu_t0;
+
+        s->entry_cpu_ns += ns;
+        if (ns > (int64_t)s->worst_turn_ns) {
+            s->worst_turn_ns = ns;
+            trace_tacc_worst_turn(s->turn_what, ns);
+        }
+    }
 }
 
 /* Function reset: CTRL.RESET, FLR, D3hot->D0, VF enable/disable. */
@@ -1013,6 +1033,32 @@ static bool tacc_get_gemm_wait(Object *obj, Error **errp)
     return s->host_unit && s->host_gemm;
 }
 
+/*
+ * x-worst-turn-ns: the most CPU time one entry into the device (a register
+ * access, a doorbell, a slice of host work, a timer, a virtio kick) took on
+ * the thread that made it, since creation or the last write (any value
+ * resets it and x-entry-cpu-ns, the sum over all entries, to 0).  Such an
+ * entry holds the main loop (or the BQL) for that long: docs/hardware.md
+ * section 9, "Host work".
+ */
+static void tacc_get_worst_turn(Object *obj, Visitor *v, const char *name,
+                                void *opaque, Error **errp)
+{
+    visit_type_uint64(v, name, opaque ? &TACC(obj)->entry_cpu_ns :
+                      &TACC(obj)->worst_turn_ns, errp);
+}
+
+static void tacc_set_worst_turn(Object *obj, Visitor *v, const char *name,
+                                void *opaque, Error **errp)
+{
+    uint64_t val;
+
+    if (visit_type_uint64(v, name, &val, errp)) {
+        TACC(obj)->worst_turn_ns = 0;
+        TACC(obj)->entry_cpu_ns = 0;
+    }
+}
+
 static void tacc_pf_instance_init(Object *obj)
 {
     TaccState *s = TACC(obj);
@@ -1031,6 +1077,10 @@ static void tacc_pf_instance_init(Object *obj)
     object_property_add_bool(obj, "x-fi-tlb-inv-stall", tacc_get_tlb_stall,
                              tacc_set_tlb_stall);
     object_property_add_bool(obj, "x-gemm-wait", tacc_get_gemm_wait, NULL);
+    object_property_add(obj, "x-worst-turn-ns", "uint64", tacc_get_worst_turn,
+                        tacc_set_worst_turn, NULL, NULL);
+    object_property_add(obj, "x-entry-cpu-ns", "uint64", tacc_get_worst_turn,
+                        NULL, NULL, (void *)1);
     for (size_t i = 0; i < ARRAY_SIZE(tacc_gt_props); i++) {
         object_property_add(obj, tacc_gt_props[i].name, "uint64", tacc_get_gt,
                             NULL, NULL, (void *)&tacc_gt_props[i]);

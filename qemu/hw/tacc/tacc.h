@@ -388,6 +388,14 @@ struct TaccState {
 
     /* re-entrancy guard (tacc_enter): device entry points now active */
     uint32_t depth;
+    /*
+     * Host work per device entry (x-worst-turn-ns): the entering thread's
+     * CPU time at the outermost tacc_enter, the longest entry and the sum.
+     */
+    int64_t turn_cpu_t0;
+    const char *turn_what;
+    uint64_t worst_turn_ns;
+    uint64_t entry_cpu_ns;      /* all entries' CPU time (x-entry-cpu-ns) */
     uint32_t dma_depth;         /* inside one of its own DMAs / MSI-X writes */
     uint32_t reset_pending;     /* bit fn: a reset deferred to reset_bh */
     QEMUBH *reset_bh;
