@@ -86,3 +86,19 @@ def test_heads_sum_wider_than_a_gemm_dimension(ctx: Context) -> None:
     the reference."""
     r = run("decode", ctx, batch=8, prompt=8, tokens=2)
     assert r.checked and 0 < r.max_abs_err < D.LOGIT_BOUND
+
+
+@pytest.mark.long
+def test_gpt2_small_tokens_equal_the_reference_evaluator() -> None:
+    """GPT-2 small's shapes (the LM head, 2 x 768 x 50257, as block GEMMs through the
+    output's leading dimension) against ReferenceEvaluator: the same tokens, logits within
+    LOGIT_BOUND (measured: 2.4e-6; the reference's top-2 margins >= 0.22)."""
+    with Context(sim=True) as c:
+        c.backend.devmem_size = 2 << 30  # 498 MB of fp32 weights
+        r = D.decode(c, config="gpt2", batch=2, prompt=4, tokens=3)
+        gemms = [rec for rec in c.backend.op_records if rec[0] == "gemm"]
+    assert r.checked and 0 < r.max_abs_err < D.LOGIT_BOUND
+    assert len(r.extra["tokens"]) == 2 and len(r.extra["tokens"][0]) == 3
+    # the LM head in 13 column blocks (50257 = 12 x 4096 + 1105): the prefill's 8 tokens
+    # x 768 x 4096 the widest GEMM (the MLP's 8 x 768 x 3072 the next)
+    assert max(rec[2] for rec in gemms) == 2 * 8 * 768 * 4096

@@ -304,3 +304,41 @@ def test_cli_run_and_bad_file(tmp_path, capsys) -> None:
                         str(tmp_path / "missing.onnx"), "--sim"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "missing.onnx" in r.stderr
+
+
+def test_gemm_past_the_device_limits_runs_as_blocks() -> None:
+    """MatMul/Gemm wider than the device's GEMM dimension (4096): N in column blocks
+    written through c's leading dimension (an LM head: MatMul by a transposed table, its
+    bias fused), M in row blocks (transA), K in blocks accumulated with beta 1 onto
+    Gemm's beta * C; against ReferenceEvaluator, every node on the device."""
+    rng = np.random.default_rng(5)
+
+    def f(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    V, D = 9000, 24
+    inits = [nh.from_array(f(V, D), "wte"), nh.from_array(f(V), "bv"),
+             nh.from_array(f(5000, 3), "wk"), nh.from_array(f(2, 3), "c"),
+             nh.from_array(f(6, 5000), "am")]
+    nodes = [h.make_node("Transpose", ["wte"], ["wt"], perm=[1, 0]),
+             h.make_node("MatMul", ["x", "wt"], ["l0"]), h.make_node("Add", ["l0", "bv"], ["n"]),
+             h.make_node("Gemm", ["xk", "wk", "c"], ["k"], alpha=0.5, beta=2.0),
+             h.make_node("Gemm", ["am", "xm"], ["m"], transA=1)]
+    g = h.make_graph(nodes, "big", [h.make_tensor_value_info("x", T.FLOAT, [3, D]),
+                                    h.make_tensor_value_info("xk", T.FLOAT, [2, 5000]),
+                                    h.make_tensor_value_info("xm", T.FLOAT, [6, 7])],
+                     [h.make_tensor_value_info(o, T.FLOAT, None) for o in "nkm"], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 20)])
+    feeds = {"x": f(3, D), "xk": f(2, 5000), "xm": f(6, 7)}
+    with InferenceSession(m, sim=True) as sess:
+        got = sess.run(None, feeds)
+        steps = [st for p in sess._plans.values() for st in p.steps]
+        recs = sess.ctx.backend.op_records
+    assert all(st.run is not None for st in steps), [(st.label, st.reason) for st in steps]
+    # N: 3 column blocks (9000 = 4096 + 4096 + 808); K: 2 (5000); M: 2 (5000)
+    assert [r[0] for r in recs].count("gemm") == 3 + 2 + 2
+    ref = ReferenceEvaluator(m).run(None, feeds)
+    for name, y, r in zip("nkm", got, ref, strict=True):
+        assert y.shape == r.shape, name
+        # fp32 sums of up to 5000 products of N(0,1) values (|y| ~ 70): fp32 rounding
+        assert np.allclose(y, r, rtol=1e-4, atol=2e-3), (name, float(np.max(np.abs(y - r))))

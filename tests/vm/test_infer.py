@@ -213,6 +213,44 @@ with Context() as ctx:
 """
 
 
+def test_gemm_blocks_past_the_limits_on_pf() -> None:
+    """GEMMs past the device's dimension (4096) as block GEMMs through the driver, with
+    lda/ldb/ldc of the whole matrices: N in column blocks (an LM head: B transposed, a
+    bias), K in blocks accumulated with beta 1 onto beta * C; submitted and replayed from a
+    captured list; against float64 numpy."""
+    rng = np.random.default_rng(3)
+
+    def f(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    A, W, bias = f(3, 16), f(4100, 16), f(4100)
+    A2, B2, C2 = f(2, 4100), f(4100, 3), f(2, 3)
+    with Context() as ctx:
+        s = ctx.stream()
+        bufs = [ctx.device_buffer(x.shape) for x in (A, W, bias, A2, B2)]
+        for d, x in zip(bufs, (A, W, bias, A2, B2), strict=True):
+            s.copy_h2d(d, x)
+        da, dw, dbias, da2, db2 = bufs
+        out, out2 = ctx.device_buffer((3, 4100)), ctx.device_buffer((2, 3))
+        s.copy_h2d(out2, C2)
+        assert s.gemm_blocks(da, dw, out, trans_b=True, bias=dbias) == 2
+        assert s.gemm_blocks(da2, db2, out2, beta=0.5) == 2
+        s.synchronize()
+        ref = A.astype(np.float64) @ W.T.astype(np.float64) + bias
+        ref2 = A2.astype(np.float64) @ B2.astype(np.float64) + 0.5 * C2
+        got, got2 = ctx.to_numpy(out), ctx.to_numpy(out2)
+        assert np.allclose(got, ref, rtol=1e-4, atol=1e-4), float(np.max(np.abs(got - ref)))
+        assert np.allclose(got2, ref2, rtol=1e-4, atol=1e-3), \
+            float(np.max(np.abs(got2 - ref2)))
+        with s.capture() as g:  # the same blocks as a list's commands
+            s.gemm_blocks(da, dw, out, trans_b=True, bias=dbias)
+        s.copy_h2d(out, np.zeros((3, 4100), np.float32))
+        g.launch()
+        s.synchronize()
+        got = ctx.to_numpy(out)
+        assert np.allclose(got, ref, rtol=1e-4, atol=1e-4), float(np.max(np.abs(got - ref)))
+
+
 def test_hostile_lists_refused_as_tacc_user() -> None:
     cmd = f"exec {sys.executable} -c '{HOSTILE}'"
     p = subprocess.run(["su", "tacc-user", "-c", cmd], capture_output=True, text=True,

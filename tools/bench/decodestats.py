@@ -62,13 +62,15 @@ def step_cost(n_layer: int, d_model: int, vocab: int, batch: int, span: int,
 
 
 def roofline(n_layer: int, d_model: int, vocab: int, batch: int, span: int,
-             peak_gflops: float, devmem_gbps: float, weight_bytes: int = 4
-             ) -> dict[str, float]:
+             peak_gflops: float, devmem_gbps: float, weight_bytes: int = 4,
+             time_scale: float = 1.0) -> dict[str, float]:
     """The bound on tokens/s at ``batch`` (one token per sequence per step) and what
-    sets it: ``memory_s`` and ``compute_s`` per step, ``bound``: the larger's name."""
+    sets it: ``memory_s`` and ``compute_s`` per step, ``bound``: the larger's name.
+    ``time_scale``: the device's (``time-scale`` / 1000): every modelled duration is
+    that many times longer on the guest clock, and the bound that many times lower."""
     nbytes, flops = step_cost(n_layer, d_model, vocab, batch, span, weight_bytes)
-    mem_s = nbytes / (devmem_gbps * 1e9)
-    cmp_s = flops / (peak_gflops * 1e9)
+    mem_s = nbytes / (devmem_gbps * 1e9) * time_scale
+    cmp_s = flops / (peak_gflops * 1e9) * time_scale
     t = max(mem_s, cmp_s)
     return {"batch": batch, "span": span, "bytes": nbytes, "flops": flops,
             "memory_s": mem_s, "compute_s": cmp_s, "step_s": t,

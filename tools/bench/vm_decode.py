@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """In-guest: tokens/s of the decode workload under each tracer, side by side.
 
-Runs inside the VM as root (``make bench BENCH=decode``: its own boot with 1 GiB of
-device memory, ``-global tacc.devmem-size=1G``, and 4 GiB of guest memory).  For each
-batch (default 1 and 8) one decoder is built and loaded (tacc.workloads.decode: GPT-2
-small's shapes, fp32 weights resident, prefill and decode step captured as command
-lists and replayed), then ``--rounds`` rounds each run one phase per mode, the mode
-order rotated per round (round r starts at mode r), so drift hits every mode alike.
+Runs inside the VM as root (``make bench BENCH=decode``: its own boot, scripts/bench.sh
+gives the device its memory and time scale, ``-global tacc.devmem-size=1G -global
+tacc.time-scale=...``, and the guest 8 GiB).  For each batch (default 1 and 8) one
+decoder is built and loaded (tacc.workloads.decode: GPT-2 small's shapes by default,
+fp32 weights resident, the LM head as block GEMMs, prefill and decode step captured as
+command lists and replayed), then ``--rounds`` rounds each run one phase per mode, the
+mode order rotated per round (round r starts at mode r), so drift hits every mode alike.
 A phase is one greedy generation: ``--prompt`` tokens prefilled, ``--tokens`` generated
 per sequence; tokens/s = batch x tokens over the guest-clock time from the prompt's
 upload to the last token on the host (as ``tacc run decode`` reports it), no
@@ -24,13 +25,12 @@ reference check.  Modes:
 
 Per phase also: the time to first token, the mean decode step, the tracer's CPU share and
 its drops.  Per batch: the modelled device's roofline bound (decodestats.py) from the
-device's own peak and bandwidth registers' defaults (tacc.model).
+device's peak and bandwidth (tacc.model's defaults, the device's own ROOFLINE registers
+when it reports them) times its time scale (sysfs ``time_scale``), in guest-clock
+tokens/s.  Per batch also the set-up: the weights' generation (once per process), the
+decoder's build (graphs, shape inference, lowering), the weights' upload, the capture.
 
-The default configuration is ``tiny``: ``--config gpt2`` stops at the LM head, a
-``B x 768 x 50257`` GEMM wider than the device's GEMM dimension (4096), which the decode
-engine does not split.
-
-    vm_decode.py [--config tiny] [--batches 1,8] [--prompt 8] [--tokens 16] [--rounds 9]
+    vm_decode.py [--config gpt2] [--batches 1,8] [--prompt 8] [--tokens 16] [--rounds 9]
                  [--modes untraced,taccd,taccd-jobs,perf,bpftrace] [--json OUT]
 """
 
@@ -67,13 +67,16 @@ class Phases:
         import numpy as np
         from tacc.models import gpt2
         from tacc.runtime import Context
-        from tacc.workloads.decode import Decoder
+        from tacc.workloads.decode import Decoder, _weights
 
         self.d, self.tmp, self.node, self.seq = d, tmp, node, 0
         self.batch, self.tokens = batch, tokens
         self.ctx = Context()
         self.cfg = gpt2.get_config(config)
         self.s = self.ctx.stream()
+        t = time.monotonic()
+        _weights(config)  # generated once per process (cached): 0 for the next batch
+        self.weights_s = time.monotonic() - t
         t = time.monotonic()
         self.dec = Decoder(self.ctx, self.cfg, "fp32", batch, prompt)
         self.build_s = time.monotonic() - t
@@ -132,21 +135,26 @@ class Phases:
         self.ctx.close()
 
 
-def model_shape(config: str) -> dict[str, float]:
-    """What the roofline bound needs: the model's shapes and the device's peak (fp32, one
-    compute engine) and device-memory bandwidth (tacc.model: the device's defaults)."""
+def model_shape(config: str, dev: dict[str, Any] | None = None) -> dict[str, float]:
+    """What the roofline bound needs: the model's shapes, the device's peak (fp32, one
+    compute engine: its PEAK_FP32_GFLOPS register when reported, else tacc.model's
+    default) and device-memory bandwidth (tacc.model), and its time scale (``dev``:
+    the function's meta(); 1 without it)."""
     from tacc import model
     from tacc.models import gpt2
 
     c = gpt2.get_config(config)
     p = model.DEFAULT
+    dev = dev or {}
     return {"n_layer": c.n_layer, "d_model": c.d_model, "vocab": c.vocab,
-            "peak_gflops": p.peak_gflops["fp32"], "devmem_gbps": p.devmem_gbps}
+            "peak_gflops": dev.get("peak_fp32_gflops") or p.peak_gflops["fp32"],
+            "devmem_gbps": p.devmem_gbps, "time_scale": dev.get("time_scale", 1.0)}
 
 
-def roofline(config: str, batch: int, prompt: int, tokens: int) -> dict[str, float]:
+def roofline(shape: dict[str, float], batch: int, prompt: int, tokens: int
+             ) -> dict[str, float]:
     return decodestats.roofline(batch=batch, span=decodestats.mean_span(prompt, tokens),
-                                **model_shape(config))
+                                **shape)
 
 
 def table(batch: int, rows: list[dict[str, Any]], bound: dict[str, float]) -> None:
@@ -163,7 +171,7 @@ def table(batch: int, rows: list[dict[str, Any]], bound: dict[str, float]) -> No
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="tiny", help="tiny or gpt2 (see above)")
+    ap.add_argument("--config", default="gpt2", help="gpt2 (GPT-2 small's shapes) or tiny")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--prompt", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=16, help="generated per sequence")
@@ -171,7 +179,8 @@ def main() -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    node = guest_function("vm_decode").accel
+    fn = guest_function("vm_decode")
+    node, dev = fn.accel, fn.meta()
     modes = [m for m in a.modes.split(",") if m]
     if decodestats.BASE not in modes or any(m not in MODES for m in modes):
         print(f"vm_decode: --modes from {', '.join(MODES)}, with untraced", file=sys.stderr)
@@ -182,7 +191,9 @@ def main() -> int:
     out: dict[str, Any] = {"bench": "decode", "config": a.config, "dtype": "fp32",
                            "prompt": a.prompt, "tokens": a.tokens, "rounds": a.rounds,
                            "modes": modes, "results": {}, "runs": {}, "roofline": {},
-                           "setup": {}, "model": model_shape(a.config)}
+                           "setup": {}, "model": model_shape(a.config, dev),
+                           "device": {k: dev.get(k) for k in ("devmem", "time_scale",
+                                                               "peak_fp32_gflops")}}
     try:
         t = time.monotonic()
         d.start()  # compile the capture program once, outside any measured phase
@@ -190,10 +201,12 @@ def main() -> int:
         out["capture_first_start_s"] = time.monotonic() - t
         for b in [int(x) for x in a.batches.split(",") if x]:
             ph = Phases(d, tmp, node, a.config, b, a.prompt, a.tokens)
-            out["setup"][str(b)] = {"build_s": ph.build_s, "load_s": ph.load_s,
-                                    "capture_s": ph.capture_s, "first_run_s": ph.first_s}
-            print(f"batch {b}: build {ph.build_s:.1f} s, load {ph.load_s:.1f} s, capture "
-                  f"{ph.capture_s:.1f} s, first run {ph.first_s:.1f} s", flush=True)
+            out["setup"][str(b)] = {"weights_s": ph.weights_s, "build_s": ph.build_s,
+                                    "load_s": ph.load_s, "capture_s": ph.capture_s,
+                                    "first_run_s": ph.first_s}
+            print(f"batch {b}: weights {ph.weights_s:.1f} s, build {ph.build_s:.1f} s, load "
+                  f"{ph.load_s:.1f} s, capture {ph.capture_s:.1f} s, first run "
+                  f"{ph.first_s:.1f} s", flush=True)
             runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
             try:
                 for r, order in enumerate(decodestats.rotations(modes, a.rounds)):
@@ -216,7 +229,7 @@ def main() -> int:
                 row["ttft_ms"] = decodestats.median([x["ttft_ms"] for x in rs])
                 row["tpot_ms"] = decodestats.median([x["tpot_ms"] for x in rs])
                 row["same_tokens"] = all(x["same_tokens"] for x in rs)
-            bound = roofline(a.config, b, a.prompt, a.tokens)
+            bound = roofline(out["model"], b, a.prompt, a.tokens)
             out["results"][str(b)], out["runs"][str(b)] = rows, runs
             out["roofline"][str(b)] = bound
             table(b, rows, bound)

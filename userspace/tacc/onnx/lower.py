@@ -19,6 +19,7 @@ import onnx
 from onnx import helper
 
 from ..runtime import kernels as K
+from ..runtime.ops import GEMM_MAX_DIM, GEMM_MAX_LD, GEMM_MAX_MNK
 
 if TYPE_CHECKING:
     from .session import Plan
@@ -249,6 +250,20 @@ def _batch_ok(bshape: tuple[int, ...], full: tuple[int, ...]) -> bool:
     return _prod(bshape) == 1 or tuple(bshape) == tuple(full)
 
 
+def _over_limits(m: int, n: int, k: int, nb: int = 1) -> bool:
+    """Past the device's GEMM limits: one matrix runs as block GEMMs
+    (``Stream.gemm_blocks``); a batch of them is refused (the host runs it)."""
+    over = max(m, n, k) > GEMM_MAX_DIM or nb * m * n * k > GEMM_MAX_MNK
+    if over and nb > 1:
+        raise Unsupported(f"batched GEMM of {nb} x {m}x{n}x{k} past the device's limits "
+                          f"(m, n, k <= {GEMM_MAX_DIM}, batch*m*n*k <= 2^30): only a "
+                          "single matrix is split into blocks")
+    if over and max(m, n, k) > GEMM_MAX_LD:
+        raise Unsupported(f"GEMM {m}x{n}x{k}: a dimension past the device's leading "
+                          f"dimension ({GEMM_MAX_LD}) cannot be split in place")
+    return over
+
+
 def _matmul(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:
     a, b = node.input[0], node.input[1]
     _floats(plan, [a, b], "MatMul")
@@ -263,6 +278,7 @@ def _matmul(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Ste
     if not (_batch_ok(av[:-2], batch) and _batch_ok(bv[:-2], batch)):
         raise Unsupported(f"MatMul batch broadcast {sa} x {sb}")
     nb, m, n = _prod(batch), av[-2], bv[-1]
+    split = _over_limits(m, n, av[-1], nb)
     trans_b, b_src = False, b
     prod = plan.producer(b)
     if prod is not None and prod.op_type == "Transpose" and plan.single_use(b):
@@ -289,8 +305,12 @@ def _matmul(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Ste
             if len(db.shape) >= 2 else db.view((1, db.shape[0], 1))
         dav = da.view((_prod(av[:-2]), m, av[-1]))
         do = plan.dev(out).view((nb, m, n))
-        s.gemm(dav, dbv, do, trans_b=trans_b,
-               bias=plan.dev(bias).view((n,)) if bias else None)
+        dbias = plan.dev(bias).view((n,)) if bias else None
+        if split:  # one matrix past the device's limits: block GEMMs
+            s.gemm_blocks(dav.view(dav.shape[1:]), dbv.view(dbv.shape[1:]),
+                          do.view(do.shape[1:]), trans_b=trans_b, bias=dbias)
+            return
+        s.gemm(dav, dbv, do, trans_b=trans_b, bias=dbias)
 
     if trans_b:
         nodes.insert(0, prod)
@@ -309,6 +329,8 @@ def _gemm(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:
     alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
     y = node.output[0]
     m, n = plan.shape(y)
+    sa = plan.shape(a)
+    split = _over_limits(m, n, sa[0] if ta else sa[-1])
     bias = full = None
     if c and beta != 0.0:
         sc = plan.shape(c)
@@ -332,8 +354,9 @@ def _gemm(plan: Plan, i: int, node: onnx.NodeProto, at: dict[str, Any]) -> Step:
         if full is not None:
             s.copy_d2d(do, plan.dev(full).view(do.shape, do.dtype)) if \
                 plan.dtype(full) == do.dtype else s.cast(plan.dev(full), do)
-        s.gemm(plan.dev(a), plan.dev(b), do, alpha=alpha, beta=beta if full else 0.0,
-               trans_a=ta, trans_b=tb, bias=plan.dev(bias) if bias else None)
+        (s.gemm_blocks if split else s.gemm)(
+            plan.dev(a), plan.dev(b), do, alpha=alpha, beta=beta if full else 0.0,
+            trans_a=ta, trans_b=tb, bias=plan.dev(bias) if bias else None)
 
     return Step([node], run, outputs=[y])
 

@@ -133,7 +133,9 @@ def encode_op(op: Op) -> Encoded:
         br, bc = p["b_mat"]
         m, n, k = p["m"], p["n"], p["k"]
         a.m, a.n, a.k = m, n, k
-        a.lda, a.ldb, a.ldc = ac, bc, n
+        ld = p.get("ld") or {}
+        a.lda, a.ldb, a.ldc = (ld[r][2] if r in ld else d for r, d in (("a", ac), ("b", bc),
+                                                                       ("c", n)))
         a.alpha, a.beta = f32_bits(p["alpha"]), f32_bits(p["beta"])
         a.dtype_ab, a.dtype_c = DT[b["a"].dtype.name], DT[b["out"].dtype.name]
         a.gflags = (GEMM_F_TRANS_A if p["trans_a"] else 0) | \

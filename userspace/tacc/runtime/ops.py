@@ -10,6 +10,7 @@ submitted as one command of one job, or recorded into the graph being captured
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ INDEX_DTYPES = (np.dtype(np.int32),)
 # device limits (docs/hardware.md section 14)
 GEMM_MAX_DIM = 4096        # m, n, k
 GEMM_MAX_MNK = 1 << 30     # batch * m * n * k
+GEMM_MAX_LD = 65536        # lda, ldb, ldc
 MAX_BATCH = 65536
 MAX_COLS = 65536           # SOFTMAX, NORM, GATHER columns
 MAX_ELEMS = 1 << 26        # elements of one operand (rows * cols, eltwise n)
@@ -77,12 +79,23 @@ def run_op(op: Op, load: Callable[[Buffer], np.ndarray],
     b, p = op.bufs, {k: resolve(v, params) for k, v in op.p.items()}
     out = b["out"]
     if op.kind == "gemm":
-        a = load(b["a"]).reshape(p["ba"], *p["a_mat"])
-        bm = load(b["b"]).reshape(p["bb"], *p["b_mat"])
-        c = load(out).reshape(p["batch"], p["m"], p["n"]) if p["beta"] != 0.0 else None
+        ld = p.get("ld") or {}
+        a = _strided(load(b["a"]), ld["a"]) if "a" in ld else \
+            load(b["a"]).reshape(p["ba"], *p["a_mat"])
+        bm = _strided(load(b["b"]), ld["b"]) if "b" in ld else \
+            load(b["b"]).reshape(p["bb"], *p["b_mat"])
+        span = load(out) if "c" in ld else None
+        c = _strided(span, ld["c"]) if span is not None else \
+            load(out).reshape(p["batch"], p["m"], p["n"]) if p["beta"] != 0.0 else None
         bias = load(b["bias"]) if "bias" in b else None
         r = K.gemm(a, bm, trans_a=p["trans_a"], trans_b=p["trans_b"], alpha=p["alpha"],
-                   beta=p["beta"], c=c, bias=bias, out_dtype=out.dtype)
+                   beta=p["beta"], c=c if p["beta"] != 0.0 else None, bias=bias,
+                   out_dtype=out.dtype)
+        if span is not None:  # the block's rows within the span, the rest as it was
+            assert c is not None
+            c[...] = r
+            store(out, span)
+            return
     elif op.kind == "softmax":
         x = load(b["x"]).reshape(-1, p["rows"], p["cols"])
         r = K.softmax(x, scale=p["scale"], causal=p["causal"], pos_offset=p["pos_offset"],
@@ -112,6 +125,15 @@ def run_op(op: Op, load: Callable[[Buffer], np.ndarray],
     else:
         raise ValueError(f"unknown op {op.kind}")
     store(out, np.ascontiguousarray(r).reshape(out.shape))
+
+
+def _strided(span: np.ndarray, mat: tuple[int, int, int]) -> np.ndarray:
+    """A ``rows x cols`` matrix with ``ld`` elements per row inside the flat ``span``
+    (writable when the span is), as one batch ``(1, rows, cols)``."""
+    rows, cols, ld = mat
+    flat = span.reshape(-1)
+    return np.lib.stride_tricks.as_strided(flat, (1, rows, cols),
+                                           (0, ld * flat.itemsize, flat.itemsize))
 
 
 # ------------------------------------------------------------------ checks ---
@@ -153,7 +175,15 @@ def _is_bf16(*bufs: Buffer) -> bool:
     return any(K.is_bf16(b.dtype) for b in bufs)
 
 
-def _mat(x: Buffer, what: str) -> tuple[int, int, int]:
+def _mat(x: Buffer, what: str, ld: tuple[int, int, int] | None = None
+         ) -> tuple[int, int, int]:
+    if ld is not None:  # one matrix of rows x cols, ld elements a row, in a flat span
+        rows, cols, pitch = ld
+        if len(x.shape) != 1 or x.size != (rows - 1) * pitch + cols or not \
+                cols <= pitch <= GEMM_MAX_LD:
+            raise ShapeError(f"gemm: {what} {x.shape} is not a {rows} x {cols} matrix with "
+                             f"{pitch} elements a row (<= {GEMM_MAX_LD})")
+        return 1, rows, cols
     if len(x.shape) < 2:
         raise ShapeError(f"gemm: {what} must be at least 2-D, has shape {x.shape}")
     r, c = x.shape[-2], x.shape[-1]
@@ -162,14 +192,19 @@ def _mat(x: Buffer, what: str) -> tuple[int, int, int]:
 
 # --------------------------------------------------------------- builders ---
 def build_gemm(ctx: Context, a: Any, b: Any, c: Any, *, alpha: float, beta: float,
-               trans_a: bool, trans_b: bool, batch: int | None, bias: Any) -> Op:
+               trans_a: bool, trans_b: bool, batch: int | None, bias: Any,
+               ld: dict[str, tuple[int, int, int]] | None = None) -> Op:
+    """``ld``: role (``a``, ``b``, ``c``) -> (rows, cols, elements a row) of an operand
+    given as the flat span of a matrix inside a wider one (a block of :meth:`gemm_blocks`);
+    one matrix, no batch."""
     da, db = _dev(ctx, a, "gemm operand a"), _dev(ctx, b, "gemm operand b")
     dc = _dev(ctx, c, "gemm output c")
     if da.dtype != db.dtype:
         raise DtypeError(f"gemm: a is {da.dtype}, b is {db.dtype}: operands share a dtype")
-    ba, ar, ac = _mat(da, "a")
-    bb, br, bc = _mat(db, "b")
-    bo, m, n = _mat(dc, "c")
+    ld = ld or {}
+    ba, ar, ac = _mat(da, "a", ld.get("a"))
+    bb, br, bc = _mat(db, "b", ld.get("b"))
+    bo, m, n = _mat(dc, "c", ld.get("c"))
     m2, k = (ac, ar) if trans_a else (ar, ac)
     k2, n2 = (bc, br) if trans_b else (br, bc)
     nb = bo if batch is None else int(batch)
@@ -179,6 +214,8 @@ def build_gemm(ctx: Context, a: Any, b: Any, c: Any, *, alpha: float, beta: floa
     if nb != bo or ba not in (1, nb) or bb not in (1, nb) or not 1 <= nb <= MAX_BATCH:
         raise ShapeError(f"gemm: batch {nb}: a has {ba}, b {bb}, c {bo} matrices "
                          f"(each {nb} or 1; batch <= {MAX_BATCH})")
+    if ld and nb != 1:
+        raise ShapeError(f"gemm: batch {nb} with a leading dimension (one matrix only)")
     if max(m, n, k) > GEMM_MAX_DIM or nb * m * n * k > GEMM_MAX_MNK:
         raise ShapeError(f"gemm: {nb}x{m}x{n}x{k} exceeds the device limits (m, n, k <= "
                          f"{GEMM_MAX_DIM}, batch*m*n*k <= 2^30)")
@@ -192,6 +229,8 @@ def build_gemm(ctx: Context, a: Any, b: Any, c: Any, *, alpha: float, beta: floa
     p = {"m": m, "n": n, "k": k, "batch": nb, "ba": ba, "bb": bb, "a_mat": (ar, ac),
          "b_mat": (br, bc), "trans_a": bool(trans_a), "trans_b": bool(trans_b),
          "alpha": float(alpha), "beta": float(beta)}
+    if ld:
+        p["ld"] = dict(ld)
     return Op("gemm", bufs, p, flops, nbytes, _is_bf16(da, db))
 
 
@@ -307,6 +346,72 @@ class InferenceOps:
         self._op("gemm", lambda: build_gemm(self.ctx, a, b, c, alpha=alpha, beta=beta,
                                             trans_a=trans_a, trans_b=trans_b, batch=batch,
                                             bias=bias))
+
+    def gemm_blocks(self: Stream, a: Any, b: Any, c: Any, *, alpha: float = 1.0,
+                    beta: float = 0.0, trans_a: bool = False, trans_b: bool = False,
+                    bias: Any = None) -> int:
+        """:meth:`gemm` of one matrix of any size the device's leading dimension reaches
+        (the rows of a, b and c: <= ``GEMM_MAX_LD``): past the GEMM limits (m, n, k <=
+        ``GEMM_MAX_DIM``, m*n*k <= ``GEMM_MAX_MNK``) it runs as block GEMMs, each reading
+        and writing its block in place through the leading dimensions: row blocks of op(a)
+        and c (M), column blocks of op(b) and c (N), and K blocks accumulated into c (the
+        first with ``beta`` and the bias, the rest with beta 1: a bf16 c rounds each partial
+        sum).  a, b and c are 2-D (or leading axes of 1).  Returns the number of GEMMs."""
+        da = _dev(self.ctx, a, "gemm operand a")
+        db = _dev(self.ctx, b, "gemm operand b")
+        dc = _dev(self.ctx, c, "gemm output c")
+
+        def mat(x: Buffer, what: str) -> tuple[int, int]:
+            nb, r, cols = _mat(x, what)
+            if nb != 1:
+                raise ShapeError(f"gemm_blocks: {what} {x.shape} is a batch (one matrix only)")
+            return r, cols
+
+        (ar, ac), (br, bc), (m, n) = mat(da, "a"), mat(db, "b"), mat(dc, "c")
+        m2, k = (ac, ar) if trans_a else (ar, ac)
+        k2, n2 = (bc, br) if trans_b else (br, bc)
+        if k != k2 or m != m2 or n != n2:
+            raise ShapeError(f"gemm: shapes {da.shape}{'T' if trans_a else ''} x {db.shape}"
+                             f"{'T' if trans_b else ''} -> {dc.shape} do not fit")
+        if max(m, n, k) <= GEMM_MAX_DIM and m * n * k <= GEMM_MAX_MNK:
+            self.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b,
+                      bias=bias)
+            return 1
+        if max(ac, bc, n) > GEMM_MAX_LD:
+            raise ShapeError(f"gemm: rows of {max(ac, bc, n)} elements exceed the device's "
+                             f"leading dimension ({GEMM_MAX_LD}): not split")
+        blk = [min(x, GEMM_MAX_DIM) for x in (m, n, k)]
+        while blk[0] * blk[1] * blk[2] > GEMM_MAX_MNK:
+            j = blk.index(max(blk))
+            blk[j] = (blk[j] + 1) // 2
+        bm, bn, bk = blk
+        dbias = _vec(self.ctx, bias, n, "gemm bias") if bias is not None else None
+
+        def span(x: Buffer, start: int, rows: int, cols: int, ld: int
+                 ) -> tuple[Buffer, tuple[int, int, int]]:
+            return (x.view(((rows - 1) * ld + cols,), offset=start * x.dtype.itemsize),
+                    (rows, cols, ld))
+
+        count = 0
+        for i0 in range(0, m, bm):
+            mi = min(bm, m - i0)
+            for j0 in range(0, n, bn):
+                nj = min(bn, n - j0)
+                for p0 in range(0, k, bk):
+                    kp = min(bk, k - p0)
+                    va, la = span(da, p0 * ac + i0, kp, mi, ac) if trans_a else \
+                        span(da, i0 * ac + p0, mi, kp, ac)
+                    vb, lb = span(db, j0 * bc + p0, nj, kp, bc) if trans_b else \
+                        span(db, p0 * bc + j0, kp, nj, bc)
+                    vc, lc = span(dc, i0 * n + j0, mi, nj, n)
+                    vbias = dbias.view((nj,), offset=j0 * dbias.dtype.itemsize) \
+                        if dbias is not None and p0 == 0 else None
+                    self._op("gemm", functools.partial(
+                        build_gemm, self.ctx, va, vb, vc, alpha=alpha,
+                        beta=beta if p0 == 0 else 1.0, trans_a=trans_a, trans_b=trans_b,
+                        batch=None, bias=vbias, ld={"a": la, "b": lb, "c": lc}))
+                    count += 1
+        return count
 
     def softmax(self: Stream, x: Any, out: Any, *, scale: float = 1.0, causal: bool = False,
                 pos_offset: Any = 0) -> None:

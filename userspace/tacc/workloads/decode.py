@@ -77,8 +77,11 @@ class Decoder:
         self.ctx, self.cfg, self.batch, self.plen = ctx, cfg, batch, plen
         w = _weights(cfg.name)
         self.shared: dict[str, Any] = {}
-        self.pre = Engine(ctx, gpt2.build(cfg, w, dtype, batch, plen), self.shared)
-        self.step = Engine(ctx, gpt2.build(cfg, w, dtype, batch, 1), self.shared)
+        # the weights stay numpy arrays beside the graphs (no copy into the protobuf)
+        ext: dict[str, np.ndarray] = {}
+        self.pre = Engine(ctx, gpt2.build(cfg, w, dtype, batch, plen, ext), self.shared, ext)
+        ext = {}
+        self.step = Engine(ctx, gpt2.build(cfg, w, dtype, batch, 1, ext), self.shared, ext)
         self.graph: Any = None
         self.prefill_graph: Any = None
         self.kv_host: dict[str, HostBuffer] = {}

@@ -13,7 +13,8 @@ device operations of one stream, with every tensor resident in device memory.
 
 The lowering is node by node (one device command per node, views for ``Reshape``):
 ``Gather`` -> GATHER; ``LayerNormalization`` -> LAYERNORM; ``MatMul`` -> GEMM (a batched
-GEMM with a shared operand for ``[N,D] x [H,D,dh]``; a ``Transpose`` of the last two axes
+GEMM with a shared operand for ``[N,D] x [H,D,dh]``; a 2-D one past the device's GEMM
+limits, e.g. the LM head ``[N,D] x [D,V]``, as block GEMMs; a ``Transpose`` of the last two axes
 in front of it becomes ``trans_b``; a following bias ``Add`` of a row vector the GEMM's
 bias; a following ``Cast`` to float32 the GEMM's output dtype); ``Mul`` by the scalar
 scale, ``Add`` of the mask and ``Softmax`` -> ADD (row broadcast) + SOFTMAX with the scale;
@@ -66,9 +67,11 @@ class Engine:
     """
 
     def __init__(self, ctx: Context, model: onnx.ModelProto,
-                 shared: dict[str, DeviceBuffer] | None = None) -> None:
+                 shared: dict[str, DeviceBuffer] | None = None,
+                 external: dict[str, np.ndarray] | None = None) -> None:
         self.ctx = ctx
         model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        external = external if external is not None else {}
         g = model.graph
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.dtypes: dict[str, np.dtype] = {}
@@ -76,8 +79,14 @@ class Engine:
             t = vi.type.tensor_type
             self.shapes[vi.name] = tuple(int(d.dim_value) for d in t.shape.dim)
             self.dtypes[vi.name] = _dtype(t.elem_type)
-        self.consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t)
-                                              for t in g.initializer}
+        self.consts: dict[str, np.ndarray] = {}
+        for t in g.initializer:  # in-memory external data (gpt2.build's external=)
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                if t.name not in external:
+                    raise Unsupported(f"initializer {t.name}: external data not given")
+                self.consts[t.name] = external[t.name]
+            else:
+                self.consts[t.name] = numpy_helper.to_array(t)
         self.consumers: dict[str, list[onnx.NodeProto]] = {}
         for n in g.node:
             for i in n.input:
@@ -252,6 +261,10 @@ class Engine:
                 self.skip.add(add.name)
                 out = add.output[0]
         c = self.tensor(out)
+        if len(a.shape) == len(b.shape) == len(c.shape) == 2:
+            # one matrix: block GEMMs past the device's limits (the LM head, B x D x V)
+            self._step(n, lambda s, pos: s.gemm_blocks(a, b, c, trans_b=trans_b, bias=bias))
+            return
         self._step(n, lambda s, pos: s.gemm(a, b, c, trans_b=trans_b, bias=bias))
 
     def _reduce_heads(self, n: onnx.NodeProto) -> None:
