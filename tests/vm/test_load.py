@@ -1,5 +1,5 @@
 """In-guest: ``tacc run load``'s twins (docs/workloads.md "load") with their weights on the
-NVMe scratch disk (scripts/run-vm NVME=1: the strict boot), each under a real capture (the
+NVMe scratch disk (scripts/run-vm NVME=1: the extras boot), each under a real capture (the
 session's BPF program, tests/vm/test_e2e_real.py's recorder): the block reads the kernel
 issued for the load are the bytes the workload read, the uploads the tensors' bytes, the
 rule ``load_serialised`` fires on the bad twin only with its estimate within 25 % of the
@@ -23,7 +23,7 @@ TOLERANCE = 0.25  # the rule's estimate against bad - good (docs/analysis.md)
 
 def _nvme() -> str:
     dev = os.environ.get("TACC_NVME_DEV", "")
-    assert dev, ("no NVMe scratch disk (TACC_NVME_DEV): this file runs in the strict boot "
+    assert dev, ("no NVMe scratch disk (TACC_NVME_DEV): this file runs in the extras boot "
                  "(scripts/run-vm NVME=1)")
     return dev
 
