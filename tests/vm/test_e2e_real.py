@@ -1033,7 +1033,7 @@ def test_v3_records_carry_the_decode_gemms_flops_and_bytes(recorder: Recorder) -
     the Chrome JSON's command slices carry the records' FLOPs and bytes."""
     from tacc.analyze import roofline
     from tacc.analyze.data import load
-    from tacc.capture import open_capture
+    from tacc.capture import open_capture, schema
     from tacc.capture.schema import Opcode
     from tacc.models import gpt2
     from tacc.timeline.convert import convert
@@ -1043,7 +1043,7 @@ def test_v3_records_carry_the_decode_gemms_flops_and_bytes(recorder: Recorder) -
                                         scale)
     assert res[0]["checked"], res
     cap = open_capture(cap_path)
-    assert cap.format_version == (1, 12)
+    assert cap.format_version == (schema.FORMAT_VERSION, schema.FORMAT_MINOR)
     pf = cap.functions[0]
     assert pf.trace_version == 3
     assert (pf.peak_fp32_gflops, pf.peak_bf16_gflops, pf.devmem_gbps) == (7575, 30250, 300)
