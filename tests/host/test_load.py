@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tacc.analyze.engine import analyze
 from tacc.analyze.rules import Thresholds
-from tacc.analyze.rules.load_serialised import pipelined_ns
+from tacc.analyze.rules.load_serialised import flow_ns, pipelined_ns
 from tacc.capture import open_capture
 from tacc.capture.synth import LOAD_CHUNK, LOAD_TENSOR, NVME_DEV, generate
 
@@ -112,6 +112,27 @@ def test_pipelined_ns_bounds(ph: list[tuple[int, int]], buffers: int) -> None:
     assert pipelined_ns(r, u, len(r) + 1) == pipelined_ns(r, u)  # unbounded = enough
     if buffers == 1:
         assert p == int((r + u).sum())
+
+
+def test_flow_ns_values() -> None:
+    # storage, host, link: the longest stage's sum plus the others' first and last phases
+    assert flow_ns([np.array([1, 1, 1]), np.array([5, 5, 5]), np.array([2, 2, 2])]) == 18
+    # a long last link phase: both reads, the last host phase, then it (4 + 4 + 1 + 9)
+    assert flow_ns([np.array([4, 4]), np.array([1, 1]), np.array([1, 9])]) == 18
+    assert flow_ns([np.zeros(0, np.int64)] * 3) == 0 and flow_ns([]) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6), st.integers(0, 10**6)),
+                min_size=1, max_size=40))
+def test_flow_ns_bounds(ph: list[tuple[int, int, int]]) -> None:
+    """Two stages: pipelined_ns unbounded; three: never longer than serial, never shorter
+    than any stage's sum, and a stage of zeros changes nothing."""
+    r, h, g = (np.array(x, np.int64) for x in zip(*ph, strict=True))
+    assert flow_ns([r, h]) == pipelined_ns(r, h)
+    p = flow_ns([r, h, g])
+    assert max(int(r.sum()), int(h.sum()), int(g.sum())) <= p <= int((r + h + g).sum())
+    assert flow_ns([r, np.zeros_like(h), g]) == pipelined_ns(r, g)
 
 
 @settings(max_examples=40, deadline=None)

@@ -24,11 +24,15 @@ reference check.  Modes:
   bpftrace    a bpftrace script printing every tacc event to a file (peers.py)
 
 Per phase also: the time to first token, the mean decode step, the tracer's CPU share and
-its drops.  Per batch: the modelled device's roofline bound (decodestats.py) from the
-device's peak and bandwidth (tacc.model's defaults, the device's own ROOFLINE registers
-when it reports them) times its time scale (sysfs ``time_scale``), in guest-clock
-tokens/s.  Per batch also the set-up: the weights' generation (once per process), the
-decoder's build (graphs, shape inference, lowering), the weights' upload, the capture.
+its drops.  Per batch, from its first default (``taccd``) capture: where a step's time goes
+(tacc.analyze.report's step breakdown: host, of which in the runtime's API calls, device
+compute- and memory-bound time, link; prefill and the mean decode step) and the
+findings of ``tacc analyze`` (rule, estimated time lost, the ranges they span).
+Per batch: the modelled device's roofline bound (decodestats.py) from the device's peak
+and bandwidth (tacc.model's defaults, the device's own ROOFLINE registers when it reports
+them) times its time scale (sysfs ``time_scale``), in guest-clock tokens/s.  Per batch
+also the set-up: the weights' generation (once per process), the decoder's build (graphs,
+shape inference, lowering), the weights' upload, the capture.
 
     vm_decode.py [--config gpt2] [--batches 1,8] [--prompt 8] [--tokens 16] [--rounds 9]
                  [--modes untraced,taccd,taccd-jobs,perf,bpftrace] [--json OUT]
@@ -70,6 +74,7 @@ class Phases:
         from tacc.workloads.decode import Decoder, _weights
 
         self.d, self.tmp, self.node, self.seq = d, tmp, node, 0
+        self.analysis: dict[str, Any] | None = None
         self.batch, self.tokens = batch, tokens
         self.ctx = Context()
         self.cfg = gpt2.get_config(config)
@@ -121,6 +126,8 @@ class Phases:
             out["drops"] = peers.drops_total(s.get("drops", {}))
             if out["drops"]:
                 out["drops_by_source"] = s.get("drops", {})
+            if mode == "taccd" and self.analysis is None:
+                self.analysis = analyse(cap)
             shutil.rmtree(cap, ignore_errors=True)
         elif tool is not None:
             tool.stop()
@@ -133,6 +140,48 @@ class Phases:
     def close(self) -> None:
         self.dec.free()
         self.ctx.close()
+
+
+def analyse(path: str) -> dict[str, Any]:
+    """A default capture's step breakdown (prefill, the mean of the decode steps; ns) and
+    its findings."""
+    from tacc.analyze import report
+    from tacc.analyze.data import load
+    from tacc.analyze.engine import analyze
+    from tacc.capture import open_capture
+
+    cap = open_capture(path)
+    rows = report.steps(load(cap))
+    keys = ("wall_ns", "host_ns", "submit_ns", "compute_ns", "memory_ns", "link_ns",
+            "storage_ns", "flops", "bytes")
+    dec = [r for r in rows if r["name"].startswith("decode step")]
+    out: dict[str, Any] = {"steps": rows, "breakdown": {}}
+    for name, rs in (("prefill", [r for r in rows if r["name"] == "prefill"]),
+                     ("decode step (mean)", dec)):
+        if rs:
+            out["breakdown"][name] = {k: sum(r[k] for r in rs) / len(rs) for k in keys}
+    out["findings"] = [{"rule": f.rule, "severity": f.severity,
+                        "time_lost_ms": f.time_lost_ns / 1e6, "share": f.share,
+                        "title": f.title, "suggestion": f.suggestion,
+                        "ranges": f.evidence.get("ranges", [])}
+                       for f in analyze(cap)]
+    return out
+
+
+def print_analysis(batch: int, a: dict[str, Any]) -> None:
+    print(f"\nbatch {batch}: where a step's time goes (ms, one default capture)")
+    print(f"{'step':<20} {'wall':>8} {'host':>8} {'submit':>8} {'compute':>8} "
+          f"{'memory':>8} {'link':>8} {'GFLOP':>8} {'MB':>8}")
+    for name, r in a["breakdown"].items():
+        print(f"{name:<20} {r['wall_ns'] / 1e6:8.1f} {r['host_ns'] / 1e6:8.1f} "
+              f"{r['submit_ns'] / 1e6:8.1f} {r['compute_ns'] / 1e6:8.1f} "
+              f"{r['memory_ns'] / 1e6:8.1f} {r['link_ns'] / 1e6:8.1f} "
+              f"{r['flops'] / 1e9:8.2f} {r['bytes'] / 1e6:8.1f}")
+    print(f"findings: {len(a['findings'])}")
+    for f in a["findings"]:
+        print(f"  {f['severity']:<6} {f['rule']:<18} {f['time_lost_ms']:9.1f} ms lost "
+              f"({f['share'] * 100:.0f} %): {f['title']}"
+              + (f" [{', '.join(list(f['ranges'])[:3])}]" if f["ranges"] else ""))
 
 
 def model_shape(config: str, dev: dict[str, Any] | None = None) -> dict[str, float]:
@@ -220,6 +269,9 @@ def main() -> int:
                               f"{res['cpu'] * 100:5.1f}% drops {res['drops']}", flush=True)
             finally:
                 ph.close()
+            if ph.analysis is not None:
+                out.setdefault("analysis", {})[str(b)] = ph.analysis
+                print_analysis(b, ph.analysis)
             rows = decodestats.summarize({m: [x["tokens_per_s"] for x in rs]
                                           for m, rs in runs.items()})
             for row in rows:

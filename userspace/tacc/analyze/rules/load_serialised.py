@@ -58,6 +58,19 @@ def pipelined_ns(r: np.ndarray, u: np.ndarray, buffers: int | None = None) -> in
     return uend[-1]
 
 
+def flow_ns(stages: list[np.ndarray]) -> int:
+    """Makespan of phases passing through ``stages`` in order (a flow shop: phase i enters
+    stage s when stage s has finished phase i-1 and stage s-1 phase i), with as many
+    buffers between stages as it takes.  Two stages: :func:`pipelined_ns` unbounded."""
+    done = np.zeros(len(stages[0]) if stages else 0, np.int64)
+    for p in stages:
+        t = 0
+        for i, x in enumerate(np.asarray(p, np.int64).tolist()):
+            t = max(t, int(done[i])) + x
+            done[i] = t
+    return int(done[-1]) if len(done) else 0
+
+
 def _overlap(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) -> int:
     """Length of (union of a) intersected with (union of b); both merged and sorted."""
     total = 0
@@ -79,9 +92,12 @@ def load_serialised(d: Data, th: Thresholds) -> list[Finding]:
     ``load_max_overlap`` of its read requests issued while an upload was in flight
     (submit to device end) and of its uploads submitted while a read was, with at least
     ``load_min_phases`` read phases separated by uploads: serialised.  Time lost: the
-    load's span minus the span of the same read and upload phases pipelined
-    (:func:`pipelined_ns`: the longest of the first k read phases and the upload phases
-    from k on)."""
+    load's span minus the span of the same phases pipelined (:func:`flow_ns`) through
+    three stages: the storage (a read phase), the host (from a read phase's end to the
+    submit of its first upload: the copy into staging and the submit path) and the link
+    (the device time of the phase's uploads).  The rest of an upload phase, the latency
+    from a submit to the device's start and from its end to the next read (completion,
+    wake-up), is a wait, not a resource: pipelined, it overlaps the next phases' work."""
     reads = storage_reads(d)
     c = d.cmds
     up = c.sel(c.opcode == Opcode.COPY_H2D)
@@ -155,8 +171,15 @@ def load_serialised(d: Data, th: Thresholds) -> list[Finding]:
         starts = np.r_[0, ends[:-1] + 1]
         r_ph = me[ends] - ms[starts]
         u_ph = nxt[ends] - me[ends]
+        # the upload phase's host work (to its first submit) and link time (its uploads'
+        # device time); the rest of it is waiting
+        h_ph = us[j[ends]] - me[ends]
+        dev_s, dev_e = merged(load.ts, load.te)
+        g_ph = np.array([_overlap(dev_s, dev_e, np.array([a]), np.array([b]))
+                         for a, b in zip(me[ends].tolist(), nxt[ends].tolist(), strict=True)],
+                        np.int64)
         span = t_end - t0
-        ideal = pipelined_ns(r_ph, u_ph)
+        ideal = flow_ns([r_ph, h_ph, g_ph])
         lost = int(span - ideal)
         if lost < th.min_time_lost_ns:
             continue
@@ -179,7 +202,8 @@ def load_serialised(d: Data, th: Thresholds) -> list[Finding]:
                       "overlap_ns": int(ovl), "reads_in_uploads": round(reads_in_up, 4),
                       "uploads_in_reads": round(ups_in_read, 4),
                       "phases": len(ends), "read_phase_ns": int(r_ph.sum()),
-                      "upload_phase_ns": int(u_ph.sum()), "load_ns": int(span),
+                      "upload_phase_ns": int(u_ph.sum()), "host_phase_ns": int(h_ph.sum()),
+                      "link_phase_ns": int(g_ph.sum()), "load_ns": int(span),
                       "pipelined_ns": int(ideal), "traced_api": bool(np.isin(pid, pids).any()),
                       "ranges": range_names(d, gs, ge)},
             time_lost_ns=lost,
