@@ -468,8 +468,11 @@ def test_dask_tcp_scheduler_same_findings(caps: list[Path], tmp_path: Path,
         assert docs[addr]["captures"] == docs["serial"]["captures"]
 
 
-def test_dask_bad_scheduler_one_line(caps: list[Path], capsys: pytest.CaptureFixture[str]
-                                     ) -> None:
+def test_dask_bad_scheduler_one_line(caps: list[Path], capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from tacc.fleet import dist
+
+    monkeypatch.setattr(dist, "CONNECT_TIMEOUT", "0.5s")  # nothing listens on port 9
     rc, _, err = _run(capsys, "analyze", "--scheduler", "bogus", str(caps[0]))
     assert "not a scheduler" in _one_error(rc, err, 2)  # a usage error
     rc, _, err = _run(capsys, "analyze", "--scheduler", "tcp://127.0.0.1:9", str(caps[0]))

@@ -21,6 +21,8 @@ from tacc.errors import TaccError, UsageError
 from .deps import require
 
 SCHEDULER_HELP = "local | serial | tcp://HOST:PORT (tls:// too)"
+# how long a tcp:// or tls:// scheduler may take to answer before analyze gives up
+CONNECT_TIMEOUT = "5s"
 FLEET_SCHEMA = "tacc-fleet-findings"
 FLEET_VERSION = 1
 
@@ -66,7 +68,7 @@ def client(spec: str, workers: int) -> Iterator[Any]:
             cluster.close()
         return
     try:
-        c = distributed.Client(spec, timeout="5s")
+        c = distributed.Client(spec, timeout=CONNECT_TIMEOUT)
     except (OSError, TimeoutError) as exc:
         raise TaccError(f"analyze: cannot reach the Dask scheduler {spec}: "
                            f"{' '.join(str(exc).split())}") from None
