@@ -500,6 +500,9 @@ static int __tacc_bo_create(struct drm_device *dev, void *data, struct drm_file 
 		return -EINVAL;
 	size = PAGE_ALIGN(size);
 
+	/* beyond the function's memory: no user's share could hold it */
+	if (args->type == DRM_TACC_BO_DEVICE && size > tdev->devmem_size)
+		return -ENOSPC;
 	if (atomic_inc_return(&ctx->nr_bos) > TACC_MAX_BOS) {
 		atomic_dec(&ctx->nr_bos);
 		return -EMFILE;

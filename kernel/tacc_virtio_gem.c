@@ -426,6 +426,9 @@ int tacc_vbo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 	if (ret)
 		return ret;
 	size = PAGE_ALIGN(args->size);
+	/* beyond the window: no user's share could hold it (the backend's answer) */
+	if (args->type == DRM_TACC_BO_DEVICE && size > to_tacc_vdev(dev)->devmem_size)
+		return -ENOSPC;
 	if (atomic_inc_return(&ctx->nr_bos) > TACC_V_MAX_BOS) {
 		atomic_dec(&ctx->nr_bos);
 		return -EMFILE;

@@ -178,6 +178,20 @@ def victims() -> Iterator[dict[str, tuple[Dev, int, int]]]:
 
 
 @pytest.fixture
+def no_devmem_quota() -> Iterator[None]:
+    """user_devmem_pct off (0) for the test: tacc-user may take all of a function's free
+    memory, as these properties need (the quota itself: test_a_second_user_gets_device_
+    memory_after_a_hog)."""
+    p = Path("/sys/module/tacc/parameters/user_devmem_pct")
+    old = p.read_text().strip() if p.exists() else None
+    if old is not None:
+        p.write_text("0")
+    yield
+    if old is not None:
+        p.write_text(old)
+
+
+@pytest.fixture
 def user() -> Iterator[UserProc]:
     u = UserProc()
     yield u
@@ -185,7 +199,7 @@ def user() -> Iterator[UserProc]:
 
 
 # ------------------------------------------------------------ device memory ----
-def test_no_function_reads_or_changes_another_functions_memory(victims, user):
+def test_no_function_reads_or_changes_another_functions_memory(victims, user, no_devmem_quota):
     """tacc-user takes all the free memory of every function in turn and reads it:
     zeros only (no victim's pattern, its own or another function's); then writes its
     own pattern everywhere it could.  Every victim BO still holds exactly its pattern."""
@@ -240,7 +254,7 @@ def _cli(*args: str) -> int:
     return main(["vfio", *args])
 
 
-def test_handoff_to_vfio_waits_for_the_scrub(user):
+def test_handoff_to_vfio_waits_for_the_scrub(user, no_devmem_quota):
     """tacc-user fills VF 2's memory and closes its file; the BO's FILL is queued 10 s
     later (debugfs scrub_delay_ms, as behind a busy queue).  `tacc vfio bind` right away
     (handoff, unbind, vfio-pci): the handoff waits for the FILL, so the VFIO owner
@@ -665,11 +679,15 @@ def served(node: str, devmem: int = 0) -> list[Any]:
 
 
 def _users(kind: str) -> dict[int, list[int]]:
-    """tacc/users of a PCI function (uid -> contexts bos devmem_bytes page_entries); {}
-    where it has none (virtio-tacc, or a driver without per-user limits)."""
+    """The function's per-user counts (uid -> contexts bos devmem_bytes page_entries): a
+    PCI function's tacc/users, virtio-tacc's debugfs users; {} from a driver without
+    them."""
     if kind == "virtio":
-        return {}
-    f = Path(f"/sys/class/accel/{_node(kind).name}/device/tacc/users")
+        debug = Path("/sys/kernel/debug/accel")
+        found = [p for p in debug.glob("*/users") if (p.parent / "virtio_stats").exists()]
+        f = found[0] if found else Path("/nonexistent")
+    else:
+        f = Path(f"/sys/class/accel/{_node(kind).name}/device/tacc/users")
     if not f.exists():
         return {}
     rows = [ln.split() for ln in f.read_text().splitlines() if not ln.startswith("#")]
@@ -776,6 +794,7 @@ def test_a_second_user_gets_a_virtio_bo_after_a_hog(user):
     try:
         n, err = user.call(u_hog_bos, str(node), 5000)
         took = time.monotonic() - t0
+        users = _users("virtio")
         second = call_as_tacc_user(served, node, 4096, user=USER2)
     finally:
         user.call(u_close)
@@ -783,6 +802,9 @@ def test_a_second_user_gets_a_virtio_bo_after_a_hog(user):
                                      "seconds": round(took, 2)})
     assert second == ["ok", 0], f"tacc-user2 not served ({second}) while tacc-user held {n} BOs"
     assert (n, err) == (limit, errno.EDQUOT), (n, err)
+    uid = int(subprocess.check_output(["id", "-u", "tacc-user"]))
+    if users:  # the node's own count: its BOs and their bytes of the window
+        assert users[uid][1:3] == [n, n * 4096], users
     assert not dmesg_problems()
 
 
