@@ -487,7 +487,7 @@ static int __tacc_bo_create(struct drm_device *dev, void *data, struct drm_file 
 	struct drm_gem_shmem_object *shmem;
 	struct tacc_bo *bo;
 	u64 size = args->size;
-	u64 va = 0, pgsz;
+	u64 va = 0, pgsz, own;
 	u32 handle;
 	int ret;
 
@@ -500,8 +500,9 @@ static int __tacc_bo_create(struct drm_device *dev, void *data, struct drm_file 
 		return -EINVAL;
 	size = PAGE_ALIGN(size);
 
-	/* beyond the function's memory: no user's share could hold it */
-	if (args->type == DRM_TACC_BO_DEVICE && size > tdev->devmem_size)
+	/* beyond the function's own memory: no user's share could hold it */
+	own = args->type == DRM_TACC_BO_DEVICE ? tacc_devmem_own(tdev) : 0;
+	if (args->type == DRM_TACC_BO_DEVICE && size > own)
 		return -ENOSPC;
 	if (atomic_inc_return(&ctx->nr_bos) > TACC_MAX_BOS) {
 		atomic_dec(&ctx->nr_bos);
@@ -509,8 +510,7 @@ static int __tacc_bo_create(struct drm_device *dev, void *data, struct drm_file 
 	}
 	/* the user's BOs and device memory (tacc_quota.c): -EDQUOT */
 	ret = tacc_user_charge_bo(ctx->user, ctx->unlimited,
-				  args->type == DRM_TACC_BO_DEVICE ? size : 0,
-				  args->type == DRM_TACC_BO_DEVICE ? tacc_devmem_own(tdev) : 0);
+				  args->type == DRM_TACC_BO_DEVICE ? size : 0, own);
 	if (ret)
 		goto err_count;
 

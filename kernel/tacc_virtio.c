@@ -460,11 +460,11 @@ static unsigned int tacc_vfiles_of(struct tacc_vdev *vd, pid_t pid)
 }
 
 /*
- * A backend context for the file, within the opener's limits: -EDQUOT past
- * max_ctx_per_user files of its uid, -EMFILE past max_ctx_per_process of its
- * process (CAP_SYS_ADMIN: neither), as on the PF; -EBUSY when the backend
- * has none left.  files_lock spans the count and the CTX_CREATE, so two
- * opens of one process cannot both pass the check.
+ * A backend context for the file of a user within its share (tacc_user_open()),
+ * within its process's limit: -EMFILE past max_ctx_per_process files of the
+ * process (CAP_SYS_ADMIN exempt), as on the PF; -EBUSY when the backend has
+ * none left.  files_lock spans the count and the CTX_CREATE, so two opens of
+ * one process cannot both pass the check.
  */
 static int tacc_vopen_ctx(struct tacc_vdev *vd, struct tacc_vctx *ctx)
 {
