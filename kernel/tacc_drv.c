@@ -35,11 +35,6 @@ unsigned int tacc_autosuspend_ms = 1000;
 module_param_named(autosuspend_ms, tacc_autosuspend_ms, uint, 0644);
 MODULE_PARM_DESC(autosuspend_ms, "Runtime PM autosuspend delay, ms (read at probe)");
 
-static unsigned int tacc_max_ctx_per_process = 4;
-module_param_named(max_ctx_per_process, tacc_max_ctx_per_process, uint, 0644);
-MODULE_PARM_DESC(max_ctx_per_process,
-		 "Open contexts of a function per process (0: no limit; CAP_SYS_ADMIN exempt)");
-
 static bool tacc_test_warn;
 module_param_named(test_warn, tacc_test_warn, bool, 0444);
 MODULE_PARM_DESC(test_warn, "Test only: WARN once at probe, to show the harness catches it");
@@ -298,7 +293,7 @@ static int tacc_open(struct drm_device *dev, struct drm_file *file)
 	int ret, id = -1;
 	u32 i;
 
-	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
+	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
 	if (!ctx)
 		return -ENOMEM;
 	kref_init(&ctx->ref);
@@ -308,9 +303,17 @@ static int tacc_open(struct drm_device *dev, struct drm_file *file)
 	get_task_comm(ctx->comm, current);
 	spin_lock_init(&ctx->seq_lock);
 
+	/* the uid's files of the function (max_ctx_per_user): -EDQUOT */
+	ctx->unlimited = capable(CAP_SYS_ADMIN);
+	ctx->user = tacc_user_open(&tdev->quota, ctx->unlimited);
+	if (IS_ERR(ctx->user)) {
+		ret = PTR_ERR(ctx->user);
+		goto err_free;
+	}
+
 	ret = tacc_vm_init(tdev, &ctx->vm);
 	if (ret)
-		goto err_free;
+		goto err_user;
 
 	mutex_lock(&tdev->ctx_lock);
 	if (tdev->handoff) {	/* tacc/handoff: on its way to another driver */
@@ -354,6 +357,8 @@ err_slot:
 	mutex_unlock(&tdev->ctx_lock);
 err_vm:
 	tacc_vm_fini(tdev, &ctx->vm);
+err_user:
+	tacc_user_close(ctx->user);
 err_free:
 	kfree(ctx);
 	return ret;
@@ -370,6 +375,8 @@ static void tacc_postclose(struct drm_device *dev, struct drm_file *file)
 	tacc_ctx_entities_fini(ctx);
 	ctx->file = NULL;
 	file->driver_priv = NULL;
+	tacc_user_close(ctx->user);	/* its BOs hold the user while they live */
+	ctx->user = NULL;
 	tacc_ctx_put(ctx);
 }
 
@@ -634,6 +641,7 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		return PTR_ERR(tdev);
 	tdev->pdev = pdev;
 	pci_set_drvdata(pdev, tdev);
+	tacc_quota_init(&tdev->quota);
 	mutex_init(&tdev->ctx_lock);
 	mutex_init(&tdev->devmem_lock);
 	tacc_ring_init(&tdev->trace, &tdev->drm, &pdev->dev, &pdev->dev);

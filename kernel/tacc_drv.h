@@ -24,6 +24,7 @@
 
 #include "include/tacc_hw.h"
 #include "include/uapi/drm/tacc_accel.h"
+#include "tacc_quota.h"
 #include "tacc_ring.h"
 #include "tacc_status.h"
 
@@ -117,6 +118,8 @@ struct tacc_ctx {
 	u32 id;
 	pid_t pid;
 	char comm[TASK_COMM_LEN];
+	struct tacc_user *user;		/* the opener's uid: charged, until the file closes */
+	bool unlimited;			/* opened with CAP_SYS_ADMIN: counted, not limited */
 	struct tacc_vm vm;
 	struct drm_sched_entity entity[TACC_NUM_QUEUES];
 	atomic_t inflight[TACC_NUM_QUEUES];
@@ -153,6 +156,7 @@ struct tacc_bo {
 	unsigned long npages;
 	struct sg_table *sgt;		/* USERPTR: own; HOST: the helper's */
 	struct tacc_ctx *uctx;		/* owner (its file only may open it): accounting */
+	struct tacc_user *user;		/* the owner's uid: charged until freed */
 	struct mm_struct *pin_mm;	/* USERPTR: pinned_vm charged (tacc_gem.c) */
 	/* binding in the owning file's VM (protected by vm->lock) */
 	struct tacc_mapping *map;
@@ -230,6 +234,8 @@ struct tacc_device {
 
 	struct tacc_queue queues[TACC_NUM_QUEUES];
 	struct workqueue_struct *reset_wq;
+
+	struct tacc_quota quota;	/* per-user limits (tacc_quota.c) */
 
 	struct mutex ctx_lock;		/* ctxs[], PTBR programming */
 	struct tacc_ctx *ctxs[TACC_NUM_CONTEXTS];

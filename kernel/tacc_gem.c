@@ -21,9 +21,9 @@
 #include "tacc_drv.h"
 #include "tacc_trace.h"
 
-static unsigned int tacc_max_bo_mib = 512;
+unsigned int tacc_max_bo_mib = 512;
 module_param_named(max_bo_mib, tacc_max_bo_mib, uint, 0644);
-MODULE_PARM_DESC(max_bo_mib, "Largest buffer object, MiB");
+MODULE_PARM_DESC(max_bo_mib, "Largest buffer object, MiB (every node, virtio-tacc too)");
 
 static unsigned int tacc_max_userptr_mib = 1024;
 module_param_named(max_userptr_mib, tacc_max_userptr_mib, uint, 0644);
@@ -201,6 +201,11 @@ static void tacc_gem_free(struct drm_gem_object *obj)
 	atomic_dec(&tdev->live.bos);
 	if (bo->uctx)
 		atomic_dec(&bo->uctx->nr_bos);
+	if (bo->user) {
+		tacc_user_uncharge_bo(bo->user, bo->type == DRM_TACC_BO_DEVICE ? obj->size : 0);
+		tacc_user_put(bo->user);
+		bo->user = NULL;
+	}
 
 	switch (bo->type) {
 	case DRM_TACC_BO_HOST:
@@ -342,6 +347,26 @@ static int tacc_devmem_insert(struct tacc_device *tdev, struct drm_mm_node *node
 	}
 }
 
+/*
+ * The device memory the function's own BOs may take: the PF's less the
+ * virtio-tacc window and the VF windows carved from it.
+ */
+static u64 tacc_devmem_own(struct tacc_device *tdev)
+{
+	u64 own = tdev->devmem_size;
+	u32 i;
+
+	mutex_lock(&tdev->devmem_lock);
+	if (drm_mm_node_allocated(&tdev->virtio_node))
+		own -= tdev->virtio_node.size;
+	for (i = 0; i < TACC_MAX_VFS; i++) {
+		if (drm_mm_node_allocated(&tdev->vf_nodes[i]))
+			own -= tdev->vf_nodes[i].size;
+	}
+	mutex_unlock(&tdev->devmem_lock);
+	return own;
+}
+
 static struct tacc_bo *tacc_bo_create_devmem(struct tacc_device *tdev, u64 size)
 {
 	struct tacc_bo *bo;
@@ -462,7 +487,7 @@ static int __tacc_bo_create(struct drm_device *dev, void *data, struct drm_file 
 	struct drm_gem_shmem_object *shmem;
 	struct tacc_bo *bo;
 	u64 size = args->size;
-	u64 va = 0, pgsz;
+	u64 va = 0, pgsz, own;
 	u32 handle;
 	int ret;
 
@@ -475,17 +500,26 @@ static int __tacc_bo_create(struct drm_device *dev, void *data, struct drm_file 
 		return -EINVAL;
 	size = PAGE_ALIGN(size);
 
+	/* beyond the function's own memory: no user's share could hold it */
+	own = args->type == DRM_TACC_BO_DEVICE ? tacc_devmem_own(tdev) : 0;
+	if (args->type == DRM_TACC_BO_DEVICE && size > own)
+		return -ENOSPC;
 	if (atomic_inc_return(&ctx->nr_bos) > TACC_MAX_BOS) {
 		atomic_dec(&ctx->nr_bos);
 		return -EMFILE;
 	}
+	/* the user's BOs and device memory (tacc_quota.c): -EDQUOT */
+	ret = tacc_user_charge_bo(ctx->user, ctx->unlimited,
+				  args->type == DRM_TACC_BO_DEVICE ? size : 0, own);
+	if (ret)
+		goto err_count;
 
 	switch (args->type) {
 	case DRM_TACC_BO_HOST:
 		shmem = drm_gem_shmem_create(dev, size);
 		if (IS_ERR(shmem)) {
 			ret = PTR_ERR(shmem);
-			goto err_count;
+			goto err_charge;
 		}
 		bo = to_tacc_bo(&shmem->base);
 		break;
@@ -493,23 +527,24 @@ static int __tacc_bo_create(struct drm_device *dev, void *data, struct drm_file 
 		bo = tacc_bo_create_devmem(tdev, size);
 		if (IS_ERR(bo)) {
 			ret = PTR_ERR(bo);
-			goto err_count;
+			goto err_charge;
 		}
 		break;
 	default:
 		if (size != args->size) {
 			ret = -EINVAL;
-			goto err_count;
+			goto err_charge;
 		}
 		bo = tacc_bo_create_userptr(tdev, ctx, args->userptr, size, args->flags);
 		if (IS_ERR(bo)) {
 			ret = PTR_ERR(bo);
-			goto err_count;
+			goto err_charge;
 		}
 		break;
 	}
 	bo->flags = args->flags;
 	bo->uctx = ctx;
+	bo->user = tacc_user_get(ctx->user);	/* the charge is the BO's now */
 	atomic_inc(&tdev->live.bos);
 	trace_tacc_bo_create(tacc_bo_devid(bo), ctx->id, bo, bo->type, size, bo->flags);
 
@@ -532,9 +567,11 @@ static int __tacc_bo_create(struct drm_device *dev, void *data, struct drm_file 
 err_unbind:
 	tacc_vm_unbind(ctx, bo);
 err_put:
-	/* the free path drops nr_bos */
+	/* the free path drops nr_bos and the charge */
 	drm_gem_object_put(&bo->shmem.base);
 	return ret;
+err_charge:
+	tacc_user_uncharge_bo(ctx->user, args->type == DRM_TACC_BO_DEVICE ? size : 0);
 err_count:
 	atomic_dec(&ctx->nr_bos);
 	return ret;
@@ -598,6 +635,7 @@ static void tacc_devmem_fini_action(struct drm_device *dev, void *data)
 	if (drm_mm_node_allocated(&tdev->virtio_node))
 		drm_mm_remove_node(&tdev->virtio_node);
 	drm_mm_takedown(&tdev->devmem_mm);
+	tacc_quota_fini(&tdev->quota);	/* every file and BO is gone */
 }
 
 /*

@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * tacc device MMU: one address space per file (hardware context), three
- * levels of 512-entry tables in DMA-coherent memory (tacc_hw.h), 2 MiB
- * pages where VA and target are aligned, 4 KiB otherwise.
+ * levels of 512-entry tables (tacc_hw.h), 2 MiB pages where VA and target
+ * are aligned, 4 KiB otherwise.
+ *
+ * A table is a page charged to the memory cgroup of the task whose open or
+ * VM_BIND needed it (GFP_KERNEL_ACCOUNT), streaming-mapped for the device to
+ * read (DMA_TO_DEVICE): each entry written is synced for the device before
+ * the TLB invalidation that publishes it.  The device never writes them.
  */
 #include <linux/dma-mapping.h>
 #include <linux/seq_file.h>
@@ -17,20 +22,44 @@
 
 #define TACC_SZ_1G	BIT_ULL(30)
 
+/* Publish entry @idx of @pt to the device (a no-op on a coherent platform). */
+static void tacc_pt_set(struct tacc_device *tdev, struct tacc_pt *pt, u32 idx, u64 val)
+{
+	WRITE_ONCE(pt->cpu[idx], val);
+	dma_sync_single_range_for_device(tacc_to_dev(tdev), pt->dma, idx * sizeof(u64),
+					 sizeof(u64), DMA_TO_DEVICE);
+}
+
+static void tacc_pt_free_page(struct tacc_device *tdev, struct tacc_pt *pt)
+{
+	dma_unmap_page(tacc_to_dev(tdev), pt->dma, PAGE_SIZE, DMA_TO_DEVICE);
+	free_page((unsigned long)pt->cpu);
+	pt->cpu = NULL;
+	atomic_dec(&tdev->live.pt_pages);
+}
+
 static int tacc_pt_alloc(struct tacc_device *tdev, struct tacc_pt *pt, bool with_children)
 {
-	pt->cpu = dma_alloc_coherent(tacc_to_dev(tdev), PAGE_SIZE, &pt->dma, GFP_KERNEL);
-	if (!pt->cpu)
+	struct device *dev = tacc_to_dev(tdev);
+	struct page *page;
+
+	page = alloc_page(GFP_KERNEL_ACCOUNT | __GFP_ZERO);
+	if (!page)
 		return -ENOMEM;
+	pt->dma = dma_map_page(dev, page, 0, PAGE_SIZE, DMA_TO_DEVICE);
+	if (dma_mapping_error(dev, pt->dma)) {
+		__free_page(page);
+		return -ENOMEM;
+	}
+	pt->cpu = page_address(page);
+	atomic_inc(&tdev->live.pt_pages);
 	if (with_children) {
-		pt->child = kcalloc(TACC_PT_ENTRIES, sizeof(*pt->child), GFP_KERNEL);
+		pt->child = kcalloc(TACC_PT_ENTRIES, sizeof(*pt->child), GFP_KERNEL_ACCOUNT);
 		if (!pt->child) {
-			dma_free_coherent(tacc_to_dev(tdev), PAGE_SIZE, pt->cpu, pt->dma);
-			pt->cpu = NULL;
+			tacc_pt_free_page(tdev, pt);
 			return -ENOMEM;
 		}
 	}
-	atomic_inc(&tdev->live.pt_pages);
 	return 0;
 }
 
@@ -38,11 +67,8 @@ static void tacc_pt_free(struct tacc_device *tdev, struct tacc_pt *pt)
 {
 	kfree(pt->child);
 	pt->child = NULL;
-	if (pt->cpu) {
-		dma_free_coherent(tacc_to_dev(tdev), PAGE_SIZE, pt->cpu, pt->dma);
-		atomic_dec(&tdev->live.pt_pages);
-	}
-	pt->cpu = NULL;
+	if (pt->cpu)
+		tacc_pt_free_page(tdev, pt);
 }
 
 int tacc_vm_init(struct tacc_device *tdev, struct tacc_vm *vm)
@@ -84,9 +110,7 @@ static void tacc_vm_free_tables(struct tacc_device *tdev, struct tacc_vm *vm)
 		kfree(l1);
 		vm->root.child[i] = NULL;
 	}
-	dma_free_coherent(tacc_to_dev(tdev), PAGE_SIZE, vm->root.cpu, vm->root.dma);
-	atomic_dec(&tdev->live.pt_pages);
-	vm->root.cpu = NULL;
+	tacc_pt_free_page(tdev, &vm->root);
 	vm->nr_tables = 0;
 }
 
@@ -118,7 +142,7 @@ static struct tacc_pt *tacc_pt_child(struct tacc_device *tdev, struct tacc_vm *v
 
 	if (pt)
 		return pt;
-	pt = kzalloc(sizeof(*pt), GFP_KERNEL);
+	pt = kzalloc(sizeof(*pt), GFP_KERNEL_ACCOUNT);
 	if (!pt)
 		return NULL;
 	if (tacc_pt_alloc(tdev, pt, !leaf_level)) {
@@ -126,12 +150,12 @@ static struct tacc_pt *tacc_pt_child(struct tacc_device *tdev, struct tacc_vm *v
 		return NULL;
 	}
 	parent->child[idx] = pt;
-	WRITE_ONCE(parent->cpu[idx], (pt->dma & TACC_PTE_ADDR_MASK) | TACC_PTE_VALID);
+	tacc_pt_set(tdev, parent, idx, (pt->dma & TACC_PTE_ADDR_MASK) | TACC_PTE_VALID);
 	vm->nr_tables++;
 	return pt;
 }
 
-static void tacc_unmap_range(struct tacc_vm *vm, u64 va, u64 len)
+static void tacc_unmap_range(struct tacc_device *tdev, struct tacc_vm *vm, u64 va, u64 len)
 {
 	u64 end = va + len;
 
@@ -144,7 +168,7 @@ static void tacc_unmap_range(struct tacc_vm *vm, u64 va, u64 len)
 			continue;
 		}
 		if (l1->cpu[i1] & TACC_PTE_HUGE) {
-			WRITE_ONCE(l1->cpu[i1], 0);
+			tacc_pt_set(tdev, l1, i1, 0);
 			va = ALIGN(va + 1, TACC_SZ_2M);
 			continue;
 		}
@@ -153,7 +177,7 @@ static void tacc_unmap_range(struct tacc_vm *vm, u64 va, u64 len)
 			va = ALIGN(va + 1, TACC_SZ_2M);
 			continue;
 		}
-		WRITE_ONCE(l2->cpu[i2], 0);
+		tacc_pt_set(tdev, l2, i2, 0);
 		va += PAGE_SIZE;
 	}
 }
@@ -170,8 +194,8 @@ static int tacc_map_range(struct tacc_device *tdev, struct tacc_vm *vm, u64 va, 
 			return -ENOMEM;
 		if (IS_ALIGNED(va, TACC_SZ_2M) && IS_ALIGNED(addr, TACC_SZ_2M) &&
 		    len >= TACC_SZ_2M && !l1->child[i1]) {
-			WRITE_ONCE(l1->cpu[i1], (addr & TACC_PTE_ADDR_MASK) | flags |
-				   TACC_PTE_VALID | TACC_PTE_HUGE);
+			tacc_pt_set(tdev, l1, i1, (addr & TACC_PTE_ADDR_MASK) | flags |
+				    TACC_PTE_VALID | TACC_PTE_HUGE);
 			*pgsz = TACC_SZ_2M;
 			va += TACC_SZ_2M;
 			addr += TACC_SZ_2M;
@@ -181,7 +205,7 @@ static int tacc_map_range(struct tacc_device *tdev, struct tacc_vm *vm, u64 va, 
 		l2 = tacc_pt_child(tdev, vm, l1, i1, true);
 		if (!l2)
 			return -ENOMEM;
-		WRITE_ONCE(l2->cpu[i2], (addr & TACC_PTE_ADDR_MASK) | flags | TACC_PTE_VALID);
+		tacc_pt_set(tdev, l2, i2, (addr & TACC_PTE_ADDR_MASK) | flags | TACC_PTE_VALID);
 		if (!*pgsz)
 			*pgsz = PAGE_SIZE;
 		va += PAGE_SIZE;
@@ -233,12 +257,12 @@ static bool tacc_pt_empty(const struct tacc_pt *pt)
 	return !memchr_inv(pt->cpu, 0, PAGE_SIZE);
 }
 
-static void tacc_pt_unhook(struct tacc_vm *vm, struct tacc_pt *parent, u32 idx,
-			   struct list_head *dead)
+static void tacc_pt_unhook(struct tacc_device *tdev, struct tacc_vm *vm,
+			   struct tacc_pt *parent, u32 idx, struct list_head *dead)
 {
 	struct tacc_pt *pt = parent->child[idx];
 
-	WRITE_ONCE(parent->cpu[idx], 0);
+	tacc_pt_set(tdev, parent, idx, 0);
 	parent->child[idx] = NULL;
 	list_add_tail(&pt->dead, dead);
 	vm->nr_tables--;
@@ -250,7 +274,8 @@ static void tacc_pt_unhook(struct tacc_vm *vm, struct tacc_pt *parent, u32 idx,
  * still cache the directory entries that pointed to them, so they are freed
  * by tacc_vm_free_dead() only after the TLB invalidation.
  */
-static void tacc_vm_prune(struct tacc_vm *vm, u64 va, u64 len, struct list_head *dead)
+static void tacc_vm_prune(struct tacc_device *tdev, struct tacc_vm *vm, u64 va, u64 len,
+			  struct list_head *dead)
 {
 	u64 last = va + len - 1;
 	u32 i0, i1;
@@ -267,10 +292,10 @@ static void tacc_vm_prune(struct tacc_vm *vm, u64 va, u64 len, struct list_head 
 			continue;
 		for (i1 = lo; i1 <= hi; i1++) {
 			if (l1->child[i1] && tacc_pt_empty(l1->child[i1]))
-				tacc_pt_unhook(vm, l1, i1, dead);
+				tacc_pt_unhook(tdev, vm, l1, i1, dead);
 		}
 		if (tacc_pt_empty(l1))
-			tacc_pt_unhook(vm, &vm->root, i0 & 511, dead);
+			tacc_pt_unhook(tdev, vm, &vm->root, i0 & 511, dead);
 	}
 }
 
@@ -409,8 +434,8 @@ static int __tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 
 	return 0;
 
 err_unmap:
-	tacc_unmap_range(vm, map->node.start, size);
-	tacc_vm_prune(vm, map->node.start, size, &dead);
+	tacc_unmap_range(tdev, vm, map->node.start, size);
+	tacc_vm_prune(tdev, vm, map->node.start, size, &dead);
 	drm_mm_remove_node(&map->node);
 	mutex_unlock(&vm->lock);
 	/* a job of the context may have walked the partial mapping */
@@ -454,9 +479,9 @@ void tacc_vm_unbind(struct tacc_ctx *ctx, struct tacc_bo *bo)
 			drm_dev_exit(idx);
 		return;
 	}
-	tacc_unmap_range(&ctx->vm, map->node.start, map->size);
+	tacc_unmap_range(tdev, &ctx->vm, map->node.start, map->size);
 	if (live)
-		tacc_vm_prune(&ctx->vm, map->node.start, map->size, &dead);
+		tacc_vm_prune(tdev, &ctx->vm, map->node.start, map->size, &dead);
 	drm_mm_remove_node(&map->node);
 	bo->map = NULL;
 	atomic_dec(&tdev->live.mappings);

@@ -299,6 +299,13 @@ static ssize_t live_objects_show(struct device *dev, struct device_attribute *at
 }
 static DEVICE_ATTR_RO(live_objects);
 
+/* Per-user counts (tacc_quota.c): root only on every function, they name uids. */
+static ssize_t users_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return tacc_quota_emit(&tacc_sysfs_dev(dev)->quota, buf);
+}
+static DEVICE_ATTR_ADMIN_RO(users);
+
 /*
  * Bracketed samples: CLOCK_MONOTONIC before, device clock, CLOCK_MONOTONIC
  * after, in ns / ticks; the bracket width bounds the pairing error.  The
@@ -437,6 +444,7 @@ static struct attribute *tacc_info_attrs[] = {
 	&dev_attr_fatal_errors.attr,
 	&dev_attr_function_resets.attr,
 	&dev_attr_live_objects.attr,
+	&dev_attr_users.attr,
 	&dev_attr_clock_sync.attr,
 	&dev_attr_queue_stats.attr,
 	&dev_attr_handoff.attr,

@@ -19,6 +19,7 @@
 #include <drm/drm_drv.h>
 #include <drm/drm_gem.h>
 #include <drm/drm_ioctl.h>
+#include <drm/drm_managed.h>
 
 #include "include/tacc_hw.h"
 #include "tacc_trace.h"
@@ -446,37 +447,82 @@ static int tacc_vmmap(struct file *filp, struct vm_area_struct *vma)
 
 /* ---------------------------------------------------------------- files ---- */
 
+/* Open files of @pid on the node (max_ctx_per_process, as on the PF). */
+static unsigned int tacc_vfiles_of(struct tacc_vdev *vd, pid_t pid)
+{
+	struct tacc_vctx *c;
+	unsigned int n = 0;
+
+	lockdep_assert_held(&vd->files_lock);
+	list_for_each_entry(c, &vd->files, node)
+		n += c->pid == pid;
+	return n;
+}
+
+/*
+ * A backend context for the file of a user within its share (tacc_user_open()),
+ * within its process's limit: -EMFILE past max_ctx_per_process files of the
+ * process (CAP_SYS_ADMIN exempt), as on the PF; -EBUSY when the backend has
+ * none left.  files_lock spans the count and the CTX_CREATE, so two opens of
+ * one process cannot both pass the check.
+ */
+static int tacc_vopen_ctx(struct tacc_vdev *vd, struct tacc_vctx *ctx)
+{
+	unsigned int limit = ctx->unlimited ? 0 : READ_ONCE(tacc_max_ctx_per_process);
+	struct tacc_virtio_hdr req;
+	u64 id;
+	int ret;
+
+	tacc_vhdr(&req, TACC_VIRTIO_CTX_CREATE, 0);
+	mutex_lock(&vd->files_lock);
+	if (limit && tacc_vfiles_of(vd, ctx->pid) >= limit) {
+		ret = -EMFILE;
+		goto out;
+	}
+	ret = tacc_vctrl(vd, &req, sizeof(req), NULL, 0, &id);
+	if (ret == -ENOSPC)
+		ret = -EBUSY;	/* all contexts in use, as on the PF */
+	if (ret)
+		goto out;
+	/* the device's answer indexes fence slots and bitmaps: checked */
+	if (id >= vd->num_contexts || test_and_set_bit(id, vd->ctx_ids)) {
+		drm_warn(&vd->drm, "device gave context %llu (out of range or in use): refused\n",
+			 id);
+		ret = -EIO;
+		goto out;
+	}
+	ctx->id = id;
+	list_add_tail(&ctx->node, &vd->files);
+out:
+	mutex_unlock(&vd->files_lock);
+	return ret;
+}
+
 static int tacc_vopen(struct drm_device *dev, struct drm_file *file)
 {
 	struct tacc_vdev *vd = to_tacc_vdev(dev);
-	struct tacc_virtio_hdr *req;
 	struct tacc_vctx *ctx;
-	u64 id;
 	int ret, idx;
 
 	if (!drm_dev_enter(dev, &idx))
 		return -ENODEV;
-	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
-	req = kzalloc(sizeof(*req), GFP_KERNEL);
-	if (!ctx || !req) {
+	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
+	if (!ctx) {
 		ret = -ENOMEM;
-		goto err_free;
-	}
-	tacc_vhdr(req, TACC_VIRTIO_CTX_CREATE, 0);
-	ret = tacc_vctrl(vd, req, sizeof(*req), NULL, 0, &id);
-	if (ret == -ENOSPC)
-		ret = -EBUSY;	/* all contexts in use, as on the PF */
-	if (ret)
-		goto err_free;
-
-	/* the device's answer indexes fence slots and bitmaps: checked */
-	if (id >= vd->num_contexts || test_and_set_bit(id, vd->ctx_ids)) {
-		drm_warn(dev, "device gave context %llu (out of range or in use): refused\n", id);
-		ret = -EIO;
-		goto err_free;
+		goto err_exit;
 	}
 	ctx->vd = vd;
-	ctx->id = id;
+	ctx->pid = task_tgid_nr(current);
+	ctx->unlimited = capable(CAP_SYS_ADMIN);
+	ctx->user = tacc_user_open(&vd->quota, ctx->unlimited);
+	if (IS_ERR(ctx->user)) {
+		ret = PTR_ERR(ctx->user);
+		goto err_free;
+	}
+	ret = tacc_vopen_ctx(vd, ctx);
+	if (ret)
+		goto err_user;
+
 	mutex_init(&ctx->vm_lock);
 	mutex_init(&ctx->submit_lock);
 	spin_lock_init(&ctx->seq_lock);
@@ -484,13 +530,14 @@ static int tacc_vopen(struct drm_device *dev, struct drm_file *file)
 	drm_mm_init(&ctx->va_mm, TACC_V_VA_START, TACC_V_VA_END - TACC_V_VA_START);
 	ctx->fence_ctx = dma_fence_context_alloc(TACC_VIRTIO_NUM_RINGS);
 	file->driver_priv = ctx;
-	kfree(req);
 	drm_dev_exit(idx);
 	return 0;
 
+err_user:
+	tacc_user_close(ctx->user);
 err_free:
-	kfree(req);
 	kfree(ctx);
+err_exit:
 	drm_dev_exit(idx);
 	return ret;
 }
@@ -498,11 +545,12 @@ err_free:
 /* Runs after drm_gem_release(): the file's BOs are gone from the backend. */
 static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
 {
+	struct tacc_vdev *vd = to_tacc_vdev(dev);
 	struct tacc_vctx *ctx = file->driver_priv;
 	struct tacc_virtio_hdr *req;
 	int idx, ret = -ENOMEM;
 
-	tacc_ring_close(&to_tacc_vdev(dev)->trace, file, tacc_vtrace_stop);
+	tacc_ring_close(&vd->trace, file, tacc_vtrace_stop);
 	tacc_vctx_wait_idle(ctx);
 	if (drm_dev_enter(dev, &idx)) {
 		req = kzalloc(sizeof(*req), GFP_KERNEL);
@@ -517,7 +565,11 @@ static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
 	}
 	tacc_vctx_seq_fini(ctx);
 	drm_mm_takedown(&ctx->va_mm);
-	clear_bit(ctx->id, to_tacc_vdev(dev)->ctx_ids);
+	mutex_lock(&vd->files_lock);
+	list_del(&ctx->node);
+	clear_bit(ctx->id, vd->ctx_ids);
+	mutex_unlock(&vd->files_lock);
+	tacc_user_close(ctx->user);	/* its BOs, all freed by now, held it too */
 	file->driver_priv = NULL;
 	kfree(ctx);
 }
@@ -668,6 +720,12 @@ static int tacc_vfind_vqs(struct tacc_vdev *vd)
 	return 0;
 }
 
+/* drm release: every file and BO of the node is gone */
+static void tacc_vquota_fini(struct drm_device *dev, void *data)
+{
+	tacc_quota_fini(&to_tacc_vdev(dev)->quota);
+}
+
 static int tacc_virtio_probe(struct virtio_device *vdev)
 {
 	struct tacc_vdev *vd;
@@ -679,6 +737,12 @@ static int tacc_virtio_probe(struct virtio_device *vdev)
 	vd->vdev = vdev;
 	vd->devid = tacc_vdevid(vdev);
 	vdev->priv = vd;
+	tacc_quota_init(&vd->quota);
+	ret = drmm_add_action_or_reset(&vd->drm, tacc_vquota_fini, NULL);
+	if (ret)
+		return ret;
+	mutex_init(&vd->files_lock);
+	INIT_LIST_HEAD(&vd->files);
 	mutex_init(&vd->ctrl_lock);
 	init_waitqueue_head(&vd->ctrl_wq);
 	tacc_vjobs_init(vd);

@@ -22,11 +22,13 @@
 #include "include/tacc_hw.h"
 #include "include/tacc_virtio.h"
 #include "include/uapi/drm/tacc_accel.h"
+#include "tacc_quota.h"
 #include "tacc_ring.h"
 #include "tacc_status.h"
 
 #define TACC_V_MAX_CMDS		64	/* per submit, as on the PF */
 #define TACC_V_MAX_INFLIGHT	128	/* jobs per file, all rings */
+#define TACC_V_MAX_BOS		4096	/* per file, as on the PF */
 #define TACC_V_SEQ_SLOTS	256	/* per file: remembered job fences */
 #define TACC_V_VA_START		0x200000ull
 #define TACC_V_VA_END		BIT_ULL(39)
@@ -44,6 +46,10 @@ struct tacc_vdev {
 	struct virtqueue *submitq;
 	struct device *dma_dev;		/* NULL: no ACCESS_PLATFORM, guest-physical */
 	u32 devid;			/* tracepoints' dev: the virtio PCI function's id */
+
+	struct tacc_quota quota;	/* per-user limits (tacc_quota.c) */
+	struct mutex files_lock;	/* files: a process's count and its new context */
+	struct list_head files;		/* struct tacc_vctx of the open files */
 
 	struct mutex ctrl_lock;		/* one control request at a time */
 	/* backend contexts held by open files (atomic bit ops): ids the device gave */
@@ -96,6 +102,11 @@ extern unsigned int tacc_close_wait_ms;
 struct tacc_vctx {
 	struct tacc_vdev *vd;
 	u32 id;				/* backend context */
+	pid_t pid;			/* the opener's thread-group id (max_ctx_per_process) */
+	struct list_head node;		/* vd->files */
+	struct tacc_user *user;		/* the opener's uid: charged, until the file closes */
+	bool unlimited;			/* opened with CAP_SYS_ADMIN: counted, not limited */
+	atomic_t nr_bos;		/* the file's BOs (TACC_V_MAX_BOS) */
 	struct mutex vm_lock;		/* va_mm, bindings */
 	struct drm_mm va_mm;
 	u64 fence_ctx;			/* + ring */
@@ -120,6 +131,8 @@ struct tacc_vctx {
 struct tacc_vbo {
 	struct drm_gem_shmem_object shmem;	/* base.* used by every type */
 	struct tacc_vctx *ctx;		/* owner: the creating file */
+	struct tacc_user *user;		/* the owner's uid: charged until freed */
+	u32 nents;			/* page-list entries charged to it (HOST, USERPTR) */
 	u32 type;			/* enum drm_tacc_bo_type */
 	u32 flags;			/* DRM_TACC_BO_F_* */
 	u32 handle;			/* backend handle, 0 = none */

@@ -252,6 +252,12 @@ static int tacc_vbo_send_create(struct tacc_vbo *bo, u64 *handle)
 		n = tacc_vbo_ents(bo, NULL);
 		if (!n || n > TACC_VIRTIO_MAX_BO_ENTS)
 			return -E2BIG;
+		/* the backend's page lists are the function's: the user's share (-EDQUOT) */
+		ret = tacc_user_charge(bo->user, TACC_Q_ENTS, n, bo->ctx->unlimited ? 0 :
+				       tacc_user_share(TACC_VIRTIO_MAX_FN_ENTS));
+		if (ret)
+			return ret;
+		bo->nents = n;	/* uncharged when the BO is freed */
 		ents = kvcalloc(n, sizeof(*ents), GFP_KERNEL);
 		if (!ents)
 			return -ENOMEM;
@@ -303,6 +309,12 @@ static void tacc_vgem_free(struct drm_gem_object *obj)
 	/* pages the backend may still hold stay pinned (leaked) rather than reused */
 	if (!ret)
 		tacc_vbo_unpin(bo);
+	if (bo->user) {
+		tacc_user_uncharge(bo->user, TACC_Q_ENTS, bo->nents);
+		tacc_user_uncharge_bo(bo->user, bo->type == DRM_TACC_BO_DEVICE ? obj->size : 0);
+		tacc_user_put(bo->user);
+		atomic_dec(&bo->ctx->nr_bos);
+	}
 	if (bo->type == DRM_TACC_BO_HOST) {
 		drm_gem_shmem_free(&bo->shmem);
 		return;
@@ -388,8 +400,9 @@ static int tacc_vbo_create_check(struct tacc_vdev *vd, const struct drm_tacc_bo_
 {
 	if (args->flags & ~DRM_TACC_BO_F_ALL || args->pad || args->type >= DRM_TACC_BO_TYPE_COUNT)
 		return -EINVAL;
-	if (!args->size || args->size > TACC_VIRTIO_MAX_BO_SIZE)
-		return -EINVAL;
+	if (!args->size || args->size > TACC_VIRTIO_MAX_BO_SIZE ||
+	    args->size > (u64)READ_ONCE(tacc_max_bo_mib) << 20)
+		return -EINVAL;	/* max_bo_mib, as on the PF */
 	if (args->type == DRM_TACC_BO_USERPTR)
 		return args->userptr && PAGE_ALIGNED(args->userptr) &&
 		       PAGE_ALIGNED(args->size) ? 0 : -EINVAL;
@@ -413,13 +426,30 @@ int tacc_vbo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 	if (ret)
 		return ret;
 	size = PAGE_ALIGN(args->size);
-	if (!drm_dev_enter(dev, &idx))
-		return -ENODEV;
+	/* beyond the window: no user's share could hold it (the backend's answer) */
+	if (args->type == DRM_TACC_BO_DEVICE && size > to_tacc_vdev(dev)->devmem_size)
+		return -ENOSPC;
+	if (atomic_inc_return(&ctx->nr_bos) > TACC_V_MAX_BOS) {
+		atomic_dec(&ctx->nr_bos);
+		return -EMFILE;
+	}
+	/* the user's BOs and device memory (tacc_quota.c): -EDQUOT */
+	ret = tacc_user_charge_bo(ctx->user, ctx->unlimited,
+				  args->type == DRM_TACC_BO_DEVICE ? size : 0,
+				  to_tacc_vdev(dev)->devmem_size);
+	if (ret)
+		goto out_count;
+	if (!drm_dev_enter(dev, &idx)) {
+		ret = -ENODEV;
+		goto out_charge;
+	}
 	bo = tacc_vbo_alloc(ctx, args->type, size);
 	if (IS_ERR(bo)) {
 		ret = PTR_ERR(bo);
-		goto out_exit;
+		drm_dev_exit(idx);
+		goto out_charge;
 	}
+	bo->user = tacc_user_get(ctx->user);	/* the charges are the BO's now */
 	bo->flags = args->flags;
 	if (bo->type == DRM_TACC_BO_HOST)
 		ret = tacc_vbo_pin(bo);
@@ -445,8 +475,13 @@ int tacc_vbo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 	args->va = drm_mm_node_allocated(&bo->va) ? bo->va.start : 0;
 out_put:
 	drm_gem_object_put(&bo->shmem.base);	/* on error: frees it, backend side too */
-out_exit:
 	drm_dev_exit(idx);
+	return ret;
+
+out_charge:
+	tacc_user_uncharge_bo(ctx->user, args->type == DRM_TACC_BO_DEVICE ? size : 0);
+out_count:
+	atomic_dec(&ctx->nr_bos);
 	return ret;
 }
 

@@ -858,10 +858,27 @@ static int virtio_stats_show(struct seq_file *m, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(virtio_stats);
 
+/* The node's per-user counts (tacc_quota.c), as a PCI function's tacc/users. */
+static int virtio_users_show(struct seq_file *m, void *data)
+{
+	struct tacc_vdev *vd = m->private;
+	char *buf = (char *)__get_free_page(GFP_KERNEL);
+
+	if (!buf)
+		return -ENOMEM;
+	tacc_quota_emit(&vd->quota, buf);
+	seq_puts(m, buf);
+	free_page((unsigned long)buf);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(virtio_users);
+
 void tacc_vdebugfs_init(struct tacc_vdev *vd)
 {
 	struct dentry *root = vd->drm.accel ? vd->drm.accel->debugfs_root : NULL;
 
-	if (!IS_ERR_OR_NULL(root))
-		debugfs_create_file("virtio_stats", 0444, root, vd, &virtio_stats_fops);
+	if (IS_ERR_OR_NULL(root))
+		return;
+	debugfs_create_file("virtio_stats", 0444, root, vd, &virtio_stats_fops);
+	debugfs_create_file("users", 0400, root, vd, &virtio_users_fops);
 }

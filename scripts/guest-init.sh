@@ -147,20 +147,23 @@ finish() {
 # Written straight into the overlay's /etc (the host's stays as it is): useradd and groupadd
 # took 1.0-2.2 s and 0.35 s of guest time in the test VM (login.defs, subordinate ids, lock
 # files, each file rewritten over 9p), seconds of host wall in every boot.  The ids are the
-# first free ones from 1000 up, as useradd's would be; tacc-user gets its own group too.
+# first free ones from 1000 up, as useradd's would be; each user gets its own group too.
 free_id() {  # the first id >= 1000 that no line of the files given uses
 	awk -F: '{ used[$3] = 1 } END { for (i = 1000; i in used; i++); print i }' "$@"
 }
 if ! grep -q '^tacc:' /etc/group; then
 	echo "tacc:x:$(free_id /etc/group):" >> /etc/group
 fi
-if ! grep -q '^tacc-user:' /etc/passwd; then
+# tacc-user2 is a second tenant of the same group (per-user limits: another uid still gets
+# service, tests/vm/test_isolation_matrix.py).
+for u in tacc-user tacc-user2; do
+	grep -q "^$u:" /etc/passwd && continue
 	uid=$(free_id /etc/passwd /etc/group)
-	echo "tacc-user:x:$uid:$uid::/tmp:/bin/bash" >> /etc/passwd
-	echo "tacc-user:!:$(($(date +%s) / 86400)):0:99999:7:::" >> /etc/shadow
-	echo "tacc-user:x:$uid:" >> /etc/group
-	sed -i 's/^\(tacc:x:[0-9]*:\)\(.*\)$/\1\2,tacc-user/; s/^\(tacc:x:[0-9]*:\),/\1/' /etc/group
-fi
+	echo "$u:x:$uid:$uid::/tmp:/bin/bash" >> /etc/passwd
+	echo "$u:!:$(($(date +%s) / 86400)):0:99999:7:::" >> /etc/shadow
+	echo "$u:x:$uid:" >> /etc/group
+	sed -i "s/^\(tacc:x:[0-9]*:\)\(.*\)\$/\1\2,$u/; s/^\(tacc:x:[0-9]*:\),/\1/" /etc/group
+done
 # tacc-user runs this checkout's venv tools: a checkout made in a 0700 directory
 # (git clone into "$(mktemp -d)", as CI does) must be traversable by others. / is an
 # overlay on a read-only share: this changes the guest's view only, never the host's.

@@ -11,10 +11,26 @@ import time
 import pytest
 from tacc.testing import unpriv
 
+DROPPED_TO: list[str] = []
+
+
+def _record_drop(user: str = unpriv.USER) -> None:
+    DROPPED_TO.append(user)  # in the child: reported back through its result
+
 
 @pytest.fixture(autouse=True)
 def _no_drop(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(unpriv, "drop_to_tacc_user", lambda: None)
+    monkeypatch.setattr(unpriv, "drop_to_tacc_user", _record_drop)
+
+
+def _dropped_to() -> list[str]:
+    return DROPPED_TO
+
+
+def test_the_child_drops_to_the_user_asked() -> None:
+    """tacc-user by default; tacc-user2 (the second tenant of the per-user limits) asked."""
+    assert unpriv.call_as_tacc_user(_dropped_to) == [unpriv.USER]
+    assert unpriv.call_as_tacc_user(_dropped_to, user=unpriv.USER2) == [unpriv.USER2]
 
 
 def _pid_and_sum(a: int, b: int) -> list[int]:

@@ -21,6 +21,10 @@ The attacker is the unprivileged tacc-user; root is the victim.
 - Close: a file whose job waits on an in-syncobj nobody signals closes in bounded time.
 - The virtio device is checked: a context id it answers out of range or already held by
   another file is refused (it indexes fence slots and bitmaps).
+- Per-user limits: one user's processes together take at most its share of a function's
+  contexts, device memory and (virtio-tacc: the backend's) BOs, so a second user
+  (tacc-user2) still gets service; the PF's and VFs' page tables are charged to the memory
+  cgroup of the task that needed them.
 """
 
 from __future__ import annotations
@@ -43,20 +47,27 @@ import numpy as np
 import pytest
 from tacc import hw
 from tacc.runtime.device import devices
+from tacc.testing.unpriv import USER2, call_as_tacc_user
 from test_driver_basic import (
+    BIND_FIXED,
+    BO_NO_BIND,
     DEVICE,
     OP_D2H,
     P_DEVMEM,
     TRACE_CLOSE,
     TRACE_OPEN,
+    VM_BIND,
     Dev,
     Pair,
     TraceOpen,
+    VmBind,
     copy,
     dmesg_problems,
     fence,
+    live_objects,
     nop,
     pf_sysfs,
+    record_figures,
     wait_accel_node,
 )
 from test_driver_sriov import fill
@@ -167,6 +178,20 @@ def victims() -> Iterator[dict[str, tuple[Dev, int, int]]]:
 
 
 @pytest.fixture
+def no_devmem_quota() -> Iterator[None]:
+    """user_devmem_pct off (0) for the test: tacc-user may take all of a function's free
+    memory, as these properties need (the quota itself: test_a_second_user_gets_device_
+    memory_after_a_hog)."""
+    p = Path("/sys/module/tacc/parameters/user_devmem_pct")
+    old = p.read_text().strip() if p.exists() else None
+    if old is not None:
+        p.write_text("0")
+    yield
+    if old is not None:
+        p.write_text(old)
+
+
+@pytest.fixture
 def user() -> Iterator[UserProc]:
     u = UserProc()
     yield u
@@ -174,7 +199,7 @@ def user() -> Iterator[UserProc]:
 
 
 # ------------------------------------------------------------ device memory ----
-def test_no_function_reads_or_changes_another_functions_memory(victims, user):
+def test_no_function_reads_or_changes_another_functions_memory(victims, user, no_devmem_quota):
     """tacc-user takes all the free memory of every function in turn and reads it:
     zeros only (no victim's pattern, its own or another function's); then writes its
     own pattern everywhere it could.  Every victim BO still holds exactly its pattern."""
@@ -229,7 +254,7 @@ def _cli(*args: str) -> int:
     return main(["vfio", *args])
 
 
-def test_handoff_to_vfio_waits_for_the_scrub(user):
+def test_handoff_to_vfio_waits_for_the_scrub(user, no_devmem_quota):
     """tacc-user fills VF 2's memory and closes its file; the BO's FILL is queued 10 s
     later (debugfs scrub_delay_ms, as behind a busy queue).  `tacc vfio bind` right away
     (handoff, unbind, vfio-pci): the handoff waits for the FILL, so the VFIO owner
@@ -610,3 +635,233 @@ def test_virtio_context_id_from_the_device_is_checked(lie):
         assert held.run([nop()]) == 0
     with Dev(node) as again:  # the device answers truthfully again
         assert again.run([nop()]) == 0
+
+
+# ------------------------------------------------------------ per-user limits ----
+PARAMS = Path("/sys/module/tacc/parameters")
+LIMIT_KINDS = ["pf", "vf1", "virtio"]  # one of each kind: the VFs share their driver code
+
+
+def _param(name: str, default: int) -> int:
+    """A limit of tacc.ko (its documented default where this module has none)."""
+    p = PARAMS / name
+    return int(p.read_text()) if p.exists() else default
+
+
+def u_open_until_refused(state: dict[str, Any], node: str, tries: int) -> list[Any]:
+    """Opens @node until refused, keeping each file: [files opened, errno or None]."""
+    devs = state.setdefault("devs", [])
+    for _ in range(tries):
+        try:
+            devs.append(Dev(node))
+        except OSError as e:
+            return [len(devs), e.errno]
+    return [len(devs), None]
+
+
+def served(node: str, devmem: int = 0) -> list[Any]:
+    """(call_as_tacc_user) Service on @node: open it, with @devmem a DEVICE BO of that size
+    copied out to a host BO, else a NOP; ["ok", job status] or ["errno", n, step]."""
+    step = "open"
+    try:
+        with Dev(node) as d:
+            if not devmem:
+                step = "nop"
+                return ["ok", d.run([nop()])]
+            step = "device BO"
+            h = d.bo(devmem, DEVICE).handle
+            step = "host BO"
+            host = d.bo(4096).handle
+            step = "copy"
+            return ["ok", d.run([copy(OP_D2H, h, host, 4096)])]
+    except OSError as e:
+        return ["errno", e.errno, step]
+
+
+def _users(kind: str) -> dict[int, list[int]]:
+    """The function's per-user counts (uid -> contexts bos devmem_bytes page_entries): a
+    PCI function's tacc/users, virtio-tacc's debugfs users; {} from a driver without
+    them."""
+    if kind == "virtio":
+        debug = Path("/sys/kernel/debug/accel")
+        found = [p for p in debug.glob("*/users") if (p.parent / "virtio_stats").exists()]
+        f = found[0] if found else Path("/nonexistent")
+    else:
+        f = Path(f"/sys/class/accel/{_node(kind).name}/device/tacc/users")
+    if not f.exists():
+        return {}
+    rows = [ln.split() for ln in f.read_text().splitlines() if not ln.startswith("#")]
+    return {int(r[0]): [int(v) for v in r[1:]] for r in rows}
+
+
+@pytest.mark.parametrize("kind", LIMIT_KINDS)
+def test_a_second_user_gets_a_context_when_one_user_forks_for_all(kind):
+    """tacc-user forks four processes (as a server forks workers); each opens the node
+    until refused and keeps its files.  tacc-user2 then opens the node and runs a job: it
+    is served.  tacc-user holds max_ctx_per_user (8) contexts, its processes at most
+    max_ctx_per_process (4) each; the refusal past the user's limit is EDQUOT.  Before:
+    the limit counted per process only, so the four took all 16 contexts of the PF and of a
+    VF (the virtio node had no limit: the first process took 16) and tacc-user2 got
+    EBUSY."""
+    node = str(_node(kind))
+    per_user, per_proc = _param("max_ctx_per_user", 8), _param("max_ctx_per_process", 4)
+    procs = [UserProc() for _ in range(4)]
+    try:
+        got = [p.call(u_open_until_refused, node, 16) for p in procs]
+        users = _users(kind)
+        second = call_as_tacc_user(served, node, user=USER2)
+    finally:
+        for p in procs:
+            p.close()
+    held = sum(n for n, _ in got)
+    assert second == ["ok", 0], \
+        f"{kind}: tacc-user2 not served ({second}) while tacc-user's processes held {got}"
+    assert held == per_user and all(n <= per_proc for n, _ in got), (kind, got)
+    assert errno.EDQUOT in {e for _, e in got}, (kind, got)
+    uid = int(subprocess.check_output(["id", "-u", "tacc-user"]))
+    if users:  # the function's own count of tacc-user's files
+        assert users[uid][0] == held, (kind, users)
+    assert not dmesg_problems()
+
+
+def u_hog_devmem(state: dict[str, Any], node: str) -> list[Any]:
+    """Takes DEVICE BOs, each the biggest that fits (halving down to 2 MiB), until none
+    does; keeps them: [bytes held, errno of the last refusal]."""
+    d = state["dev"] = Dev(node)
+    held, err = 0, None
+    size = _free(d) // (2 * MIB) * (2 * MIB)
+    while size >= 2 * MIB:
+        try:
+            d.bo(size, DEVICE, BO_NO_BIND)
+            held += size
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            err = e.errno
+            size = size // 2 // (2 * MIB) * (2 * MIB)
+    return [held, err]
+
+
+@pytest.mark.parametrize("kind", LIMIT_KINDS)
+def test_a_second_user_gets_device_memory_after_a_hog(kind, user):
+    """tacc-user takes DEVICE BOs until refused; tacc-user2 then gets a 2 MiB DEVICE BO and
+    copies from it.  tacc-user holds at most user_devmem_pct (50 %) of the function's
+    memory, refused with EDQUOT; the function's tacc/users shows the bytes it holds.
+    Before: no quota, the hog took all of it and tacc-user2 got ENOSPC."""
+    node = str(_node(kind))
+    with Dev(node) as d:
+        total = d.param(P_DEVMEM)
+    pct = _param("user_devmem_pct", 50)
+    try:
+        held, err = user.call(u_hog_devmem, node)
+        users = _users(kind)
+        second = call_as_tacc_user(served, node, 2 * MIB, user=USER2)
+    finally:
+        user.call(u_close)
+    record_figures(f"devmem_hog_{kind}", {"function_bytes": total, "held": held,
+                                          "refused": errno.errorcode.get(err, err)})
+    assert second == ["ok", 0], \
+        f"{kind}: tacc-user2 not served ({second}) while tacc-user held {held} of {total} bytes"
+    assert err == errno.EDQUOT and 0 < held <= total * pct // 100, (kind, held, total, err)
+    uid = int(subprocess.check_output(["id", "-u", "tacc-user"]))
+    if users:
+        assert users[uid][2] == held, (kind, held, users)
+    assert not dmesg_problems()
+
+
+def u_hog_bos(state: dict[str, Any], node: str, most: int) -> list[Any]:
+    """Creates 4 KiB DEVICE BOs (unbound) until refused, at most @most; keeps them:
+    [BOs, errno of the refusal or None]."""
+    d = state["dev"] = Dev(node)
+    n = 0
+    while n < most:
+        try:
+            d.bo(4096, DEVICE, BO_NO_BIND)
+        except OSError as e:
+            return [n, e.errno]
+        n += 1
+    return [n, None]
+
+
+def test_a_second_user_gets_a_virtio_bo_after_a_hog(user):
+    """The virtio-tacc backend has 4096 BO handles for the whole function.  tacc-user
+    creates BOs until refused: max_bos_per_user (1024), EDQUOT; tacc-user2 then gets a BO
+    and runs a copy from it.  Before: one file took all 4096 handles (ENOSPC from the
+    backend) and tacc-user2 got ENOSPC."""
+    node = str(_node("virtio"))
+    limit = _param("max_bos_per_user", 1024)
+    t0 = time.monotonic()
+    try:
+        n, err = user.call(u_hog_bos, str(node), 5000)
+        took = time.monotonic() - t0
+        users = _users("virtio")
+        second = call_as_tacc_user(served, node, 4096, user=USER2)
+    finally:
+        user.call(u_close)
+    record_figures("virtio_bo_hog", {"bos": n, "refused": errno.errorcode.get(err, err),
+                                     "seconds": round(took, 2)})
+    assert second == ["ok", 0], f"tacc-user2 not served ({second}) while tacc-user held {n} BOs"
+    assert (n, err) == (limit, errno.EDQUOT), (n, err)
+    uid = int(subprocess.check_output(["id", "-u", "tacc-user"]))
+    if users:  # the node's own count: its BOs and their bytes of the window
+        assert users[uid][1:3] == [n, n * 4096], users
+    assert not dmesg_problems()
+
+
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def _kernel_bytes(cg: Path) -> int:
+    """memory.stat's "kernel": the cgroup's kernel memory (slab, page tables, accounted
+    pages)."""
+    for line in (cg / "memory.stat").read_text().splitlines():
+        k, v = line.split()
+        if k == "kernel":
+            return int(v)
+    raise AssertionError(f"no kernel line in {cg}/memory.stat")
+
+
+def u_bos(state: dict[str, Any], node: str, n: int) -> int:
+    d = state["dev"] = Dev(node)
+    state["bos"] = [d.bo(4096, DEVICE, BO_NO_BIND).handle for _ in range(n)]
+    return len(state["bos"])
+
+
+def u_bind_apart(state: dict[str, Any]) -> int:
+    """Binds each BO at its own GiB of VA: a level-1 and a level-2 table each."""
+    d = state["dev"]
+    for i, h in enumerate(state["bos"]):
+        d.ioctl(VM_BIND, VmBind(handle=h, flags=BIND_FIXED, va=(i + 1) << 30))
+    return len(state["bos"])
+
+
+@pytest.mark.parametrize("kind", ["pf", "vf1"])
+def test_page_tables_charged_to_the_callers_memory_cgroup(kind, user):
+    """tacc-user, in a memory cgroup of its own, binds 128 BOs a GiB apart: 256 new page-
+    table pages (live_objects pt_pages).  The cgroup's kernel memory grows by at least their
+    4 KiB each (1.61 MB measured, the level-1 tables' child arrays included).  Before: the
+    tables were dma_alloc_coherent() pages, charged to no cgroup (it grew 0 bytes on the PF,
+    4096 on a VF).  (virtio-tacc: the backend's tables are the host's.)"""
+    n = 128
+    node = str(_node(kind))
+    pci = Path(f"/sys/class/accel/{_node(kind).name}/device")
+    cg = CGROUP / "tacc-pt-charge"
+    ctl = CGROUP / "cgroup.subtree_control"
+    if "memory" not in ctl.read_text().split():
+        ctl.write_text("+memory")
+    cg.mkdir(exist_ok=True)
+    try:
+        (cg / "cgroup.procs").write_text(str(user.pid))
+        assert user.call(u_bos, node, n) == n
+        pt0, k0 = live_objects(pci)["pt_pages"], _kernel_bytes(cg)
+        assert user.call(u_bind_apart) == n
+        pt1, k1 = live_objects(pci)["pt_pages"], _kernel_bytes(cg)
+        user.call(u_close)
+    finally:
+        (CGROUP / "cgroup.procs").write_text(str(user.pid))
+        cg.rmdir()
+    tables = pt1 - pt0
+    record_figures(f"pt_memcg_{kind}", {"tables": tables, "kernel_bytes_delta": k1 - k0})
+    assert tables == 2 * n, (pt0, pt1)
+    assert k1 - k0 >= tables * 4096, \
+        f"{kind}: {tables} page-table pages, the cgroup's kernel memory grew {k1 - k0} bytes"

@@ -120,19 +120,20 @@ def touch(mm: mmap.mmap, needle: bytes = b"") -> tuple[str, int]:
 
 
 class UserProc:
-    """A forked child that dropped to tacc-user (group tacc, no capabilities).
+    """A forked child that dropped to tacc-user (group tacc, no capabilities), or to
+    another unprivileged @user of the group (tacc-user2).
 
     call(fn, *args) runs the module-level function fn(state, *args) in it and returns
     its result; an OSError there comes back as ("errno", n)."""
 
-    def __init__(self) -> None:
+    def __init__(self, user: str = "tacc-user") -> None:
         self.conn, child = Pipe()
         self.pid = os.fork()
         if self.pid == 0:
             code = 0
             try:
                 self.conn.close()
-                drop_to_tacc_user()
+                drop_to_tacc_user(user)
                 _serve(child)
             except BaseException:  # noqa: BLE001
                 code = 1

@@ -79,6 +79,9 @@ def ioctl_error(name: str, err: int, detail: str = "") -> TaccError:
                                 f"({_errno.errorcode.get(err, err)})")
     if err == _errno.EMFILE:
         return OutOfMemoryError(f"{what}: too many buffers in this context")
+    if err == _errno.EDQUOT:
+        return OutOfMemoryError(f"{what}: this user's limit on the function reached (contexts, "
+                                "buffers or device memory: tacc.ko's per-user limits)")
     if err == _errno.ENOENT:
         return UseAfterFreeError(f"{what}: the driver does not know this buffer handle "
                                  "(freed, or from another context)")

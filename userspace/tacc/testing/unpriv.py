@@ -1,5 +1,6 @@
 """The unprivileged tacc-user of the test VM (scripts/guest-init.sh makes it: group tacc,
-no capabilities), for the adversarial tests that assert what it must not reach.
+no capabilities), for the adversarial tests that assert what it must not reach; and
+tacc-user2, a second tenant alike (another uid), for the per-user limits.
 
 Two ways in, one place each:
 
@@ -27,21 +28,23 @@ from collections.abc import Callable
 from typing import Any
 
 USER = "tacc-user"
+USER2 = "tacc-user2"
 GROUP = "tacc"
 
 
-def drop_to_tacc_user() -> None:
-    """Become tacc-user (its group and the tacc group only); for a forked child."""
-    pw = pwd.getpwnam(USER)
+def drop_to_tacc_user(user: str = USER) -> None:
+    """Become @user (tacc-user; its group and the tacc group only); for a forked child."""
+    pw = pwd.getpwnam(user)
     os.setgroups([grp.getgrnam(GROUP).gr_gid])
     os.setgid(pw.pw_gid)
     os.setuid(pw.pw_uid)
 
 
-def call_as_tacc_user(fn: Callable[..., Any], *args: Any, timeout: float = 120.0) -> Any:
+def call_as_tacc_user(fn: Callable[..., Any], *args: Any, timeout: float = 120.0,
+                      user: str = USER) -> Any:
     """``fn(*args)`` in a forked child that closed every file but stdio and became
-    tacc-user; its JSON-able result, or AssertionError with the child's traceback.  A child
-    still running after ``timeout`` s is killed (AssertionError)."""
+    @user (tacc-user); its JSON-able result, or AssertionError with the child's traceback.
+    A child still running after ``timeout`` s is killed (AssertionError)."""
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -49,7 +52,7 @@ def call_as_tacc_user(fn: Callable[..., Any], *args: Any, timeout: float = 120.0
         try:
             os.closerange(3, wfd)
             os.closerange(wfd + 1, os.sysconf("SC_OPEN_MAX"))
-            drop_to_tacc_user()
+            drop_to_tacc_user(user)
             out = json.dumps({"result": fn(*args)})
             code = 0
         except BaseException:  # noqa: BLE001 - reported to the parent
@@ -67,7 +70,7 @@ def call_as_tacc_user(fn: Callable[..., Any], *args: Any, timeout: float = 120.0
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([rfd], [], [], left)[0]:
                 os.kill(pid, signal.SIGKILL)
-                raise AssertionError(f"{fn.__name__} as {USER}: still running after {timeout} s")
+                raise AssertionError(f"{fn.__name__} as {user}: still running after {timeout} s")
             data = os.read(rfd, 65536)
             if not data:
                 break
@@ -77,7 +80,7 @@ def call_as_tacc_user(fn: Callable[..., Any], *args: Any, timeout: float = 120.0
         os.waitpid(pid, 0)
     rep = json.loads(b"".join(chunks) or b'{"error": "the child wrote nothing"}')
     if "error" in rep:
-        raise AssertionError(f"{fn.__name__} as {USER} failed:\n{rep['error']}")
+        raise AssertionError(f"{fn.__name__} as {user} failed:\n{rep['error']}")
     return rep["result"]
 
 
