@@ -30,6 +30,7 @@
  * @lock: serializes read/write with disabling.
  * @tvdev: the device.
  * @buf: the state blob, in the PF's DMA space.
+ * @limit: the VF's blob size (QUERY): no more may be written.
  * @total: bytes of @buf holding data (STOP_COPY: the blob; RESUMING: written).
  * @disabled: the device left the state: reads and writes fail with -ENODEV.
  */
@@ -38,6 +39,7 @@ struct tacc_vfio_migf {
 	struct mutex lock;	/* read/write against disable */
 	struct tacc_vfio_dev *tvdev;
 	struct tacc_vfmig_buf buf;
+	u64 limit;
 	u64 total;
 	bool disabled;
 };
@@ -202,7 +204,7 @@ static ssize_t tacc_vfio_resume_write(struct file *filp, const char __user *buf,
 		done = -ENODEV;
 		goto out_unlock;
 	}
-	if (end > migf->buf.size) {	/* longer than any blob of this VF */
+	if (end > migf->limit) {	/* longer than any blob of this VF */
 		done = -EFBIG;
 		goto out_unlock;
 	}
@@ -245,6 +247,7 @@ static struct tacc_vfio_migf *tacc_vfio_migf_new(struct tacc_vfio_dev *tvdev, bo
 		return ERR_PTR(-ENOMEM);
 	mutex_init(&migf->lock);
 	migf->tvdev = tvdev;
+	migf->limit = size;
 	ret = tacc_vfmig_buf_alloc(tvdev->pf, size, &migf->buf);
 	if (ret)
 		goto err_free;
