@@ -17,12 +17,13 @@ import struct
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tacc.errors import VfioError
 from tacc.vfio import bind as vb
 from tacc.vfio import uapi as V
 from tacc.vfio.workload import VFSTATE_HDR
-from test_driver_basic import Dev, nop, pf_sysfs, record_figures, wait_accel_node
+from test_driver_basic import Dev, dmesg_problems, nop, pf_sysfs, record_figures, wait_accel_node
 from test_vfio import vfs  # noqa: F401 (the fixture: two VFs, all back on tacc.ko)
 
 N = 256 << 10  # bytes each in-flight job copies out of device memory
@@ -119,3 +120,104 @@ def test_migrate_jobs_in_flight(mig_vf):
     _others_work(fns)
     record_figures("vfio_migration", {k: round(v, 2) if isinstance(v, float) else v
                                       for k, v in fig.items() if k not in ("dirty", "written")})
+
+
+FUZZ_WINDOW = 2 << 20  # VF 1's window while fuzzing: each state ~2.2 MB, not 33.75
+
+
+@pytest.fixture
+def small_window_vf():
+    """VF 1 with a 2 MiB window (sriov_policy/, set with the VFs off), on tacc_vfio_pci;
+    afterwards the policy and the VFs as they were."""
+    pf = pf_sysfs()
+    pol = pf / "sriov_policy" / "vf1_devmem_bytes"
+    numvfs, old = (pf / "sriov_numvfs").read_text().strip(), pol.read_text().strip()
+    (pf / "sriov_numvfs").write_text("0")
+    pol.write_text(str(FUZZ_WINDOW))
+    (pf / "sriov_numvfs").write_text("2")
+    fns = sorted(p.resolve() for p in pf.glob("virtfn*"))
+    try:
+        vb.bind(fns[0].name, driver=vb.VARIANT_DRIVER)
+        yield fns[0].name, fns
+    finally:
+        vb.unbind(fns[0].name)
+        (pf / "sriov_numvfs").write_text("0")
+        pol.write_text(old)
+        (pf / "sriov_numvfs").write_text(numvfs)
+
+
+def _mutate(rng: np.random.Generator, blob: bytes, regs: int) -> tuple[str, bytes]:
+    """One hostile state: bits flipped anywhere (the CRC left), bits flipped with the CRC
+    made good again (to reach the device's own checks) in the header and the first KiB
+    of the registers (the scalar registers and queue 0's ring) or anywhere in the
+    registers, a truncation, or a header length forged with a good CRC."""
+    b = bytearray(blob)
+    kind = int(rng.integers(5))
+    if kind == 0:
+        for _ in range(int(rng.integers(1, 5))):
+            i = int(rng.integers(len(b) * 8))
+            b[i // 8] ^= 1 << (i % 8)
+        return "flip", bytes(b)
+    if kind in (1, 4):
+        span = 64 + (1024 if kind == 1 else regs)
+        for _ in range(int(rng.integers(1, 5))):
+            i = int(rng.integers(span * 8))
+            if i // 8 not in range(OFF_CRC, OFF_CRC + 4):
+                b[i // 8] ^= 1 << (i % 8)
+        return ("flip1k+crc" if kind == 1 else "flip+crc"), _recrc(b)
+    if kind == 2:
+        return "truncate", bytes(b[:int(rng.integers(len(b)))])
+    off = int(rng.choice([16, 24, 32]))  # total_len, regs_len, devmem_len
+    struct.pack_into("<Q", b, off, int(rng.integers(1 << 63)) >> int(rng.integers(64)))
+    return "length+crc", _recrc(b)
+
+
+def _recrc(b: bytearray) -> bytes:
+    struct.pack_into("<I", b, OFF_CRC, 0)
+    struct.pack_into("<I", b, OFF_CRC, zlib.crc32(b))
+    return bytes(b)
+
+
+@pytest.mark.long
+def test_fuzz_resuming(small_window_vf):
+    """TACC_VFMIG_FUZZ (10,000) mutated states into VF 1 through RESUMING: each refused
+    with EINVAL, EPROTONOSUPPORT or EACCES, or taken (a mutation the device's checks allow:
+    the VF then runs it and is reset); never another errno, a hang or a kernel problem.
+    Every 1,000 and at the end the PF and VF 2 run jobs, and VF 1, reset, runs a
+    numpy-checked copy."""
+    from tacc.vfio.driver import TaccVfio
+    from tacc.vfio.migration import Migration
+    from tacc.vfio.workload import copies
+
+    count = int(os.environ.get("TACC_VFMIG_FUZZ", "10000"))
+    bdf, fns = small_window_vf
+    rng = np.random.default_rng(34)
+    outcomes: dict[str, int] = {}
+    with TaccVfio(bdf) as t:
+        assert t.devmem_size == FUZZ_WINDOW
+        m = Migration(t.dev)
+        t.submit([t.nop()])  # some queue state to save
+        m.set_state(V.VFIO_DEVICE_STATE_STOP)
+        blob = m.save()
+        regs = VFSTATE_HDR.unpack_from(blob)[7]
+        t.reset()
+        allowed = {errno.EINVAL, errno.EPROTONOSUPPORT, errno.EACCES}
+        for i in range(count):
+            kind, bad = _mutate(rng, blob, regs)
+            m.set_state(V.VFIO_DEVICE_STATE_STOP)
+            try:
+                m.load(bad)
+                m.set_state(V.VFIO_DEVICE_STATE_RUNNING)
+                res = "taken"
+            except VfioError as e:
+                assert e.errno in allowed, (i, kind, e)
+                assert m.state() == V.VFIO_DEVICE_STATE_RESUMING, (i, kind)
+                res = errno.errorcode[e.errno]
+            outcomes[f"{kind}:{res}"] = outcomes.get(f"{kind}:{res}", 0) + 1
+            t.dev.reset()
+            if (i + 1) % 1000 == 0 or i + 1 == count:
+                _others_work(fns)
+                t.init_hw()
+                assert copies(t, 64 << 10, seed=i) == 64 << 10
+    assert not dmesg_problems()
+    record_figures("vfio_migration_fuzz", {"states": count, **dict(sorted(outcomes.items()))})
