@@ -122,6 +122,38 @@ def test_migrate_jobs_in_flight(mig_vf):
                                       for k, v in fig.items() if k not in ("dirty", "written")})
 
 
+
+def test_state_of_another_vf_refused(mig_vf):
+    """VF 1's state, unmodified, into VF 2 (both on tacc_vfio_pci, each opened by its own
+    VFIO user): EACCES (the device's WRONG_FN), VF 2 left RESUMING until its reset, then
+    both VFs run numpy-checked copies.  Each user reaches only its own device's state: the
+    data fds come from the device fd it opened."""
+    from tacc.vfio.driver import TaccVfio
+    from tacc.vfio.migration import Migration
+    from tacc.vfio.workload import copies
+
+    bdf, fns = mig_vf
+    other = fns[1].name
+    vb.bind(other, driver=vb.VARIANT_DRIVER)
+    try:
+        with TaccVfio(bdf) as t1, TaccVfio(other) as t2:
+            m1, m2 = Migration(t1.dev), Migration(t2.dev)
+            m1.set_state(V.VFIO_DEVICE_STATE_STOP)
+            blob = m1.save()
+            m1.set_state(V.VFIO_DEVICE_STATE_RUNNING)
+            assert VFSTATE_HDR.unpack_from(blob)[3] == 1
+            m2.set_state(V.VFIO_DEVICE_STATE_STOP)
+            with pytest.raises(VfioError) as e:
+                m2.load(blob)
+            assert e.value.errno == errno.EACCES, e.value
+            assert m2.state() == V.VFIO_DEVICE_STATE_RESUMING
+            t2.reset()
+            assert m2.state() == V.VFIO_DEVICE_STATE_RUNNING
+            assert copies(t2, 64 << 10, seed=5) == 64 << 10
+            assert copies(t1, 64 << 10, seed=6) == 64 << 10
+    finally:
+        vb.unbind(other)
+
 FUZZ_WINDOW = 2 << 20  # VF 1's window while fuzzing: each state ~2.2 MB, not 33.75
 
 
