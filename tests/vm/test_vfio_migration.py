@@ -12,6 +12,7 @@ The phases are timed (record_figures: build/test-results/<boot>/vfio_migration.j
 from __future__ import annotations
 
 import errno
+import json
 import os
 import struct
 import zlib
@@ -24,7 +25,7 @@ from tacc.vfio import bind as vb
 from tacc.vfio import uapi as V
 from tacc.vfio.workload import VFSTATE_HDR
 from test_driver_basic import Dev, dmesg_problems, nop, pf_sysfs, record_figures, wait_accel_node
-from test_vfio import vfs  # noqa: F401 (the fixture: two VFs, all back on tacc.ko)
+from test_vfio import _cli, vfs  # noqa: F401 (vfs: the fixture: two VFs, all back on tacc.ko)
 
 N = 256 << 10  # bytes each in-flight job copies out of device memory
 OFF_FN, OFF_CRC = 8, 12
@@ -36,8 +37,10 @@ def mig_vf(request):
     and gives every VF back to tacc.ko at the end, asserted)."""
     fns = request.getfixturevalue("vfs")
     bdf = fns[0].name
-    f = vb.bind(bdf, driver=vb.VARIANT_DRIVER)
-    assert f.driver == vb.VARIANT_DRIVER and f.vfio, f
+    r = _cli("bind", "--migration", bdf, "--json")
+    assert r.returncode == 0, r.stderr
+    f = json.loads(r.stdout)[0]
+    assert f["driver"] == vb.VARIANT_DRIVER and f["vfio"] == f"/dev/vfio/{vb.group_of(bdf)}", f
     yield bdf, fns
     vb.unbind(bdf)
     with Dev(wait_accel_node(fns[0])) as d:
