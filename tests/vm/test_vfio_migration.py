@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import struct
+import subprocess
 import zlib
 from pathlib import Path
 
@@ -34,9 +35,11 @@ OFF_FN, OFF_CRC = 8, 12
 @pytest.fixture(scope="module")
 def mig_vf(request):
     """VF 1 on tacc_vfio_pci for the module (test_vfio's fixture `vfs` enables the VFs
-    and gives every VF back to tacc.ko at the end, asserted)."""
+    and gives every VF back to tacc.ko at the end, asserted).  The module is unloaded
+    after if this loaded it: tacc.ko, whose symbols it uses, stays removable."""
     fns = request.getfixturevalue("vfs")
     bdf = fns[0].name
+    loaded = Path("/sys/module/tacc_vfio_pci").exists()
     r = _cli("bind", "--migration", bdf, "--json")
     assert r.returncode == 0, r.stderr
     f = json.loads(r.stdout)[0]
@@ -45,6 +48,9 @@ def mig_vf(request):
     vb.unbind(bdf)
     with Dev(wait_accel_node(fns[0])) as d:
         assert d.run([nop()]) == 0  # tacc.ko drives it again
+    if not loaded:
+        r = subprocess.run(["rmmod", "tacc_vfio_pci"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
 
 
 def _others_work(fns) -> None:
@@ -161,7 +167,7 @@ FUZZ_WINDOW = 2 << 20  # VF 1's window while fuzzing: each state ~2.2 MB, not 33
 
 
 @pytest.fixture
-def small_window_vf():
+def small_window_vf(mig_vf):
     """VF 1 with a 2 MiB window (sriov_policy/, set with the VFs off), on tacc_vfio_pci;
     afterwards the policy and the VFs as they were."""
     pf = pf_sysfs()
