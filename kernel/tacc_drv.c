@@ -649,6 +649,7 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	tacc_ring_init(&tdev->tlpcap, &tdev->drm, &pdev->dev, &pdev->dev);
 	mutex_init(&tdev->bo_dma_lock);
 	mutex_init(&tdev->sriov_lock);
+	mutex_init(&tdev->vfmig_lock);
 	INIT_LIST_HEAD(&tdev->bo_dma_list);
 	spin_lock_init(&tdev->cnt_lock);
 	mutex_init(&tdev->tlb_lock);
@@ -792,7 +793,7 @@ static const struct pci_device_id tacc_pci_ids[] = {
 };
 MODULE_DEVICE_TABLE(pci, tacc_pci_ids);
 
-static struct pci_driver tacc_pci_driver = {
+struct pci_driver tacc_pci_driver = {
 	.name = DRIVER_NAME,
 	.id_table = tacc_pci_ids,
 	.probe = tacc_probe,

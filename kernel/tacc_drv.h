@@ -282,6 +282,7 @@ struct tacc_device {
 	struct drm_mm_node virtio_node;	/* the virtio-tacc window, reserved at probe */
 	struct tacc_vf_policy vf_policy[TACC_MAX_VFS];
 	u32 queue_mask;			/* TACC_REG_QUEUE_MASK: usable queues */
+	struct mutex vfmig_lock;	/* one VF migration operation at a time */
 
 	/* runtime PM */
 	bool hw_up;			/* set under every queue lock */
@@ -454,6 +455,8 @@ void tacc_counters_cache(struct tacc_device *tdev);
 
 /* tacc_sriov.c */
 int tacc_sriov_configure(struct pci_dev *pdev, int num_vfs);
+
+extern struct pci_driver tacc_pci_driver;
 void tacc_sriov_restore(struct tacc_device *tdev);
 void tacc_sriov_fini(struct tacc_device *tdev);
 void tacc_sriov_init(struct tacc_device *tdev);

@@ -113,7 +113,10 @@ mkdir -p "$out/tacc" "build/modules/$rel"
 	cpio -0pdm --quiet "$out/tacc")
 make -s -C "$out/tacc" KDIR="$out/obj" >"$out/tacc-build.log" 2>&1 ||
 	{ tail -30 "$out/tacc-build.log" >&2; die "tacc.ko build failed (log: $out/tacc-build.log)"; }
-cmp -s "$out/tacc/tacc.ko" "build/modules/$rel/tacc.ko" || cp "$out/tacc/tacc.ko" "build/modules/$rel/tacc.ko"
+for ko in tacc.ko tacc_vfio_pci.ko; do
+	[ -f "$out/tacc/$ko" ] || continue
+	cmp -s "$out/tacc/$ko" "build/modules/$rel/$ko" || cp "$out/tacc/$ko" "build/modules/$rel/$ko"
+done
 
 # ---- initramfs: everything is built in, so no modules
 initrd=build/initramfs-$rel.cpio.gz

@@ -149,7 +149,10 @@ if [ -f kernel/Makefile ]; then
 	make -s -C kernel KVER="$kver" >build/kernel-build.log 2>&1 ||
 		{ tail -30 build/kernel-build.log >&2; die "tacc.ko build failed (log: build/kernel-build.log)"; }
 	mkdir -p "build/modules/$kver"
-	cmp -s kernel/tacc.ko "build/modules/$kver/tacc.ko" || cp kernel/tacc.ko "build/modules/$kver/tacc.ko"
+	for ko in tacc.ko tacc_vfio_pci.ko; do	# the second where the kernel has vfio-pci-core
+		[ -f "kernel/$ko" ] || continue
+		cmp -s "kernel/$ko" "build/modules/$kver/$ko" || cp "kernel/$ko" "build/modules/$kver/$ko"
+	done
 fi
 
 # ---- initramfs (0.3 s; rebuilt when missing or older than its script)

@@ -170,6 +170,7 @@ FAILURES: dict[str, tuple[list[str] | None, list[str]]] = {
     "vfio unbind": (["vfio", "unbind", "0000:07:00.0"], ["vfio", "unbind"]),
     "vfio selftest": (["vfio", "selftest", "0000:07:00.0"], ["vfio", "selftest"]),
     "vfio nop": (["vfio", "nop", "0000:07:00.0"], ["vfio", "nop", "0000:07:00.0", "-n", "x"]),
+    "vfio migrate": (["vfio", "migrate", "0000:07:00.0"], ["vfio", "migrate", "--bogus"]),
     "pcie capture": (["pcie", "capture", "-o", "{t}/f.pcapng", "-d", "0000:07:00.0"],
                      ["pcie", "capture", "-o", "{t}/f.pcapng", "--addr", "9-3"]),
     "pcie summary": (["pcie", "summary", "{t}/none.pcapng"], ["pcie", "summary"]),

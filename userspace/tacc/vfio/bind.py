@@ -32,6 +32,9 @@ SYSFS_PCI = Path("/sys/bus/pci")
 TACC_VENDOR = f"0x{hw.TACC_PCI_VENDOR_ID:04x}"  # as sysfs prints it
 TACC_DRIVER = "tacc"
 VFIO_DRIVER = "vfio-pci"
+VARIANT_DRIVER = "tacc_vfio_pci"  # vfio-pci-core plus migration (kernel/tacc_vfio_pci.c)
+VFIO_DRIVERS = (VFIO_DRIVER, VARIANT_DRIVER)
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass
@@ -137,7 +140,7 @@ def describe(bdf: str) -> Function:
     grp = int((p / "iommu_group").resolve().name) if (p / "iommu_group").exists() else None
     numvfs = int((p / "sriov_numvfs").read_text()) if (p / "sriov_numvfs").exists() else 0
     acc = accel_node(bdf) if drv == TACC_DRIVER else None
-    vf = f"/dev/vfio/{grp}" if drv == VFIO_DRIVER and grp is not None else None
+    vf = f"/dev/vfio/{grp}" if drv in VFIO_DRIVERS and grp is not None else None
     return Function(bdf, "VF" if (p / "physfn").exists() else "PF", drv, grp, acc, vf, numvfs,
                     openers(acc) + openers(vf))
 
@@ -166,6 +169,23 @@ def ensure_vfio_pci() -> None:
     if r.returncode or not (SYSFS_PCI / "drivers" / VFIO_DRIVER).exists():
         msg = (r.stderr.strip().splitlines() or ["driver did not register"])[-1]
         raise VfioError(f"modprobe vfio-pci failed: {msg}")
+
+
+def ensure_variant() -> None:
+    """Load tacc_vfio_pci.ko (after vfio-pci-core and the type1 IOMMU) from the build
+    (build/modules/<release>/), as scripts/guest-init.sh loads tacc.ko."""
+    if (SYSFS_PCI / "drivers" / VARIANT_DRIVER).exists():
+        return
+    ko = ROOT / "build" / "modules" / os.uname().release / f"{VARIANT_DRIVER}.ko"
+    if not ko.exists():
+        raise VfioError(f"{ko}: not built (make module; the kernel needs vfio-pci-core)")
+    for cmd in (["modprobe", "-a", "vfio-pci-core", "vfio_iommu_type1"], ["insmod", str(ko)]):
+        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if r.returncode:
+            msg = (r.stderr.strip().splitlines() or ["failed"])[-1]
+            raise VfioError(f"{' '.join(cmd)}: {msg}")
+    if not (SYSFS_PCI / "drivers" / VARIANT_DRIVER).exists():
+        raise VfioError(f"insmod {ko}: the driver did not register")
 
 
 def _wait(pred, timeout: float) -> bool:
@@ -211,8 +231,9 @@ def _end_handoff(bdf: str) -> None:
             pass  # the binding went meanwhile: nothing to end
 
 
-def bind(bdf: str, timeout: float = 10.0) -> Function:
-    """Give @bdf to vfio-pci; returns its new description (vfio = /dev/vfio/<group>).
+def bind(bdf: str, timeout: float = 10.0, driver: str = VFIO_DRIVER) -> Function:
+    """Give @bdf to vfio-pci (or @driver: VARIANT_DRIVER, tacc_vfio_pci, for migration);
+    returns its new description (vfio = /dev/vfio/<group>).
 
     Refuses: a non-tacc or missing function, the PF while VFs are enabled, a function
     without an IOMMU group, a function whose accel node is open."""
@@ -221,22 +242,27 @@ def bind(bdf: str, timeout: float = 10.0) -> Function:
     if f.kind == "PF" and f.num_vfs:
         raise VfioError(f"{bdf}: PF has {f.num_vfs} VFs enabled (write 0 to sriov_numvfs "
                         "first)")
+    if driver not in VFIO_DRIVERS:
+        raise VfioError(f"{driver}: not a VFIO driver of tacc ({', '.join(VFIO_DRIVERS)})")
     group_of(bdf)
-    if f.driver == VFIO_DRIVER:
+    if f.driver == driver:
         return f
     if f.openers:
-        raise VfioError(f"{bdf}: {f.accel} is open (pid {', pid '.join(f.openers)})")
-    ensure_vfio_pci()
+        raise VfioError(f"{bdf}: {f.accel or f.vfio} is open (pid {', pid '.join(f.openers)})")
+    if driver == VARIANT_DRIVER:
+        ensure_variant()
+    else:
+        ensure_vfio_pci()
     _handoff(bdf, f)
     try:
-        _rebind(bdf, VFIO_DRIVER)
+        _rebind(bdf, driver)
     except VfioError:
         _write(SYSFS_PCI / "devices" / bdf / "driver_override", "\n")
         _end_handoff(bdf)
         raise
     node = f"/dev/vfio/{group_of(bdf)}"
-    if not _wait(lambda: driver_of(bdf) == VFIO_DRIVER and os.path.exists(node), timeout):
-        raise VfioError(f"{bdf}: vfio-pci did not take the function (driver "
+    if not _wait(lambda: driver_of(bdf) == driver and os.path.exists(node), timeout):
+        raise VfioError(f"{bdf}: {driver} did not take the function (driver "
                         f"{driver_of(bdf) or 'none'})")
     return describe(bdf)
 
@@ -248,7 +274,7 @@ def unbind(bdf: str, timeout: float = 20.0) -> Function:
     f = describe(bdf)
     if f.driver == TACC_DRIVER:
         return f
-    if f.driver == VFIO_DRIVER and f.openers:
+    if f.driver in VFIO_DRIVERS and f.openers:
         raise VfioError(f"{bdf}: {f.vfio} is open (pid {', pid '.join(f.openers)})")
     _rebind(bdf, "")
     if not (SYSFS_PCI / "drivers" / TACC_DRIVER).exists():

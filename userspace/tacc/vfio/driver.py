@@ -273,6 +273,7 @@ class TaccVfio:
         self.bufs: list[Buffer] = []
         self.next_iova = IOVA_BASE
         self.job = 0
+        self.done: dict[int, Cqe] = {}  # completions read by wait() for other jobs
         self.tlb_seq = 0
         self.irq = irq
         try:
@@ -442,6 +443,7 @@ class TaccVfio:
                               f"(status 0x{d.r32(self._q(hw.TACC_Q_STATUS)):x})")
         self.sq_tail = 0
         self.cq_head = 0
+        self.done = {}
 
     def reset(self) -> None:
         """VFIO_DEVICE_RESET (a function-level reset), then program the function again."""
@@ -482,14 +484,16 @@ class TaccVfio:
         return out
 
     def wait(self, job: int, timeout: float = 30.0) -> Cqe:
-        """The completion of @job: sleeps on the queue's MSI-X eventfd (or polls)."""
+        """The completion of @job: sleeps on the queue's MSI-X eventfd (or polls).
+        Completions of other jobs read meanwhile are kept for their own wait()."""
         assert self.dev is not None
         deadline = time.monotonic() + timeout
         efd = self.dev.eventfds[QVEC] if self.dev.eventfds else -1
         while True:
             for c in self.completions():
-                if c.job == job:
-                    return c
+                self.done[c.job] = c
+            if job in self.done:
+                return self.done.pop(job)
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DeviceError(f"{self.bdf}: job {job} did not complete in {timeout} s")

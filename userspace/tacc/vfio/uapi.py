@@ -37,6 +37,7 @@ VFIO_DEVICE_RESET = _io(11)
 VFIO_IOMMU_GET_INFO = _io(12)
 VFIO_IOMMU_MAP_DMA = _io(13)
 VFIO_IOMMU_UNMAP_DMA = _io(14)
+VFIO_DEVICE_FEATURE = _io(17)
 
 VFIO_GROUP_FLAGS_VIABLE = 1 << 0
 VFIO_GROUP_FLAGS_CONTAINER_SET = 1 << 1
@@ -54,6 +55,29 @@ VFIO_IRQ_SET_ACTION_UNMASK = 1 << 4
 VFIO_IRQ_SET_ACTION_TRIGGER = 1 << 5
 VFIO_DMA_MAP_FLAG_READ = 1 << 0
 VFIO_DMA_MAP_FLAG_WRITE = 1 << 1
+
+# VFIO_DEVICE_FEATURE: flags = feature index | GET/SET/PROBE; the feature's struct follows
+VFIO_DEVICE_FEATURE_MASK = 0xFFFF
+VFIO_DEVICE_FEATURE_GET = 1 << 16
+VFIO_DEVICE_FEATURE_SET = 1 << 17
+VFIO_DEVICE_FEATURE_PROBE = 1 << 18
+VFIO_DEVICE_FEATURE_MIGRATION = 1
+VFIO_DEVICE_FEATURE_MIG_DEVICE_STATE = 2
+VFIO_DEVICE_FEATURE_DMA_LOGGING_START = 6
+VFIO_DEVICE_FEATURE_DMA_LOGGING_STOP = 7
+VFIO_DEVICE_FEATURE_DMA_LOGGING_REPORT = 8
+VFIO_MIGRATION_STOP_COPY = 1 << 0
+VFIO_MIGRATION_P2P = 1 << 1
+# enum vfio_device_mig_state
+VFIO_DEVICE_STATE_ERROR = 0
+VFIO_DEVICE_STATE_STOP = 1
+VFIO_DEVICE_STATE_RUNNING = 2
+VFIO_DEVICE_STATE_STOP_COPY = 3
+VFIO_DEVICE_STATE_RESUMING = 4
+VFIO_DEVICE_STATE_RUNNING_P2P = 5
+# Linux 6.2's additions, not in bookworm's <linux/vfio.h> (linux-libc-dev 6.1), so outside the
+# layout test's names (they do not start with VFIO_): values from the 6.12 kernel's header.
+MIG_DATA_SIZE_FEATURE = 9  # VFIO_DEVICE_FEATURE_MIG_DATA_SIZE: u64 stop_copy_length
 
 # enum: region and irq indices of a vfio-pci device
 VFIO_PCI_BAR0_REGION_INDEX = 0
@@ -96,9 +120,38 @@ class vfio_iommu_type1_dma_unmap(C.Structure):
     _fields_ = [("argsz", u32), ("flags", u32), ("iova", u64), ("size", u64)]
 
 
+class vfio_device_feature(C.Structure):
+    """Header only: the feature's struct (``data[]``) follows it."""
+
+    _fields_ = [("argsz", u32), ("flags", u32)]
+
+
+class vfio_device_feature_migration(C.Structure):
+    _fields_ = [("flags", u64)]
+
+
+class vfio_device_feature_mig_state(C.Structure):
+    _fields_ = [("device_state", u32), ("data_fd", s32)]
+
+
+class vfio_device_feature_dma_logging_control(C.Structure):
+    _fields_ = [("page_size", u64), ("num_ranges", u32), ("__reserved", u32), ("ranges", u64)]
+
+
+class vfio_device_feature_dma_logging_range(C.Structure):
+    _fields_ = [("iova", u64), ("length", u64)]
+
+
+class vfio_device_feature_dma_logging_report(C.Structure):
+    _fields_ = [("iova", u64), ("length", u64), ("page_size", u64), ("bitmap", u64)]
+
+
 STRUCTS: tuple[type[C.Structure], ...] = (
     vfio_group_status, vfio_device_info, vfio_region_info, vfio_irq_info, vfio_irq_set,
-    vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap)
+    vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_device_feature,
+    vfio_device_feature_migration, vfio_device_feature_mig_state,
+    vfio_device_feature_dma_logging_control,
+    vfio_device_feature_dma_logging_range, vfio_device_feature_dma_logging_report)
 
 CONSTANTS: tuple[str, ...] = tuple(
     n for n in list(globals()) if n.startswith("VFIO_") and n not in ("VFIO_TYPE", "VFIO_BASE"))
