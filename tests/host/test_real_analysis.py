@@ -71,10 +71,11 @@ EXPECTED: dict[str, set[str]] = {
     # recorded before the API records carried fingerprints and the trace records FLOPs
     "real-mixed": {"small_transfers", "iommu_churn", "tlb_thrash", "serialized_copies",
                    "idle_gaps"},
-    # on virtio-tacc the map_churn and tlb_thrash segments raise no finding (as recorded;
-    # why is not examined here)
+    # on virtio-tacc the map_churn segment raises no iommu_churn (as recorded; why is not
+    # examined here); tlb_thrash from the device's walks (virtio-tacc's binds are not in
+    # the driver stream)
     "virtio-mixed": {"small_transfers", "serialized_copies", "idle_gaps", "redundant_upload",
-                     "precision"},
+                     "precision", "tlb_thrash"},
     # the decoder's twins (tiny config, batch 2, prompt 8, 4 tokens)
     "decode_launch-bad": {"launch_bound", *_DECODE_BASE},
     "decode_launch-good": _DECODE_BASE,

@@ -266,7 +266,8 @@ def test_analysis_of_the_virtio_capture(mixed: Captured) -> None:
     for f in doc["findings"]:
         for a, b in f["time_ranges"]:
             assert t0 <= a <= b <= t1, f
-    assert {"small_transfers", "serialized_copies"} <= got, got
+    # tlb_thrash from the walks: virtio-tacc's binds are not in the driver stream
+    assert {"small_transfers", "serialized_copies", "tlb_thrash"} <= got, got
 
 
 def test_tacc_devices_and_cdi_name_the_virtio_function(tmp_path: Path,

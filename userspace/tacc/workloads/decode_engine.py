@@ -38,6 +38,7 @@ from onnx import numpy_helper
 
 import tacc
 from tacc.runtime import Context, DeviceBuffer, HostBuffer, Stream
+from tacc.runtime.buffers import HUGE
 from tacc.runtime.ops import GEMM_MAX_DIM
 
 
@@ -111,7 +112,12 @@ class Engine:
                 self.buf["present_" + name[len("past_"):]] = b
         for name, arr in self.consts.items():
             if self._is_weight(name):
-                self.weights[name] = self._shared(name, arr.shape, arr.dtype)
+                # a weight of 2 MiB or more on 2 MiB device pages, its size rounded up to
+                # them: with the driver's default a 7 MiB weight's last 1.x MiB is on
+                # 4 KiB pages, and GPT-2 small's decode step spent ~90 % of its GEMM
+                # time walking those pages (docs/measurements.md)
+                self.weights[name] = self._shared(name, arr.shape, arr.dtype,
+                                                  HUGE if arr.nbytes >= HUGE else None)
                 self.buf[name] = self.weights[name]
         self.steps: list[Step] = []
         self.skip: set[str] = set()
@@ -121,15 +127,17 @@ class Engine:
         self.logits = self.buf["logits"]
 
     # ---------------------------------------------------------- buffers ---
-    def _dev(self, shape: tuple[int, ...], dtype: Any) -> DeviceBuffer:
-        b = self.ctx.device_buffer(tuple(shape) or (1,), dtype)
+    def _dev(self, shape: tuple[int, ...], dtype: Any, page_size: int | None = None
+             ) -> DeviceBuffer:
+        b = self.ctx.device_buffer(tuple(shape) or (1,), dtype, page_size=page_size)
         self.owned.append(b)
         return b
 
-    def _shared(self, name: str, shape: tuple[int, ...], dtype: Any) -> DeviceBuffer:
+    def _shared(self, name: str, shape: tuple[int, ...], dtype: Any,
+                page_size: int | None = None) -> DeviceBuffer:
         b = self.shared.get(name)
         if b is None or b.shape != tuple(shape) or b.dtype != dtype:
-            b = self.shared[name] = self._dev(shape, dtype)
+            b = self.shared[name] = self._dev(shape, dtype, page_size)
         return b
 
     def _is_weight(self, name: str) -> bool:
