@@ -108,7 +108,8 @@ def test_weights_of_2_mib_and_more_fill_whole_2_mib_pages(monkeypatch: pytest.Mo
                                                           ) -> None:
     """A weight of 2 MiB or more gets a buffer rounded up to 2 MiB pages (the driver maps
     a buffer's last partial 2 MiB with 4 KiB pages: GPT-2 small's decode step spent ~90 %
-    of its GEMM time walking them); smaller weights and the KV cache keep the default."""
+    of its GEMM time walking them); smaller weights keep the default; the KV cache is one
+    buffer (on 2 MiB pages when it is 2 MiB or more)."""
     import dataclasses
 
     from tacc.models import gpt2
@@ -127,5 +128,11 @@ def test_weights_of_2_mib_and_more_fill_whole_2_mib_pages(monkeypatch: pytest.Mo
             assert b.bo_size % HUGE == 0 and b.page_size == HUGE, (n, b.bo_size, b.page_size)
         small = [b for n, b in w.items() if n not in big]
         assert small and all(b.bo_size < HUGE for b in small)
-        assert all(b.bo_size < HUGE for b in dec.pre.kv.values())
+        # the KV cache: every layer's past keys and values views of one buffer, shared
+        # by the prefill and the step engines (small here: default pages)
+        kv = list(dec.pre.kv.values())
+        assert len(kv) == 2 and len({b._base.handle for b in kv if b._base}) == 1
+        assert kv[0]._base.bo_size < HUGE
+        assert [b.offset for b in kv] == [0, -(-kv[0].nbytes // 4096) * 4096]
+        assert all(dec.step.kv[n] is b for n, b in dec.pre.kv.items())
         dec.free()
