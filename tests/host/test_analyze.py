@@ -310,3 +310,78 @@ def test_thresholds_from_a_file_then_overrides_keep_their_types(tmp_path: Path) 
     assert type(c.network_min_ns) is int
     with pytest.raises(KeyError, match="no_such"):
         c.update({"no_such": "1"})
+
+
+# ------------------------------------------------ interval helpers, by brute force --
+@st.composite
+def _interval_sets(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
+    """Up to 12 integer intervals [ts, te), some empty, overlapping or touching."""
+    n = draw(st.integers(0, 12))
+    ts = draw(st.lists(st.integers(0, 200), min_size=n, max_size=n))
+    dur = draw(st.lists(st.integers(0, 60), min_size=n, max_size=n))
+    return np.array(ts, np.int64), np.array(ts, np.int64) + np.array(dur, np.int64)
+
+
+def _cover(ts: np.ndarray, te: np.ndarray) -> set[int]:
+    """The unit cells [t, t + 1) the intervals cover: their union, cell by cell."""
+    return {t for a, b in zip(ts.tolist(), te.tolist(), strict=True) for t in range(a, b)}
+
+
+@given(iv=_interval_sets())
+def test_union_length_and_merged_by_cells(iv: tuple[np.ndarray, np.ndarray]) -> None:
+    from tacc.analyze.data import merged, union_length
+
+    ts, te = iv
+    cells = _cover(ts, te)
+    assert union_length(ts, te) == len(cells)
+    s, e = merged(ts, te)
+    assert len(s) == len(e) and bool(np.all(s[1:] > e[:-1]))  # disjoint, sorted, apart
+    # the busy periods cover the same cells; an interval touching the one before it
+    # (its start at that one's end) joins it
+    assert _cover(s, e) == cells
+    want: list[list[int]] = []
+    for a, b in sorted(zip(ts.tolist(), te.tolist(), strict=True)):
+        if want and a <= want[-1][1]:
+            want[-1][1] = max(want[-1][1], b)
+        else:
+            want.append([a, b])
+    assert [[int(a), int(b)] for a, b in zip(s, e, strict=True)] == want
+
+
+@given(iv=_interval_sets(), groups=st.integers(1, 4), seed=st.integers(0, 2**16))
+def test_union_by_group_is_each_groups_union(iv: tuple[np.ndarray, np.ndarray], groups: int,
+                                             seed: int) -> None:
+    from tacc.analyze.data import union_by_group
+
+    ts, te = iv
+    g = np.random.default_rng(seed).integers(0, groups, len(ts))
+    got = union_by_group(g, ts, te, groups)
+    assert got.dtype == np.int64 and len(got) == groups
+    assert got.tolist() == [len(_cover(ts[g == k], te[g == k])) for k in range(groups)]
+
+
+@given(iv=_interval_sets(), width=st.integers(1, 50), seed=st.integers(0, 2**16))
+def test_window_amount_spreads_each_amount_over_its_interval(
+        iv: tuple[np.ndarray, np.ndarray], width: int, seed: int) -> None:
+    from tacc.analyze.data import window_amount
+
+    ts, te = iv
+    amount = np.random.default_rng(seed).integers(0, 10_000, len(ts))
+    edges = np.arange(-width, 300, width, dtype=np.int64)
+    got = window_amount(ts, te, amount, edges)
+    want = np.zeros(len(edges) - 1)
+    for a, b, x in zip(ts.tolist(), te.tolist(), amount.tolist(), strict=True):
+        for i, (lo, hi) in enumerate(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)):
+            want[i] += x * max(min(b, hi) - max(a, lo), 0) / max(b - a, 1)
+    assert len(got) == len(want)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-6)
+
+
+@given(mask=st.lists(st.booleans(), max_size=30))
+def test_runs_are_the_true_stretches(mask: list[bool]) -> None:
+    from tacc.analyze.data import runs
+
+    s, e = runs(np.array(mask, bool))
+    want = [(i, j) for i in range(len(mask)) for j in range(i + 1, len(mask) + 1)
+            if all(mask[i:j]) and (i == 0 or not mask[i - 1]) and (j == len(mask) or not mask[j])]
+    assert list(zip(s.tolist(), e.tolist(), strict=True)) == want
