@@ -327,6 +327,10 @@ def _cover(ts: np.ndarray, te: np.ndarray) -> set[int]:
     return {t for a, b in zip(ts.tolist(), te.tolist(), strict=True) for t in range(a, b)}
 
 
+_QUICK = settings(max_examples=60, deadline=None)
+
+
+@_QUICK
 @given(iv=_interval_sets())
 def test_union_length_and_merged_by_cells(iv: tuple[np.ndarray, np.ndarray]) -> None:
     from tacc.analyze.data import merged, union_length
@@ -348,6 +352,7 @@ def test_union_length_and_merged_by_cells(iv: tuple[np.ndarray, np.ndarray]) -> 
     assert [[int(a), int(b)] for a, b in zip(s, e, strict=True)] == want
 
 
+@_QUICK
 @given(iv=_interval_sets(), groups=st.integers(1, 4), seed=st.integers(0, 2**16))
 def test_union_by_group_is_each_groups_union(iv: tuple[np.ndarray, np.ndarray], groups: int,
                                              seed: int) -> None:
@@ -360,6 +365,7 @@ def test_union_by_group_is_each_groups_union(iv: tuple[np.ndarray, np.ndarray], 
     assert got.tolist() == [len(_cover(ts[g == k], te[g == k])) for k in range(groups)]
 
 
+@_QUICK
 @given(iv=_interval_sets(), width=st.integers(1, 50), seed=st.integers(0, 2**16))
 def test_window_amount_spreads_each_amount_over_its_interval(
         iv: tuple[np.ndarray, np.ndarray], width: int, seed: int) -> None:
@@ -377,6 +383,7 @@ def test_window_amount_spreads_each_amount_over_its_interval(
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-6)
 
 
+@_QUICK
 @given(mask=st.lists(st.booleans(), max_size=30))
 def test_runs_are_the_true_stretches(mask: list[bool]) -> None:
     from tacc.analyze.data import runs
