@@ -392,3 +392,63 @@ def test_runs_are_the_true_stretches(mask: list[bool]) -> None:
     want = [(i, j) for i in range(len(mask)) for j in range(i + 1, len(mask) + 1)
             if all(mask[i:j]) and (i == 0 or not mask[i - 1]) and (j == len(mask) or not mask[j])]
     assert list(zip(s.tolist(), e.tolist(), strict=True)) == want
+
+
+# ------------------------------------------------- thresholds at their bounds --
+def test_small_transfers_at_its_minimum_count_and_share_of_copies(tmp_path: Path) -> None:
+    """small_min_count copies fire, one fewer allowed does not; share_of_copies is over
+    the function's copies (one copy: 1.0)."""
+    from tacc.capture.schema import Opcode
+    from tacc.capture.synth import Sim
+
+    p = tmp_path / "c"
+    generate(p, "tiny_transfers", "bad")
+    cap = open_capture(p)
+    dt = cap.read("device_trace")
+    copies = dt[np.isin(dt["opcode"], [Opcode.COPY_H2D, Opcode.COPY_D2H]) & (dt["fid"] == 0)]
+    n = int(((copies["bytes"] > 0) & (copies["bytes"] < Thresholds().small_bytes)).sum())
+    (f,) = analyze(cap, Thresholds(small_min_count=n), rules=["small_transfers"])
+    assert f.evidence["transfers"] == n
+    assert f.evidence["share_of_copies"] == n / len(copies)
+    assert f.title == f"{n} copies under 64 KiB on 0000:01:00.0"
+    assert analyze(cap, Thresholds(small_min_count=n + 1), rules=["small_transfers"]) == []
+    sim = Sim(seed=0)
+    sim.submit(fid=0, queue=0, pid=100, tid=100, name="copy_h2d", opcode=Opcode.COPY_H2D,
+               api_t0=np.array([5_000_000]), nbytes=np.full(1, 4096), dur=np.full(1, 50_000))
+    sim.write(tmp_path / "one")
+    th = Thresholds(small_min_count=1, min_time_lost_ns=0)
+    (f,) = analyze(open_capture(tmp_path / "one"), th, rules=["small_transfers"])
+    assert f.evidence["share_of_copies"] == 1.0 and f.evidence["transfers"] == 1
+
+
+def test_evidence_units_in_the_table() -> None:
+    """``*_ns`` figures in ms, us or ns by size; bytes with a binary unit; floats to 4
+    significant digits; long values cut at 80 characters."""
+    from tacc.analyze.engine import _evidence
+
+    assert _evidence("idle_ns", 2_500_000) == "idle=2.5 ms"
+    assert _evidence("idle_ns", 1_000_000) == "idle=1 ms"
+    assert _evidence("idle_ns", 999_999) == "idle=1000 us"
+    assert _evidence("idle_ns", 1000) == "idle=1 us"
+    assert _evidence("idle_ns", 999) == "idle=999 ns"
+    assert _evidence("idle_ns", 3) == "idle=3 ns"
+    assert _evidence("walk_ns_estimate", -2000) == "walk_estimate=-2 us"
+    assert _evidence("share", 0.123456) == "share=0.1235"
+    assert _evidence("nested", {"a": 0.333333, "b": [2.0 / 3]}) == \
+        'nested={"a": 0.3333, "b": [0.6667]}'
+    assert _evidence("flag_ns", True) == "flag_ns=true"
+    long = _evidence("names", ["x" * 50, "y" * 50])
+    assert len(long) == len("names=") + 80 and long.endswith("...")
+
+
+def test_cluster_rule_registers_under_its_name() -> None:
+    from tacc.analyze import cluster_rules as cr
+
+    def rule(view: object, th: object) -> list:
+        return []
+
+    try:
+        assert cr.cluster_rule("test_only_rule")(rule) is rule  # type: ignore[arg-type]
+        assert cr.CLUSTER_RULES["test_only_rule"] is rule
+    finally:
+        cr.CLUSTER_RULES.pop("test_only_rule", None)
