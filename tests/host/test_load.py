@@ -114,6 +114,36 @@ def test_pipelined_ns_bounds(ph: list[tuple[int, int]], buffers: int) -> None:
         assert p == int((r + u).sum())
 
 
+def _disjoint(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted disjoint intervals from (gap before, length) pairs."""
+    s, e, t = [], [], 0
+    for gap, n in spans:
+        s.append(t + gap)
+        e.append(t + gap + n)
+        t += gap + n
+    return np.array(s, np.int64), np.array(e, np.int64)
+
+
+_SPANS = st.lists(st.tuples(st.integers(1, 30), st.integers(1, 30)), max_size=8)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_SPANS, _SPANS)
+def test_overlap_of_two_unions_by_cells(a: list[tuple[int, int]], b: list[tuple[int, int]]
+                                        ) -> None:
+    """_overlap: the length of the intersection of two sets of disjoint sorted intervals,
+    as counted unit cell by unit cell."""
+    from tacc.analyze.rules.load_serialised import _overlap
+
+    as_, ae = _disjoint(a)
+    bs, be = _disjoint(b)
+
+    def cells(s: np.ndarray, e: np.ndarray) -> set[int]:
+        return {t for x, y in zip(s.tolist(), e.tolist(), strict=True) for t in range(x, y)}
+
+    assert _overlap(as_, ae, bs, be) == len(cells(as_, ae) & cells(bs, be))
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2_000_000), st.integers(1, 800_000),
                           st.sampled_from([0, 1, 2, 3, 4])), min_size=0, max_size=30),
