@@ -452,3 +452,46 @@ def test_cluster_rule_registers_under_its_name() -> None:
         assert cr.CLUSTER_RULES["test_only_rule"] is rule
     finally:
         cr.CLUSTER_RULES.pop("test_only_rule", None)
+
+
+@_QUICK
+@given(cmds=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 2), st.integers(0, 100),
+                               st.integers(0, 40), st.integers(0, 30)), max_size=15))
+def test_vf_contention_ready_time_by_hand(cmds: list[tuple[int, int, int, int, int]]) -> None:
+    """A command is ready when fetched and its queue's previous command (same function,
+    same queue, by start) has ended; never after its own start."""
+    from types import SimpleNamespace
+
+    from tacc.analyze.rules.vf_contention import _ready_ns
+
+    fid, queue, ts, dur, fetch_before = np.array(cmds, np.int64).reshape(-1, 5).T
+    c = SimpleNamespace(fid=fid, queue=queue, ts=ts, te=ts + dur, tf=ts - fetch_before)
+    got = _ready_ns(c).tolist()
+    for i in range(len(cmds)):
+        peers = sorted((int(ts[j]), j) for j in range(len(cmds))
+                       if fid[j] == fid[i] and queue[j] == queue[i])
+        k = peers.index((int(ts[i]), i))
+        prev_end = int(c.te[peers[k - 1][1]]) if k else 0
+        assert got[i] == min(max(int(c.tf[i]), prev_end), int(ts[i])), (i, cmds)
+
+
+@_QUICK
+@given(spans=st.lists(st.tuples(st.integers(1, 20), st.integers(1, 20)), max_size=6),
+       ab=st.lists(st.tuples(st.integers(-5, 150), st.integers(-5, 150)), min_size=1,
+                   max_size=6))
+def test_vf_contention_covered_by_cells(spans: list[tuple[int, int]],
+                                        ab: list[tuple[int, int]]) -> None:
+    """_covered: how much of each [a, b) the disjoint sorted intervals cover (0 when b <=
+    a), as counted unit cell by unit cell."""
+    from tacc.analyze.rules.vf_contention import _covered
+
+    s, e, t = [], [], 0
+    for gap, n in spans:
+        s.append(t + gap)
+        e.append(t + gap + n)
+        t += gap + n
+    cells = {x for p, q in zip(s, e, strict=True) for x in range(p, q)}
+    a = np.array([x for x, _ in ab], np.int64)
+    b = np.array([y for _, y in ab], np.int64)
+    got = _covered(np.array(s, np.int64), np.array(e, np.int64), a, b)
+    assert got.tolist() == [len(cells & set(range(x, y))) for x, y in ab]
