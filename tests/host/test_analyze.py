@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tacc.analyze.engine import analyze
 from tacc.analyze.rules import RULES, Thresholds
@@ -495,3 +495,38 @@ def test_vf_contention_covered_by_cells(spans: list[tuple[int, int]],
     b = np.array([y for _, y in ab], np.int64)
     got = _covered(np.array(s, np.int64), np.array(e, np.int64), a, b)
     assert got.tolist() == [len(cells & set(range(x, y))) for x, y in ab]
+
+
+@_QUICK
+@given(ranges=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 200), st.integers(0, 60)),
+                       max_size=20),
+       spans=st.lists(st.tuples(st.integers(0, 250), st.integers(0, 40)), max_size=8))
+@example(ranges=[(k, 10 * k, 5 + k) for k in range(12)], spans=[(0, 200)])  # 12 names
+def test_range_names_overlapped_time_most_first(ranges: list[tuple[int, int, int]],
+                                                spans: list[tuple[int, int]]) -> None:
+    """jobs.range_names: per tacc.range name, the time its records overlap the given
+    ranges (summed over them), the 8 most first."""
+    from types import SimpleNamespace
+
+    from tacc.analyze.rules.jobs import range_names
+    from tacc.capture.schema import API_DTYPE
+
+    strings = {1: "range", 2: "copy_h2d", **{10 + i: f"step {i}" for i in range(12)}}
+    api = np.zeros(len(ranges) + 1, API_DTYPE)
+    api["name_id"][:-1] = 1
+    api["args_id"][:-1] = [10 + k for k, _, _ in ranges]
+    api["t_start"][:-1] = [a for _, a, _ in ranges]
+    api["t_end"][:-1] = [a + n for _, a, n in ranges]
+    api[-1]["name_id"], api[-1]["t_end"] = 2, 10**6  # not a range
+    d = SimpleNamespace(cap=SimpleNamespace(strings=strings), api=api)
+    s = np.array([a for a, _ in spans], np.int64)
+    e = s + np.array([n for _, n in spans], np.int64)
+    got = range_names(d, s, e)  # type: ignore[arg-type]
+    want: dict[str, int] = {}
+    for k, a, n in ranges:
+        t = sum(max(0, min(y, a + n) - max(x, a)) for x, y in zip(s.tolist(), e.tolist(),
+                                                                    strict=True))
+        if t:
+            want[f"step {k}"] = want.get(f"step {k}", 0) + t
+    assert got == dict(sorted(want.items(), key=lambda kv: -kv[1])[:8])
+    assert list(got) == list(dict(sorted(want.items(), key=lambda kv: -kv[1])[:8]))
