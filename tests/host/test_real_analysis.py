@@ -253,3 +253,26 @@ if __name__ == "__main__":
         sys.exit("usage: test_real_analysis.py --update")
     sys.path.insert(0, str(Path(__file__).parent))
     _update()
+
+
+def test_iommu_churn_without_counters_prices_walks_at_the_default(tmp_path: Path) -> None:
+    """The real map_churn bad twin with its counters stream removed (a capture without
+    counters): the copies' page walks are priced at the default PTE reads per miss,
+    copy_walk_ns = misses x walk_reads_per_miss x walk_read_ns x time scale."""
+    from tacc.analyze.engine import analyze
+    from tacc.analyze.rules import Thresholds
+    from tacc.capture import open_capture
+
+    p = extract(archives()["map_churn-bad"], tmp_path)
+    (p / "streams" / "counters.tcs").unlink()
+    meta = json.loads((p / "meta.json").read_text())
+    del meta["streams"]["counters"]
+    (p / "meta.json").write_text(json.dumps(meta))
+    cap = open_capture(p)
+    (f,) = analyze(cap, rules=["iommu_churn"])
+    th = Thresholds()
+    e = f.evidence
+    scale = cap.functions[0].time_scale
+    assert e["copy_tlb_misses"] > 0
+    assert e["copy_walk_ns"] == int(e["copy_tlb_misses"] * th.walk_reads_per_miss
+                                    * th.walk_read_ns * scale)
