@@ -43,6 +43,8 @@ def test_rule_fires_on_the_bad_twin_only_estimate_within_25_percent(twins: dict)
     assert ev["phases"] == 8 and ev["overlap_ns"] == 0
     assert ev["reads_in_uploads"] == ev["uploads_in_reads"] == 0
     assert ev["block_dev"] == f"{NVME_DEV >> 20}:{NVME_DEV & 0xFFFFF}" == "259:0"
+    # the bad twin reads on the workload's own thread (synth PID 4242, comm tacc-run)
+    assert (ev["pid"], ev["comm"], ev["traced_api"]) == (4242, "tacc-run", True)
     assert ev["load_ns"] - ev["pipelined_ns"] == f.time_lost_ns
     assert len(f.time_ranges) == 8 and f.functions == ["0000:01:00.0"]
     assert "reader thread" in f.suggestion and f.severity == "high"
