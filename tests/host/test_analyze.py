@@ -530,3 +530,17 @@ def test_range_names_overlapped_time_most_first(ranges: list[tuple[int, int, int
             want[f"step {k}"] = want.get(f"step {k}", 0) + t
     assert got == dict(sorted(want.items(), key=lambda kv: -kv[1])[:8])
     assert list(got) == list(dict(sorted(want.items(), key=lambda kv: -kv[1])[:8]))
+
+
+def test_link_saturation_at_its_minimum_saturated_time(tmp_path: Path) -> None:
+    """The saturated windows' time (17 ms on the link_saturation bad twin: whole 1 ms
+    windows) at saturation_min_total_ns fires; 1 ns more does not."""
+    generate(tmp_path / "c", "link_saturation", "bad")
+    cap = open_capture(tmp_path / "c")
+    (f,) = analyze(cap, rules=["link_saturation"])
+    total = f.evidence["saturated_ns"]
+    assert total % Thresholds().window_ns == 0 and total >= 3 * Thresholds().window_ns
+    assert len(analyze(cap, Thresholds(saturation_min_total_ns=total),
+                       rules=["link_saturation"])) == 1
+    assert analyze(cap, Thresholds(saturation_min_total_ns=total + 1),
+                   rules=["link_saturation"]) == []
