@@ -93,3 +93,25 @@ def test_slice_limit_counts_what_it_drops_and_counters_keep_each_groups_peak() -
     # sample at the end is left out)
     (p,) = h.counters_data[0]
     assert p.tolist() == [[0.0, 5.0], [20.0, 2.0], [40.0, 9.0], [60.0, 4.0]]
+
+
+def test_html_data_block_title_processes_and_findings(page: Path) -> None:
+    """The view's data: its title names the node, the OS tracks their process and thread
+    (synth: tacc-run, pid 4242, tid 4243), the findings as the analysis gave them, with
+    ranges from the view's t0; nothing dropped."""
+    import json
+
+    m = re.search(r'<script id="data" type="application/json">(.*?)</script>',
+                  page.read_text(), re.S)
+    assert m
+    d = json.loads(m.group(1).replace("<\\/", "</"))
+    assert d["title"] == "tacc timeline: node0" and d["dropped"] == 0
+    os_tracks = {(t["pid"], t["tid"], t["comm"]) for t in d["tracks"] if "os" in t}
+    assert (4242, 4243, "tacc-run") in os_tracks
+    assert {pid for pid, _, _ in os_tracks} == {4242}
+    cap = open_capture(page.parent / "c")
+    want = to_json(cap, analyze(cap), Thresholds())["findings"]
+    assert [(f["rule"], f["severity"], f["title"], f["suggestion"]) for f in d["findings"]] == \
+        [(f["rule"], f["severity"], f["title"], f["suggestion"]) for f in want]
+    assert [f["ranges"] for f in d["findings"]] == \
+        [[[a - d["t0"], b - d["t0"]] for a, b in f["time_ranges"]] for f in want]
