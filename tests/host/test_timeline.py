@@ -465,3 +465,38 @@ def test_fmt_bytes_binary_units() -> None:
                                    -2048)] == [
         "0 B", "1023 B", "1.00 KiB", "1.50 KiB", "1024.00 KiB", "1.00 MiB", "3.00 GiB",
         "-2.00 KiB"]
+
+
+def test_chrome_json_metadata_and_categories_of_a_real_capture(tmp_path: Path) -> None:
+    """The Chrome JSON of a real capture (tlb_thrash-bad): its metadata names the node,
+    the capture, its kernel and each function's device clock, and the ranks; a slice's
+    category is its group's first word (device, driver, host), else cpu_op for an API
+    thread, os for the others (the device's commands carry their own: kernel, gpu_*)."""
+    from realcaps import archives, extract
+
+    p = extract(archives()["tlb_thrash-bad"], tmp_path)
+    convert([p], tmp_path / "t.json", fmt="json")
+    doc = json.loads((tmp_path / "t.json").read_text())
+    cap = open_capture(p)
+    meta = doc["metadata"]["tacc"]
+    (node,) = meta["nodes"]
+    assert (node["node"], node["capture"], node["kernel"]) == (cap.node, str(p),
+                                                               cap.meta["kernel"])
+    assert set(node["device_clocks"]) == {f.pci for f in cap.functions}
+    # a rank per device function (HTA's view): "node pci", virtio-tacc's marked
+    assert [r.split(" ")[:2] for r in meta["ranks"]] == [[cap.node, f.pci]
+                                                         for f in cap.functions]
+    procs = {e["pid"]: e["args"]["name"].split(": ", 1)[-1] for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    seen = set()
+    for e in doc["traceEvents"]:
+        if e["ph"] != "X" or not e["pid"] or e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        word = procs[e["pid"]].split(" ", 1)[0]
+        want = word if word in ("device", "driver", "host") else \
+            "cpu_op" if threads[(e["pid"], e["tid"])].endswith(" API") else "os"
+        assert e["cat"] == want, (procs[e["pid"]], threads[(e["pid"], e["tid"])], e["cat"])
+        seen.add(want)
+    assert seen >= {"driver", "cpu_op", "os"}
