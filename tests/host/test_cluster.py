@@ -493,3 +493,23 @@ def test_synth_json_names_the_captures(tmp_path: Path,
     paths = json.loads(capsys.readouterr().out)
     assert paths == [str(tmp_path / "c" / n) for n in ("node0", "node1")]
     assert [open_capture(Path(p)).node for p in paths] == ["node0", "node1"]
+
+
+def test_view_metadata_counts_and_hostclk_alignment(twins: dict[str, list[Path]]) -> None:
+    """The merged view's metadata: messages, those with a packet on both sides and those
+    forward in time, counted from its messages (the bad twin: 8, all with packets, all
+    forward); node1 aligned by the host clock, its alignment's bracket the host-clock
+    offset's bound over its samples, its bound the bracket plus its residual."""
+    from tacc.timeline.cluster import open_view
+
+    v = open_view([open_capture(p) for p in twins["bad"]])
+    m = v.metadata()
+    tx, rx = v.messages["tx"].astype(np.int64), v.messages["rx"].astype(np.int64)
+    both = (tx != 0) & (rx != 0)
+    assert (m["messages"], m["messages_with_packets"], m["packets_forward_in_time"]) == (
+        len(v.messages), int(both.sum()), int((both & (tx < rx)).sum())) == (8, 8, 8)
+    n1 = m["nodes"][1]
+    assert (m["reference"], n1["node"], n1["used"]) == ("node0", "node1", "hostclk")
+    a, h = n1["align_to_reference"], n1["hostclk"]
+    assert a["bracket_ns"] == h["bound_ns"] and a["pairs"] == h["samples"]
+    assert a["bound_ns"] == pytest.approx(a["residual_max_ns"] + a["bracket_ns"])
