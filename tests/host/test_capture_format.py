@@ -355,3 +355,29 @@ def test_peer_port_range_and_link_bandwidth_by_direction() -> None:
         assert f.max_bw(direction) == link_max_payload_bw(4, 16, 256, direction, f.mrrs,
                                                           f.rcb) / 2.0
     assert f.max_bw("h2d") != f.max_bw("d2h")
+
+
+# ------------------------------------------------------ clocks, by hand --
+def test_clock_fit_of_pairs_at_one_tick_compose_and_invert_near_realtime() -> None:
+    """Pairs all read at one device tick: the nominal drift, the offset their brackets'
+    mean midpoint; compose adds the bounds and the residuals' rms in quadrature; invert
+    is exact for host realtime values (~1.7e18 ns, beyond float64's integers)."""
+    from tacc.capture.clock import LinearClock, compose, fit_pairs
+
+    c = fit_pairs(np.array([1000, 1000], np.uint64), np.array([5000, 5100]),
+                  np.array([5200, 5300]), 1.5, "t")
+    # midpoints 5100 and 5200: offset 5150 at x0 (residuals +-50, brackets +-100)
+    assert (c.x0, c.y0, c.drift, c.npairs) == (1000, 5150, 1.5, 2)
+    assert (c.residual_rms_ns, c.residual_max_ns, c.bracket_ns) == (50.0, 50.0, 100.0)
+    outer = LinearClock(0, 10, 2.0, residual_rms_ns=3.0, residual_max_ns=4.0, bracket_ns=5.0,
+                        npairs=7)
+    inner = LinearClock(100, 0, 0.5, residual_rms_ns=4.0, residual_max_ns=1.0,
+                        bracket_ns=2.0, npairs=3)
+    k = compose(outer, inner)
+    assert (k.x0, k.y0, k.drift) == (100, 10, 1.0)
+    assert (k.residual_rms_ns, k.residual_max_ns, k.bracket_ns, k.npairs) == (5.0, 5.0, 7.0, 3)
+    assert k.convert(np.array([300], np.uint64)).tolist() == [210]
+    rt = 1_700_000_000_123_456_789
+    c = LinearClock(x0=0, y0=rt, drift=1.0)
+    y = np.array([rt + 1, rt + 777, rt + 10**9 + 3], np.uint64)
+    assert c.invert(y).tolist() == [1, 777, 10**9 + 3]
