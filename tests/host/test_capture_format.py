@@ -381,3 +381,26 @@ def test_clock_fit_of_pairs_at_one_tick_compose_and_invert_near_realtime() -> No
     c = LinearClock(x0=0, y0=rt, drift=1.0)
     y = np.array([rt + 1, rt + 777, rt + 10**9 + 3], np.uint64)
     assert c.invert(y).tolist() == [1, 777, 10**9 + 3]
+
+
+def test_an_added_function_takes_its_pfs_link_clock_and_scale() -> None:
+    """A function seen only by its hotplug event (a VF enabled during the capture) is
+    described as its PF on the same bus: link, clock rate, time scale; its own fid, pci,
+    VF number and kind; another bus takes the first PF; no PF at all, the defaults."""
+    import dataclasses
+
+    from tacc.capture.devinfo import Function
+    from tacc.capture.reader import Capture
+
+    pf0 = Function(0, "0000:01:00.0", "0000:01:00.0", 0, 3, 8, 128, 2e9, 2.0, 1 << 30,
+                   kind="pf")
+    pf1 = dataclasses.replace(pf0, fid=1, pci="0000:02:00.0", pf="0000:02:00.0", gen=5)
+    vf = Capture._like_pf([pf0, pf1], 5, "0000:02:00.3", 3)
+    assert vf == dataclasses.replace(pf1, fid=5, pci="0000:02:00.3", pf="0000:02:00.0", vf=3,
+                                     kind="vf")
+    other = Capture._like_pf([pf0, pf1], 6, "0000:09:00.0", 0)
+    assert other == dataclasses.replace(pf0, fid=6, pci="0000:09:00.0", kind="pf")
+    bare = Capture._like_pf([], 7, "func7", 0)
+    assert (bare.fid, bare.pci, bare.pf, bare.vf, bare.gen, bare.width, bare.mps,
+            bare.clock_hz, bare.time_scale, bare.devmem) == (7, "func7", "func7", 0, 4, 16,
+                                                             256, 1e9, 1.0, 0)
