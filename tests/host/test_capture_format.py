@@ -404,3 +404,33 @@ def test_an_added_function_takes_its_pfs_link_clock_and_scale() -> None:
     assert (bare.fid, bare.pci, bare.pf, bare.vf, bare.gen, bare.width, bare.mps,
             bare.clock_hz, bare.time_scale, bare.devmem) == (7, "func7", "func7", 0, 4, 16,
                                                              256, 1e9, 1.0, 0)
+
+
+def test_unknown_streams_kept_with_their_declared_layout(tmp_path: Path) -> None:
+    """A stream this reader does not know is read with the layout its header declares
+    (1-byte records too) and its schema; one whose header declares no layout is left
+    out; each is named in the problems."""
+    from tacc.capture import framing
+    from tacc.capture.schema import dtype_to_json
+    from tacc.capture.synth import generate
+
+    p = tmp_path / "c"
+    generate(p, "tiny_transfers", "good")
+    one = np.dtype([("k", "u1")])
+    rec = np.arange(7, dtype=np.uint8).view(one)
+    (p / "streams" / "x_one.tcs").write_bytes(
+        framing.encode_file_header({"stream": "x_one", "schema": 3,
+                                    "dtype": dtype_to_json(one)})
+        + framing.encode_chunk(0, 4, rec[:4].tobytes()) + framing.encode_chunk(1, 3,
+                                                                            rec[4:].tobytes()))
+    (p / "streams" / "x_bare.tcs").write_bytes(
+        framing.encode_file_header({"stream": "x_bare", "schema": 1})
+        + framing.encode_chunk(0, 2, b"\0\0"))
+    cap = open_capture(p)
+    assert cap.other_streams == ["x_one"]
+    info = cap.other_info("x_one")
+    assert info is not None and info.schema == 3 and info.dtype == one
+    assert cap.read("x_one")["k"].tolist() == list(range(7))
+    assert [len(c) for c in cap.chunks("x_one")] == [4, 3]
+    assert {"unknown stream 'x_one' ignored by the analysis",
+            "unknown stream 'x_bare' ignored by the analysis"} <= set(cap.problems)
