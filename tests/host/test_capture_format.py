@@ -434,3 +434,21 @@ def test_unknown_streams_kept_with_their_declared_layout(tmp_path: Path) -> None
     assert [len(c) for c in cap.chunks("x_one")] == [4, 3]
     assert {"unknown stream 'x_one' ignored by the analysis",
             "unknown stream 'x_bare' ignored by the analysis"} <= set(cap.problems)
+
+
+def test_host_clock_exact_at_realtime_magnitudes(tmp_path: Path) -> None:
+    """The host clock fit (CLOCK_MONOTONIC -> the host's realtime, ~1.7e18 ns) gives back
+    each pair's host time to the nanosecond: no step through float64."""
+    from tacc.capture.schema import CLOCK_DTYPE
+
+    clk = np.zeros(5, CLOCK_DTYPE)
+    clk["mono_before"] = np.arange(5) * 1_000_000_007 + 11
+    clk["mono_after"] = clk["mono_before"] + 2000
+    clk["devclk"] = clk["mono_before"] + 99
+    mid = (clk["mono_before"] + clk["mono_after"]) // 2
+    clk["hostclk"] = (1_700_000_000_123_456_789 + mid).astype(np.uint64)
+    with CaptureWriter(tmp_path / "c", {"node": "h", "devices": [{"pci": "0000:01:00.0"}]}) as w:
+        w.append("clock_sync", clk)
+    hc = open_capture(tmp_path / "c").host_clock()
+    assert hc is not None and hc.drift == 1.0
+    assert hc.convert(mid.astype(np.uint64)).tolist() == clk["hostclk"].astype(np.int64).tolist()
