@@ -513,3 +513,36 @@ def test_view_metadata_counts_and_hostclk_alignment(twins: dict[str, list[Path]]
     a, h = n1["align_to_reference"], n1["hostclk"]
     assert a["bracket_ns"] == h["bound_ns"] and a["pairs"] == h["samples"]
     assert a["bound_ns"] == pytest.approx(a["residual_max_ns"] + a["bracket_ns"])
+
+
+def test_clock_requester_schedule_against_a_silent_peer() -> None:
+    """A burst at the first poll, then one exchange per peer when a period has passed or
+    on the final poll; each unanswered request counted lost once (WAIT_S each)."""
+    import socket
+
+    from tacc.capture.schema import NET_CLOCK_DTYPE
+
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    q = clockx.Requester([f"127.0.0.1:{silent.getsockname()[1]}"], hz=4.0, burst=2)
+    got = []
+    try:
+        for now, final in ((10.0, False), (10.1, False), (10.3, False), (10.31, False),
+                           (10.32, True)):
+            r = q.poll(now, final)
+            got.append((len(r), r.dtype == NET_CLOCK_DTYPE, q.lost))
+    finally:
+        q.close()
+        silent.close()
+    assert got == [(0, True, 2), (0, True, 2), (0, True, 3), (0, True, 3), (0, True, 4)]
+    assert q.seq == 4
+    # a closed port (refused): counted lost like silence, no error
+    closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    q = clockx.Requester([f"127.0.0.1:{port}"], burst=2)
+    try:
+        assert len(q.poll(0.0)) == 0 and q.lost == 2
+    finally:
+        q.close()
