@@ -452,3 +452,25 @@ def test_host_clock_exact_at_realtime_magnitudes(tmp_path: Path) -> None:
     hc = open_capture(tmp_path / "c").host_clock()
     assert hc is not None and hc.drift == 1.0
     assert hc.convert(mid.astype(np.uint64)).tolist() == clk["hostclk"].astype(np.int64).tolist()
+
+
+def test_short_writes_are_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """writev(2) may write less than asked (a signal, a disk nearly full): the writer
+    writes the rest of the chunk in turn, and the capture reads back whole."""
+    import tacc.capture.writer as wr
+
+    real_write = os.write
+
+    def short_writev(fd: int, bufs: list) -> int:
+        return real_write(fd, b"".join(bytes(b) for b in bufs)[:10])
+
+    monkeypatch.setattr(wr.os, "writev", short_writev)
+    rec = np.zeros(300, DRIVER_DTYPE)
+    rec["t_ns"] = np.arange(300) * 1000
+    rec["kind"] = int(DriverKind.IOCTL)
+    rec["pid"] = 77
+    with CaptureWriter(tmp_path / "c", {"node": "h"}, chunk_bytes=4096) as w:
+        w.append("driver", rec)
+    monkeypatch.undo()
+    back = open_capture(tmp_path / "c").read("driver")
+    assert back.tobytes() == rec.tobytes()
