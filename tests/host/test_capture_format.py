@@ -501,3 +501,9 @@ def test_an_older_layout_read_by_column(tmp_path: Path) -> None:
     some = cap.read("driver", ["tid", "t_ns"])
     assert some.dtype.names == ("tid", "t_ns")
     assert some["tid"].tolist() == [4, 5, 6] and some["t_ns"].tolist() == [10, 20, 30]
+
+
+def test_append_to_an_unknown_stream_names_it(tmp_path: Path) -> None:
+    with CaptureWriter(tmp_path / "c", {"node": "h"}) as w, \
+            pytest.raises(CaptureError, match="unknown stream 'no_such'"):
+        w.append("no_such", np.zeros(1, DRIVER_DTYPE))
