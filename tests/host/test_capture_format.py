@@ -507,3 +507,21 @@ def test_append_to_an_unknown_stream_names_it(tmp_path: Path) -> None:
     with CaptureWriter(tmp_path / "c", {"node": "h"}) as w, \
             pytest.raises(CaptureError, match="unknown stream 'no_such'"):
         w.append("no_such", np.zeros(1, DRIVER_DTYPE))
+
+
+def test_function_from_its_meta_description() -> None:
+    """meta.json's device entry -> Function: its clock rate, link (rcb too) and time scale
+    (the device's own, else the capture's, else 1); pf defaults to its own address, kind
+    to pf or vf by its VF number."""
+    from tacc.capture.devinfo import function_from_desc
+
+    d = {"pci": "0000:01:00.2", "vf": 2, "clock_hz": 2.5e9, "time_scale": 3.0,
+         "link": {"gen": 3, "width": 8, "mps": 128, "rcb": 128}}
+    f = function_from_desc(4, d, {"time_scale": 7.0})
+    assert (f.fid, f.pci, f.pf, f.vf, f.kind, f.clock_hz, f.time_scale, f.gen, f.width,
+            f.mps, f.rcb) == (4, "0000:01:00.2", "0000:01:00.2", 2, "vf", 2.5e9, 3.0, 3, 8,
+                              128, 128)
+    del d["time_scale"]
+    assert function_from_desc(4, d, {"time_scale": 7.0}).time_scale == 7.0
+    pf = function_from_desc(0, {"pci": "0000:01:00.0"}, {})
+    assert (pf.kind, pf.pf, pf.time_scale, pf.clock_hz) == ("pf", "0000:01:00.0", 1.0, 1e9)
