@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tacc.analyze.engine import analyze
 from tacc.analyze.rules import RULES, Thresholds
@@ -310,3 +310,237 @@ def test_thresholds_from_a_file_then_overrides_keep_their_types(tmp_path: Path) 
     assert type(c.network_min_ns) is int
     with pytest.raises(KeyError, match="no_such"):
         c.update({"no_such": "1"})
+
+
+# ------------------------------------------------ interval helpers, by brute force --
+@st.composite
+def _interval_sets(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
+    """Up to 12 integer intervals [ts, te), some empty, overlapping or touching."""
+    n = draw(st.integers(0, 12))
+    ts = draw(st.lists(st.integers(0, 200), min_size=n, max_size=n))
+    dur = draw(st.lists(st.integers(0, 60), min_size=n, max_size=n))
+    return np.array(ts, np.int64), np.array(ts, np.int64) + np.array(dur, np.int64)
+
+
+def _cover(ts: np.ndarray, te: np.ndarray) -> set[int]:
+    """The unit cells [t, t + 1) the intervals cover: their union, cell by cell."""
+    return {t for a, b in zip(ts.tolist(), te.tolist(), strict=True) for t in range(a, b)}
+
+
+_QUICK = settings(max_examples=60, deadline=None)
+
+
+@_QUICK
+@given(iv=_interval_sets())
+def test_union_length_and_merged_by_cells(iv: tuple[np.ndarray, np.ndarray]) -> None:
+    from tacc.analyze.data import merged, union_length
+
+    ts, te = iv
+    cells = _cover(ts, te)
+    assert union_length(ts, te) == len(cells)
+    s, e = merged(ts, te)
+    assert len(s) == len(e) and bool(np.all(s[1:] > e[:-1]))  # disjoint, sorted, apart
+    # the busy periods cover the same cells; an interval touching the one before it
+    # (its start at that one's end) joins it
+    assert _cover(s, e) == cells
+    want: list[list[int]] = []
+    for a, b in sorted(zip(ts.tolist(), te.tolist(), strict=True)):
+        if want and a <= want[-1][1]:
+            want[-1][1] = max(want[-1][1], b)
+        else:
+            want.append([a, b])
+    assert [[int(a), int(b)] for a, b in zip(s, e, strict=True)] == want
+
+
+@_QUICK
+@given(iv=_interval_sets(), groups=st.integers(1, 4), seed=st.integers(0, 2**16))
+def test_union_by_group_is_each_groups_union(iv: tuple[np.ndarray, np.ndarray], groups: int,
+                                             seed: int) -> None:
+    from tacc.analyze.data import union_by_group
+
+    ts, te = iv
+    g = np.random.default_rng(seed).integers(0, groups, len(ts))
+    got = union_by_group(g, ts, te, groups)
+    assert got.dtype == np.int64 and len(got) == groups
+    assert got.tolist() == [len(_cover(ts[g == k], te[g == k])) for k in range(groups)]
+
+
+@_QUICK
+@given(iv=_interval_sets(), width=st.integers(1, 50), seed=st.integers(0, 2**16))
+def test_window_amount_spreads_each_amount_over_its_interval(
+        iv: tuple[np.ndarray, np.ndarray], width: int, seed: int) -> None:
+    from tacc.analyze.data import window_amount
+
+    ts, te = iv
+    amount = np.random.default_rng(seed).integers(0, 10_000, len(ts))
+    edges = np.arange(-width, 300, width, dtype=np.int64)
+    got = window_amount(ts, te, amount, edges)
+    want = np.zeros(len(edges) - 1)
+    for a, b, x in zip(ts.tolist(), te.tolist(), amount.tolist(), strict=True):
+        for i, (lo, hi) in enumerate(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)):
+            want[i] += x * max(min(b, hi) - max(a, lo), 0) / max(b - a, 1)
+    assert len(got) == len(want)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-6)
+
+
+@_QUICK
+@given(mask=st.lists(st.booleans(), max_size=30))
+def test_runs_are_the_true_stretches(mask: list[bool]) -> None:
+    from tacc.analyze.data import runs
+
+    s, e = runs(np.array(mask, bool))
+    want = [(i, j) for i in range(len(mask)) for j in range(i + 1, len(mask) + 1)
+            if all(mask[i:j]) and (i == 0 or not mask[i - 1]) and (j == len(mask) or not mask[j])]
+    assert list(zip(s.tolist(), e.tolist(), strict=True)) == want
+
+
+# ------------------------------------------------- thresholds at their bounds --
+def test_small_transfers_at_its_minimum_count_and_share_of_copies(tmp_path: Path) -> None:
+    """small_min_count copies fire, one fewer allowed does not; share_of_copies is over
+    the function's copies (one copy: 1.0)."""
+    from tacc.capture.schema import Opcode
+    from tacc.capture.synth import Sim
+
+    p = tmp_path / "c"
+    generate(p, "tiny_transfers", "bad")
+    cap = open_capture(p)
+    dt = cap.read("device_trace")
+    copies = dt[np.isin(dt["opcode"], [Opcode.COPY_H2D, Opcode.COPY_D2H]) & (dt["fid"] == 0)]
+    n = int(((copies["bytes"] > 0) & (copies["bytes"] < Thresholds().small_bytes)).sum())
+    (f,) = analyze(cap, Thresholds(small_min_count=n), rules=["small_transfers"])
+    assert f.evidence["transfers"] == n
+    assert f.evidence["share_of_copies"] == n / len(copies)
+    assert f.title == f"{n} copies under 64 KiB on 0000:01:00.0"
+    assert analyze(cap, Thresholds(small_min_count=n + 1), rules=["small_transfers"]) == []
+    sim = Sim(seed=0)
+    sim.submit(fid=0, queue=0, pid=100, tid=100, name="copy_h2d", opcode=Opcode.COPY_H2D,
+               api_t0=np.array([5_000_000]), nbytes=np.full(1, 4096), dur=np.full(1, 50_000))
+    sim.write(tmp_path / "one")
+    th = Thresholds(small_min_count=1, min_time_lost_ns=0)
+    (f,) = analyze(open_capture(tmp_path / "one"), th, rules=["small_transfers"])
+    assert f.evidence["share_of_copies"] == 1.0 and f.evidence["transfers"] == 1
+
+
+def test_evidence_units_in_the_table() -> None:
+    """``*_ns`` figures in ms, us or ns by size; bytes with a binary unit; floats to 4
+    significant digits; long values cut at 80 characters."""
+    from tacc.analyze.engine import _evidence
+
+    assert _evidence("idle_ns", 2_500_000) == "idle=2.5 ms"
+    assert _evidence("idle_ns", 1_000_000) == "idle=1 ms"
+    assert _evidence("idle_ns", 999_999) == "idle=1000 us"
+    assert _evidence("idle_ns", 1000) == "idle=1 us"
+    assert _evidence("idle_ns", 999) == "idle=999 ns"
+    assert _evidence("idle_ns", 3) == "idle=3 ns"
+    assert _evidence("walk_ns_estimate", -2000) == "walk_estimate=-2 us"
+    assert _evidence("share", 0.123456) == "share=0.1235"
+    assert _evidence("nested", {"a": 0.333333, "b": [2.0 / 3]}) == \
+        'nested={"a": 0.3333, "b": [0.6667]}'
+    assert _evidence("flag_ns", True) == "flag_ns=true"
+    long = _evidence("names", ["x" * 50, "y" * 50])
+    assert len(long) == len("names=") + 80 and long.endswith("...")
+
+
+def test_cluster_rule_registers_under_its_name() -> None:
+    from tacc.analyze import cluster_rules as cr
+
+    def rule(view: object, th: object) -> list:
+        return []
+
+    try:
+        assert cr.cluster_rule("test_only_rule")(rule) is rule  # type: ignore[arg-type]
+        assert cr.CLUSTER_RULES["test_only_rule"] is rule
+    finally:
+        cr.CLUSTER_RULES.pop("test_only_rule", None)
+
+
+@_QUICK
+@given(cmds=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 2), st.integers(0, 100),
+                               st.integers(0, 40), st.integers(0, 30)), max_size=15))
+def test_vf_contention_ready_time_by_hand(cmds: list[tuple[int, int, int, int, int]]) -> None:
+    """A command is ready when fetched and its queue's previous command (same function,
+    same queue, by start) has ended; never after its own start."""
+    from types import SimpleNamespace
+
+    from tacc.analyze.rules.vf_contention import _ready_ns
+
+    fid, queue, ts, dur, fetch_before = np.array(cmds, np.int64).reshape(-1, 5).T
+    c = SimpleNamespace(fid=fid, queue=queue, ts=ts, te=ts + dur, tf=ts - fetch_before)
+    got = _ready_ns(c).tolist()
+    for i in range(len(cmds)):
+        peers = sorted((int(ts[j]), j) for j in range(len(cmds))
+                       if fid[j] == fid[i] and queue[j] == queue[i])
+        k = peers.index((int(ts[i]), i))
+        prev_end = int(c.te[peers[k - 1][1]]) if k else 0
+        assert got[i] == min(max(int(c.tf[i]), prev_end), int(ts[i])), (i, cmds)
+
+
+@_QUICK
+@given(spans=st.lists(st.tuples(st.integers(1, 20), st.integers(1, 20)), max_size=6),
+       ab=st.lists(st.tuples(st.integers(-5, 150), st.integers(-5, 150)), min_size=1,
+                   max_size=6))
+def test_vf_contention_covered_by_cells(spans: list[tuple[int, int]],
+                                        ab: list[tuple[int, int]]) -> None:
+    """_covered: how much of each [a, b) the disjoint sorted intervals cover (0 when b <=
+    a), as counted unit cell by unit cell."""
+    from tacc.analyze.rules.vf_contention import _covered
+
+    s, e, t = [], [], 0
+    for gap, n in spans:
+        s.append(t + gap)
+        e.append(t + gap + n)
+        t += gap + n
+    cells = {x for p, q in zip(s, e, strict=True) for x in range(p, q)}
+    a = np.array([x for x, _ in ab], np.int64)
+    b = np.array([y for _, y in ab], np.int64)
+    got = _covered(np.array(s, np.int64), np.array(e, np.int64), a, b)
+    assert got.tolist() == [len(cells & set(range(x, y))) for x, y in ab]
+
+
+@_QUICK
+@given(ranges=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 200), st.integers(0, 60)),
+                       max_size=20),
+       spans=st.lists(st.tuples(st.integers(0, 250), st.integers(0, 40)), max_size=8))
+@example(ranges=[(k, 10 * k, 5 + k) for k in range(12)], spans=[(0, 200)])  # 12 names
+def test_range_names_overlapped_time_most_first(ranges: list[tuple[int, int, int]],
+                                                spans: list[tuple[int, int]]) -> None:
+    """jobs.range_names: per tacc.range name, the time its records overlap the given
+    ranges (summed over them), the 8 most first."""
+    from types import SimpleNamespace
+
+    from tacc.analyze.rules.jobs import range_names
+    from tacc.capture.schema import API_DTYPE
+
+    strings = {1: "range", 2: "copy_h2d", **{10 + i: f"step {i}" for i in range(12)}}
+    api = np.zeros(len(ranges) + 1, API_DTYPE)
+    api["name_id"][:-1] = 1
+    api["args_id"][:-1] = [10 + k for k, _, _ in ranges]
+    api["t_start"][:-1] = [a for _, a, _ in ranges]
+    api["t_end"][:-1] = [a + n for _, a, n in ranges]
+    api[-1]["name_id"], api[-1]["t_end"] = 2, 10**6  # not a range
+    d = SimpleNamespace(cap=SimpleNamespace(strings=strings), api=api)
+    s = np.array([a for a, _ in spans], np.int64)
+    e = s + np.array([n for _, n in spans], np.int64)
+    got = range_names(d, s, e)  # type: ignore[arg-type]
+    want: dict[str, int] = {}
+    for k, a, n in ranges:
+        t = sum(max(0, min(y, a + n) - max(x, a)) for x, y in zip(s.tolist(), e.tolist(),
+                                                                    strict=True))
+        if t:
+            want[f"step {k}"] = want.get(f"step {k}", 0) + t
+    assert got == dict(sorted(want.items(), key=lambda kv: -kv[1])[:8])
+    assert list(got) == list(dict(sorted(want.items(), key=lambda kv: -kv[1])[:8]))
+
+
+def test_link_saturation_at_its_minimum_saturated_time(tmp_path: Path) -> None:
+    """The saturated windows' time (17 ms on the link_saturation bad twin: whole 1 ms
+    windows) at saturation_min_total_ns fires; 1 ns more does not."""
+    generate(tmp_path / "c", "link_saturation", "bad")
+    cap = open_capture(tmp_path / "c")
+    (f,) = analyze(cap, rules=["link_saturation"])
+    total = f.evidence["saturated_ns"]
+    assert total % Thresholds().window_ns == 0 and total >= 3 * Thresholds().window_ns
+    assert len(analyze(cap, Thresholds(saturation_min_total_ns=total),
+                       rules=["link_saturation"])) == 1
+    assert analyze(cap, Thresholds(saturation_min_total_ns=total + 1),
+                   rules=["link_saturation"]) == []

@@ -355,3 +355,173 @@ def test_peer_port_range_and_link_bandwidth_by_direction() -> None:
         assert f.max_bw(direction) == link_max_payload_bw(4, 16, 256, direction, f.mrrs,
                                                           f.rcb) / 2.0
     assert f.max_bw("h2d") != f.max_bw("d2h")
+
+
+# ------------------------------------------------------ clocks, by hand --
+def test_clock_fit_of_pairs_at_one_tick_compose_and_invert_near_realtime() -> None:
+    """Pairs all read at one device tick: the nominal drift, the offset their brackets'
+    mean midpoint; compose adds the bounds and the residuals' rms in quadrature; invert
+    is exact for host realtime values (~1.7e18 ns, beyond float64's integers)."""
+    from tacc.capture.clock import LinearClock, compose, fit_pairs
+
+    c = fit_pairs(np.array([1000, 1000], np.uint64), np.array([5000, 5100]),
+                  np.array([5200, 5300]), 1.5, "t")
+    # midpoints 5100 and 5200: offset 5150 at x0 (residuals +-50, brackets +-100)
+    assert (c.x0, c.y0, c.drift, c.npairs) == (1000, 5150, 1.5, 2)
+    assert (c.residual_rms_ns, c.residual_max_ns, c.bracket_ns) == (50.0, 50.0, 100.0)
+    outer = LinearClock(0, 10, 2.0, residual_rms_ns=3.0, residual_max_ns=4.0, bracket_ns=5.0,
+                        npairs=7)
+    inner = LinearClock(100, 0, 0.5, residual_rms_ns=4.0, residual_max_ns=1.0,
+                        bracket_ns=2.0, npairs=3)
+    k = compose(outer, inner)
+    assert (k.x0, k.y0, k.drift) == (100, 10, 1.0)
+    assert (k.residual_rms_ns, k.residual_max_ns, k.bracket_ns, k.npairs) == (5.0, 5.0, 7.0, 3)
+    assert k.convert(np.array([300], np.uint64)).tolist() == [210]
+    rt = 1_700_000_000_123_456_789
+    c = LinearClock(x0=0, y0=rt, drift=1.0)
+    y = np.array([rt + 1, rt + 777, rt + 10**9 + 3], np.uint64)
+    assert c.invert(y).tolist() == [1, 777, 10**9 + 3]
+
+
+def test_an_added_function_takes_its_pfs_link_clock_and_scale() -> None:
+    """A function seen only by its hotplug event (a VF enabled during the capture) is
+    described as its PF on the same bus: link, clock rate, time scale; its own fid, pci,
+    VF number and kind; another bus takes the first PF; no PF at all, the defaults."""
+    import dataclasses
+
+    from tacc.capture.devinfo import Function
+    from tacc.capture.reader import Capture
+
+    pf0 = Function(0, "0000:01:00.0", "0000:01:00.0", 0, 3, 8, 128, 2e9, 2.0, 1 << 30,
+                   kind="pf")
+    pf1 = dataclasses.replace(pf0, fid=1, pci="0000:02:00.0", pf="0000:02:00.0", gen=5)
+    vf = Capture._like_pf([pf0, pf1], 5, "0000:02:00.3", 3)
+    assert vf == dataclasses.replace(pf1, fid=5, pci="0000:02:00.3", pf="0000:02:00.0", vf=3,
+                                     kind="vf")
+    other = Capture._like_pf([pf0, pf1], 6, "0000:09:00.0", 0)
+    assert other == dataclasses.replace(pf0, fid=6, pci="0000:09:00.0", kind="pf")
+    bare = Capture._like_pf([], 7, "func7", 0)
+    assert (bare.fid, bare.pci, bare.pf, bare.vf, bare.gen, bare.width, bare.mps,
+            bare.clock_hz, bare.time_scale, bare.devmem) == (7, "func7", "func7", 0, 4, 16,
+                                                             256, 1e9, 1.0, 0)
+
+
+def test_unknown_streams_kept_with_their_declared_layout(tmp_path: Path) -> None:
+    """A stream this reader does not know is read with the layout its header declares
+    (1-byte records too) and its schema; one whose header declares no layout is left
+    out; each is named in the problems."""
+    from tacc.capture import framing
+    from tacc.capture.schema import dtype_to_json
+    from tacc.capture.synth import generate
+
+    p = tmp_path / "c"
+    generate(p, "tiny_transfers", "good")
+    one = np.dtype([("k", "u1")])
+    rec = np.arange(7, dtype=np.uint8).view(one)
+    (p / "streams" / "x_one.tcs").write_bytes(
+        framing.encode_file_header({"stream": "x_one", "schema": 3,
+                                    "dtype": dtype_to_json(one)})
+        + framing.encode_chunk(0, 4, rec[:4].tobytes()) + framing.encode_chunk(1, 3,
+                                                                            rec[4:].tobytes()))
+    (p / "streams" / "x_bare.tcs").write_bytes(
+        framing.encode_file_header({"stream": "x_bare", "schema": 1})
+        + framing.encode_chunk(0, 2, b"\0\0"))
+    cap = open_capture(p)
+    assert cap.other_streams == ["x_one"]
+    info = cap.other_info("x_one")
+    assert info is not None and info.schema == 3 and info.dtype == one
+    assert cap.read("x_one")["k"].tolist() == list(range(7))
+    assert [len(c) for c in cap.chunks("x_one")] == [4, 3]
+    assert {"unknown stream 'x_one' ignored by the analysis",
+            "unknown stream 'x_bare' ignored by the analysis"} <= set(cap.problems)
+
+
+def test_host_clock_exact_at_realtime_magnitudes(tmp_path: Path) -> None:
+    """The host clock fit (CLOCK_MONOTONIC -> the host's realtime, ~1.7e18 ns) gives back
+    each pair's host time to the nanosecond: no step through float64."""
+    from tacc.capture.schema import CLOCK_DTYPE
+
+    clk = np.zeros(5, CLOCK_DTYPE)
+    clk["mono_before"] = np.arange(5) * 1_000_000_007 + 11
+    clk["mono_after"] = clk["mono_before"] + 2000
+    clk["devclk"] = clk["mono_before"] + 99
+    mid = (clk["mono_before"] + clk["mono_after"]) // 2
+    clk["hostclk"] = (1_700_000_000_123_456_789 + mid).astype(np.uint64)
+    with CaptureWriter(tmp_path / "c", {"node": "h", "devices": [{"pci": "0000:01:00.0"}]}) as w:
+        w.append("clock_sync", clk)
+    hc = open_capture(tmp_path / "c").host_clock()
+    assert hc is not None and hc.drift == 1.0
+    assert hc.convert(mid.astype(np.uint64)).tolist() == clk["hostclk"].astype(np.int64).tolist()
+
+
+def test_short_writes_are_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """writev(2) may write less than asked (a signal, a disk nearly full): the writer
+    writes the rest of the chunk in turn, and the capture reads back whole."""
+    import tacc.capture.writer as wr
+
+    real_write = os.write
+
+    def short_writev(fd: int, bufs: list) -> int:
+        return real_write(fd, b"".join(bytes(b) for b in bufs)[:10])
+
+    monkeypatch.setattr(wr.os, "writev", short_writev)
+    rec = np.zeros(300, DRIVER_DTYPE)
+    rec["t_ns"] = np.arange(300) * 1000
+    rec["kind"] = int(DriverKind.IOCTL)
+    rec["pid"] = 77
+    with CaptureWriter(tmp_path / "c", {"node": "h"}, chunk_bytes=4096) as w:
+        w.append("driver", rec)
+    monkeypatch.undo()
+    back = open_capture(tmp_path / "c").read("driver")
+    assert back.tobytes() == rec.tobytes()
+
+
+def test_an_older_layout_read_by_column(tmp_path: Path) -> None:
+    """A stream written in an earlier minor's record layout (fewer fields) reads as the
+    current layout, the fields it lacks zero; asked for some columns, exactly those."""
+    from tacc.capture import framing
+    from tacc.capture.schema import dtype_to_json
+
+    old = np.dtype([("t_ns", "<i8"), ("pid", "<u4"), ("tid", "<u4")])
+    assert all(DRIVER_DTYPE.fields[n][0] == old.fields[n][0] for n in old.names)
+    rec = np.zeros(3, old)
+    rec["t_ns"], rec["pid"], rec["tid"] = [10, 20, 30], [1, 2, 3], [4, 5, 6]
+    p = tmp_path / "c"
+    with CaptureWriter(p, {"node": "h"}):
+        pass
+    (p / "streams" / "driver.tcs").write_bytes(
+        framing.encode_file_header({"stream": "driver", "schema": 1,
+                                    "dtype": dtype_to_json(old)})
+        + framing.encode_chunk(0, 3, rec.tobytes()))
+    (p / "complete").unlink()  # the marker counted no driver records
+    cap = open_capture(p)
+    whole = cap.read("driver")
+    assert whole.dtype == DRIVER_DTYPE and whole["pid"].tolist() == [1, 2, 3]
+    assert whole["kind"].tolist() == [0, 0, 0]
+    some = cap.read("driver", ["tid", "t_ns"])
+    assert some.dtype.names == ("tid", "t_ns")
+    assert some["tid"].tolist() == [4, 5, 6] and some["t_ns"].tolist() == [10, 20, 30]
+
+
+def test_append_to_an_unknown_stream_names_it(tmp_path: Path) -> None:
+    with CaptureWriter(tmp_path / "c", {"node": "h"}) as w, \
+            pytest.raises(CaptureError, match="unknown stream 'no_such'"):
+        w.append("no_such", np.zeros(1, DRIVER_DTYPE))
+
+
+def test_function_from_its_meta_description() -> None:
+    """meta.json's device entry -> Function: its clock rate, link (rcb too) and time scale
+    (the device's own, else the capture's, else 1); pf defaults to its own address, kind
+    to pf or vf by its VF number."""
+    from tacc.capture.devinfo import function_from_desc
+
+    d = {"pci": "0000:01:00.2", "vf": 2, "clock_hz": 2.5e9, "time_scale": 3.0,
+         "link": {"gen": 3, "width": 8, "mps": 128, "rcb": 128}}
+    f = function_from_desc(4, d, {"time_scale": 7.0})
+    assert (f.fid, f.pci, f.pf, f.vf, f.kind, f.clock_hz, f.time_scale, f.gen, f.width,
+            f.mps, f.rcb) == (4, "0000:01:00.2", "0000:01:00.2", 2, "vf", 2.5e9, 3.0, 3, 8,
+                              128, 128)
+    del d["time_scale"]
+    assert function_from_desc(4, d, {"time_scale": 7.0}).time_scale == 7.0
+    pf = function_from_desc(0, {"pci": "0000:01:00.0"}, {})
+    assert (pf.kind, pf.pf, pf.time_scale, pf.clock_hz) == ("pf", "0000:01:00.0", 1.0, 1e9)

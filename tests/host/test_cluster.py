@@ -493,3 +493,56 @@ def test_synth_json_names_the_captures(tmp_path: Path,
     paths = json.loads(capsys.readouterr().out)
     assert paths == [str(tmp_path / "c" / n) for n in ("node0", "node1")]
     assert [open_capture(Path(p)).node for p in paths] == ["node0", "node1"]
+
+
+def test_view_metadata_counts_and_hostclk_alignment(twins: dict[str, list[Path]]) -> None:
+    """The merged view's metadata: messages, those with a packet on both sides and those
+    forward in time, counted from its messages (the bad twin: 8, all with packets, all
+    forward); node1 aligned by the host clock, its alignment's bracket the host-clock
+    offset's bound over its samples, its bound the bracket plus its residual."""
+    from tacc.timeline.cluster import open_view
+
+    v = open_view([open_capture(p) for p in twins["bad"]])
+    m = v.metadata()
+    tx, rx = v.messages["tx"].astype(np.int64), v.messages["rx"].astype(np.int64)
+    both = (tx != 0) & (rx != 0)
+    assert (m["messages"], m["messages_with_packets"], m["packets_forward_in_time"]) == (
+        len(v.messages), int(both.sum()), int((both & (tx < rx)).sum())) == (8, 8, 8)
+    n1 = m["nodes"][1]
+    assert (m["reference"], n1["node"], n1["used"]) == ("node0", "node1", "hostclk")
+    a, h = n1["align_to_reference"], n1["hostclk"]
+    assert a["bracket_ns"] == h["bound_ns"] and a["pairs"] == h["samples"]
+    assert a["bound_ns"] == pytest.approx(a["residual_max_ns"] + a["bracket_ns"])
+
+
+def test_clock_requester_schedule_against_a_silent_peer() -> None:
+    """A burst at the first poll, then one exchange per peer when a period has passed or
+    on the final poll; each unanswered request counted lost once (WAIT_S each)."""
+    import socket
+
+    from tacc.capture.schema import NET_CLOCK_DTYPE
+
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    q = clockx.Requester([f"127.0.0.1:{silent.getsockname()[1]}"], hz=4.0, burst=2)
+    got = []
+    try:
+        for now, final in ((10.0, False), (10.1, False), (10.3, False), (10.31, False),
+                           (10.32, True)):
+            r = q.poll(now, final)
+            got.append((len(r), r.dtype == NET_CLOCK_DTYPE, q.lost))
+    finally:
+        q.close()
+        silent.close()
+    assert got == [(0, True, 2), (0, True, 2), (0, True, 3), (0, True, 3), (0, True, 4)]
+    assert q.seq == 4
+    # a closed port (refused): counted lost like silence, no error
+    closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    q = clockx.Requester([f"127.0.0.1:{port}"], burst=2)
+    try:
+        assert len(q.poll(0.0)) == 0 and q.lost == 2
+    finally:
+        q.close()

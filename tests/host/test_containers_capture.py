@@ -106,4 +106,7 @@ def test_timeline_names_the_container(tmp_path: Path) -> None:
     names = {e["args"]["name"] for e in json.loads(js.read_text())["traceEvents"]
              if e["ph"] == "M" and e["name"] == "process_name"}
     assert any("[libpod:abababababab pid 7] pid 4242" in n for n in names), names
+    # the process's own name first (from its sched_switch comm), then the container
+    assert "python3 [libpod:abababababab pid 7] pid 4242" in {
+        n.split(": ", 1)[-1] for n in names}, names
     assert not any("libpod" in n for n in names if "4242" not in n), names

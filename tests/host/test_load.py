@@ -43,6 +43,8 @@ def test_rule_fires_on_the_bad_twin_only_estimate_within_25_percent(twins: dict)
     assert ev["phases"] == 8 and ev["overlap_ns"] == 0
     assert ev["reads_in_uploads"] == ev["uploads_in_reads"] == 0
     assert ev["block_dev"] == f"{NVME_DEV >> 20}:{NVME_DEV & 0xFFFFF}" == "259:0"
+    # the bad twin reads on the workload's own thread (synth PID 4242, comm tacc-run)
+    assert (ev["pid"], ev["comm"], ev["traced_api"]) == (4242, "tacc-run", True)
     assert ev["load_ns"] - ev["pipelined_ns"] == f.time_lost_ns
     assert len(f.time_ranges) == 8 and f.functions == ["0000:01:00.0"]
     assert "reader thread" in f.suggestion and f.severity == "high"
@@ -133,6 +135,36 @@ def test_flow_ns_bounds(ph: list[tuple[int, int, int]]) -> None:
     p = flow_ns([r, h, g])
     assert max(int(r.sum()), int(h.sum()), int(g.sum())) <= p <= int((r + h + g).sum())
     assert flow_ns([r, np.zeros_like(h), g]) == pipelined_ns(r, g)
+
+
+def _disjoint(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted disjoint intervals from (gap before, length) pairs."""
+    s, e, t = [], [], 0
+    for gap, n in spans:
+        s.append(t + gap)
+        e.append(t + gap + n)
+        t += gap + n
+    return np.array(s, np.int64), np.array(e, np.int64)
+
+
+_SPANS = st.lists(st.tuples(st.integers(1, 30), st.integers(1, 30)), max_size=8)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_SPANS, _SPANS)
+def test_overlap_of_two_unions_by_cells(a: list[tuple[int, int]], b: list[tuple[int, int]]
+                                        ) -> None:
+    """_overlap: the length of the intersection of two sets of disjoint sorted intervals,
+    as counted unit cell by unit cell."""
+    from tacc.analyze.rules.load_serialised import _overlap
+
+    as_, ae = _disjoint(a)
+    bs, be = _disjoint(b)
+
+    def cells(s: np.ndarray, e: np.ndarray) -> set[int]:
+        return {t for x, y in zip(s.tolist(), e.tolist(), strict=True) for t in range(x, y)}
+
+    assert _overlap(as_, ae, bs, be) == len(cells(as_, ae) & cells(bs, be))
 
 
 @settings(max_examples=40, deadline=None)

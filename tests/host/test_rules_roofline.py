@@ -181,6 +181,9 @@ def test_report_steps_and_roofline(tmp_path: Path) -> None:
     # every command is on the roofline here: compute + memory = the device time
     assert sum(s["compute_ns"] + s["memory_ns"] for s in steps) == total
     (fn,) = rep["roofline"]
+    cap = open_capture(tmp_path / "c")
+    assert fn["function"] == cap.functions[0].name
+    assert fn["ops"] == {int(o): o.name for o in sorted({Opcode(int(p[2])) for p in fn["points"]})}
     assert fn["peak_gflops"] == {"fp32": 7575.0, "bf16": 30250.0}
     assert fn["devmem_gbps"] == 300.0 and fn["reported"]
     pts = np.array([p[:2] for p in fn["points"]])

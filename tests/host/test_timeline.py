@@ -421,3 +421,82 @@ def test_findings_overlay_in_json_and_perfetto(mixed: tuple[Path, dict], tmp_pat
     ann = {a.name: a.double_value for a in sl[4].track_event.debug_annotations
            if a.name == "time_lost_ms"}
     assert sl[4].track_event.name == "low: idle_gaps" and ann == {"time_lost_ms": 0.0}
+
+
+def test_summary_slice_names_and_text_of_a_real_capture(tmp_path: Path) -> None:
+    """The summary of a real capture (tlb_thrash-bad): per slice name the count and total
+    of the Chrome JSON's slices of that name (a device command's JSON name quotes it:
+    ``Memcpy HtoD (copy_h2d)``) with its zero-length instants, most time first; the
+    text's tables carry their column heads and each name's row."""
+    import re
+
+    from realcaps import archives, extract
+
+    p = extract(archives()["tlb_thrash-bad"], tmp_path)
+    res = convert([p], tmp_path / "t.json", fmt="json", summary=True)
+    doc = json.loads((tmp_path / "t.json").read_text())
+    count: dict[str, int] = defaultdict(int)
+    total: dict[str, float] = defaultdict(float)
+    for e in doc["traceEvents"]:
+        if e["ph"] in ("X", "i") and e["pid"]:
+            m = re.fullmatch(r".* \((\w+)\)", e["name"])
+            name = m.group(1) if m else e["name"]
+            count[name] += 1
+            total[name] += e.get("dur", 0) * 1000
+    sn = res.summary_json["slice_names"]
+    assert {r["name"]: r["count"] for r in sn} == count
+    for r in sn:
+        assert abs(r["total_ns"] - total[r["name"]]) <= count[r["name"]], r  # us, 3 decimals
+    assert len(sn) > 3 and [r["total_ns"] for r in sn] == sorted(
+        (r["total_ns"] for r in sn), reverse=True)
+    lines = res.summary.splitlines()
+    assert any(ln.split() == ["track", "slices", "busy", "ms", "busy", "%", "sleeping", "ms"]
+               for ln in lines)
+    assert any(ln.split() == ["slice", "name", "count", "total", "ms"] for ln in lines)
+    for r in sn[:15]:
+        assert any(ln.split()[-3:] == [*r["name"].split()[-1:], str(r["count"]),
+                                       f"{r['total_ns'] / 1e6:.3f}"] for ln in lines), r
+
+
+def test_fmt_bytes_binary_units() -> None:
+    from tacc.timeline.summary import fmt_bytes
+
+    assert [fmt_bytes(v) for v in (0, 1023, 1024, 1536, (1 << 20) - 1, 1 << 20, 3 << 30,
+                                   -2048)] == [
+        "0 B", "1023 B", "1.00 KiB", "1.50 KiB", "1024.00 KiB", "1.00 MiB", "3.00 GiB",
+        "-2.00 KiB"]
+
+
+def test_chrome_json_metadata_and_categories_of_a_real_capture(tmp_path: Path) -> None:
+    """The Chrome JSON of a real capture (tlb_thrash-bad): its metadata names the node,
+    the capture, its kernel and each function's device clock, and the ranks; a slice's
+    category is its group's first word (device, driver, host), else cpu_op for an API
+    thread, os for the others (the device's commands carry their own: kernel, gpu_*)."""
+    from realcaps import archives, extract
+
+    p = extract(archives()["tlb_thrash-bad"], tmp_path)
+    convert([p], tmp_path / "t.json", fmt="json")
+    doc = json.loads((tmp_path / "t.json").read_text())
+    cap = open_capture(p)
+    meta = doc["metadata"]["tacc"]
+    (node,) = meta["nodes"]
+    assert (node["node"], node["capture"], node["kernel"]) == (cap.node, str(p),
+                                                               cap.meta["kernel"])
+    assert set(node["device_clocks"]) == {f.pci for f in cap.functions}
+    # a rank per device function (HTA's view): "node pci", virtio-tacc's marked
+    assert [r.split(" ")[:2] for r in meta["ranks"]] == [[cap.node, f.pci]
+                                                         for f in cap.functions]
+    procs = {e["pid"]: e["args"]["name"].split(": ", 1)[-1] for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    seen = set()
+    for e in doc["traceEvents"]:
+        if e["ph"] != "X" or not e["pid"] or e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        word = procs[e["pid"]].split(" ", 1)[0]
+        want = word if word in ("device", "driver", "host") else \
+            "cpu_op" if threads[(e["pid"], e["tid"])].endswith(" API") else "os"
+        assert e["cat"] == want, (procs[e["pid"]], threads[(e["pid"], e["tid"])], e["cat"])
+        seen.add(want)
+    assert seen >= {"driver", "cpu_op", "os"}

@@ -116,3 +116,29 @@ def test_summaries_read_right(real: Path, capsys: pytest.CaptureFixture[str]) ->
     ev = [ln for ln in table.splitlines() if ln.strip().startswith("evidence:")]
     assert ev and not re.search(r"\d\.\d{5,}", "\n".join(ev))  # no unrounded float
     assert "observed=70.6 ms" in table and "bytes=2.00 MiB" in table
+
+
+def test_a_rank_per_function_with_its_own_commands(tmp_path: Path) -> None:
+    """`--format hta` of a capture with three functions (noisy_neighbour: the PF, VF1 and
+    VF2 copying): a file per function, its header naming its rank; each VF's file holds
+    its own copies (one slice per device record of that function) and driver records."""
+    from collections import Counter
+
+    from tacc.capture import open_capture
+    from tacc.capture.synth import generate
+
+    generate(tmp_path / "c", "noisy_neighbour", "bad")
+    d = tmp_path / "hta"
+    assert main(["timeline", str(tmp_path / "c"), "--format", "hta", "-o", str(d)]) == 0
+    dt = open_capture(tmp_path / "c").read("device_trace")
+    per_fid = Counter(dt["fid"].tolist())
+    names = ["node0 0000:01:00.0", "node0 0000:01:00.1 (VF1)", "node0 0000:01:00.2 (VF2)"]
+    assert sorted(p.name for p in d.iterdir()) == ["rank0.json", "rank1.json", "rank2.json"]
+    for r, name in enumerate(names):
+        doc = json.loads((d / f"rank{r}.json").read_text())
+        assert doc["distributedInfo"] == {"backend": "tacc", "rank": r, "world_size": 3,
+                                          "name": name}
+        cats = Counter(e["cat"] for e in doc["traceEvents"] if e["ph"] == "X")
+        assert cats["gpu_memcpy"] == per_fid.get(r, 0), (r, cats)
+        if r:
+            assert cats["driver"] >= per_fid[r]

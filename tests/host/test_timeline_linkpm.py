@@ -40,6 +40,10 @@ def test_l1_substate_shares_when_the_link_used_them() -> None:
            link_pm_series(s, np.ones(2, bool), np.full(2, 100_000.0))}
     assert got["link in L1.2 %"] == [40.0, 50.0] and got["link in L1 %"] == [50.0, 50.0]
     assert "link in L1.1 %" not in got
+    s["g_link_l11_ticks"] = [0, 10_000, 15_000]  # and in L1.1 for the rest of L1
+    got = {name: vals.tolist() for name, _, vals in
+           link_pm_series(s, np.ones(2, bool), np.full(2, 100_000.0))}
+    assert got["link in L1.1 %"] == [10.0, 5.0] and got["link in L1.2 %"] == [40.0, 50.0]
     names = [n for n in COUNTERS_DTYPE.names if n not in ("g_link_l11_ticks",
                                                           "g_link_l12_ticks")]
     old = np.zeros(3, [(n, COUNTERS_DTYPE[n]) for n in names])
