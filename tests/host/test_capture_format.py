@@ -476,6 +476,33 @@ def test_short_writes_are_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert back.tobytes() == rec.tobytes()
 
 
+def test_short_writes_of_a_stream_header_are_completed(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """write(2) of a stream's file header may write less than asked too: the writer
+    writes the rest, and every stream reads back whole."""
+    import tacc.capture.writer as wr
+
+    real_write = os.write
+
+    def short_write(fd: int, data: bytes) -> int:
+        return real_write(fd, bytes(data)[:7])
+
+    def short_writev(fd: int, bufs: list) -> int:
+        return short_write(fd, b"".join(bytes(b) for b in bufs))
+
+    monkeypatch.setattr(wr.os, "write", short_write)
+    monkeypatch.setattr(wr.os, "writev", short_writev)
+    rec = np.zeros(30, DRIVER_DTYPE)
+    rec["t_ns"] = np.arange(30) * 1000
+    rec["pid"] = 78
+    with CaptureWriter(tmp_path / "c", {"node": "h"}, chunk_bytes=4096) as w:
+        w.append("driver", rec)
+    monkeypatch.undo()
+    cap = open_capture(tmp_path / "c")
+    assert cap.problems == [], cap.problems
+    assert cap.read("driver").tobytes() == rec.tobytes()
+
+
 def test_an_older_layout_read_by_column(tmp_path: Path) -> None:
     """A stream written in an earlier minor's record layout (fewer fields) reads as the
     current layout, the fields it lacks zero; asked for some columns, exactly those."""

@@ -44,13 +44,20 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """``data`` whole, write(2) after write(2) (one may write less than asked)."""
+    rest = memoryview(data)
+    while rest:
+        rest = rest[os.write(fd, rest):]
+
+
 class _Stream:
     def __init__(self, path: Path, name: str, version: int, dtype: np.dtype) -> None:
         self.name = name
         self.dtype = dtype
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         hdr = {"stream": name, "schema": version, "dtype": dtype_to_json(dtype)}
-        os.write(self.fd, framing.encode_file_header(hdr))
+        _write_all(self.fd, framing.encode_file_header(hdr))
         self.pending: list[np.ndarray] = []
         self.pending_bytes = 0
         self.seq = 0
@@ -72,9 +79,7 @@ class _Stream:
         total = len(head) + nbytes
         n = os.writev(self.fd, [head, *bufs])
         if n < total:  # short write (signal, disk nearly full): write the rest in turn
-            rest = memoryview(b"".join([head, *(b.tobytes() for b in bufs)]))[n:]
-            while rest:
-                rest = rest[os.write(self.fd, rest):]
+            _write_all(self.fd, b"".join([head, *(b.tobytes() for b in bufs)])[n:])
         self.seq += 1
         self.records += nrec
 

@@ -46,6 +46,8 @@ def link_saturation(d: Data, th: Thresholds) -> list[Finding]:
                 continue
             c = d.cmds.sel(m)
             bw = fn.max_bw(dname.lower())  # docs/hardware.md section 9, per direction
+            if bw <= 0:
+                continue  # the link is not known (gen or width 0): no capacity to fill
             cap_w = bw * th.window_ns / 1e9
             wb = window_amount(c.ts, c.te, c.bytes, edges)
             share = np.minimum(wb / cap_w, 1.0)
