@@ -36,32 +36,10 @@ def storage_reads(d: Data) -> np.ndarray:
     return h[(h["kind"] == HostKind.BLOCK_COMPLETE) & (h["prev_state"] == BlockOp.READ)]
 
 
-def pipelined_ns(r: np.ndarray, u: np.ndarray, buffers: int | None = None) -> int:
-    """Makespan of read phases ``r`` and upload phases ``u`` (in order) run as a two-stage
-    pipeline: read i starts when read i-1 has finished (and, with ``buffers`` staging
-    buffers, when the upload that last used its buffer, i - buffers, has); upload i when
-    read i and upload i-1 have.  ``buffers`` None: as many as it takes, the makespan is
-    then the longest of the first k reads and the uploads from k on (the overlap a load
-    leaves on the table, whatever its buffering)."""
-    r = np.asarray(r, np.int64)
-    u = np.asarray(u, np.int64)
-    if not len(r):
-        return 0
-    if buffers is None:
-        return int(np.max(np.cumsum(r) + np.cumsum(u[::-1])[::-1]))
-    rend: list[int] = []
-    uend: list[int] = []
-    for i in range(len(r)):
-        free = uend[i - buffers] if i >= buffers else 0
-        rend.append(max(rend[-1] if rend else 0, free) + int(r[i]))
-        uend.append(max(uend[-1] if uend else 0, rend[-1]) + int(u[i]))
-    return uend[-1]
-
-
 def flow_ns(stages: list[np.ndarray]) -> int:
     """Makespan of phases passing through ``stages`` in order (a flow shop: phase i enters
     stage s when stage s has finished phase i-1 and stage s-1 phase i), with as many
-    buffers between stages as it takes.  Two stages: :func:`pipelined_ns` unbounded."""
+    buffers between stages as it takes."""
     done = np.zeros(len(stages[0]) if stages else 0, np.int64)
     for p in stages:
         t = 0
