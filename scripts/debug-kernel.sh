@@ -30,21 +30,30 @@ mkdir -p "$out"
 exec 8>"$out/.lock"
 flock 8
 
-# ---- packages: the kernel source at the pinned kernel's Debian version, pahole for BTF
+# ---- packages: the kernel source at the pinned kernel's Debian version (the archive keeps
+# only a series' newest point release: when the pinned one is gone, that newest 6.12 one,
+# said once), pahole for BTF
 pin=$(head -1 scripts/kernel.pin)       # 6.12.117+deb12-amd64
 upstream=${pin%%+*}                     # 6.12.117
 installed() { dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q '^install ok installed'; }
 src_version() { dpkg-query -W -f='${Version}' linux-source-6.12 2>/dev/null || true; }
-if ! installed linux-source-6.12 || [[ $(src_version) != "$upstream"-* ]] || ! installed dwarves; then
+archive_version() {  # the pinned release's source if the archive has it, else its newest
+	apt-cache madison linux-source-6.12 | awk -v u="$upstream" '
+		NR == 1 {newest = $3} $3 ~ "^"u"-" {print $3; found = 1; exit}
+		END {if (!found && newest) print newest}'
+}
+v=$(archive_version)
+if [ -z "$v" ] && ! installed linux-source-6.12; then
+	apt-get update -q >build/apt-update.log 2>&1 || true
+	v=$(archive_version)
+fi
+[ -n "$v" ] || v=$(src_version)
+[ -n "$v" ] || die "linux-source-6.12 is not in the archive (bookworm-security) and not installed"
+[[ $v == "$upstream"-* ]] || log "linux-source-6.12 $upstream-* is not in the archive: building $v"
+if ! installed linux-source-6.12 || [ "$(src_version)" != "$v" ] || ! installed dwarves; then
 	export DEBIAN_FRONTEND=noninteractive
-	v=$(apt-cache madison linux-source-6.12 | awk -v u="$upstream" '$3 ~ "^"u"-" {print $3; exit}')
-	if [ -z "$v" ]; then
-		apt-get update -q >build/apt-update.log 2>&1 || true
-		v=$(apt-cache madison linux-source-6.12 | awk -v u="$upstream" '$3 ~ "^"u"-" {print $3; exit}')
-	fi
-	[ -n "$v" ] || die "linux-source-6.12 $upstream-* not in the archive (bookworm-security); have: $(apt-cache madison linux-source-6.12 | awk '{print $3}' | tr '\n' ' ')"
 	log "installing linux-source-6.12=$v dwarves"
-	apt-get install -y -q --no-install-recommends "linux-source-6.12=$v" dwarves \
+	apt-get install -y -q --allow-downgrades --no-install-recommends "linux-source-6.12=$v" dwarves \
 		>build/apt-debug-kernel.log 2>&1 || { tail -20 build/apt-debug-kernel.log >&2; die "apt-get install failed"; }
 fi
 command -v pahole >/dev/null || die "pahole missing (dwarves)"
