@@ -9,6 +9,7 @@
  */
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
+#include <linux/iopoll.h>
 #include <linux/module.h>
 #include <linux/pci.h>
 
@@ -39,6 +40,12 @@ static int tacc_vfmig_errno(u32 st)
 	}
 }
 
+/*
+ * How long SAVE or LOAD may read BUSY (hw 1.6: the device copies the window a
+ * slice at a time): generous beside the TCG model's ~0.2 s for a 32 MiB window.
+ */
+#define TACC_VFMIG_BUSY_S	60
+
 /* One operation on VF @fn, vfmig_lock held: its status as an errno. */
 static int tacc_vfmig_cmd(struct tacc_device *pf, u32 op, u32 fn)
 {
@@ -48,7 +55,14 @@ static int tacc_vfmig_cmd(struct tacc_device *pf, u32 op, u32 fn)
 	if (!pf->hw_up)
 		return -EAGAIN;
 	tacc_wr(pf, TACC_REG_VFMIG_CMD, op | fn << TACC_VFMIG_CMD_FN_SHIFT);
-	st = tacc_rd(pf, TACC_REG_VFMIG_STATUS);	/* ordered after the write */
+	/* the read is ordered after the write; sleeps while SAVE/LOAD runs */
+	if (read_poll_timeout(tacc_rd, st, st != TACC_VFMIG_ST_BUSY, 100,
+			      TACC_VFMIG_BUSY_S * USEC_PER_SEC, false, pf,
+			      TACC_REG_VFMIG_STATUS)) {
+		dev_err(&pf->pdev->dev, "VF%u: migration operation %u still busy after %u s\n",
+			fn, op, TACC_VFMIG_BUSY_S);
+		return -ETIMEDOUT;
+	}
 	if (st)
 		dev_dbg(&pf->pdev->dev, "VF%u: migration operation %u: status %u\n", fn, op, st);
 	return tacc_vfmig_errno(st);

@@ -58,7 +58,7 @@ enum tacc_engine {
 #define   TACC_ID_MAGIC			0x54414343	/* "TACC" */
 #define TACC_REG_VERSION		0x004	/* RO: major << 16 | minor */
 #define   TACC_HW_VERSION_MAJOR		1
-#define   TACC_HW_VERSION_MINOR		5
+#define   TACC_HW_VERSION_MINOR		6
 #define TACC_REG_CAPS			0x008	/* RO: TACC_CAP_* */
 #define   TACC_CAP_VF			(1u << 0)	/* this function is a VF */
 #define   TACC_CAP_SRIOV		(1u << 1)
@@ -297,6 +297,7 @@ enum tacc_vfmig_status {
 	TACC_VFMIG_ST_WRONG_FN = 10,	/* LOAD: another VF's state */
 	TACC_VFMIG_ST_MISMATCH = 11,	/* LOAD: device-memory window size differs */
 	TACC_VFMIG_ST_BAD_DATA = 12,	/* LOAD: refused by the state checks (section 15's) */
+	TACC_VFMIG_ST_BUSY = 13,	/* hw 1.6: SAVE/LOAD still running; poll until it ends */
 };
 
 #define TACC_VFSTATE_MAGIC		0x53465654	/* "TVFS" */

@@ -232,3 +232,49 @@ def test_devmem_fence_lands_in_the_window_at_completion(rpdev):
         pf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA + base + off, host, 8)])
         assert qt.readq(host) == want, hex(base)
     d.enable_vfs(0)
+
+
+# ------------------------------------------------- a realize that fails late --
+# each fails after device memory, the TLB, the bottom halves, MSI-X, the PCIe
+# capabilities and (with VFs) SR-IOV's VFs exist: the last step, L1 PM Substates
+LATE_FAILURES = [{"sriov-max-vfs": 4, "l1ss-t-power-on-us": 3},
+                 {"sriov-max-vfs": 0, "l1ss-t-power-on-us": 3}]
+ROOT_PORTS = 3
+
+
+def root_ports_qemu():
+    """A q35 with ROOT_PORTS empty root ports rp0.. (no tacc device)."""
+    from tacc.testing.qtest import QTest
+
+    return QTest([a for i in range(ROOT_PORTS) for a in (
+        "-device", f"pcie-root-port,id=rp{i},bus=pcie.0,addr=0{2 + i}.0,chassis={1 + i},"
+        f"slot={1 + i}")])
+
+
+def hotplug_after_failures(qt, bad: dict) -> None:
+    """On each root port: a device_add whose realize fails late (its error returned),
+    then a good PF with 2 VFs in the same slot, realized."""
+    for i in range(ROOT_PORTS):
+        with pytest.raises(QTestError, match="T_POWER_ON 3 us"):
+            qt.qmp.cmd("device_add", driver="tacc", id=f"bad{i}", bus=f"rp{i}", **bad)
+        qt.qmp.cmd("device_add", driver="tacc", id=f"good{i}", bus=f"rp{i}",
+                   **{"sriov-max-vfs": 2})
+        assert qt.qmp.cmd("qom-get", path=f"/machine/peripheral/good{i}",
+                          property="realized") is True
+
+
+@pytest.mark.parametrize("bad", LATE_FAILURES, ids=["with-vfs", "no-vfs"])
+def test_failed_hotplug_leaves_the_slot_usable(bad):
+    """device_add of a PF whose realize fails at its last step returns the error and
+    undoes the rest: the same slot then takes a good PF with VFs (before: the failed
+    PF's VFs stayed on the bus: "PCI: 0.0 indicates single function, but 0.1 is
+    already populated"), and QEMU lives."""
+    if not QEMU.exists():
+        pytest.skip(f"{QEMU} not built (make qemu)")
+    qt = root_ports_qemu()
+    try:
+        hotplug_after_failures(qt, bad)
+        assert not qt.died(), qt.died()
+    finally:
+        qt.close()
+

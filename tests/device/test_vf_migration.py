@@ -26,10 +26,18 @@ ST = hw.ENUMS["tacc_vfmig_status"]
 HW_VERSION = hw.TACC_HW_VERSION_MAJOR << 16 | hw.TACC_HW_VERSION_MINOR   # 1.4 or later
 
 
+BUSY_READS = 10_000  # STATUS reads an operation may stay BUSY (one slice per read here)
+
+
 def admin(pf: Func, op: int, fn: int) -> int:
-    """One PF admin operation on VF fn: its status."""
+    """One PF admin operation on VF fn: its status, read until it is not BUSY (SAVE
+    and LOAD move the window one x-host-slice per main-loop turn, hw 1.6)."""
     pf.w32(hw.TACC_REG_VFMIG_CMD, op | fn << hw.TACC_VFMIG_CMD_FN_SHIFT)
-    return pf.r32(hw.TACC_REG_VFMIG_STATUS)
+    for _ in range(BUSY_READS):
+        st = pf.r32(hw.TACC_REG_VFMIG_STATUS)
+        if st != hw.TACC_VFMIG_ST_BUSY:
+            return st
+    raise AssertionError(f"VF migration operation {op} on fn{fn}: BUSY after {BUSY_READS} reads")
 
 
 def vf_state(pf: Func, fn: int) -> int:
@@ -381,3 +389,53 @@ def test_stopped_vf_takes_no_samples(dev: Tacc, pf: Func) -> None:
     dev.qt.clock_step(2 * hw.TACC_SAMPLE_MIN_PERIOD_NS + 1000)
     assert vf1.r32(hw.TACC_REG_SAMPLE_PROD) == 5
     dev.enable_vfs(0)
+
+
+BIG_WIN = 64 << 20  # a VF window many slices long
+SLICE = 4 << 20     # x-host-slice of this test's device
+
+
+def test_save_and_load_run_a_slice_per_turn() -> None:
+    """SAVE and LOAD of a 64 MiB window with 4 MiB slices (hw 1.6): STATUS reads BUSY
+    until the last slice, and no entry into the device does more than a slice of
+    work: the longest holds under a quarter of all entries' CPU (before, the whole
+    window's CRC and copy ran inside the CMD write: the longest entry was all of it).
+    The blob's CRC, summed slice by slice, is zlib's CRC of the whole blob; it loads
+    back, and the window moved under a SAVE ends it with BAD_STATE."""
+    d = Tacc(f"sriov-max-vfs=1,devmem-size={256 << 20},x-host-slice={SLICE}")
+    try:
+        pf = d.pf
+        pf.reset()
+        vf, = d.enable_vfs(1)
+        pf.w64(hw.TACC_REG_VF_DEVMEM_BASE(0), 128 << 20)
+        pf.w64(hw.TACC_REG_VF_DEVMEM_SIZE(0), BIG_WIN)
+        vf.reset()
+        assert admin(pf, hw.TACC_VFMIG_OP_STOP, 1) == 0
+        d.qt.clock_step(10**7)
+        assert admin(pf, hw.TACC_VFMIG_OP_QUERY, 1) == 0
+        size = pf.r64(hw.TACC_REG_VFMIG_RESULT)
+        buf = d.alloc(size)
+        pf.w64(hw.TACC_REG_VFMIG_ADDR, buf)
+        pf.w64(hw.TACC_REG_VFMIG_LEN, size)
+        for op in (hw.TACC_VFMIG_OP_SAVE, hw.TACC_VFMIG_OP_LOAD):
+            d.qom_set("x-worst-turn-ns", 0)
+            assert admin(pf, op, 1) == 0, op
+            turn, all_ns = d.qom_get("x-worst-turn-ns"), d.qom_get("x-entry-cpu-ns")
+            print(f"op {op}: longest entry {turn / 1e6:.1f} ms of {all_ns / 1e6:.1f} ms")
+            assert turn < all_ns // 4, (op, turn, all_ns)
+            if op == hw.TACC_VFMIG_OP_SAVE:
+                blob = d.qt.memread(buf, size)
+                hdr = HDR.unpack_from(blob)
+                assert recrc(blob) == blob  # the CRC field is zlib's over the whole
+                assert hdr[0] == hw.TACC_VFSTATE_MAGIC and len(blob) == size
+        # the PF moves the window while a SAVE runs (16 slices: the next register
+        # write comes long before the last): it ends, refused
+        pf.w32(hw.TACC_REG_VFMIG_CMD, hw.TACC_VFMIG_OP_SAVE | 1 << hw.TACC_VFMIG_CMD_FN_SHIFT)
+        pf.w64(hw.TACC_REG_VF_DEVMEM_BASE(0), 64 << 20)
+        for _ in range(BUSY_READS):
+            st = pf.r32(hw.TACC_REG_VFMIG_STATUS)
+            if st != hw.TACC_VFMIG_ST_BUSY:
+                break
+        assert st == ST["TACC_VFMIG_ST_BAD_STATE"], st
+    finally:
+        d.close()

@@ -633,7 +633,7 @@ static bool tacc_init_func(TaccFunc *f, Error **errp)
     }
 
     if (pci_pm_init(pdev, TACC_PM_CAP, errp) < 0) {
-        return false;
+        goto err_msix;
     }
     pci_set_word(pdev->config + pdev->pm_cap + PCI_PM_PMC, PCI_PM_CAP_VER_1_2);
     pci_set_word(pdev->wmask + pdev->pm_cap + PCI_PM_CTRL,
@@ -641,7 +641,7 @@ static bool tacc_init_func(TaccFunc *f, Error **errp)
 
     if (pcie_endpoint_cap_init(pdev, TACC_EXP_CAP) < 0) {
         error_setg(errp, "tacc: PCIe capability");
-        return false;
+        goto err_msix;
     }
     pcie_cap_fill_link_ep_usp(pdev, s->link_width,
                               s->link_gen == 3 ? QEMU_PCI_EXP_LNK_8GT :
@@ -677,11 +677,29 @@ static bool tacc_init_func(TaccFunc *f, Error **errp)
     pcie_cap_deverr_init(pdev);
     if (pcie_aer_init(pdev, PCI_ERR_VER, TACC_AER_CAP, PCI_ERR_SIZEOF,
                       errp) < 0) {
-        return false;
+        goto err_exp;
     }
 
     timer_init_ns(&f->sample_timer, QEMU_CLOCK_VIRTUAL, tacc_sample_timer, f);
     return true;
+
+err_exp:
+    pcie_cap_exit(pdev);
+err_msix:
+    msix_unuse_all_vectors(pdev);
+    msix_uninit(pdev, &f->bar4, &f->bar4);
+    return false;
+}
+
+static void tacc_exit_func(TaccFunc *f)
+{
+    PCIDevice *pdev = PCI_DEVICE(f);
+
+    timer_del(&f->sample_timer);
+    msix_unuse_all_vectors(pdev);
+    msix_uninit(pdev, &f->bar4, &f->bar4);
+    pcie_aer_exit(pdev);
+    pcie_cap_exit(pdev);
 }
 
 static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
@@ -758,15 +776,17 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
                                      &DEVICE(s)->mem_reentrancy_guard);
     s->reset_bh = qemu_bh_new_guarded(tacc_reset_bh, s,
                                       &DEVICE(s)->mem_reentrancy_guard);
+    s->vfmig_bh = qemu_bh_new_guarded(tacc_vfmig_bh, s,
+                                      &DEVICE(s)->mem_reentrancy_guard);
 
     if (!tacc_init_func(f, errp)) {
-        return;
+        goto err_mem;
     }
     if (s->total_vfs) {
         if (!pcie_sriov_pf_init(pdev, TACC_SRIOV_CAP, TYPE_TACC_VF,
                                 TACC_PCI_DEVICE_ID_VF, s->total_vfs,
                                 s->total_vfs, 1, 1, errp)) {
-            return;
+            goto err_func;
         }
         /* 64-bit prefetchable: docs/hardware.md section 1, qemu/patches/0002 */
         pcie_sriov_pf_init_vf_bar(pdev, TACC_BAR_REGS, TACC_VF_BAR_TYPE,
@@ -777,10 +797,34 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
                                   TACC_MSIX_BAR_SIZE);
     }
     if (!tacc_lpm_init_l1ss(s, pdev, TACC_L1SS_CAP, errp)) {  /* L1.1/L1.2 */
-        return;
+        goto err_sriov;
     }
     /* last: a realize that failed leaves no handler behind (exit is not run) */
     s->vmse = qemu_add_vm_change_state_handler(tacc_vm_state_change, s);
+    return;
+
+    /*
+     * Undo in reverse, as tacc_pf_exit would (it is not run for a realize that
+     * failed): the VFs leave the bus, the RAM block's migration name is free for
+     * the next device in this slot, nothing stays allocated.
+     */
+err_sriov:
+    if (s->total_vfs) {
+        pcie_sriov_pf_exit(pdev);
+    }
+err_func:
+    tacc_exit_func(f);
+err_mem:
+    qemu_bh_delete(s->vfmig_bh);
+    s->vfmig_bh = NULL;
+    qemu_bh_delete(s->reset_bh);
+    s->reset_bh = NULL;
+    qemu_bh_delete(s->host_bh);
+    s->host_bh = NULL;
+    g_free(s->tlb);
+    s->tlb = NULL;
+    vmstate_unregister_ram(&s->devmem_mr, DEVICE(s));
+    s->devmem = NULL;
 }
 
 static void tacc_vf_realize(PCIDevice *pdev, Error **errp)
@@ -790,17 +834,6 @@ static void tacc_vf_realize(PCIDevice *pdev, Error **errp)
     f->pf = TACC(pcie_sriov_get_pf(pdev));
     f->fn = pcie_sriov_vf_number(pdev) + 1;
     tacc_init_func(f, errp);
-}
-
-static void tacc_exit_func(TaccFunc *f)
-{
-    PCIDevice *pdev = PCI_DEVICE(f);
-
-    timer_del(&f->sample_timer);
-    msix_unuse_all_vectors(pdev);
-    msix_uninit(pdev, &f->bar4, &f->bar4);
-    pcie_aer_exit(pdev);
-    pcie_cap_exit(pdev);
 }
 
 static void tacc_pf_exit(PCIDevice *pdev)
@@ -832,6 +865,9 @@ static void tacc_pf_exit(PCIDevice *pdev)
         qemu_del_vm_change_state_handler(s->vmse);
         s->vmse = NULL;
     }
+    tacc_vfmig_reset(s);                /* a SAVE or LOAD in progress ends */
+    qemu_bh_delete(s->vfmig_bh);
+    s->vfmig_bh = NULL;
     qemu_bh_delete(s->host_bh);
     qemu_bh_delete(s->reset_bh);
     s->reset_bh = NULL;

@@ -33,6 +33,8 @@ static const char *const tacc_vfmig_op_name[] = {
     [TACC_VFMIG_OP_LOG_REPORT] = "LOG_REPORT",
 };
 
+static void tacc_vfmig_job_end(TaccState *s, uint16_t st);
+
 static bool tacc_is_vf(int fn)
 {
     return fn >= 1 && fn <= TACC_MAX_VFS;
@@ -84,6 +86,9 @@ bool tacc_vfmig_busy(TaccState *s)
 
 void tacc_vfmig_vf_gone(TaccState *s, int fn)
 {
+    if (s->vfmig_job.op && s->vfmig_job.fn == fn) {
+        tacc_vfmig_job_end(s, TACC_VFMIG_ST_BAD_FN);
+    }
     if (tacc_is_vf(fn)) {
         s->vf_stopped[fn - 1] = false;
         tacc_vfmig_log_off(&s->vf_log[fn - 1]);
@@ -93,12 +98,15 @@ void tacc_vfmig_vf_gone(TaccState *s, int fn)
 /* PF function reset, PF FLR, device reset: every VF runs, no log */
 void tacc_vfmig_reset(TaccState *s)
 {
+    bool cancelled = s->vfmig_job.op;   /* a SAVE or LOAD ends unfinished */
+
     for (int fn = 1; fn <= TACC_MAX_VFS; fn++) {
         tacc_vfmig_vf_gone(s, fn);
     }
     s->vfmig_addr = s->vfmig_len = s->vfmig_result = 0;
     s->vfmig_log_iova = s->vfmig_log_len = 0;
-    s->vfmig_cmd = s->vfmig_status = s->vfmig_log_shift = 0;
+    s->vfmig_cmd = s->vfmig_log_shift = 0;
+    s->vfmig_status = cancelled ? TACC_VFMIG_ST_BAD_STATE : TACC_VFMIG_ST_OK;
 }
 
 static uint32_t tacc_vfmig_state(TaccState *s, int fn)
@@ -131,10 +139,10 @@ static uint32_t tacc_crc(uint32_t crc, const void *p, size_t len)
 static uint16_t tacc_vfmig_query(TaccState *s, TaccFunc *vf, bool save)
 {
     g_autofree uint8_t *regs = NULL;
+    TaccVfmigJob *j = &s->vfmig_job;
     size_t rlen;
     uint64_t base, wsize, total;
     struct tacc_vfstate_hdr h;
-    uint32_t crc;
 
     if (save && !tacc_vfmig_is_stopped(s, vf->fn)) {
         return TACC_VFMIG_ST_BAD_STATE;
@@ -161,26 +169,24 @@ static uint16_t tacc_vfmig_query(TaccState *s, TaccFunc *vf, bool save)
                                TACC_HW_VERSION_MINOR);
     h.regs_version = cpu_to_le32(tacc_vmstate_func_regs.version_id);
     h.dev_ns = cpu_to_le64(tacc_dev_ns(s));
-    crc = tacc_crc(0, &h, sizeof(h));
-    crc = tacc_crc(crc, regs, rlen);
-    crc = tacc_crc(crc, s->devmem + base, wsize);
-    h.crc = cpu_to_le32(crc);
-    if (tacc_func_dma(&s->func, s->vfmig_addr, &h, sizeof(h), true) ||
-        tacc_func_dma(&s->func, s->vfmig_addr + sizeof(h), regs, rlen, true) ||
-        tacc_func_dma(&s->func, s->vfmig_addr + sizeof(h) + rlen,
-                      s->devmem + base, wsize, true)) {
+    if (tacc_func_dma(&s->func, s->vfmig_addr + sizeof(h), regs, rlen, true)) {
         return TACC_VFMIG_ST_DMA_ERROR;
     }
-    trace_tacc_vfmig_save(vf->fn, rlen, wsize, crc);
-    return TACC_VFMIG_ST_OK;
+    /* the window follows slice by slice (tacc_vfmig_bh), the header last */
+    *j = (TaccVfmigJob) {
+        .op = TACC_VFMIG_OP_SAVE, .fn = vf->fn, .base = base, .wsize = wsize,
+        .addr = s->vfmig_addr, .len = total, .rlen = rlen, .hdr = h,
+        .crc = tacc_crc(tacc_crc(0, &h, sizeof(h)), regs, rlen),
+    };
+    qemu_bh_schedule(s->vfmig_bh);
+    return TACC_VFMIG_ST_BUSY;
 }
 
 static uint16_t tacc_vfmig_load(TaccState *s, TaccFunc *vf)
 {
-    g_autofree uint8_t *blob = NULL;
-    struct tacc_vfstate_hdr h;
-    uint64_t base, wsize, len = s->vfmig_len, rlen;
-    uint32_t crc;
+    TaccVfmigJob *j = &s->vfmig_job;
+    uint64_t base, wsize, len = s->vfmig_len;
+    uint8_t *blob;
 
     if (!tacc_vfmig_is_stopped(s, vf->fn)) {
         return TACC_VFMIG_ST_BAD_STATE;
@@ -190,54 +196,176 @@ static uint16_t tacc_vfmig_load(TaccState *s, TaccFunc *vf)
     }
     tacc_window(vf, &base, &wsize);
     /* a header, at most TACC_VFSTATE_REGS_MAX of registers, the window */
-    if (len < sizeof(h) || len > sizeof(h) + TACC_VFSTATE_REGS_MAX + wsize) {
+    if (len < sizeof(struct tacc_vfstate_hdr) ||
+        len > sizeof(struct tacc_vfstate_hdr) + TACC_VFSTATE_REGS_MAX + wsize) {
         return TACC_VFMIG_ST_BAD_LENGTH;
     }
     blob = g_try_malloc(len);
     if (!blob) {
         return TACC_VFMIG_ST_BAD_LENGTH;
     }
-    if (tacc_func_dma(&s->func, s->vfmig_addr, blob, len, false)) {
-        return TACC_VFMIG_ST_DMA_ERROR;
-    }
-    memcpy(&h, blob, sizeof(h));
-    if (le32_to_cpu(h.magic) != TACC_VFSTATE_MAGIC) {
+    /* read slice by slice (tacc_vfmig_bh), checked whole, then applied */
+    *j = (TaccVfmigJob) {
+        .op = TACC_VFMIG_OP_LOAD, .fn = vf->fn, .base = base, .wsize = wsize,
+        .addr = s->vfmig_addr, .len = len, .blob = blob,
+    };
+    qemu_bh_schedule(s->vfmig_bh);
+    return TACC_VFMIG_ST_BUSY;
+}
+
+/* LOAD, the blob read whole: the checks in their order; the registers go in */
+static uint16_t tacc_vfmig_load_check(TaccState *s, TaccFunc *vf,
+                                      TaccVfmigJob *j)
+{
+    const struct tacc_vfstate_hdr *h = &j->hdr;
+    uint64_t rlen = le64_to_cpu(h->regs_len), len = j->len;
+
+    if (le32_to_cpu(h->magic) != TACC_VFSTATE_MAGIC) {
         return TACC_VFMIG_ST_BAD_MAGIC;
     }
-    if (le16_to_cpu(h.version) != TACC_VFSTATE_VERSION ||
-        le16_to_cpu(h.hdr_size) != sizeof(h) ||
-        le32_to_cpu(h.regs_version) != tacc_vmstate_func_regs.version_id) {
+    if (le16_to_cpu(h->version) != TACC_VFSTATE_VERSION ||
+        le16_to_cpu(h->hdr_size) != sizeof(*h) ||
+        le32_to_cpu(h->regs_version) != tacc_vmstate_func_regs.version_id) {
         return TACC_VFMIG_ST_BAD_VERSION;
     }
-    rlen = le64_to_cpu(h.regs_len);
-    if (le64_to_cpu(h.total_len) != len || rlen > TACC_VFSTATE_REGS_MAX ||
-        le64_to_cpu(h.devmem_len) > len ||
-        sizeof(h) + rlen + le64_to_cpu(h.devmem_len) != len) {
+    if (le64_to_cpu(h->total_len) != len || rlen > TACC_VFSTATE_REGS_MAX ||
+        le64_to_cpu(h->devmem_len) > len ||
+        sizeof(*h) + rlen + le64_to_cpu(h->devmem_len) != len) {
         return TACC_VFMIG_ST_BAD_LENGTH;
     }
-    crc = le32_to_cpu(h.crc);
-    memset(blob + offsetof(struct tacc_vfstate_hdr, crc), 0, sizeof(h.crc));
-    if (tacc_crc(0, blob, len) != crc) {
+    if (j->crc != le32_to_cpu(h->crc)) {
         return TACC_VFMIG_ST_BAD_CRC;
     }
-    if (le16_to_cpu(h.fn) != vf->fn) {
+    if (le16_to_cpu(h->fn) != vf->fn) {
         return TACC_VFMIG_ST_WRONG_FN;
     }
-    if (le64_to_cpu(h.devmem_len) != wsize) {
+    if (le64_to_cpu(h->devmem_len) != j->wsize) {
         return TACC_VFMIG_ST_MISMATCH;
     }
     tacc_counters_begin(s);
-    if (tacc_vmstate_func_load_buf(vf, blob + sizeof(h), rlen)) {
+    if (tacc_vmstate_func_load_buf(vf, j->blob + sizeof(*h), rlen)) {
         tacc_counters_end(s);
         return TACC_VFMIG_ST_BAD_DATA;
     }
     tacc_counters_end(s);
-    memcpy(s->devmem + base, blob + sizeof(h) + rlen, wsize);
-    memory_region_set_dirty(&s->devmem_mr, base, wsize);
-    tacc_tlb_invalidate(s, vf->fn, -1);
-    timer_del(&vf->sample_timer);       /* stopped: RESUME re-arms it */
-    trace_tacc_vfmig_load(vf->fn, rlen, wsize);
+    j->rlen = rlen;
     return TACC_VFMIG_ST_OK;
+}
+
+static void tacc_vfmig_log_refusal(unsigned op, unsigned fn, uint16_t st)
+{
+    qemu_log_mask(LOG_GUEST_ERROR, "tacc: VF migration: %s of fn%u "
+                  "refused: status %u\n",
+                  op < ARRAY_SIZE(tacc_vfmig_op_name) &&
+                  tacc_vfmig_op_name[op] ? tacc_vfmig_op_name[op] : "op",
+                  fn, st);
+}
+
+/* The SAVE or LOAD in progress ends with @st (a cancel, a refusal, done) */
+static void tacc_vfmig_job_end(TaccState *s, uint16_t st)
+{
+    TaccVfmigJob *j = &s->vfmig_job;
+    unsigned op = j->op, fn = j->fn;
+
+    if (!op) {
+        return;
+    }
+    g_free(j->blob);
+    memset(j, 0, sizeof(*j));
+    s->vfmig_status = st;
+    trace_tacc_vfmig_cmd(op, fn, st, s->vfmig_result);
+    if (st != TACC_VFMIG_ST_OK) {
+        tacc_vfmig_log_refusal(op, fn, st);
+    }
+}
+
+/*
+ * One slice (x-host-slice bytes) of the SAVE or LOAD in progress per
+ * main-loop turn: SAVE's window out (CRC as it goes, the header last),
+ * LOAD's blob in (CRC as it goes), its checks, then its window in.
+ */
+void tacc_vfmig_bh(void *opaque)
+{
+    TaccState *s = opaque;
+    TaccVfmigJob *j = &s->vfmig_job;
+    uint64_t base, wsize, end, n;
+    TaccFunc *vf;
+    uint16_t st = TACC_VFMIG_ST_OK;
+
+    if (!j->op) {
+        return;
+    }
+    if (!tacc_enter(s, &s->func, "VF migration")) {
+        qemu_bh_schedule(s->vfmig_bh);  /* a nested main-loop poll: later */
+        return;
+    }
+    vf = tacc_func(s, j->fn);
+    tacc_window(vf, &base, &wsize);
+    if (base != j->base || wsize != j->wsize) {    /* the PF moved it */
+        st = j->op == TACC_VFMIG_OP_SAVE ? TACC_VFMIG_ST_BAD_STATE
+                                          : TACC_VFMIG_ST_MISMATCH;
+        goto done;
+    }
+    end = j->op == TACC_VFMIG_OP_LOAD && !j->apply ? j->len : j->wsize;
+    n = MIN(s->host_slice, end - j->pos);
+    if (j->op == TACC_VFMIG_OP_SAVE) {
+        j->crc = tacc_crc(j->crc, s->devmem + base + j->pos, n);
+        if (tacc_func_dma(&s->func, j->addr + sizeof(j->hdr) + j->rlen + j->pos,
+                          s->devmem + base + j->pos, n, true)) {
+            st = TACC_VFMIG_ST_DMA_ERROR;
+            goto done;
+        }
+        j->pos += n;
+        if (j->pos == end) {
+            j->hdr.crc = cpu_to_le32(j->crc);
+            if (tacc_func_dma(&s->func, j->addr, &j->hdr, sizeof(j->hdr),
+                              true)) {
+                st = TACC_VFMIG_ST_DMA_ERROR;
+                goto done;
+            }
+            trace_tacc_vfmig_save(j->fn, j->rlen, j->wsize, j->crc);
+            goto done;
+        }
+    } else if (!j->apply) {
+        if (tacc_func_dma(&s->func, j->addr + j->pos, j->blob + j->pos, n,
+                          false)) {
+            st = TACC_VFMIG_ST_DMA_ERROR;
+            goto done;
+        }
+        if (!j->pos) {  /* the first slice holds the header: CRC without it */
+            memcpy(&j->hdr, j->blob, sizeof(j->hdr));
+            memset(j->blob + offsetof(struct tacc_vfstate_hdr, crc), 0,
+                   sizeof(j->hdr.crc));
+        }
+        j->crc = tacc_crc(j->crc, j->blob + j->pos, n);
+        j->pos += n;
+        if (j->pos == end) {
+            st = tacc_vfmig_load_check(s, vf, j);
+            if (st != TACC_VFMIG_ST_OK) {
+                goto done;
+            }
+            j->apply = true;
+            j->pos = 0;
+        }
+    } else {
+        memcpy(s->devmem + base + j->pos,
+               j->blob + sizeof(j->hdr) + j->rlen + j->pos, n);
+        memory_region_set_dirty(&s->devmem_mr, base + j->pos, n);
+        j->pos += n;
+        if (j->pos == end) {
+            tacc_tlb_invalidate(s, vf->fn, -1);
+            timer_del(&vf->sample_timer);       /* stopped: RESUME re-arms it */
+            trace_tacc_vfmig_load(vf->fn, j->rlen, j->wsize);
+            goto done;
+        }
+    }
+    qemu_bh_schedule(s->vfmig_bh);
+    tacc_leave(s);
+    return;
+
+done:
+    tacc_vfmig_job_end(s, st);
+    tacc_leave(s);
 }
 
 static uint16_t tacc_vfmig_log_start(TaccState *s, TaccFunc *vf)
@@ -310,6 +438,11 @@ static void tacc_vfmig_cmd(TaccState *s, uint32_t cmd)
                                                          : NULL;
     uint16_t st;
 
+    if (s->vfmig_job.op) {      /* a SAVE or LOAD still runs: ignored */
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: VF migration: command %#x "
+                      "while an operation runs (STATUS BUSY): ignored\n", cmd);
+        return;
+    }
     s->vfmig_cmd = cmd;
     s->vfmig_result = 0;
     if (op < TACC_VFMIG_OP_QUERY || op > TACC_VFMIG_OP_LOG_REPORT ||
@@ -354,12 +487,8 @@ static void tacc_vfmig_cmd(TaccState *s, uint32_t cmd)
     }
     s->vfmig_status = st;
     trace_tacc_vfmig_cmd(op, fn, st, s->vfmig_result);
-    if (st != TACC_VFMIG_ST_OK) {
-        qemu_log_mask(LOG_GUEST_ERROR, "tacc: VF migration: %s of fn%u "
-                      "refused: status %u\n",
-                      op < ARRAY_SIZE(tacc_vfmig_op_name) &&
-                      tacc_vfmig_op_name[op] ? tacc_vfmig_op_name[op] : "op",
-                      fn, st);
+    if (st != TACC_VFMIG_ST_OK && st != TACC_VFMIG_ST_BUSY) {
+        tacc_vfmig_log_refusal(op, fn, st);
     }
 }
 

@@ -304,6 +304,23 @@ typedef struct TaccDirtyLog {
     unsigned long *bmap;        /* bit per page of the range */
 } TaccDirtyLog;
 
+/*
+ * A VF migration SAVE or LOAD in progress (tacc-vfmig.c): host work done one
+ * x-host-slice per main-loop turn from vfmig_bh while VFMIG_STATUS reads BUSY.
+ */
+typedef struct TaccVfmigJob {
+    uint8_t op;                 /* 0 (none), TACC_VFMIG_OP_SAVE or _LOAD */
+    uint8_t fn;                 /* the VF */
+    bool apply;                 /* LOAD: checked; copying the window in */
+    uint64_t base, wsize;       /* the VF's window when the operation began */
+    uint64_t addr, len;         /* the buffer (PF DMA) */
+    uint64_t pos;               /* bytes of the current stage done */
+    uint64_t rlen;              /* the registers part's bytes */
+    uint32_t crc;               /* CRC-32 so far */
+    uint8_t *blob;              /* LOAD: the blob as read */
+    struct tacc_vfstate_hdr hdr;        /* SAVE: the header, written last */
+} TaccVfmigJob;
+
 typedef struct TaccGroundTruth {
     uint64_t h2d_bytes, d2h_bytes;
     uint64_t h2d_link_bytes, d2h_link_bytes;
@@ -436,6 +453,8 @@ struct TaccState {
     uint64_t vfmig_addr, vfmig_len, vfmig_result;
     uint64_t vfmig_log_iova, vfmig_log_len;
     uint32_t vfmig_cmd, vfmig_status, vfmig_log_shift;
+    TaccVfmigJob vfmig_job;
+    QEMUBH *vfmig_bh;
     bool vf_stopped[TACC_MAX_VFS];      /* STOP until RESUME */
     TaccDirtyLog vf_log[TACC_MAX_VFS];
 };
@@ -602,6 +621,7 @@ bool tacc_vfmig_stopped(TaccFunc *f);
 void tacc_vfmig_dirty(TaccFunc *f, uint64_t addr, uint64_t len);
 bool tacc_vfmig_busy(TaccState *s);
 void tacc_vfmig_reset(TaccState *s);
+void tacc_vfmig_bh(void *opaque);
 void tacc_vfmig_vf_gone(TaccState *s, int fn);
 bool tacc_vfmig_reg_write(TaccState *s, hwaddr addr, uint64_t val,
                           unsigned size);
