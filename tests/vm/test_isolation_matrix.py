@@ -1019,4 +1019,5 @@ def test_device_cannot_write_a_readonly_userptr(kind, user):
     into it fails with an MMU fault (-EFAULT) and the user's bytes are unchanged."""
     got = user.call(u_ro_userptr, str(_node(kind)))
     assert (got["read"], got["seen"], got["staged"]) == (0, [RO_BYTE], 0), got
-    assert got["write"] == -errno.EFAULT and got["user"] == [RO_BYTE], got
+    assert (got["write"], got["user"]) == (-errno.EFAULT, [RO_BYTE]), \
+        f"{kind}: the copy into it: status {got['write']}, the user's bytes {got['user']}"
