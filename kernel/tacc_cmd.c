@@ -27,9 +27,15 @@ static bool tacc_cmd_opnd_unused(const struct drm_tacc_operand *op)
 	return !op->handle && !op->pad && !op->offset;
 }
 
-/*
- * The 128-byte form: every field an opcode does not use must be zero, on
- * every function kind (a COPY with a value, a GEMM with an eltwise op ...).
+/**
+ * tacc_cmd_from_v1 - the 256-byte form of a 128-byte user command.
+ * @c: the command (struct drm_tacc_cmd, the hw 1.2 opcodes).
+ * @c2: out: the same command as struct drm_tacc_cmd2, for tacc_cmd_check().
+ *
+ * Every field an opcode does not use must be zero, on every function kind
+ * (a COPY with a value, a GEMM with an eltwise op ...): docs/uapi.md "SUBMIT".
+ *
+ * Return: 0, or -EINVAL for a non-zero unused field or an unknown opcode.
  */
 int tacc_cmd_from_v1(const struct drm_tacc_cmd *c, struct drm_tacc_cmd2 *c2)
 {
@@ -115,6 +121,7 @@ static u64 tacc_cmd_rows(u64 rows, u64 cols, u64 ld, unsigned int dt)
 static void tacc_cmd_set(struct tacc_cmd_spec *spec, int i, u16 field, u64 len, u32 align,
 			 u8 kind, bool write)
 {
+	spec->op[i].addr = true;
 	spec->op[i].field = field;
 	spec->op[i].len = len;
 	spec->op[i].align = align;
@@ -165,9 +172,8 @@ static int tacc_cmd_gemm(const struct tacc_desc *d, u32 caps, struct tacc_cmd_sp
 	tacc_cmd_set(spec, 0, TACC_F(gemm.a), ea, tacc_cmd_dt_size(sab), TACC_CMD_DEV, false);
 	tacc_cmd_set(spec, 1, TACC_F(gemm.b), eb, tacc_cmd_dt_size(sab), TACC_CMD_DEV, false);
 	tacc_cmd_set(spec, 2, TACC_F(gemm.c), ec, tacc_cmd_dt_size(sc), TACC_CMD_DEV, true);
-	if (bias)
-		tacc_cmd_set(spec, 3, TACC_F(gemm.bias), n * tacc_cmd_dt_size(sc),
-			     tacc_cmd_dt_size(sc), TACC_CMD_DEV, false);
+	tacc_cmd_set(spec, 3, TACC_F(gemm.bias), bias ? n * tacc_cmd_dt_size(sc) : 0,
+		     tacc_cmd_dt_size(sc), TACC_CMD_DEV, false);
 	return 0;
 }
 
@@ -178,6 +184,8 @@ static int tacc_cmd_eltwise(const struct tacc_desc *d, u32 caps, struct tacc_cmd
 	bool bcast = d->eltwise.eflags & TACC_ELT_F_ROW_BCAST;
 	u64 n = d->eltwise.n, cols = d->eltwise.cols;
 
+	if (!tacc_cmd_tail_zero(d, TACC_F(eltwise.cols) + sizeof(d->eltwise.cols)))
+		return -EINVAL;		/* past its last field, on every device */
 	if ((op >= TACC_ELT_GELU || !tacc_cmd_tail_zero(d, TACC_F(eltwise.dtype_a))) &&
 	    !(caps & TACC_CAP_NN_OPS))
 		return -EOPNOTSUPP;
@@ -191,9 +199,9 @@ static int tacc_cmd_eltwise(const struct tacc_desc *d, u32 caps, struct tacc_cmd
 		return -EINVAL;
 	tacc_cmd_set(spec, 0, TACC_F(eltwise.a), n * tacc_cmd_dt_size(da),
 		     tacc_cmd_dt_size(da), TACC_CMD_DEV, false);
-	if (two)
-		tacc_cmd_set(spec, 1, TACC_F(eltwise.b), (bcast ? cols : n) * tacc_cmd_dt_size(da),
-			     tacc_cmd_dt_size(da), TACC_CMD_DEV, false);
+	tacc_cmd_set(spec, 1, TACC_F(eltwise.b),
+		     two ? (bcast ? cols : n) * tacc_cmd_dt_size(da) : 0,
+		     tacc_cmd_dt_size(da), TACC_CMD_DEV, false);
 	tacc_cmd_set(spec, 2, TACC_F(eltwise.c), n * tacc_cmd_dt_size(dc),
 		     tacc_cmd_dt_size(dc), TACC_CMD_DEV, true);
 	return 0;
@@ -248,12 +256,10 @@ static int tacc_cmd_norm(const struct tacc_desc *d, u32 caps, struct tacc_cmd_sp
 		     tacc_cmd_dt_size(dy), TACC_CMD_DEV, true);
 	tacc_cmd_set(spec, 2, TACC_F(norm.gamma), cols * tacc_cmd_dt_size(dw),
 		     tacc_cmd_dt_size(dw), TACC_CMD_DEV, false);
-	if (layer)
-		tacc_cmd_set(spec, 3, TACC_F(norm.beta), cols * tacc_cmd_dt_size(dw),
-			     tacc_cmd_dt_size(dw), TACC_CMD_DEV, false);
-	if (stats)
-		tacc_cmd_set(spec, 4, TACC_F(norm.stats), (layer ? 2 : 1) * rows * 4, 4,
-			     TACC_CMD_DEV, true);
+	tacc_cmd_set(spec, 3, TACC_F(norm.beta), layer ? cols * tacc_cmd_dt_size(dw) : 0,
+		     tacc_cmd_dt_size(dw), TACC_CMD_DEV, false);
+	tacc_cmd_set(spec, 4, TACC_F(norm.stats), stats ? (layer ? 2 : 1) * rows * 4 : 0, 4,
+		     TACC_CMD_DEV, true);
 	return 0;
 }
 
@@ -281,10 +287,8 @@ static int tacc_cmd_list(const struct tacc_desc *d, struct tacc_cmd_spec *spec)
 		return -EINVAL;
 	tacc_cmd_set(spec, 0, TACC_F(list.list), (u64)d->list.count * TACC_DESC_SIZE,
 		     TACC_DESC_SIZE, TACC_CMD_ANY, false);
-	if (d->list.npatch)
-		tacc_cmd_set(spec, 1, TACC_F(list.patches),
-			     (u64)d->list.npatch * TACC_LIST_PATCH_SIZE, TACC_LIST_PATCH_SIZE,
-			     TACC_CMD_ANY, false);
+	tacc_cmd_set(spec, 1, TACC_F(list.patches), (u64)d->list.npatch * TACC_LIST_PATCH_SIZE,
+		     TACC_LIST_PATCH_SIZE, TACC_CMD_ANY, false);
 	return 0;
 }
 
@@ -372,14 +376,15 @@ int tacc_cmd_check(const struct drm_tacc_cmd2 *c, u32 caps, struct tacc_cmd_spec
 	}
 	if (ret)
 		return ret;
-	/* the driver writes the VAs: the user's address fields are zero */
+	/*
+	 * The driver writes the VAs: the user's address fields are zero, those
+	 * of the operands this command does not use (a GEMM's bias without
+	 * TACC_GEMM_F_BIAS, a one-operand eltwise's b ...) included.
+	 */
 	for (i = 0; i < DRM_TACC_CMD2_OPERANDS; i++) {
-		if (!spec->op[i].len) {
-			if (!tacc_cmd_opnd_unused(&c->op[i]))
-				return -EINVAL;
-			continue;
-		}
-		if (memchr_inv(d.payload + spec->op[i].field, 0, 8))
+		if (spec->op[i].addr && memchr_inv(d.payload + spec->op[i].field, 0, 8))
+			return -EINVAL;
+		if (!spec->op[i].len && !tacc_cmd_opnd_unused(&c->op[i]))
 			return -EINVAL;
 	}
 	return 0;

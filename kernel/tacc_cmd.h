@@ -19,6 +19,8 @@ enum tacc_cmd_kind { TACC_CMD_ANY, TACC_CMD_HOST, TACC_CMD_DEV };
  * @align: required alignment of its offset.
  * @kind: enum tacc_cmd_kind.
  * @write: the command writes it.
+ * @addr: the opcode has a payload address field for it (@field), used or
+ *        not: the user's value there must be zero either way.
  * @field: payload byte offset of its device VA in the descriptor.
  */
 struct tacc_cmd_opnd {
@@ -26,6 +28,7 @@ struct tacc_cmd_opnd {
 	u32 align;
 	u8 kind;
 	bool write;
+	bool addr;
 	u16 field;
 };
 

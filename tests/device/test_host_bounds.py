@@ -18,6 +18,7 @@ import os
 import re
 import socket
 import struct
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -368,3 +369,52 @@ def test_row_operation_is_sliced(name):
     finally:
         probe.stop.set()
         d.close()
+
+
+# ------------------------------------------------------ x-host-slice ----
+QEMU = Path(__file__).resolve().parents[2] / "build/qemu/qemu-system-x86_64"
+SLICE_MSG = "x-host-slice must be a multiple of 64 KiB"
+
+
+def test_host_slice_settable_at_run_time():
+    """x-host-slice: -global sets it, qom-set changes it at run time (a multiple of
+    64 KiB, else refused and unchanged); a FILL then sliced at 64 KiB (128 turns)
+    stores its pattern in T_cmd + L / BW_devmem of modelled time, as unsliced."""
+    n = 8 * MiB
+    d = Tacc("sriov-max-vfs=0", extra=["-global", "tacc.x-host-slice=128K",
+                                       "-trace", "tacc_exec"])
+    try:
+        assert d.qom_get("x-host-slice") == 128 << 10
+        d.qom_set("x-host-slice", 64 << 10)
+        for bad in (0, 32 << 10, (64 << 10) + 4096, 96 << 10):
+            with pytest.raises(Exception, match=SLICE_MSG):
+                d.qom_set("x-host-slice", bad)
+        assert d.qom_get("x-host-slice") == 64 << 10
+        pf = d.pf
+        pf.reset()
+        pf.set_ptbr(0, d.map_default())
+        _, ds = pf.job_of(0, [d_fill(0, n, ONE_F32_X2)])
+        pf.submit(0, ds)
+        wait_exec(d, hw.TACC_OP_FILL, 1)
+        d.qt.clock_step(10**9)
+        (cq,) = pf.cqes(0)
+        assert cq.status == hw.TACC_ST_OK
+        bw = d.qom_get("devmem-gbps")
+        assert abs((cq.end - cq.start) * 1000 - (100_000 + n * 1000 // bw)) <= 2000
+        host = d.alloc(4096)
+        for off in (0, n - 4096):
+            cp = d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA + off, host, 4096)
+            assert pf.run_job(1, [cp]).status == hw.TACC_ST_OK
+            assert d.qt.memread(host, 4096) == struct.pack("<Q", ONE_F32_X2) * 512, off
+    finally:
+        d.close()
+
+
+@pytest.mark.parametrize("how", [["-device", "tacc,x-host-slice=100000"],
+                                 ["-global", "tacc.x-host-slice=0", "-device", "tacc"]])
+def test_bad_host_slice_refused(how):
+    """QEMU refuses to create the device, naming the property (exit 1)."""
+    r = subprocess.run([str(QEMU), "-machine", "q35", "-accel", "qtest", "-display", "none",
+                        "-nodefaults", "-L", "/usr/share/seabios", "-L", "/usr/share/qemu",
+                        *how], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and SLICE_MSG in r.stderr, r.stderr

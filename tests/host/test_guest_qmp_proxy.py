@@ -124,6 +124,8 @@ def test_what_the_tests_need_still_works(guest) -> None:
     assert g.cmd("qom-set", path=pf, property="x-fi-hang-engine", value=-1) == \
         {"return": {}, "id": f"g{g.n}"}
     assert "return" in g.cmd("qom-set", path=pf, property="x-link-gen-now", value=0)
+    assert "return" in g.cmd("qom-set", path=pf, property="x-host-slice", value=64 << 10)
+    assert g.cmd("qom-get", path=pf, property="x-host-slice")["return"] == 64 << 10
     r = g.cmd("human-monitor-command", **{"command-line": "info jit"})
     assert "return" in r, r
     r = g.cmd("human-monitor-command", **{"command-line": "pcie_aer_inject_error -c tacc0 0x40"})

@@ -21,6 +21,10 @@ The attacker is the unprivileged tacc-user; root is the victim.
 - Close: a file whose job waits on an in-syncobj nobody signals closes in bounded time.
 - The virtio device is checked: a context id it answers out of range or already held by
   another file is refused (it indexes fence slots and bitmaps).
+- One validation of commands: every field an opcode does not use is zero on every kind
+  (a COPY with a value, a GEMM with an eltwise field, an eltwise payload with bytes past
+  its last field: -EINVAL at SUBMIT), and the device cannot write a read-only USERPTR
+  (the job faults, the user's memory is unchanged).
 - Per-user limits: one user's processes together take at most its share of a function's
   contexts, device memory and (virtio-tacc: the backend's) BOs, so a second user
   (tacc-user2) still gets service; the PF's and VFs' page tables are charged to the memory
@@ -46,28 +50,42 @@ from typing import Any
 import numpy as np
 import pytest
 from tacc import hw
+from tacc.hw.records import PAYLOAD
 from tacc.runtime.device import devices
 from tacc.testing.unpriv import USER2, call_as_tacc_user
 from test_driver_basic import (
     BIND_FIXED,
     BO_NO_BIND,
+    BO_READONLY,
     DEVICE,
+    ELT_RELU,
+    OP_D2D,
     OP_D2H,
+    OP_ELT,
+    OP_GEMM,
+    OP_H2D,
     P_DEVMEM,
     TRACE_CLOSE,
     TRACE_OPEN,
+    USERPTR,
     VM_BIND,
+    Cmd,
     Dev,
+    Operand,
     Pair,
     TraceOpen,
+    UserBuf,
     VmBind,
+    cmd2,
     copy,
     dmesg_problems,
     fence,
+    gemm,
     live_objects,
     nop,
     pf_sysfs,
     record_figures,
+    submit2,
     wait_accel_node,
 )
 from test_driver_sriov import fill
@@ -865,3 +883,141 @@ def test_page_tables_charged_to_the_callers_memory_cgroup(kind, user):
     assert tables == 2 * n, (pt0, pt1)
     assert k1 - k0 >= tables * 4096, \
         f"{kind}: {tables} page-table pages, the cgroup's kernel memory grew {k1 - k0} bytes"
+
+
+# ------------------------------------------------------ one validation ----
+def _payload(member: str, *vals: int) -> bytearray:
+    """The 104-byte payload of a struct tacc_desc member, its leading fields given."""
+    st = PAYLOAD[member]
+    n = len(st.unpack(bytes(st.size)))
+    return bytearray(st.pack(*vals, *([0] * (n - len(vals)))).ljust(104, b"\0"))
+
+
+def _bad_commands(dv: int) -> dict[str, tuple[Any, Any]]:
+    """name -> (a command with one unused field set, the same command without it); both
+    forms, on DEVICE BO @dv (8 KiB: a 1x1x1 GEMM at 0, 4, 8; 16 floats)."""
+    def with_(c: Any, **junk: int) -> Any:
+        for k, v in junk.items():
+            setattr(c, k, v)
+        return c
+
+    def gemm2(junk: int) -> Any:
+        pl = _payload("gemm", 0, 0, 0, 1, 1, 1, 1, 1, 1, 0x3F800000, 0)
+        pl[96] = junk                                          # rsvd2
+        return cmd2(OP_GEMM, bytes(pl), [(dv, 0), (dv, 4), (dv, 8)])
+
+    def elt2(junk: int) -> Any:
+        pl = _payload("eltwise", 0, 0, 0, 16, ELT_RELU)
+        pl[PAYLOAD["eltwise"].size] = junk                     # past cols: unused
+        return cmd2(OP_ELT, bytes(pl), [(dv, 0), (0, 0), (dv, 4096)])
+
+    def bias2(junk: int) -> Any:
+        pl = _payload("gemm", 0, 0, 0, 1, 1, 1, 1, 1, 1, 0x3F800000, 0)
+        pl[64] = junk                          # bias VA without TACC_GEMM_F_BIAS
+        return cmd2(OP_GEMM, bytes(pl), [(dv, 0), (dv, 4), (dv, 8)])
+
+    def elt2_b(junk: int) -> Any:
+        pl = _payload("eltwise", 0, 0, 0, 16, ELT_RELU)
+        pl[8] = junk                           # b VA of a one-operand op
+        return cmd2(OP_ELT, bytes(pl), [(dv, 0), (0, 0), (dv, 4096)])
+
+    def rms2(junk: int) -> Any:
+        pl = _payload("norm", 0, 0, 0, 0, 1, 16, 16, 16, 0, hw.TACC_NORM_RMS)
+        pl[24] = junk                          # beta VA of an RMS norm
+        return cmd2(hw.DRM_TACC_OP_NORM, bytes(pl), [(dv, 0), (dv, 4096), (dv, 64)])
+
+    def copy2(junk: int) -> Any:
+        pl = _payload("copy", 0, 0, 4096)
+        pl[24] = junk                                          # past len: unused
+        return cmd2(OP_D2D, bytes(pl), [(dv, 0), (dv, 4096)])
+
+    base = {
+        "copy": lambda: copy(OP_D2D, dv, dv, 4096, 0, 4096),
+        "gemm": lambda: gemm(dv, dv, dv, 1, 1, 1),
+        "eltwise": lambda: Cmd(opcode=OP_ELT, a=Operand(handle=dv),
+                               c=Operand(handle=dv, offset=4096), size=16, elt_op=ELT_RELU),
+    }
+    return {
+        "copy value": (with_(base["copy"](), value=1), base["copy"]()),
+        "copy m": (with_(base["copy"](), m=1), base["copy"]()),
+        "gemm size": (with_(base["gemm"](), size=4), base["gemm"]()),
+        "gemm value": (with_(base["gemm"](), value=1), base["gemm"]()),
+        "gemm elt_op": (with_(base["gemm"](), elt_op=ELT_RELU), base["gemm"]()),
+        "eltwise value": (with_(base["eltwise"](), value=1), base["eltwise"]()),
+        "eltwise m": (with_(base["eltwise"](), m=1), base["eltwise"]()),
+        "eltwise scalar": (with_(base["eltwise"](), scalar=0x3F800000), base["eltwise"]()),
+        "cmd2 copy past len": (copy2(1), copy2(0)),
+        "cmd2 gemm rsvd2": (gemm2(1), gemm2(0)),
+        "cmd2 eltwise past cols": (elt2(1), elt2(0)),
+        "cmd2 gemm bias without its flag": (bias2(1), bias2(0)),
+        "cmd2 eltwise b of RELU": (elt2_b(1), elt2_b(0)),
+        "cmd2 norm beta of RMS": (rms2(1), rms2(0)),
+    }
+
+
+def u_unused_fields(state: dict[str, Any], node: str) -> dict[str, tuple[int, int]]:
+    """tacc-user: name -> (errno of SUBMIT of the bad command or 0 when accepted, WAIT
+    status of the good one)."""
+    out = {}
+    with Dev(node) as d:
+        dv = d.bo(8192, DEVICE).handle
+        for name, (bad, good) in _bad_commands(dv).items():
+            sub = submit2 if not isinstance(bad, Cmd) else (lambda dev, cs: dev.submit(cs))
+            try:
+                d.wait(sub(d, [bad]))
+                err = 0
+            except OSError as e:
+                err = e.errno
+            try:
+                out[name] = (err, d.wait(sub(d, [good])))
+            except OSError as e:
+                out[name] = (err, f"good: {e}")
+    return out
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_unused_command_fields_refused_on_every_kind(kind, user):
+    """One validation for every function kind (kernel/tacc_cmd.c, docs/uapi.md "SUBMIT"):
+    a command with a field its opcode does not use set is -EINVAL at SUBMIT, in both the
+    128-byte and the 256-byte form; the same command without it runs (status 0)."""
+    got = user.call(u_unused_fields, str(_node(kind)))
+    assert isinstance(got, dict), got
+    wrong = {k: v for k, v in got.items() if v != (errno.EINVAL, 0)}
+    assert not wrong, f"{kind}: (SUBMIT errno of the bad command, status of the good): {wrong}"
+
+
+RO_BYTE, DEV_BYTE = 0x5A, 0xC3
+
+
+def u_ro_userptr(state: dict[str, Any], node: str) -> dict[str, Any]:
+    """tacc-user: a READONLY USERPTR BO over its own buffer (RO_BYTE): the device reads it
+    (into a device BO, read back through a host BO), then a COPY_D2H writes DEV_BYTE into
+    it.  Returns the statuses and the byte values seen."""
+    n = 4096
+    ub = UserBuf(n)
+    ub.array(np.uint8)[:] = RO_BYTE
+    with Dev(node) as d:
+        dv = d.bo(n, DEVICE).handle
+        host = d.bo(n).handle
+        ro = d.bo(n, USERPTR, BO_READONLY, ub.addr).handle
+        m = d.map(host, n)
+        try:
+            read = d.run([copy(OP_H2D, ro, dv, n), copy(OP_D2H, dv, host, n)])
+            seen = sorted({int(v) for v in np.frombuffer(m, np.uint8)})
+            m[:] = bytes([DEV_BYTE]) * n
+            staged = d.run([copy(OP_H2D, host, dv, n)])
+            write = d.run([copy(OP_D2H, dv, ro, n)])
+        finally:
+            m.close()
+    return {"read": read, "seen": seen, "staged": staged, "write": write,
+            "user": sorted({int(v) for v in ub.array(np.uint8)})}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_device_cannot_write_a_readonly_userptr(kind, user):
+    """A READONLY USERPTR is device-read-only on every kind: the device reads it, a copy
+    into it fails with an MMU fault (-EFAULT) and the user's bytes are unchanged."""
+    got = user.call(u_ro_userptr, str(_node(kind)))
+    assert (got["read"], got["seen"], got["staged"]) == (0, [RO_BYTE], 0), got
+    assert (got["write"], got["user"]) == (-errno.EFAULT, [RO_BYTE]), \
+        f"{kind}: the copy into it: status {got['write']}, the user's bytes {got['user']}"

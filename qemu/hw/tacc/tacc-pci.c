@@ -749,10 +749,6 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
         error_setg(errp, "tacc: tlb-entries must be 1..65536");
         return;
     }
-    if (s->host_slice < 64 * KiB || s->host_slice % (64 * KiB)) {
-        error_setg(errp, "tacc: x-host-slice must be a multiple of 64 KiB");
-        return;
-    }
     if (s->devmem_size < 4 * KiB || s->devmem_size > 16 * GiB) {
         error_setg(errp, "tacc: devmem-size must be 4 KiB .. 16 GiB");
         return;
@@ -1095,12 +1091,41 @@ static void tacc_set_worst_turn(Object *obj, Visitor *v, const char *name,
     }
 }
 
+static void tacc_get_host_slice(Object *obj, Visitor *v, const char *name,
+                                void *opaque, Error **errp)
+{
+    visit_type_size(v, name, &TACC(obj)->host_slice, errp);
+}
+
+/*
+ * x-host-slice is settable at run time too (qom-set): the host work of a
+ * big copy/eltwise/FILL/gather takes the new slice from its next main-loop
+ * turn on.  Modelled time does not depend on it (tacc-sched.c "host work").
+ */
+static void tacc_set_host_slice(Object *obj, Visitor *v, const char *name,
+                                void *opaque, Error **errp)
+{
+    uint64_t val;
+
+    if (!visit_type_size(v, name, &val, errp)) {
+        return;
+    }
+    if (val < 64 * KiB || val % (64 * KiB)) {
+        error_setg(errp, "tacc: x-host-slice must be a multiple of 64 KiB");
+        return;
+    }
+    TACC(obj)->host_slice = val;
+}
+
 static void tacc_pf_instance_init(Object *obj)
 {
     TaccState *s = TACC(obj);
 
     s->fi_hang_engine = -1;
     s->time_scale = 1000;
+    s->host_slice = 16 * MiB;
+    object_property_add(obj, "x-host-slice", "size", tacc_get_host_slice,
+                        tacc_set_host_slice, NULL, NULL);
     object_property_add(obj, "time-scale", "uint32", tacc_get_time_scale,
                         tacc_set_time_scale, NULL, NULL);
     object_property_add(obj, "x-fi-hang-engine", "int32", tacc_get_hang,
@@ -1159,7 +1184,6 @@ static const Property tacc_props[] = {
     DEFINE_PROP_UINT32("bf16-gflops", TaccState, bf16_gflops, 30250),
     DEFINE_PROP_UINT32("devmem-gbps", TaccState, devmem_gbps, 300),
     DEFINE_PROP_UINT8("sriov-max-vfs", TaccState, total_vfs, TACC_MAX_VFS),
-    DEFINE_PROP_SIZE("x-host-slice", TaccState, host_slice, 16 * MiB),
     DEFINE_PROP_SIZE("x-gemm-host-max", TaccState, gemm_host_max, 1 * GiB),
 };
 

@@ -767,10 +767,10 @@ static TaccUnit *tacc_next_event(TaccState *s)
  *    before the worker has finished, the model stops there and the pool's
  *    completion callback (tacc_gemm_done) resumes it through host_bh.
  *    Nothing waits for a worker, register accesses included: until then
- *    registers show the device at that completion point.  Under -icount the
- *    device's timer is kept due meanwhile, so the guest's clock does not run
- *    on while the device is stopped (the guest sees the CQE and interrupt
- *    at the modelled time, as if the host had kept up).
+ *    registers show the device at that completion point.
+ * Under -icount the device's timer is kept due while the model is stopped at
+ * either kind, so the guest's clock does not run on meanwhile (the guest sees
+ * the CQE and interrupt at the modelled time, as if the host had kept up).
  * A register access that reflects the model (most of them: tacc_sched_run)
  * first finishes a sliced copy/eltwise/FILL/gather inline, so registers never
  * show a state the device had not reached yet; the identity/clock/scratch
@@ -896,15 +896,18 @@ static void tacc_sched_advance(TaccState *s, bool wait_host)
     tacc_lpm_counters(s, now);
     tacc_counters_end(s);
 
-    if (s->host_unit && s->host_gemm && icount_enabled() &&
-        !qtest_enabled()) {
-        /*
-         * Keep the guest's clock where the device stopped: a due timer gives
-         * the vCPU no instructions to run (tacc_gemm_done resumes the model).
-         */
-        timer_mod(&s->timer, qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) + 1);
-    } else if (s->host_unit) {
-        timer_del(&s->timer);   /* host_bh resumes the model */
+    if (s->host_unit) {
+        if (icount_enabled() && !qtest_enabled()) {
+            /*
+             * Keep the guest's clock where the device stopped, whatever host
+             * work it waits for: a due timer gives the vCPU no instructions
+             * to run, and an idle vCPU's clock cannot jump to its next timer.
+             */
+            timer_mod(&s->timer, qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) + 1);
+        } else {
+            timer_del(&s->timer);
+        }
+        /* host_bh resumes the model (for a GEMM: once tacc_gemm_done ran) */
         if (!s->host_gemm) {
             qemu_bh_schedule(s->host_bh);
         }
