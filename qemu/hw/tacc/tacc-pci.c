@@ -800,9 +800,9 @@ static void tacc_pf_realize(PCIDevice *pdev, Error **errp)
     return;
 
     /*
-     * Undo in reverse, as tacc_pf_exit would (it is not run for a realize that
-     * failed): the VFs leave the bus, the RAM block's migration name is free for
-     * the next device in this slot, nothing stays allocated.
+     * Undo in reverse, as tacc_pf_exit would (it is not run for a realize
+     * that failed): the VFs leave the bus, the RAM block's migration name is
+     * free for the next device in this slot, nothing stays allocated.
      */
 err_sriov:
     if (s->total_vfs) {

@@ -439,7 +439,7 @@ static void tacc_vfmig_cmd(TaccState *s, uint32_t cmd)
     uint16_t st;
 
     if (s->vfmig_job.op) {      /* a SAVE or LOAD still runs: ignored */
-        qemu_log_mask(LOG_GUEST_ERROR, "tacc: VF migration: command %#x "
+        qemu_log_mask(LOG_GUEST_ERROR, "tacc: VF migration: command 0x%x "
                       "while an operation runs (STATUS BUSY): ignored\n", cmd);
         return;
     }
