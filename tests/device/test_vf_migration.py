@@ -21,6 +21,7 @@ WIN = 512 << 10  # each VF's device-memory window
 HDR = struct.Struct("<IHHHHIQQQIIQQ")  # struct tacc_vfstate_hdr
 OFF_VERSION, OFF_FN, OFF_CRC = 4, 8, 12
 Q0_SQ_SIZE = 292  # "tacc/func-regs" stream: queue 0's sq_size (big endian)
+Q0_FIFO0_LISTED = Q0_SQ_SIZE + 176  # queue 0's FIFO slot 0: its "listed" flag (a bool)
 ST = hw.ENUMS["tacc_vfmig_status"]
 
 HW_VERSION = hw.TACC_HW_VERSION_MAJOR << 16 | hw.TACC_HW_VERSION_MINOR   # 1.4 or later
@@ -439,3 +440,25 @@ def test_save_and_load_run_a_slice_per_turn() -> None:
         assert st == ST["TACC_VFMIG_ST_BAD_STATE"], st
     finally:
         d.close()
+
+
+def test_stale_fifo_slot_of_a_loaded_state_is_not_used(dev: Tacc, pf: Func) -> None:
+    """A state whose empty FIFO slot 0 says "listed" (a forged blob with a good CRC: the
+    device's checks take it, the slot is not in use) loads, resumes, and after an FLR the
+    VF runs a job in that slot as an ordinary command (before: it waited for a LIST that
+    never came, the job never completed, FLR or not; found by the 10,000-state RESUMING
+    fuzz of tests/vm/test_vfio_migration.py at state 89)."""
+    vf1, vf2 = setup_vfs(dev, pf)
+    works(dev, vf1, 1)
+    blob = save(dev, pf, 1)
+    forged = bytearray(blob)
+    assert forged[HDR.size + Q0_FIFO0_LISTED] == 0
+    forged[HDR.size + Q0_FIFO0_LISTED] = 1
+    assert load(dev, pf, 1, recrc(forged)) == 0
+    assert admin(pf, hw.TACC_VFMIG_OP_RESUME, 1) == 0
+    vf_flr(dev, vf1)
+    vf1.reset()
+    vf1.set_ptbr(0, dev.map_default(devmem=WIN))
+    works(dev, vf1, 2)
+    works(dev, vf2, 3)
+    dev.enable_vfs(0)

@@ -89,10 +89,16 @@ bool tacc_fifo_push(TaccFunc *f, int qi, const struct tacc_desc *d,
         return false;
     }
     c = &q->fifo[(q->f_head + q->f_count) % TACC_FIFO_DEPTH];
-    c->d = *d;
-    /* little-endian host assumed for the descriptor layout */
-    c->t_fetch_ps = t_ps;
-    c->seq = ++f->pf->fetch_seq;
+    /*
+     * The whole slot: a free slot may hold anything a loaded state put there
+     * (a migration stream, a VF LOAD), e.g. a listed flag that would make this
+     * command wait for a LIST that never comes, even after an FLR.
+     */
+    *c = (TaccCmd) {
+        .d = *d,        /* little-endian host assumed for the layout */
+        .t_fetch_ps = t_ps,
+        .seq = ++f->pf->fetch_seq,
+    };
     tacc_counters_begin(f->pf);
     q->f_count++;
     if (!q->running && q->f_count == 1) {
