@@ -220,6 +220,7 @@ def _recrc(b: bytearray) -> bytes:
 
 
 @pytest.mark.long
+@pytest.mark.timeout(3600)  # 10,000 states: ~8 per second of the TCG guest
 def test_fuzz_resuming(small_window_vf):
     """TACC_VFMIG_FUZZ (10,000) mutated states into VF 1 through RESUMING: each refused
     with EINVAL, EPROTONOSUPPORT or EACCES, or taken (a mutation the device's checks allow:
