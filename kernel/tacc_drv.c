@@ -434,9 +434,11 @@ static int tacc_get_param_ioctl(struct drm_device *dev, void *data, struct drm_f
 	case DRM_TACC_PARAM_COUNTERS_MMAP_OFFSET:
 		args->value = DRM_TACC_MMAP_COUNTERS;
 		break;
-	case DRM_TACC_PARAM_COUNTERS_MMAP_SIZE:
-		args->value = perfmon_capable() && !tdev->is_vf ?
-			      TACC_BAR_COUNTERS_SIZE : PAGE_SIZE;
+	case DRM_TACC_PARAM_COUNTERS_MMAP_SIZE:	/* what this caller may map */
+		if (tdev->is_vf)
+			args->value = PAGE_SIZE;
+		else
+			args->value = perfmon_capable() ? TACC_BAR_COUNTERS_SIZE : 0;
 		break;
 	case DRM_TACC_PARAM_TRACE_MMAP_OFFSET:
 		args->value = DRM_TACC_MMAP_TRACE;
@@ -488,6 +490,12 @@ static int tacc_get_param_ioctl(struct drm_device *dev, void *data, struct drm_f
 
 /* ----------------------------------------------------------------- mmap ---- */
 
+/*
+ * The counter block: a VF's function page to its node's users; on the PF
+ * CAP_PERFMON for both pages (the function page sums the work of every tenant
+ * of the PF, the global page every function's link traffic: docs/uapi.md
+ * "Threat model").  A VF has no global page.
+ */
 static int tacc_mmap_counters(struct tacc_device *tdev, struct vm_area_struct *vma)
 {
 	unsigned long size = vma->vm_end - vma->vm_start;
@@ -496,8 +504,8 @@ static int tacc_mmap_counters(struct tacc_device *tdev, struct vm_area_struct *v
 		return -EACCES;
 	if (size > TACC_BAR_COUNTERS_SIZE)
 		return -EINVAL;
-	if (size > PAGE_SIZE && (tdev->is_vf || !perfmon_capable()))
-		return -EACCES;	/* global counters: a side channel */
+	if (tdev->is_vf ? size > PAGE_SIZE : !perfmon_capable())
+		return -EACCES;
 
 	vm_flags_mod(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE);
 	vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);

@@ -12,8 +12,11 @@
  * Counting only: no sampling, no task context, no interrupt.  Reads go
  * through tacc_counter_read(), the same source as the sysfs files: the
  * counter block while the function is powered, the snapshot folded in at
- * suspend otherwise, so a read never wakes the device.  Global counters
- * need CAP_PERFMON (a side channel between functions).
+ * suspend otherwise, so a read never wakes the device.  Every event of the
+ * PF's PMU needs CAP_PERFMON, also where perf_event_paranoid would let an
+ * unprivileged user open it: the PF's function counters sum the work of
+ * every tenant of the PF, its global ones every function's link traffic.  A
+ * VF's events (its own counters) follow perf's system-wide rule alone.
  */
 #include <linux/cpuhotplug.h>
 #include <linux/cpumask.h>
@@ -287,8 +290,8 @@ static int tacc_pmu_event_init(struct perf_event *event)
 		return -EINVAL;
 	if (global && tp->is_vf)
 		return -EINVAL;
-	if (global && !perfmon_capable())
-		return -EACCES;	/* other functions' traffic: a side channel */
+	if (!tp->is_vf && !perfmon_capable())
+		return -EACCES;	/* every tenant's work, other functions' traffic */
 	if (!READ_ONCE(tp->tdev))
 		return -ENODEV;	/* function gone, PMU waiting for its events */
 

@@ -13,11 +13,13 @@
  * allocates its ring; CLOSE (or the file's release) stops the device
  * writing to it, zaps the consumer's mapping and frees it.
  *
- * Who may open (docs/uapi.md "Threat model"): the PF's rings show every
- * context of the device and the global counters, so they need CAP_PERFMON;
- * a VF's rings are open to whoever may open the VF's node.  A CAP_PERFMON
- * opener takes a slot held by an unprivileged owner over: that owner's ring
- * is retired as by CLOSE, its next ADVANCE or CLOSE gets -ENODEV.
+ * Who may open (docs/uapi.md "Threat model"): a trace ring records every
+ * command of every user of the function's node, so it needs CAP_PERFMON on
+ * every function.  The PF's sample ring sums every tenant of the PF (and has
+ * the global counters): CAP_PERFMON; a VF's shows the VF's own counter page
+ * and is open to whoever may open the VF's node.  A CAP_PERFMON opener takes
+ * a slot held by an unprivileged owner over: that owner's ring is retired as
+ * by CLOSE, its next ADVANCE or CLOSE gets -ENODEV.
  *
  * The same code serves the virtio-tacc frontend's trace ring (tacc_virtio.c):
  * the generic part below knows the ring's DRM node, the device that
@@ -70,8 +72,8 @@ static int tacc_ring_advance_locked(struct tacc_ring *r, const u32 *hdr_prod, u3
 	return 0;
 }
 
-/* The PF's rings show the whole device; a VF's belong to its node's users. */
-static bool tacc_ring_may_open(struct tacc_device *tdev)
+/* The PF's sample ring shows every tenant's work; a VF's, its node's users'. */
+static bool tacc_sample_may_open(struct tacc_device *tdev)
 {
 	return tdev->is_vf || perfmon_capable();
 }
@@ -431,12 +433,12 @@ static int tacc_trace_entries(u32 want)
 }
 
 /*
- * TRACE_OPEN on any function: @may_open is the node's rule (docs/uapi.md
- * "Threat model"); @setup tells the device about the new ring, @stop retires
- * a ring taken over.
+ * TRACE_OPEN on any function: CAP_PERFMON, since the ring records the
+ * commands of every user of the node (docs/uapi.md "Threat model"); @setup
+ * tells the device about the new ring, @stop retires a ring taken over.
  */
 int tacc_trace_open(struct tacc_ring *tr, struct drm_file *file,
-		    struct drm_tacc_trace_open *args, bool may_open, bool v3_ok,
+		    struct drm_tacc_trace_open *args, bool v3_ok,
 		    tacc_ring_setup_fn setup, tacc_ring_stop_fn stop)
 {
 	bool v3 = args->flags & DRM_TACC_TRACE_F_V3;
@@ -451,7 +453,7 @@ int tacc_trace_open(struct tacc_ring *tr, struct drm_file *file,
 	entries = tacc_trace_entries(args->entries);
 	if (entries < 0)
 		return entries;
-	if (!may_open)
+	if (!perfmon_capable())
 		return -EACCES;
 	ret = tacc_ring_open_begin(tr, &idx);
 	if (ret)
@@ -492,9 +494,8 @@ int tacc_trace_open_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 {
 	struct tacc_device *tdev = to_tacc_dev(dev);
 
-	return tacc_trace_open(&tdev->trace, file, data, tacc_ring_may_open(tdev),
-			       tdev->caps & TACC_CAP_TRACE_V3, tacc_trace_setup_pci,
-			       tacc_trace_stop_locked);
+	return tacc_trace_open(&tdev->trace, file, data, tdev->caps & TACC_CAP_TRACE_V3,
+			       tacc_trace_setup_pci, tacc_trace_stop_locked);
 }
 
 static void tacc_trace_check_drops(struct tacc_device *tdev, u32 dropped)
@@ -647,7 +648,7 @@ int tacc_sample_open_ioctl(struct drm_device *dev, void *data, struct drm_file *
 	ret = tacc_sample_open_check(tdev, args);
 	if (ret)
 		return ret;
-	if (!tacc_ring_may_open(tdev))
+	if (!tacc_sample_may_open(tdev))
 		return -EACCES;
 	ret = tacc_ring_open_begin(sr, &idx);
 	if (ret)

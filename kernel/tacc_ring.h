@@ -62,7 +62,7 @@ void tacc_ring_advance_end(struct tacc_ring *r, int idx);
 
 /* The trace ring's uAPI (DRM_IOCTL_TACC_TRACE_*) over any function kind. */
 int tacc_trace_open(struct tacc_ring *tr, struct drm_file *file,
-		    struct drm_tacc_trace_open *args, bool may_open, bool v3_ok,
+		    struct drm_tacc_trace_open *args, bool v3_ok,
 		    tacc_ring_setup_fn setup, tacc_ring_stop_fn stop);
 int tacc_trace_advance_begin(struct tacc_ring *tr, struct drm_file *file,
 			     struct drm_tacc_trace_advance *args, int *idx);

@@ -290,8 +290,8 @@ static int tacc_vget_param_ioctl(struct drm_device *dev, void *data, struct drm_
  * The function's trace ring (docs/virtio.md section 13, "Trace"): the uAPI
  * and ring of the PCI functions (tacc_ring.c); the device learns about the
  * ring by TRACE_SETUP and about the consumer index by TRACE_CONSUME instead
- * of registers.  Like a VF's, the ring shows only this function's work: any
- * user of the node may open it.
+ * of registers.  The ring records every command of every user of the node:
+ * TRACE_OPEN needs CAP_PERFMON, as on the PCI functions.
  */
 static int tacc_vtrace_msg(struct tacc_vdev *vd, u16 type, const void *body, size_t len)
 {
@@ -361,8 +361,7 @@ static int tacc_vtrace_open_ioctl(struct drm_device *dev, void *data, struct drm
 
 	if (!vd->has_trace)
 		return -EOPNOTSUPP;
-	/* every context of the function: CAP_PERFMON, as the PF's ring */
-	return tacc_trace_open(&vd->trace, file, data, perfmon_capable(),
+	return tacc_trace_open(&vd->trace, file, data,
 			       virtio_has_feature(vd->vdev, TACC_VIRTIO_F_TRACE_V3),
 			       tacc_vtrace_setup, tacc_vtrace_stop);
 }

@@ -196,22 +196,21 @@ def test_tacc_stat_text_and_top_once(fn: Function) -> None:
 
 
 def test_unprivileged_function_counters_only(fn: Function) -> None:
-    """tacc-user on the PF: the function page of the counter mmap only; the PF's sysfs
-    counters sum every tenant's work (0400, as global_counters), so the sysfs backend is
-    refused even for function counters (docs/sysfs-abi.md "Permissions")."""
+    """tacc-user on the PF: every backend refused, for the function counters too (the PF's
+    function page sums every tenant's work: sysfs 0400, mmap and PMU CAP_PERFMON;
+    docs/sysfs-abi.md "Permissions", docs/counters.md), each with a one-line reason."""
     code = ("from tacc.counters import *; f = functions()[0]; "
-            "cat = default_catalogue(f); assert not any(c.is_global for c in cat); "
-            "m = open_backend(\"mmap\", f, cat); assert m.read().valid; print(\"fn-ok\"); "
-            "import sys\n"
-            "try: open_backend(\"sysfs\", f, cat)\n"
-            "except CounterError as e: print(\"fn-sysfs refused\")\n"
+            "cat = default_catalogue(f); assert not any(c.is_global for c in cat)\n"
             "for b in (\"mmap\", \"sysfs\", \"perf\"):\n"
-            "    try: open_backend(b, f, f.catalogue)\n"
-            "    except CounterError as e: print(b, \"refused\")\n")
+            "    for scope, c in ((\"fn\", cat), (\"all\", f.catalogue)):\n"
+            "        try: open_backend(b, f, c)\n"
+            "        except CounterError as e: print(b, scope, \"refused:\", e)\n")
     r = python_as_tacc_user(code, timeout=60)
-    assert "fn-ok" in r.stdout and "fn-sysfs refused" in r.stdout, (r.stdout, r.stderr)
     for b in ("mmap", "sysfs", "perf"):
-        assert f"{b} refused" in r.stdout, (b, r.stdout, r.stderr)
+        for scope in ("fn", "all"):
+            assert f"{b} {scope} refused:" in r.stdout, (b, scope, r.stdout, r.stderr)
+    assert "mmap fn refused: " + fn.pci + ": mmap of the PF's counter page needs CAP_PERFMON" \
+        in r.stdout, r.stdout
 
 
 def test_global_mmap_needs_perfmon_as_root_works(fn: Function) -> None:

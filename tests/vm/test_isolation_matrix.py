@@ -14,8 +14,10 @@ The attacker is the unprivileged tacc-user; root is the victim.
 - Handoff: a VF given to vfio-pci right after its tacc.ko user freed a BO (its FILL still
   queued behind a slow job on queue 0) shows the VFIO owner none of that user's bytes.
 - Telemetry: the PF's function-wide sysfs files (counters, queue_stats, live_objects) are
-  root's; its clock_sync does not wake a suspended PF for tacc-user; TRACE_OPEN on the PF
-  and on virtio-tacc needs CAP_PERFMON (a VF's ring stays its node's users').
+  root's, and so are its counter page (mmap) and its PMU's events (CAP_PERFMON); its
+  clock_sync does not wake a suspended PF for tacc-user; TRACE_OPEN needs CAP_PERFMON on
+  every kind (a ring shows every user's commands); a VF's and virtio-tacc's own counter
+  page stays their node's users'.
 - GEM names: GEM_OPEN of a BO another file created is refused (a BO keeps its creator's
   context, freed with that file).
 - Close: a file whose job waits on an in-syncobj nobody signals closes in bounded time.
@@ -33,13 +35,16 @@ The attacker is the unprivileged tacc-user; root is the victim.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
 import errno
 import fcntl
 import gc
 import grp
 import json
+import mmap
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -52,18 +57,20 @@ import pytest
 from tacc import hw
 from tacc.hw.records import PAYLOAD
 from tacc.runtime.device import devices
-from tacc.testing.unpriv import USER2, call_as_tacc_user
+from tacc.testing.unpriv import CAP_PERFMON, USER2, call_as_tacc_user
 from test_driver_basic import (
     BIND_FIXED,
     BO_NO_BIND,
     BO_READONLY,
     DEVICE,
     ELT_RELU,
+    MMAP_COUNTERS,
     OP_D2D,
     OP_D2H,
     OP_ELT,
     OP_GEMM,
     OP_H2D,
+    P_CNT_SIZE,
     P_DEVMEM,
     TRACE_CLOSE,
     TRACE_OPEN,
@@ -452,16 +459,125 @@ def u_trace_open(state: dict[str, Any], node: str) -> int:
     return 0
 
 
+@pytest.fixture
+def perfmon_user() -> Iterator[UserProc]:
+    """tacc-user keeping CAP_PERFMON only (a tool given that capability, as taccd may be)."""
+    u = UserProc(caps=(CAP_PERFMON,))
+    yield u
+    u.close()
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_trace_ring_needs_perfmon_where_it_shows_every_tenant(kind, user):
-    """TRACE_OPEN as tacc-user: refused (EACCES) on the PF and on virtio-tacc, whose
-    rings record every context of the function; open on a VF (its node's users own
-    it).  Before: virtio-tacc's ring opened for any user of the node."""
-    got = user.call(u_trace_open, str(_node(kind)))
+def test_trace_ring_needs_perfmon_on_every_kind(kind, user, perfmon_user):
+    """TRACE_OPEN as tacc-user is refused (EACCES) on every kind: a function's ring
+    records every command of every user of its node (on a VF shared by two users of the
+    node, the other's command stream); tacc-user with CAP_PERFMON opens it.  Before: a
+    VF's ring opened for any user of its node (and virtio-tacc's, before that)."""
+    node = str(_node(kind))
+    got = user.call(u_trace_open, node)
     if got == ("errno", errno.EOPNOTSUPP):
         pytest.skip(f"{kind}: no trace ring")
-    want = 0 if kind.startswith("vf") else ("errno", errno.EACCES)
-    assert got == want, f"{kind}: tacc-user TRACE_OPEN -> {got}, want {want}"
+    assert got == ("errno", errno.EACCES), f"{kind}: tacc-user TRACE_OPEN -> {got}"
+    got = perfmon_user.call(u_trace_open, node)
+    assert got == 0, f"{kind}: TRACE_OPEN with CAP_PERFMON -> {got}"
+
+
+@pytest.fixture
+def perf_open_to_all() -> Iterator[None]:
+    """kernel.perf_event_paranoid -1 for the test (Debian's 3 refuses every perf event to
+    an unprivileged user before the driver is asked): only the driver's rule is left."""
+    p = Path("/proc/sys/kernel/perf_event_paranoid")
+    old = p.read_text().strip()
+    p.write_text("-1")
+    yield
+    p.write_text(old)
+
+
+@contextlib.contextmanager
+def _awake(node: Path) -> Iterator[None]:
+    """The function behind @node held in D0 (power/control on): its counter page decodes."""
+    ctl = Path(f"/sys/class/accel/{node.name}/device/power/control")
+    old = ctl.read_text().strip() if ctl.exists() else None
+    if old is not None:
+        ctl.write_text("on")
+    try:
+        yield
+    finally:
+        if old is not None:
+            ctl.write_text(old)
+
+
+def _pmu(node: Path) -> str:
+    """The node's function's perf PMU, tacc_<hex> (docs/counters.md), "" if it has none."""
+    pci = Path(f"/sys/class/accel/{node.name}/device").resolve().name
+    try:
+        dom, bus, devfn = pci.split(":")
+        dev, fn = devfn.split(".")
+        name = f"tacc_{int(dom, 16) << 16 | int(bus, 16) << 8 | int(dev, 16) << 3 | int(fn):x}"
+    except ValueError:  # virtio-tacc: a virtio device, no PMU
+        return ""
+    return name if Path("/sys/bus/event_source/devices", name).is_dir() else ""
+
+
+def u_counters(state: dict[str, Any], node: str, pmu: str, size: int) -> dict[str, Any]:
+    """This process on @node: COUNTERS_MMAP_SIZE; an mmap of @size bytes of the counter
+    block (its header's version, or the errno); a perf event of @pmu's function counter
+    h2d_bytes (0 opened, or the errno)."""
+    from tacc.counters import backends as cb
+
+    out: dict[str, Any] = {}
+    with Dev(node) as d:
+        try:
+            out["size"] = d.param(P_CNT_SIZE)
+        except OSError as e:
+            out["size"] = ("errno", e.errno)
+        try:
+            mm = mmap.mmap(d.fd, size, mmap.MAP_SHARED, mmap.PROT_READ, offset=MMAP_COUNTERS)
+            out["mmap"] = struct.unpack_from("<Q", mm, 0)[0] >> 32
+            mm.close()
+        except OSError as e:
+            out["mmap"] = ("errno", e.errno)
+    if pmu:
+        d = Path("/sys/bus/event_source/devices", pmu)
+        event = (d / "events" / "h2d_bytes").read_text().strip()  # "event=0x02"
+        assert event.startswith("event="), event
+        attr = cb.PerfEventAttr(type=int((d / "type").read_text()), size=cb.PERF_ATTR_SIZE,
+                                config=int(event.removeprefix("event="), 16))
+        cpu = int((d / "cpumask").read_text().split(",")[0].split("-")[0])
+        try:
+            os.close(cb.perf_event_open(attr, -1, cpu, -1))
+            out["perf"] = 0
+        except OSError as e:
+            out["perf"] = ("errno", e.errno)
+    return out
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_pf_counter_page_and_pmu_need_perfmon(kind, user, perfmon_user, perf_open_to_all):
+    """The PF's function counter page sums the work of every tenant of the PF: its mmap
+    and its perf PMU's function events are refused to tacc-user (EACCES; the PMU's with
+    perf_event_paranoid -1, so that the driver's rule is what refuses) and
+    COUNTERS_MMAP_SIZE is 0 for it; tacc-user with CAP_PERFMON, and root, map both pages
+    and open the events.  A VF's and virtio-tacc's own page (the users of that function's
+    node) stay open to tacc-user: mapped, header version TACC_CNT_VERSION, size 4096;
+    a VF's PMU events too.  Before: tacc-user mapped the PF's page and opened its events."""
+    node = _node(kind)
+    pmu = _pmu(node)
+    assert pmu or kind == "virtio", f"{kind}: no perf PMU"
+    with _awake(node):
+        got = user.call(u_counters, str(node), pmu, 4096)
+        if kind != "pf":
+            want = {"size": 4096, "mmap": hw.TACC_CNT_VERSION} | ({"perf": 0} if pmu else {})
+            assert got == want, f"{kind}: tacc-user's own function counters: {got}"
+            return
+        refused = ("errno", errno.EACCES)
+        assert got == {"size": 0, "mmap": refused, "perf": refused}, \
+            f"tacc-user reached the PF's function counters: {got}"
+        want = {"size": 8192, "mmap": hw.TACC_CNT_VERSION, "perf": 0}
+        got = perfmon_user.call(u_counters, str(node), pmu, 8192)
+        assert got == want, f"tacc-user with CAP_PERFMON: {got}"
+        got = u_counters({}, str(node), pmu, 8192)
+        assert got == want, f"root: {got}"
 
 
 # --------------------------------------------------------------- GEM names ----

@@ -244,9 +244,9 @@ def _sigbus_after_close(node: str, user: str | None = None) -> dict[str, list[st
 
 
 def test_virtio_trace_ring_mapping_sigbus_after_close():
-    """The virtio function's ring records every context of the function, as the PF's:
-    CAP_PERFMON opens it (tacc-user: EACCES, test_isolation_matrix.py::
-    test_trace_ring_needs_perfmon_where_it_shows_every_tenant[virtio]), maps it
+    """The virtio function's ring records every context of the function, as every
+    function's: CAP_PERFMON opens it (tacc-user: EACCES, test_isolation_matrix.py::
+    test_trace_ring_needs_perfmon_on_every_kind[virtio]), maps it
     read-only, and after CLOSE its mapping is SIGBUS (docs/uapi.md "Threat model")."""
     _sigbus_after_close(_virtio().devnode)
 

@@ -75,8 +75,9 @@ class SysfsBackend(Backend):
 class MmapBackend(Backend):
     """The BAR2 counter block mapped read-only through the accel node.
 
-    Page 0 (function counters) is open to the node's users; page 1 (global) needs
-    CAP_PERFMON.  A consistent snapshot reads gen, the counters, gen again and retries
+    On a VF page 0 (its function counters) is open to the node's users; on the PF both
+    pages need CAP_PERFMON (its function page sums every tenant's work, page 1 holds the
+    global counters).  A consistent snapshot reads gen, the counters, gen again and retries
     while gen is odd or moved (tacc_hw.h).  In D3hot the BAR does not decode (all
     ones on hardware, zeros under QEMU): a page whose header slot is not
     ``version << 32 | n`` gives an ``unavailable`` snapshot, never its values.
@@ -95,8 +96,8 @@ class MmapBackend(Backend):
                 self.mm = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ,
                                     offset=uapi.MMAP_COUNTERS)
             except PermissionError as exc:
-                raise CounterError(f"{fn.pci}: mmap of the global counter page needs "
-                                   "CAP_PERFMON") from exc
+                what = "the global counter page" if fn.vf else "the PF's counter page"
+                raise CounterError(f"{fn.pci}: mmap of {what} needs CAP_PERFMON") from exc
         except BaseException:
             os.close(self.fd)
             raise

@@ -216,7 +216,8 @@ class DeviceTraceRing:
         def refused(exc: OSError) -> TraceRingError:
             why = {errno.EBUSY: "trace ring already has a consumer (taccd or accel-bpftrace "
                                 "record)",
-                   errno.EACCES: "the PF's trace ring needs CAP_PERFMON (root)"}
+                   errno.EACCES: "the trace ring needs CAP_PERFMON (root): it records every "
+                                 "user's commands"}
             if exc.errno in why:
                 err = TraceRingError(f"{node}: {why[exc.errno]}")
             else:

@@ -14,6 +14,7 @@ Two ways in, one place each:
 
 from __future__ import annotations
 
+import ctypes as C
 import grp
 import json
 import os
@@ -30,14 +31,39 @@ from typing import Any
 USER = "tacc-user"
 USER2 = "tacc-user2"
 GROUP = "tacc"
+CAP_PERFMON = 38
+PR_SET_KEEPCAPS = 8
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
-def drop_to_tacc_user(user: str = USER) -> None:
-    """Become @user (tacc-user; its group and the tacc group only); for a forked child."""
+class _CapHeader(C.Structure):
+    _fields_ = [("version", C.c_uint32), ("pid", C.c_int)]
+
+
+class _CapData(C.Structure):
+    _fields_ = [("effective", C.c_uint32), ("permitted", C.c_uint32),
+                ("inheritable", C.c_uint32)]
+
+
+def drop_to_tacc_user(user: str = USER, caps: tuple[int, ...] = ()) -> None:
+    """Become @user (tacc-user; its group and the tacc group only); for a forked child.
+    @caps (e.g. ``(CAP_PERFMON,)``): the capabilities the process keeps, effective and
+    permitted, and no other (a tool given CAP_PERFMON alone, as taccd may run)."""
     pw = pwd.getpwnam(user)
+    libc = C.CDLL(None, use_errno=True)
+    if caps and libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0:
+        raise OSError(C.get_errno(), "prctl(PR_SET_KEEPCAPS)")
     os.setgroups([grp.getgrnam(GROUP).gr_gid])
     os.setgid(pw.pw_gid)
     os.setuid(pw.pw_uid)
+    if caps:
+        mask = sum(1 << c for c in caps)
+        data = (_CapData * 2)()
+        for i in range(2):
+            data[i].effective = data[i].permitted = (mask >> (32 * i)) & 0xFFFFFFFF
+        hdr = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+        if libc.capset(C.byref(hdr), data) != 0 or libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0):
+            raise OSError(C.get_errno(), f"capset({sorted(caps)})")
 
 
 def call_as_tacc_user(fn: Callable[..., Any], *args: Any, timeout: float = 120.0,

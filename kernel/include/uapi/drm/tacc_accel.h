@@ -70,7 +70,7 @@ enum drm_tacc_param {
 	DRM_TACC_PARAM_CLOCK_HZ = 8,		/* device clock rate */
 	DRM_TACC_PARAM_CONTEXT_ID = 9,		/* hardware context of this file */
 	DRM_TACC_PARAM_COUNTERS_MMAP_OFFSET = 10,
-	DRM_TACC_PARAM_COUNTERS_MMAP_SIZE = 11,	/* 4096, or 8192 with CAP_PERFMON */
+	DRM_TACC_PARAM_COUNTERS_MMAP_SIZE = 11,	/* VF 4096; PF 8192 (CAP_PERFMON) or 0 */
 	DRM_TACC_PARAM_MAX_CMDS = 12,		/* commands per submit */
 	DRM_TACC_PARAM_MAX_INFLIGHT = 13,	/* jobs per file and queue */
 	DRM_TACC_PARAM_VA_START = 14,
