@@ -91,8 +91,11 @@ EOF
 while read -r d; do mkdir -p "$work$d"; done < "$work/.dirs"
 rm "$work/.dirs"
 cp "$root/scripts/guest-init-migratable.sh" "$work/init"
+# on PATH, and at its checkout path (the guest's commands run in the checkout)
+mkdir -p "$work$root/scripts"
 cp "$root/scripts/tacc-vm-migrate" "$work/usr/bin/tacc-vm-migrate"
-chmod +x "$work/init" "$work/usr/bin/tacc-vm-migrate"
+cp "$root/scripts/tacc-vm-migrate" "$work$root/scripts/tacc-vm-migrate"
+chmod +x "$work/init" "$work/usr/bin/tacc-vm-migrate" "$work$root/scripts/tacc-vm-migrate"
 printf '%s\n' "$root" > "$work/etc/tacc-root"
 mkdir -p "$(dirname "$out")"
 (cd "$work" && find . | cpio -o -H newc --quiet | gzip -1) > "$out.tmp"
