@@ -431,7 +431,7 @@ struct TaccState {
     int64_t dev_clock_off;
     int64_t mig_dev_ns;         /* migration: device time at save */
     int64_t mig_timer_dev;      /* migration: scheduler deadline, or -1 */
-    bool mig_reclock;           /* loaded: device time set again when the VM runs */
+    bool mig_reclock;           /* loaded: reclock when the VM runs */
     VMChangeStateEntry *vmse;   /* stopping quiesces host work */
     /* VF migration (tacc-vfmig.c, PF registers 0x900-0x97f) */
     uint64_t vfmig_addr, vfmig_len, vfmig_result;
