@@ -806,6 +806,7 @@ def test_nvme_scratch_disk_made_sparse_and_attached_last(tmp_path: Path) -> None
         ({"MIGRATE": "1", "NODES": "2"}, "MIGRATE with NODES: accepted: one VM"),
         ({"MIGRATE": "1", "NVME": "1"}, "MIGRATE with NVME: accepted: one VM"),
         ({"MIGRATE": "bad", "PYDISK": "0"}, "MIGRATE with PYDISK=0: accepted: one VM"),
+        ({"MIGRATE": "1", "VFS": "2"}, "MIGRATE with VFS: accepted: one VM"),
     ],
 )
 def test_migrate_refusals_one_line(env: dict[str, str], words: str) -> None:
