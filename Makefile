@@ -20,7 +20,8 @@ CMD ?=
 NODES ?= 1
 PYDISK ?= 1
 NVME ?= 0
-export IOMMU VFS MEM KERNEL SMP VIRTIO ICOUNT MODPARAMS QEMU_ARGS KERNEL_ARGS NODES PYDISK NVME
+MIGRATE ?= 0
+export IOMMU VFS MEM KERNEL SMP VIRTIO ICOUNT MODPARAMS QEMU_ARGS KERNEL_ARGS NODES PYDISK NVME MIGRATE
 # CMD goes to the guest as typed: $(value) stops make expanding `$(mktemp)` or `$f`, and
 # scripts/run-vm --make-cmd turns make's escape `$$` into `$` (README: `$$TACC_VM_OUT`).
 export TACC_MAKE_CMD = $(value CMD)
@@ -29,7 +30,7 @@ export TACC_MAKE_CMD = $(value CMD)
 ifeq ($(filter help clean distclean,$(MAKECMDGOALS)),)
 BAD_VARS := $(shell IOMMU='$(IOMMU)' VFS='$(VFS)' MEM='$(MEM)' KERNEL='$(KERNEL)' SMP='$(SMP)' \
 	VIRTIO='$(VIRTIO)' ICOUNT='$(ICOUNT)' MODPARAMS='$(MODPARAMS)' NODES='$(NODES)' PYDISK='$(PYDISK)' NVME='$(NVME)' \
-	/usr/bin/python3 scripts/run-vm --validate 2>&1)
+	MIGRATE='$(MIGRATE)' /usr/bin/python3 scripts/run-vm --validate 2>&1)
 ifneq ($(BAD_VARS),)
 $(error $(BAD_VARS))
 endif
@@ -65,6 +66,7 @@ help:
 	@echo '  NODES         run-vm: 1..4 VMs side by side on a loopback-only network (docs/cluster.md)'
 	@echo '  PYDISK        1 | 0: the guest Python trees from disk images (build/*.img) or over 9p (default 1)'
 	@echo '  NVME          1 | 0: an NVMe scratch disk (sparse image, $$TACC_NVME_DEV in the guest; default 0)'
+	@echo '  MIGRATE       0 | 1 | bad: run-vm: a VM that moves to a second QEMU when CMD runs tacc-vm-migrate (docs/hardware.md section 15)'
 	@echo '  CMD           run-vm: run this in the guest instead of a shell (as typed; $$$$ for $$)'
 	@echo '  PYTEST_ARGS   test layers: extra pytest arguments, split like a shell: -k "capture and format" -x'
 	@echo '  TEST_VM_CONFIGS  test-vm: configurations to boot, e.g. "strict pt" (scripts/test-vm)'

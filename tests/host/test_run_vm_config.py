@@ -797,3 +797,62 @@ def test_nvme_scratch_disk_made_sparse_and_attached_last(tmp_path: Path) -> None
     assert "taccvm.nvme=*" in init and "TACC_NVME_DEV" in init and "modprobe -q nvme" in init
     mak = (ROOT / "qemu/configs/tacc-devices.mak").read_text()
     assert "CONFIG_NVME_PCI=y" in mak.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"MIGRATE": "yes"}, "MIGRATE=yes: accepted: 1 (the VM moves"),
+        ({"MIGRATE": "1", "NODES": "2"}, "MIGRATE with NODES: accepted: one VM"),
+        ({"MIGRATE": "1", "NVME": "1"}, "MIGRATE with NVME: accepted: one VM"),
+        ({"MIGRATE": "bad", "PYDISK": "0"}, "MIGRATE with PYDISK=0: accepted: one VM"),
+        ({"MIGRATE": "1", "VFS": "2"}, "MIGRATE with VFS: accepted: one VM"),
+    ],
+)
+def test_migrate_refusals_one_line(env: dict[str, str], words: str) -> None:
+    r = validate(**env)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("run-vm: " + words), lines[0]
+
+
+def test_migratable_vm_has_no_9p_root_and_its_destination_its_own_sockets(
+        tmp_path: Path) -> None:
+    """MIGRATE=: the migratable initramfs, no 9p root device (a mounted export blocks
+    migration), the command named on the out share; a destination's monitors beside the
+    source's under its own prefix, every device argument the same."""
+    cfg = run_vm.VMConfig.from_env({"MIGRATE": "1", "KERNEL": "6.12.117"},
+                                   require_installed=False)
+    cmd = tmp_path / "out/cmd.sh"
+    src = run_vm.qemu_argv(cfg, tmp_path, cmd, interactive=False)
+    dst = run_vm.qemu_argv(cfg, tmp_path, cmd, interactive=False, sockets="dst1-")
+    initrd = src[src.index("-initrd") + 1]
+    assert initrd.endswith("initramfs-migratable-6.12.117+deb12-amd64.cpio.gz"), initrd
+    devs = [src[i + 1] for i, a in enumerate(src) if a == "-device"]
+    assert not [d for d in devs if "mount_tag=root" in d], devs
+    assert [d for d in devs if "mount_tag=out" in d], devs
+    append = src[src.index("-append") + 1].split()
+    assert "taccvm.cmd=cmd.sh" in append and not [w for w in append if "taccvm.init" in w]
+    socks = [a for a in dst if "qmp" in a and ".sock" in a]
+    assert socks and all("/dst1-qmp" in a for a in socks), socks
+    assert [a for a in src if ".sock" not in a] == [a for a in dst if ".sock" not in a]
+    plain = run_vm.VMConfig.from_env({"KERNEL": "6.12.117"}, require_installed=False)
+    argv = run_vm.qemu_argv(plain, tmp_path, tmp_path / "cmd.sh", interactive=False)
+    assert [a for a in argv if "mount_tag=root" in a], "the ordinary boot keeps its 9p root"
+    assert argv[argv.index("-initrd") + 1].endswith("/initramfs-6.12.117+deb12-amd64.cpio.gz")
+
+
+def test_damaged_streams_cut_and_bump_the_tacc_section_version() -> None:
+    """MIGRATE=bad's streams: the state cut in half, and the PF section's version 1 made 2
+    (found by its id string, instance and version, not by an offset)."""
+    idstr = b"0000:00:01.0:00.0/tacc"
+    head = b"QEVM" + b"\0" * 20 + bytes([len(idstr)]) + b"0000:00:01.0:00.0/tacc.devmem"
+    state = head + b"x" * 50 + bytes([len(idstr)]) + idstr + b"\0\0\0\0" + b"\0\0\0\1" + b"y" * 64
+    got = dict(run_vm.damaged_streams(state))
+    assert got["truncated"] == state[: len(state) // 2]
+    v = got["version"]
+    assert len(v) == len(state) and v != state
+    at = v.rindex(idstr) + len(idstr)  # the section header, after the RAM block name
+    assert v[at:at + 8] == b"\0\0\0\0\0\0\0\2" and v[:at] == state[:at]
+    assert v[at + 8:] == state[at + 8:]
+    assert set(dict(run_vm.damaged_streams(b"no device here" * 10))) == {"truncated"}

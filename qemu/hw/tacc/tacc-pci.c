@@ -581,6 +581,9 @@ static void tacc_vm_state_change(void *opaque, bool running, RunState state)
     TaccState *s = opaque;
 
     if (running) {
+        if (s->mig_reclock) {
+            tacc_vmstate_reclock(s);
+        }
         return;
     }
     tacc_quiesce(s);

@@ -709,8 +709,46 @@ static int tacc_pf_post_load(void *opaque, int version_id)
         timer_del(&s->timer);
     }
     tacc_func_rearm(&s->func);
+    s->mig_reclock = true;
     trace_tacc_vmstate_load(s->mig_dev_ns, s->dev_clock_off);
     return 0;
+}
+
+static void tacc_timer_shift(QEMUTimer *t, int64_t delta)
+{
+    if (timer_pending(t)) {
+        timer_mod(t, timer_expire_time_ns(t) - delta);
+    }
+}
+
+/*
+ * The VM that loaded this device starts running.  The PF's section loads before
+ * QEMU's own "timer" section (its priority is higher), so post_load read the
+ * destination's virtual clock before the source's value was restored: under TCG
+ * or KVM that put the source's whole virtual time into the offset, and device
+ * time jumped forward by it.  Now the clock reads what it will run on: the
+ * offset is set again, and the timers armed from it move by the difference.
+ * Under qtest (its clock is not migrated) the difference is 0.
+ */
+void tacc_vmstate_reclock(TaccState *s)
+{
+    int64_t off = s->mig_dev_ns - qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL);
+    int64_t delta = off - s->dev_clock_off;
+
+    s->mig_reclock = false;
+    if (!delta) {
+        return;
+    }
+    s->dev_clock_off = off;
+    tacc_timer_shift(&s->timer, delta);
+    for (int fn = 0; fn < TACC_NUM_FUNCS; fn++) {
+        TaccFunc *f = tacc_func(s, fn);
+
+        if (f) {
+            tacc_timer_shift(&f->sample_timer, delta);
+        }
+    }
+    trace_tacc_vmstate_load(s->mig_dev_ns, s->dev_clock_off);
 }
 
 const VMStateDescription tacc_vmstate_pf = {

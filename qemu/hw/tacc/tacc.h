@@ -448,6 +448,7 @@ struct TaccState {
     int64_t dev_clock_off;
     int64_t mig_dev_ns;         /* migration: device time at save */
     int64_t mig_timer_dev;      /* migration: scheduler deadline, or -1 */
+    bool mig_reclock;           /* loaded: reclock when the VM runs */
     VMChangeStateEntry *vmse;   /* stopping quiesces host work */
     /* VF migration (tacc-vfmig.c, PF registers 0x900-0x97f) */
     uint64_t vfmig_addr, vfmig_len, vfmig_result;
@@ -462,6 +463,7 @@ struct TaccState {
 /* tacc-pci.c */
 int64_t tacc_dev_ns(TaccState *s);
 void tacc_quiesce(TaccState *s);
+void tacc_vmstate_reclock(TaccState *s);   /* the loaded VM starts running */
 TaccFunc *tacc_func(TaccState *s, int fn);     /* NULL if not enabled */
 void tacc_func_reset(TaccFunc *f);
 void tacc_irq_cause(TaccFunc *f, uint32_t cause);

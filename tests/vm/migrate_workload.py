@@ -1,0 +1,175 @@
+"""The guest side of the VM migration check (scripts/test-vm ``migration_check``; run in
+the migratable VM of ``scripts/run-vm MIGRATE=bad``, docs/hardware.md section 15 "A
+migrating test VM").
+
+Under a capture (``tacc profile``, taccd without BPF) ``tacc run mlp`` runs again and
+again (each run numpy-checked: its exit status is 1 when the result differs) until the VM
+has moved; the move is asked for (``tacc-vm-migrate``) once the first run has finished,
+so a run is in flight across the host's damaged streams (the source pauses, then runs on)
+and across the move, and ends on the destination.  Then, on the destination:
+
+* every run passed, some finished before the move and some after;
+* the PF's counters read before and after are monotonic and counted the work;
+* the capture opens (``tacc.capture``), is complete, and its device trace holds
+  commands of runs before and after the move with device times that never go back;
+* the pauses are where the model puts them: device time (QEMU's virtual clock) stops with
+  the VM, HOSTCLK (the host's realtime clock) does not.  Between the capture's clock pair
+  before each of the host's pauses (its QMP STOP ... RESUME events, out/migration.json)
+  and the pair after it, HOSTCLK advanced by the host's pause more than DEVCLK did.
+
+Prints one ``MIGRATE-CHECK ok|FAIL: ...`` line per check and ``MIGRATE-FIGURES {json}``;
+exit status 0 when every check passed.  Run with ICOUNT=0 (host time: device time is the
+host's time minus the VM's stops, so the pause is measured, not lost in -icount's rate).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from tacc.capture import open_capture
+from tacc.devices import discover, read_counters_sysfs
+
+CAP = Path("/tmp/migcap")
+RUNS = Path("/tmp/mlp-runs")
+MOVED = Path("/run/tacc-migrated")
+WORK_COUNTERS = ("jobs_completed", "cmds_completed", "flops", "h2d_bytes", "d2h_bytes")
+# between the two clock pairs around a pause, host time minus device time against the
+# host's STOP..RESUME interval: the reads bracketing the pairs (taccd's sysfs reads) and
+# the QMP events' own distance from the clock's stop and start
+PAUSE_SLACK_NS = 150_000_000
+
+# runs until the VM has moved: the run in flight at the move ends on the destination
+LOOP = f"""
+n=0
+while [ ! -e {MOVED} ]; do
+    n=$((n + 1))
+    tacc run mlp --json > {RUNS}/run-$n.json 2> {RUNS}/run-$n.err || exit 1
+    [ -e {MOVED} ] && touch {RUNS}/after-move-$n
+done
+"""
+
+failures: list[str] = []
+
+
+def check(ok: bool, what: str) -> None:
+    print(f"MIGRATE-CHECK {'ok' if ok else 'FAIL'}: {what}", flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def pf_counters() -> dict[str, int]:
+    pf = next(f for f in discover() if f.kind == "pf")
+    return read_counters_sysfs(pf)
+
+
+def main() -> int:
+    out = Path(os.environ["TACC_VM_OUT"])
+    RUNS.mkdir(parents=True, exist_ok=True)
+    c0 = pf_counters()
+    prof = subprocess.Popen(["tacc", "profile", "-o", str(CAP), "--no-host",
+                             "--taccd-option=--no-bpf", "--", "sh", "-c", LOOP],
+                            stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while not any(RUNS.glob("run-*.json")) or not any(
+            p.stat().st_size for p in RUNS.glob("run-*.json")):
+        if prof.poll() is not None or time.monotonic() > deadline:
+            print(f"MIGRATE-CHECK FAIL: the workload ended ({prof.poll()}) before a run "
+                  "finished", flush=True)
+            return 1
+        time.sleep(0.2)
+    before_runs = len(list(RUNS.glob("run-*.json")))
+    dev = next(f for f in discover() if f.kind == "pf")
+    clk0 = int((dev.sysfs / "tacc/clock_sync").read_text().split()[1])
+    mv = subprocess.run(["tacc-vm-migrate"], capture_output=True, text=True,
+                        stdin=subprocess.DEVNULL)
+    print(mv.stdout.strip(), flush=True)
+    check(mv.returncode == 0 and mv.stdout.startswith("TACC-MOVED"),
+          f"the VM moved (tacc-vm-migrate: {mv.returncode}, {mv.stdout.strip()[:200]})")
+    if mv.returncode != 0:
+        prof.kill()
+        return 1
+    fig = json.loads((out / "migration.json").read_text())
+    rc = prof.wait(timeout=1200)
+    c1 = pf_counters()
+    runs = sorted(RUNS.glob("run-*.json"))
+    check(rc == 0, f"tacc profile -- (tacc run mlp, numpy-checked) x {len(runs)}: exit {rc}"
+          + ("" if rc == 0 else ": " + " ".join(p.read_text()[-300:]
+                                                 for p in RUNS.glob("run-*.err"))))
+    after = sorted(p.name for p in RUNS.glob("after-move-*"))
+    check(before_runs >= 1 and len(after) >= 1,
+          f"runs finished before the move ({before_runs}) and after it ({after})")
+    back = {k: (c0[k], c1[k]) for k in c0 if k in c1 and c1[k] < c0[k]}
+    check(not back, f"PF counters monotonic across the move ({len(c0)} read; went back: {back})")
+    grew = {k: c1.get(k, 0) - c0.get(k, 0) for k in WORK_COUNTERS}
+    check(all(v > 0 for v in grew.values()), f"work counters grew: {grew}")
+
+    # the capture
+    cap = open_capture(CAP)
+    complete = (CAP / "complete").exists()
+    tr = cap.read("device_trace")
+    clk = cap.read("clock_sync")
+    check(complete and len(tr) > 0 and len(clk) >= 2,
+          f"capture {CAP}: complete={complete}, {len(tr)} device trace records, "
+          f"{len(clk)} clock pairs")
+    if not len(tr) or len(clk) < 2:
+        return 1
+    before = int((tr["t_end"] < clk0).sum())
+    check(before > 0 and before < len(tr),
+          f"device trace: {before} commands ended before the move, {len(tr) - before} after")
+    ends = tr["t_end"].astype(np.int64)
+    bad = tr[tr["t_end"] < tr["t_start"]]
+    check(not len(bad), f"device trace: each command ends after it starts ({len(bad)} not: "
+          + "; ".join(f"seq {r['seq']} op {r['opcode']} start {r['t_start']} end {r['t_end']}"
+                      for r in bad[:3]) + ")")
+    check(int(ends.max()) > clk0, f"device time went on past the move ({int(ends.max())} > {clk0})")
+
+    # the pauses: the host's (the bad streams' stop of the source, the move's downtime)
+    pf_fid = 0
+    c = np.sort(clk[clk["fid"] == pf_fid], order="mono_before")
+    host = c["hostclk"].astype(np.int64)
+    devt = c["devclk"].astype(np.int64)
+    pauses = []
+    if fig.get("bad_stop_host_s") and fig.get("bad_resume_host_s"):
+        pauses.append(("damaged streams (the source stopped)", fig["bad_stop_host_s"],
+                       fig["bad_resume_host_s"]))
+    pauses.append(("the move", fig["stop_host_s"], fig["resume_host_s"]))
+    spans = [(what, int(a * 1e9), int(b * 1e9)) for what, a, b in pauses]
+    excess = np.diff(host) - np.diff(devt)  # host time the device did not see, per interval
+    expected = np.zeros(len(excess), np.int64)
+    seen = []
+    for what, stop, resume in spans:
+        i = int(np.searchsorted(host, stop)) - 1
+        if i < 0 or i + 1 >= len(host) or host[i + 1] < resume:
+            check(False, f"{what}: no clock pairs around the host's pause "
+                         f"[{stop}, {resume}] (HOSTCLK {host.min()}..{host.max()})")
+            continue
+        expected[i] += resume - stop
+        seen.append({"pause": what, "host_ms": (resume - stop) / 1e6, "interval": i})
+    for p in seen:
+        i = p["interval"]
+        p["capture_ms"] = float(excess[i] / 1e6)
+        check(abs(int(excess[i]) - int(expected[i])) <= PAUSE_SLACK_NS,
+              f"{p['pause']}: between the capture's clock pairs {i} and {i + 1} HOSTCLK "
+              f"advanced {excess[i] / 1e6:.1f} ms more than DEVCLK; the host's pauses there: "
+              f"{expected[i] / 1e6:.1f} ms (+-{PAUSE_SLACK_NS / 1e6:.0f})")
+    dev_ms = np.abs(excess - expected) / 1e6
+    check(bool(np.all(dev_ms <= PAUSE_SLACK_NS / 1e6)),
+          f"no other gap: over all {len(excess)} clock-pair intervals host-minus-device time "
+          f"equals the host's pauses within {dev_ms.max():.1f} ms")
+    print("MIGRATE-FIGURES " + json.dumps({
+        "runs": len(runs), "runs_before_move": before_runs, "trace_records": len(tr),
+        "clock_pairs": len(c), "pauses": seen, "max_clock_deviation_ms": float(dev_ms.max()),
+        "downtime_ms": fig.get("downtime_ms"), "transferred": fig.get("transferred"),
+        "refused": [(r["stream"], r["rc"], r["message"][-120:]) for r in fig["refused"]],
+    }), flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
