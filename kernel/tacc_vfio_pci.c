@@ -658,6 +658,10 @@ static struct pci_driver tacc_vfio_pci_driver = {
 module_pci_driver(tacc_vfio_pci_driver);
 
 MODULE_IMPORT_NS(TACC);
+#if IS_ENABLED(CONFIG_IOMMUFD_DRIVER)
+/* iova_bitmap_set() of the dirty-page report (a stub without iommufd) */
+MODULE_IMPORT_NS(IOMMUFD);
+#endif
 MODULE_LICENSE("GPL");
 MODULE_AUTHOR("tacc project");
 MODULE_DESCRIPTION("tacc VFIO PCI: tacc VFs for user space and VMs, with live migration");
