@@ -29,6 +29,7 @@ from tacc import hw
 from tacc.errors import VfioError
 
 SYSFS_PCI = Path("/sys/bus/pci")
+SYSFS_MODULE = Path("/sys/module")  # a loaded module, or a built-in one with parameters
 TACC_VENDOR = f"0x{hw.TACC_PCI_VENDOR_ID:04x}"  # as sysfs prints it
 TACC_DRIVER = "tacc"
 VFIO_DRIVER = "vfio-pci"
@@ -179,11 +180,18 @@ def ensure_variant() -> None:
     ko = ROOT / "build" / "modules" / os.uname().release / f"{VARIANT_DRIVER}.ko"
     if not ko.exists():
         raise VfioError(f"{ko}: not built (make module; the kernel needs vfio-pci-core)")
-    for cmd in (["modprobe", "-a", "vfio-pci-core", "vfio_iommu_type1"], ["insmod", str(ko)]):
-        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if r.returncode:
-            msg = (r.stderr.strip().splitlines() or ["failed"])[-1]
-            raise VfioError(f"{' '.join(cmd)}: {msg}")
+    # its dependencies may be built into the kernel (the debug kernel: no module to
+    # modprobe): insmod first, modprobe them only when it lacks their symbols
+    insmod = ["insmod", str(ko)]
+    r = subprocess.run(insmod, capture_output=True, text=True, check=False)
+    if r.returncode:
+        need = [m for m in ("vfio-pci-core", "vfio_iommu_type1")
+                if not (SYSFS_MODULE / m.replace("-", "_")).exists()]
+        for cmd in ([["modprobe", "-a", *need]] if need else []) + [insmod]:
+            r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if r.returncode:
+                msg = (r.stderr.strip().splitlines() or ["failed"])[-1]
+                raise VfioError(f"{' '.join(cmd)}: {msg}")
     if not (SYSFS_PCI / "drivers" / VARIANT_DRIVER).exists():
         raise VfioError(f"insmod {ko}: the driver did not register")
 
