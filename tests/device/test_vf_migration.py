@@ -394,6 +394,8 @@ def test_stopped_vf_takes_no_samples(dev: Tacc, pf: Func) -> None:
 
 BIG_WIN = 64 << 20  # a VF window many slices long
 SLICE = 4 << 20     # x-host-slice of this test's device
+PROBE = 4096        # bytes of each probe of the window: the first, across two slices, the last
+PROBES = [0, SLICE - PROBE // 2, 5 * SLICE + 12345 * 8, BIG_WIN - PROBE]
 
 
 def test_save_and_load_run_a_slice_per_turn() -> None:
@@ -411,6 +413,12 @@ def test_save_and_load_run_a_slice_per_turn() -> None:
         pf.w64(hw.TACC_REG_VF_DEVMEM_BASE(0), 128 << 20)
         pf.w64(hw.TACC_REG_VF_DEVMEM_SIZE(0), BIG_WIN)
         vf.reset()
+        vf.set_ptbr(0, d.map_default(devmem=BIG_WIN))
+        host = d.alloc(PROBE)
+        for i, off in enumerate(PROBES):  # window bytes at and across slice boundaries
+            d.qt.memwrite(host, bytes([i + 1]) * PROBE)
+            assert vf.run_job(0, [d_copy(hw.TACC_OP_COPY_H2D, host, DEVMEM_VA + off,
+                                         PROBE)]).status == 0
         assert admin(pf, hw.TACC_VFMIG_OP_STOP, 1) == 0
         d.qt.clock_step(10**7)
         assert admin(pf, hw.TACC_VFMIG_OP_QUERY, 1) == 0
@@ -425,10 +433,25 @@ def test_save_and_load_run_a_slice_per_turn() -> None:
             print(f"op {op}: longest entry {turn / 1e6:.1f} ms of {all_ns / 1e6:.1f} ms")
             assert turn < all_ns // 4, (op, turn, all_ns)
             if op == hw.TACC_VFMIG_OP_SAVE:
-                blob = d.qt.memread(buf, size)
+                blob = bytearray(d.qt.memread(buf, size))
                 hdr = HDR.unpack_from(blob)
                 assert recrc(blob) == blob  # the CRC field is zlib's over the whole
                 assert hdr[0] == hw.TACC_VFSTATE_MAGIC and len(blob) == size
+                win = HDR.size + hdr[7]  # the window part, after the registers
+                for i, off in enumerate(PROBES):  # each slice's bytes where they belong
+                    assert blob[win + off:win + off + PROBE] == bytes([i + 1]) * PROBE, off
+                    blob[win + off:win + off + PROBE] = bytes([0x80 + i]) * PROBE
+                blob = recrc(blob)  # LOAD takes other bytes back: only they and the
+                for off in PROBES:  # CRC are written (64 MiB over qtest takes minutes)
+                    d.qt.memwrite(buf + win + off, blob[win + off:win + off + PROBE])
+                d.qt.memwrite(buf + OFF_CRC, blob[OFF_CRC:OFF_CRC + 4])
+        assert admin(pf, hw.TACC_VFMIG_OP_RESUME, 1) == 0
+        for i, off in enumerate(PROBES):  # LOAD wrote each slice where it belongs
+            assert vf.run_job(0, [d_copy(hw.TACC_OP_COPY_D2H, DEVMEM_VA + off, host,
+                                         PROBE)]).status == 0
+            assert d.qt.memread(host, PROBE) == bytes([0x80 + i]) * PROBE, off
+        assert admin(pf, hw.TACC_VFMIG_OP_STOP, 1) == 0
+        d.qt.clock_step(10**7)
         # the PF moves the window while a SAVE runs (16 slices: the next register
         # write comes long before the last): it ends, refused
         pf.w32(hw.TACC_REG_VFMIG_CMD, hw.TACC_VFMIG_OP_SAVE | 1 << hw.TACC_VFMIG_CMD_FN_SHIFT)
