@@ -401,7 +401,7 @@ PROBES = [0, SLICE - PROBE // 2, 5 * SLICE + 12345 * 8, BIG_WIN - PROBE]
 def test_save_and_load_run_a_slice_per_turn() -> None:
     """SAVE and LOAD of a 64 MiB window with 4 MiB slices (hw 1.6): STATUS reads BUSY
     until the last slice, and no entry into the device does more than a slice of
-    work: the longest holds under a quarter of all entries' CPU (before, the whole
+    work: the longest holds under half of all entries' CPU (before, the whole
     window's CRC and copy ran inside the CMD write: the longest entry was all of it).
     The blob's CRC, summed slice by slice, is zlib's CRC of the whole blob; it loads
     back, and the window moved under a SAVE ends it with BAD_STATE."""
@@ -431,7 +431,9 @@ def test_save_and_load_run_a_slice_per_turn() -> None:
             assert admin(pf, op, 1) == 0, op
             turn, all_ns = d.qom_get("x-worst-turn-ns"), d.qom_get("x-entry-cpu-ns")
             print(f"op {op}: longest entry {turn / 1e6:.1f} ms of {all_ns / 1e6:.1f} ms")
-            assert turn < all_ns // 4, (op, turn, all_ns)
+            # measured: 45-53 of 340-614 ms alone, 50 of 117 ms beside the device layer
+            # under xdist (one slice's page faults); whole in one write: 209 of 209 ms
+            assert turn < all_ns // 2, (op, turn, all_ns)
             if op == hw.TACC_VFMIG_OP_SAVE:
                 blob = bytearray(d.qt.memread(buf, size))
                 hdr = HDR.unpack_from(blob)
