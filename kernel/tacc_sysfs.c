@@ -310,7 +310,9 @@ static DEVICE_ATTR_ADMIN_RO(users);
  * Bracketed samples: CLOCK_MONOTONIC before, device clock, CLOCK_MONOTONIC
  * after, in ns / ticks; the bracket width bounds the pairing error.  The
  * fourth column is the device's host-clock register read in the same
- * bracket: captures of several VMs are aligned through it.
+ * bracket: captures of several VMs are aligned through it.  The fifth
+ * (TACC_CAP_VM_PAUSED) is the host time the VM has stood still: paused, or
+ * stopped to migrate, while device and guest clocks stood with it.
  * Reading this file wakes the device, except the PF for a reader without
  * CAP_PERFMON: -EACCES while it is suspended (waking it is a device-wide
  * effect, and its wake-ups are counted in pm_resumes).
@@ -319,7 +321,8 @@ static DEVICE_ATTR_ADMIN_RO(users);
 static ssize_t clock_sync_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
 	struct tacc_device *tdev = tacc_sysfs_dev(dev);
-	u64 before, devclk, hostclk, after;
+	bool paused = tdev->caps & TACC_CAP_VM_PAUSED;
+	u64 before, devclk, hostclk, after, vm_paused = 0;
 	unsigned long flags;
 	ssize_t len = 0;
 	int i, ret;
@@ -337,10 +340,14 @@ static ssize_t clock_sync_show(struct device *dev, struct device_attribute *attr
 		before = ktime_get_ns();
 		devclk = tacc_rd64(tdev, TACC_REG_DEVCLK);
 		hostclk = tacc_rd64(tdev, TACC_REG_HOSTCLK);
+		if (paused)
+			vm_paused = tacc_rd64(tdev, TACC_REG_VM_PAUSED_NS);
 		after = ktime_get_ns();
 		local_irq_restore(flags);
-		len += sysfs_emit_at(buf, len, "%llu %llu %llu %llu\n", before, devclk, after,
+		len += sysfs_emit_at(buf, len, "%llu %llu %llu %llu", before, devclk, after,
 				     hostclk);
+		len += paused ? sysfs_emit_at(buf, len, " %llu\n", vm_paused) :
+				sysfs_emit_at(buf, len, "\n");
 	}
 	pm_runtime_mark_last_busy(dev);
 	pm_runtime_put_autosuspend(dev);

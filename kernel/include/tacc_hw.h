@@ -58,7 +58,7 @@ enum tacc_engine {
 #define   TACC_ID_MAGIC			0x54414343	/* "TACC" */
 #define TACC_REG_VERSION		0x004	/* RO: major << 16 | minor */
 #define   TACC_HW_VERSION_MAJOR		1
-#define   TACC_HW_VERSION_MINOR		6
+#define   TACC_HW_VERSION_MINOR		7
 #define TACC_REG_CAPS			0x008	/* RO: TACC_CAP_* */
 #define   TACC_CAP_VF			(1u << 0)	/* this function is a VF */
 #define   TACC_CAP_SRIOV		(1u << 1)
@@ -80,6 +80,7 @@ enum tacc_engine {
 #define   TACC_CAP_ROOFLINE		(1u << 17)	/* per-dtype peaks, PEAK_* and DEVMEM_GBPS registers (hw 1.3) */
 #define   TACC_CAP_VF_MIGRATION		(1u << 18)	/* PF: VF migration, registers 0x900 (hw 1.4) */
 #define   TACC_CAP_NORM_STATS		(1u << 19)	/* NORM writes per-row statistics (hw 1.5) */
+#define   TACC_CAP_VM_PAUSED		(1u << 20)	/* VM_PAUSED_NS: the host time the VM stood still (hw 1.7) */
 #define TACC_REG_FUNC			0x00c	/* RO: 0 = PF, n = VF n (1-based) */
 #define TACC_REG_NUM_QUEUES		0x010	/* RO */
 #define TACC_REG_NUM_CONTEXTS		0x014	/* RO */
@@ -117,6 +118,12 @@ enum tacc_engine {
 #define TACC_REG_PEAK_FP32_GFLOPS	0x064	/* RO: per compute engine, GFLOP/s */
 #define TACC_REG_PEAK_BF16_GFLOPS	0x068	/* RO: per compute engine, GFLOP/s */
 #define TACC_REG_DEVMEM_GBPS		0x06c	/* RO: device-memory bandwidth, GB/s */
+/*
+ * Host ns the VM stood still (paused, or stopped for a migration) since the
+ * device was created, carried across a migration (TACC_CAP_VM_PAUSED, hw 1.7).
+ * It moves only while the VM is stopped, so its halves never tear.
+ */
+#define TACC_REG_VM_PAUSED_NS		0x070	/* RO 64 */
 
 /* ------------------------------------------------------ BAR0: MMU ---- */
 /*

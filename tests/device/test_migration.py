@@ -716,3 +716,46 @@ def test_virtio_bad_state_fails_the_load(qemus: list[Tacc], tmp_path: Path) -> N
         log = refused(qemus, tmp_path / "bad", virtio_load)
         assert f"virtio-tacc: migration: {why}" in log, log
     source_goes_on(src, src.pf)
+
+
+def test_vm_pauses_are_counted_across_a_move(qemus: list[Tacc], tmp_path: Path) -> None:
+    """VM_PAUSED_NS (hw 1.7) adds the host time of each stop to the next run, on every
+    function: a ``stop``/``cont`` adds the host's pause, and a move adds the whole stop from
+    the source's last run to the destination's first, measured by the host around it."""
+    src, pf, (vf,) = source_with_vfs(1)
+    qemus.append(src)
+    reg = hw.TACC_REG_VM_PAUSED_NS
+    assert pf.r32(hw.TACC_REG_CAPS) & hw.TACC_CAP_VM_PAUSED
+    assert pf.r64(reg) == vf.r64(reg) == 0
+    t0 = time.monotonic_ns()
+    src.qt.qmp.cmd("stop")
+    t1 = time.monotonic_ns()
+    time.sleep(0.2)
+    t2 = time.monotonic_ns()
+    src.qt.qmp.cmd("cont")
+    t3 = time.monotonic_ns()
+    p1 = pf.r64(reg)
+    assert t2 - t1 <= p1 <= t3 - t0, (t2 - t1, p1, t3 - t0)
+    assert vf.r64(reg) == p1 and pf.r32(reg + 4) == p1 >> 32
+    # a move: the source stops at the migration's end, the destination runs after its load
+    t4 = time.monotonic_ns()
+    save(src, tmp_path / "a")
+    t5 = time.monotonic_ns()
+    time.sleep(0.3)
+    t6 = time.monotonic_ns()
+    dst, st = load(tmp_path / "a")
+    qemus.append(dst)
+    assert st["status"] == "completed", (st, dst.qt.log())
+    deadline = time.monotonic() + 10
+    while dst.qt.qmp.cmd("query-status")["status"] != "running":
+        assert time.monotonic() < deadline, dst.qt.qmp.cmd("query-status")
+        time.sleep(0.01)
+    t7 = time.monotonic_ns()
+    (dpf,) = adopt(src, dst, [pf])
+    moved = dpf.r64(reg) - p1
+    assert t6 - t5 <= moved <= t7 - t4, (t6 - t5, moved, t7 - t4)
+    # the source, resumed, counts its own stop since the migration's end
+    t8 = time.monotonic_ns()
+    src.qt.qmp.cmd("cont")
+    t9 = time.monotonic_ns()
+    assert t8 - t5 <= pf.r64(reg) - p1 <= t9 - t4, (t8 - t5, pf.r64(reg) - p1, t9 - t4)

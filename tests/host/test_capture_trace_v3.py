@@ -190,11 +190,12 @@ def test_newer_minor_layout_reads_own_fields(tmp_path: Path) -> None:
     assert got["flops"].tolist() == [0, 1000, 2000, 3000, 4000]
 
 
-def test_minor_is_13() -> None:
-    assert FORMAT_MINOR == 13
+def test_minor_is_14() -> None:
+    assert FORMAT_MINOR == 14
     doc = (Path(__file__).resolve().parents[2] / "docs" / "capture-format.md").read_text()
     assert "| 12 | trace records of version 3" in doc
     assert "| 13 | block I/O operation" in doc
+    assert "| 14 | VM pauses" in doc
 
 
 # ------------------------------------------------------------ GEMM shapes --

@@ -15,7 +15,11 @@ and across the move, and ends on the destination.  Then, on the destination:
 * the pauses are where the model puts them: device time (QEMU's virtual clock) stops with
   the VM, HOSTCLK (the host's realtime clock) does not.  Between the capture's clock pair
   before each of the host's pauses (its QMP STOP ... RESUME events, out/migration.json)
-  and the pair after it, HOSTCLK advanced by the host's pause more than DEVCLK did.
+  and the pair after it, HOSTCLK advanced by the host's pause more than DEVCLK did;
+* the device counted each pause (VM_PAUSED_NS, hw 1.7): between those two pairs its step
+  equals the host's pause within DEVICE_PAUSE_SLACK_NS, and it does not step elsewhere;
+* the timeline (``tacc timeline``'s Chrome JSON) draws each pause on the ``VM paused`` track
+  with the device's figure.
 
 Prints one ``MIGRATE-CHECK ok|FAIL: ...`` line per check and ``MIGRATE-FIGURES {json}``;
 exit status 0 when every check passed.  Run with ICOUNT=0 (host time: device time is the
@@ -43,6 +47,9 @@ WORK_COUNTERS = ("jobs_completed", "cmds_completed", "flops", "h2d_bytes", "d2h_
 # host's STOP..RESUME interval: the reads bracketing the pairs (taccd's sysfs reads) and
 # the QMP events' own distance from the clock's stop and start
 PAUSE_SLACK_NS = 150_000_000
+# the device's own count against the host's STOP ... RESUME: the QMP events are sent next
+# to the VM state handlers that start and end the device's count (same thread, same clock)
+DEVICE_PAUSE_SLACK_NS = 10_000_000
 
 # runs until the VM has moved: the run in flight at the move ends on the destination
 LOOP = f"""
@@ -162,9 +169,31 @@ def main() -> int:
     check(bool(np.all(dev_ms <= PAUSE_SLACK_NS / 1e6)),
           f"no other gap: over all {len(excess)} clock-pair intervals host-minus-device time "
           f"equals the host's pauses within {dev_ms.max():.1f} ms")
+    # the device's count of them (VM_PAUSED_NS), interval by interval
+    step = np.diff(c["vm_paused_ns"].astype(np.int64))
+    cnt_ms = np.abs(step - expected) / 1e6
+    for p in seen:
+        p["device_ms"] = float(step[p["interval"]] / 1e6)
+    check(bool(np.all(cnt_ms <= DEVICE_PAUSE_SLACK_NS / 1e6)),
+          f"the device counted the pauses: over all {len(step)} clock-pair intervals its "
+          f"VM_PAUSED_NS steps equal the host's pauses within {cnt_ms.max():.2f} ms "
+          f"(+-{DEVICE_PAUSE_SLACK_NS / 1e6:.0f}); steps "
+          f"{[round(float(s) / 1e6, 2) for s in step[step != 0]]} ms")
+    # the timeline draws them
+    from tacc.timeline.convert import convert
+    js = Path("/tmp/migcap.json")
+    convert([CAP], js, fmt="json")
+    drawn = sorted(int(e["args"]["paused_ns"]) for e in json.loads(js.read_text())["traceEvents"]
+                   if e.get("ph") == "X" and e["name"].startswith("VM paused"))
+    want = sorted(int(s) for s in step[step > 0])
+    check(drawn == want and len(drawn) == len(seen),
+          f"the timeline's VM paused track: {[round(d / 1e6, 2) for d in drawn]} ms, the "
+          f"device's steps {[round(w / 1e6, 2) for w in want]} ms, the host's "
+          f"{len(seen)} pauses")
     print("MIGRATE-FIGURES " + json.dumps({
         "runs": len(runs), "runs_before_move": before_runs, "trace_records": len(tr),
         "clock_pairs": len(c), "pauses": seen, "max_clock_deviation_ms": float(dev_ms.max()),
+        "max_device_pause_error_ms": float(cnt_ms.max()),
         "downtime_ms": fig.get("downtime_ms"), "transferred": fig.get("transferred"),
         "refused": [(r["stream"], r["rc"], r["message"][-120:]) for r in fig["refused"]],
     }), flush=True)

@@ -183,16 +183,22 @@ def find(functions: list[TaccFunction], addr: str) -> TaccFunction:
     raise DeviceError(f"no tacc device at {pci}")
 
 
+CLOCK_SYNC_COLUMNS = ("mono_before", "devclk", "mono_after", "hostclk", "vm_paused_ns")
+
+
 def parse_clock_sync(text: str, fid: int) -> np.ndarray:
-    """``before devclk after [hostclk]`` lines of sysfs tacc/clock_sync -> CLOCK_DTYPE records."""
-    rows = [ln.split() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
-    rows = [r for r in rows if len(r) >= 3]
+    """``before devclk after [hostclk [vm_paused_ns]]`` lines of sysfs tacc/clock_sync ->
+    CLOCK_DTYPE records (columns a kernel does not print read 0; a line of fewer than three
+    or of non-numbers is not a pair)."""
+    rows = []
+    for ln in text.splitlines():
+        r = ln.split()
+        if len(r) >= 3 and not ln.startswith("#") and all(c.isdigit() for c in r):
+            rows.append(r[:len(CLOCK_SYNC_COLUMNS)])
     out = np.zeros(len(rows), CLOCK_DTYPE)
     for i, r in enumerate(rows):
-        out[i]["mono_before"], out[i]["devclk"], out[i]["mono_after"] = (
-            int(r[0]), int(r[1]), int(r[2]))
-        if len(r) >= 4:
-            out[i]["hostclk"] = int(r[3])
+        for name, v in zip(CLOCK_SYNC_COLUMNS, r, strict=False):
+            out[i][name] = int(v)
     out["fid"] = fid
     return out
 

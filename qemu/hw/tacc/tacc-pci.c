@@ -584,7 +584,18 @@ static void tacc_vm_state_change(void *opaque, bool running, RunState state)
         if (s->mig_reclock) {
             tacc_vmstate_reclock(s);
         }
+        /* a stop the source began counts here too (it is migrated) */
+        if (s->vm_stop_host_ns) {
+            int64_t d = qemu_clock_get_ns(QEMU_CLOCK_HOST) - s->vm_stop_host_ns;
+
+            s->vm_paused_ns += MAX(d, 0);
+            s->vm_stop_host_ns = 0;
+            trace_tacc_vm_resumed(d, s->vm_paused_ns);
+        }
         return;
+    }
+    if (!s->vm_stop_host_ns) {
+        s->vm_stop_host_ns = qemu_clock_get_ns(QEMU_CLOCK_HOST);
     }
     tacc_quiesce(s);
     memory_region_set_dirty(&s->devmem_mr, 0, s->devmem_size);

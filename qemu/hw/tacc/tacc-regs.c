@@ -50,6 +50,9 @@ static bool tacc_reg64(TaccFunc *f, hwaddr reg, uint64_t *v)
     case TACC_REG_HOSTCLK:
         *v = qemu_clock_get_ns(QEMU_CLOCK_HOST);
         return true;
+    case TACC_REG_VM_PAUSED_NS:
+        *v = s->vm_paused_ns;
+        return true;
     case TACC_REG_FAULT_ADDR:
         *v = f->fault_addr;
         return true;
@@ -118,7 +121,7 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
                (f->fn ? 0 : TACC_CAP_TLP_CAPTURE | TACC_CAP_LINK_PM) |
                (f->fn || !s->total_vfs ? 0 : TACC_CAP_VF_MIGRATION) |
                (!f->fn && s->virtio ? TACC_CAP_VIRTIO_FN : 0) |
-               TACC_CAP_HW13 | TACC_CAP_HW15;
+               TACC_CAP_HW13 | TACC_CAP_HW15 | TACC_CAP_VM_PAUSED;
     case TACC_REG_FUNC:
         return f->fn;
     case TACC_REG_NUM_QUEUES:
@@ -229,7 +232,9 @@ static uint32_t tacc_reg32(TaccFunc *f, hwaddr addr, bool *ok)
 static bool tacc_reg_static(hwaddr addr)
 {
     return addr < TACC_REG_CTRL || (addr & ~7ull) == TACC_REG_DEVCLK ||
-           (addr & ~7ull) == TACC_REG_HOSTCLK || addr == TACC_REG_SCRATCH ||
+           (addr & ~7ull) == TACC_REG_HOSTCLK ||
+           (addr & ~7ull) == TACC_REG_VM_PAUSED_NS ||
+           addr == TACC_REG_SCRATCH ||
            (addr >= TACC_REG_PEAK_FP32_GFLOPS && addr <= TACC_REG_DEVMEM_GBPS);
 }
 

@@ -751,6 +751,31 @@ void tacc_vmstate_reclock(TaccState *s)
     trace_tacc_vmstate_load(s->mig_dev_ns, s->dev_clock_off);
 }
 
+/*
+ * VM_PAUSED_NS (hw 1.7): the host time stopped so far, and the host clock at
+ * which the stop that this migration is part of began; the destination adds
+ * the rest of that stop when it runs.  A subsection: streams without it load
+ * as a device that never stood still.
+ */
+static bool tacc_paused_needed(void *opaque)
+{
+    TaccState *s = opaque;
+
+    return s->vm_paused_ns || s->vm_stop_host_ns;
+}
+
+static const VMStateDescription tacc_vmstate_paused = {
+    .name = "tacc/vm-paused",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .needed = tacc_paused_needed,
+    .fields = (const VMStateField[]) {
+        VMSTATE_UINT64(vm_paused_ns, TaccState),
+        VMSTATE_INT64(vm_stop_host_ns, TaccState),
+        VMSTATE_END_OF_LIST()
+    }
+};
+
 const VMStateDescription tacc_vmstate_pf = {
     .name = "tacc",
     .version_id = TACC_VMSTATE_VERSION,
@@ -831,6 +856,10 @@ const VMStateDescription tacc_vmstate_pf = {
         VMSTATE_UINT64(reentrant_refused, TaccState),
         VMSTATE_UINT64(fetch_seq, TaccState),
         VMSTATE_END_OF_LIST()
+    },
+    .subsections = (const VMStateDescription * const []) {
+        &tacc_vmstate_paused,
+        NULL
     }
 };
 

@@ -450,6 +450,9 @@ struct TaccState {
     int64_t mig_timer_dev;      /* migration: scheduler deadline, or -1 */
     bool mig_reclock;           /* loaded: reclock when the VM runs */
     VMChangeStateEntry *vmse;   /* stopping quiesces host work */
+    /* VM_PAUSED_NS (hw 1.7): host ns stopped; when this stop began (0: none) */
+    uint64_t vm_paused_ns;
+    int64_t vm_stop_host_ns;
     /* VF migration (tacc-vfmig.c, PF registers 0x900-0x97f) */
     uint64_t vfmig_addr, vfmig_len, vfmig_result;
     uint64_t vfmig_log_iova, vfmig_log_len;

@@ -29,6 +29,7 @@ from .schema import (
     FORMAT_NAME,
     FORMAT_VERSION,
     STREAMS,
+    VM_PAUSE_DTYPE,
     DeviceEventKind,
     dtype_from_json,
 )
@@ -348,10 +349,32 @@ class Capture:
         sel = pairs[pairs["hostclk"] != 0]
         if len(sel) == 0:
             return None
-        # x = mono midpoint, y = hostclk: fit hostclk against mono (bracket ~ exact)
+        # x = mono midpoint, y = hostclk less the VM's pauses (while the guest's clock
+        # stood still the host's ran on): fit it against mono (bracket ~ exact)
         mid = (sel["mono_before"] + sel["mono_after"]) // 2
-        return fit_pairs(mid.astype(np.uint64), sel["hostclk"].astype(np.int64),
-                         sel["hostclk"].astype(np.int64), 1.0, f"{self.path.name} host clock")
+        host = sel["hostclk"].astype(np.int64) - sel["vm_paused_ns"].astype(np.int64)
+        return fit_pairs(mid.astype(np.uint64), host, host, 1.0, f"{self.path.name} host clock")
+
+    def vm_pauses(self) -> np.ndarray:
+        """Where the VM stood still (paused, or stopped to migrate) during the capture:
+        one VM_PAUSE_DTYPE record per step of the device's VM_PAUSED_NS between two clock
+        pairs of a function (the one with the most pairs; all read one register).  The
+        guest's CLOCK_MONOTONIC stood still with the VM, so the pause took no guest time:
+        it lies between ``t_lo`` (the earlier pair's mono_after) and ``t_hi`` (the later
+        pair's mono_before); ``paused_ns`` is the host time it lasted."""
+        pairs = self._clock_pairs
+        if not len(pairs) or not pairs["vm_paused_ns"].any():
+            return np.zeros(0, VM_PAUSE_DTYPE)
+        fids, counts = np.unique(pairs["fid"], return_counts=True)
+        sel = pairs[pairs["fid"] == fids[np.argmax(counts)]]
+        sel = sel[np.argsort(sel["mono_before"], kind="stable")]
+        step = np.diff(sel["vm_paused_ns"].astype(np.int64))
+        at = np.flatnonzero(step > 0)
+        out = np.zeros(len(at), VM_PAUSE_DTYPE)
+        out["t_lo"] = sel["mono_after"][at]
+        out["t_hi"] = sel["mono_before"][at + 1]
+        out["paused_ns"] = step[at]
+        return out
 
     @cached_property
     def time_range(self) -> tuple[int, int]:

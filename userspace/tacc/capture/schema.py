@@ -21,13 +21,14 @@ FORMAT_VERSION = 1  # major: a reader refuses a capture of a newer major version
 # every minor of its major.  meta.json "minor" (absent = 0).  1: the "minor" key itself
 #; captures of minor 0 may lack device_events.  The coordinator reconciles the
 # number when several branches add to the format in one round.
-FORMAT_MINOR = 13  # docs/capture-format.md "Minor versions": 2 virtio trace records,
+FORMAT_MINOR = 14  # docs/capture-format.md "Minor versions": 2 virtio trace records,
 # 3 cluster (net_clock), 4 capture overhead (mix/tail), 5 containers (processes),
 # 6 link-model counter slots, 7 the TLP stream (tlp), 8 link power-state counters,
 # 9 devices[].kind (virtio-tacc functions in captures), 10 L1.1/L1.2 counters,
 # 11 devcoredumps (devcoredump/<n>.txt, device event kind 11), 12 trace record version 3
 # (device_trace's flops ... list_index columns, meta devices[] roofline and trace_version),
-# 13 block I/O operation (host block records' prev_state: BlockOp)
+# 13 block I/O operation (host block records' prev_state: BlockOp), 14 VM pauses
+# (clock_sync's vm_paused_ns)
 TRACE_REC_VERSION = hw.TACC_TRACE_VERSION  # 2: virtio event records, docs/virtio.md
 # event records (trace record version 2): opcode >= TACC_TRACE_EV_BASE is not a command
 TRACE_EV_BASE = hw.TACC_TRACE_EV_BASE
@@ -133,12 +134,19 @@ STRINGS_DTYPE = np.dtype(
 )
 
 # Clock-sync pairs: bracketed reads by the driver, per function.
+# Clock pairs (sysfs tacc/clock_sync): CLOCK_MONOTONIC before and after the device clock,
+# the device's host clock, then (minor 14) the host time the VM has stood still so far
+# (TACC_REG_VM_PAUSED_NS, hw 1.7; 0 from older devices and in captures of older minors).
 CLOCK_DTYPE = np.dtype(
     [
         ("mono_before", "<i8"), ("devclk", "<u8"), ("mono_after", "<i8"),
-        ("hostclk", "<u8"), ("fid", "<u2"), ("_pad", "V6"),
+        ("hostclk", "<u8"), ("fid", "<u2"), ("_pad", "V6"), ("vm_paused_ns", "<u8"),
     ]
 )
+assert CLOCK_DTYPE.itemsize == 48
+# A VM pause read from clock_sync (Capture.vm_pauses): between CLOCK_MONOTONIC t_lo and t_hi
+# the device's VM_PAUSED_NS stepped by paused_ns (host time; the guest's clock stood still)
+VM_PAUSE_DTYPE = np.dtype([("t_lo", "<i8"), ("t_hi", "<i8"), ("paused_ns", "<i8")])
 
 
 class HostKind(IntEnum):

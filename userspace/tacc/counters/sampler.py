@@ -20,6 +20,7 @@ import numpy as np
 
 from tacc.capture import CaptureWriter
 from tacc.capture.schema import CLOCK_DTYPE, COUNTERS_DTYPE, DROPS_DTYPE, DropSource
+from tacc.devices import parse_clock_sync
 from tacc.libc import libc
 
 from .backends import default_catalogue, open_backend
@@ -97,21 +98,13 @@ class _Source:
 
 
 def clock_pairs(fn: Function, fid: int) -> np.ndarray:
-    """The driver's bracketed (mono, devclk, mono) samples (reading wakes the device)."""
-    rows = []
+    """The driver's bracketed (mono, devclk, mono[, hostclk, vm_paused_ns]) samples
+    (reading wakes the device)."""
     try:
         text = (fn.path / "tacc" / "clock_sync").read_text()
     except OSError:
         return np.zeros(0, CLOCK_DTYPE)
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and not line.startswith("#"):
-            rows.append(tuple(int(p) for p in parts))
-    out = np.zeros(len(rows), CLOCK_DTYPE)
-    for i, (b, d, a) in enumerate(rows):
-        out[i]["mono_before"], out[i]["devclk"], out[i]["mono_after"] = b, d, a
-    out["fid"] = fid
-    return out
+    return parse_clock_sync(text, fid)
 
 
 class Sampler:

@@ -1016,6 +1016,25 @@ class Extractor:
                         args={"count": ch["count"].astype(np.uint64),
                               "source": ch["source"].astype(np.uint64)})
 
+    def vm_pauses(self, src: Source) -> Iterator[Batch]:
+        """The VM standing still (paused, or stopped to migrate: Capture.vm_pauses) on the
+        node's ``VM paused`` track: one slice per pause, over the interval of the guest's
+        clock it lies in (that clock stood still with it), named by its host time."""
+        p = src.cap.vm_pauses()
+        if not len(p):
+            return
+        tr = self.tracks.get(("vm", src.node_idx), "VM paused", self.node_track(src),
+                             node=src.node_idx)
+        lo, hi = p["t_lo"], p["t_hi"]
+        if src.node_idx:
+            lo = src.align.convert(lo.view(np.uint64))
+            hi = src.align.convert(hi.view(np.uint64))
+        names = np.array([self.names.iid(f"VM paused {ns / 1e6:.1f} ms (host time)")
+                          for ns in p["paused_ns"]], np.int64)
+        yield Batch(np.full(len(p), tr.idx), lo.astype(np.int64),
+                    np.maximum(hi - lo, 0).astype(np.int64), names,
+                    args={"paused_ns": p["paused_ns"].astype(np.uint64)})
+
     def _recv_ids(self, src: Source) -> list[int]:
         return [i for i, t in src.cap.strings.items() if t == "net_recv"]
 
@@ -1070,6 +1089,7 @@ class Extractor:
             yield from self.counters(src)
             yield from self.host(src)
             yield from self.drops(src)
+            yield from self.vm_pauses(src)
 
     def metadata(self) -> dict[str, Any]:
         meta: dict[str, Any] = {"nodes": []}
