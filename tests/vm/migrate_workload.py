@@ -1,6 +1,6 @@
 """The guest side of the VM migration check (scripts/test-vm ``migration_check``; run in
-the migratable VM of ``scripts/run-vm MIGRATE=bad``, docs/hardware.md section 15 "A
-migrating test VM").
+the migratable VM of ``scripts/run-vm MIGRATE=1`` (make test) or ``MIGRATE=bad`` (make
+test-long: damaged streams first), docs/hardware.md section 15 "A migrating test VM").
 
 Under a capture (``tacc profile``, taccd without BPF) ``tacc run mlp`` runs again and
 again (each run numpy-checked: its exit status is 1 when the result differs) until the VM
@@ -191,6 +191,7 @@ def main() -> int:
           f"the timeline's VM paused track: {[round(d / 1e6, 2) for d in drawn]} ms, the "
           f"device's steps {[round(w / 1e6, 2) for w in want]} ms, the host's "
           f"{len(seen)} pauses")
+    print("MIGRATE-JSON " + json.dumps(fig), flush=True)  # run-vm's out/migration.json
     print("MIGRATE-FIGURES " + json.dumps({
         "runs": len(runs), "runs_before_move": before_runs, "trace_records": len(tr),
         "clock_pairs": len(c), "pauses": seen, "max_clock_deviation_ms": float(dev_ms.max()),
