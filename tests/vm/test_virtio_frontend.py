@@ -414,11 +414,15 @@ def test_a_job_waiting_for_an_in_fence_does_not_hold_the_submit_ioctl():
         dh, _ = _bo(fd, LONG, U.BO_DEVICE)
         so = U.drm_tacc_syncobj_create()
         _ioctl(fd, U.DRM_IOCTL_TACC_SYNCOBJ_CREATE, so)
-        copy = _submit_sync(fd, _cmd(U.OP_COPY_H2D, (hh, 0), (dh, 0), LONG), out=so.handle)
-        dep = _submit_sync(fd, _cmd(U.OP_NOP), queue=1, ins=(so.handle,))
-        assert _poll(fd, copy) == errno.ETIME  # SUBMIT returned with the copy running
-        free = _submit_sync(fd, _cmd(U.OP_NOP), queue=1)
-        assert _poll(fd, dep) == errno.ETIME and _poll(fd, free) == errno.ETIME
+        # the copy stretched (~33 ms) so it still runs after the next submits on a slow
+        # kernel too (the debug kernel's SUBMITs outlasted a 0.7 ms copy)
+        with device_time_scale(LONG_SCALE):
+            copy = _submit_sync(fd, _cmd(U.OP_COPY_H2D, (hh, 0), (dh, 0), LONG),
+                                out=so.handle)
+            dep = _submit_sync(fd, _cmd(U.OP_NOP), queue=1, ins=(so.handle,))
+            assert _poll(fd, copy) == errno.ETIME  # SUBMIT returned with the copy running
+            free = _submit_sync(fd, _cmd(U.OP_NOP), queue=1)
+            assert _poll(fd, dep) == errno.ETIME and _poll(fd, free) == errno.ETIME
         assert _wait(fd, free) == 0 and _wait(fd, dep) == 0 and _wait(fd, copy) == 0
     assert not dmesg_problems()
 
