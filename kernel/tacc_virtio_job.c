@@ -844,6 +844,7 @@ static int virtio_stats_show(struct seq_file *m, void *unused)
 {
 	struct tacc_vdev *vd = m->private;
 	struct tacc_vstats st;
+	int idx;
 
 	spin_lock_irq(&vd->submit_lock);
 	st = vd->st;
@@ -854,6 +855,15 @@ static int virtio_stats_show(struct seq_file *m, void *unused)
 		   atomic64_read(&vd->submit_ns), st.complete_ns);
 	seq_printf(m, "slot_waits %lld\nfence_page %d\n", atomic64_read(&vd->slot_waits),
 		   !!vd->fences);
+	seq_printf(m, "ctrl_timeouts %lld\nctrl_late %lld\nctrl_short %lld\n",
+		   atomic64_read(&vd->ctrl_timeouts), atomic64_read(&vd->ctrl_late),
+		   atomic64_read(&vd->ctrl_short));
+	seq_printf(m, "leaked_bos %lld\nleaked_pages %lld\n",
+		   atomic64_read(&vd->leaked_bos), atomic64_read(&vd->leaked_pages));
+	if (drm_dev_enter(&vd->drm, &idx)) {	/* the configuration space, live */
+		seq_printf(m, "page_entries %u\n", tacc_vpage_entries(vd));
+		drm_dev_exit(idx);
+	}
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(virtio_stats);

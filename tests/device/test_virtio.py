@@ -88,6 +88,7 @@ def test_identity_config_and_pf_view(vdev, vt):
     assert c["func"] == hw.TACC_FN_VIRTIO == hw.TACC_MAX_VFS + 1
     assert (c["num_contexts"], c["num_rings"]) == (hw.TACC_NUM_CONTEXTS, hw.TACC_VIRTIO_NUM_RINGS)
     assert c["devmem_size"] == WIN_SIZE and c["caps"] & hw.TACC_CAP_FILL
+    assert (c["page_entries"], c["rsvd"]) == (hw.TACC_VIRTIO_MAX_FN_ENTS, 0)
     # the PF knows it has a virtio function, and where its window is
     assert d.pf.r32(hw.TACC_REG_CAPS) & hw.TACC_CAP_VIRTIO_FN
     assert d.pf.r32(hw.TACC_REG_VERSION) >= 1 << 16 | 2  # since hw 1.2
