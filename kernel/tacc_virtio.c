@@ -542,12 +542,15 @@ out:
 	return ret;
 }
 
+static void tacc_vctx_reap(struct tacc_vdev *vd);
+
 static int tacc_vopen(struct drm_device *dev, struct drm_file *file)
 {
 	struct tacc_vdev *vd = to_tacc_vdev(dev);
 	struct tacc_vctx *ctx;
 	int ret, idx;
 
+	tacc_vctx_reap(vd);	/* contexts the device held at their close */
 	if (!drm_dev_enter(dev, &idx))
 		return -ENODEV;
 	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
@@ -586,17 +589,16 @@ err_exit:
 	return ret;
 }
 
-/* Runs after drm_gem_release(): the file's BOs are gone from the backend. */
-static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
+/*
+ * A context without jobs goes: CTX_DESTROY (unless a removal began: its
+ * reset destroyed it), then its memory, its id and its user's charge.
+ */
+static void tacc_vctx_destroy(struct tacc_vdev *vd, struct tacc_vctx *ctx)
 {
-	struct tacc_vdev *vd = to_tacc_vdev(dev);
-	struct tacc_vctx *ctx = file->driver_priv;
 	struct tacc_virtio_hdr *req;
 	int idx, ret = -ENOMEM;
 
-	tacc_ring_close(&vd->trace, file, tacc_vtrace_stop);
-	tacc_vctx_wait_idle(ctx);
-	if (drm_dev_enter(dev, &idx)) {
+	if (drm_dev_enter(&vd->drm, &idx)) {
 		req = kzalloc(sizeof(*req), GFP_KERNEL);
 		if (req) {
 			tacc_vhdr(req, TACC_VIRTIO_CTX_DESTROY, ctx->id);
@@ -604,7 +606,7 @@ static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
 			kfree(req);
 		}
 		if (ret)
-			drm_warn(dev, "context %u not destroyed: %d\n", ctx->id, ret);
+			drm_warn(&vd->drm, "context %u not destroyed: %d\n", ctx->id, ret);
 		drm_dev_exit(idx);
 	}
 	tacc_vctx_seq_fini(ctx);
@@ -614,8 +616,53 @@ static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
 	clear_bit(ctx->id, vd->ctx_ids);
 	mutex_unlock(&vd->files_lock);
 	tacc_user_close(ctx->user);	/* its BOs, all freed by now, held it too */
-	file->driver_priv = NULL;
 	kfree(ctx);
+}
+
+/*
+ * Destroys the contexts of closed files whose jobs the device held at the
+ * close and has ended since (on open, close and removal, whose reset ended
+ * them all).
+ */
+static void tacc_vctx_reap(struct tacc_vdev *vd)
+{
+	struct tacc_vctx *ctx, *tmp;
+	LIST_HEAD(ended);
+
+	mutex_lock(&vd->files_lock);
+	list_for_each_entry_safe(ctx, tmp, &vd->stuck, node)
+		if (tacc_vctx_ended(ctx))
+			list_move_tail(&ctx->node, &ended);
+	mutex_unlock(&vd->files_lock);
+	list_for_each_entry_safe(ctx, tmp, &ended, node) {
+		tacc_vctx_destroy(vd, ctx);
+		atomic64_inc(&vd->ctx_reaped);
+	}
+}
+
+/*
+ * Runs after drm_gem_release(): the file's BOs are gone from the backend, or
+ * leaked where the device still held jobs of the context after the close
+ * paths' bound (tacc_vctx_wait_idle()).  Such a context is not destroyed
+ * under its jobs: it waits on vd->stuck, its id and its user's charge held,
+ * until tacc_vctx_reap() finds them ended.
+ */
+static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
+{
+	struct tacc_vdev *vd = to_tacc_vdev(dev);
+	struct tacc_vctx *ctx = file->driver_priv;
+
+	tacc_ring_close(&vd->trace, file, tacc_vtrace_stop);
+	if (tacc_vctx_wait_idle(ctx)) {
+		tacc_vctx_destroy(vd, ctx);
+	} else {
+		mutex_lock(&vd->files_lock);
+		list_move_tail(&ctx->node, &vd->stuck);
+		mutex_unlock(&vd->files_lock);
+		atomic64_inc(&vd->ctx_stuck);
+	}
+	file->driver_priv = NULL;
+	tacc_vctx_reap(vd);
 }
 
 /* --------------------------------------------------------------- driver ---- */
@@ -787,6 +834,7 @@ static int tacc_virtio_probe(struct virtio_device *vdev)
 		return ret;
 	mutex_init(&vd->files_lock);
 	INIT_LIST_HEAD(&vd->files);
+	INIT_LIST_HEAD(&vd->stuck);
 	mutex_init(&vd->ctrl_lock);
 	init_waitqueue_head(&vd->ctrl_wq);
 	tacc_vjobs_init(vd);
@@ -854,6 +902,7 @@ static void tacc_virtio_remove(struct virtio_device *vdev)
 	wake_up_all(&vd->ctrl_wq);
 	virtio_reset_device(vdev);
 	tacc_vjobs_fail(vd, -ENODEV);
+	tacc_vctx_reap(vd);	/* no job is left: the stuck contexts go */
 	tacc_vctrl_drain(vd);
 	vdev->config->del_vqs(vdev);
 	/* the device holds no page any more: unmap them while the DMA device exists */

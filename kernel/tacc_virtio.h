@@ -50,6 +50,8 @@ struct tacc_vdev {
 	struct tacc_quota quota;	/* per-user limits (tacc_quota.c) */
 	struct mutex files_lock;	/* files: a process's count and its new context */
 	struct list_head files;		/* struct tacc_vctx of the open files */
+	/* closed files' contexts whose jobs the device still held (files_lock) */
+	struct list_head stuck;
 
 	struct mutex ctrl_lock;		/* one control request at a time */
 	/* backend contexts held by open files (atomic bit ops): ids the device gave */
@@ -81,6 +83,8 @@ struct tacc_vdev {
 	atomic64_t ctrl_short;		/* answers shorter than tacc_virtio_resp */
 	atomic64_t leaked_bos;		/* BOs freed while the device may hold them */
 	atomic64_t leaked_pages;	/* their guest pages, kept pinned, never reused */
+	atomic64_t ctx_stuck;		/* contexts closed while the device held jobs */
+	atomic64_t ctx_reaped;		/* ... destroyed later, once those ended */
 
 	struct mutex dma_lock;		/* dma_bos */
 	struct list_head dma_bos;	/* struct tacc_vbo with pages DMA mapped */
@@ -125,6 +129,7 @@ struct tacc_vctx {
 	} slot[TACC_V_SEQ_SLOTS];
 	struct tacc_failures failed;	/* failed jobs whose slot was reused */
 	atomic_t inflight;		/* jobs queued, not completed (vd->idle_wq) */
+	bool stuck;			/* a close path gave up waiting for the device */
 	/* per ring: jobs the used buffers reported failed by the device (submit_lock) */
 	u32 dev_failed[TACC_VIRTIO_NUM_RINGS];
 	struct mutex submit_lock;	/* seqno order = queue order */
@@ -243,7 +248,8 @@ void tacc_vsubmit_done(struct virtqueue *vq);
 void tacc_vdebugfs_init(struct tacc_vdev *vd);
 void tacc_vjobs_init(struct tacc_vdev *vd);
 void tacc_vjobs_fail(struct tacc_vdev *vd, int error);
-void tacc_vctx_wait_idle(struct tacc_vctx *ctx);
+bool tacc_vctx_wait_idle(struct tacc_vctx *ctx);
+bool tacc_vctx_ended(struct tacc_vctx *ctx);
 int tacc_vctx_wait_quiet(struct tacc_vctx *ctx, bool intr);
 void tacc_vctx_seq_fini(struct tacc_vctx *ctx);
 

@@ -88,7 +88,6 @@ from test_driver_basic import (
     dmesg_problems,
     fence,
     gemm,
-    leak_delta,
     leak_snapshot,
     live_objects,
     nop,
@@ -739,6 +738,84 @@ def test_close_returns_while_a_job_waits_on_an_unsignalled_syncobj(kind, close_w
     assert not dmesg_problems()
 
 
+def _reap(pid: int, limit_s: float) -> tuple[float, str]:
+    """Waits up to @limit_s for the killed child @pid to be reaped: (seconds, the states
+    /proc/<pid>/stat showed meanwhile, in order, deduplicated)."""
+    t0, states = time.monotonic(), ""
+    while time.monotonic() - t0 < limit_s:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return time.monotonic() - t0, states
+        try:
+            st = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            st = "?"
+        if not states.endswith(st):
+            states += st
+        time.sleep(0.05)
+    return time.monotonic() - t0, states
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_process_exits_while_the_virtio_device_holds_its_job(close_wait_1s):
+    """A process's copy job is in the virtio-tacc device, which never completes it (the
+    PF's engine 0 hung, x-fi-hang-engine); the process is killed (SIGKILL).  Its exit
+    (the file's release) ends within the close bound (2 x close_wait_ms, 1 s here:
+    staged jobs cancelled after one, the device's given up on after the second), not in
+    uninterruptible sleep until the device answers; its two BOs are leaked, counted
+    (their pages stay pinned: the job may still use them), and its context stays
+    (ctx_stuck) until the job ended: the next open destroys it (ctx_reaped).  Before:
+    the release waited for the device without a bound (state D until the engine
+    resumed)."""
+    from tacc.guest_qmp import PF_QOM, GuestQMP
+
+    node = str(_node("virtio"))
+    st0 = _vstats()
+    rfd, wfd = os.pipe()
+    with GuestQMP() as q:
+        q.qom_set(PF_QOM, "x-fi-hang-engine", 0)
+        reaped = False
+        try:
+            pid = os.fork()
+            if pid == 0:  # the tenant: its job in the device, then it sleeps
+                try:
+                    d = Dev(node)
+                    h, dv = d.bo(8192).handle, d.bo(8192, DEVICE).handle
+                    d.submit([copy(OP_H2D, h, dv, 4096)])
+                    os.write(wfd, b"1")
+                    time.sleep(600)
+                finally:
+                    os._exit(1)
+            os.close(wfd)
+            assert os.read(rfd, 1) == b"1", "the child did not submit"
+            time.sleep(0.3)
+            os.kill(pid, 9)
+            took, states = _reap(pid, 15)
+            reaped = took < 15
+        finally:
+            q.qom_set(PF_QOM, "x-fi-hang-engine", -1)
+            os.close(rfd)
+            if not reaped:
+                os.waitpid(pid, 0)
+    st1 = _vstats()
+    deadline = time.monotonic() + 10  # the job ends now; an open destroys its context
+    while time.monotonic() < deadline and _vstats().get("ctx_reaped", 0) == \
+            st0.get("ctx_reaped", 0):
+        Dev(node).close()
+        time.sleep(0.1)
+    st2 = _vstats()
+    delta = {k: st1.get(k, 0) - st0.get(k, 0)
+             for k in ("ctx_stuck", "leaked_bos", "leaked_pages")}
+    delta["ctx_reaped"] = st2.get("ctx_reaped", 0) - st0.get("ctx_reaped", 0)
+    record_figures("virtio_kill_held_job", {"seconds": round(took, 2), "states": states,
+                                            **delta})
+    assert took < 4, f"the killed process took {took:.1f} s to exit (states {states})"
+    assert delta == {"ctx_stuck": 1, "leaked_bos": 2, "leaked_pages": 2,
+                     "ctx_reaped": 1}, delta
+    with Dev(node) as d:
+        assert d.run([nop()]) == 0
+    assert not dmesg_problems()
+
+
 # ------------------------------------------------------ a lying virtio device ----
 VIRTIO_BACKEND_QOM = "/machine/peripheral/vtacc0/virtio-backend"  # scripts/run-vm: id=vtacc0
 P_CTX_ID = hw.DRM_TACC_PARAM_CONTEXT_ID
@@ -784,16 +861,35 @@ def _vstats() -> dict[str, int]:
     return {k: int(v) for k, v in (ln.split() for ln in found[0].read_text().splitlines())}
 
 
-def _pin_snapshot() -> dict[str, int]:
-    """leak_snapshot() with the per-CPU vmstat deltas folded in first (the pin counters
-    otherwise lag up to a second)."""
+def _pinned() -> int:
+    """Pages pinned (FOLL_PIN) in the guest now, the per-CPU vmstat deltas folded in first
+    (the counters otherwise lag up to a second)."""
     Path("/proc/sys/vm/stat_refresh").write_text("1")
-    return leak_snapshot()
+    snap = leak_snapshot()
+    return snap["nr_foll_pin_acquired"] - snap["nr_foll_pin_released"]
 
 
-def _pins(before: dict[str, int]) -> int:
-    """Pages pinned (FOLL_PIN) since @before and not released."""
-    return leak_delta(before, _pin_snapshot())["pins_outstanding"]
+def _pin_base() -> int:
+    """_pinned() once it held still for 0.1 s (other I/O pins pages for a moment)."""
+    prev = None
+    for _ in range(20):
+        now = _pinned()
+        if now == prev:
+            return now
+        prev = now
+        time.sleep(0.1)
+    return now
+
+
+def _pins(base: int, want: int) -> int:
+    """Pages pinned since @base: @want as soon as it is (within 2 s), else the last
+    count."""
+    for _ in range(20):
+        held = _pinned() - base
+        if held == want:
+            break
+        time.sleep(0.1)
+    return held
 
 
 @pytest.mark.timeout(120)
@@ -809,7 +905,7 @@ def test_a_late_virtio_control_answer_is_never_the_next_requests():
     from tacc.guest_qmp import GuestQMP
 
     node = _node("virtio")
-    st0, pins0 = _vstats(), _pin_snapshot()
+    st0, pins0 = _vstats(), _pin_base()
     ub = UserBuf(PAGES * 4096)
     ub.array(np.uint32)[:] = 0x5A5A5A5A
     old = CTRL_TIMEOUT.read_text().strip() if CTRL_TIMEOUT.exists() else None
@@ -830,7 +926,7 @@ def test_a_late_virtio_control_answer_is_never_the_next_requests():
         d.run([fence(bo.handle, 64, 0xC0FFEE)])
         got = struct.unpack_from("<I", d.map(bo.handle, 4096), 64)[0]
         st1 = _vstats()
-        held = _pins(pins0)
+        held = _pins(pins0, PAGES)
     used1 = q_get_used()
     delta = {k: st1.get(k, 0) - st0.get(k, 0)
              for k in ("ctrl_timeouts", "ctrl_late", "leaked_bos", "leaked_pages")}
@@ -869,14 +965,14 @@ def test_a_short_virtio_control_answer_is_an_error_and_leaves_the_pages_pinned()
     from tacc.guest_qmp import GuestQMP
 
     node = _node("virtio")
-    st0, pins0 = _vstats(), _pin_snapshot()
+    st0, pins0 = _vstats(), _pin_base()
     ub = UserBuf(PAGES * 4096)
     with Dev(node) as d, GuestQMP() as q:
         q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctrl-short", 4)
         first = _err(lambda: d.bo(PAGES * 4096, USERPTR, BO_NO_BIND, userptr=ub.addr))
         assert d.run([nop()]) == 0
         st1 = _vstats()
-        held = _pins(pins0)
+        held = _pins(pins0, PAGES)
     delta = {k: st1.get(k, 0) - st0.get(k, 0) for k in ("ctrl_short", "leaked_bos",
                                                         "leaked_pages")}
     record_figures("virtio_short_answer", {"errno": first, "pins_held": held, **delta})
