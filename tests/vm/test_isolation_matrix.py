@@ -756,19 +756,21 @@ def _reap(pid: int, limit_s: float) -> tuple[float, str]:
 
 
 @pytest.mark.timeout(120)
-def test_a_killed_process_exits_while_the_virtio_device_holds_its_job(close_wait_1s):
-    """A process's copy job is in the virtio-tacc device, which never completes it (the
-    PF's engine 0 hung, x-fi-hang-engine); the process is killed (SIGKILL).  Its exit
-    (the file's release) ends within the close bound (2 x close_wait_ms, 1 s here:
-    staged jobs cancelled after one, the device's given up on after the second), not in
-    uninterruptible sleep until the device answers; its two BOs are leaked, counted
-    (their pages stay pinned: the job may still use them), and its context stays
-    (ctx_stuck) until the job ended: the next open destroys it (ctx_reaped).  Before:
-    the release waited for the device without a bound (state D until the engine
-    resumed)."""
+@pytest.mark.parametrize("kind", ["pf", "vf1", "virtio"])
+def test_a_killed_process_exits_while_the_device_holds_its_job(kind, close_wait_1s):
+    """A process's copy job is in the device, which never completes it (the PF's engine 0
+    hung, x-fi-hang-engine); the process is killed (SIGKILL).  Its exit (the file's
+    release) ends within a bound, not in uninterruptible sleep until the device answers.
+    PF and VF: the scheduler's job timeout (job_timeout_ms) resets the function.
+    virtio-tacc (its device is the host's): 2 x close_wait_ms, 1 s here (staged jobs
+    cancelled after one, the device's given up on after the second); its two BOs are
+    leaked, counted (their pages stay pinned: the job may still use them), and its
+    context stays (ctx_stuck) until the job ended: the next open destroys it
+    (ctx_reaped).  Before (virtio): the release waited for the device without a bound
+    (state D until the engine resumed)."""
     from tacc.guest_qmp import PF_QOM, GuestQMP
 
-    node = str(_node("virtio"))
+    node = str(_node(kind))
     st0 = _vstats()
     rfd, wfd = os.pipe()
     with GuestQMP() as q:
@@ -798,19 +800,21 @@ def test_a_killed_process_exits_while_the_virtio_device_holds_its_job(close_wait
                 os.waitpid(pid, 0)
     st1 = _vstats()
     deadline = time.monotonic() + 10  # the job ends now; an open destroys its context
-    while time.monotonic() < deadline and _vstats().get("ctx_reaped", 0) == \
-            st0.get("ctx_reaped", 0):
+    while kind == "virtio" and time.monotonic() < deadline and \
+            _vstats().get("ctx_reaped", 0) == st0.get("ctx_reaped", 0):
         Dev(node).close()
         time.sleep(0.1)
     st2 = _vstats()
     delta = {k: st1.get(k, 0) - st0.get(k, 0)
              for k in ("ctx_stuck", "leaked_bos", "leaked_pages")}
     delta["ctx_reaped"] = st2.get("ctx_reaped", 0) - st0.get("ctx_reaped", 0)
-    record_figures("virtio_kill_held_job", {"seconds": round(took, 2), "states": states,
-                                            **delta})
-    assert took < 4, f"the killed process took {took:.1f} s to exit (states {states})"
-    assert delta == {"ctx_stuck": 1, "leaked_bos": 2, "leaked_pages": 2,
-                     "ctx_reaped": 1}, delta
+    record_figures(f"kill_held_job_{kind}", {"seconds": round(took, 2), "states": states,
+                                             **delta})
+    bound = 2 * 1 + 2 if kind == "virtio" else _param("job_timeout_ms", 2000) / 1000 + 2
+    assert took < bound, f"{kind}: the killed process took {took:.1f} s to exit ({states})"
+    if kind == "virtio":
+        assert delta == {"ctx_stuck": 1, "leaked_bos": 2, "leaked_pages": 2,
+                         "ctx_reaped": 1}, delta
     with Dev(node) as d:
         assert d.run([nop()]) == 0
     assert not dmesg_problems()
