@@ -27,6 +27,11 @@
 
 #define TACC_V_BUSY_RETRIES	100
 
+static unsigned int tacc_vctrl_timeout_ms = 5000;
+module_param_named(virtio_ctrl_timeout_ms, tacc_vctrl_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(virtio_ctrl_timeout_ms,
+		 "virtio-tacc: how long a control request waits for its answer, ms (default 5000)");
+
 int tacc_vstatus_errno(u32 status)
 {
 	switch (status) {
@@ -82,18 +87,37 @@ int tacc_vbuf_sgs(struct scatterlist *sg, unsigned int nsg, const void *buf, siz
 }
 
 /*
+ * One control request's buffers, the token of its descriptors: the device
+ * owns all of them from virtqueue_add_sgs() until it uses the request.
+ */
+struct tacc_vreq {
+	struct tacc_virtio_resp resp;	/* first: the device writes it */
+	void *buf;			/* the request (kvmalloc) */
+	struct scatterlist *out_sg;
+};
+
+static void tacc_vreq_free(struct tacc_vreq *r)
+{
+	kvfree(r->buf);
+	kfree(r->out_sg);
+	kfree(r);
+}
+
+/*
  * The control queue is used synchronously by the device; wait for it anyway.
  * A used buffer that is not @token is the late answer of a request that timed
- * out (its response buffer, left to the device, is the token): dropped and
- * freed, never taken for this request's answer.
+ * out (its buffers, left to the device, are that token): freed now that the
+ * device gave them back, never taken for this request's answer.
  */
-static void *tacc_vctrl_get(struct tacc_vdev *vd, void *token, unsigned int *len)
+static struct tacc_vreq *tacc_vctrl_get(struct tacc_vdev *vd, struct tacc_vreq *token,
+					unsigned int *len)
 {
-	void *got;
+	struct tacc_vreq *got;
 
 	while ((got = virtqueue_get_buf(vd->ctrlq, len)) && got != token) {
-		dev_warn(&vd->vdev->dev, "late control response dropped\n");
-		kfree(got);
+		dev_warn(&vd->vdev->dev, "late control answer dropped\n");
+		atomic64_inc(&vd->ctrl_late);
+		tacc_vreq_free(got);
 	}
 	return got;
 }
@@ -106,10 +130,10 @@ static void tacc_vctrl_done(struct virtqueue *vq)
 }
 
 static int tacc_vctrl_xfer(struct tacc_vdev *vd, struct scatterlist **sgs, unsigned int out,
-			   void *token)
+			   struct tacc_vreq *token)
 {
+	struct tacc_vreq *got = NULL;
 	unsigned int len = 0;
-	void *got = NULL;
 	long left;
 	int ret;
 
@@ -119,13 +143,20 @@ static int tacc_vctrl_xfer(struct tacc_vdev *vd, struct scatterlist **sgs, unsig
 	virtqueue_kick(vd->ctrlq);
 	left = wait_event_timeout(vd->ctrl_wq,
 				  (got = tacc_vctrl_get(vd, token, &len)) || READ_ONCE(vd->gone),
-				  TACC_V_CTRL_TIMEOUT);
-	if (got == token)	/* a short answer is no answer (the buffer was zeroed) */
-		return len < sizeof(struct tacc_virtio_resp) ? -EIO : 0;
+				  msecs_to_jiffies(READ_ONCE(tacc_vctrl_timeout_ms)) ?: 1);
+	if (got == token) {
+		if (len >= sizeof(struct tacc_virtio_resp))
+			return 0;
+		/* the buffer was zeroed: it would read as OK; done or not, unknown */
+		dev_err(&vd->vdev->dev, "control answer of %u bytes\n", len);
+		atomic64_inc(&vd->ctrl_short);
+		return -EPROTO;
+	}
 	if (left)
 		return -ENODEV;	/* removed: the reset took the buffer back */
-	/* the device still owns the buffer: the caller must not free it */
+	/* the device still owns the buffers: the caller must not free them */
 	dev_err(&vd->vdev->dev, "control request timed out\n");
+	atomic64_inc(&vd->ctrl_timeouts);
 	return -ETIMEDOUT;
 }
 
@@ -133,52 +164,66 @@ static int tacc_vctrl_xfer(struct tacc_vdev *vd, struct scatterlist **sgs, unsig
  * One control request: @req (@req_len bytes, starting with the header) and
  * optionally @body (e.g. a BO's page list), copied into one buffer the
  * request owns.  Returns 0 and the response value, or the errno of the
- * response status; -ETIMEDOUT if the device did not answer (the copy is then
- * leaked: the device may still read it).
+ * response status; -ETIMEDOUT if the device did not answer in
+ * virtio_ctrl_timeout_ms (its buffers stay the device's until it uses them:
+ * tacc_vctrl_get() frees them then), -EPROTO if its answer was short.  After
+ * either the request may or may not have been carried out
+ * (tacc_vctrl_unsure()): what it handed the device stays the device's.
  */
 int tacc_vctrl(struct tacc_vdev *vd, void *req, size_t req_len, const void *body,
 	       size_t body_len, u64 *value)
 {
 	size_t len = req_len + body_len;
-	struct scatterlist *out_sg, resp_sg, *sgs[2];
-	struct tacc_virtio_resp *resp;
+	struct scatterlist resp_sg, *sgs[2];
+	struct tacc_vreq *r;
 	unsigned int nsg;
-	void *buf;
 	int ret = -ENOMEM;
 
-	buf = kvmalloc(len, GFP_KERNEL);
-	resp = kzalloc(sizeof(*resp), GFP_KERNEL);
-	nsg = is_vmalloc_addr(buf) ? DIV_ROUND_UP(len, PAGE_SIZE) + 1 : 1;
-	out_sg = kmalloc_array(nsg, sizeof(*out_sg), GFP_KERNEL);
-	if (!buf || !resp || !out_sg)
+	r = kzalloc(sizeof(*r), GFP_KERNEL);
+	if (!r)
+		return -ENOMEM;
+	r->buf = kvmalloc(len, GFP_KERNEL);
+	nsg = is_vmalloc_addr(r->buf) ? DIV_ROUND_UP(len, PAGE_SIZE) + 1 : 1;
+	r->out_sg = kmalloc_array(nsg, sizeof(*r->out_sg), GFP_KERNEL);
+	if (!r->buf || !r->out_sg)
 		goto out_free;
-	memcpy(buf, req, req_len);
+	memcpy(r->buf, req, req_len);
 	if (body_len)
-		memcpy(buf + req_len, body, body_len);
-	ret = tacc_vbuf_sgs(out_sg, nsg, buf, len);
+		memcpy(r->buf + req_len, body, body_len);
+	ret = tacc_vbuf_sgs(r->out_sg, nsg, r->buf, len);
 	if (ret < 0)
 		goto out_free;
-	sg_init_one(&resp_sg, resp, sizeof(*resp));
-	sgs[0] = out_sg;
+	sg_init_one(&resp_sg, &r->resp, sizeof(r->resp));
+	sgs[0] = r->out_sg;
 	sgs[1] = &resp_sg;
 
 	mutex_lock(&vd->ctrl_lock);
-	ret = READ_ONCE(vd->gone) ? -ENODEV : tacc_vctrl_xfer(vd, sgs, 1, resp);
+	ret = READ_ONCE(vd->gone) ? -ENODEV : tacc_vctrl_xfer(vd, sgs, 1, r);
 	mutex_unlock(&vd->ctrl_lock);
-	if (ret == -ETIMEDOUT) {
-		kfree(out_sg);	/* only read when the buffer was added */
-		return ret;	/* buf and resp leaked on purpose */
-	}
+	if (ret == -ETIMEDOUT)
+		return ret;	/* the device's until used (or the removal's reset) */
 	if (!ret) {
-		ret = tacc_vstatus_errno(le32_to_cpu(resp->status));
+		ret = tacc_vstatus_errno(le32_to_cpu(r->resp.status));
 		if (!ret && value)
-			*value = le64_to_cpu(resp->value);
+			*value = le64_to_cpu(r->resp.value);
 	}
 out_free:
-	kfree(out_sg);
-	kfree(resp);
-	kvfree(buf);
+	tacc_vreq_free(r);
 	return ret;
+}
+
+/*
+ * The backend's pool of page-list entries for all BOs of the function
+ * (config page_entries, since protocol 1.1; read at each use: a smaller
+ * device in the tests changes it at run time).
+ */
+u32 tacc_vpage_entries(struct tacc_vdev *vd)
+{
+	u32 n = 0;
+
+	if (vd->version >= (TACC_VIRTIO_VERSION_MAJOR << 16 | 1))
+		virtio_cread_le(vd->vdev, struct tacc_virtio_config, page_entries, &n);
+	return n && n <= TACC_VIRTIO_MAX_FN_ENTS ? n : TACC_VIRTIO_MAX_FN_ENTS;
 }
 
 /* A request that the device refuses while the context has jobs in flight. */
@@ -497,12 +542,15 @@ out:
 	return ret;
 }
 
+static void tacc_vctx_reap(struct tacc_vdev *vd);
+
 static int tacc_vopen(struct drm_device *dev, struct drm_file *file)
 {
 	struct tacc_vdev *vd = to_tacc_vdev(dev);
 	struct tacc_vctx *ctx;
 	int ret, idx;
 
+	tacc_vctx_reap(vd);	/* contexts the device held at their close */
 	if (!drm_dev_enter(dev, &idx))
 		return -ENODEV;
 	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
@@ -541,17 +589,16 @@ err_exit:
 	return ret;
 }
 
-/* Runs after drm_gem_release(): the file's BOs are gone from the backend. */
-static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
+/*
+ * A context without jobs goes: CTX_DESTROY (unless a removal began: its
+ * reset destroyed it), then its memory, its id and its user's charge.
+ */
+static void tacc_vctx_destroy(struct tacc_vdev *vd, struct tacc_vctx *ctx)
 {
-	struct tacc_vdev *vd = to_tacc_vdev(dev);
-	struct tacc_vctx *ctx = file->driver_priv;
 	struct tacc_virtio_hdr *req;
 	int idx, ret = -ENOMEM;
 
-	tacc_ring_close(&vd->trace, file, tacc_vtrace_stop);
-	tacc_vctx_wait_idle(ctx);
-	if (drm_dev_enter(dev, &idx)) {
+	if (drm_dev_enter(&vd->drm, &idx)) {
 		req = kzalloc(sizeof(*req), GFP_KERNEL);
 		if (req) {
 			tacc_vhdr(req, TACC_VIRTIO_CTX_DESTROY, ctx->id);
@@ -559,7 +606,7 @@ static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
 			kfree(req);
 		}
 		if (ret)
-			drm_warn(dev, "context %u not destroyed: %d\n", ctx->id, ret);
+			drm_warn(&vd->drm, "context %u not destroyed: %d\n", ctx->id, ret);
 		drm_dev_exit(idx);
 	}
 	tacc_vctx_seq_fini(ctx);
@@ -569,8 +616,53 @@ static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
 	clear_bit(ctx->id, vd->ctx_ids);
 	mutex_unlock(&vd->files_lock);
 	tacc_user_close(ctx->user);	/* its BOs, all freed by now, held it too */
-	file->driver_priv = NULL;
 	kfree(ctx);
+}
+
+/*
+ * Destroys the contexts of closed files whose jobs the device held at the
+ * close and has ended since (on open, close and removal, whose reset ended
+ * them all).
+ */
+static void tacc_vctx_reap(struct tacc_vdev *vd)
+{
+	struct tacc_vctx *ctx, *tmp;
+	LIST_HEAD(ended);
+
+	mutex_lock(&vd->files_lock);
+	list_for_each_entry_safe(ctx, tmp, &vd->stuck, node)
+		if (tacc_vctx_ended(ctx))
+			list_move_tail(&ctx->node, &ended);
+	mutex_unlock(&vd->files_lock);
+	list_for_each_entry_safe(ctx, tmp, &ended, node) {
+		tacc_vctx_destroy(vd, ctx);
+		atomic64_inc(&vd->ctx_reaped);
+	}
+}
+
+/*
+ * Runs after drm_gem_release(): the file's BOs are gone from the backend, or
+ * leaked where the device still held jobs of the context after the close
+ * paths' bound (tacc_vctx_wait_idle()).  Such a context is not destroyed
+ * under its jobs: it waits on vd->stuck, its id and its user's charge held,
+ * until tacc_vctx_reap() finds them ended.
+ */
+static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
+{
+	struct tacc_vdev *vd = to_tacc_vdev(dev);
+	struct tacc_vctx *ctx = file->driver_priv;
+
+	tacc_ring_close(&vd->trace, file, tacc_vtrace_stop);
+	if (tacc_vctx_wait_idle(ctx)) {
+		tacc_vctx_destroy(vd, ctx);
+	} else {
+		mutex_lock(&vd->files_lock);
+		list_move_tail(&ctx->node, &vd->stuck);
+		mutex_unlock(&vd->files_lock);
+		atomic64_inc(&vd->ctx_stuck);
+	}
+	file->driver_priv = NULL;
+	tacc_vctx_reap(vd);
 }
 
 /* --------------------------------------------------------------- driver ---- */
@@ -742,6 +834,7 @@ static int tacc_virtio_probe(struct virtio_device *vdev)
 		return ret;
 	mutex_init(&vd->files_lock);
 	INIT_LIST_HEAD(&vd->files);
+	INIT_LIST_HEAD(&vd->stuck);
 	mutex_init(&vd->ctrl_lock);
 	init_waitqueue_head(&vd->ctrl_wq);
 	tacc_vjobs_init(vd);
@@ -779,6 +872,23 @@ err_reset:
  * come.  Files left open get -ENODEV from then on; their BOs' DMA mappings
  * go now (the DMA device may go with us), their pages when they are freed.
  */
+/*
+ * After the reset: the buffers of control requests that timed out are the
+ * driver's again (ctrl_lock: no request is between add and its answer).
+ */
+static void tacc_vctrl_drain(struct tacc_vdev *vd)
+{
+	struct tacc_vreq *r;
+	unsigned int len;
+
+	mutex_lock(&vd->ctrl_lock);
+	while ((r = virtqueue_get_buf(vd->ctrlq, &len)))
+		tacc_vreq_free(r);
+	while ((r = virtqueue_detach_unused_buf(vd->ctrlq)))
+		tacc_vreq_free(r);
+	mutex_unlock(&vd->ctrl_lock);
+}
+
 static void tacc_virtio_remove(struct virtio_device *vdev)
 {
 	struct tacc_vdev *vd = vdev->priv;
@@ -792,6 +902,8 @@ static void tacc_virtio_remove(struct virtio_device *vdev)
 	wake_up_all(&vd->ctrl_wq);
 	virtio_reset_device(vdev);
 	tacc_vjobs_fail(vd, -ENODEV);
+	tacc_vctx_reap(vd);	/* no job is left: the stuck contexts go */
+	tacc_vctrl_drain(vd);
 	vdev->config->del_vqs(vdev);
 	/* the device holds no page any more: unmap them while the DMA device exists */
 	tacc_vbos_release_dma(vd);

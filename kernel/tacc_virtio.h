@@ -50,6 +50,8 @@ struct tacc_vdev {
 	struct tacc_quota quota;	/* per-user limits (tacc_quota.c) */
 	struct mutex files_lock;	/* files: a process's count and its new context */
 	struct list_head files;		/* struct tacc_vctx of the open files */
+	/* closed files' contexts whose jobs the device still held (files_lock) */
+	struct list_head stuck;
 
 	struct mutex ctrl_lock;		/* one control request at a time */
 	/* backend contexts held by open files (atomic bit ops): ids the device gave */
@@ -75,6 +77,14 @@ struct tacc_vdev {
 	} st;
 	atomic64_t slot_waits;		/* WAITs answered from the fence page */
 	atomic64_t submit_ns;		/* in the SUBMIT ioctl */
+	/* debugfs virtio_stats: a device that answers late or short */
+	atomic64_t ctrl_timeouts;	/* control requests not answered in time */
+	atomic64_t ctrl_late;		/* their answers used later (buffers freed then) */
+	atomic64_t ctrl_short;		/* answers shorter than tacc_virtio_resp */
+	atomic64_t leaked_bos;		/* BOs freed while the device may hold them */
+	atomic64_t leaked_pages;	/* their guest pages, kept pinned, never reused */
+	atomic64_t ctx_stuck;		/* contexts closed while the device held jobs */
+	atomic64_t ctx_reaped;		/* ... destroyed later, once those ended */
 
 	struct mutex dma_lock;		/* dma_bos */
 	struct list_head dma_bos;	/* struct tacc_vbo with pages DMA mapped */
@@ -119,6 +129,7 @@ struct tacc_vctx {
 	} slot[TACC_V_SEQ_SLOTS];
 	struct tacc_failures failed;	/* failed jobs whose slot was reused */
 	atomic_t inflight;		/* jobs queued, not completed (vd->idle_wq) */
+	bool stuck;			/* a close path gave up waiting for the device */
 	/* per ring: jobs the used buffers reported failed by the device (submit_lock) */
 	u32 dev_failed[TACC_VIRTIO_NUM_RINGS];
 	struct mutex submit_lock;	/* seqno order = queue order */
@@ -136,6 +147,7 @@ struct tacc_vbo {
 	u32 type;			/* enum drm_tacc_bo_type */
 	u32 flags;			/* DRM_TACC_BO_F_* */
 	u32 handle;			/* backend handle, 0 = none */
+	bool unsure;			/* BO_CREATE's outcome unknown: pages leaked */
 	struct sg_table *sgt;		/* HOST, USERPTR: pinned pages, DMA mapped */
 	struct page **pages;		/* USERPTR: the pinned user pages */
 	unsigned long npages;
@@ -197,6 +209,14 @@ static inline struct tacc_vbo *to_tacc_vbo(struct drm_gem_object *obj)
 /* tacc_virtio.c: transport */
 int tacc_vctrl(struct tacc_vdev *vd, void *req, size_t req_len, const void *body,
 	       size_t body_len, u64 *value);
+
+/* tacc_vctrl() failed without knowing whether the device carried it out. */
+static inline bool tacc_vctrl_unsure(int ret)
+{
+	return ret == -ETIMEDOUT || ret == -EPROTO;
+}
+
+u32 tacc_vpage_entries(struct tacc_vdev *vd);
 void tacc_vhdr(struct tacc_virtio_hdr *hdr, u16 type, u32 ctx);
 int tacc_vstatus_errno(u32 status);
 int tacc_vbuf_sgs(struct scatterlist *sg, unsigned int nsg, const void *buf, size_t len);
@@ -219,6 +239,7 @@ int tacc_vbo_va(struct drm_file *file, const struct drm_tacc_operand *op, u64 le
 /* tacc_virtio_userptr.c: USERPTR BOs */
 int tacc_vuserptr_pin(struct tacc_vbo *bo, u64 uaddr);
 void tacc_vuserptr_unpin(struct tacc_vbo *bo);
+void tacc_vuserptr_leak(struct tacc_vbo *bo);
 
 /* tacc_virtio_job.c: submit, completion, wait */
 int tacc_vsubmit_ioctl(struct drm_device *dev, void *data, struct drm_file *file);
@@ -227,7 +248,8 @@ void tacc_vsubmit_done(struct virtqueue *vq);
 void tacc_vdebugfs_init(struct tacc_vdev *vd);
 void tacc_vjobs_init(struct tacc_vdev *vd);
 void tacc_vjobs_fail(struct tacc_vdev *vd, int error);
-void tacc_vctx_wait_idle(struct tacc_vctx *ctx);
+bool tacc_vctx_wait_idle(struct tacc_vctx *ctx);
+bool tacc_vctx_ended(struct tacc_vctx *ctx);
 int tacc_vctx_wait_quiet(struct tacc_vctx *ctx, bool intr);
 void tacc_vctx_seq_fini(struct tacc_vctx *ctx);
 

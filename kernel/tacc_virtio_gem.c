@@ -104,13 +104,14 @@ static int tacc_vbo_bind(struct tacc_vbo *bo, u64 va, u64 offset, u64 size, bool
 		.size = cpu_to_le64(size),
 	};
 	ret = tacc_vbo_msg(ctx, TACC_VIRTIO_VM_BIND, &b, sizeof(b), NULL);
-	if (ret) {
+	if (ret && !tacc_vctrl_unsure(ret)) {
 		drm_mm_remove_node(&bo->va);
 		return ret;
 	}
+	/* else the device may have bound it: the range stays taken until VM_UNBIND */
 	bo->bind_offset = offset;
 	bo->readonly = readonly;
-	return 0;
+	return ret;
 }
 
 /* ---------------------------------------------------------------- pages ---- */
@@ -175,6 +176,41 @@ static void tacc_vbo_unpin(struct tacc_vbo *bo)
 	kfree(bo->sgt);
 	bo->sgt = NULL;
 	drm_gem_shmem_unpin(&bo->shmem);
+}
+
+/*
+ * The device may still hold the BO's pages (a request naming them was not
+ * answered, or answered short, or BO_DESTROY failed): they are never freed
+ * or reused.  Each page keeps a reference (a HOST BO's) or its pin (a
+ * USERPTR's) and its DMA mapping; the BO itself goes.  Counted in debugfs
+ * virtio_stats (leaked_bos, leaked_pages).
+ */
+static void tacc_vbo_leak(struct tacc_vbo *bo)
+{
+	struct tacc_vdev *vd = to_tacc_vdev(bo->shmem.base.dev);
+	unsigned long i, n = 0;
+
+	if (bo->sgt) {
+		mutex_lock(&vd->dma_lock);
+		list_del_init(&bo->dma_node);	/* mapped for good */
+		mutex_unlock(&vd->dma_lock);
+		sg_free_table(bo->sgt);
+		kfree(bo->sgt);
+		bo->sgt = NULL;
+		if (bo->type == DRM_TACC_BO_HOST) {
+			n = bo->shmem.base.size >> PAGE_SHIFT;
+			for (i = 0; i < n; i++)
+				get_page(bo->shmem.pages[i]);
+			drm_gem_shmem_unpin(&bo->shmem);
+		} else {
+			n = bo->npages;
+			tacc_vuserptr_leak(bo);
+		}
+	}
+	atomic64_inc(&vd->leaked_bos);
+	atomic64_add(n, &vd->leaked_pages);
+	drm_warn(&vd->drm, "BO %u: the device may still hold its %lu pages: leaked\n",
+		 bo->handle, n);
 }
 
 static int tacc_vbo_pin(struct tacc_vbo *bo)
@@ -254,7 +290,7 @@ static int tacc_vbo_send_create(struct tacc_vbo *bo, u64 *handle)
 			return -E2BIG;
 		/* the backend's page lists are the function's: the user's share (-EDQUOT) */
 		ret = tacc_user_charge(bo->user, TACC_Q_ENTS, n, bo->ctx->unlimited ? 0 :
-				       tacc_user_share(TACC_VIRTIO_MAX_FN_ENTS));
+				       tacc_user_share(tacc_vpage_entries(bo->ctx->vd)));
 		if (ret)
 			return ret;
 		bo->nents = n;	/* uncharged when the BO is freed */
@@ -289,7 +325,9 @@ static void tacc_vgem_free(struct drm_gem_object *obj)
 	bool bound = drm_mm_node_allocated(&bo->va);
 	int idx, ret = 0;
 
-	if (bo->handle && drm_dev_enter(obj->dev, &idx)) {
+	if (bo->unsure) {
+		ret = -EPROTO;	/* BO_CREATE's outcome unknown: no handle to destroy */
+	} else if (bo->handle && drm_dev_enter(obj->dev, &idx)) {
 		if (bound)
 			ret = tacc_vbo_send_unbind(bo);
 		ret = ret ?: tacc_vbo_msg_idle(bo->ctx, TACC_VIRTIO_BO_DESTROY, &d, sizeof(d));
@@ -309,6 +347,8 @@ static void tacc_vgem_free(struct drm_gem_object *obj)
 	/* pages the backend may still hold stay pinned (leaked) rather than reused */
 	if (!ret)
 		tacc_vbo_unpin(bo);
+	else
+		tacc_vbo_leak(bo);
 	if (bo->user) {
 		tacc_user_uncharge(bo->user, TACC_Q_ENTS, bo->nents);
 		tacc_user_uncharge_bo(bo->user, bo->type == DRM_TACC_BO_DEVICE ? obj->size : 0);
@@ -458,6 +498,8 @@ int tacc_vbo_create_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 	if (ret)
 		goto out_put;
 	ret = tacc_vbo_send_create(bo, &handle);
+	if (tacc_vctrl_unsure(ret))
+		bo->unsure = true;	/* the device may hold its pages */
 	if (ret)
 		goto out_put;
 	bo->handle = handle;

@@ -445,42 +445,70 @@ static bool tacc_vctx_quiet(struct tacc_vctx *ctx, bool unplug)
 
 /*
  * The close paths' uninterruptible wait for the context's jobs (@unplug: or
- * a removal), bounded by close_wait_ms for the jobs not yet in the device: a
- * job may wait on an in-syncobj nobody signals.  Those still staged then are
- * cancelled; the device's own are waited for.
+ * a removal), bounded: after close_wait_ms the jobs not yet in the device
+ * are cancelled (a job may wait on an in-syncobj nobody signals); after as
+ * long again the device's own are given up on (a device that never completes
+ * them must not hold close() forever).  The context is then stuck: later
+ * waits only check, until its jobs are done.  Returns true if it is quiet.
  */
-static void tacc_vctx_wait_bounded(struct tacc_vctx *ctx, bool unplug)
+static bool tacc_vctx_wait_bounded(struct tacc_vctx *ctx, bool unplug)
 {
+	unsigned long t = msecs_to_jiffies(READ_ONCE(tacc_close_wait_ms));
 	struct tacc_vdev *vd = ctx->vd;
 
-	if (wait_event_timeout(vd->idle_wq, tacc_vctx_quiet(ctx, unplug),
-			       msecs_to_jiffies(READ_ONCE(tacc_close_wait_ms))))
-		return;
+	if (tacc_vctx_quiet(ctx, unplug)) {
+		WRITE_ONCE(ctx->stuck, false);
+		return true;
+	}
+	if (READ_ONCE(ctx->stuck))
+		return false;
+	if (wait_event_timeout(vd->idle_wq, tacc_vctx_quiet(ctx, unplug), t))
+		return true;
 	tacc_vctx_cancel_staged(ctx);
-	wait_event(vd->idle_wq, tacc_vctx_quiet(ctx, unplug));
+	if (wait_event_timeout(vd->idle_wq, tacc_vctx_quiet(ctx, unplug), t))
+		return true;
+	WRITE_ONCE(ctx->stuck, true);
+	drm_warn(&vd->drm, "context %u: %d jobs held by the device after %u ms in close: not waited for\n",
+		 ctx->id, atomic_read(&ctx->inflight), 2 * tacc_close_wait_ms);
+	return false;
+}
+
+/* After the context was seen idle: the completion that woke us may still be running. */
+static void tacc_vctx_sync_complete(struct tacc_vctx *ctx)
+{
+	spin_lock_irq(&ctx->vd->submit_lock);
+	spin_unlock_irq(&ctx->vd->submit_lock);
 }
 
 /*
  * Waits until the context has no job in flight: before its context goes
  * (file release, outside any drm_dev_enter() section: a removal fails the
- * jobs).  Staged jobs are cancelled after close_wait_ms.
+ * jobs).  Bounded (tacc_vctx_wait_bounded()): false if the device still
+ * holds jobs of the context.
  */
-void tacc_vctx_wait_idle(struct tacc_vctx *ctx)
+bool tacc_vctx_wait_idle(struct tacc_vctx *ctx)
 {
-	struct tacc_vdev *vd = ctx->vd;
+	if (!tacc_vctx_wait_bounded(ctx, false))
+		return false;
+	tacc_vctx_sync_complete(ctx);
+	return true;
+}
 
-	tacc_vctx_wait_bounded(ctx, false);
-	/* the completion that woke us may still be in tacc_vjob_complete() */
-	spin_lock_irq(&vd->submit_lock);
-	spin_unlock_irq(&vd->submit_lock);
+/* A stuck context (tacc_vctx_wait_idle() false) whose jobs have all ended since. */
+bool tacc_vctx_ended(struct tacc_vctx *ctx)
+{
+	if (atomic_read(&ctx->inflight))
+		return false;
+	tacc_vctx_sync_complete(ctx);
+	return true;
 }
 
 /*
  * Waits until the context has no job in flight, before a request the device
  * refuses under jobs (inside a drm_dev_enter() section): a removal that
  * started ends the wait with -ENODEV, so it does not wait for the jobs.
- * Uninterruptible (GEM_CLOSE, close()): staged jobs are cancelled after
- * close_wait_ms.
+ * Uninterruptible (GEM_CLOSE, close()): bounded, -ETIMEDOUT if the device
+ * still holds jobs of the context (tacc_vctx_wait_bounded()).
  */
 int tacc_vctx_wait_quiet(struct tacc_vctx *ctx, bool intr)
 {
@@ -490,8 +518,8 @@ int tacc_vctx_wait_quiet(struct tacc_vctx *ctx, bool intr)
 	if (intr)
 		ret = wait_event_interruptible(vd->idle_wq, !atomic_read(&ctx->inflight) ||
 					       READ_ONCE(vd->unplugging));
-	else
-		tacc_vctx_wait_bounded(ctx, true);
+	else if (!tacc_vctx_wait_bounded(ctx, true))
+		ret = -ETIMEDOUT;
 	if (ret)
 		return ret;
 	return atomic_read(&ctx->inflight) ? -ENODEV : 0;
@@ -844,6 +872,7 @@ static int virtio_stats_show(struct seq_file *m, void *unused)
 {
 	struct tacc_vdev *vd = m->private;
 	struct tacc_vstats st;
+	int idx;
 
 	spin_lock_irq(&vd->submit_lock);
 	st = vd->st;
@@ -854,6 +883,16 @@ static int virtio_stats_show(struct seq_file *m, void *unused)
 		   atomic64_read(&vd->submit_ns), st.complete_ns);
 	seq_printf(m, "slot_waits %lld\nfence_page %d\n", atomic64_read(&vd->slot_waits),
 		   !!vd->fences);
+	seq_printf(m, "ctrl_timeouts %lld\nctrl_late %lld\nctrl_short %lld\n",
+		   atomic64_read(&vd->ctrl_timeouts), atomic64_read(&vd->ctrl_late),
+		   atomic64_read(&vd->ctrl_short));
+	seq_printf(m, "leaked_bos %lld\nleaked_pages %lld\nctx_stuck %lld\nctx_reaped %lld\n",
+		   atomic64_read(&vd->leaked_bos), atomic64_read(&vd->leaked_pages),
+		   atomic64_read(&vd->ctx_stuck), atomic64_read(&vd->ctx_reaped));
+	if (drm_dev_enter(&vd->drm, &idx)) {	/* the configuration space, live */
+		seq_printf(m, "page_entries %u\n", tacc_vpage_entries(vd));
+		drm_dev_exit(idx);
+	}
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(virtio_stats);

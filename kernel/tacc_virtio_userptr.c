@@ -114,3 +114,15 @@ void tacc_vuserptr_unpin(struct tacc_vbo *bo)
 	bo->pages = NULL;
 	tacc_vuserptr_uncharge(bo);
 }
+
+/*
+ * tacc_vbo_leak(): the device may still hold the pages.  Their pins stay
+ * (never released: counted in leaked_pages, no longer in the process's
+ * pinned_vm, whose mm is let go); the array goes.
+ */
+void tacc_vuserptr_leak(struct tacc_vbo *bo)
+{
+	kvfree(bo->pages);
+	bo->pages = NULL;
+	tacc_vuserptr_uncharge(bo);
+}

@@ -22,7 +22,7 @@
 
 /* Protocol version in the config space: major << 16 | minor. */
 #define TACC_VIRTIO_VERSION_MAJOR	1
-#define TACC_VIRTIO_VERSION_MINOR	0
+#define TACC_VIRTIO_VERSION_MINOR	1	/* 1.1: config page_entries */
 
 /* ------------------------------------------------------ feature bits ---- */
 #define TACC_VIRTIO_F_DEVMEM		0	/* device-memory BOs */
@@ -66,6 +66,9 @@
  * @num_rings: rings a job may name, TACC_VIRTIO_NUM_RINGS.
  * @max_job_cmds: commands per job, at most.
  * @devmem_size: bytes of the function's device-memory window.
+ * @page_entries: page-list entries of all BOs of the function, at most
+ *	(TACC_VIRTIO_MAX_FN_ENTS or fewer; since 1.1, read as 0 before).
+ * @rsvd: 0.
  */
 struct tacc_virtio_config {
 	__le32 version;
@@ -75,6 +78,8 @@ struct tacc_virtio_config {
 	__le32 num_rings;
 	__le32 max_job_cmds;
 	__le64 devmem_size;
+	__le32 page_entries;
+	__le32 rsvd;
 };
 
 /* ------------------------------------------------------ message types ---- */

@@ -88,6 +88,7 @@ def test_identity_config_and_pf_view(vdev, vt):
     assert c["func"] == hw.TACC_FN_VIRTIO == hw.TACC_MAX_VFS + 1
     assert (c["num_contexts"], c["num_rings"]) == (hw.TACC_NUM_CONTEXTS, hw.TACC_VIRTIO_NUM_RINGS)
     assert c["devmem_size"] == WIN_SIZE and c["caps"] & hw.TACC_CAP_FILL
+    assert (c["page_entries"], c["rsvd"]) == (hw.TACC_VIRTIO_MAX_FN_ENTS, 0)
     # the PF knows it has a virtio function, and where its window is
     assert d.pf.r32(hw.TACC_REG_CAPS) & hw.TACC_CAP_VIRTIO_FN
     assert d.pf.r32(hw.TACC_REG_VERSION) >= 1 << 16 | 2  # since hw 1.2
@@ -590,3 +591,67 @@ def test_unbind_frees_empty_tables(vdev, vt):
     assert (misses, walks) == (3, 6), (
         f"{misses} TLB misses, {walks} PTE reads: 2 MiB leaves take 3 and 6 "
         "(host, device, host)")
+
+
+# ------------------------------------------------------ fault injection --
+VT_QOM = "/machine/peripheral/vtacc0/virtio-backend"
+
+
+def test_control_fault_injection_late_short_and_a_smaller_pool():
+    """The backend's x-fi-* of a device the guest driver must not trust (docs/hardware.md):
+    x-fi-ctrl-short=4 answers the next request (carried out) with 4 bytes written;
+    x-fi-ctrl-delay-ms=5 uses the next answer 5 ms of virtual clock late and the requests
+    behind it after it, in order; a reset drops a held answer unused;
+    x-fi-page-entries=2 is the config's page_entries and the pool BO_CREATE draws from
+    (x-page-entries-used counts it)."""
+    d, v = _boot("id=vtacc0")
+    qmp = d.qt.qmp
+    try:
+        assert v.init()
+        assert v.config()["page_entries"] == hw.TACC_VIRTIO_MAX_FN_ENTS
+        qmp.cmd("qom-set", path=VT_QOM, property="x-fi-ctrl-short", value=4)
+        raw = v.ctrl_raw(hdr(hw.TACC_VIRTIO_CTX_CREATE))
+        assert raw == struct.pack("<I", hw.TACC_VIRTIO_OK)  # 4 bytes: the status only
+        assert v.ctx_create() == 1  # context 0 was created all the same
+        assert len(v.ctrl_raw(hdr(hw.TACC_VIRTIO_CTX_DESTROY, 1))) == 16  # once
+
+        qmp.cmd("qom-set", path=VT_QOM, property="x-fi-ctrl-delay-ms", value=5)
+        q = v.ctrlq
+        a = q.add([hdr(hw.TACC_VIRTIO_CTX_CREATE)], 16)
+        q.kick()
+        b = q.add([hdr(hw.TACC_VIRTIO_CTX_CREATE)], 16)
+        q.kick()
+        assert q.pop() == []
+        d.qt.clock_step(4_000_000)
+        assert q.pop() == []
+        d.qt.clock_step(2_000_000)
+        used = q.pop()
+        assert [h for h, _ in used] == [a, b], used
+        assert [struct.unpack("<IIQ", r) for _, r in used] == \
+            [(hw.TACC_VIRTIO_OK, 0, 1), (hw.TACC_VIRTIO_OK, 0, 2)]
+        assert qmp.cmd("qom-get", path=VT_QOM, property="x-fi-ctrl-delay-ms") == 0
+
+        qmp.cmd("qom-set", path=VT_QOM, property="x-fi-page-entries", value=2)
+        assert v.config()["page_entries"] == 2
+        base = d.alloc(3 * 4096)
+        three = [(base + i * 4096, 4096) for i in (2, 0, 1)]  # 3 entries
+        assert v.bo_create(0, 3 * 4096, three)[0] == hw.TACC_VIRTIO_ERR_NOSPC
+        st, h = v.bo_create(0, 2 * 4096, three[:2])
+        assert st == hw.TACC_VIRTIO_OK
+        assert qmp.cmd("qom-get", path=VT_QOM, property="x-page-entries-used") == 2
+        assert v.bo_create(0, 4096, three[2:])[0] == hw.TACC_VIRTIO_ERR_NOSPC
+        assert v.bo_destroy(0, h) == hw.TACC_VIRTIO_OK
+        assert qmp.cmd("qom-get", path=VT_QOM, property="x-page-entries-used") == 0
+        with pytest.raises(Exception, match="x-fi-page-entries"):
+            qmp.cmd("qom-set", path=VT_QOM, property="x-fi-page-entries", value=0)
+
+        qmp.cmd("qom-set", path=VT_QOM, property="x-fi-ctrl-delay-ms", value=5)
+        q.add([hdr(hw.TACC_VIRTIO_CTX_CREATE)], 16)
+        q.kick()
+        assert q.pop() == []
+        assert v.init()  # a reset: the held answer is dropped, the queue works
+        d.qt.clock_step(10_000_000)
+        assert v.ctrlq.pop() == []
+        assert v.ctx_create() == 0
+    finally:
+        d.close()

@@ -26,7 +26,8 @@ STRUCTS = {
     "tacc_virtio_job_status": (vd.JOB_STATUS, ["seqno", "status", "index", "rsvd"]),
     "tacc_virtio_fence": (vd.FENCE, ["seqno", "status", "failed"]),
     "tacc_virtio_config": (vd.CONFIG, ["version", "caps", "func", "num_contexts", "num_rings",
-                                       "max_job_cmds", "devmem_size"]),
+                                       "max_job_cmds", "devmem_size", "page_entries",
+                                       "rsvd"]),
 }
 
 

@@ -88,6 +88,7 @@ from test_driver_basic import (
     dmesg_problems,
     fence,
     gemm,
+    leak_snapshot,
     live_objects,
     nop,
     pf_sysfs,
@@ -737,6 +738,88 @@ def test_close_returns_while_a_job_waits_on_an_unsignalled_syncobj(kind, close_w
     assert not dmesg_problems()
 
 
+def _reap(pid: int, limit_s: float) -> tuple[float, str]:
+    """Waits up to @limit_s for the killed child @pid to be reaped: (seconds, the states
+    /proc/<pid>/stat showed meanwhile, in order, deduplicated)."""
+    t0, states = time.monotonic(), ""
+    while time.monotonic() - t0 < limit_s:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return time.monotonic() - t0, states
+        try:
+            st = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            st = "?"
+        if not states.endswith(st):
+            states += st
+        time.sleep(0.05)
+    return time.monotonic() - t0, states
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["pf", "vf1", "virtio"])
+def test_a_killed_process_exits_while_the_device_holds_its_job(kind, close_wait_1s):
+    """A process's copy job is in the device, which never completes it (the PF's engine 0
+    hung, x-fi-hang-engine); the process is killed (SIGKILL).  Its exit (the file's
+    release) ends within a bound, not in uninterruptible sleep until the device answers.
+    PF and VF: the scheduler's job timeout (job_timeout_ms) resets the function.
+    virtio-tacc (its device is the host's): 2 x close_wait_ms, 1 s here (staged jobs
+    cancelled after one, the device's given up on after the second); its two BOs are
+    leaked, counted (their pages stay pinned: the job may still use them), and its
+    context stays (ctx_stuck) until the job ended: the next open destroys it
+    (ctx_reaped).  Before (virtio): the release waited for the device without a bound
+    (state D until the engine resumed)."""
+    from tacc.guest_qmp import PF_QOM, GuestQMP
+
+    node = str(_node(kind))
+    st0 = _vstats()
+    rfd, wfd = os.pipe()
+    with GuestQMP() as q:
+        q.qom_set(PF_QOM, "x-fi-hang-engine", 0)
+        reaped = False
+        try:
+            pid = os.fork()
+            if pid == 0:  # the tenant: its job in the device, then it sleeps
+                try:
+                    d = Dev(node)
+                    h, dv = d.bo(8192).handle, d.bo(8192, DEVICE).handle
+                    d.submit([copy(OP_H2D, h, dv, 4096)])
+                    os.write(wfd, b"1")
+                    time.sleep(600)
+                finally:
+                    os._exit(1)
+            os.close(wfd)
+            assert os.read(rfd, 1) == b"1", "the child did not submit"
+            time.sleep(0.3)
+            os.kill(pid, 9)
+            took, states = _reap(pid, 15)
+            reaped = took < 15
+        finally:
+            q.qom_set(PF_QOM, "x-fi-hang-engine", -1)
+            os.close(rfd)
+            if not reaped:
+                os.waitpid(pid, 0)
+    st1 = _vstats()
+    deadline = time.monotonic() + 10  # the job ends now; an open destroys its context
+    while kind == "virtio" and time.monotonic() < deadline and \
+            _vstats().get("ctx_reaped", 0) == st0.get("ctx_reaped", 0):
+        Dev(node).close()
+        time.sleep(0.1)
+    st2 = _vstats()
+    delta = {k: st1.get(k, 0) - st0.get(k, 0)
+             for k in ("ctx_stuck", "leaked_bos", "leaked_pages")}
+    delta["ctx_reaped"] = st2.get("ctx_reaped", 0) - st0.get("ctx_reaped", 0)
+    record_figures(f"kill_held_job_{kind}", {"seconds": round(took, 2), "states": states,
+                                             **delta})
+    bound = 2 * 1 + 2 if kind == "virtio" else _param("job_timeout_ms", 2000) / 1000 + 2
+    assert took < bound, f"{kind}: the killed process took {took:.1f} s to exit ({states})"
+    if kind == "virtio":
+        assert delta == {"ctx_stuck": 1, "leaked_bos": 2, "leaked_pages": 2,
+                         "ctx_reaped": 1}, delta
+    with Dev(node) as d:
+        assert d.run([nop()]) == 0
+    assert not dmesg_problems()
+
+
 # ------------------------------------------------------ a lying virtio device ----
 VIRTIO_BACKEND_QOM = "/machine/peripheral/vtacc0/virtio-backend"  # scripts/run-vm: id=vtacc0
 P_CTX_ID = hw.DRM_TACC_PARAM_CONTEXT_ID
@@ -769,6 +852,137 @@ def test_virtio_context_id_from_the_device_is_checked(lie):
         assert held.run([nop()]) == 0
     with Dev(node) as again:  # the device answers truthfully again
         assert again.run([nop()]) == 0
+
+
+CTRL_TIMEOUT = Path("/sys/module/tacc/parameters/virtio_ctrl_timeout_ms")
+PAGES = 4
+
+
+def _vstats() -> dict[str, int]:
+    """The virtio-tacc node's debugfs virtio_stats (name value lines)."""
+    found = list(Path("/sys/kernel/debug/accel").glob("*/virtio_stats"))
+    assert found, "no virtio_stats in debugfs"
+    return {k: int(v) for k, v in (ln.split() for ln in found[0].read_text().splitlines())}
+
+
+def _pinned() -> int:
+    """Pages pinned (FOLL_PIN) in the guest now, the per-CPU vmstat deltas folded in first
+    (the counters otherwise lag up to a second)."""
+    Path("/proc/sys/vm/stat_refresh").write_text("1")
+    snap = leak_snapshot()
+    return snap["nr_foll_pin_acquired"] - snap["nr_foll_pin_released"]
+
+
+def _pin_base() -> int:
+    """_pinned() once it held still for 0.1 s (other I/O pins pages for a moment)."""
+    prev = None
+    for _ in range(20):
+        now = _pinned()
+        if now == prev:
+            return now
+        prev = now
+        time.sleep(0.1)
+    return now
+
+
+def _pins(base: int, want: int) -> int:
+    """Pages pinned since @base: @want as soon as it is (within 2 s), else the last
+    count."""
+    for _ in range(20):
+        held = _pinned() - base
+        if held == want:
+            break
+        time.sleep(0.1)
+    return held
+
+
+@pytest.mark.timeout(120)
+def test_a_late_virtio_control_answer_is_never_the_next_requests():
+    """The device carries out a USERPTR BO's BO_CREATE but answers it after the frontend
+    gave up (x-fi-ctrl-delay-ms 1500 against virtio_ctrl_timeout_ms 300): BO_CREATE fails
+    with ETIMEDOUT and the BO's 4 pages stay pinned (the device may write them), counted
+    in virtio_stats.  The next BO_CREATE (a HOST BO, the device serving its queue in
+    order) sees the late answer first: dropped, its buffers freed (ctrl_late), and the
+    BO gets its own handle: a FENCE into it shows in its mapping, never in the first
+    BO's memory.  Before: the failed BO's pages were unpinned (0 pins left) while the
+    device held them."""
+    from tacc.guest_qmp import GuestQMP
+
+    node = _node("virtio")
+    st0, pins0 = _vstats(), _pin_base()
+    ub = UserBuf(PAGES * 4096)
+    ub.array(np.uint32)[:] = 0x5A5A5A5A
+    old = CTRL_TIMEOUT.read_text().strip() if CTRL_TIMEOUT.exists() else None
+    timeout_ms = 300 if old else 5000  # a driver without the parameter waits 5 s
+    with Dev(node) as d, GuestQMP() as q:
+        used0 = q.qom_get(VIRTIO_BACKEND_QOM, "x-page-entries-used")
+        try:
+            if old:
+                CTRL_TIMEOUT.write_text(str(timeout_ms))
+            q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctrl-delay-ms", timeout_ms + 1200)
+            t0 = time.monotonic()
+            first = _err(lambda: d.bo(PAGES * 4096, USERPTR, BO_NO_BIND, userptr=ub.addr))
+            took = time.monotonic() - t0
+        finally:
+            if old:
+                CTRL_TIMEOUT.write_text(old)
+        bo = d.bo(4096)  # behind the late answer: waits for it, then its own
+        d.run([fence(bo.handle, 64, 0xC0FFEE)])
+        got = struct.unpack_from("<I", d.map(bo.handle, 4096), 64)[0]
+        st1 = _vstats()
+        held = _pins(pins0, PAGES)
+    used1 = q_get_used()
+    delta = {k: st1.get(k, 0) - st0.get(k, 0)
+             for k in ("ctrl_timeouts", "ctrl_late", "leaked_bos", "leaked_pages")}
+    record_figures("virtio_late_answer", {"errno": first, "seconds": round(took, 2),
+                                          "pins_held": held, **delta})
+    assert first == errno.ETIMEDOUT, f"BO_CREATE with a late answer -> {first}"
+    assert got == 0xC0FFEE, f"the next BO's FENCE landed elsewhere (read {got:#x})"
+    assert np.all(ub.array(np.uint32) == 0x5A5A5A5A), "the timed-out BO's memory was written"
+    assert held == PAGES, f"{held} of the device-held BO's {PAGES} pages still pinned"
+    assert delta == {"ctrl_timeouts": 1, "ctrl_late": 1, "leaked_bos": 1,
+                     "leaked_pages": PAGES}, delta
+    assert used1 == used0, f"backend page entries {used0} before, {used1} after close"
+
+
+def q_get_used() -> int:
+    from tacc.guest_qmp import GuestQMP
+
+    with GuestQMP() as q:
+        return int(q.qom_get(VIRTIO_BACKEND_QOM, "x-page-entries-used"))
+
+
+def _err(fn: Callable[[], object]) -> int:
+    try:
+        fn()
+    except OSError as e:
+        return e.errno
+    return 0
+
+
+def test_a_short_virtio_control_answer_is_an_error_and_leaves_the_pages_pinned():
+    """The device carries out BO_CREATE of a USERPTR BO but its answer has 4 bytes
+    (x-fi-ctrl-short=4; the zeroed rest would read as OK with handle 0): BO_CREATE fails
+    with EPROTO, the BO's 4 pages stay pinned, counted (ctrl_short, leaked_pages), and
+    the file keeps working.  Before: EIO and the pages were unpinned while the device's
+    BO named them."""
+    from tacc.guest_qmp import GuestQMP
+
+    node = _node("virtio")
+    st0, pins0 = _vstats(), _pin_base()
+    ub = UserBuf(PAGES * 4096)
+    with Dev(node) as d, GuestQMP() as q:
+        q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctrl-short", 4)
+        first = _err(lambda: d.bo(PAGES * 4096, USERPTR, BO_NO_BIND, userptr=ub.addr))
+        assert d.run([nop()]) == 0
+        st1 = _vstats()
+        held = _pins(pins0, PAGES)
+    delta = {k: st1.get(k, 0) - st0.get(k, 0) for k in ("ctrl_short", "leaked_bos",
+                                                        "leaked_pages")}
+    record_figures("virtio_short_answer", {"errno": first, "pins_held": held, **delta})
+    assert held == PAGES, f"{held} of the device-held BO's {PAGES} pages still pinned"
+    assert first == errno.EPROTO, f"BO_CREATE with a short answer -> {first}"
+    assert delta == {"ctrl_short": 1, "leaked_bos": 1, "leaked_pages": PAGES}, delta
 
 
 # ------------------------------------------------------------ per-user limits ----
@@ -939,6 +1153,66 @@ def test_a_second_user_gets_a_virtio_bo_after_a_hog(user):
     uid = int(subprocess.check_output(["id", "-u", "tacc-user"]))
     if users:  # the node's own count: its BOs and their bytes of the window
         assert users[uid][1:3] == [n, n * 4096], users
+    assert not dmesg_problems()
+
+
+def u_hog_entries(state: dict[str, Any], node: str, most: int) -> list[Any]:
+    """Creates 4 KiB HOST BOs (unbound: one page-list entry each) until refused, at most
+    @most; keeps them: [BOs, errno of the refusal or None]."""
+    d = state["dev"] = Dev(node)
+    for n in range(most):
+        try:
+            d.bo(4096, flags=BO_NO_BIND)
+        except OSError as e:
+            return [n, e.errno]
+    return [most, None]
+
+
+def served_host(node: str) -> list[Any]:
+    """(call_as_tacc_user) A HOST BO on @node with a FENCE into it: ["ok", value read
+    back] or ["errno", n]."""
+    try:
+        with Dev(node) as d:
+            h = d.bo(4096).handle
+            d.run([fence(h, 0, 0xD00D)])
+            return ["ok", struct.unpack_from("<I", d.map(h, 4096), 0)[0]]
+    except OSError as e:
+        return ["errno", e.errno]
+
+
+def test_a_second_user_gets_virtio_page_entries_after_a_hog(user):
+    """The backend's pool of page-list entries (2^20: half would be 2 GiB of pinned
+    pages) lowered to 256 on the device (x-fi-page-entries, config page_entries, read
+    back through the node's virtio_stats).  tacc-user creates 4 KiB HOST BOs (one entry
+    each) until refused: EDQUOT at user_devmem_pct of the pool (the node's users count and
+    the backend's x-page-entries-used agree); tacc-user2 then gets a HOST BO and a FENCE into
+    it.  Before: the frontend's share was of the constant 2^20 (tacc-user took all 256,
+    refused with ENOSPC by the backend) and tacc-user2 got ENOSPC."""
+    from tacc.guest_qmp import GuestQMP
+
+    node = str(_node("virtio"))
+    pool, pct = 256, _param("user_devmem_pct", 50)
+    share = pool // 100 * pct
+    uid = int(subprocess.check_output(["id", "-u", "tacc-user"]))
+    with GuestQMP() as q:
+        used0 = int(q.qom_get(VIRTIO_BACKEND_QOM, "x-page-entries-used"))
+        q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-page-entries", pool)
+        try:
+            seen = _vstats().get("page_entries")
+            n, err = user.call(u_hog_entries, node, pool + 1)
+            held = _users("virtio").get(uid, [0, 0, 0, 0])[3]
+            used = int(q.qom_get(VIRTIO_BACKEND_QOM, "x-page-entries-used")) - used0
+            second = call_as_tacc_user(served_host, node, user=USER2)
+        finally:
+            user.call(u_close)
+            q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-page-entries", 1 << 20)
+    record_figures("virtio_entries_hog", {"pool": pool, "share": share, "bos": n,
+                                          "entries": held, "backend_entries": used,
+                                          "refused": errno.errorcode.get(err, err)})
+    assert second == ["ok", 0xD00D], f"tacc-user2 not served ({second}) after {n} BOs"
+    assert (n, err, held) == (share, errno.EDQUOT, share), (n, err, held, share)
+    assert used == held, f"backend holds {used} entries, the node counts {held}"
+    assert seen == pool, f"the node reads a pool of {seen}, the device has {pool}"
     assert not dmesg_problems()
 
 

@@ -14,6 +14,16 @@
  * Fault injection (qom-set at run time on the backend, virtio-backend):
  *   x-fi-ctx-id=N   the next CTX_CREATE answers context N (self-clearing;
  *                   -1: off): a device the driver must not trust
+ *   x-fi-ctrl-delay-ms=N  the next control request is carried out at once
+ *                   but its answer is used N ms (virtual clock) later; the
+ *                   queue is served in order, so later requests wait behind
+ *                   it (self-clearing; 0: off): a late answer
+ *   x-fi-ctrl-short=N  the next control answer is used with N bytes written
+ *                   (0..15, fewer than struct tacc_virtio_resp; the request
+ *                   is carried out; self-clearing; -1: off)
+ *   x-fi-page-entries=N  the function's pool of page-list entries (config
+ *                   page_entries; 1..TACC_VIRTIO_MAX_FN_ENTS): a smaller
+ *                   device; x-page-entries-used (read only) is its use
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -433,7 +443,8 @@ static uint32_t vt_bo_create(VirtIOTacc *vt, uint32_t ctx, const uint8_t *b,
             return vt_bad(TACC_VIRTIO_ERR_INVAL, "BO_CREATE %u entries in %zu "
                           "bytes", n, len);
         }
-        if (n > TACC_VIRTIO_MAX_FN_ENTS - vt->ents_total) {
+        if (vt->ents_total > vt->fi_page_entries ||
+            n > vt->fi_page_entries - vt->ents_total) {
             return vt_bad(TACC_VIRTIO_ERR_NOSPC, "BO_CREATE: page lists full");
         }
         bo = g_new0(VtBo, 1);
@@ -842,14 +853,19 @@ static uint8_t *vt_elem_read(VirtQueueElement *elem, size_t max, size_t *len)
     return buf;
 }
 
-static void vt_handle_ctrl_one(VirtIOTacc *vt, VirtQueue *vq,
+/*
+ * Carries out one control request and answers it; returns false when the
+ * answer is held (x-fi-ctrl-delay-ms): @elem is then the device's until
+ * vt_ctrl_release() uses it.
+ */
+static bool vt_handle_ctrl_one(VirtIOTacc *vt, VirtQueue *vq,
                                VirtQueueElement *elem)
 {
     struct tacc_virtio_resp resp = { 0 };
     uint64_t value = 0;
     size_t len, in = iov_size(elem->in_sg, elem->in_num);
     g_autofree uint8_t *req = vt_elem_read(elem, VT_MAX_CTRL_LEN, &len);
-    uint32_t st;
+    uint32_t st, used;
 
     st = req ? vt_ctrl(vt, req, len, &value)
              : vt_bad(TACC_VIRTIO_ERR_INVAL, "control request of %zu bytes",
@@ -858,11 +874,37 @@ static void vt_handle_ctrl_one(VirtIOTacc *vt, VirtQueue *vq,
     resp.value = cpu_to_le64(value);
     if (in < sizeof(resp)) {
         vt_bad(TACC_VIRTIO_ERR_INVAL, "control buffer: %zu writable bytes", in);
-        virtqueue_push(vq, elem, 0);
-        return;
+        used = 0;
+    } else if (vt->fi_ctrl_short >= 0) {    /* a short answer, once */
+        used = iov_from_buf(elem->in_sg, elem->in_num, 0, &resp,
+                            vt->fi_ctrl_short);
+        vt->fi_ctrl_short = -1;
+        trace_virtio_tacc_fi_ctrl_short(used);
+    } else {
+        used = iov_from_buf(elem->in_sg, elem->in_num, 0, &resp, sizeof(resp));
     }
-    virtqueue_push(vq, elem, iov_from_buf(elem->in_sg, elem->in_num, 0, &resp,
-                                          sizeof(resp)));
+    if (vt->fi_ctrl_delay_ms) {             /* a late answer, once */
+        trace_virtio_tacc_fi_ctrl_delay(vt->fi_ctrl_delay_ms);
+        vt->ctrl_held = elem;
+        vt->ctrl_held_len = used;
+        timer_mod(vt->ctrl_timer, qemu_clock_get_ms(QEMU_CLOCK_VIRTUAL) +
+                  vt->fi_ctrl_delay_ms);
+        vt->fi_ctrl_delay_ms = 0;
+        return false;
+    }
+    virtqueue_push(vq, elem, used);
+    return true;
+}
+
+/* A reset or unrealize: the held answer is dropped, never used. */
+static void vt_ctrl_drop_held(VirtIOTacc *vt)
+{
+    timer_del(vt->ctrl_timer);
+    if (vt->ctrl_held) {
+        virtqueue_detach_element(vt->ctrl_vq, vt->ctrl_held, 0);
+        g_free(vt->ctrl_held);
+        vt->ctrl_held = NULL;
+    }
 }
 
 /* --------------------------------------------------------- submit ---- */
@@ -1233,17 +1275,36 @@ static void vt_handle_ctrl(VirtIODevice *vdev, VirtQueue *vq)
     VirtIOTacc *vt = VIRTIO_TACC(vdev);
     VirtQueueElement *elem;
 
-    if (vt->detached ||
+    /* in order: nothing behind a held answer (x-fi-ctrl-delay-ms) */
+    if (vt->detached || vt->ctrl_held ||
         !tacc_enter(vt->pf, &vt->func, "virtio control kick")) {
         return;
     }
     while ((elem = virtqueue_pop(vq, sizeof(VirtQueueElement)))) {
         vt_elem_link(vt, elem, tacc_now_ps(vt->pf));
-        vt_handle_ctrl_one(vt, vq, elem);
+        if (!vt_handle_ctrl_one(vt, vq, elem)) {
+            break;
+        }
         g_free(elem);
     }
     virtio_notify(vdev, vq);
     tacc_leave(vt->pf);
+}
+
+/* x-fi-ctrl-delay-ms elapsed: the held answer is used, then the rest. */
+static void vt_ctrl_release(void *opaque)
+{
+    VirtIOTacc *vt = opaque;
+    VirtIODevice *vdev = VIRTIO_DEVICE(vt);
+
+    if (!vt->ctrl_held) {
+        return;
+    }
+    virtqueue_push(vt->ctrl_vq, vt->ctrl_held, vt->ctrl_held_len);
+    g_free(vt->ctrl_held);
+    vt->ctrl_held = NULL;
+    virtio_notify(vdev, vt->ctrl_vq);
+    vt_handle_ctrl(vdev, vt->ctrl_vq);
 }
 
 static void vt_handle_submit(VirtIODevice *vdev, VirtQueue *vq)
@@ -1343,6 +1404,8 @@ static void vt_reset(VirtIODevice *vdev)
 {
     VirtIOTacc *vt = VIRTIO_TACC(vdev);
 
+    /* before the core resets the queues: a held answer is not used */
+    vt_ctrl_drop_held(vt);
     /* inside a device run (its own DMA reset it): stop now, clean up soon */
     vt->resetting = true;
     vt_reset_bh(vt);
@@ -1406,6 +1469,8 @@ static void vt_get_config(VirtIODevice *vdev, uint8_t *config)
     c.num_rings = cpu_to_le32(TACC_VIRTIO_NUM_RINGS);
     c.max_job_cmds = cpu_to_le32(TACC_VIRTIO_MAX_JOB_CMDS);
     c.devmem_size = cpu_to_le64(size);
+    c.page_entries = cpu_to_le32(vt->fi_page_entries);
+    c.rsvd = 0;
     memcpy(config, &c, sizeof(c));
 }
 
@@ -1481,6 +1546,7 @@ static void vt_realize(DeviceState *dev, Error **errp)
 
     virtio_init(vdev, TACC_VIRTIO_ID, sizeof(struct tacc_virtio_config));
     vt->ctrl_vq = virtio_add_queue(vdev, TACC_VIRTIO_VQ_SIZE, vt_handle_ctrl);
+    vt->ctrl_timer = timer_new_ms(QEMU_CLOCK_VIRTUAL, vt_ctrl_release, vt);
     vt->submit_vq = virtio_add_queue(vdev, TACC_VIRTIO_VQ_SIZE,
                                      vt_handle_submit);
     vt->bos = g_hash_table_new_full(NULL, NULL, NULL, vt_bo_destroy_cb);
@@ -1517,6 +1583,8 @@ static void vt_unrealize(DeviceState *dev)
     if (!vt->detached) {
         vt_detach_pf(vt, false);
     }
+    vt_ctrl_drop_held(vt);
+    timer_free(vt->ctrl_timer);
     error_free(vt->unplug_blocker);
     vt->unplug_blocker = NULL;
     qemu_bh_delete(vt->reset_bh);
@@ -1560,6 +1628,11 @@ static int vt_pre_save(void *opaque)
     if (vt->detached) {
         error_report("virtio-tacc: migration: its tacc PF was removed");
         return -EINVAL;
+    }
+    if (vt->ctrl_held) {
+        error_report("virtio-tacc: migration: a control answer is held "
+                     "(x-fi-ctrl-delay-ms): migrate when it is used");
+        return -EBUSY;
     }
     for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
         if (!QSIMPLEQ_EMPTY(&vt->pending[r]) ||
@@ -1936,9 +2009,94 @@ static void vt_set_fi_ctx_id(Object *obj, Visitor *v, const char *name,
     VIRTIO_TACC(obj)->fi_ctx_id = val;
 }
 
+/* x-fi-ctrl-delay-ms=N: the next control answer is used N ms late */
+static void vt_get_fi_ctrl_delay(Object *obj, Visitor *v, const char *name,
+                                 void *opaque, Error **errp)
+{
+    visit_type_uint32(v, name, &VIRTIO_TACC(obj)->fi_ctrl_delay_ms, errp);
+}
+
+static void vt_set_fi_ctrl_delay(Object *obj, Visitor *v, const char *name,
+                                 void *opaque, Error **errp)
+{
+    uint32_t val;
+
+    if (!visit_type_uint32(v, name, &val, errp)) {
+        return;
+    }
+    if (val > 600000) {
+        error_setg(errp, "x-fi-ctrl-delay-ms: 0..600000");
+        return;
+    }
+    VIRTIO_TACC(obj)->fi_ctrl_delay_ms = val;
+}
+
+/* x-fi-ctrl-short=N: the next control answer has N bytes (-1: off) */
+static void vt_get_fi_ctrl_short(Object *obj, Visitor *v, const char *name,
+                                 void *opaque, Error **errp)
+{
+    visit_type_int64(v, name, &VIRTIO_TACC(obj)->fi_ctrl_short, errp);
+}
+
+static void vt_set_fi_ctrl_short(Object *obj, Visitor *v, const char *name,
+                                 void *opaque, Error **errp)
+{
+    int64_t val;
+
+    if (!visit_type_int64(v, name, &val, errp)) {
+        return;
+    }
+    if (val < -1 || val >= (int64_t)sizeof(struct tacc_virtio_resp)) {
+        error_setg(errp, "x-fi-ctrl-short: -1 or 0..%zu",
+                   sizeof(struct tacc_virtio_resp) - 1);
+        return;
+    }
+    VIRTIO_TACC(obj)->fi_ctrl_short = val;
+}
+
+/*
+ * x-fi-page-entries=N: the pool of page-list entries (config page_entries);
+ * BOs that hold more keep them, new ones are refused until below.
+ */
+static void vt_get_fi_page_entries(Object *obj, Visitor *v, const char *name,
+                                   void *opaque, Error **errp)
+{
+    visit_type_uint32(v, name, &VIRTIO_TACC(obj)->fi_page_entries, errp);
+}
+
+static void vt_set_fi_page_entries(Object *obj, Visitor *v, const char *name,
+                                   void *opaque, Error **errp)
+{
+    VirtIOTacc *vt = VIRTIO_TACC(obj);
+    uint32_t val;
+
+    if (!visit_type_uint32(v, name, &val, errp)) {
+        return;
+    }
+    if (!val || val > TACC_VIRTIO_MAX_FN_ENTS) {
+        error_setg(errp, "x-fi-page-entries: 1..%u", TACC_VIRTIO_MAX_FN_ENTS);
+        return;
+    }
+    vt->fi_page_entries = val;
+    if (DEVICE(obj)->realized) {
+        virtio_notify_config(VIRTIO_DEVICE(obj));
+    }
+}
+
+/* x-page-entries-used (read only): page-list entries all BOs hold */
+static void vt_get_page_entries_used(Object *obj, Visitor *v, const char *name,
+                                     void *opaque, Error **errp)
+{
+    visit_type_uint32(v, name, &VIRTIO_TACC(obj)->ents_total, errp);
+}
+
 static void vt_instance_init(Object *obj)
 {
-    VIRTIO_TACC(obj)->fi_ctx_id = -1;
+    VirtIOTacc *vt = VIRTIO_TACC(obj);
+
+    vt->fi_ctx_id = -1;
+    vt->fi_ctrl_short = -1;
+    vt->fi_page_entries = TACC_VIRTIO_MAX_FN_ENTS;
 }
 
 static void vt_class_init(ObjectClass *klass, void *data)
@@ -1949,6 +2107,17 @@ static void vt_class_init(ObjectClass *klass, void *data)
     device_class_set_props(dc, vt_properties);
     object_class_property_add(klass, "x-fi-ctx-id", "int64", vt_get_fi_ctx_id,
                               vt_set_fi_ctx_id, NULL, NULL);
+    object_class_property_add(klass, "x-fi-ctrl-delay-ms", "uint32",
+                              vt_get_fi_ctrl_delay, vt_set_fi_ctrl_delay,
+                              NULL, NULL);
+    object_class_property_add(klass, "x-fi-ctrl-short", "int64",
+                              vt_get_fi_ctrl_short, vt_set_fi_ctrl_short,
+                              NULL, NULL);
+    object_class_property_add(klass, "x-fi-page-entries", "uint32",
+                              vt_get_fi_page_entries, vt_set_fi_page_entries,
+                              NULL, NULL);
+    object_class_property_add(klass, "x-page-entries-used", "uint32",
+                              vt_get_page_entries_used, NULL, NULL, NULL);
     dc->vmsd = &vt_vmstate;
     vdc->vmsd = &vt_vmstate_backend;
     set_bit(DEVICE_CATEGORY_MISC, dc->categories);

@@ -13,6 +13,7 @@
 
 #include "hw/virtio/virtio.h"
 #include "qemu/queue.h"
+#include "qemu/timer.h"
 #include "tacc.h"
 #include "tacc_virtio.h"
 
@@ -69,6 +70,12 @@ struct VirtIOTacc {
     Error *unplug_blocker;      /* the PF is not device_del'ed while linked */
     bool detached;              /* the PF was removed (guest eject) */
     int64_t fi_ctx_id;          /* x-fi-ctx-id (-1: off) */
+    uint32_t fi_ctrl_delay_ms;  /* x-fi-ctrl-delay-ms (0: off) */
+    int64_t fi_ctrl_short;      /* x-fi-ctrl-short (-1: off) */
+    uint32_t fi_page_entries;   /* x-fi-page-entries: the page-entry pool */
+    VirtQueueElement *ctrl_held;    /* an answer held by x-fi-ctrl-delay-ms */
+    uint32_t ctrl_held_len;     /* its used length */
+    QEMUTimer *ctrl_timer;      /* releases ctrl_held */
 };
 
 #endif

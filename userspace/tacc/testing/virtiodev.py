@@ -27,7 +27,7 @@ JOB = struct.Struct("<IHHQQQ")
 SUBMIT_RESP = struct.Struct("<IIII")
 JOB_STATUS = struct.Struct("<QHHI")
 FENCE = struct.Struct("<QII")
-CONFIG = struct.Struct("<IIIIIIQ")
+CONFIG = struct.Struct("<IIIIIIQII")
 assert HDR.size == 16 and JOB.size == 32 and SUBMIT.size == 24 and FENCE.size == 16
 
 # virtio 1.x constants (the virtio spec; not tacc's to define)
@@ -252,7 +252,7 @@ class VirtioTacc:
     def config(self) -> dict[str, int]:
         raw = self.qt.memread(self.devcfg, CONFIG.size)
         keys = ("version", "caps", "func", "num_contexts", "num_rings", "max_job_cmds",
-                "devmem_size")
+                "devmem_size", "page_entries", "rsvd")
         return dict(zip(keys, CONFIG.unpack(raw), strict=True))
 
     def has(self, bit: int) -> bool:
