@@ -551,6 +551,12 @@ static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
 
 	tacc_ring_close(&vd->trace, file, tacc_vtrace_stop);
 	tacc_vctx_wait_idle(ctx);
+	/*
+	 * files_lock from CTX_DESTROY until ctx_ids shows the id free: an open's
+	 * CTX_CREATE in between would get the id back from the backend, find it
+	 * still in use, refuse it (-EIO) and leave that backend context to nobody.
+	 */
+	mutex_lock(&vd->files_lock);
 	if (drm_dev_enter(dev, &idx)) {
 		req = kzalloc(sizeof(*req), GFP_KERNEL);
 		if (req) {
@@ -564,7 +570,6 @@ static void tacc_vpostclose(struct drm_device *dev, struct drm_file *file)
 	}
 	tacc_vctx_seq_fini(ctx);
 	drm_mm_takedown(&ctx->va_mm);
-	mutex_lock(&vd->files_lock);
 	list_del(&ctx->node);
 	clear_bit(ctx->id, vd->ctx_ids);
 	mutex_unlock(&vd->files_lock);
