@@ -98,18 +98,21 @@ int tacc_tlb_invalidate(struct tacc_device *tdev, u32 ctx)
  * under ctx_lock: set by tacc_hw_init() after it programmed every root,
  * cleared by tacc_hw_stop() before power-down or reset), else by the next
  * tacc_hw_init().  No runtime-PM check: "not active" also covers
- * RPM_RESUMING after the resume's loop, which lost the write.
+ * RPM_RESUMING after the resume's loop, which lost the write.  Returns the
+ * invalidation's result: -ETIMEDOUT when the device may still translate
+ * through the old root (tacc_ctx_release()).
  */
-void tacc_hw_program_ctx(struct tacc_device *tdev, u32 id, u64 ptbr)
+int tacc_hw_program_ctx(struct tacc_device *tdev, u32 id, u64 ptbr)
 {
-	int idx;
+	int idx, ret;
 
 	lockdep_assert_held(&tdev->ctx_lock);
 	if (!tdev->ptbr_live || !drm_dev_enter(&tdev->drm, &idx))
-		return;
+		return 0;
 	tacc_wr64(tdev, TACC_REG_CTX_PTBR(id), ptbr);
-	tacc_tlb_inv_hw(tdev, id);
+	ret = tacc_tlb_inv_hw(tdev, id);
 	drm_dev_exit(idx);
+	return ret;
 }
 
 /*
@@ -232,19 +235,27 @@ static void tacc_ctx_release(struct kref *ref)
 {
 	struct tacc_ctx *ctx = container_of(ref, struct tacc_ctx, ref);
 	struct tacc_device *tdev = ctx->tdev;
+	int inv = 0;
 
 	if (!ctx->kernel) {
 		mutex_lock(&tdev->ctx_lock);
 		tdev->ctxs[ctx->id] = NULL;
-		tacc_hw_program_ctx(tdev, ctx->id, 0);
+		inv = tacc_hw_program_ctx(tdev, ctx->id, 0);
+		/* its TLB entries may outlive it: no new context in the slot yet */
+		if (inv)
+			tdev->tlb_stale_ids |= BIT(ctx->id);
 		mutex_unlock(&tdev->ctx_lock);
 	}
 
 	tacc_ctx_seq_fini(ctx);
 	tacc_ctx_fences_fini(ctx);
 	if (!ctx->kernel) {
-		tacc_vm_fini(tdev, &ctx->vm);
 		atomic_dec(&tdev->live.ctxs);
+		if (inv) {	/* the tables go after a function reset */
+			tacc_vm_defer_free(ctx);
+			return;
+		}
+		tacc_vm_fini(tdev, &ctx->vm);
 	}
 	kfree(ctx);
 }
@@ -327,7 +338,7 @@ static int tacc_open(struct drm_device *dev, struct drm_file *file)
 		goto err_vm;
 	}
 	for (i = 0; i < tdev->num_contexts; i++) {
-		if (!tdev->ctxs[i]) {
+		if (!tdev->ctxs[i] && !(tdev->tlb_stale_ids & BIT(i))) {
 			id = i;
 			break;
 		}
@@ -659,6 +670,7 @@ static int tacc_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	mutex_init(&tdev->sriov_lock);
 	mutex_init(&tdev->vfmig_lock);
 	INIT_LIST_HEAD(&tdev->bo_dma_list);
+	tacc_vm_stale_init(tdev);
 	spin_lock_init(&tdev->cnt_lock);
 	mutex_init(&tdev->tlb_lock);
 	tacc_reset_init(tdev);
@@ -757,6 +769,7 @@ static void tacc_release_dma(struct tacc_device *tdev)
 			tacc_vm_release_dma(tdev, &tdev->ctxs[i]->vm);
 	}
 	mutex_unlock(&tdev->ctx_lock);
+	tacc_vm_stale_release(tdev);
 	tacc_bo_release_dma(tdev);
 	tacc_queues_release_dma(tdev);
 	tacc_trace_release_dma(tdev);

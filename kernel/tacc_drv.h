@@ -135,6 +135,7 @@ struct tacc_ctx {
 	struct dma_fence *last_fence[TACC_NUM_QUEUES];
 	bool kernel;			/* the scrub context (tacc_scrub.c): no VM, no file */
 	bool close_stuck;		/* a close-path wait timed out (tacc_ctx_close_wait) */
+	struct list_head stale_node;	/* tacc_device.tlb_stale, after its release */
 	struct tacc_failures failed;	/* final statuses of freed jobs */
 
 	/* statistics (fdinfo) */
@@ -265,6 +266,11 @@ struct tacc_device {
 	atomic64_t tlb_recoveries;	/* function resets they caused */
 	atomic_t pt_leaked;		/* table pages kept: no reset after a timeout */
 	atomic_t bo_leaked;		/* BOs kept so */
+	unsigned long tlb_stale_ids;	/* ctx_lock: slots not reused until a reset */
+	struct mutex tlb_stale_lock;	/* tlb_stale, tlb_stale_dead */
+	struct list_head tlb_stale;	/* released contexts whose tables wait for it */
+	bool tlb_stale_dead;		/* tacc_remove freed them: free at once */
+	struct work_struct tlb_work;	/* resets, then frees tlb_stale */
 
 	struct tacc_ring trace;
 	struct tacc_ring sample;
@@ -377,7 +383,7 @@ void tacc_hw_stop(struct tacc_device *tdev, bool mmio);
 struct tacc_ctx *tacc_ctx_get(struct tacc_ctx *ctx);
 void tacc_ctx_put(struct tacc_ctx *ctx);
 unsigned int tacc_ctx_open_files(struct tacc_device *tdev, pid_t pid);
-void tacc_hw_program_ctx(struct tacc_device *tdev, u32 id, u64 ptbr);
+int tacc_hw_program_ctx(struct tacc_device *tdev, u32 id, u64 ptbr);
 int tacc_tlb_invalidate(struct tacc_device *tdev, u32 ctx);
 int tacc_tlb_recover(struct tacc_device *tdev);
 
@@ -394,6 +400,9 @@ void tacc_bo_release_dma(struct tacc_device *tdev);
 int tacc_vm_init(struct tacc_device *tdev, struct tacc_vm *vm);
 void tacc_vm_fini(struct tacc_device *tdev, struct tacc_vm *vm);
 void tacc_vm_release_dma(struct tacc_device *tdev, struct tacc_vm *vm);
+void tacc_vm_stale_init(struct tacc_device *tdev);
+void tacc_vm_defer_free(struct tacc_ctx *ctx);
+void tacc_vm_stale_release(struct tacc_device *tdev);
 int tacc_vm_bind(struct tacc_ctx *ctx, struct tacc_bo *bo, u64 va, u64 bo_offset,
 		 u64 size, u32 flags, u64 *out_va, u64 *out_pgsz);
 void tacc_vm_unbind_locked(struct tacc_ctx *ctx, struct tacc_bo *bo);

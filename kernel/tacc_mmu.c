@@ -86,9 +86,12 @@ int tacc_vm_init(struct tacc_device *tdev, struct tacc_vm *vm)
 
 /*
  * Free every table's DMA memory; the root keeps its (now empty) child
- * array so that unbinding later finds nothing to clear.
+ * array so that unbinding later finds nothing to clear.  With @keep the
+ * pages stay allocated and mapped for good (the device may translate
+ * through them: counted in debugfs "tlb" and the pt_pages live count), and
+ * only the driver's bookkeeping goes.
  */
-static void tacc_vm_free_tables(struct tacc_device *tdev, struct tacc_vm *vm)
+static void tacc_vm_free_tables(struct tacc_device *tdev, struct tacc_vm *vm, bool keep)
 {
 	struct tacc_pt *l1, *l2;
 	u32 i, j;
@@ -101,26 +104,130 @@ static void tacc_vm_free_tables(struct tacc_device *tdev, struct tacc_vm *vm)
 			continue;
 		for (j = 0; j < TACC_PT_ENTRIES; j++) {
 			l2 = l1->child[j];
-			if (!l2)
-				continue;
-			tacc_pt_free(tdev, l2);
+			if (l2 && !keep)
+				tacc_pt_free(tdev, l2);
 			kfree(l2);
 		}
-		tacc_pt_free(tdev, l1);
+		if (keep)
+			kfree(l1->child);
+		else
+			tacc_pt_free(tdev, l1);
 		kfree(l1);
 		vm->root.child[i] = NULL;
 	}
-	tacc_pt_free_page(tdev, &vm->root);
+	if (keep) {
+		atomic_add(vm->nr_tables, &tdev->pt_leaked);
+		vm->root.cpu = NULL;
+	} else {
+		tacc_pt_free_page(tdev, &vm->root);
+	}
 	vm->nr_tables = 0;
 }
 
 void tacc_vm_fini(struct tacc_device *tdev, struct tacc_vm *vm)
 {
-	tacc_vm_free_tables(tdev, vm);	/* nothing left after tacc_remove */
+	tacc_vm_free_tables(tdev, vm, false);	/* nothing left after tacc_remove */
 	kfree(vm->root.child);
 	vm->root.child = NULL;
 	drm_mm_takedown(&vm->va_mm);
 	mutex_destroy(&vm->lock);
+}
+
+static void tacc_vm_stale_free(struct tacc_device *tdev, struct list_head *list, bool keep)
+{
+	struct tacc_ctx *ctx, *tmp;
+
+	list_for_each_entry_safe(ctx, tmp, list, stale_node) {
+		list_del(&ctx->stale_node);
+		if (keep)
+			tacc_vm_free_tables(tdev, &ctx->vm, true);
+		tacc_vm_fini(tdev, &ctx->vm);
+		kfree(ctx);
+	}
+}
+
+/*
+ * The contexts released while the device may still translate through their
+ * roots (tacc_ctx_release(): the root-clear invalidation timed out).  Each
+ * was put on tlb_stale before this reset began, so the reset (CTRL_RESET
+ * empties the TLB) covers them: then their tables go and their slots serve
+ * again.  If the function is not reset, tables and slots are kept for good.
+ */
+static void tacc_vm_stale_work(struct work_struct *work)
+{
+	struct tacc_device *tdev = container_of(work, struct tacc_device, tlb_work);
+	struct tacc_ctx *ctx;
+	unsigned long ids = 0;
+	LIST_HEAD(list);
+	int idx, ret;
+
+	if (!drm_dev_enter(&tdev->drm, &idx))
+		return;		/* tacc_remove stops the device, then frees them */
+	mutex_lock(&tdev->tlb_stale_lock);
+	list_splice_init(&tdev->tlb_stale, &list);
+	mutex_unlock(&tdev->tlb_stale_lock);
+	if (list_empty(&list)) {
+		drm_dev_exit(idx);
+		return;
+	}
+	list_for_each_entry(ctx, &list, stale_node)
+		ids |= BIT(ctx->id);
+	ret = tacc_tlb_recover(tdev);
+	if (ret)
+		drm_err(&tdev->drm, "contexts 0x%lx: function not reset after a TLB invalidation timeout: tables and slots kept\n",
+			ids);
+	tacc_vm_stale_free(tdev, &list, ret != 0);
+	if (!ret) {
+		mutex_lock(&tdev->ctx_lock);
+		tdev->tlb_stale_ids &= ~ids;
+		mutex_unlock(&tdev->ctx_lock);
+	}
+	drm_dev_exit(idx);
+}
+
+void tacc_vm_stale_init(struct tacc_device *tdev)
+{
+	mutex_init(&tdev->tlb_stale_lock);
+	INIT_LIST_HEAD(&tdev->tlb_stale);
+	INIT_WORK(&tdev->tlb_work, tacc_vm_stale_work);
+}
+
+/*
+ * A released context whose root-clear invalidation timed out: its tables
+ * (and its slot, tlb_stale_ids) wait for the function reset of
+ * tacc_vm_stale_work(), not run here: the last reference may be dropped by
+ * a scheduler's free_job, which that reset's drm_sched_wqueue_stop() waits
+ * for.  Takes @ctx over.
+ */
+void tacc_vm_defer_free(struct tacc_ctx *ctx)
+{
+	struct tacc_device *tdev = ctx->tdev;
+	bool dead;
+
+	mutex_lock(&tdev->tlb_stale_lock);
+	dead = tdev->tlb_stale_dead;
+	if (!dead)
+		list_add_tail(&ctx->stale_node, &tdev->tlb_stale);
+	mutex_unlock(&tdev->tlb_stale_lock);
+	if (dead) {	/* tacc_remove stopped the device and released its DMA */
+		tacc_vm_fini(tdev, &ctx->vm);
+		kfree(ctx);
+		return;
+	}
+	schedule_work(&tdev->tlb_work);
+}
+
+/* tacc_remove, the device stopped (tacc_hw_fini()): nothing translates now. */
+void tacc_vm_stale_release(struct tacc_device *tdev)
+{
+	LIST_HEAD(list);
+
+	cancel_work_sync(&tdev->tlb_work);
+	mutex_lock(&tdev->tlb_stale_lock);
+	tdev->tlb_stale_dead = true;
+	list_splice_init(&tdev->tlb_stale, &list);
+	mutex_unlock(&tdev->tlb_stale_lock);
+	tacc_vm_stale_free(tdev, &list, false);
 }
 
 /*
@@ -131,7 +238,7 @@ void tacc_vm_fini(struct tacc_device *tdev, struct tacc_vm *vm)
 void tacc_vm_release_dma(struct tacc_device *tdev, struct tacc_vm *vm)
 {
 	mutex_lock(&vm->lock);
-	tacc_vm_free_tables(tdev, vm);
+	tacc_vm_free_tables(tdev, vm, false);
 	mutex_unlock(&vm->lock);
 }
 

@@ -598,6 +598,12 @@ static void tacc_vctx_destroy(struct tacc_vdev *vd, struct tacc_vctx *ctx)
 	struct tacc_virtio_hdr *req;
 	int idx, ret = -ENOMEM;
 
+	/*
+	 * files_lock from CTX_DESTROY until ctx_ids shows the id free: an open's
+	 * CTX_CREATE in between would get the id back from the backend, find it
+	 * still in use, refuse it (-EIO) and leave that backend context to nobody.
+	 */
+	mutex_lock(&vd->files_lock);
 	if (drm_dev_enter(&vd->drm, &idx)) {
 		req = kzalloc(sizeof(*req), GFP_KERNEL);
 		if (req) {
@@ -611,7 +617,6 @@ static void tacc_vctx_destroy(struct tacc_vdev *vd, struct tacc_vctx *ctx)
 	}
 	tacc_vctx_seq_fini(ctx);
 	drm_mm_takedown(&ctx->va_mm);
-	mutex_lock(&vd->files_lock);
 	list_del(&ctx->node);
 	clear_bit(ctx->id, vd->ctx_ids);
 	mutex_unlock(&vd->files_lock);

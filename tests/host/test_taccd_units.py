@@ -1406,3 +1406,31 @@ def test_device_rings_drained_at_watermark_or_age(tmp_path: Path) -> None:
     assert summary["warnings"] == ["fid 0: sample ring: gone"]
     c = open_capture(tmp_path / "cap").read("counters")
     assert c["seq"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_peer_may_open_a_node_by_its_mode_bits(tmp_path: Path) -> None:
+    """taccd's node check for a client (docs/taccd.md "Who may ask what"): the owner's,
+    the group's or the others' read-write bits, as open() checks them; root always; no
+    node never.  A client whose pidfd names no live process keeps only its uid."""
+    from tacc.daemon.main import Peer
+
+    node = tmp_path / "accel9"
+    node.write_text("")
+    os.chown(node, 1234, 555)
+    owner, member, other = (Peer(1, 1234, frozenset(), False), Peer(1, 99, frozenset({555}), False),
+                            Peer(1, 99, frozenset({7}), False))
+    for mode, want in ((0o600, (True, False, False)), (0o660, (True, True, False)),
+                       (0o640, (True, False, False)), (0o066, (False, True, True)),
+                       (0o666, (True, True, True))):
+        node.chmod(mode)
+        got = tuple(p.may_open(str(node)) for p in (owner, member, other))
+        assert got == want, (oct(mode), got)
+    assert Peer(1, 0, frozenset(), True).may_open(str(node))
+    assert not member.may_open(None) and not member.may_open(str(tmp_path / "none"))
+    p = subprocess.Popen(["sleep", "30"])
+    fd = os.pidfd_open(p.pid)
+    p.kill()
+    p.wait()
+    gone = Peer.of((p.pid, 65534, fd))
+    os.close(fd)
+    assert not gone.perfmon and gone.gids == frozenset()

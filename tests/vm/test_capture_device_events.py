@@ -238,3 +238,88 @@ def test_hang_devcoredump_in_the_capture_and_on_the_timeline(tmp_path: Path, pf_
     assert int(ev["t_ns"][0]) == dump.time_ns and int(ev["tag"][0]) == 0xD0D0
     res = convert([out], None, summary=True)
     assert res.device_events.get("devcoredump") == 1, res.device_events
+
+
+# ------------------------------------------------------------ who may ask ---
+def _ask_all(state: dict, sock: str, out: str) -> dict:
+    """In an unprivileged process: every request kind taccd serves, with the options that
+    each need CAP_PERFMON (docs/taccd.md "Who may ask what"); the replies."""
+    from tacc.daemon.protocol import request as req
+
+    start = {
+        "trace": {"device_trace": True, "api": False},
+        "api": {"device_trace": False, "api": True, "counters_hz": 0.0},
+        "counters": {"device_trace": False, "api": False, "counters_hz": 20.0},
+        "tlp": {"tlp": True},
+    }
+    got = {"ping": req({"cmd": "ping"}, sock), "status": req({"cmd": "status"}, sock)}
+    for name, opts in start.items():
+        got["start_" + name] = req({"cmd": "start", "output": out, "options": opts}, sock)
+    got["stop"] = req({"cmd": "stop"}, sock)
+    return got
+
+
+def _status(state: dict, sock: str) -> dict:
+    from tacc.daemon.protocol import request as req
+
+    return req({"cmd": "status"}, sock)
+
+
+def test_taccd_serves_each_request_by_the_drivers_rule(pf_pci: Path) -> None:
+    """taccd runs as root and serves anyone who can reach its socket: each request kind
+    follows the driver's rule for the client's credentials (SO_PEERCRED, SO_PEERPIDFD,
+    CapEff).  tacc-user (no capabilities) is refused a capture with device trace rings,
+    runtime API rings or the PF's counters and device events (each named in the one-line
+    error, nothing opened), the TLP stream, and stopping root's capture; its status has
+    neither the PF's always-on telemetry, the device events nor root's capture, while
+    ping and status are served.  tacc-user with CAP_PERFMON sees all of it.  Before:
+    every capture but a TLP one started for tacc-user, and status showed it the PF's
+    counters, queue statistics and every tenant's device events."""
+    import tempfile
+
+    from tacc.testing.unpriv import CAP_PERFMON
+    from test_isolation_rings import UserProc
+
+    top = Path(tempfile.mkdtemp(prefix="taccd-who-", dir="/tmp"))
+    top.chmod(0o755)  # tacc-user reaches the socket (mode 0660 for taccd's group: 0666 here)
+    sock, out = top / "taccd.sock", top / "user-cap"
+    d = _taccd(sock, top)
+    user, perfmon = UserProc(), UserProc(caps=(CAP_PERFMON,))
+    try:
+        sock.chmod(0o666)
+        end = time.monotonic() + 30
+        while not request({"cmd": "status"}, str(sock))["always_on"]:
+            assert time.monotonic() < end, "no always-on sample of the PF"
+            time.sleep(0.2)
+        got = user.call(_ask_all, str(sock), str(out))
+        assert got["ping"] == {"ok": True}
+        st = got["status"]
+        assert st["ok"] and pf_pci.name in st["devices"], st
+        assert st["always_on"] == {} and st["device_events"] == [], st
+        for name, what in (("trace", "device trace rings"), ("api", "runtime API rings"),
+                           ("counters", "the PF's counters"), ("counters", "device events")):
+            rep = got["start_" + name]
+            assert not rep["ok"] and what in rep["error"], (name, rep)
+            assert rep["error"].startswith("this capture needs CAP_PERFMON for: "), rep
+        assert "device trace rings" not in got["start_api"]["error"]
+        assert "the PF's counters" not in got["start_api"]["error"]  # counters_hz 0
+        assert got["start_tlp"]["error"].startswith("the TLP stream needs CAP_PERFMON"), got
+        assert got["stop"] == {"ok": False, "error": "no capture is running"}, got["stop"]
+        assert not out.exists()
+        # root's capture: tacc-user may neither stop nor see it; CAP_PERFMON sees it all
+        rep = request({"cmd": "start", "output": str(top / "root-cap"),
+                       "options": {"device_trace": False, "api": False,
+                                   "clock_hz": 0.0}}, str(sock), timeout=300.0)
+        assert rep["ok"], f"{rep}\n{(top / 'taccd.log').read_text()}"
+        again = user.call(_ask_all, str(sock), str(out))
+        assert not again["stop"]["ok"] and "needs CAP_PERFMON" in again["stop"]["error"], again
+        assert again["status"]["capture"] is None and again["status"]["mode"] == "capture"
+        seen = perfmon.call(_status, str(sock))
+        assert pf_pci.name in seen["always_on"], seen
+        assert seen["capture"]["path"] == str(top / "root-cap"), seen
+        assert request({"cmd": "stop"}, str(sock))["ok"]
+    finally:
+        user.close()
+        perfmon.close()
+        d.send_signal(signal.SIGTERM)
+        d.wait(60)

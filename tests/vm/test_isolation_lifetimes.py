@@ -6,7 +6,7 @@
   device walks the same number of PTEs per round, whatever came before);
 - a TLB invalidation the device does not complete (x-fi-tlb-inv-stall): the wait sleeps,
   the function is reset before the unbound pages can go, the device does not write
-  through its stale entry;
+  through its stale entry; a released context's root table and slot wait for that reset;
 - USERPTR pins are charged to the process's RLIMIT_MEMLOCK (tacc-user);
 - one process takes at most ``max_ctx_per_process`` contexts of a function (tacc-user).
 
@@ -173,6 +173,96 @@ def test_stalled_tlb_invalidation_resets_before_unbinding(pf_accel):
         # the context works after the reset
         assert d.run([fence(lst.handle, 0, 0x33)]) == 0
     assert not dmesg_problems()
+
+
+def _ctx_id(d: Dev) -> int:
+    """The file's hardware context (fdinfo tacc-context)."""
+    for ln in Path(f"/proc/self/fdinfo/{d.fd}").read_text().splitlines():
+        if ln.startswith("tacc-context:"):
+            return int(ln.split()[1])
+    raise AssertionError("fdinfo has no tacc-context")
+
+
+def test_stalled_tlb_invalidation_resets_before_context_release(pf_accel):
+    """A context whose BO the device translated (a job ran through it) is closed while the
+    device completes no TLB invalidation (x-fi-tlb-inv-stall): the unbind of its BO resets
+    the function (as above), and the release's root-clear invalidation times out too. Its
+    root table is then still held (live pt_pages) and its slot not given to a new context
+    while that reset is held (debugfs recover_delay_ms); after the second reset the root
+    goes, and a LIST job of the new context through the closed one's VA faults."""
+    resets = pf_sysfs() / "tacc/function_resets"
+    knob = _debugfs(pf_accel) / "recover_delay_ms"
+    delay_s = 1.5
+    # kept in D0: a function suspended during the held reset is invalidated by its resume
+    control = pf_sysfs() / "power/control"
+    old_control = control.read_text().strip()
+    control.write_text("on")
+    try:
+        _release_under_stall(pf_accel, resets, knob, delay_s)
+    finally:
+        control.write_text(old_control)
+    assert not dmesg_problems()
+
+
+def _release_under_stall(pf_accel, resets: Path, knob: Path, delay_s: float) -> None:
+    from tacc.guest_qmp import PF_QOM, GuestQMP
+
+    base = live_objects()["pt_pages"]
+    a = Dev(pf_accel)
+    try:
+        victim = a.bo(8192)
+        assert a.run([fence(victim.handle, 0, 0x11)]) == 0  # the device caches its page
+        a_id, a_va = _ctx_id(a), victim.va
+        assert live_objects()["pt_pages"] == base + 3  # A's root, L1 and L2
+    except BaseException:
+        a.close()
+        raise
+    r0, t0 = int(resets.read_text()), _tlb_debugfs()
+    assert t0 is not None, "no debugfs tlb"
+    q = GuestQMP()
+    q.qom_set(PF_QOM, TLB_STALL, True)
+    knob.write_text(str(int(delay_s * 1e3)))
+    b = None
+    try:
+        a.close()  # the BO's unbind resets (held delay_s); the release's reset follows
+        held = live_objects()["pt_pages"]
+        b = Dev(pf_accel)
+        b_id = _ctx_id(b)
+        deadline = time.monotonic() + 30
+        while int(resets.read_text()) < r0 + 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        knob.write_text("0")
+        q.qom_set(PF_QOM, TLB_STALL, False)
+        q.close()
+    try:
+        r1, t1 = int(resets.read_text()), _tlb_debugfs()
+        after = live_objects()["pt_pages"]
+        assert held == base + 1, (
+            f"pt_pages {base} -> {held} right after the close: the released context's "
+            "root was freed before the function was reset")
+        assert b_id != a_id, (f"a new context took slot {a_id} while its old TLB "
+                              "entries could still be cached")
+        assert r1 == r0 + 2, f"function resets {r0} -> {r1}: none for the release's timeout"
+        assert t1["resets"] == t0["resets"] + 2 and t1["inv_timeouts"] > t0["inv_timeouts"]
+        assert t1["leaked_tables"] == t0["leaked_tables"], (t0, t1)
+        assert after == base + 1, f"pt_pages {after} after the reset, {base + 1} expected"
+        # the new context reaches nothing through the closed one's VA (its own BO is
+        # bound elsewhere: the VA allocator would have given it that VA again)
+        lst = b.bo(1 << 16, flags=BO_NO_BIND)
+        b.ioctl(VM_BIND, VmBind(handle=lst.handle, flags=BIND_FIXED, va=8 * GIB))
+        assert not a_va <= 8 * GIB < a_va + 8192
+        lmem = b.map(lst.handle, 1 << 16)
+        assert run_list(b, lst.handle, lmem, 4096, [d_fence(a_va, 0x22)]) != 0
+        assert b.run([fence(lst.handle, 0, 0x33)]) == 0  # and works
+    finally:
+        if b is not None:
+            b.close()
+    # the slot serves again once reset
+    with Dev(pf_accel) as c:
+        assert _ctx_id(c) == a_id
+        h = c.bo(8192).handle
+        assert c.run([fence(h, 0, 0x44)]) == 0
 
 
 def _pins() -> tuple[int, int]:

@@ -11,9 +11,11 @@ import os
 import selectors
 import signal
 import socket
+import stat
 import struct
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,31 +37,105 @@ class DaemonError(TaccError):
 
 
 CAP_SYS_ADMIN, CAP_PERFMON = 21, 38
+SO_PEERPIDFD = 77  # Linux 6.5: a pidfd of the client (the pid cannot be reused under us)
 
 
-def peer_cred(conn: socket.socket) -> tuple[int, int] | None:
-    """(pid, uid) of a UNIX socket's client (SO_PEERCRED), None if unknown."""
+def peer_cred(conn: socket.socket) -> tuple[int, int, int | None] | None:
+    """(pid, uid, pidfd or None) of a UNIX socket's client (SO_PEERCRED, SO_PEERPIDFD),
+    None if unknown.  The caller closes the pidfd."""
     try:
         raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     except OSError:
         return None
     pid, uid, _gid = struct.unpack("3i", raw)
-    return pid, uid
+    try:
+        pidfd: int | None = conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError:  # a kernel before 6.5
+        pidfd = None
+    return pid, uid, pidfd
+
+
+def _status(pid: int) -> dict[str, str]:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    return dict(ln.split(":", 1) for ln in text.splitlines() if ":" in ln)
+
+
+def _same_userns(pid: int) -> bool:
+    """Capabilities count only in taccd's user namespace: a container's root holds every
+    capability in its own."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/user").st_ino == os.stat("/proc/self/ns/user").st_ino
+    except OSError:
+        return False
 
 
 def may_perfmon(pid: int, uid: int) -> bool:
-    """Root, or a process holding CAP_PERFMON or CAP_SYS_ADMIN in its effective set (what
-    the driver asks of a TLP capture opener, docs/uapi.md)."""
+    """Root, or a process of taccd's user namespace holding CAP_PERFMON or CAP_SYS_ADMIN
+    in its effective set (the driver's rule for trace rings and PF-wide telemetry,
+    docs/uapi.md "Threat model")."""
     if uid == 0:
         return True
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("CapEff:"):
-                eff = int(line.split()[1], 16)
-                return bool(eff & (1 << CAP_PERFMON | 1 << CAP_SYS_ADMIN))
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
+        eff = int(_status(pid).get("CapEff", "").split()[0], 16)
+    except (ValueError, IndexError):
+        return False
+    return bool(eff & (1 << CAP_PERFMON | 1 << CAP_SYS_ADMIN)) and _same_userns(pid)
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A client as taccd judges its requests (docs/taccd.md "Who may ask what")."""
+
+    pid: int
+    uid: int
+    gids: frozenset[int]
+    perfmon: bool
+
+    @classmethod
+    def of(cls, cred: tuple[int, ...]) -> Peer:
+        """From (pid, uid[, pidfd]): the groups and capabilities read from /proc/<pid>,
+        trusted only if the pidfd still names a live process afterwards (else: nothing
+        beyond the uid)."""
+        pid, uid = cred[0], cred[1]
+        pidfd = cred[2] if len(cred) > 2 else None
+        st = _status(pid)
+        gids = {int(g) for g in st.get("Groups", "").split()}
+        try:
+            gids.add(int(st.get("Gid", "").split()[1]))  # effective
+        except (ValueError, IndexError):
+            pass
+        perfmon = may_perfmon(pid, uid)
+        if pidfd is not None:
+            try:
+                signal.pidfd_send_signal(pidfd, 0)
+            except OSError:  # gone: the pid may name another process now
+                gids, perfmon = set(), uid == 0
+        return cls(pid, uid, frozenset(gids), perfmon)
+
+    def may_open(self, node: str | None) -> bool:
+        """Whether the client may open the accel node read-write (its mode bits, as
+        open() checks them; ACLs are not read)."""
+        if self.uid == 0:
+            return True
+        if not node:
+            return False
+        try:
+            st = os.stat(node)
+        except OSError:
+            return False
+        if st.st_uid == self.uid:
+            need = stat.S_IRUSR | stat.S_IWUSR
+        elif st.st_gid in self.gids:
+            need = stat.S_IRGRP | stat.S_IWGRP
+        else:
+            need = stat.S_IROTH | stat.S_IWOTH
+        return st.st_mode & need == need
+
+
+ROOT = Peer(0, 0, frozenset(), True)  # in-process requests
 
 
 class Daemon:
@@ -79,6 +155,7 @@ class Daemon:
         self.program: Any | None = None
         self.program_error = ""
         self.session: CaptureSession | None = None
+        self.session_uid = 0  # the client that started it (stop, status)
         self.deadline: float | None = None
         self.events: deque[dict[str, Any]] = deque(maxlen=1000)
         self.warnings: deque[str] = deque(maxlen=100)
@@ -166,14 +243,18 @@ class Daemon:
                 if not chunk:
                     break
                 buf += chunk
+            cred = peer_cred(conn)
             try:
-                reply = self.handle(protocol.decode(buf), peer_cred(conn))
+                reply = self.handle(protocol.decode(buf), cred)
             except (protocol.ProtocolError, DaemonError) as exc:
                 reply = {"ok": False, "error": str(exc)}
             except Exception as exc:  # noqa: BLE001 - a bad request must not end taccd
                 log.exception("request failed")
                 first = (str(exc).splitlines() or [""])[0]
                 reply = {"ok": False, "error": f"internal error: {type(exc).__name__}: {first}"}
+            finally:
+                if cred is not None and cred[2] is not None:
+                    os.close(cred[2])
             conn.sendall(protocol.encode(reply))
         except OSError:
             pass
@@ -237,38 +318,95 @@ class Daemon:
                     self.session._open_function(fid, f)
 
     # ------------------------------------------------------------ requests ---
-    def handle(self, req: dict[str, Any], peer: tuple[int, int] | None = None
+    def handle(self, req: dict[str, Any], peer: tuple[int, ...] | None = None
                ) -> dict[str, Any]:
-        """One request; ``peer`` (pid, uid) of the client (SO_PEERCRED), None in-process."""
+        """One request; ``peer`` (pid, uid[, pidfd]) of the client (SO_PEERCRED,
+        SO_PEERPIDFD), None in-process (root).  What each request kind needs:
+        docs/taccd.md "Who may ask what"."""
+        who = ROOT if peer is None else Peer.of(peer)
         cmd = req.get("cmd")
         if cmd == "ping":
             return {"ok": True}
         if cmd == "status":
-            return {"ok": True, **self.status()}
+            return {"ok": True, **self.status(who)}
         if cmd == "start":
             opts = req.get("options") or {}
-            if opts.get("tlp") and peer is not None and not may_perfmon(*peer):
+            if opts.get("tlp") and not who.perfmon:
                 # the TLP stream shows every function's and context's link traffic
                 raise DaemonError("the TLP stream needs CAP_PERFMON (root): it shows every "
                                   "function's and context's link traffic")
-            return {"ok": True, **self.start_capture(req.get("output"), opts)}
+            return {"ok": True, **self.start_capture(req.get("output"), opts, who)}
         if cmd == "stop":
+            if self.session is not None and not who.perfmon and who.uid != self.session_uid:
+                raise DaemonError(f"the running capture is uid {self.session_uid}'s: stopping "
+                                  "another user's capture needs CAP_PERFMON")
             return {"ok": True, **self.stop_capture()}
         raise DaemonError(f"unknown command {cmd!r}")
 
-    def status(self) -> dict[str, Any]:
+    def _visible(self, who: Peer, pci: str) -> bool:
+        """A function's own telemetry (counters, queue statistics): a VF's or virtio-tacc's
+        to the users of its node, the PF's (the sum of every tenant) with CAP_PERFMON."""
+        if who.perfmon:
+            return True
+        fn = next((f for f in self.functions if f.pci == pci), None)
+        return fn is not None and fn.kind != "pf" and who.may_open(fn.accel)
+
+    def status(self, who: Peer = ROOT) -> dict[str, Any]:
+        ao = self.always_on.summary() if self.always_on else None
+        if ao is not None:
+            ao = {pci: v for pci, v in ao.items() if self._visible(who, pci)}
+        mine = self.session is not None and (who.perfmon or who.uid == self.session_uid)
         return {
             "pid": os.getpid(), "uptime_s": time.time() - self.started,
             "mode": "capture" if self.session else ("always-on" if self.always_on else "idle"),
             "devices": [f.pci for f in self.functions],
             "kinds": {f.pci: f.kind for f in self.functions},  # pf, vf, virtio
-            "always_on": self.always_on.summary() if self.always_on else None,
-            "capture": self.session.status() if self.session else None,
+            "always_on": ao,
+            "capture": self.session.status() if mine else None,
             "captures_done": self.captures_done,
-            "device_events": list(self.events)[-20:],
+            # every tenant's faults and hangs (the kernel's group needs CAP_NET_ADMIN)
+            "device_events": list(self.events)[-20:] if who.perfmon else [],
             "warnings": list(self.warnings),
             "bpf": "ready" if self.program is not None else (self.program_error or "not loaded"),
         }
+
+    def capture_refusals(self, who: Peer, opts: Options, fns: list[TaccFunction]) -> list[str]:
+        """What of a capture of ``fns`` with ``opts`` the client may not have: each source
+        that needs CAP_PERFMON (the driver's rule for trace rings and PF-wide telemetry;
+        taccd's own for what it reads of other processes), and each function whose
+        telemetry it asks for without access to its node."""
+        if who.perfmon:
+            return []
+        out = []
+        if opts.device_trace:
+            out.append("device trace rings (every command of every user of a function)")
+        if self.bpf_enabled:
+            out.append("driver events (BPF: every process's tacc ioctls and jobs)")
+        if opts.api:
+            out.append("runtime API rings (other processes' API calls)")
+        if self.netlink is not None:
+            out.append("device events (every tenant's faults and hangs)")
+        if opts.counters_hz > 0:
+            pfs = [f.pci for f in fns if f.kind == "pf"]
+            if pfs:
+                out.append(f"the PF's counters ({', '.join(pfs)}: every tenant's work)")
+        return out
+
+    def _check_start(self, who: Peer, opts: Options, fns: list[TaccFunction],
+                     output: str | None) -> None:
+        need = self.capture_refusals(who, opts, fns)
+        if need:
+            raise DaemonError("this capture needs CAP_PERFMON for: " + "; ".join(need))
+        if not who.perfmon:
+            for f in fns:
+                if opts.counters_hz > 0 and not who.may_open(f.accel):
+                    raise DaemonError(f"{f.pci}: its counters are its node's users' "
+                                      f"({f.accel or 'no node'}), not uid {who.uid}'s")
+        if output is not None and who.uid != 0:
+            root = self.capture_root.resolve()
+            if not Path(output).resolve().is_relative_to(root):
+                raise DaemonError(f"output {output}: taccd writes as root, so a client other "
+                                  f"than root gets a directory under {root} only")
 
     def _get_program(self) -> Any | None:
         if not self.bpf_enabled:
@@ -290,7 +428,8 @@ class Daemon:
                 self.warnings.append(f"driver events not captured: {self.program_error}")
         return self.program
 
-    def start_capture(self, output: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    def start_capture(self, output: str | None, options: dict[str, Any],
+                      who: Peer = ROOT) -> dict[str, Any]:
         if self.session is not None:
             raise DaemonError(f"a capture is already running ({self.session.path})")
         known = set(Options().__dict__)
@@ -309,6 +448,7 @@ class Daemon:
                 fns = [find(self.functions, opts.device)]
             except DeviceError as exc:
                 raise DaemonError(str(exc)) from None
+        self._check_start(who, opts, fns, output)
         if output is None:
             output = str(self.capture_root / time.strftime("capture-%Y%m%d-%H%M%S"))
         prog = self._get_program()
@@ -336,6 +476,7 @@ class Daemon:
             if opts.pids:
                 prog.trace_pids(opts.pids)
         self.deadline = time.monotonic() + float(duration) if duration else None
+        self.session_uid = who.uid
         log.info("capture started: %s", output)
         return {"path": output, "warnings": self.session.warnings}
 
