@@ -518,10 +518,13 @@ def test_fdinfo_sysfs_counters(dev, pf_accel):
     assert (t / "link_width").read_text().strip().isdigit()
     assert "GT/s" in (t / "link_speed").read_text()
     assert int((t / "devmem_bytes").read_text()) == dev.param(P_DEVMEM)
+    paused = set()
     for ln in (t / "clock_sync").read_text().splitlines():
-        # before, DEVCLK, after, HOSTCLK (the fourth column now)
-        before, devclk, after, hostclk = map(int, ln.split())
+        # before, DEVCLK, after, HOSTCLK, VM_PAUSED_NS (hw 1.7)
+        before, devclk, after, hostclk, vm_paused = map(int, ln.split())
         assert before <= after and devclk > 0 and hostclk > 0
+        paused.add(vm_paused)
+    assert len(paused) == 1  # the VM ran through the read: the pause count stood
     cat = (pci / "counters/catalogue").read_text().splitlines()
     names = [ln.split()[0] for ln in cat if not ln.startswith("#") and " function " in ln]
     assert "h2d_bytes" in names and len(names) >= 30
