@@ -117,7 +117,9 @@ int tacc_hw_program_ctx(struct tacc_device *tdev, u32 id, u64 ptbr)
 
 /*
  * hw_up is read under each queue's lock (run_job, CQ processing): once
- * this returns, no such section still acts on the old value.
+ * this returns, no such section still acts on the old value.  Either way
+ * the VF migration epoch moves: the function stops before a reset and is
+ * up after one, the device having ended every VF's stop and log.
  */
 static void tacc_set_hw_up(struct tacc_device *tdev, bool up)
 {
@@ -125,6 +127,7 @@ static void tacc_set_hw_up(struct tacc_device *tdev, bool up)
 	u32 i;
 
 	WRITE_ONCE(tdev->hw_up, up);
+	atomic_inc(&tdev->vfmig_epoch);
 	for (i = 0; i < tdev->num_queues; i++) {
 		spin_lock_irqsave(&tdev->queues[i].lock, flags);
 		spin_unlock_irqrestore(&tdev->queues[i].lock, flags);

@@ -289,6 +289,7 @@ struct tacc_device {
 	struct tacc_vf_policy vf_policy[TACC_MAX_VFS];
 	u32 queue_mask;			/* TACC_REG_QUEUE_MASK: usable queues */
 	struct mutex vfmig_lock;	/* one VF migration operation at a time */
+	atomic_t vfmig_epoch;		/* moves with hw_up: tacc_vfmig_epoch() */
 
 	/* runtime PM */
 	bool hw_up;			/* set under every queue lock */

@@ -10,7 +10,16 @@
  * Locking as mlx5's: state_mutex serializes the state machine, the
  * migration files and logging; a reset_done that finds it held defers its
  * work to the holder's unlock (reset_lock, deferred_reset), because the
- * VFIO core holds its locks across a reset.
+ * VFIO core holds its locks across a reset (memory_lock, taken in a BAR
+ * mmap's fault under mmap_lock).  A file's lock is held across the copy to
+ * or from user memory, which may fault (mmap_lock), so the reset's work
+ * never takes it: it only marks the files disabled, and whoever next holds
+ * state_mutex outside a reset frees their buffers (tacc_vfio_drop_fds()).
+ *
+ * A reset of the PF (function reset, FLR, AER recovery) ends the VF's stop
+ * and log on the device without the VF's driver seeing a reset: tacc.ko's
+ * epoch (tacc_vfmig_epoch()) moves then, and the next holder of
+ * state_mutex, or a read or write of a file made before, sees it.
  */
 #include <linux/anon_inodes.h>
 #include <linux/file.h>
@@ -32,15 +41,18 @@
  * @buf: the state blob, in the PF's DMA space.
  * @limit: the VF's blob size (QUERY): no more may be written.
  * @total: bytes of @buf holding data (STOP_COPY: the blob; RESUMING: written).
+ * @epoch: the PF's tacc_vfmig_epoch() when the file was made.
  * @disabled: the device left the state: reads and writes fail with -ENODEV.
+ *	Set without @lock (a reset); @buf is freed only under @lock.
  */
 struct tacc_vfio_migf {
 	struct file *filp;
-	struct mutex lock;	/* read/write against disable */
+	struct mutex lock;	/* read/write against freeing buf */
 	struct tacc_vfio_dev *tvdev;
 	struct tacc_vfmig_buf buf;
 	u64 limit;
 	u64 total;
+	u32 epoch;
 	bool disabled;
 };
 
@@ -54,6 +66,7 @@ struct tacc_vfio_migf {
  * @deferred_reset: a reset happened while @state_mutex was held.
  * @mig_state: the VFIO migration state.
  * @stopped: the device has the VF stopped (STOP done, RESUME not yet).
+ * @epoch: the PF's tacc_vfmig_epoch() the state above belongs to.
  * @saving: the STOP_COPY file, or NULL.
  * @resuming: the RESUMING file, or NULL.
  * @logging: dirty logging is on.
@@ -71,6 +84,7 @@ struct tacc_vfio_dev {
 	bool deferred_reset;
 	enum vfio_device_mig_state mig_state;
 	bool stopped;
+	u32 epoch;
 	struct tacc_vfio_migf *saving;
 	struct tacc_vfio_migf *resuming;
 	bool logging;
@@ -92,17 +106,23 @@ static struct tacc_vfio_dev *to_tvdev(struct vfio_device *vdev)
 	return container_of(vdev, struct tacc_vfio_dev, core_device.vdev);
 }
 
+/*
+ * Disabled, and its buffer freed once no read or write uses it.  Not in a
+ * reset's context (the file's lock, see the top).  While a file is the
+ * device's (saving, resuming), the device's owner frees its buffer, so
+ * tvdev is alive then.
+ */
 static void tacc_vfio_disable_fd(struct tacc_vfio_migf *migf)
 {
 	mutex_lock(&migf->lock);
-	migf->disabled = true;
+	WRITE_ONCE(migf->disabled, true);
 	migf->total = 0;
-	if (migf->buf.sgt)	/* the device's owner frees it: tvdev is alive then */
+	if (migf->buf.sgt)
 		tacc_vfmig_buf_free(migf->tvdev->pf, &migf->buf);
 	mutex_unlock(&migf->lock);
 }
 
-/* Both files disabled and dropped, state_mutex held. */
+/* Both files disabled and dropped, state_mutex held, not in a reset. */
 static void tacc_vfio_disable_fds(struct tacc_vfio_dev *tvdev)
 {
 	if (tvdev->saving) {
@@ -118,15 +138,59 @@ static void tacc_vfio_disable_fds(struct tacc_vfio_dev *tvdev)
 }
 
 /*
- * After a reset the VFIO state is RUNNING.  An FLR keeps the VF stopped on
- * the device (its owner cannot end a stop), so it is resumed here.
+ * After a reset the VFIO state is RUNNING and the files fail their reads
+ * and writes (-ENODEV); their buffers go at the next tacc_vfio_drop_fds().
+ * An FLR keeps the VF stopped on the device (its owner cannot end a stop),
+ * so it is resumed here.  Runs in reset_done's context: no file lock.
  */
 static void tacc_vfio_reset_state(struct tacc_vfio_dev *tvdev)
 {
-	tacc_vfio_disable_fds(tvdev);
+	if (tvdev->saving)
+		WRITE_ONCE(tvdev->saving->disabled, true);
+	if (tvdev->resuming)
+		WRITE_ONCE(tvdev->resuming->disabled, true);
 	if (tvdev->stopped && !tacc_vfmig_resume(tvdev->pf, tvdev->fn))
 		tvdev->stopped = false;
 	tvdev->mig_state = VFIO_DEVICE_STATE_RUNNING;
+}
+
+/* The files a reset disabled, dropped; state_mutex held, not in a reset. */
+static void tacc_vfio_drop_fds(struct tacc_vfio_dev *tvdev)
+{
+	if (tvdev->mig_state == VFIO_DEVICE_STATE_RUNNING)
+		tacc_vfio_disable_fds(tvdev);
+}
+
+/* Logging off, state_mutex held. */
+static void tacc_vfio_log_off(struct tacc_vfio_dev *tvdev)
+{
+	if (!tvdev->logging)
+		return;
+	tacc_vfmig_log_stop(tvdev->pf, tvdev->fn);
+	tacc_vfmig_buf_free(tvdev->pf, &tvdev->log_bitmap);
+	tvdev->logging = false;
+}
+
+/*
+ * state_mutex, and what a reset of the PF since its last holder ended: the
+ * VF runs and logs nothing on the device (a later LOG_STOP or RESUME would
+ * be refused), so the VFIO state is RUNNING as after the VF's own reset.
+ */
+static void tacc_vfio_state_mutex_lock(struct tacc_vfio_dev *tvdev)
+{
+	u32 epoch;
+
+	mutex_lock(&tvdev->state_mutex);
+	epoch = tacc_vfmig_epoch(tvdev->pf);
+	if (epoch == tvdev->epoch)
+		return;
+	tvdev->epoch = epoch;
+	tvdev->stopped = false;
+	tacc_vfio_reset_state(tvdev);
+	if (tvdev->logging) {
+		tacc_vfmig_buf_free(tvdev->pf, &tvdev->log_bitmap);
+		tvdev->logging = false;
+	}
 }
 
 /* Every state_mutex unlock: runs a reset that came meanwhile (mlx5's pattern). */
@@ -142,6 +206,13 @@ again:
 	}
 	mutex_unlock(&tvdev->state_mutex);
 	spin_unlock(&tvdev->reset_lock);
+}
+
+/* The file cannot be used: disabled, or made before a reset of the PF. */
+static bool tacc_vfio_migf_gone(struct tacc_vfio_migf *migf)
+{
+	lockdep_assert_held(&migf->lock);
+	return READ_ONCE(migf->disabled) || migf->epoch != tacc_vfmig_epoch(migf->tvdev->pf);
 }
 
 static int tacc_vfio_release_file(struct inode *inode, struct file *filp)
@@ -165,7 +236,7 @@ static ssize_t tacc_vfio_save_read(struct file *filp, char __user *buf, size_t l
 	pos = &filp->f_pos;
 
 	mutex_lock(&migf->lock);
-	if (migf->disabled) {
+	if (tacc_vfio_migf_gone(migf)) {
 		done = -ENODEV;
 		goto out_unlock;
 	}
@@ -200,7 +271,7 @@ static ssize_t tacc_vfio_resume_write(struct file *filp, const char __user *buf,
 		return -EINVAL;
 
 	mutex_lock(&migf->lock);
-	if (migf->disabled) {
+	if (tacc_vfio_migf_gone(migf)) {
 		done = -ENODEV;
 		goto out_unlock;
 	}
@@ -248,6 +319,7 @@ static struct tacc_vfio_migf *tacc_vfio_migf_new(struct tacc_vfio_dev *tvdev, bo
 	mutex_init(&migf->lock);
 	migf->tvdev = tvdev;
 	migf->limit = size;
+	migf->epoch = tvdev->epoch;
 	ret = tacc_vfmig_buf_alloc(tvdev->pf, size, &migf->buf);
 	if (ret)
 		goto err_free;
@@ -347,7 +419,8 @@ static struct file *tacc_vfio_set_state(struct vfio_device *vdev,
 	struct file *res = NULL;
 	int ret;
 
-	mutex_lock(&tvdev->state_mutex);
+	tacc_vfio_state_mutex_lock(tvdev);
+	tacc_vfio_drop_fds(tvdev);
 	while (new_state != tvdev->mig_state) {
 		ret = vfio_mig_get_next_state(vdev, tvdev->mig_state, new_state, &next);
 		if (ret) {
@@ -372,7 +445,7 @@ static int tacc_vfio_get_state(struct vfio_device *vdev, enum vfio_device_mig_st
 {
 	struct tacc_vfio_dev *tvdev = to_tvdev(vdev);
 
-	mutex_lock(&tvdev->state_mutex);
+	tacc_vfio_state_mutex_lock(tvdev);
 	*state = tvdev->mig_state;
 	tacc_vfio_state_mutex_unlock(tvdev);
 	return 0;
@@ -426,7 +499,7 @@ static int tacc_vfio_log_start(struct vfio_device *vdev, struct rb_root_cached *
 			return -E2BIG;
 	}
 
-	mutex_lock(&tvdev->state_mutex);
+	tacc_vfio_state_mutex_lock(tvdev);
 	if (tvdev->logging) {
 		ret = -EBUSY;
 		goto out_unlock;
@@ -450,21 +523,11 @@ out_unlock:
 	return ret;
 }
 
-/* Logging off, state_mutex held. */
-static void tacc_vfio_log_off(struct tacc_vfio_dev *tvdev)
-{
-	if (!tvdev->logging)
-		return;
-	tacc_vfmig_log_stop(tvdev->pf, tvdev->fn);
-	tacc_vfmig_buf_free(tvdev->pf, &tvdev->log_bitmap);
-	tvdev->logging = false;
-}
-
 static int tacc_vfio_log_stop(struct vfio_device *vdev)
 {
 	struct tacc_vfio_dev *tvdev = to_tvdev(vdev);
 
-	mutex_lock(&tvdev->state_mutex);
+	tacc_vfio_state_mutex_lock(tvdev);
 	tacc_vfio_log_off(tvdev);
 	tacc_vfio_state_mutex_unlock(tvdev);
 	return 0;
@@ -478,7 +541,7 @@ static int tacc_vfio_log_read_and_clear(struct vfio_device *vdev, unsigned long 
 	const __le64 *words;
 	int ret = 0;
 
-	mutex_lock(&tvdev->state_mutex);
+	tacc_vfio_state_mutex_lock(tvdev);
 	if (!tvdev->logging) {
 		ret = -EINVAL;
 		goto out_unlock;
@@ -549,8 +612,10 @@ static int tacc_vfio_open_device(struct vfio_device *vdev)
 	ret = vfio_pci_core_enable(&tvdev->core_device);
 	if (ret)
 		return ret;
-	if (tvdev->pf)
+	if (tvdev->pf) {
 		tvdev->mig_state = VFIO_DEVICE_STATE_RUNNING;
+		tvdev->epoch = tacc_vfmig_epoch(tvdev->pf);
+	}
 	vfio_pci_core_finish_enable(&tvdev->core_device);
 	return 0;
 }
@@ -561,8 +626,9 @@ static void tacc_vfio_close_device(struct vfio_device *vdev)
 	struct tacc_vfio_dev *tvdev = to_tvdev(vdev);
 
 	if (tvdev->pf) {
-		mutex_lock(&tvdev->state_mutex);
+		tacc_vfio_state_mutex_lock(tvdev);
 		tacc_vfio_reset_state(tvdev);
+		tacc_vfio_disable_fds(tvdev);
 		tacc_vfio_log_off(tvdev);
 		tacc_vfio_state_mutex_unlock(tvdev);
 	}
@@ -618,7 +684,8 @@ static void tacc_vfio_remove(struct pci_dev *pdev)
 /*
  * A reset (FLR through VFIO_DEVICE_RESET, AER): the state is RUNNING again.
  * The VFIO core holds its locks across the reset and takes them with
- * mm_lock, so a held state_mutex defers the work to its holder's unlock.
+ * mmap_lock, so a held state_mutex defers the work to its holder's unlock,
+ * and the work takes no file lock (tacc_vfio_reset_state()).
  */
 static void tacc_vfio_reset_done(struct pci_dev *pdev)
 {

@@ -68,6 +68,17 @@ static int tacc_vfmig_cmd(struct tacc_device *pf, u32 op, u32 fn)
 	return tacc_vfmig_errno(st);
 }
 
+/* An operation without arguments or result: tacc_vfmig_cmd() under vfmig_lock. */
+static int tacc_vfmig_cmd_locked(struct tacc_device *pf, u32 op, u32 fn)
+{
+	int ret;
+
+	mutex_lock(&pf->vfmig_lock);
+	ret = tacc_vfmig_cmd(pf, op, fn);
+	mutex_unlock(&pf->vfmig_lock);
+	return ret;
+}
+
 /**
  * tacc_vfmig_get_pf - the tacc PF of a VF, if it can migrate it.
  * @vf: a VF of a PF that tacc.ko drives.
@@ -179,6 +190,24 @@ int tacc_vfmig_query(struct tacc_device *pf, u32 fn, u64 *size)
 EXPORT_SYMBOL_NS_GPL(tacc_vfmig_query, TACC);
 
 /**
+ * tacc_vfmig_epoch - a count that moves whenever the PF loses VF migration state.
+ * @pf: the PF.
+ *
+ * It changes when the PF's function stops (before a function reset, an FLR,
+ * an AER recovery or a suspend) and again once it is reinitialised: the
+ * device ends every VF's stop and log then (docs/hardware.md section 16),
+ * and a SAVE or LOAD running ends with BAD_STATE.  A caller that saw
+ * another value before knows that what it stopped or logged is gone.
+ *
+ * Return: the current value.
+ */
+u32 tacc_vfmig_epoch(struct tacc_device *pf)
+{
+	return atomic_read(&pf->vfmig_epoch);
+}
+EXPORT_SYMBOL_NS_GPL(tacc_vfmig_epoch, TACC);
+
+/**
  * tacc_vfmig_vf_state - VF_STATE of VF @fn (run state, LOGGING bit).
  * @pf: the PF.
  * @fn: the VF (1-based).
@@ -233,12 +262,7 @@ EXPORT_SYMBOL_NS_GPL(tacc_vfmig_stop, TACC);
  */
 int tacc_vfmig_resume(struct tacc_device *pf, u32 fn)
 {
-	int ret;
-
-	mutex_lock(&pf->vfmig_lock);
-	ret = tacc_vfmig_cmd(pf, TACC_VFMIG_OP_RESUME, fn);
-	mutex_unlock(&pf->vfmig_lock);
-	return ret;
+	return tacc_vfmig_cmd_locked(pf, TACC_VFMIG_OP_RESUME, fn);
 }
 EXPORT_SYMBOL_NS_GPL(tacc_vfmig_resume, TACC);
 
@@ -328,12 +352,7 @@ EXPORT_SYMBOL_NS_GPL(tacc_vfmig_log_start, TACC);
  */
 int tacc_vfmig_log_stop(struct tacc_device *pf, u32 fn)
 {
-	int ret;
-
-	mutex_lock(&pf->vfmig_lock);
-	ret = tacc_vfmig_cmd(pf, TACC_VFMIG_OP_LOG_STOP, fn);
-	mutex_unlock(&pf->vfmig_lock);
-	return ret;
+	return tacc_vfmig_cmd_locked(pf, TACC_VFMIG_OP_LOG_STOP, fn);
 }
 EXPORT_SYMBOL_NS_GPL(tacc_vfmig_log_stop, TACC);
 

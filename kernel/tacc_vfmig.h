@@ -42,5 +42,6 @@ int tacc_vfmig_log_stop(struct tacc_device *pf, u32 fn);
 int tacc_vfmig_log_report(struct tacc_device *pf, u32 fn, u64 iova, u64 len,
 			  struct tacc_vfmig_buf *bitmap, u64 *bytes);
 u32 tacc_vfmig_vf_state(struct tacc_device *pf, u32 fn);
+u32 tacc_vfmig_epoch(struct tacc_device *pf);
 
 #endif

@@ -25,7 +25,17 @@ from tacc.errors import VfioError
 from tacc.vfio import bind as vb
 from tacc.vfio import uapi as V
 from tacc.vfio.workload import VFSTATE_HDR
-from test_driver_basic import Dev, dmesg_problems, nop, pf_sysfs, record_figures, wait_accel_node
+from test_driver_basic import (
+    VM_UNBIND,
+    Dev,
+    VmUnbind,
+    dmesg_problems,
+    fence,
+    nop,
+    pf_sysfs,
+    record_figures,
+    wait_accel_node,
+)
 from test_vfio import _cli, vfs  # noqa: F401 (vfs: the fixture: two VFs, all back on tacc.ko)
 
 N = 256 << 10  # bytes each in-flight job copies out of device memory
@@ -170,6 +180,141 @@ def test_state_of_another_vf_refused(mig_vf):
             assert copies(t1, 64 << 10, seed=6) == 64 << 10
     finally:
         vb.unbind(other)
+
+def _read_err(fd: int) -> int | None:
+    """The errno of one read of a migration file, None if it returned data or EOF."""
+    try:
+        os.read(fd, 4096)
+    except OSError as e:
+        return e.errno
+    return None
+
+
+def test_flr_disables_open_files(mig_vf):
+    """VFIO_DEVICE_RESET (FLR) while the STOP_COPY file is being read (a thread reads it
+    in 4 KiB pieces), then with the RESUMING file half written: the state is RUNNING after
+    each, the file's next read or write fails with ENODEV (not the saved bytes), and VF 1
+    runs a numpy-checked copy.  The reads and writes copy to or from user memory under the
+    file's lock while the reset holds VFIO's memory_lock (taken in a BAR mmap's fault under
+    mmap_lock): the debug kernel's lockdep sees both orders here."""
+    import threading
+
+    from tacc.vfio.driver import TaccVfio
+    from tacc.vfio.migration import Migration
+    from tacc.vfio.workload import copies
+
+    bdf, _ = mig_vf
+    with TaccVfio(bdf) as t:
+        m = Migration(t.dev)
+        m.set_state(V.VFIO_DEVICE_STATE_STOP)
+        fd = m.set_state(V.VFIO_DEVICE_STATE_STOP_COPY)
+        assert fd is not None
+        got: dict[str, object] = {"bytes": 0}
+        first = threading.Event()
+
+        def reader() -> None:
+            try:
+                while b := os.read(fd, 4096):
+                    got["bytes"] = int(got["bytes"]) + len(b)
+                    first.set()
+                got["end"] = "eof"
+            except OSError as e:
+                got["end"] = e.errno
+            first.set()
+
+        try:
+            th = threading.Thread(target=reader)
+            th.start()
+            assert first.wait(60)
+            t.reset()
+            th.join(60)
+            assert not th.is_alive()
+            assert got["end"] in ("eof", errno.ENODEV), got
+            assert m.state() == V.VFIO_DEVICE_STATE_RUNNING
+            assert _read_err(fd) == errno.ENODEV, "STOP_COPY data read after the FLR"
+        finally:
+            os.close(fd)
+        m.set_state(V.VFIO_DEVICE_STATE_STOP)
+        fd = m.set_state(V.VFIO_DEVICE_STATE_RESUMING)
+        assert fd is not None
+        try:
+            assert os.write(fd, bytes(4096)) == 4096
+            t.reset()
+            assert m.state() == V.VFIO_DEVICE_STATE_RUNNING
+            with pytest.raises(OSError) as e:
+                os.write(fd, bytes(4096))
+            assert e.value.errno == errno.ENODEV
+        finally:
+            os.close(fd)
+        assert copies(t, 64 << 10, seed=7) == 64 << 10
+    print(f"STOP_COPY bytes read before the FLR: {got['bytes']}, then {got['end']}")
+
+
+def _pf_function_reset() -> None:
+    """tacc.ko resets the PF's function (CTRL_RESET, no PCI reset: the VFs stay): a TLB
+    invalidation the device does not complete (x-fi-tlb-inv-stall) on a VM_UNBIND of the
+    PF; function_resets + 1."""
+    from tacc.guest_qmp import PF_QOM, GuestQMP
+
+    resets = pf_sysfs() / "tacc/function_resets"
+    r0 = int(resets.read_text())
+    with Dev(wait_accel_node(pf_sysfs())) as d:
+        victim = d.bo(8192)
+        assert d.run([fence(victim.handle, 0, 0x11)]) == 0  # the device caches its page
+        q = GuestQMP()
+        q.qom_set(PF_QOM, "x-fi-tlb-inv-stall", True)
+        try:
+            d.ioctl(VM_UNBIND, VmUnbind(handle=victim.handle))
+        finally:
+            q.qom_set(PF_QOM, "x-fi-tlb-inv-stall", False)
+            q.close()
+        assert d.run([nop()]) == 0
+    assert int(resets.read_text()) == r0 + 1, "no function reset of the PF"
+
+
+def test_pf_reset_ends_stop(mig_vf):
+    """A reset of the PF ends VF 1's stop and log on the device (docs/hardware.md section
+    16) without VF 1's driver seeing a reset of its own: tacc_vfio_pci then reports
+    RUNNING as after an FLR, the open STOP_COPY file's next read fails with ENODEV (not
+    the state saved before the reset), logging is off (a report fails, LOG_STOP passes),
+    and a new migration of VF 1 works: STOP, STOP_COPY's state with VF 1's number,
+    RUNNING, a numpy-checked copy."""
+    from tacc.vfio.driver import TaccVfio
+    from tacc.vfio.migration import Migration
+    from tacc.vfio.workload import copies
+
+    bdf, _ = mig_vf
+    with TaccVfio(bdf) as t:
+        m = Migration(t.dev)
+        iova, size = t.bufs[0].iova, t.next_iova - t.bufs[0].iova  # the rings' IOVAs
+        page = m.log_start([(iova, size)], 4096)
+        m.set_state(V.VFIO_DEVICE_STATE_STOP)
+        fd = m.set_state(V.VFIO_DEVICE_STATE_STOP_COPY)
+        assert fd is not None
+        try:
+            assert len(os.read(fd, 4096)) == 4096
+            _pf_function_reset()
+            st = m.state()
+            assert st == V.VFIO_DEVICE_STATE_RUNNING, \
+                f"state {st} after the PF's reset (the device runs VF 1 again)"
+            assert _read_err(fd) == errno.ENODEV, "the state saved before the PF's reset read"
+        finally:
+            os.close(fd)
+        with pytest.raises(VfioError) as e:
+            m.log_report(iova, size, page)
+        # the driver's "not logging" (the device's refusal of LOG_REPORT would be EBUSY);
+        # without iommufd's iova_bitmap the VFIO core answers EOPNOTSUPP before it
+        assert e.value.errno == (errno.EINVAL if _iommufd_driver() else errno.EOPNOTSUPP), \
+            e.value
+        m.log_stop()
+        m.set_state(V.VFIO_DEVICE_STATE_STOP)
+        blob = m.save()
+        assert VFSTATE_HDR.unpack_from(blob)[3] == 1
+        m.set_state(V.VFIO_DEVICE_STATE_RUNNING)
+        t.init_hw()
+        assert copies(t, 64 << 10, seed=8) == 64 << 10
+    assert not dmesg_problems()
+
 
 FUZZ_WINDOW = 2 << 20  # VF 1's window while fuzzing: each state ~2.2 MB, not 33.75
 
