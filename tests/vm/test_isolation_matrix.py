@@ -671,9 +671,14 @@ class VgemFence:
     space on this kernel: no sw_sync), as a sync_file; vgem signals it itself after 10 s."""
 
     def __init__(self) -> None:
-        subprocess.run(["modprobe", "vgem"], check=True)
-        cards = [c for c in Path("/sys/class/drm").glob("card*")
-                 if (c / "device").resolve().name == "vgem"]
+        def vgem_cards() -> list[Path]:
+            return [c for c in Path("/sys/class/drm").glob("card*")
+                    if (c / "device").resolve().name == "vgem"]
+
+        cards = vgem_cards()  # built in (the debug kernel: no modules to probe)
+        if not cards:
+            subprocess.run(["modprobe", "vgem"], check=True)
+            cards = vgem_cards()
         assert cards, "no vgem card"
         self.fd = os.open(f"/dev/dri/{cards[0].name}", os.O_RDWR | os.O_CLOEXEC)
         bo = DumbCreate(width=1024, height=1, bpp=32)
