@@ -506,22 +506,13 @@ def test_short_writes_of_a_stream_header_are_completed(tmp_path: Path,
 def test_an_older_layout_read_by_column(tmp_path: Path) -> None:
     """A stream written in an earlier minor's record layout (fewer fields) reads as the
     current layout, the fields it lacks zero; asked for some columns, exactly those."""
-    from tacc.capture import framing
-    from tacc.capture.schema import dtype_to_json
+    from tacc.testing.captures import write_older_stream
 
     old = np.dtype([("t_ns", "<i8"), ("pid", "<u4"), ("tid", "<u4")])
     assert all(DRIVER_DTYPE.fields[n][0] == old.fields[n][0] for n in old.names)
     rec = np.zeros(3, old)
     rec["t_ns"], rec["pid"], rec["tid"] = [10, 20, 30], [1, 2, 3], [4, 5, 6]
-    p = tmp_path / "c"
-    with CaptureWriter(p, {"node": "h"}):
-        pass
-    (p / "streams" / "driver.tcs").write_bytes(
-        framing.encode_file_header({"stream": "driver", "schema": 1,
-                                    "dtype": dtype_to_json(old)})
-        + framing.encode_chunk(0, 3, rec.tobytes()))
-    (p / "complete").unlink()  # the marker counted no driver records
-    cap = open_capture(p)
+    cap = open_capture(write_older_stream(tmp_path / "c", "driver", rec))
     whole = cap.read("driver")
     assert whole.dtype == DRIVER_DTYPE and whole["pid"].tolist() == [1, 2, 3]
     assert whole["kind"].tolist() == [0, 0, 0]

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tacc.capture import CaptureWriter, framing, open_capture
-from tacc.capture.schema import CLOCK_DTYPE, dtype_to_json
+from tacc.capture import CaptureWriter, open_capture
+from tacc.capture.schema import CLOCK_DTYPE
 from tacc.counters import functions
 from tacc.counters.fakesys import make_function
 from tacc.counters.sampler import clock_pairs
 from tacc.devices import parse_clock_sync
+from tacc.testing.captures import write_older_stream
 from tacc.timeline.convert import convert
 
 HOST0 = 1_796_396_800_000_000_000  # the host's realtime clock, ns
@@ -105,15 +106,8 @@ def test_an_older_minors_clock_sync_reads_no_pause(tmp_path: Path) -> None:
     new = _pairs({2: 50_000_000}, n=4)
     for n in old.names:
         rec[n] = new[n]
-    p = tmp_path / "c"
-    with CaptureWriter(p, {"node": "h", "devices": [{"pci": PCI}]}):
-        pass
-    (p / "streams" / "clock_sync.tcs").write_bytes(
-        framing.encode_file_header({"stream": "clock_sync", "schema": 1,
-                                    "dtype": dtype_to_json(old)})
-        + framing.encode_chunk(0, 4, rec.tobytes()))
-    (p / "complete").unlink()  # the marker counted no clock records
-    cap = open_capture(p)
+    cap = open_capture(write_older_stream(tmp_path / "c", "clock_sync", rec,
+                                          {"node": "h", "devices": [{"pci": PCI}]}))
     assert cap.read("clock_sync")["vm_paused_ns"].tolist() == [0, 0, 0, 0]
     assert len(cap.vm_pauses()) == 0
 
