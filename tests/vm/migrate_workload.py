@@ -17,7 +17,8 @@ and across the move, and ends on the destination.  Then, on the destination:
   before each of the host's pauses (its QMP STOP ... RESUME events, out/migration.json)
   and the pair after it, HOSTCLK advanced by the host's pause more than DEVCLK did;
 * the device counted each pause (VM_PAUSED_NS, hw 1.7): between those two pairs its step
-  equals the host's pause within DEVICE_PAUSE_SLACK_NS, and it does not step elsewhere;
+  holds the host's pause, exceeding it by at most DEVICE_PAUSE_EXCESS_NS (QEMU sends
+  STOP after its VM state handlers and RESUME before them), and is 0 elsewhere;
 * the timeline (``tacc timeline``'s Chrome JSON) draws each pause on the ``VM paused`` track
   with the device's figure.
 
@@ -47,10 +48,14 @@ WORK_COUNTERS = ("jobs_completed", "cmds_completed", "flops", "h2d_bytes", "d2h_
 # host's STOP..RESUME interval: the reads bracketing the pairs (taccd's sysfs reads) and
 # the QMP events' own distance from the clock's stop and start
 PAUSE_SLACK_NS = 150_000_000
-# the device's own count against the host's STOP ... RESUME: the QMP events are sent next
-# to the VM state handlers that start and end the device's count (same thread, same clock;
-# measured 0.10 ms over a 22 s and a 141 ms pause on a loaded 2-core host)
-DEVICE_PAUSE_SLACK_NS = 2_000_000
+# the device's own count against the host's STOP ... RESUME: QEMU sends STOP after the VM
+# state handlers (the device's count starts in one) and RESUME before them (its count ends
+# in one), so the count holds the host's interval and exceeds it by the main thread's time
+# between the handler and the event: measured 0.08-0.10 ms with the machine otherwise idle,
+# 2.7 ms with two more VMs on the 2 cores (the make test lanes).  Below the host's
+# interval only by the events' microsecond timestamps
+DEVICE_PAUSE_EXCESS_NS = 25_000_000
+DEVICE_PAUSE_UNDER_NS = 2_000
 
 # runs until the VM has moved: the run in flight at the move ends on the destination
 LOOP = f"""
@@ -172,13 +177,18 @@ def main() -> int:
           f"equals the host's pauses within {dev_ms.max():.1f} ms")
     # the device's count of them (VM_PAUSED_NS), interval by interval
     step = np.diff(c["vm_paused_ns"].astype(np.int64))
-    cnt_ms = np.abs(step - expected) / 1e6
+    over = step - expected
+    cnt_ms = np.abs(over) / 1e6
     for p in seen:
         p["device_ms"] = float(step[p["interval"]] / 1e6)
-    check(bool(np.all(cnt_ms <= DEVICE_PAUSE_SLACK_NS / 1e6)),
+    paused = expected > 0
+    check(bool(np.all(step[~paused] == 0)
+               and np.all((over[paused] >= -DEVICE_PAUSE_UNDER_NS)
+                          & (over[paused] <= DEVICE_PAUSE_EXCESS_NS))),
           f"the device counted the pauses: over all {len(step)} clock-pair intervals its "
-          f"VM_PAUSED_NS steps equal the host's pauses within {cnt_ms.max():.2f} ms "
-          f"(+-{DEVICE_PAUSE_SLACK_NS / 1e6:.0f}); steps "
+          f"VM_PAUSED_NS steps are 0 where the host did not pause and hold the host's pauses "
+          f"elsewhere, exceeding them by {[round(float(o) / 1e6, 3) for o in over[paused]]} ms "
+          f"(-{DEVICE_PAUSE_UNDER_NS / 1e6:.3f} .. +{DEVICE_PAUSE_EXCESS_NS / 1e6:.0f}); steps "
           f"{[round(float(s) / 1e6, 2) for s in step[step != 0]]} ms")
     # the timeline draws them
     from tacc.timeline.convert import convert
