@@ -204,6 +204,11 @@ if [ "$vfs" -gt 0 ] 2>/dev/null; then
 fi
 
 export HOME=/root TERM=${TERM:-linux} TACC_ROOT=$root TACC_IN_VM=1
+# numpy's OpenBLAS on one thread: under TCG the vCPUs take turns on one host thread
+# (-icount), so OpenBLAS's workers spinning for their next task take the emulated CPU
+# from the thread that waits for them (SMP=2: `tacc run mlp` 2.3-3.3 s of guest time
+# with them, 1.75 s without; docs/measurements.md)
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 export PATH=$root/.venv/bin:$PATH
 [ -n "$out" ] && export TACC_VM_OUT=$out
 cd "$root"

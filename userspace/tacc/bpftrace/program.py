@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import numpy as np
 
 from tacc.libc import libc
 
-from . import bpfsrc
+from . import bpfsrc, objcache
 from .bpfsrc import (
     CFG_DEV,
     CFG_FLAGS,
@@ -141,22 +142,55 @@ def compile_bpf(bpf_cls: Any, src: str, cflags: list[str]) -> tuple[Any, str]:
     return bpf, log
 
 
-class Program:
-    def __init__(self, tracefs: Path, rb_pages: int = 1024, host: bool = True) -> None:
-        from bcc import BPF  # imported late: only /usr/bin/python3 (or the venv) has it
+# -w: the distribution headers make clang warn (nocf_check, __seg_gs), not our code.
+# -g0: no debug info, so no BTF of the program (bcc's default -g): no tool reads its line
+# info, and LLVM's debug-info work was a seventh of each compile (10.4 -> 9.0 s of guest
+# time in the test VM, bcc 0.26 with LLVM 14)
+CFLAGS = ["-w", "-g0"]
 
+
+class Program:
+    """``cache``: "use" loads the program a previous compile of the same text kept
+    (objcache: no clang, no LLVM) and compiles and keeps it otherwise; "refresh" always
+    compiles (and keeps the result); "off" compiles and keeps nothing.  ``cached`` says
+    which happened, ``cache_note`` why an entry was not used."""
+
+    def __init__(self, tracefs: Path, rb_pages: int = 1024, host: bool = True,
+                 cache: str = "use") -> None:
         self.src, self.formats = bpfsrc.build_source(tracefs, rb_pages=rb_pages, host=host)
-        # -w: the distribution headers make clang warn (nocf_check, __seg_gs), not our code.
-        # -g0: no debug info, so no BTF of the program (bcc's default -g): no tool reads its
-        # line info, and LLVM's debug-info work was a seventh of each compile (10.4 -> 9.0
-        # s of guest time in the test VM, bcc 0.26 with LLVM 14)
-        self.bpf, self.compile_log = compile_bpf(BPF, self.src, ["-w", "-g0"])
+        # the ring's size is the events map's alone (no instruction depends on it): one
+        # cache entry serves every size, the map made at the size asked
+        key_src, n = re.subn(r"^#define RB_PAGES \d+$", "#define RB_PAGES <ring>", self.src,
+                             count=1, flags=re.M)
+        assert n == 1, "the program text lost its RB_PAGES line"
+        sizes = {"events": rb_pages * 4096}
+        if os.environ.get("TACC_BPF_CACHE") == "off":
+            cache = "off"
+        self.cached = False
+        self.cache_note = ""
+        self.compile_log = ""
+        self.bpf: Any = None
+        if cache == "use":
+            try:
+                self.bpf = objcache.load(key_src, CFLAGS, tracefs, max_entries=sizes)
+                self.cached = self.bpf is not None
+            except (objcache.CacheError, OSError) as e:
+                self.cache_note = f"cached program not used: {e}"
+        if self.bpf is None:
+            from bcc import BPF  # imported late: only /usr/bin/python3 (or the venv) has it
+
+            self.bpf, self.compile_log = compile_bpf(BPF, self.src, CFLAGS)
+            if cache != "off":
+                try:
+                    objcache.save(self.bpf, key_src, CFLAGS)
+                except Exception as e:  # noqa: BLE001 - keeping it is a best effort
+                    self.cache_note = f"compiled program not kept: {e}"
         self.rb_size = rb_pages * 4096
         self.reader = RingReader.from_map_fd(self.bpf["events"].map_fd, self.rb_size, EV_DTYPE)
         self.attached: list[tuple[str, str]] = []
         self.kprobes: list[tuple[str, str]] = []
         self.mode = ""
-        self.warnings: list[str] = []
+        self.warnings: list[str] = [self.cache_note] if self.cache_note else []
         self._stats_base = [0] * bpfsrc.NSTATS
         self._missed_base = (0, 0)
 
@@ -165,7 +199,7 @@ class Program:
         """Attach what ``mode`` needs; on failure nothing stays attached (AttachError)."""
         try:
             self._attach(mode, host, autotrace)
-        except Exception as exc:  # noqa: BLE001 - bcc raises plain Exception
+        except Exception as exc:  # noqa: BLE001 - bcc raises plain Exception (and OSError)
             self.detach()
             lines = [ln for ln in str(exc).splitlines() if ln.strip()]
             raise AttachError(f"cannot attach {mode} probes: "

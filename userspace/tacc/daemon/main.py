@@ -420,6 +420,8 @@ class Daemon:
                 try:
                     root = preflight.all_checks(bcc=True)
                     self.program = Program(root, rb_pages=4096, host=True)
+                    if self.program.cache_note:
+                        self.warnings.append(self.program.cache_note)
                 except ToolError as exc:
                     self.program_error = str(exc)
             except Exception as exc:  # noqa: BLE001 - bcc compile/load errors
