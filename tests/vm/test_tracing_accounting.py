@@ -116,6 +116,42 @@ def test_snoop_program_counts_every_job(program: object, pf_accel: Path, pf_pci:
     truth.check(NJOBS, 2)
 
 
+def test_program_from_the_compile_cache_counts_every_job(program: object, pf_accel: Path,
+                                                          pf_pci: Path) -> None:
+    """The session's compile (conftest ``program``) kept the program: another Program of
+    the same text, at another ring size, loads from the cache (no clang) and accounts for
+    every job of a workload as the compiled one does, against the device's own totals;
+    its tables (config, per-CPU stats, the top hash) work as bcc's."""
+    from tacc.bpftrace import preflight
+    from tacc.bpftrace.program import Filters, Program
+
+    prog = Program(preflight.all_checks(bcc=True), rb_pages=256, host=True)
+    try:
+        assert prog.cached and prog.compile_log == "" and not prog.warnings, prog.cache_note
+        assert prog.rb_size == 256 * 4096
+        prog.reset()
+        prog.configure(Filters(pid=os.getpid()))
+        prog.attach("snoop")
+        truth = Truth(pf_pci)
+        _workload(pf_accel)
+        time.sleep(0.2)
+        ev = prog.drain()
+        prog.attach("top")
+        _workload(pf_accel, 10)
+        time.sleep(0.1)
+        top = prog.top()
+        st = prog.stats()
+    finally:
+        prog.close()
+    sub = ev[ev["kind"] == DriverKind.SUBMIT]
+    done = ev[ev["kind"] == DriverKind.JOB_DONE]
+    assert (st.dropped, st.missed) == (0, 0)
+    assert len(sub) == NJOBS and len(done) == NJOBS and set(sub["pid"].tolist()) == {os.getpid()}
+    assert st.emitted == len(ev)
+    assert top[os.getpid()]["jobs"] == 10 and top[os.getpid()]["cmds"] == 20
+    truth.check(NJOBS + 10, 2)
+
+
 def test_latency_and_top_aggregate_in_kernel(program: object, pf_accel: Path) -> None:
     from tacc.bpftrace.program import Filters
 
