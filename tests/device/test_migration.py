@@ -6,8 +6,8 @@ carry on where the source stopped: the same register values, device memory, coun
 and device time, commands that were on the engines complete with the results and the
 times the source gives them when it resumes, and new work runs.  A damaged stream
 (truncated, an index out of range, an unknown version) fails the load with a message;
-the source keeps running.  virtio-tacc moves while no job is in flight (else the save
-is refused).
+the source keeps running.  virtio-tacc moves with its held submit buffers and their jobs,
+which complete once on the destination; damaged records of them are refused.
 """
 
 from __future__ import annotations
