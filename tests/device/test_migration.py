@@ -776,7 +776,8 @@ def jobs_records(stream: bytes) -> dict[str, int]:
 
 
 def test_virtio_bad_jobs_fail_the_load(qemus: list[Tacc], tmp_path: Path) -> None:
-    """Held buffers' records cut short, damaged or forged: the destination refuses each
+    """Held buffers' records cut short, damaged or forged (and one forged with the guest's
+    descriptor too, to memory the machine does not have): the destination refuses each
     with the backend's message and exits with status 1 (QEMU's own loader of a virtqueue
     element asserts on a count out of range and exits on a part it cannot map); the
     source, resumed, completes the jobs itself."""
@@ -791,7 +792,12 @@ def test_virtio_bad_jobs_fail_the_load(qemus: list[Tacc], tmp_path: Path) -> Non
         struct.pack_into(fmt, b, at, *vals)
         return bytes(b)
 
-    addr0 = struct.unpack_from(">Q", stream, off["part0"])[0]
+    addr0, len0 = struct.unpack_from(">QQ", stream, off["part0"])
+    # the buffer's first part and its descriptor in guest RAM (the stream's RAM pages,
+    # little-endian) both moved to an address where the machine has no memory
+    desc0, nowhere = struct.pack("<QI", addr0, len0), 0x4000_0000_0000
+    assert stream.count(desc0) >= 1
+    unmapped = put(">Q", off["part0"], nowhere).replace(desc0, struct.pack("<QI", nowhere, len0))
     devjob = off["inflight0"] + 30  # batch, idx, ctx, ncmds, seqno, tag, then devjob
     cases = [
         ("cut", stream[:off["part1"] + 8], "error while loading state"),
@@ -808,6 +814,7 @@ def test_virtio_bad_jobs_fail_the_load(qemus: list[Tacc], tmp_path: Path) -> Non
         ("device job", put(">I", devjob, struct.unpack_from(">I", stream, devjob)[0] + 7),
          "ring 0: commands of another job"),
         ("no buffers", put(">I", off["nbatches"], 0), "0 held submit buffers"),
+        ("no memory", unmapped, f"submit buffer 0 at head {head0}: not in guest memory"),
     ]
     for name, bad, why in cases:
         (tmp_path / "bad").write_bytes(bad)
