@@ -27,6 +27,7 @@
 #include <linux/iova_bitmap.h>
 #include <linux/module.h>
 #include <linux/pci.h>
+#include <linux/seq_file.h>
 #include <linux/vfio.h>
 #include <linux/vfio_pci_core.h>
 
@@ -291,16 +292,29 @@ out_unlock:
 	return done;
 }
 
+/* fdinfo: the PF buffer the file holds (0 once freed), and whether it is disabled. */
+static void tacc_vfio_show_fdinfo(struct seq_file *m, struct file *filp)
+{
+	struct tacc_vfio_migf *migf = filp->private_data;
+
+	mutex_lock(&migf->lock);
+	seq_printf(m, "tacc-mig-buffer-bytes:\t%zu\n", migf->buf.sgt ? migf->buf.size : 0);
+	seq_printf(m, "tacc-mig-disabled:\t%d\n", READ_ONCE(migf->disabled));
+	mutex_unlock(&migf->lock);
+}
+
 static const struct file_operations tacc_vfio_save_fops = {
 	.owner = THIS_MODULE,
 	.read = tacc_vfio_save_read,
 	.release = tacc_vfio_release_file,
+	.show_fdinfo = tacc_vfio_show_fdinfo,
 };
 
 static const struct file_operations tacc_vfio_resume_fops = {
 	.owner = THIS_MODULE,
 	.write = tacc_vfio_resume_write,
 	.release = tacc_vfio_release_file,
+	.show_fdinfo = tacc_vfio_show_fdinfo,
 };
 
 /* A migration file with a PF buffer of the VF's blob size. */
