@@ -212,9 +212,10 @@ def test_flr_disables_open_files(mig_vf):
     in 4 KiB pieces), then with the RESUMING file half written: the state is RUNNING after
     each, the file's next read or write fails with ENODEV (not the saved bytes), its PF
     buffer (the blob's size, in its fdinfo) is freed soon after the reset while the file
-    stays open and no state changes, and VF 1 runs a numpy-checked copy.  The reads and writes copy to or from user memory under the
-    file's lock while the reset holds VFIO's memory_lock (taken in a BAR mmap's fault under
-    mmap_lock): the debug kernel's lockdep sees both orders here."""
+    stays open and no state changes, and VF 1 runs a numpy-checked copy.  The reads and
+    writes copy to or from user memory under the file's lock while the reset holds VFIO's
+    memory_lock (taken in a BAR mmap's fault under mmap_lock): the debug kernel's lockdep
+    sees both orders here."""
     import threading
 
     from tacc.vfio.driver import TaccVfio
