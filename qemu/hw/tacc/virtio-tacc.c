@@ -1714,6 +1714,11 @@ static int vt_pre_save(void *opaque)
                      "(x-fi-ctrl-delay-ms): migrate when it is used");
         return -EBUSY;
     }
+    if (vt->resetting) {
+        error_report("virtio-tacc: migration: a reset is in progress: migrate "
+                     "when it is done");
+        return -EBUSY;
+    }
     if (vt_jobs_held(vt) &&
         (virtio_vdev_has_feature(vdev, VIRTIO_F_RING_PACKED) ||
          virtio_vdev_has_feature(vdev, VIRTIO_F_IN_ORDER))) {
