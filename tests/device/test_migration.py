@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -894,3 +895,53 @@ def test_vm_pauses_are_counted_across_a_move(qemus: list[Tacc], tmp_path: Path) 
     src.qt.qmp.cmd("cont")
     t9 = time.monotonic_ns()
     assert t8 - t5 <= pf.r64(reg) - p1 <= t9 - t4, (t8 - t5, pf.r64(reg) - p1, t9 - t4)
+
+
+@pytest.mark.long
+def test_virtio_jobs_records_fuzz(qemus: list[Tacc], tmp_path: Path) -> None:
+    """Mutated "jobs" subsections (a bit flipped, a 32-bit field set to an edge value, the
+    stream cut inside it): every destination either loads (a flip in a tag or a time) and
+    keeps running, or refuses with a message and exits with status 1; none aborts (QEMU's
+    own element loader asserts or exits on such input)."""
+    src, v, *_ = virtio_jobs_held(qemus, tmp_path / "state")
+    stream = (tmp_path / "state").read_bytes()
+    start = stream.index(JOBS_SUB) + len(JOBS_SUB) + 4
+    end = max(o for k, o in jobs_records(stream).items() if k.startswith("pending")) + 42
+    rng = np.random.default_rng(34)
+    outcome: dict[str, int] = {}
+    for i in range(int(os.environ.get("TACC_MIG_FUZZ_N", "300"))):
+        b = bytearray(stream)
+        kind = ("flip", "field", "cut")[i % 3]
+        at = int(rng.integers(start, end))
+        if kind == "flip":
+            b[at] ^= 1 << int(rng.integers(0, 8))
+        elif kind == "field":
+            struct.pack_into(">I", b, at, int(rng.choice([0, 1, 0xFF, 0x100, 0xFFFF, 1 << 31,
+                                                           0xFFFFFFFF])))
+        else:
+            del b[at:]
+        (tmp_path / "m").write_bytes(bytes(b))
+        dst, st = virtio_load(tmp_path / "m")
+        try:
+            if st["status"] == "completed":
+                dst.qt.clock_step(10_000_000)
+                assert dst.qt.qmp.cmd("query-status")["status"] == "running", i
+                outcome["loaded"] = outcome.get("loaded", 0) + 1
+            else:
+                try:
+                    dst.qt.proc.wait(timeout=10)
+                except Exception:  # noqa: BLE001
+                    pass
+                log = dst.qt.log()
+                assert dst.qt.proc.returncode == 1, (i, kind, at, dst.qt.proc.returncode, log)
+                assert "Assertion" not in log and "load of migration failed" in log, (i, log)
+                why = "virtio-tacc: migration" if "virtio-tacc: migration" in log else "other"
+                outcome[why] = outcome.get(why, 0) + 1
+        finally:
+            try:
+                dst.close()
+            except Exception:  # noqa: BLE001
+                pass
+    print(f"jobs records fuzz: {outcome}")
+    src.qt.qmp.cmd("cont")
+    assert len(v.wait_used(2)) == 2
