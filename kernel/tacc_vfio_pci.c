@@ -13,8 +13,10 @@
  * VFIO core holds its locks across a reset (memory_lock, taken in a BAR
  * mmap's fault under mmap_lock).  A file's lock is held across the copy to
  * or from user memory, which may fault (mmap_lock), so the reset's work
- * never takes it: it only marks the files disabled, and whoever next holds
- * state_mutex outside a reset frees their buffers (tacc_vfio_drop_fds()).
+ * never takes it: it only marks the files disabled and queues drop_work,
+ * which takes state_mutex then each file's lock (the order of every state
+ * change) in process context, outside the reset, and frees their buffers
+ * (tacc_vfio_drop_fds()); a state change or close before it does the same.
  *
  * A reset of the PF (function reset, FLR, AER recovery) ends the VF's stop
  * and log on the device without the VF's driver seeing a reset: tacc.ko's
@@ -27,6 +29,7 @@
 #include <linux/iova_bitmap.h>
 #include <linux/module.h>
 #include <linux/pci.h>
+#include <linux/seq_file.h>
 #include <linux/vfio.h>
 #include <linux/vfio_pci_core.h>
 
@@ -64,6 +67,7 @@ struct tacc_vfio_migf {
  * @state_mutex: the state machine, the files, logging.
  * @reset_lock: guards @deferred_reset.
  * @deferred_reset: a reset happened while @state_mutex was held.
+ * @drop_work: frees the buffers of the files a reset disabled.
  * @mig_state: the VFIO migration state.
  * @stopped: the device has the VF stopped (STOP done, RESUME not yet).
  * @epoch: the PF's tacc_vfmig_epoch() the state above belongs to.
@@ -82,6 +86,7 @@ struct tacc_vfio_dev {
 	struct mutex state_mutex;	/* mig_state, stopped, files, logging */
 	spinlock_t reset_lock;		/* deferred_reset */
 	bool deferred_reset;
+	struct work_struct drop_work;
 	enum vfio_device_mig_state mig_state;
 	bool stopped;
 	u32 epoch;
@@ -139,9 +144,10 @@ static void tacc_vfio_disable_fds(struct tacc_vfio_dev *tvdev)
 
 /*
  * After a reset the VFIO state is RUNNING and the files fail their reads
- * and writes (-ENODEV); their buffers go at the next tacc_vfio_drop_fds().
- * An FLR keeps the VF stopped on the device (its owner cannot end a stop),
- * so it is resumed here.  Runs in reset_done's context: no file lock.
+ * and writes (-ENODEV); drop_work frees their buffers soon after (or the
+ * next state change, whichever comes first).  An FLR keeps the VF stopped
+ * on the device (its owner cannot end a stop), so it is resumed here.
+ * Runs in reset_done's context: no file lock.
  */
 static void tacc_vfio_reset_state(struct tacc_vfio_dev *tvdev)
 {
@@ -149,6 +155,8 @@ static void tacc_vfio_reset_state(struct tacc_vfio_dev *tvdev)
 		WRITE_ONCE(tvdev->saving->disabled, true);
 	if (tvdev->resuming)
 		WRITE_ONCE(tvdev->resuming->disabled, true);
+	if (tvdev->saving || tvdev->resuming)
+		schedule_work(&tvdev->drop_work);
 	if (tvdev->stopped && !tacc_vfmig_resume(tvdev->pf, tvdev->fn))
 		tvdev->stopped = false;
 	tvdev->mig_state = VFIO_DEVICE_STATE_RUNNING;
@@ -206,6 +214,19 @@ again:
 	}
 	mutex_unlock(&tvdev->state_mutex);
 	spin_unlock(&tvdev->reset_lock);
+}
+
+/*
+ * The reset's buffers freed: in process context, holding no lock of the
+ * VFIO core, with state_mutex then each file's lock, as a state change.
+ */
+static void tacc_vfio_drop_work(struct work_struct *work)
+{
+	struct tacc_vfio_dev *tvdev = container_of(work, struct tacc_vfio_dev, drop_work);
+
+	tacc_vfio_state_mutex_lock(tvdev);
+	tacc_vfio_drop_fds(tvdev);
+	tacc_vfio_state_mutex_unlock(tvdev);
 }
 
 /* The file cannot be used: disabled, or made before a reset of the PF. */
@@ -291,16 +312,29 @@ out_unlock:
 	return done;
 }
 
+/* fdinfo: the PF buffer the file holds (0 once freed), and whether it is disabled. */
+static void tacc_vfio_show_fdinfo(struct seq_file *m, struct file *filp)
+{
+	struct tacc_vfio_migf *migf = filp->private_data;
+
+	mutex_lock(&migf->lock);
+	seq_printf(m, "tacc-mig-buffer-bytes:\t%zu\n", migf->buf.sgt ? migf->buf.size : 0);
+	seq_printf(m, "tacc-mig-disabled:\t%d\n", READ_ONCE(migf->disabled));
+	mutex_unlock(&migf->lock);
+}
+
 static const struct file_operations tacc_vfio_save_fops = {
 	.owner = THIS_MODULE,
 	.read = tacc_vfio_save_read,
 	.release = tacc_vfio_release_file,
+	.show_fdinfo = tacc_vfio_show_fdinfo,
 };
 
 static const struct file_operations tacc_vfio_resume_fops = {
 	.owner = THIS_MODULE,
 	.write = tacc_vfio_resume_write,
 	.release = tacc_vfio_release_file,
+	.show_fdinfo = tacc_vfio_show_fdinfo,
 };
 
 /* A migration file with a PF buffer of the VF's blob size. */
@@ -589,6 +623,7 @@ static int tacc_vfio_init_dev(struct vfio_device *vdev)
 	tvdev->pf = pf;
 	mutex_init(&tvdev->state_mutex);
 	spin_lock_init(&tvdev->reset_lock);
+	INIT_WORK(&tvdev->drop_work, tacc_vfio_drop_work);
 	vdev->migration_flags = VFIO_MIGRATION_STOP_COPY;
 	vdev->mig_ops = &tacc_vfio_mig_ops;
 	vdev->log_ops = &tacc_vfio_log_ops;
@@ -599,8 +634,10 @@ static void tacc_vfio_release_dev(struct vfio_device *vdev)
 {
 	struct tacc_vfio_dev *tvdev = to_tvdev(vdev);
 
-	if (tvdev->pf)
+	if (tvdev->pf) {
+		cancel_work_sync(&tvdev->drop_work);
 		mutex_destroy(&tvdev->state_mutex);
+	}
 	vfio_pci_core_release_dev(vdev);
 }
 

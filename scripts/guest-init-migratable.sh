@@ -5,7 +5,7 @@
 # (a file on the out share: read, then the share is unmounted), taccvm.out=DIR (where the
 # out share mounts: after the move, by tacc-vm-migrate, and at the end),
 # taccvm.pydisks=SERIAL:PATH,... (read-only ext4 images of the Python trees),
-# taccvm.modparams=p=v,... (tacc.ko).  The command's status leaves by isa-debug-exit.
+# taccvm.modparams=p=v,... (tacc.ko), taccvm.vfs=N (VFs enabled after tacc.ko loads).  The command's status leaves by isa-debug-exit.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 root=$(cat /etc/tacc-root)
 mount -t proc proc /proc
@@ -18,12 +18,13 @@ mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 hostname tacc-vm
 ip link set lo up 2>/dev/null
 
-cmd= out= modparams= pydisks=
+cmd= out= modparams= pydisks= vfs=0
 for w in $(cat /proc/cmdline); do
 	case $w in
 	taccvm.cmd=*) cmd=${w#taccvm.cmd=} ;;
 	taccvm.out=*) out=${w#taccvm.out=} ;;
 	taccvm.pydisks=*) pydisks=${w#taccvm.pydisks=} ;;
+	taccvm.vfs=*) vfs=${w#taccvm.vfs=} ;;
 	taccvm.modparams=*) modparams=$(echo "${w#taccvm.modparams=}" | tr , ' ') ;;
 	esac
 done
@@ -54,6 +55,8 @@ for w in $(echo "$pydisks" | tr , ' '); do
 done
 # shellcheck disable=SC2086
 insmod /lib/tacc/tacc.ko $modparams || echo "guest-init: insmod tacc.ko failed"
+. /lib/tacc/guest-enable-vfs.sh
+enable_vfs "$vfs"
 for n in /dev/accel/accel*; do [ -c "$n" ] && chgrp tacc "$n" && chmod 0660 "$n"; done
 
 # the command, from the out share; then the share is unmounted (the fid of its root is

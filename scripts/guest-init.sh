@@ -194,14 +194,8 @@ else
 	echo "guest-init: $ko missing (make setup builds it)"
 fi
 fix_accel_nodes
-if [ "$vfs" -gt 0 ] 2>/dev/null; then
-	pf=$(grep -l 0x7acc /sys/bus/pci/devices/*/vendor 2>/dev/null | head -1)
-	if [ -n "$pf" ]; then
-		echo "$vfs" > "$(dirname "$pf")/sriov_numvfs" || echo "guest-init: enabling $vfs VFs failed"
-	else
-		echo "guest-init: no tacc PF found for VFS=$vfs"
-	fi
-fi
+. "$root/scripts/guest-enable-vfs.sh"
+enable_vfs "$vfs"
 
 export HOME=/root TERM=${TERM:-linux} TACC_ROOT=$root TACC_IN_VM=1
 # numpy's OpenBLAS on one thread: under TCG the vCPUs take turns on one host thread

@@ -91,6 +91,7 @@ EOF
 while read -r d; do mkdir -p "$work$d"; done < "$work/.dirs"
 rm "$work/.dirs"
 cp "$root/scripts/guest-init-migratable.sh" "$work/init"
+cp "$root/scripts/guest-enable-vfs.sh" "$work/lib/tacc/guest-enable-vfs.sh"
 # on PATH, and at its checkout path (the guest's commands run in the checkout)
 mkdir -p "$work$root/scripts"
 cp "$root/scripts/tacc-vm-migrate" "$work/usr/bin/tacc-vm-migrate"

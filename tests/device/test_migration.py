@@ -6,14 +6,15 @@ carry on where the source stopped: the same register values, device memory, coun
 and device time, commands that were on the engines complete with the results and the
 times the source gives them when it resumes, and new work runs.  A damaged stream
 (truncated, an index out of range, an unknown version) fails the load with a message;
-the source keeps running.  virtio-tacc moves while no job is in flight (else the save
-is refused).
+the source keeps running.  virtio-tacc moves with its held submit buffers and their jobs,
+which complete once on the destination; damaged records of them are refused.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tacc import hw
-from tacc.hw.records import Cqe, d_copy, d_gemm
+from tacc.hw.records import Cqe, d_copy, d_gemm, desc
 from tacc.testing.qtest import QEMU, QTestError
 from tacc.testing.taccdev import DEVMEM_VA, Func, Tacc
 from tacc.testing.virtiodev import Job, VirtioTacc, device_arg
@@ -582,6 +583,7 @@ def test_link_power_and_aer_state_move(qemus: list[Tacc], tmp_path: Path) -> Non
 V_WIN = (192 << 20, 64 << 20)  # the virtio function's device-memory window
 V_HOST_VA, V_DEV_VA = 0x1000_0000, 0x40_0000_0000
 V_PROPS = f"devmem-base={V_WIN[0]:#x},devmem-size={V_WIN[1]:#x}"
+JOBS_SUB = b"virtio-tacc-backend/jobs"  # the section's subsection of held buffers and jobs
 
 
 def virtio_source() -> tuple[Tacc, VirtioTacc]:
@@ -659,6 +661,7 @@ def test_virtio_state_moves_and_work_goes_on(qemus: list[Tacc], tmp_path: Path) 
     numpy-correct, the handles and bind counts are the source's (a bound BO cannot be
     destroyed, unbound it can), the next context is the source's next."""
     src, v, c, h, a = virtio_with_state(qemus, tmp_path / "state")
+    assert JOBS_SUB not in (tmp_path / "state").read_bytes()  # idle: version 1's layout
     names = ("cmds_completed", "jobs_completed", "h2d_bytes", "d2h_bytes", "flops")
     cnt = {k: v.cnt(k) for k in names}
     fence = v.fence(c, 1)
@@ -679,19 +682,152 @@ def test_virtio_state_moves_and_work_goes_on(qemus: list[Tacc], tmp_path: Path) 
     assert dv.ctx_destroy(c) == OK and dv.ctx_destroy(c + 1) == OK
 
 
-def test_virtio_jobs_in_flight_refuse_the_save(qemus: list[Tacc], tmp_path: Path) -> None:
-    """A submit buffer whose jobs are on the engines is not saved (its virtqueue element
-    and the jobs are not in the section): migrate fails with the backend's message, the
-    source runs on and completes the job; once it is used the save succeeds."""
-    src, v, c, _, _ = virtio_with_state(qemus)
-    v.submit([Job(c, 0, 1, [d_copy(hw.TACC_OP_COPY_H2D, V_HOST_VA, V_DEV_VA, 1 << 20)])])
-    src.qt.qmp.cmd("migrate", uri=f"file:{tmp_path / 'state'}")
-    st = wait_migration(src)
-    assert st["status"] == "failed", st
-    assert "virtio-tacc: migration: jobs queued or in flight on ring 0" in src.qt.log()
-    [(s, nj, failed, _)] = v.wait_used()
-    assert (s, nj, failed) == (0, 1, 0) and v.fence(c, 0) == (1, 0, 0)
-    save(src, tmp_path / "state")
+V_MOVED = 768 << 10  # the bytes the held jobs copy
+
+
+def nops(n: int) -> list[bytes]:
+    return [desc(hw.TACC_OP_NOP)] * n
+
+
+def virtio_jobs_held(qemus: list[Tacc], path: Path
+                     ) -> tuple[Tacc, VirtioTacc, int, int, bytes, list[int]]:
+    """A source saved with two submit buffers held.  The first: ring 0's job A (512 KiB of
+    random bytes from the host BO into device memory, then 199 NOPs: the copy on the link,
+    the NOPs in the FIFO) and job B (them back to the host BO's second MiB, then 99 NOPs:
+    queued, the FIFO has no room for it); the second: ring 1's job C (256 KiB more in and
+    out, to 1.5 MiB).  Returns (source, its driver, ctx, host BO address, the bytes, the
+    submit queue's used index before)."""
+    src, v, c, _, a = virtio_with_state(qemus)
+    data = np.random.default_rng(11).integers(0, 256, V_MOVED, np.uint8).tobytes()
+    src.qt.memwrite(a, data)
+    used0 = v.subq.used_idx()
+    s0, s1 = v.fence(c, 0)[0] + 1, v.fence(c, 1)[0] + 1
+    half, mib = 512 << 10, 1 << 20
+    v.submit([
+        Job(c, 0, s0, [d_copy(hw.TACC_OP_COPY_H2D, V_HOST_VA, V_DEV_VA, half), *nops(199)]),
+        Job(c, 0, s0 + 1, [d_copy(hw.TACC_OP_COPY_D2H, V_DEV_VA, V_HOST_VA + mib, half),
+                           *nops(99)])])
+    v.submit([Job(c, 1, s1, [
+        d_copy(hw.TACC_OP_COPY_H2D, V_HOST_VA + half, V_DEV_VA + 2 * mib, 256 << 10),
+        d_copy(hw.TACC_OP_COPY_D2H, V_DEV_VA + 2 * mib, V_HOST_VA + mib + half, 256 << 10)])])
+    assert v.subq.used_idx() == used0  # nothing done: the virtual clock has not moved
+    save(src, path)
+    return src, v, c, a, data, [used0, s0, s1]
+
+
+def test_virtio_jobs_in_flight_move(qemus: list[Tacc], tmp_path: Path) -> None:
+    """Submit buffers held at save (a job on the link, one in the FIFO behind it, one
+    queued for FIFO room, one on another ring) move in the section's "jobs" subsection: on
+    the destination each job completes once, the used ring advances by exactly the two
+    buffers, the bytes arrive byte for byte, the fences and counters count each job once,
+    and the context cannot be destroyed while its jobs run (its count moved too)."""
+    src, v, c, a, data, (used0, s0, s1) = virtio_jobs_held(qemus, tmp_path / "state")
+    stream = (tmp_path / "state").read_bytes()
+    off = jobs_records(stream)
+    assert {"inflight0", "pending0", "inflight1"} <= off.keys() and "pending1" not in off, off
+    assert b"\x01" + struct.pack(">ii", hw.TACC_FN_VIRTIO, 0) in stream  # A's copy on a unit
+    jobs0 = v.cnt("jobs_completed")
+    dst, st = virtio_load(tmp_path / "state")
+    qemus.append(dst)
+    assert st["status"] == "completed", (st, dst.qt.log())
+    dst.data_next = src.data_next
+    dv = virtio_adopt(v, dst)
+    assert dv.ctx_destroy(c) == hw.TACC_VIRTIO_ERR_BUSY
+    used = dv.wait_used(2)
+    assert sorted(used) == [(0, 1, 0, [(s1, OK, 0)]),
+                            (0, 2, 0, [(s0, OK, 0), (s0 + 1, OK, 0)])], used
+    dst.qt.clock_step(50_000_000)
+    assert dv.subq.pop() == [] and dv.subq.used_idx() == (used0 + 2) & 0xFFFF
+    mib, half = 1 << 20, 512 << 10
+    assert dst.qt.memread(a + mib, half) == data[:half]
+    assert dst.qt.memread(a + mib + half, 256 << 10) == data[half:]
+    assert dv.fence(c, 0) == (s0 + 1, 0, 0) and dv.fence(c, 1) == (s1, 0, 0)
+    assert dv.cnt("jobs_completed") == jobs0 + 3
+    # the moved jobs are the device's like any: a new one after them, then the context goes
+    want = virtio_gemm_job(dv, c, np.random.default_rng(5), a, a + 0x100000)
+    got = np.frombuffer(dst.qt.memread(a + 0x100000, want.size * 4), np.float32)
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+    assert dv.unbind(c, V_HOST_VA, 2 << 20) == OK and dv.unbind(c, V_DEV_VA, 4 << 20) == OK
+    assert dv.ctx_destroy(c) == OK
+
+
+def jobs_records(stream: bytes) -> dict[str, int]:
+    """Offsets of the "jobs" subsection's records in @stream (virtio-tacc.c
+    vt_jobs_put): each held buffer's head and counts, its first part, its batch counts,
+    and each ring's first job in flight."""
+    at = stream.index(JOBS_SUB) + len(JOBS_SUB) + 4  # the subsection's version
+    off: dict[str, int] = {"nbatches": at}
+    at += 4
+    for b in range(struct.unpack_from(">I", stream, off["nbatches"])[0]):
+        off[f"head{b}"], off[f"part{b}"] = at, at + 12
+        out_num, in_num = struct.unpack_from(">II", stream, at + 4)
+        at += 12 + 16 * (out_num + in_num)
+        off[f"batch{b}"] = at
+        at += 12 + 12 * struct.unpack_from(">I", stream, at)[0]
+    for r in range(hw.TACC_VIRTIO_NUM_RINGS):
+        for kind in ("inflight", "pending"):
+            n = struct.unpack_from(">I", stream, at)[0]
+            at += 4
+            if n:
+                off.setdefault(f"{kind}{r}", at)
+            for _ in range(n):
+                ncmds = struct.unpack_from(">H", stream, at + 12)[0]
+                at += 42 + (hw.TACC_DESC_SIZE * ncmds if kind == "pending" else 0)
+    return off
+
+
+def test_virtio_bad_jobs_fail_the_load(qemus: list[Tacc], tmp_path: Path) -> None:
+    """Held buffers' records cut short, damaged or forged (and one forged with the guest's
+    descriptor too, to memory the machine does not have): the destination refuses each
+    with the backend's message and exits with status 1 (QEMU's own loader of a virtqueue
+    element asserts on a count out of range and exits on a part it cannot map); the
+    source, resumed, completes the jobs itself."""
+    src, v, c, a, data, (used0, s0, s1) = virtio_jobs_held(qemus, tmp_path / "state")
+    stream = (tmp_path / "state").read_bytes()
+    off = jobs_records(stream)
+    head0 = struct.unpack_from(">I", stream, off["head0"])[0]
+    head1 = struct.unpack_from(">I", stream, off["head1"])[0]
+
+    def put(fmt: str, at: int, *vals: int) -> bytes:
+        b = bytearray(stream)
+        struct.pack_into(fmt, b, at, *vals)
+        return bytes(b)
+
+    addr0, len0 = struct.unpack_from(">QQ", stream, off["part0"])
+    # the buffer's first part and its descriptor in guest RAM (the stream's RAM pages,
+    # little-endian) both moved to an address where the machine has no memory
+    desc0, nowhere = struct.pack("<QI", addr0, len0), 0x4000_0000_0000
+    assert stream.count(desc0) >= 1
+    unmapped = put(">Q", off["part0"], nowhere).replace(desc0, struct.pack("<QI", nowhere, len0))
+    devjob = off["inflight0"] + 30  # batch, idx, ctx, ncmds, seqno, tag, then devjob
+    cases = [
+        ("cut", stream[:off["part1"] + 8], "error while loading state"),
+        ("head", put(">I", off["head0"], 300),
+         "submit buffer 0: head 300 (ring of 256)"),
+        ("another head", put(">I", off["head0"], head1),
+         f"submit buffer 0 at head {head1}: parts that are not its descriptors'"),
+        ("address", put(">Q", off["part0"], addr0 + 64),
+         f"submit buffer 0 at head {head0}: parts that are not its descriptors'"),
+        ("counts", put(">I", off["head0"] + 4, 0xFFFFFFFF),
+         "submit buffer 0: 4294967295 read and 1 written parts"),
+        ("done", put(">I", off["batch0"] + 4, 1),
+         "submit buffer 0: 2 jobs, 1 done, 2 listed"),
+        ("device job", put(">I", devjob, struct.unpack_from(">I", stream, devjob)[0] + 7),
+         "ring 0: commands of another job"),
+        ("no buffers", put(">I", off["nbatches"], 0), "0 held submit buffers"),
+        ("no memory", unmapped, f"submit buffer 0 at head {head0}: not in guest memory"),
+    ]
+    for name, bad, why in cases:
+        (tmp_path / "bad").write_bytes(bad)
+        log = refused(qemus, tmp_path / "bad", virtio_load)
+        assert why in log and "load of migration failed" in log, (name, log)
+        assert qemus[-1].qt.proc.returncode == 1, (name, qemus[-1].qt.proc.returncode, log)
+        assert "Assertion" not in log and "core dumped" not in log, (name, log)
+    src.qt.qmp.cmd("cont")
+    used = v.wait_used(2)
+    assert sorted(used) == [(0, 1, 0, [(s1, OK, 0)]),
+                            (0, 2, 0, [(s0, OK, 0), (s0 + 1, OK, 0)])], used
+    assert src.qt.memread(a + (1 << 20), V_MOVED) == data
 
 
 def test_virtio_bad_state_fails_the_load(qemus: list[Tacc], tmp_path: Path) -> None:
@@ -759,3 +895,53 @@ def test_vm_pauses_are_counted_across_a_move(qemus: list[Tacc], tmp_path: Path) 
     src.qt.qmp.cmd("cont")
     t9 = time.monotonic_ns()
     assert t8 - t5 <= pf.r64(reg) - p1 <= t9 - t4, (t8 - t5, pf.r64(reg) - p1, t9 - t4)
+
+
+@pytest.mark.long
+def test_virtio_jobs_records_fuzz(qemus: list[Tacc], tmp_path: Path) -> None:
+    """Mutated "jobs" subsections (a bit flipped, a 32-bit field set to an edge value, the
+    stream cut inside it): every destination either loads (a flip in a tag or a time) and
+    keeps running, or refuses with a message and exits with status 1; none aborts (QEMU's
+    own element loader asserts or exits on such input)."""
+    src, v, *_ = virtio_jobs_held(qemus, tmp_path / "state")
+    stream = (tmp_path / "state").read_bytes()
+    start = stream.index(JOBS_SUB) + len(JOBS_SUB) + 4
+    end = max(o for k, o in jobs_records(stream).items() if k.startswith("pending")) + 42
+    rng = np.random.default_rng(34)
+    outcome: dict[str, int] = {}
+    for i in range(int(os.environ.get("TACC_MIG_FUZZ_N", "300"))):
+        b = bytearray(stream)
+        kind = ("flip", "field", "cut")[i % 3]
+        at = int(rng.integers(start, end))
+        if kind == "flip":
+            b[at] ^= 1 << int(rng.integers(0, 8))
+        elif kind == "field":
+            struct.pack_into(">I", b, at, int(rng.choice([0, 1, 0xFF, 0x100, 0xFFFF, 1 << 31,
+                                                           0xFFFFFFFF])))
+        else:
+            del b[at:]
+        (tmp_path / "m").write_bytes(bytes(b))
+        dst, st = virtio_load(tmp_path / "m")
+        try:
+            if st["status"] == "completed":
+                dst.qt.clock_step(10_000_000)
+                assert dst.qt.qmp.cmd("query-status")["status"] == "running", i
+                outcome["loaded"] = outcome.get("loaded", 0) + 1
+            else:
+                try:
+                    dst.qt.proc.wait(timeout=10)
+                except Exception:  # noqa: BLE001
+                    pass
+                log = dst.qt.log()
+                assert dst.qt.proc.returncode == 1, (i, kind, at, dst.qt.proc.returncode, log)
+                assert "Assertion" not in log and "load of migration failed" in log, (i, log)
+                why = "virtio-tacc: migration" if "virtio-tacc: migration" in log else "other"
+                outcome[why] = outcome.get(why, 0) + 1
+        finally:
+            try:
+                dst.close()
+            except Exception:  # noqa: BLE001
+                pass
+    print(f"jobs records fuzz: {outcome}")
+    src.qt.qmp.cmd("cont")
+    assert len(v.wait_used(2)) == 2

@@ -806,7 +806,6 @@ def test_nvme_scratch_disk_made_sparse_and_attached_last(tmp_path: Path) -> None
         ({"MIGRATE": "1", "NODES": "2"}, "MIGRATE with NODES: accepted: one VM"),
         ({"MIGRATE": "1", "NVME": "1"}, "MIGRATE with NVME: accepted: one VM"),
         ({"MIGRATE": "bad", "PYDISK": "0"}, "MIGRATE with PYDISK=0: accepted: one VM"),
-        ({"MIGRATE": "1", "VFS": "2"}, "MIGRATE with VFS: accepted: one VM"),
     ],
 )
 def test_migrate_refusals_one_line(env: dict[str, str], words: str) -> None:
@@ -840,6 +839,24 @@ def test_migratable_vm_has_no_9p_root_and_its_destination_its_own_sockets(
     argv = run_vm.qemu_argv(plain, tmp_path, tmp_path / "cmd.sh", interactive=False)
     assert [a for a in argv if "mount_tag=root" in a], "the ordinary boot keeps its 9p root"
     assert argv[argv.index("-initrd") + 1].endswith("/initramfs-6.12.117+deb12-amd64.cpio.gz")
+
+
+def test_migratable_vm_with_vfs_and_virtio(tmp_path: Path) -> None:
+    """MIGRATE=1 VFS=1 VIRTIO=1: accepted (the migratable init enables the VFs named on
+    the kernel command line, as the ordinary init does); the source and a destination get
+    the same virtio-tacc-pci device."""
+    cfg = run_vm.VMConfig.from_env({"MIGRATE": "1", "VFS": "1", "VIRTIO": "1",
+                                    "KERNEL": "6.12.117"}, require_installed=False)
+    src = run_vm.qemu_argv(cfg, tmp_path, tmp_path / "out/cmd.sh", interactive=False)
+    dst = run_vm.qemu_argv(cfg, tmp_path, tmp_path / "out/cmd.sh", interactive=False,
+                           sockets="dst1-")
+    assert "taccvm.vfs=1" in src[src.index("-append") + 1].split()
+    vt = [a for a in src if a.startswith("virtio-tacc-pci,tacc=tacc0")]
+    assert len(vt) == 1 and vt == [a for a in dst if a.startswith("virtio-tacc-pci,")], vt
+    init = (ROOT / "scripts/guest-init-migratable.sh").read_text()
+    assert "taccvm.vfs=*) vfs=" in init and 'enable_vfs "$vfs"' in init
+    assert "scripts/guest-enable-vfs.sh" in run_vm.MIGRATABLE_SOURCES
+    assert "/sriov_numvfs" in (ROOT / "scripts/guest-enable-vfs.sh").read_text()
 
 
 def test_damaged_streams_cut_and_bump_the_tacc_section_version() -> None:

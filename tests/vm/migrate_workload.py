@@ -22,6 +22,17 @@ and across the move, and ends on the destination.  Then, on the destination:
 * the timeline (``tacc timeline``'s Chrome JSON) draws each pause on the ``VM paused`` track
   with the device's figure.
 
+With ``--all-functions`` (not in make test: ``MIGRATE_ALL_FUNCTIONS=1 scripts/test-vm``
+with ``VFS=1 VIRTIO=1``), ``tacc run mlp`` also loops on every VF and the virtio-tacc
+function the guest has, side by side with the PF's, until the move: each one's runs
+numpy-checked, some finished before the move and some after (a run of each in flight
+across it: the VF's queues in the VF's section, the virtio function's held submit
+buffers in its section's ``jobs`` subsection); and copies on the virtio function, submitted
+ahead of their completion and checked, are held on the DMA engine (``x-fi-hang-engine``
+through the guest's QMP port, from just before the move until the guest runs on the
+destination: the PF's and VF's jobs on it wait too; ``job_timeout_ms`` is raised) so
+that the virtio function moves with jobs in flight.
+
 Prints one ``MIGRATE-CHECK ok|FAIL: ...`` line per check and ``MIGRATE-FIGURES {json}``;
 exit status 0 when every check passed.  Run with ICOUNT=0 (host time: device time is the
 host's time minus the VM's stops, so the pause is measured, not lost in -icount's rate).
@@ -67,6 +78,53 @@ while [ ! -e {MOVED} ]; do
 done
 """
 
+# the same loop on another function (--all-functions): its runs as <kind>-run-N.json
+LOOP_ON = """
+loop_on() {{
+    n=0
+    while [ ! -e {moved} ]; do
+        n=$((n + 1))
+        tacc run mlp -d "$2" --json > {runs}/$1-run-$n.json 2> {runs}/$1-run-$n.err || exit 1
+        [ -e {moved} ] && touch {runs}/$1-after-move-$n
+    done
+}}
+"""
+
+# --all-functions: copies on the virtio-tacc function, submitted ahead of their completion
+# (held submit buffers: jobs queued and in flight) until the VM has moved, each batch's
+# bytes checked; prints "COPIER-READY" once its first batch is submitted, and at the end
+# "COPIER <batches begun before the move> <after>"
+COPIER = f"""
+import sys
+from pathlib import Path
+import numpy as np
+from tacc.runtime import Context
+moved = Path("{MOVED}")
+n = 8 << 20
+with Context(sys.argv[1]) as ctx:
+    s = ctx.default_stream
+    rng = np.random.default_rng(1)
+    srcs = [ctx.host_buffer(n, np.uint8) for _ in range(2)]
+    for b in srcs:
+        b.array[:] = rng.integers(0, 256, n, np.uint8)
+    back, dev = ctx.host_buffer(n, np.uint8), ctx.device_buffer(n, np.uint8)
+    counts = [0, 0]
+    while True:
+        after = moved.exists()
+        src = srcs[sum(counts) % 2]
+        for _ in range(16):
+            s.copy_h2d(dev, src)
+        s.copy_d2h(back, dev)
+        if not any(counts):
+            print("COPIER-READY", flush=True)
+        s.synchronize()
+        assert np.array_equal(back.array, src.array), "virtio copies differ"
+        counts[after] += 1
+        if after:
+            break
+print("COPIER", *counts, flush=True)
+"""
+
 failures: list[str] = []
 
 
@@ -81,22 +139,59 @@ def pf_counters() -> dict[str, int]:
     return read_counters_sysfs(pf)
 
 
+def other_functions() -> dict[str, str]:
+    """--all-functions: each VF and virtio-tacc function, by a name for its runs."""
+    return {f"{f.kind}{i}": f.pci for i, f in enumerate(
+        f for f in discover() if f.kind in ("vf", "virtio"))}
+
+
+def loops(others: dict[str, str]) -> str:
+    """The PF's loop and one per other function, side by side; fails if any fails."""
+    if not others:
+        return LOOP
+    script = LOOP_ON.format(moved=MOVED, runs=RUNS)
+    script += "".join(f'loop_on {name} {pci} & p{i}=$!\n'
+                      for i, (name, pci) in enumerate(others.items()))
+    script += f"({LOOP}) & pf=$!\nst=0\nwait $pf || st=1\n"
+    script += "".join(f"wait $p{i} || st=1\n" for i in range(len(others)))
+    return script + "exit $st\n"
+
+
+def finished(prefix: str) -> bool:
+    return any(p.stat().st_size for p in RUNS.glob(f"{prefix}run-*.json"))
+
+
 def main() -> int:
     out = Path(os.environ["TACC_VM_OUT"])
     RUNS.mkdir(parents=True, exist_ok=True)
+    others = other_functions() if "--all-functions" in sys.argv[1:] else {}
+    if "--all-functions" in sys.argv[1:]:
+        check(bool(others), f"--all-functions: other functions {others}")
     c0 = pf_counters()
     prof = subprocess.Popen(["tacc", "profile", "-o", str(CAP), "--no-host",
-                             "--taccd-option=--no-bpf", "--", "sh", "-c", LOOP],
+                             "--taccd-option=--no-bpf", "--", "sh", "-c", loops(others)],
                             stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 600
-    while not any(RUNS.glob("run-*.json")) or not any(
-            p.stat().st_size for p in RUNS.glob("run-*.json")):
+    while not finished("") or not all(finished(f"{name}-") for name in others):
         if prof.poll() is not None or time.monotonic() > deadline:
             print(f"MIGRATE-CHECK FAIL: the workload ended ({prof.poll()}) before a run "
                   "finished", flush=True)
             return 1
         time.sleep(0.2)
     before_runs = len(list(RUNS.glob("run-*.json")))
+    virtio = [pci for name, pci in others.items() if name.startswith("virtio")]
+    copier = subprocess.Popen([sys.executable, "-c", COPIER, virtio[0]], text=True,
+                              stdout=subprocess.PIPE, stdin=subprocess.DEVNULL) \
+        if virtio else None
+    hung = False
+    if copier:  # its first batch under way; then held on the DMA engine across the move
+        check(copier.stdout.readline().strip() == "COPIER-READY", "virtio copies started")
+        from tacc.guest_qmp import PF_QOM, GuestQMP
+
+        with GuestQMP() as qmp:
+            qmp.qom_set(PF_QOM, "x-fi-hang-engine", 0)
+        hung = True
+        time.sleep(0.5)
     dev = next(f for f in discover() if f.kind == "pf")
     clk0 = int((dev.sysfs / "tacc/clock_sync").read_text().split()[1])
     mv = subprocess.run(["tacc-vm-migrate"], capture_output=True, text=True,
@@ -107,6 +202,11 @@ def main() -> int:
     if mv.returncode != 0:
         prof.kill()
         return 1
+    if hung:  # on the destination: the engine goes on, the held jobs complete there
+        from tacc.guest_qmp import PF_QOM, GuestQMP
+
+        with GuestQMP() as qmp:
+            qmp.qom_set(PF_QOM, "x-fi-hang-engine", -1)
     fig = json.loads((out / "migration.json").read_text())
     rc = prof.wait(timeout=1200)
     c1 = pf_counters()
@@ -117,6 +217,18 @@ def main() -> int:
     after = sorted(p.name for p in RUNS.glob("after-move-*"))
     check(before_runs >= 1 and len(after) >= 1,
           f"runs finished before the move ({before_runs}) and after it ({after})")
+    if copier:
+        cout = copier.communicate(timeout=600)[0]
+        counts = [ln.split()[1:] for ln in cout.splitlines() if ln.startswith("COPIER")]
+        check(copier.returncode == 0 and bool(counts) and int(counts[-1][0]) >= 1
+              and int(counts[-1][1]) >= 1,
+              f"virtio copies (16 x 8 MiB in and 8 MiB back per batch, checked) across the "
+              f"move: exit {copier.returncode}, batches before/after {counts}")
+    for name, pci in others.items():
+        n = len(list(RUNS.glob(f"{name}-run-*.json")))
+        moved = sorted(p.name for p in RUNS.glob(f"{name}-after-move-*"))
+        check(n >= 2 and len(moved) >= 1, f"{name} ({pci}): {n} runs (numpy-checked), "
+              f"finished after the move: {moved}")
     back = {k: (c0[k], c1[k]) for k in c0 if k in c1 and c1[k] < c0[k]}
     check(not back, f"PF counters monotonic across the move ({len(c0)} read; went back: {back})")
     grew = {k: c1.get(k, 0) - c0.get(k, 0) for k in WORK_COUNTERS}
@@ -203,7 +315,9 @@ def main() -> int:
           f"{len(seen)} pauses")
     print("MIGRATE-JSON " + json.dumps(fig), flush=True)  # run-vm's out/migration.json
     print("MIGRATE-FIGURES " + json.dumps({
-        "runs": len(runs), "runs_before_move": before_runs, "trace_records": len(tr),
+        "runs": len(runs), "runs_before_move": before_runs,
+        "other_functions": {name: len(list(RUNS.glob(f"{name}-run-*.json")))
+                            for name in others}, "trace_records": len(tr),
         "clock_pairs": len(c), "pauses": seen, "max_clock_deviation_ms": float(dev_ms.max()),
         "max_device_pause_error_ms": float(cnt_ms.max()),
         "downtime_ms": fig.get("downtime_ms"), "transferred": fig.get("transferred"),

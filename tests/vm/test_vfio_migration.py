@@ -16,6 +16,7 @@ import json
 import os
 import struct
 import subprocess
+import time
 import zlib
 from pathlib import Path
 
@@ -181,6 +182,22 @@ def test_state_of_another_vf_refused(mig_vf):
     finally:
         vb.unbind(other)
 
+def _buffer_bytes(fd: int) -> int:
+    """The PF buffer a migration file holds (tacc_vfio_pci's fdinfo)."""
+    for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
+        if line.startswith("tacc-mig-buffer-bytes:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no tacc-mig-buffer-bytes in fd {fd}'s fdinfo")
+
+
+def _released(fd: int, timeout: float = 5.0) -> int:
+    """The file's buffer bytes once they are 0, or after @timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while (n := _buffer_bytes(fd)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return n
+
+
 def _read_err(fd: int) -> int | None:
     """The errno of one read of a migration file, None if it returned data or EOF."""
     try:
@@ -193,10 +210,12 @@ def _read_err(fd: int) -> int | None:
 def test_flr_disables_open_files(mig_vf):
     """VFIO_DEVICE_RESET (FLR) while the STOP_COPY file is being read (a thread reads it
     in 4 KiB pieces), then with the RESUMING file half written: the state is RUNNING after
-    each, the file's next read or write fails with ENODEV (not the saved bytes), and VF 1
-    runs a numpy-checked copy.  The reads and writes copy to or from user memory under the
-    file's lock while the reset holds VFIO's memory_lock (taken in a BAR mmap's fault under
-    mmap_lock): the debug kernel's lockdep sees both orders here."""
+    each, the file's next read or write fails with ENODEV (not the saved bytes), its PF
+    buffer (the blob's size, in its fdinfo) is freed soon after the reset while the file
+    stays open and no state changes, and VF 1 runs a numpy-checked copy.  The reads and
+    writes copy to or from user memory under the file's lock while the reset holds VFIO's
+    memory_lock (taken in a BAR mmap's fault under mmap_lock): the debug kernel's lockdep
+    sees both orders here."""
     import threading
 
     from tacc.vfio.driver import TaccVfio
@@ -209,6 +228,8 @@ def test_flr_disables_open_files(mig_vf):
         m.set_state(V.VFIO_DEVICE_STATE_STOP)
         fd = m.set_state(V.VFIO_DEVICE_STATE_STOP_COPY)
         assert fd is not None
+        size = _buffer_bytes(fd)
+        assert size >= m.data_size() > 0 and size % 4096 == 0, size
         got: dict[str, object] = {"bytes": 0}
         first = threading.Event()
 
@@ -232,6 +253,7 @@ def test_flr_disables_open_files(mig_vf):
             assert got["end"] in ("eof", errno.ENODEV), got
             assert m.state() == V.VFIO_DEVICE_STATE_RUNNING
             assert _read_err(fd) == errno.ENODEV, "STOP_COPY data read after the FLR"
+            assert _released(fd) == 0, f"STOP_COPY file holds {_buffer_bytes(fd)} bytes"
         finally:
             os.close(fd)
         m.set_state(V.VFIO_DEVICE_STATE_STOP)
@@ -239,11 +261,13 @@ def test_flr_disables_open_files(mig_vf):
         assert fd is not None
         try:
             assert os.write(fd, bytes(4096)) == 4096
+            assert _buffer_bytes(fd) == size
             t.reset()
             assert m.state() == V.VFIO_DEVICE_STATE_RUNNING
             with pytest.raises(OSError) as e:
                 os.write(fd, bytes(4096))
             assert e.value.errno == errno.ENODEV
+            assert _released(fd) == 0, f"RESUMING file holds {_buffer_bytes(fd)} bytes"
         finally:
             os.close(fd)
         assert copies(t, 64 << 10, seed=7) == 64 << 10

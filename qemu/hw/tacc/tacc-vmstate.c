@@ -340,17 +340,23 @@ static bool tacc_ring_size_ok(uint32_t size)
 
 /*
  * A loaded queue: sizes, indices and its state machine within limits.  A
- * queue a backend feeds (@fed: virtio-tacc) has no ring and is saved idle.
+ * queue a backend feeds (@fed: virtio-tacc) has no ring and no CQ: its
+ * completions go to the backend at once (the backend checks its FIFO
+ * against its jobs, virtio-tacc.c).
  */
 static const char *tacc_queue_bad(const TaccQueue *q, bool fed)
 {
     bool busy = q->f_count || q->running || q->cqe_pending || q->list_on;
 
     if (fed) {
-        return busy || q->sq_size || q->cq_size || q->sq_head || q->sq_tail ||
-               q->cq_head || q->cq_tail || q->f_head >= TACC_FIFO_DEPTH ||
-               (q->ctrl & ~(TACC_Q_CTRL_ENABLE | TACC_Q_CTRL_IRQ))
-               ? "a virtio-tacc queue that is not idle" : NULL;
+        if (q->sq_size || q->cq_size || q->sq_head || q->sq_tail ||
+            q->cq_head || q->cq_tail || q->cqe_pending ||
+            q->f_head >= TACC_FIFO_DEPTH || q->f_count > TACC_FIFO_DEPTH ||
+            (q->ctrl & ~(TACC_Q_CTRL_ENABLE | TACC_Q_CTRL_IRQ))) {
+            return "a virtio-tacc queue with a ring, a CQ or a bad FIFO";
+        }
+        return (q->running || q->list_on) && !q->f_count
+               ? "a running queue with an empty FIFO" : NULL;
     }
 
     if ((q->sq_size && !tacc_ring_size_ok(q->sq_size)) ||
@@ -583,8 +589,10 @@ static const char *tacc_unit_bad(TaccState *s, int i, TaccUnit *u)
     if (!u->busy) {
         return r->gemm ? "an idle unit with a GEMM result" : NULL;
     }
-    if (u->fn < 0 || u->fn > s->total_vfs || u->q < 0 ||
-        u->q >= TACC_NUM_QUEUES) {
+    /* the virtio-tacc function's units: its section checks them (later) */
+    if (u->fn < 0 ||
+        (u->fn > s->total_vfs && (u->fn != TACC_FN_VIRTIO || !s->virtio)) ||
+        u->q < 0 || u->q >= TACC_NUM_QUEUES) {
         return "function or queue";
     }
     if (i < TACC_NUM_ENGINES ? u->engine != i

@@ -28,6 +28,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu/osdep.h"
+#include "qemu/bitmap.h"
 #include "qemu/iov.h"
 #include "qemu/log.h"
 #include "qemu/error-report.h"
@@ -39,6 +40,8 @@
 #include "hw/qdev-properties.h"
 #include "hw/virtio/virtio.h"
 #include "standard-headers/linux/virtio_config.h"
+#include "standard-headers/linux/virtio_ring.h"
+#include "system/dma.h"
 #include "virtio-tacc.h"
 #include "trace.h"
 
@@ -1575,6 +1578,8 @@ static void vt_realize(DeviceState *dev, Error **errp)
     vt_reset_locked(vt);
 }
 
+static void vt_mig_free(VirtIOTacc *vt);
+
 static void vt_unrealize(DeviceState *dev)
 {
     VirtIODevice *vdev = VIRTIO_DEVICE(dev);
@@ -1584,6 +1589,7 @@ static void vt_unrealize(DeviceState *dev)
         vt_detach_pf(vt, false);
     }
     vt_ctrl_drop_held(vt);
+    vt_mig_free(vt);
     timer_free(vt->ctrl_timer);
     error_free(vt->unplug_blocker);
     vt->unplug_blocker = NULL;
@@ -1616,14 +1622,88 @@ static const Property vt_properties[] = {
 /*
  * The backend's state (docs/hardware.md "Migration"): the function's registers
  * and queues (tacc_vmstate_func_regs), contexts with their bindings, BOs and
- * the page-table pages, saved while no job is queued or in flight (a batch
- * holds its virtqueue element until all its jobs complete: pre_save refuses
- * then).  The fence slots are a RAM block (memory_region_init_rom) and move
- * with guest RAM.
+ * the page-table pages; and, in the subsection "virtio-tacc-backend/jobs"
+ * (only while any is held), the submit buffers whose jobs are queued or in
+ * flight with those jobs.  The fence slots are a RAM block
+ * (memory_region_init_rom) and move with guest RAM.
+ *
+ * A held buffer is saved in the backend's own format, not with QEMU's
+ * qemu_put_virtqueue_element(): the loader of that one asserts on a bad
+ * element count and exits on an address it cannot map.  Here every field of
+ * a loaded buffer is checked against the submit queue (its head within the
+ * ring, one buffer per head, as many as the ring has in use) and against the
+ * descriptor chain the guest left at that head (the addresses and lengths,
+ * read and written parts, must be the chain's, in order) before it is mapped;
+ * anything else fails the load with a message.  The ring is set up only at
+ * the end of QEMU's virtio load, so the subsection is parsed into a VtMig
+ * first and checked and adopted in vt_virtio_post_load().
  */
+
+/* A held submit buffer of a stream being loaded. */
+typedef struct VtMigElem {
+    uint32_t head, out_num, in_num;
+    uint64_t *addr;             /* out parts, then in parts */
+    uint64_t *len;
+} VtMigElem;
+
+struct VtMig {
+    uint32_t nbatches;
+    VtMigElem *el;
+    VtBatch **bt;               /* their elem is NULL until adopted */
+    uint32_t *listed;           /* jobs of each batch in the lists below */
+    VtJobList inflight[TACC_VIRTIO_NUM_RINGS];
+    VtJobList pending[TACC_VIRTIO_NUM_RINGS];
+};
+
+static void vt_mig_free(VirtIOTacc *vt)
+{
+    VtMig *m = vt->mig;
+    VtJob *j;
+
+    if (!m) {
+        return;
+    }
+    for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+        while ((j = QSIMPLEQ_FIRST(&m->inflight[r]))) {
+            QSIMPLEQ_REMOVE_HEAD(&m->inflight[r], next);
+            vt_job_free(j);
+        }
+        while ((j = QSIMPLEQ_FIRST(&m->pending[r]))) {
+            QSIMPLEQ_REMOVE_HEAD(&m->pending[r], next);
+            vt_job_free(j);
+        }
+    }
+    for (uint32_t i = 0; i < m->nbatches; i++) {
+        g_free(m->el[i].addr);
+        g_free(m->el[i].len);
+        if (m->bt[i]) {
+            assert(!m->bt[i]->elem);
+            g_free(m->bt[i]->st);
+            g_free(m->bt[i]);
+        }
+    }
+    g_free(m->el);
+    g_free(m->bt);
+    g_free(m->listed);
+    g_free(m);
+    vt->mig = NULL;
+}
+
+static bool vt_jobs_held(VirtIOTacc *vt)
+{
+    for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+        if (!QSIMPLEQ_EMPTY(&vt->pending[r]) ||
+            !QSIMPLEQ_EMPTY(&vt->inflight[r])) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static int vt_pre_save(void *opaque)
 {
     VirtIOTacc *vt = opaque;
+    VirtIODevice *vdev = VIRTIO_DEVICE(vt);
 
     if (vt->detached) {
         error_report("virtio-tacc: migration: its tacc PF was removed");
@@ -1634,16 +1714,697 @@ static int vt_pre_save(void *opaque)
                      "(x-fi-ctrl-delay-ms): migrate when it is used");
         return -EBUSY;
     }
+    if (vt->resetting) {
+        error_report("virtio-tacc: migration: a reset is in progress: migrate "
+                     "when it is done");
+        return -EBUSY;
+    }
+    if (vt_jobs_held(vt) &&
+        (virtio_vdev_has_feature(vdev, VIRTIO_F_RING_PACKED) ||
+         virtio_vdev_has_feature(vdev, VIRTIO_F_IN_ORDER))) {
+        error_report("virtio-tacc: migration: jobs queued or in flight on a "
+                     "packed or in-order virtqueue: migrate when its submit "
+                     "buffers are used");
+        return -EBUSY;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------- held buffers and jobs -- */
+
+/* A job's record; a queued job (not yet in the FIFO) adds its commands. */
+static void vt_job_put(QEMUFile *f, VtJob *j, uint32_t batch, bool cmds)
+{
+    qemu_put_be32(f, batch);
+    qemu_put_be32(f, j->idx);
+    qemu_put_be32(f, j->ctx);
+    qemu_put_be16(f, j->ncmds);
+    qemu_put_be64(f, j->seqno);
+    qemu_put_be64(f, j->tag);
+    qemu_put_be32(f, j->devjob);
+    qemu_put_be64(f, j->kick_ps);
+    if (cmds) {     /* as the FIFO holds them (little-endian) */
+        qemu_put_buffer(f, (uint8_t *)j->cmds,
+                        (size_t)j->ncmds * TACC_DESC_SIZE);
+    }
+}
+
+/*
+ * Held buffers: their number, then each one's head, parts (address and
+ * length; read parts first) and batch (jobs, done, failed, each job's status
+ * slot); then per ring its jobs in flight (commands in the FIFO), then its
+ * queued jobs with their commands.
+ */
+static int vt_jobs_put(QEMUFile *f, void *pv, size_t size,
+                       const VMStateField *field, JSONWriter *vmdesc)
+{
+    VirtIOTacc *vt = pv;
+    g_autoptr(GHashTable) ord = g_hash_table_new(NULL, NULL);
+    g_autoptr(GPtrArray) bts = g_ptr_array_new();
+    VtJob *j;
+
     for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
-        if (!QSIMPLEQ_EMPTY(&vt->pending[r]) ||
-            !QSIMPLEQ_EMPTY(&vt->inflight[r])) {
-            error_report("virtio-tacc: migration: jobs queued or in flight on "
-                         "ring %d: migrate when its submit buffers are used",
-                         r);
-            return -EBUSY;
+        VtJobList *lists[2] = { &vt->inflight[r], &vt->pending[r] };
+
+        for (int l = 0; l < 2; l++) {
+            QSIMPLEQ_FOREACH(j, lists[l], next) {
+                if (!g_hash_table_contains(ord, j->batch)) {
+                    g_hash_table_insert(ord, j->batch,
+                                        GUINT_TO_POINTER(bts->len));
+                    g_ptr_array_add(bts, j->batch);
+                }
+            }
+        }
+    }
+    qemu_put_be32(f, bts->len);
+    for (guint i = 0; i < bts->len; i++) {
+        VtBatch *bt = g_ptr_array_index(bts, i);
+        VirtQueueElement *e = bt->elem;
+
+        qemu_put_be32(f, e->index);
+        qemu_put_be32(f, e->out_num);
+        qemu_put_be32(f, e->in_num);
+        for (unsigned k = 0; k < e->out_num; k++) {
+            qemu_put_be64(f, e->out_addr[k]);
+            qemu_put_be64(f, e->out_sg[k].iov_len);
+        }
+        for (unsigned k = 0; k < e->in_num; k++) {
+            qemu_put_be64(f, e->in_addr[k]);
+            qemu_put_be64(f, e->in_sg[k].iov_len);
+        }
+        qemu_put_be32(f, bt->njobs);
+        qemu_put_be32(f, bt->done);
+        qemu_put_be32(f, bt->failed);
+        for (uint32_t k = 0; k < bt->njobs; k++) {
+            qemu_put_be64(f, le64_to_cpu(bt->st[k].seqno));
+            qemu_put_be16(f, le16_to_cpu(bt->st[k].status));
+            qemu_put_be16(f, le16_to_cpu(bt->st[k].index));
+        }
+    }
+    for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+        VtJobList *lists[2] = { &vt->inflight[r], &vt->pending[r] };
+
+        for (int l = 0; l < 2; l++) {
+            uint32_t n = 0;
+
+            QSIMPLEQ_FOREACH(j, lists[l], next) {
+                n++;
+            }
+            qemu_put_be32(f, n);
+            QSIMPLEQ_FOREACH(j, lists[l], next) {
+                vt_job_put(f, j, GPOINTER_TO_UINT(g_hash_table_lookup(
+                               ord, j->batch)), l == 1);
+            }
         }
     }
     return 0;
+}
+
+#define VT_MIG_BAD(...) do {                                        \
+        error_report("virtio-tacc: migration: " __VA_ARGS__);       \
+        goto bad;                                                   \
+    } while (0)
+
+/* Commands queued jobs may hold, all rings together (vt_handle_submit). */
+#define VT_MIG_MAX_PENDING_CMDS (VT_PENDING_CMDS_MAX + \
+                                 TACC_VIRTIO_MAX_BATCH_JOBS * \
+                                 TACC_VIRTIO_MAX_JOB_CMDS)
+
+/* One job's record into a new VtJob; NULL (with a message) if out of range. */
+static VtJob *vt_job_get(QEMUFile *f, VtMig *m, int ring, bool cmds,
+                         uint32_t *pending_cmds)
+{
+    VtJob *j = g_new0(VtJob, 1);
+    uint32_t batch = qemu_get_be32(f);
+
+    j->idx = qemu_get_be32(f);
+    j->ctx = qemu_get_be32(f);
+    j->ncmds = qemu_get_be16(f);
+    j->seqno = qemu_get_be64(f);
+    j->tag = qemu_get_be64(f);
+    j->devjob = qemu_get_be32(f);
+    j->kick_ps = qemu_get_be64(f);
+    j->ring = ring;
+    if (qemu_file_get_error(f)) {
+        goto bad;
+    }
+    if (batch >= m->nbatches || j->idx >= m->bt[batch]->njobs ||
+        j->ctx >= TACC_NUM_CONTEXTS || !j->ncmds ||
+        j->ncmds > TACC_VIRTIO_MAX_JOB_CMDS ||
+        (cmds && j->ncmds > VT_MIG_MAX_PENDING_CMDS - *pending_cmds)) {
+        VT_MIG_BAD("ring %d: job of buffer %u, index %u, context %u, %u "
+                   "commands", ring, batch, j->idx, j->ctx, j->ncmds);
+    }
+    j->batch = m->bt[batch];
+    m->listed[batch]++;
+    if (cmds) {
+        *pending_cmds += j->ncmds;
+        j->cmds = g_new(struct tacc_desc, j->ncmds);
+        qemu_get_buffer(f, (uint8_t *)j->cmds,
+                        (size_t)j->ncmds * TACC_DESC_SIZE);
+        if (qemu_file_get_error(f)) {
+            goto bad;
+        }
+    }
+    return j;
+
+bad:
+    vt_job_free(j);
+    return NULL;
+}
+
+static int vt_jobs_get(QEMUFile *f, void *pv, size_t size,
+                       const VMStateField *field)
+{
+    VirtIOTacc *vt = pv;
+    VtMig *m;
+    uint32_t pending_cmds = 0, nbatches;
+
+    vt_mig_free(vt);
+    m = vt->mig = g_new0(VtMig, 1);
+    for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+        QSIMPLEQ_INIT(&m->inflight[r]);
+        QSIMPLEQ_INIT(&m->pending[r]);
+    }
+    nbatches = qemu_get_be32(f);
+    if (qemu_file_get_error(f)) {
+        goto bad;
+    }
+    if (!nbatches || nbatches > TACC_VIRTIO_VQ_SIZE) {
+        VT_MIG_BAD("%u held submit buffers", nbatches);
+    }
+    m->nbatches = nbatches;
+    m->el = g_new0(VtMigElem, m->nbatches);
+    m->bt = g_new0(VtBatch *, m->nbatches);
+    m->listed = g_new0(uint32_t, m->nbatches);
+    for (uint32_t i = 0; i < m->nbatches; i++) {
+        VtMigElem *e = &m->el[i];
+        VtBatch *bt;
+        uint32_t parts;
+        uint64_t out_bytes = 0;
+
+        e->head = qemu_get_be32(f);
+        e->out_num = qemu_get_be32(f);
+        e->in_num = qemu_get_be32(f);
+        if (qemu_file_get_error(f)) {
+            goto bad;
+        }
+        if (!e->out_num || e->out_num > VIRTQUEUE_MAX_SIZE ||
+            e->in_num > VIRTQUEUE_MAX_SIZE - e->out_num) {
+            VT_MIG_BAD("submit buffer %u: %u read and %u written parts", i,
+                       e->out_num, e->in_num);
+        }
+        parts = e->out_num + e->in_num;
+        e->addr = g_new(uint64_t, parts);
+        e->len = g_new(uint64_t, parts);
+        for (uint32_t k = 0; k < parts; k++) {
+            e->addr[k] = qemu_get_be64(f);
+            e->len[k] = qemu_get_be64(f);
+            if (qemu_file_get_error(f)) {
+                goto bad;
+            }
+            if (!e->len[k] || e->len[k] > UINT32_MAX ||
+                e->addr[k] + e->len[k] < e->addr[k]) {
+                VT_MIG_BAD("submit buffer %u: part %u of 0x%" PRIx64
+                           " bytes at 0x%" PRIx64, i, k, e->len[k],
+                           e->addr[k]);
+            }
+            if (k < e->out_num) {
+                out_bytes += e->len[k];
+            }
+        }
+        if (out_bytes > VT_MAX_SUBMIT_LEN) {
+            VT_MIG_BAD("submit buffer %u of %" PRIu64 " bytes", i, out_bytes);
+        }
+        bt = m->bt[i] = g_new0(VtBatch, 1);
+        bt->njobs = qemu_get_be32(f);
+        bt->done = qemu_get_be32(f);
+        bt->failed = qemu_get_be32(f);
+        if (qemu_file_get_error(f)) {
+            goto bad;
+        }
+        if (!bt->njobs || bt->njobs > TACC_VIRTIO_MAX_BATCH_JOBS ||
+            bt->done >= bt->njobs || bt->failed > bt->done) {
+            VT_MIG_BAD("submit buffer %u: %u jobs, %u done, %u failed", i,
+                       bt->njobs, bt->done, bt->failed);
+        }
+        bt->st = g_new0(struct tacc_virtio_job_status, bt->njobs);
+        for (uint32_t k = 0; k < bt->njobs; k++) {
+            bt->st[k].seqno = cpu_to_le64(qemu_get_be64(f));
+            bt->st[k].status = cpu_to_le16(qemu_get_be16(f));
+            bt->st[k].index = cpu_to_le16(qemu_get_be16(f));
+        }
+    }
+    for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+        VtJobList *lists[2] = { &m->inflight[r], &m->pending[r] };
+
+        for (int l = 0; l < 2; l++) {
+            uint32_t n = qemu_get_be32(f);
+
+            if (qemu_file_get_error(f)) {
+                goto bad;
+            }
+            /* each job in flight has a command in the FIFO */
+            if (n > (l ? VT_MIG_MAX_PENDING_CMDS : TACC_FIFO_DEPTH)) {
+                VT_MIG_BAD("ring %d: %u jobs %s", r, n,
+                           l ? "queued" : "in flight");
+            }
+            for (uint32_t k = 0; k < n; k++) {
+                VtJob *j = vt_job_get(f, m, r, l == 1, &pending_cmds);
+
+                if (!j) {
+                    goto bad;
+                }
+                QSIMPLEQ_INSERT_TAIL(lists[l], j, next);
+            }
+        }
+    }
+    return 0;
+
+bad:
+    vt_mig_free(vt);
+    return qemu_file_get_error(f) ? qemu_file_get_error(f) : -EINVAL;
+}
+
+static const VMStateInfo vt_vmstate_info_jobs = {
+    .name = "virtio-tacc-jobs",
+    .get = vt_jobs_get,
+    .put = vt_jobs_put,
+};
+
+static bool vt_jobs_needed(void *opaque)
+{
+    return vt_jobs_held(opaque);
+}
+
+static const VMStateDescription vt_vmstate_jobs = {
+    .name = "virtio-tacc-backend/jobs",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .needed = vt_jobs_needed,
+    .fields = (const VMStateField[]) {
+        {
+            .name = "jobs",
+            .version_id = 1,
+            .size = sizeof(VirtIOTacc),
+            .info = &vt_vmstate_info_jobs,
+            .flags = VMS_SINGLE,
+            .offset = 0,
+        },
+        VMSTATE_END_OF_LIST()
+    }
+};
+
+/* Descriptor @i of the table at @table (a split ring's layout, VERSION_1). */
+static bool vt_desc_read(VirtIODevice *vdev, hwaddr table, unsigned i,
+                         struct vring_desc *d)
+{
+    if (address_space_read(vdev->dma_as, table + (hwaddr)i * sizeof(*d),
+                           MEMTXATTRS_UNSPECIFIED, d, sizeof(*d)) !=
+        MEMTX_OK) {
+        return false;
+    }
+    d->addr = le64_to_cpu(d->addr);
+    d->len = le32_to_cpu(d->len);
+    d->flags = le16_to_cpu(d->flags);
+    d->next = le16_to_cpu(d->next);
+    return true;
+}
+
+/*
+ * The loaded buffer @e against the descriptor chain at its head, as
+ * virtqueue_pop() reads it (one indirect table at the head at most): its
+ * parts, read ones then written ones, must cover the chain's descriptors in
+ * order, exactly (QEMU splits a descriptor that crosses memory regions into
+ * several parts).  NULL, or why not.
+ */
+static const char *vt_chain_matches(VirtIODevice *vdev, const VtMigElem *e,
+                                    unsigned num)
+{
+    hwaddr table = virtio_queue_get_desc_addr(vdev, TACC_VIRTIO_VQ_SUBMIT);
+    unsigned max = num, i = e->head, seen = 0;
+    uint32_t k = 0, parts = e->out_num + e->in_num;
+    struct vring_desc d;
+
+    if (!vt_desc_read(vdev, table, i, &d)) {
+        return "its descriptor cannot be read";
+    }
+    if (d.flags & VRING_DESC_F_INDIRECT) {
+        if (!d.len || d.len % sizeof(d)) {
+            return "an indirect table of a bad size";
+        }
+        table = d.addr;
+        max = d.len / sizeof(d);
+        i = 0;
+        if (!vt_desc_read(vdev, table, i, &d)) {
+            return "its indirect table cannot be read";
+        }
+    }
+    for (;;) {
+        bool write = d.flags & VRING_DESC_F_WRITE;
+        uint64_t off = 0;
+
+        if (++seen > max) {
+            return "a descriptor loop";
+        }
+        if (d.flags & VRING_DESC_F_INDIRECT) {
+            return "a nested indirect table";
+        }
+        if (!d.len) {
+            return "a descriptor of zero bytes";
+        }
+        while (off < d.len) {
+            if (k == parts || (k >= e->out_num) != write ||
+                e->addr[k] != d.addr + off || e->len[k] > d.len - off) {
+                return "parts that are not its descriptors'";
+            }
+            off += e->len[k++];
+        }
+        if (!(d.flags & VRING_DESC_F_NEXT)) {
+            break;
+        }
+        if (d.next >= max) {
+            return "a next descriptor beyond the table";
+        }
+        i = d.next;
+        if (!vt_desc_read(vdev, table, i, &d)) {
+            return "a descriptor that cannot be read";
+        }
+    }
+    return k == parts ? NULL : "more parts than its descriptors";
+}
+
+/* @e mapped into a new element (as virtqueue_pop()'s); NULL if it cannot be. */
+static VirtQueueElement *vt_elem_map(VirtIODevice *vdev, const VtMigElem *e)
+{
+    size_t in_addr = QEMU_ALIGN_UP(sizeof(VirtQueueElement),
+                                   __alignof__(hwaddr));
+    size_t out_addr = in_addr + e->in_num * sizeof(hwaddr);
+    size_t in_sg = QEMU_ALIGN_UP(out_addr + e->out_num * sizeof(hwaddr),
+                                 __alignof__(struct iovec));
+    size_t out_sg = in_sg + e->in_num * sizeof(struct iovec);
+    VirtQueueElement *elem = g_malloc0(out_sg +
+                                       e->out_num * sizeof(struct iovec));
+    uint32_t k;
+
+    elem->index = e->head;
+    elem->ndescs = 1;
+    elem->out_num = e->out_num;
+    elem->in_num = e->in_num;
+    elem->in_addr = (void *)elem + in_addr;
+    elem->out_addr = (void *)elem + out_addr;
+    elem->in_sg = (void *)elem + in_sg;
+    elem->out_sg = (void *)elem + out_sg;
+    for (k = 0; k < e->out_num + e->in_num; k++) {
+        bool write = k >= e->out_num;
+        struct iovec *sg = write ? &elem->in_sg[k - e->out_num]
+                                 : &elem->out_sg[k];
+        DMADirection dir = write ? DMA_DIRECTION_FROM_DEVICE
+                                 : DMA_DIRECTION_TO_DEVICE;
+        dma_addr_t len = e->len[k];
+
+        if (!address_space_access_valid(vdev->dma_as, e->addr[k], len, write,
+                                        MEMTXATTRS_UNSPECIFIED)) {
+            break;
+        }
+        sg->iov_base = dma_memory_map(vdev->dma_as, e->addr[k], &len, dir,
+                                      MEMTXATTRS_UNSPECIFIED);
+        if (!sg->iov_base) {
+            break;
+        }
+        if (len != e->len[k]) {
+            dma_memory_unmap(vdev->dma_as, sg->iov_base, len, dir, 0);
+            break;
+        }
+        sg->iov_len = len;
+        if (write) {
+            elem->in_addr[k - e->out_num] = e->addr[k];
+        } else {
+            elem->out_addr[k] = e->addr[k];
+        }
+    }
+    if (k == e->out_num + e->in_num) {
+        return elem;
+    }
+    while (k--) {           /* what was mapped goes, nothing was written */
+        bool write = k >= e->out_num;
+        struct iovec *sg = write ? &elem->in_sg[k - e->out_num]
+                                 : &elem->out_sg[k];
+
+        dma_memory_unmap(vdev->dma_as, sg->iov_base, sg->iov_len,
+                         write ? DMA_DIRECTION_FROM_DEVICE
+                               : DMA_DIRECTION_TO_DEVICE, 0);
+    }
+    g_free(elem);
+    return NULL;
+}
+
+/* A ring's used index as the guest sees it (the used ring in guest memory). */
+static bool vt_used_idx(VirtIODevice *vdev, int n, uint16_t *idx)
+{
+    hwaddr used = virtio_queue_get_used_addr(vdev, n);
+
+    if (address_space_read(vdev->dma_as, used + 2, MEMTXATTRS_UNSPECIFIED,
+                           idx, 2) != MEMTX_OK) {
+        return false;
+    }
+    *idx = le16_to_cpu(*idx);
+    return true;
+}
+
+/* Buffers the device holds on queue @n: popped and not yet used. */
+static int vt_vq_inuse(VirtIODevice *vdev, int n)
+{
+    uint16_t used;
+
+    if (!virtio_queue_get_desc_addr(vdev, n)) {
+        return 0;
+    }
+    if (!vt_used_idx(vdev, n, &used)) {
+        return -1;
+    }
+    return (uint16_t)(virtio_queue_get_last_avail_idx(vdev, n) - used);
+}
+
+/*
+ * Queue @r's FIFO against the jobs in flight on ring @r, in order: first,
+ * when the queue skips, the rest of a job that failed (its completion was
+ * used), up to its last command; then each job in flight, the commands it
+ * has left (all of them but for the first), the last one ending it.  A
+ * completion then always finds its job at the head (vt_complete()).
+ */
+static const char *vt_fifo_matches(VirtIOTacc *vt, int r, VtJobList *list)
+{
+    TaccQueue *q = &vt->func.q[r];
+    VtJob *j = list ? QSIMPLEQ_FIRST(list) : NULL;
+    uint32_t i = 0;
+
+#define VT_FIFO(i)  (&q->fifo[(q->f_head + (i)) % TACC_FIFO_DEPTH].d)
+    if (q->cqe_pending) {
+        return "a completion waiting for CQ space";
+    }
+    if (q->skipping) {
+        uint32_t job = q->f_count ? le32_to_cpu(VT_FIFO(0)->job) : 0;
+
+        for (;;) {
+            if (i == q->f_count || le32_to_cpu(VT_FIFO(i)->job) != job ||
+                (j && j->devjob == job)) {
+                return "the rest of a failed job is not whole";
+            }
+            if (VT_FIFO(i++)->flags & TACC_DESC_F_LAST) {
+                break;
+            }
+        }
+    }
+    for (bool first = true; i < q->f_count; first = false) {
+        uint32_t n = 0;
+        bool last = false;
+
+        if (!j) {
+            return "commands of no job in flight";
+        }
+        while (!last && i < q->f_count) {
+            const struct tacc_desc *d = VT_FIFO(i++);
+
+            if (le32_to_cpu(d->job) != j->devjob) {
+                return "commands of another job";
+            }
+            n++;
+            last = d->flags & TACC_DESC_F_LAST;
+        }
+        if (!last || n > j->ncmds || (!first && n != j->ncmds)) {
+            return "a job's commands are not whole";
+        }
+        j = QSIMPLEQ_NEXT(j, next);
+    }
+    return j ? "a job in flight without its commands" : NULL;
+#undef VT_FIFO
+}
+
+/* A queued job's commands are what vt_job_parse() and vt_submit_one() made. */
+static bool vt_cmds_ok(VirtIOTacc *vt, const VtJob *j)
+{
+    VirtIODevice *vdev = VIRTIO_DEVICE(vt);
+
+    for (uint16_t i = 0; i < j->ncmds; i++) {
+        const struct tacc_desc *d = &j->cmds[i];
+
+        if (d->opcode >= TACC_OP_MAX ||
+            (tacc_desc_hw13(d) &&
+             !virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_INFER)) ||
+            (d->opcode == TACC_OP_FILL &&
+             !virtio_vdev_has_feature(vdev, TACC_VIRTIO_F_FILL)) ||
+            le16_to_cpu(d->ctx) != j->ctx || le16_to_cpu(d->index) != i ||
+            d->flags != (i == j->ncmds - 1 ? TACC_DESC_F_LAST : 0) ||
+            le32_to_cpu(d->job) != j->devjob) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/*
+ * The jobs of the stream (none when it had no "jobs" subsection) against the
+ * contexts, the batches, the function's FIFOs and the submit queue; their
+ * buffers mapped.  Then the device takes them.  Returns 0 or -EINVAL.
+ */
+static int vt_virtio_post_load(VirtIODevice *vdev)
+{
+    VirtIOTacc *vt = VIRTIO_TACC(vdev);
+    VtMig *m = vt->mig;
+    uint32_t nbatches = m ? m->nbatches : 0, inflight[TACC_NUM_CONTEXTS] = {0};
+    uint32_t pending_cmds = 0, k;
+    unsigned num = virtio_queue_get_num(vdev, TACC_VIRTIO_VQ_SUBMIT);
+    g_autofree unsigned long *heads = bitmap_new(VIRTQUEUE_MAX_SIZE);
+    g_autofree VirtQueueElement **elems = g_new0(VirtQueueElement *,
+                                                 nbatches + 1);
+    int inuse;
+
+    if (vt_vq_inuse(vdev, TACC_VIRTIO_VQ_CONTROL)) {
+        VT_MIG_BAD("the control queue holds a request");
+    }
+    inuse = vt_vq_inuse(vdev, TACC_VIRTIO_VQ_SUBMIT);
+    if (inuse != nbatches) {
+        VT_MIG_BAD("the submit queue holds %d buffers, the stream %u", inuse,
+                   nbatches);
+    }
+    for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+        const char *bad = vt_fifo_matches(vt, r, m ? &m->inflight[r] : NULL);
+
+        if (bad) {
+            VT_MIG_BAD("ring %d: %s (FIFO %u+%u)", r, bad,
+                       vt->func.q[r].f_head, vt->func.q[r].f_count);
+        }
+    }
+    if (!m) {
+        return 0;
+    }
+    if (virtio_vdev_has_feature(vdev, VIRTIO_F_RING_PACKED) ||
+        virtio_vdev_has_feature(vdev, VIRTIO_F_IN_ORDER) ||
+        !virtio_vdev_has_feature(vdev, VIRTIO_F_VERSION_1) || vdev->broken) {
+        VT_MIG_BAD("held submit buffers on a packed, in-order, legacy or "
+                   "broken virtqueue");
+    }
+    for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+        VtJobList *lists[2] = { &m->inflight[r], &m->pending[r] };
+        uint64_t last[TACC_NUM_CONTEXTS] = { 0 };
+
+        for (int l = 0; l < 2; l++) {
+            VtJob *j;
+
+            QSIMPLEQ_FOREACH(j, lists[l], next) {
+                VtBatch *bt = j->batch;
+                VtCtx *c = vt_ctx(vt, j->ctx);
+
+                if (!c || j->seqno <= last[j->ctx] ||
+                    j->seqno > c->last_seqno[r] ||
+                    le64_to_cpu(bt->st[j->idx].seqno) != j->seqno ||
+                    bt->st[j->idx].status || bt->st[j->idx].index) {
+                    VT_MIG_BAD("ring %d: job seqno %" PRIu64 " of context "
+                               "%u", r, j->seqno, j->ctx);
+                }
+                if (l && !vt_cmds_ok(vt, j)) {
+                    VT_MIG_BAD("ring %d: queued job seqno %" PRIu64 ": its "
+                               "commands", r, j->seqno);
+                }
+                last[j->ctx] = j->seqno;
+                inflight[j->ctx]++;
+                pending_cmds += l ? j->ncmds : 0;
+                /* one job per status slot: counted by index below */
+                bt->st[j->idx].status = cpu_to_le16(0xffff);
+            }
+        }
+    }
+    for (k = 0; k < nbatches; k++) {
+        VtBatch *bt = m->bt[k];
+        uint32_t marked = 0;
+        const char *bad;
+
+        for (uint32_t i = 0; i < bt->njobs; i++) {
+            if (bt->st[i].status == cpu_to_le16(0xffff)) {
+                bt->st[i].status = 0;
+                marked++;
+            }
+        }
+        if (marked != m->listed[k] || bt->done + marked != bt->njobs) {
+            VT_MIG_BAD("submit buffer %u: %u jobs, %u done, %u listed", k,
+                       bt->njobs, bt->done, m->listed[k]);
+        }
+        if (m->el[k].head >= num || test_and_set_bit(m->el[k].head, heads)) {
+            VT_MIG_BAD("submit buffer %u: head %u (ring of %u)", k,
+                       m->el[k].head, num);
+        }
+        bad = vt_chain_matches(vdev, &m->el[k], num);
+        if (bad) {
+            VT_MIG_BAD("submit buffer %u at head %u: %s", k, m->el[k].head,
+                       bad);
+        }
+    }
+    for (k = 0; k < nbatches; k++) {
+        elems[k] = vt_elem_map(vdev, &m->el[k]);
+        if (!elems[k]) {
+            VT_MIG_BAD("submit buffer %u at head %u: not in guest memory", k,
+                       m->el[k].head);
+        }
+    }
+
+    /* adopted */
+    for (k = 0; k < nbatches; k++) {
+        m->bt[k]->elem = elems[k];
+        m->bt[k] = NULL;
+    }
+    for (int r = 0; r < TACC_VIRTIO_NUM_RINGS; r++) {
+        QSIMPLEQ_CONCAT(&vt->inflight[r], &m->inflight[r]);
+        QSIMPLEQ_CONCAT(&vt->pending[r], &m->pending[r]);
+    }
+    for (int c = 0; c < TACC_NUM_CONTEXTS; c++) {
+        vt->ctx[c].inflight = inflight[c];
+    }
+    vt->pending_cmds = pending_cmds;
+    trace_virtio_tacc_mig_jobs(nbatches, pending_cmds);
+    vt_mig_free(vt);
+    return 0;
+
+bad:
+    for (k = 0; k < nbatches; k++) {
+        if (elems[k]) {
+            VirtQueueElement *e = elems[k];
+
+            for (unsigned i = 0; i < e->out_num; i++) {
+                dma_memory_unmap(vdev->dma_as, e->out_sg[i].iov_base,
+                                 e->out_sg[i].iov_len,
+                                 DMA_DIRECTION_TO_DEVICE, 0);
+            }
+            for (unsigned i = 0; i < e->in_num; i++) {
+                dma_memory_unmap(vdev->dma_as, e->in_sg[i].iov_base,
+                                 e->in_sg[i].iov_len,
+                                 DMA_DIRECTION_FROM_DEVICE, 0);
+            }
+            g_free(e);
+        }
+    }
+    vt_mig_free(vt);
+    return -EINVAL;
 }
 
 static int vt_tables_put(QEMUFile *f, void *pv, size_t size,
@@ -1974,6 +2735,10 @@ static const VMStateDescription vt_vmstate_backend = {
         VMSTATE_UINT32(next_job, VirtIOTacc),
         VMSTATE_INT64(fi_ctx_id, VirtIOTacc),
         VMSTATE_END_OF_LIST()
+    },
+    .subsections = (const VMStateDescription * const []) {
+        &vt_vmstate_jobs,
+        NULL
     }
 };
 
@@ -2128,6 +2893,7 @@ static void vt_class_init(ObjectClass *klass, void *data)
     vdc->set_status = vt_set_status;
     vdc->get_config = vt_get_config;
     vdc->reset = vt_reset;
+    vdc->post_load = vt_virtio_post_load;
 }
 
 static const TypeInfo vt_info = {

@@ -23,6 +23,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(VirtIOTacc, VIRTIO_TACC)
 typedef struct VtBo VtBo;
 typedef struct VtBatch VtBatch;
 typedef struct VtJob VtJob;
+typedef struct VtMig VtMig;
 
 typedef QSIMPLEQ_HEAD(VtJobList, VtJob) VtJobList;
 
@@ -76,6 +77,7 @@ struct VirtIOTacc {
     VirtQueueElement *ctrl_held;    /* an answer held by x-fi-ctrl-delay-ms */
     uint32_t ctrl_held_len;     /* its used length */
     QEMUTimer *ctrl_timer;      /* releases ctrl_held */
+    VtMig *mig;                 /* held buffers and jobs being loaded */
 };
 
 #endif
