@@ -71,13 +71,13 @@ def pf_accel(pf_pci: Path) -> Path:
 def program() -> Iterator[Any]:
     """The one BPF program (accel-bpftrace / taccd capture engine) of the session: a bcc
     compile costs ~7 s of guest time, so tracing and end-to-end tests share it (each
-    test re-attaches and resets it).  Compiled here whatever the compile cache holds
-    (its log is checked), and kept in it for the tools the tests start."""
+    test re-attaches and resets it), and the tools the tests start load it from the
+    compile cache (tacc.bpftrace.objcache) when an earlier compile of the boot kept it."""
     from tacc.bpftrace import preflight
     from tacc.bpftrace.program import Program
 
     root = preflight.all_checks(bcc=True)
-    prog = Program(root, rb_pages=4096, host=True, cache="refresh")
+    prog = Program(root, rb_pages=4096, host=True)
     yield prog
     prog.close()
 

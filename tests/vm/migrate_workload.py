@@ -22,7 +22,8 @@ and across the move, and ends on the destination.  Then, on the destination:
 * the timeline (``tacc timeline``'s Chrome JSON) draws each pause on the ``VM paused`` track
   with the device's figure.
 
-With ``--all-functions`` (not in make test: ``MIGRATE_ALL_FUNCTIONS=1 scripts/test-vm``
+With ``--all-functions`` (make test-long's second migrating VM, or ``MIGRATE_ALL_FUNCTIONS=1
+scripts/test-vm``
 with ``VFS=1 VIRTIO=1``), ``tacc run mlp`` also loops on every VF and the virtio-tacc
 function the guest has, side by side with the PF's, until the move: each one's runs
 numpy-checked, some finished before the move and some after (a run of each in flight

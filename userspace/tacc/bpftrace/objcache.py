@@ -117,7 +117,8 @@ def decode_type(desc: Any) -> Any:
 
 
 # ------------------------------------------------------------------ save ---
-def save(bpf: Any, src: str, cflags: list[str], directory: Path | None = None) -> Path | None:
+def save(bpf: Any, src: str, cflags: list[str], directory: Path | None = None,
+         compile_log: str = "") -> Path | None:
     """Keep the program bcc just compiled (``bpf``, a ``bcc.BPF``) under ``src`` (the text
     that names it: see :func:`load`); returns the entry's path, or None when the program
     holds what this loader does not handle."""
@@ -173,7 +174,8 @@ def save(bpf: Any, src: str, cflags: list[str], directory: Path | None = None) -
             elif src_reg != 0:
                 return None  # another kind of reference: not handled here
         funcs.append({"name": name.decode(), "insns": insns.hex(), "relocs": relocs})
-    entry = {"format": FORMAT, "license": lib.bpf_module_license(mod).decode(),
+    entry = {"format": FORMAT, "compile_log": compile_log,
+             "license": lib.bpf_module_license(mod).decode(),
              "kern_version": int(lib.bpf_module_kern_version(mod)),
              "tables": tables, "funcs": funcs}
     d = directory or cache_dir()
@@ -335,6 +337,7 @@ class Loaded:
             raise CacheError(f"entry format {entry.get('format')!r}")
         self.tracefs = tracefs
         self.license = str(entry["license"]).encode()
+        self.compile_log = str(entry.get("compile_log", ""))  # what the compile printed
         self.kern_version = int(entry["kern_version"])
         self.tables: dict[str, Table] = {}
         self.funcs: dict[bytes, Function] = {}

@@ -153,7 +153,8 @@ class Program:
     """``cache``: "use" loads the program a previous compile of the same text kept
     (objcache: no clang, no LLVM) and compiles and keeps it otherwise; "refresh" always
     compiles (and keeps the result); "off" compiles and keeps nothing.  ``cached`` says
-    which happened, ``cache_note`` why an entry was not used."""
+    which happened, ``cache_note`` why an entry was not used; ``compile_log`` is what
+    clang and LLVM printed at the compile (kept with the entry)."""
 
     def __init__(self, tracefs: Path, rb_pages: int = 1024, host: bool = True,
                  cache: str = "use") -> None:
@@ -174,6 +175,8 @@ class Program:
             try:
                 self.bpf = objcache.load(key_src, CFLAGS, tracefs, max_entries=sizes)
                 self.cached = self.bpf is not None
+                if self.cached:
+                    self.compile_log = self.bpf.compile_log
             except (objcache.CacheError, OSError) as e:
                 self.cache_note = f"cached program not used: {e}"
         if self.bpf is None:
@@ -182,7 +185,7 @@ class Program:
             self.bpf, self.compile_log = compile_bpf(BPF, self.src, CFLAGS)
             if cache != "off":
                 try:
-                    objcache.save(self.bpf, key_src, CFLAGS)
+                    objcache.save(self.bpf, key_src, CFLAGS, compile_log=self.compile_log)
                 except Exception as e:  # noqa: BLE001 - keeping it is a best effort
                     self.cache_note = f"compiled program not kept: {e}"
         self.rb_size = rb_pages * 4096
