@@ -75,7 +75,7 @@ struct tacc_queue {
 	struct tacc_device *tdev;
 	u32 idx;
 	struct drm_gpu_scheduler sched;
-	char name[16];
+	char name[sizeof("tacc-q4294967295")];	/* "tacc-q%u" of any u32: never truncated */
 
 	spinlock_t lock;		/* ring indices, inflight, fences */
 	struct tacc_desc *sq;
