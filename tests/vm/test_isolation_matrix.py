@@ -1012,20 +1012,25 @@ def _open_all(node: Path) -> int:
 
 LATE_OPENS = 3
 LATE_VA = 1 << 32
+LATE_DELAY_MS = 2300  # the first answer after the last request's 300 ms timeout (5 x 300)
 
 
 @pytest.mark.timeout(120)
 def test_late_virtio_context_and_binding_answers_are_settled():
-    """The device carries out three CTX_CREATEs (opens) and a FIXED VM_BIND but answers
-    each after the frontend gave up (x-fi-ctrl-delay-ms 1500 against
-    virtio_ctrl_timeout_ms 300): each fails with ETIMEDOUT.  When the answers come the
-    frontend settles them with no request of anyone's to carry them: each late context is
-    destroyed (its uid's context charge held until then), the late binding unbound and
-    its range released (virtio_stats late_settled 4, ctx_lost and va_lost 0).  Then root
-    opens as many files as before (the backend's 16 contexts less those held elsewhere),
-    root's context count is back, and the BO binds FIXED at the same VA again and a FENCE
-    through it lands.  Before: each late context was the backend's for good, so root
-    opened 3 fewer files (a tenant whose answers come late uses up the 16), and the
+    """The device carries out three CTX_CREATEs (opens), a FIXED VM_BIND and a VM_BIND of
+    a second BO but answers each after the frontend gave up (x-fi-ctrl-delay-ms 2300
+    twice against virtio_ctrl_timeout_ms 300; the device serves in order, so the rest
+    wait behind the held answers, all answered 4.6 s after the first request, once the
+    timeout is back to its default): each fails with ETIMEDOUT.  The second BO is closed
+    while its binding is in doubt: unbound first, so BO_DESTROY is not refused and
+    nothing is leaked.  When the answers come the frontend settles them with no request
+    of anyone's to carry them: each late context is destroyed (its uid's context charge
+    held until then), the late binding unbound and its range released (virtio_stats
+    late_settled 5, ctx_lost and va_lost 0).  Then root opens as many files as before
+    (the backend's 16 contexts less those held elsewhere), root's context count is
+    back, and the BO binds FIXED at the same VA again and a FENCE through it lands.
+    Before: each late context was the backend's for good, so root opened 3 fewer files
+    (16 before, 13 after: a tenant whose answers come late uses up the 16), and the
     range stayed taken (the second bind EBUSY)."""
     from tacc.guest_qmp import GuestQMP
 
@@ -1037,24 +1042,27 @@ def test_late_virtio_context_and_binding_answers_are_settled():
     with Dev(node) as d, GuestQMP() as q:
         ctxs0 = _users("virtio").get(0, [0])[0]  # root's contexts: this file's
         h = d.bo(8192, flags=BO_NO_BIND).handle
+        h2 = d.bo(4096, flags=BO_NO_BIND).handle
         errs = []
         t0 = time.monotonic()
         try:
             CTRL_TIMEOUT.write_text(str(timeout_ms))
             for _ in range(LATE_OPENS):
-                q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctrl-delay-ms", timeout_ms + 1200)
+                q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctrl-delay-ms", LATE_DELAY_MS)
                 errs.append(_err(lambda: Dev(node).close()))
-            q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctrl-delay-ms", timeout_ms + 1200)
+            q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctrl-delay-ms", LATE_DELAY_MS)
             errs.append(_err(lambda: d.ioctl(VM_BIND, VmBind(handle=h, flags=BIND_FIXED,
                                                              va=LATE_VA))))
+            errs.append(_err(lambda: d.ioctl(VM_BIND, VmBind(handle=h2))))
         finally:
             CTRL_TIMEOUT.write_text(old)
         took = time.monotonic() - t0
+        d.gem_close(h2)  # its binding in doubt
         held = _users("virtio").get(0, [0])[0] - ctxs0  # the late contexts, still charged
-        # the answers come 1.5 s apart (the device serves in order): no request of ours
-        deadline = time.monotonic() + (LATE_OPENS + 1) * 1.5 + 5
+        # all answered 2 x LATE_DELAY_MS after the first: no request of ours carries them
+        deadline = time.monotonic() + 2 * LATE_DELAY_MS / 1000 + 5
         while time.monotonic() < deadline and \
-                _vstats().get("late_settled", 0) - st0.get("late_settled", 0) < LATE_OPENS + 1:
+                _vstats().get("late_settled", 0) - st0.get("late_settled", 0) < LATE_OPENS + 2:
             time.sleep(0.1)
         st1 = _vstats()
         ctxs1 = _users("virtio").get(0, [0])[0]
@@ -1065,19 +1073,20 @@ def test_late_virtio_context_and_binding_answers_are_settled():
             got = struct.unpack_from("<I", d.map(h, 8192), 64)[0]
     after = _open_all(node)
     delta = {k: st1.get(k, 0) - st0.get(k, 0)
-             for k in ("ctrl_timeouts", "late_settled", "ctx_lost", "va_lost")}
+             for k in ("ctrl_timeouts", "late_settled", "ctx_lost", "va_lost", "leaked_bos")}
+    delta["late_pending"] = st1.get("late_pending", -1)  # answers still owed: none
     record_figures("virtio_late_ctx_bind", {
         "errnos": errs, "seconds": round(took, 2), "opens_before": before,
         "opens_after": after, "charged_while_late": held, "rebind": rebind, **delta})
-    assert errs == [errno.ETIMEDOUT] * (LATE_OPENS + 1), f"late requests -> {errs}"
+    assert errs == [errno.ETIMEDOUT] * (LATE_OPENS + 2), f"late requests -> {errs}"
     assert held == LATE_OPENS, f"{held} late contexts charged to root while in doubt"
     assert after == before, f"root opened {before} files before, {after} after " \
         f"{LATE_OPENS} late CTX_CREATEs"
     assert ctxs1 == ctxs0, f"root holds {ctxs1} contexts after settling, {ctxs0} before"
     assert rebind == 0, f"VM_BIND again at the late binding's VA -> {os.strerror(rebind)}"
     assert got == 0xC0FFEE, f"the FENCE through the new binding read {got}"
-    assert delta == {"ctrl_timeouts": LATE_OPENS + 1, "late_settled": LATE_OPENS + 1,
-                     "ctx_lost": 0, "va_lost": 0}, delta
+    assert delta == {"ctrl_timeouts": LATE_OPENS + 2, "late_settled": LATE_OPENS + 2,
+                     "ctx_lost": 0, "va_lost": 0, "leaked_bos": 0, "late_pending": 0}, delta
 
 
 # ------------------------------------------------------------ per-user limits ----
