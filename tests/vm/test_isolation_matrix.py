@@ -1012,15 +1012,16 @@ def _open_all(node: Path) -> int:
 
 LATE_OPENS = 3
 LATE_VA = 1 << 32
-LATE_DELAY_MS = 2300  # the first answer after the last request's 300 ms timeout (5 x 300)
+LATE_TIMEOUT_MS = 200
+LATE_DELAY_MS = 6 * LATE_TIMEOUT_MS  # the first answer after the 5 requests' timeouts
 
 
 @pytest.mark.timeout(120)
 def test_late_virtio_context_and_binding_answers_are_settled():
     """The device carries out three CTX_CREATEs (opens), a FIXED VM_BIND and a VM_BIND of
-    a second BO but answers each after the frontend gave up (x-fi-ctrl-delay-ms 2300
-    twice against virtio_ctrl_timeout_ms 300; the device serves in order, so the rest
-    wait behind the held answers, all answered 4.6 s after the first request, once the
+    a second BO but answers each after the frontend gave up (x-fi-ctrl-delay-ms 1200
+    twice against virtio_ctrl_timeout_ms 200; the device serves in order, so the rest
+    wait behind the held answers, all answered 2.4 s after the first request, once the
     timeout is back to its default): each fails with ETIMEDOUT.  The second BO is closed
     while its binding is in doubt: unbound first, so BO_DESTROY is not refused and
     nothing is leaked.  When the answers come the frontend settles them with no request
@@ -1036,7 +1037,6 @@ def test_late_virtio_context_and_binding_answers_are_settled():
 
     node = _node("virtio")
     old = CTRL_TIMEOUT.read_text().strip()
-    timeout_ms = 300
     before = _open_all(node)
     st0 = _vstats()
     with Dev(node) as d, GuestQMP() as q:
@@ -1046,7 +1046,7 @@ def test_late_virtio_context_and_binding_answers_are_settled():
         errs = []
         t0 = time.monotonic()
         try:
-            CTRL_TIMEOUT.write_text(str(timeout_ms))
+            CTRL_TIMEOUT.write_text(str(LATE_TIMEOUT_MS))
             for _ in range(LATE_OPENS):
                 q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctrl-delay-ms", LATE_DELAY_MS)
                 errs.append(_err(lambda: Dev(node).close()))
