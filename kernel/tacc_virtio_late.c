@@ -86,20 +86,22 @@ static void tacc_vlate_ctx_lost(struct tacc_vdev *vd, struct tacc_vlate *late, c
 static void tacc_vlate_settle_ctx(struct tacc_vdev *vd, struct tacc_vlate *late)
 {
 	struct tacc_virtio_hdr req;
+	const char *lost = NULL;
 	int ret;
 
 	if (late->type == TACC_VIRTIO_CTX_CREATE) {
-		if (late->ret == -EPROTO)
-			return tacc_vlate_ctx_lost(vd, late, "no id in a short answer");
-		if (late->ret || READ_ONCE(vd->gone)) {
-			tacc_vlate_settled(vd, late);	/* not created, or reset */
-			return;
+		if (late->ret == -EPROTO) {
+			lost = "no id in a short answer";
+			goto out;
 		}
+		if (late->ret || READ_ONCE(vd->gone))
+			goto out;	/* not created, or reset */
 		mutex_lock(&vd->files_lock);
 		if (late->value >= vd->num_contexts || test_bit(late->value, vd->ctx_ids)) {
 			/* a lying device: destroying it could end another file's context */
 			mutex_unlock(&vd->files_lock);
-			return tacc_vlate_ctx_lost(vd, late, "id out of range or held");
+			lost = "id out of range or held";
+			goto out;
 		}
 		late->type = TACC_VIRTIO_CTX_DESTROY;
 		late->id = late->value;
@@ -112,8 +114,12 @@ static void tacc_vlate_settle_ctx(struct tacc_vdev *vd, struct tacc_vlate *late)
 	}
 	/* CTX_DESTROY answered; -ENODEV: a removal, whose reset destroyed it */
 	if (late->ret && late->ret != -ENODEV)
-		return tacc_vlate_ctx_lost(vd, late, "CTX_DESTROY failed");
-	tacc_vlate_settled(vd, late);
+		lost = "CTX_DESTROY failed";
+out:
+	if (lost)
+		tacc_vlate_ctx_lost(vd, late, lost);
+	else
+		tacc_vlate_settled(vd, late);
 }
 
 /* -------------------------------------------------------------- ranges ---- */
