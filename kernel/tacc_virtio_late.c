@@ -132,13 +132,25 @@ static void tacc_vlate_release_va(struct tacc_vlate *late)
 	list_del_init(&late->ctx_node);
 }
 
-static void tacc_vlate_settle_va(struct tacc_vdev *vd, struct tacc_vlate *late)
+/* VM_UNBIND of the record's range (@follow: followed by the record if late). */
+static int tacc_vlate_unbind(struct tacc_vctx *ctx, struct tacc_vlate *late, bool follow)
 {
-	struct tacc_vctx *ctx = late->ctx;
 	struct {
 		struct tacc_virtio_hdr hdr;
 		struct tacc_virtio_vm_unbind b;
 	} req;
+
+	tacc_vhdr(&req.hdr, TACC_VIRTIO_VM_UNBIND, ctx->id);
+	req.b = (struct tacc_virtio_vm_unbind) {
+		.va = cpu_to_le64(late->va.start),
+		.size = cpu_to_le64(late->va.size),
+	};
+	return tacc_vctrl_idle(ctx, &req, sizeof(req), follow ? late : NULL);
+}
+
+static void tacc_vlate_settle_va(struct tacc_vdev *vd, struct tacc_vlate *late)
+{
+	struct tacc_vctx *ctx = late->ctx;
 	int ret;
 
 	if (!ctx) {		/* the file closed: its CTX_DESTROY took the binding */
@@ -155,12 +167,7 @@ static void tacc_vlate_settle_va(struct tacc_vdev *vd, struct tacc_vlate *late)
 	if (late->type == TACC_VIRTIO_VM_BIND) {
 		/* bound (or a short answer: maybe): undone, as the file was told */
 		late->type = TACC_VIRTIO_VM_UNBIND;
-		tacc_vhdr(&req.hdr, TACC_VIRTIO_VM_UNBIND, ctx->id);
-		req.b = (struct tacc_virtio_vm_unbind) {
-			.va = cpu_to_le64(late->va.start),
-			.size = cpu_to_le64(late->va.size),
-		};
-		ret = tacc_vctrl_idle(ctx, &req, sizeof(req), late);
+		ret = tacc_vlate_unbind(ctx, late, true);
 		if (ret == -ETIMEDOUT && late->inflight) {
 			mutex_unlock(&ctx->vm_lock);
 			return;		/* settled by its own answer */
@@ -261,10 +268,6 @@ void tacc_vlate_bo_free(struct tacc_vctx *ctx, u32 handle)
 {
 	struct tacc_vdev *vd = ctx->vd;
 	struct tacc_vlate *late, *found = NULL;
-	struct {
-		struct tacc_virtio_hdr hdr;
-		struct tacc_virtio_vm_unbind b;
-	} req;
 	int ret;
 
 	if (list_empty(&ctx->late))
@@ -278,12 +281,7 @@ void tacc_vlate_bo_free(struct tacc_vctx *ctx, u32 handle)
 		}
 	}
 	if (found) {
-		tacc_vhdr(&req.hdr, TACC_VIRTIO_VM_UNBIND, ctx->id);
-		req.b = (struct tacc_virtio_vm_unbind) {
-			.va = cpu_to_le64(found->va.start),
-			.size = cpu_to_le64(found->va.size),
-		};
-		ret = tacc_vctrl_idle(ctx, &req, sizeof(req), NULL);
+		ret = tacc_vlate_unbind(ctx, found, false);
 		if (!ret || ret == -ENOENT) {
 			tacc_vlate_release_va(found);
 			found->ctx = NULL;	/* its answer: nothing left to do */
