@@ -5,7 +5,8 @@
  * same DRM accel uAPI (tacc_accel.h) on its own /dev/accel node, in the way
  * of drivers/gpu/drm/virtio and AMD XDNA's vxdna.  This file: probe and
  * remove, feature negotiation, the control queue, parameters, file contexts
- * and the drm_driver.  BOs: tacc_virtio_gem.c; jobs: tacc_virtio_job.c.
+ * and the drm_driver.  BOs: tacc_virtio_gem.c; jobs: tacc_virtio_job.c; late
+ * control answers: tacc_virtio_late.c.
  */
 
 #include <linux/mm.h>
