@@ -1013,32 +1013,42 @@ def _open_all(node: Path) -> int:
 LATE_OPENS = 3
 LATE_VA = 1 << 32
 LATE_TIMEOUT_MS = 200
-LATE_DELAY_MS = 6 * LATE_TIMEOUT_MS  # the first answer after the 5 requests' timeouts
+LATE_DELAY_MS = 6 * LATE_TIMEOUT_MS  # the first answer after the 4 requests' timeouts
 
 
 @pytest.mark.timeout(120)
 def test_late_virtio_context_and_binding_answers_are_settled():
-    """The device carries out three CTX_CREATEs (opens), a FIXED VM_BIND and a VM_BIND of
-    a second BO but answers each after the frontend gave up (x-fi-ctrl-delay-ms 1200
-    twice against virtio_ctrl_timeout_ms 200; the device serves in order, so the rest
-    wait behind the held answers, all answered 2.4 s after the first request, once the
-    timeout is back to its default): each fails with ETIMEDOUT.  The second BO is closed
-    while its binding is in doubt: unbound first, so BO_DESTROY is not refused and
-    nothing is leaked.  When the answers come the frontend settles them with no request
-    of anyone's to carry them: each late context is destroyed (its uid's context charge
-    held until then), the late binding unbound and its range released (virtio_stats
-    late_settled 5, ctx_lost and va_lost 0).  Then root opens as many files as before
-    (the backend's 16 contexts less those held elsewhere), root's context count is
-    back, and the BO binds FIXED at the same VA again and a FENCE through it lands.
-    Before: each late context was the backend's for good, so root opened 3 fewer files
-    (16 before, 13 after: a tenant whose answers come late uses up the 16), and the
-    range stayed taken (the second bind EBUSY)."""
+    """The device carries out three CTX_CREATEs (opens) and a FIXED VM_BIND but answers
+    each after the frontend gave up (x-fi-ctrl-delay-ms 1200 twice against
+    virtio_ctrl_timeout_ms 200; the device serves in order, so the rest wait behind the
+    held answers, all answered 2.4 s after the first request, once the timeout is back
+    to its default): each fails with ETIMEDOUT.  When the answers come the frontend
+    settles them with no request of anyone's to carry them: each late context is
+    destroyed (its uid's context charge held until then), the late binding unbound and
+    its range released (virtio_stats late_settled 4, ctx_lost and va_lost 0).  Then a
+    second BO's VM_BIND is answered late and the BO closed while its binding is in
+    doubt: unbound first, so BO_DESTROY is not refused and nothing is leaked
+    (late_settled 5).  Then root opens as many files as before (the backend's 16
+    contexts less those held elsewhere), root's context count is back, and the first BO
+    binds FIXED at the same VA again and a FENCE through it lands.  Before: each late
+    context was the backend's for good, so root opened 3 fewer files (16 before, 13
+    after: a tenant whose answers come late uses up the 16), and the range stayed taken
+    (the second bind EBUSY)."""
     from tacc.guest_qmp import GuestQMP
 
     node = _node("virtio")
     old = CTRL_TIMEOUT.read_text().strip()
     before = _open_all(node)
     st0 = _vstats()
+
+    def settled(n: int) -> int:
+        """late_settled since the start, once it reached @n (within 2 delays + 5 s)."""
+        deadline = time.monotonic() + 2 * LATE_DELAY_MS / 1000 + 5
+        while (done := _vstats().get("late_settled", 0) - st0.get("late_settled", 0)) < n \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return done
+
     with Dev(node) as d, GuestQMP() as q:
         ctxs0 = _users("virtio").get(0, [0])[0]  # root's contexts: this file's
         h = d.bo(8192, flags=BO_NO_BIND).handle
@@ -1053,19 +1063,21 @@ def test_late_virtio_context_and_binding_answers_are_settled():
             q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctrl-delay-ms", LATE_DELAY_MS)
             errs.append(_err(lambda: d.ioctl(VM_BIND, VmBind(handle=h, flags=BIND_FIXED,
                                                              va=LATE_VA))))
-            errs.append(_err(lambda: d.ioctl(VM_BIND, VmBind(handle=h2))))
         finally:
             CTRL_TIMEOUT.write_text(old)
         took = time.monotonic() - t0
-        d.gem_close(h2)  # its binding in doubt
         held = _users("virtio").get(0, [0])[0] - ctxs0  # the late contexts, still charged
-        # all answered 2 x LATE_DELAY_MS after the first: no request of ours carries them
-        deadline = time.monotonic() + 2 * LATE_DELAY_MS / 1000 + 5
-        while time.monotonic() < deadline and \
-                _vstats().get("late_settled", 0) - st0.get("late_settled", 0) < LATE_OPENS + 2:
-            time.sleep(0.1)
-        st1 = _vstats()
+        first = settled(LATE_OPENS + 1)  # no request of ours carries the answers
         ctxs1 = _users("virtio").get(0, [0])[0]
+        try:  # a BO closed while its binding is in doubt
+            CTRL_TIMEOUT.write_text(str(LATE_TIMEOUT_MS))
+            q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctrl-delay-ms", LATE_DELAY_MS)
+            errs.append(_err(lambda: d.ioctl(VM_BIND, VmBind(handle=h2))))
+        finally:
+            CTRL_TIMEOUT.write_text(old)
+        d.gem_close(h2)  # its VM_UNBIND waits behind the late answer
+        settled(LATE_OPENS + 2)
+        st1 = _vstats()
         rebind = _err(lambda: d.ioctl(VM_BIND, VmBind(handle=h, flags=BIND_FIXED, va=LATE_VA)))
         got = None
         if not rebind:
@@ -1077,9 +1089,11 @@ def test_late_virtio_context_and_binding_answers_are_settled():
     delta["late_pending"] = st1.get("late_pending", -1)  # answers still owed: none
     record_figures("virtio_late_ctx_bind", {
         "errnos": errs, "seconds": round(took, 2), "opens_before": before,
-        "opens_after": after, "charged_while_late": held, "rebind": rebind, **delta})
+        "opens_after": after, "charged_while_late": held, "settled_unasked": first,
+        "rebind": rebind, **delta})
     assert errs == [errno.ETIMEDOUT] * (LATE_OPENS + 2), f"late requests -> {errs}"
     assert held == LATE_OPENS, f"{held} late contexts charged to root while in doubt"
+    assert first == LATE_OPENS + 1, f"{first} late answers settled with no request"
     assert after == before, f"root opened {before} files before, {after} after " \
         f"{LATE_OPENS} late CTX_CREATEs"
     assert ctxs1 == ctxs0, f"root holds {ctxs1} contexts after settling, {ctxs0} before"
