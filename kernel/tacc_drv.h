@@ -40,8 +40,14 @@
 #define TACC_VA_END		BIT_ULL(TACC_VA_BITS)
 #define TACC_SZ_2M		BIT_ULL(TACC_HUGE_SHIFT)
 
-/* TLB_INV completion wait (sleeping): poll step and timeout */
-#define TACC_TLB_INV_POLL_US	10
+/*
+ * TLB_INV completion wait (sleeping): poll step and timeout.  The first read
+ * needs no sleep when the device is done at once; each later step sleeps
+ * usleep_range(26, 100), within usleep_range()'s 10 us - 20 ms: a shorter
+ * step (10: 3..10 us) is over before a slow kernel reaches schedule(), and
+ * the wait turns into a 10 ms busy poll.
+ */
+#define TACC_TLB_INV_POLL_US	100
 #define TACC_TLB_INV_TIMEOUT_US	10000
 
 #define TACC_NUM_FUNC_COUNTERS	(TACC_FUNC_CNT_END - 2)
@@ -75,7 +81,7 @@ struct tacc_queue {
 	struct tacc_device *tdev;
 	u32 idx;
 	struct drm_gpu_scheduler sched;
-	char name[16];
+	char name[sizeof("tacc-q4294967295")];	/* "tacc-q%u" of any u32: never truncated */
 
 	spinlock_t lock;		/* ring indices, inflight, fences */
 	struct tacc_desc *sq;

@@ -5,7 +5,8 @@
  * same DRM accel uAPI (tacc_accel.h) on its own /dev/accel node, in the way
  * of drivers/gpu/drm/virtio and AMD XDNA's vxdna.  This file: probe and
  * remove, feature negotiation, the control queue, parameters, file contexts
- * and the drm_driver.  BOs: tacc_virtio_gem.c; jobs: tacc_virtio_job.c.
+ * and the drm_driver.  BOs: tacc_virtio_gem.c; jobs: tacc_virtio_job.c; late
+ * control answers: tacc_virtio_late.c.
  */
 
 #include <linux/mm.h>
@@ -94,6 +95,9 @@ struct tacc_vreq {
 	struct tacc_virtio_resp resp;	/* first: the device writes it */
 	void *buf;			/* the request (kvmalloc) */
 	struct scatterlist *out_sg;
+	struct tacc_vlate *late;	/* settles a late answer (tacc_virtio_late.c) */
+	struct list_head node;		/* vd->late_used (ctrl_lock) */
+	unsigned int used;		/* the late answer's length */
 };
 
 static void tacc_vreq_free(struct tacc_vreq *r)
@@ -104,22 +108,61 @@ static void tacc_vreq_free(struct tacc_vreq *r)
 }
 
 /*
+ * A used buffer that is not the pending request's: the late answer of a
+ * request that timed out (its buffers, left to the device, are the token),
+ * never taken for another request's answer.  Kept on vd->late_used for
+ * tacc_vctrl_read_late() (ctrl_lock; may run in a wait condition).
+ */
+static void tacc_vreq_late(struct tacc_vdev *vd, struct tacc_vreq *r, unsigned int len)
+{
+	lockdep_assert_held(&vd->ctrl_lock);
+	r->used = len;
+	atomic64_inc(&vd->ctrl_late);
+	atomic_dec(&vd->late_pending);
+	list_add_tail(&r->node, &vd->late_used);
+}
+
+/*
  * The control queue is used synchronously by the device; wait for it anyway.
- * A used buffer that is not @token is the late answer of a request that timed
- * out (its buffers, left to the device, are that token): freed now that the
- * device gave them back, never taken for this request's answer.
+ * Late answers of other requests that come first are set aside.
  */
 static struct tacc_vreq *tacc_vctrl_get(struct tacc_vdev *vd, struct tacc_vreq *token,
 					unsigned int *len)
 {
 	struct tacc_vreq *got;
 
-	while ((got = virtqueue_get_buf(vd->ctrlq, len)) && got != token) {
-		dev_warn(&vd->vdev->dev, "late control answer dropped\n");
-		atomic64_inc(&vd->ctrl_late);
-		tacc_vreq_free(got);
-	}
+	while ((got = virtqueue_get_buf(vd->ctrlq, len)) && got != token)
+		tacc_vreq_late(vd, got, *len);
 	return got;
+}
+
+/*
+ * The late answers set aside, and those the device used since while no
+ * request was pending: their buffers freed, what they settle queued for
+ * tacc_virtio_late.c (the work item).
+ */
+void tacc_vctrl_read_late(struct tacc_vdev *vd)
+{
+	struct tacc_vreq *r, *tmp;
+	unsigned int len;
+	LIST_HEAD(got);
+	int ret;
+
+	mutex_lock(&vd->ctrl_lock);
+	/* no request is pending while ctrl_lock is ours: every used buffer is late */
+	while (!READ_ONCE(vd->gone) && (r = virtqueue_get_buf(vd->ctrlq, &len)))
+		tacc_vreq_late(vd, r, len);
+	list_splice_init(&vd->late_used, &got);
+	mutex_unlock(&vd->ctrl_lock);
+	list_for_each_entry_safe(r, tmp, &got, node) {
+		dev_warn(&vd->vdev->dev, "late control answer%s\n", r->late ? ": settled" : "");
+		if (r->late) {
+			ret = r->used >= sizeof(r->resp) ?
+			      tacc_vstatus_errno(le32_to_cpu(r->resp.status)) : -EPROTO;
+			tacc_vlate_queue(vd, r->late, ret, le64_to_cpu(r->resp.value));
+		}
+		tacc_vreq_free(r);
+	}
 }
 
 static void tacc_vctrl_done(struct virtqueue *vq)
@@ -127,6 +170,8 @@ static void tacc_vctrl_done(struct virtqueue *vq)
 	struct tacc_vdev *vd = vq->vdev->priv;
 
 	wake_up(&vd->ctrl_wq);
+	if (atomic_read(&vd->late_pending))	/* maybe one of the answers owed */
+		tacc_vlate_kick(vd);
 }
 
 static int tacc_vctrl_xfer(struct tacc_vdev *vd, struct scatterlist **sgs, unsigned int out,
@@ -152,11 +197,19 @@ static int tacc_vctrl_xfer(struct tacc_vdev *vd, struct scatterlist **sgs, unsig
 		atomic64_inc(&vd->ctrl_short);
 		return -EPROTO;
 	}
-	if (left)
-		return -ENODEV;	/* removed: the reset took the buffer back */
+	if (left) {
+		/* removed: the buffers are the reset's, then the drain's to free */
+		token->late = NULL;	/* nothing to settle: the reset undid it */
+		return -ENODEV;
+	}
 	/* the device still owns the buffers: the caller must not free them */
 	dev_err(&vd->vdev->dev, "control request timed out\n");
 	atomic64_inc(&vd->ctrl_timeouts);
+	if (token->late)
+		token->late->inflight = true;
+	atomic_inc(&vd->late_pending);
+	/* the answer may have come since the wait ended, before late_pending counted it */
+	tacc_vlate_kick(vd);
 	return -ETIMEDOUT;
 }
 
@@ -166,18 +219,22 @@ static int tacc_vctrl_xfer(struct tacc_vdev *vd, struct scatterlist **sgs, unsig
  * request owns.  Returns 0 and the response value, or the errno of the
  * response status; -ETIMEDOUT if the device did not answer in
  * virtio_ctrl_timeout_ms (its buffers stay the device's until it uses them:
- * tacc_vctrl_get() frees them then), -EPROTO if its answer was short.  After
- * either the request may or may not have been carried out
+ * tacc_vctrl_read_late() frees them then), -EPROTO if its answer was short.
+ * After either the request may or may not have been carried out
  * (tacc_vctrl_unsure()): what it handed the device stays the device's.
+ * With @late, -ETIMEDOUT hands @late to the request: its answer, when it
+ * comes, is settled by tacc_virtio_late.c; otherwise @late stays the
+ * caller's.
  */
-int tacc_vctrl(struct tacc_vdev *vd, void *req, size_t req_len, const void *body,
-	       size_t body_len, u64 *value)
+int tacc_vctrl_late(struct tacc_vdev *vd, void *req, size_t req_len, const void *body,
+		    size_t body_len, u64 *value, struct tacc_vlate *late)
 {
 	size_t len = req_len + body_len;
 	struct scatterlist resp_sg, *sgs[2];
 	struct tacc_vreq *r;
 	unsigned int nsg;
 	int ret = -ENOMEM;
+	bool sent;
 
 	r = kzalloc(sizeof(*r), GFP_KERNEL);
 	if (!r)
@@ -196,11 +253,15 @@ int tacc_vctrl(struct tacc_vdev *vd, void *req, size_t req_len, const void *body
 	sg_init_one(&resp_sg, &r->resp, sizeof(r->resp));
 	sgs[0] = r->out_sg;
 	sgs[1] = &resp_sg;
+	r->late = late;
 
 	mutex_lock(&vd->ctrl_lock);
-	ret = READ_ONCE(vd->gone) ? -ENODEV : tacc_vctrl_xfer(vd, sgs, 1, r);
+	sent = !READ_ONCE(vd->gone);
+	ret = sent ? tacc_vctrl_xfer(vd, sgs, 1, r) : -ENODEV;
+	if (!list_empty(&vd->late_used))
+		tacc_vlate_kick(vd);	/* other requests' late answers came first */
 	mutex_unlock(&vd->ctrl_lock);
-	if (ret == -ETIMEDOUT)
+	if (ret == -ETIMEDOUT || (sent && ret == -ENODEV))
 		return ret;	/* the device's until used (or the removal's reset) */
 	if (!ret) {
 		ret = tacc_vstatus_errno(le32_to_cpu(r->resp.status));
@@ -210,6 +271,12 @@ int tacc_vctrl(struct tacc_vdev *vd, void *req, size_t req_len, const void *body
 out_free:
 	tacc_vreq_free(r);
 	return ret;
+}
+
+int tacc_vctrl(struct tacc_vdev *vd, void *req, size_t req_len, const void *body,
+	       size_t body_len, u64 *value)
+{
+	return tacc_vctrl_late(vd, req, req_len, body, body_len, value, NULL);
 }
 
 /*
@@ -226,8 +293,12 @@ u32 tacc_vpage_entries(struct tacc_vdev *vd)
 	return n && n <= TACC_VIRTIO_MAX_FN_ENTS ? n : TACC_VIRTIO_MAX_FN_ENTS;
 }
 
-/* A request that the device refuses while the context has jobs in flight. */
-static int tacc_vctrl_idle(struct tacc_vctx *ctx, void *req, size_t len)
+/*
+ * A request that the device refuses while the context has jobs in flight
+ * (@late: as tacc_vctrl_late(); -ETIMEDOUT without late->inflight is the
+ * context's jobs that did not end, and the request was not sent).
+ */
+int tacc_vctrl_idle(struct tacc_vctx *ctx, void *req, size_t len, struct tacc_vlate *late)
 {
 	int ret, i;
 
@@ -235,7 +306,7 @@ static int tacc_vctrl_idle(struct tacc_vctx *ctx, void *req, size_t len)
 		ret = tacc_vctx_wait_quiet(ctx, false);
 		if (ret)
 			return ret;
-		ret = tacc_vctrl(ctx->vd, req, len, NULL, 0, NULL);
+		ret = tacc_vctrl_late(ctx->vd, req, len, NULL, 0, NULL, late);
 		if (ret != -EBUSY)
 			return ret;
 	}
@@ -514,16 +585,30 @@ static int tacc_vopen_ctx(struct tacc_vdev *vd, struct tacc_vctx *ctx)
 {
 	unsigned int limit = ctx->unlimited ? 0 : READ_ONCE(tacc_max_ctx_per_process);
 	struct tacc_virtio_hdr req;
+	struct tacc_vlate *late;
 	u64 id;
 	int ret;
 
+	/* an answer that comes late or short: the context is settled later */
+	late = tacc_vlate_alloc(TACC_VIRTIO_CTX_CREATE);
+	if (!late)
+		return -ENOMEM;
+	late->user = ctx->user;
 	tacc_vhdr(&req, TACC_VIRTIO_CTX_CREATE, 0);
 	mutex_lock(&vd->files_lock);
 	if (limit && tacc_vfiles_of(vd, ctx->pid) >= limit) {
 		ret = -EMFILE;
 		goto out;
 	}
-	ret = tacc_vctrl(vd, &req, sizeof(req), NULL, 0, &id);
+	ret = tacc_vctrl_late(vd, &req, sizeof(req), NULL, 0, &id, late);
+	if (tacc_vctrl_unsure(ret)) {
+		/* the backend may have made one: the opener's charge holds it till then */
+		ctx->user = NULL;
+		if (ret == -EPROTO)
+			tacc_vlate_queue(vd, late, ret, 0);
+		late = NULL;	/* the request's (-ETIMEDOUT) or queued */
+		goto out;
+	}
 	if (ret == -ENOSPC)
 		ret = -EBUSY;	/* all contexts in use, as on the PF */
 	if (ret)
@@ -539,6 +624,7 @@ static int tacc_vopen_ctx(struct tacc_vdev *vd, struct tacc_vctx *ctx)
 	list_add_tail(&ctx->node, &vd->files);
 out:
 	mutex_unlock(&vd->files_lock);
+	kfree(late);
 	return ret;
 }
 
@@ -559,6 +645,7 @@ static int tacc_vopen(struct drm_device *dev, struct drm_file *file)
 		goto err_exit;
 	}
 	ctx->vd = vd;
+	INIT_LIST_HEAD(&ctx->late);
 	ctx->pid = task_tgid_nr(current);
 	ctx->unlimited = capable(CAP_SYS_ADMIN);
 	ctx->user = tacc_user_open(&vd->quota, ctx->unlimited);
@@ -581,7 +668,8 @@ static int tacc_vopen(struct drm_device *dev, struct drm_file *file)
 	return 0;
 
 err_user:
-	tacc_user_close(ctx->user);
+	if (ctx->user)		/* else a late CTX_CREATE's record holds it */
+		tacc_user_close(ctx->user);
 err_free:
 	kfree(ctx);
 err_exit:
@@ -598,6 +686,7 @@ static void tacc_vctx_destroy(struct tacc_vdev *vd, struct tacc_vctx *ctx)
 	struct tacc_virtio_hdr *req;
 	int idx, ret = -ENOMEM;
 
+	tacc_vlate_ctx_fini(ctx);	/* ranges its late VM_BINDs hold */
 	/*
 	 * files_lock from CTX_DESTROY until ctx_ids shows the id free: an open's
 	 * CTX_CREATE in between would get the id back from the backend, find it
@@ -608,7 +697,7 @@ static void tacc_vctx_destroy(struct tacc_vdev *vd, struct tacc_vctx *ctx)
 		req = kzalloc(sizeof(*req), GFP_KERNEL);
 		if (req) {
 			tacc_vhdr(req, TACC_VIRTIO_CTX_DESTROY, ctx->id);
-			ret = tacc_vctrl_idle(ctx, req, sizeof(*req));
+			ret = tacc_vctrl_idle(ctx, req, sizeof(*req), NULL);
 			kfree(req);
 		}
 		if (ret)
@@ -626,7 +715,8 @@ static void tacc_vctx_destroy(struct tacc_vdev *vd, struct tacc_vctx *ctx)
 
 /*
  * Destroys the contexts of closed files whose jobs the device held at the
- * close and has ended since (on open, close and removal, whose reset ended
+ * close and have ended since: from the work item their last job's
+ * completion queues, and on open, close and removal (whose reset ended
  * them all).
  */
 static void tacc_vctx_reap(struct tacc_vdev *vd)
@@ -643,6 +733,11 @@ static void tacc_vctx_reap(struct tacc_vdev *vd)
 		tacc_vctx_destroy(vd, ctx);
 		atomic64_inc(&vd->ctx_reaped);
 	}
+}
+
+static void tacc_vctx_reap_work(struct work_struct *work)
+{
+	tacc_vctx_reap(container_of(work, struct tacc_vdev, reap_work));
 }
 
 /*
@@ -840,8 +935,10 @@ static int tacc_virtio_probe(struct virtio_device *vdev)
 	mutex_init(&vd->files_lock);
 	INIT_LIST_HEAD(&vd->files);
 	INIT_LIST_HEAD(&vd->stuck);
+	INIT_WORK(&vd->reap_work, tacc_vctx_reap_work);
 	mutex_init(&vd->ctrl_lock);
 	init_waitqueue_head(&vd->ctrl_wq);
+	tacc_vlate_init(vd);
 	tacc_vjobs_init(vd);
 	init_waitqueue_head(&vd->idle_wq);
 	mutex_init(&vd->dma_lock);
@@ -879,19 +976,27 @@ err_reset:
  */
 /*
  * After the reset: the buffers of control requests that timed out are the
- * driver's again (ctrl_lock: no request is between add and its answer).
+ * driver's again (ctrl_lock: no request is between add and its answer); what
+ * their answers would settle is settled as reset (-ENODEV).
  */
 static void tacc_vctrl_drain(struct tacc_vdev *vd)
 {
-	struct tacc_vreq *r;
+	struct tacc_vreq *r, *tmp;
 	unsigned int len;
+	LIST_HEAD(got);
 
 	mutex_lock(&vd->ctrl_lock);
-	while ((r = virtqueue_get_buf(vd->ctrlq, &len)))
-		tacc_vreq_free(r);
-	while ((r = virtqueue_detach_unused_buf(vd->ctrlq)))
-		tacc_vreq_free(r);
+	while ((r = virtqueue_get_buf(vd->ctrlq, &len)) ||
+	       (r = virtqueue_detach_unused_buf(vd->ctrlq)))
+		list_add_tail(&r->node, &got);
+	list_splice_init(&vd->late_used, &got);
+	atomic_set(&vd->late_pending, 0);
 	mutex_unlock(&vd->ctrl_lock);
+	list_for_each_entry_safe(r, tmp, &got, node) {
+		if (r->late)
+			tacc_vlate_queue(vd, r->late, -ENODEV, 0);
+		tacc_vreq_free(r);
+	}
 }
 
 static void tacc_virtio_remove(struct virtio_device *vdev)
@@ -907,8 +1012,10 @@ static void tacc_virtio_remove(struct virtio_device *vdev)
 	wake_up_all(&vd->ctrl_wq);
 	virtio_reset_device(vdev);
 	tacc_vjobs_fail(vd, -ENODEV);
+	cancel_work_sync(&vd->reap_work);
 	tacc_vctx_reap(vd);	/* no job is left: the stuck contexts go */
 	tacc_vctrl_drain(vd);
+	tacc_vlate_remove(vd);	/* the reset destroyed what late answers would settle */
 	vdev->config->del_vqs(vdev);
 	/* the device holds no page any more: unmap them while the DMA device exists */
 	tacc_vbos_release_dma(vd);

@@ -85,6 +85,19 @@ struct tacc_vdev {
 	atomic64_t leaked_pages;	/* their guest pages, kept pinned, never reused */
 	atomic64_t ctx_stuck;		/* contexts closed while the device held jobs */
 	atomic64_t ctx_reaped;		/* ... destroyed later, once those ended */
+	struct work_struct reap_work;	/* a stuck context's last job ended */
+
+	/* control requests answered late (tacc_virtio_late.c) */
+	spinlock_t late_lock;		/* late_used, late_ready */
+	struct list_head late_used;	/* struct tacc_vreq: late answers, not yet read */
+	struct list_head late_ready;	/* struct tacc_vlate: answered, to be settled */
+	struct mutex late_settle;	/* settling; a context's records at its destroy */
+	struct list_head late_lost;	/* struct tacc_vlate: contexts never given back */
+	struct work_struct late_work;	/* late answers came: settle them */
+	atomic_t late_pending;		/* timed-out requests the device still holds */
+	atomic64_t late_settled;	/* late outcomes settled: context or range back */
+	atomic64_t ctx_lost;		/* backend contexts that cannot be given back */
+	atomic64_t va_lost;		/* VA ranges that stay taken until their file closes */
 
 	struct mutex dma_lock;		/* dma_bos */
 	struct list_head dma_bos;	/* struct tacc_vbo with pages DMA mapped */
@@ -130,6 +143,7 @@ struct tacc_vctx {
 	struct tacc_failures failed;	/* failed jobs whose slot was reused */
 	atomic_t inflight;		/* jobs queued, not completed (vd->idle_wq) */
 	bool stuck;			/* a close path gave up waiting for the device */
+	struct list_head late;		/* struct tacc_vlate holding a range (vm_lock) */
 	/* per ring: jobs the used buffers reported failed by the device (submit_lock) */
 	u32 dev_failed[TACC_VIRTIO_NUM_RINGS];
 	struct mutex submit_lock;	/* seqno order = queue order */
@@ -206,9 +220,35 @@ static inline struct tacc_vbo *to_tacc_vbo(struct drm_gem_object *obj)
 	return container_of(obj, struct tacc_vbo, shmem.base);
 }
 
+/*
+ * What a control request leaves to settle when its answer comes after the
+ * frontend gave up on it (-ETIMEDOUT) or comes short (-EPROTO): a backend
+ * context nobody holds (CTX_CREATE, CTX_DESTROY) or a VA range that may be
+ * bound (VM_BIND, VM_UNBIND).  tacc_virtio_late.c.
+ */
+struct tacc_vlate {
+	struct list_head node;		/* vd->late_ready or vd->late_lost */
+	u16 type;			/* TACC_VIRTIO_*: the request it follows */
+	bool inflight;			/* a request's, until its answer was read */
+	int ret;			/* the answer: errno (-EPROTO: short) */
+	u64 value;			/* ... and its value */
+	/* contexts: the opener's uid, its context charge held until settled */
+	struct tacc_user *user;
+	u32 id;				/* CTX_DESTROY: the backend context */
+	/* ranges: the file (NULL once it closed) and the range, in ctx->va_mm */
+	struct tacc_vctx *ctx;
+	struct list_head ctx_node;	/* ctx->late (ctx->vm_lock) */
+	struct drm_mm_node va;
+	u32 handle;			/* VM_BIND: the backend BO */
+};
+
 /* tacc_virtio.c: transport */
 int tacc_vctrl(struct tacc_vdev *vd, void *req, size_t req_len, const void *body,
 	       size_t body_len, u64 *value);
+int tacc_vctrl_late(struct tacc_vdev *vd, void *req, size_t req_len, const void *body,
+		    size_t body_len, u64 *value, struct tacc_vlate *late);
+int tacc_vctrl_idle(struct tacc_vctx *ctx, void *req, size_t len, struct tacc_vlate *late);
+void tacc_vctrl_read_late(struct tacc_vdev *vd);
 
 /* tacc_vctrl() failed without knowing whether the device carried it out. */
 static inline bool tacc_vctrl_unsure(int ret)
@@ -222,6 +262,15 @@ int tacc_vstatus_errno(u32 status);
 int tacc_vbuf_sgs(struct scatterlist *sg, unsigned int nsg, const void *buf, size_t len);
 int tacc_virtio_register(void);
 void tacc_virtio_unregister(void);
+
+/* tacc_virtio_late.c: late answers settled */
+void tacc_vlate_init(struct tacc_vdev *vd);
+struct tacc_vlate *tacc_vlate_alloc(u16 type);
+void tacc_vlate_queue(struct tacc_vdev *vd, struct tacc_vlate *late, int ret, u64 value);
+void tacc_vlate_kick(struct tacc_vdev *vd);
+void tacc_vlate_ctx_fini(struct tacc_vctx *ctx);
+void tacc_vlate_bo_free(struct tacc_vctx *ctx, u32 handle);
+void tacc_vlate_remove(struct tacc_vdev *vd);
 
 /* tacc_virtio_gem.c: buffer objects and bindings */
 struct drm_gem_object *tacc_vgem_create_object(struct drm_device *dev, size_t size);

@@ -32,8 +32,8 @@ static struct dma_buf *tacc_vbo_no_export(struct drm_gem_object *obj, int flags)
 
 /* ------------------------------------------------------------ messages ---- */
 
-static int tacc_vbo_msg(struct tacc_vctx *ctx, u16 type, const void *body, size_t len,
-			u64 *value)
+static int tacc_vbo_msg_late(struct tacc_vctx *ctx, u16 type, const void *body, size_t len,
+			     u64 *value, struct tacc_vlate *late)
 {
 	struct tacc_virtio_hdr *req;
 	int ret;
@@ -43,9 +43,15 @@ static int tacc_vbo_msg(struct tacc_vctx *ctx, u16 type, const void *body, size_
 		return -ENOMEM;
 	tacc_vhdr(req, type, ctx->id);
 	memcpy(req + 1, body, len);
-	ret = tacc_vctrl(ctx->vd, req, sizeof(*req) + len, NULL, 0, value);
+	ret = tacc_vctrl_late(ctx->vd, req, sizeof(*req) + len, NULL, 0, value, late);
 	kfree(req);
 	return ret;
+}
+
+static int tacc_vbo_msg(struct tacc_vctx *ctx, u16 type, const void *body, size_t len,
+			u64 *value)
+{
+	return tacc_vbo_msg_late(ctx, type, body, len, value, NULL);
 }
 
 /* VM_UNBIND and BO_DESTROY are refused while the context has jobs in flight. */
@@ -77,11 +83,18 @@ static int tacc_vbo_bind(struct tacc_vbo *bo, u64 va, u64 offset, u64 size, bool
 {
 	struct tacc_vctx *ctx = bo->ctx;
 	struct tacc_virtio_vm_bind b;
+	struct tacc_vlate *late;
 	int ret;
 
 	lockdep_assert_held(&ctx->vm_lock);
 	if (drm_mm_node_allocated(&bo->va))
 		return -EBUSY;	/* one binding per BO, as on the PF */
+	/* an answer that comes late or short: the range is settled later */
+	late = tacc_vlate_alloc(TACC_VIRTIO_VM_BIND);
+	if (!late)
+		return -ENOMEM;
+	late->ctx = ctx;	/* before the request: its answer may be read at once */
+	late->handle = bo->handle;
 	bo->va.size = size;
 	if (fixed) {
 		bo->va.start = va;
@@ -94,7 +107,7 @@ static int tacc_vbo_bind(struct tacc_vbo *bo, u64 va, u64 offset, u64 size, bool
 						 0, DRM_MM_INSERT_BEST);
 	}
 	if (ret)
-		return ret;
+		goto out_free;
 
 	b = (struct tacc_virtio_vm_bind) {
 		.handle = cpu_to_le32(bo->handle),
@@ -103,14 +116,30 @@ static int tacc_vbo_bind(struct tacc_vbo *bo, u64 va, u64 offset, u64 size, bool
 		.offset = cpu_to_le64(offset),
 		.size = cpu_to_le64(size),
 	};
-	ret = tacc_vbo_msg(ctx, TACC_VIRTIO_VM_BIND, &b, sizeof(b), NULL);
-	if (ret && !tacc_vctrl_unsure(ret)) {
+	ret = tacc_vbo_msg_late(ctx, TACC_VIRTIO_VM_BIND, &b, sizeof(b), NULL, late);
+	if (tacc_vctrl_unsure(ret)) {
+		/*
+		 * The device may have bound it: the BO is not bound (as the file
+		 * is told), its range the record's until the answer says whether
+		 * to unbind (tacc_virtio_late.c; vm_lock held till it is linked).
+		 */
+		late->va.start = bo->va.start;
+		late->va.size = bo->va.size;
 		drm_mm_remove_node(&bo->va);
+		WARN_ON(drm_mm_reserve_node(&ctx->va_mm, &late->va));	/* just freed */
+		list_add_tail(&late->ctx_node, &ctx->late);
+		if (ret == -EPROTO)
+			tacc_vlate_queue(ctx->vd, late, ret, 0);
 		return ret;
 	}
-	/* else the device may have bound it: the range stays taken until VM_UNBIND */
+	if (ret) {
+		drm_mm_remove_node(&bo->va);
+		goto out_free;
+	}
 	bo->bind_offset = offset;
 	bo->readonly = readonly;
+out_free:
+	kfree(late);
 	return ret;
 }
 
@@ -328,6 +357,7 @@ static void tacc_vgem_free(struct drm_gem_object *obj)
 	if (bo->unsure) {
 		ret = -EPROTO;	/* BO_CREATE's outcome unknown: no handle to destroy */
 	} else if (bo->handle && drm_dev_enter(obj->dev, &idx)) {
+		tacc_vlate_bo_free(bo->ctx, bo->handle);	/* a binding in doubt */
 		if (bound)
 			ret = tacc_vbo_send_unbind(bo);
 		ret = ret ?: tacc_vbo_msg_idle(bo->ctx, TACC_VIRTIO_BO_DESTROY, &d, sizeof(d));

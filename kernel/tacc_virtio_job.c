@@ -163,8 +163,12 @@ static void tacc_vjob_complete(struct tacc_vdev *vd, struct tacc_vjob *job, int 
 	dma_fence_signal(&job->fence);
 	kfree(job->buf);
 	job->buf = NULL;
-	if (atomic_dec_and_test(&ctx->inflight))
+	if (atomic_dec_and_test(&ctx->inflight)) {
 		wake_up_all(&vd->idle_wq);
+		/* a closed file's context waits for this (vd->stuck): destroyed now */
+		if (READ_ONCE(ctx->stuck))
+			queue_work(system_long_wq, &vd->reap_work);
+	}
 	dma_fence_put(&job->fence);
 }
 
@@ -889,6 +893,9 @@ static int virtio_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "leaked_bos %lld\nleaked_pages %lld\nctx_stuck %lld\nctx_reaped %lld\n",
 		   atomic64_read(&vd->leaked_bos), atomic64_read(&vd->leaked_pages),
 		   atomic64_read(&vd->ctx_stuck), atomic64_read(&vd->ctx_reaped));
+	seq_printf(m, "late_pending %d\nlate_settled %lld\nctx_lost %lld\nva_lost %lld\n",
+		   atomic_read(&vd->late_pending), atomic64_read(&vd->late_settled),
+		   atomic64_read(&vd->ctx_lost), atomic64_read(&vd->va_lost));
 	if (drm_dev_enter(&vd->drm, &idx)) {	/* the configuration space, live */
 		seq_printf(m, "page_entries %u\n", tacc_vpage_entries(vd));
 		drm_dev_exit(idx);

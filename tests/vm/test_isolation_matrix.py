@@ -770,13 +770,16 @@ def test_a_killed_process_exits_while_the_device_holds_its_job(kind, close_wait_
     virtio-tacc (its device is the host's): 2 x close_wait_ms, 1 s here (staged jobs
     cancelled after one, the device's given up on after the second); its two BOs are
     leaked, counted (their pages stay pinned: the job may still use them), and its
-    context stays (ctx_stuck) until the job ended: the next open destroys it
-    (ctx_reaped).  Before (virtio): the release waited for the device without a bound
-    (state D until the engine resumed)."""
+    context stays (ctx_stuck) until the job ended, then is destroyed by itself
+    (ctx_reaped, its id and its uid's context charge back, with no open or close of the
+    node to carry it).  Before (virtio): the release waited for the device without a
+    bound (state D until the engine resumed); then, bounded, the context went only at
+    the node's next open or close (ctx_reaped 0 for 5 s after the engine resumed)."""
     from tacc.guest_qmp import PF_QOM, GuestQMP
 
     node = str(_node(kind))
     st0 = _vstats()
+    ctxs0 = _users(kind).get(0, [0])[0]
     rfd, wfd = os.pipe()
     with GuestQMP() as q:
         q.qom_set(PF_QOM, "x-fi-hang-engine", 0)
@@ -804,22 +807,22 @@ def test_a_killed_process_exits_while_the_device_holds_its_job(kind, close_wait_
             if not reaped:
                 os.waitpid(pid, 0)
     st1 = _vstats()
-    deadline = time.monotonic() + 10  # the job ends now; an open destroys its context
+    deadline = time.monotonic() + 5  # the job ends now: its context goes, no open needed
     while kind == "virtio" and time.monotonic() < deadline and \
             _vstats().get("ctx_reaped", 0) == st0.get("ctx_reaped", 0):
-        Dev(node).close()
-        time.sleep(0.1)
+        time.sleep(0.05)
     st2 = _vstats()
     delta = {k: st1.get(k, 0) - st0.get(k, 0)
              for k in ("ctx_stuck", "leaked_bos", "leaked_pages")}
     delta["ctx_reaped"] = st2.get("ctx_reaped", 0) - st0.get("ctx_reaped", 0)
+    delta["ctx_charged"] = _users(kind).get(0, [0])[0] - ctxs0
     record_figures(f"kill_held_job_{kind}", {"seconds": round(took, 2), "states": states,
                                              **delta})
     bound = 2 * 1 + 2 if kind == "virtio" else _param("job_timeout_ms", 2000) / 1000 + 2
     assert took < bound, f"{kind}: the killed process took {took:.1f} s to exit ({states})"
     if kind == "virtio":
         assert delta == {"ctx_stuck": 1, "leaked_bos": 2, "leaked_pages": 2,
-                         "ctx_reaped": 1}, delta
+                         "ctx_reaped": 1, "ctx_charged": 0}, delta
     with Dev(node) as d:
         assert d.run([nop()]) == 0
     assert not dmesg_problems()
@@ -988,6 +991,116 @@ def test_a_short_virtio_control_answer_is_an_error_and_leaves_the_pages_pinned()
     assert held == PAGES, f"{held} of the device-held BO's {PAGES} pages still pinned"
     assert first == errno.EPROTO, f"BO_CREATE with a short answer -> {first}"
     assert delta == {"ctrl_short": 1, "leaked_bos": 1, "leaked_pages": PAGES}, delta
+
+
+def _open_all(node: Path) -> int:
+    """How many files root opens on @node now, until EBUSY (the backend has no context
+    left); all closed again."""
+    devs: list[Dev] = []
+    try:
+        while len(devs) < 64:
+            try:
+                devs.append(Dev(node))
+            except OSError as e:
+                assert e.errno == errno.EBUSY, f"open #{len(devs) + 1}: {os.strerror(e.errno)}"
+                break
+        return len(devs)
+    finally:
+        for d in devs:
+            d.close()
+
+
+LATE_OPENS = 3
+LATE_VA = 1 << 32
+LATE_TIMEOUT_MS = 200
+LATE_DELAY_MS = 6 * LATE_TIMEOUT_MS  # the first answer after the 4 requests' timeouts
+
+
+@pytest.mark.timeout(120)
+def test_late_virtio_context_and_binding_answers_are_settled():
+    """The device carries out three CTX_CREATEs (opens) and a FIXED VM_BIND but answers
+    each after the frontend gave up (x-fi-ctrl-delay-ms 1200 twice against
+    virtio_ctrl_timeout_ms 200; the device serves in order, so the rest wait behind the
+    held answers, all answered 2.4 s after the first request, once the timeout is back
+    to its default): each fails with ETIMEDOUT.  When the answers come the frontend
+    settles them with no request of anyone's to carry them: each late context is
+    destroyed (its uid's context charge held until then), the late binding unbound and
+    its range released (virtio_stats late_settled 4, ctx_lost and va_lost 0).  Then a
+    second BO's VM_BIND is answered late and the BO closed while its binding is in
+    doubt: unbound first, so BO_DESTROY is not refused and nothing is leaked
+    (late_settled 5).  Then root opens as many files as before (the backend's 16
+    contexts less those held elsewhere), root's context count is back, and the first BO
+    binds FIXED at the same VA again and a FENCE through it lands.  Before: each late
+    context was the backend's for good, so root opened 3 fewer files (16 before, 13
+    after: a tenant whose answers come late uses up the 16), and the range stayed taken
+    (the second bind EBUSY)."""
+    from tacc.guest_qmp import GuestQMP
+
+    node = _node("virtio")
+    old = CTRL_TIMEOUT.read_text().strip()
+    before = _open_all(node)
+    st0 = _vstats()
+
+    def settled(n: int) -> int:
+        """late_settled since the start, once it reached @n (within 2 delays + 5 s)."""
+        deadline = time.monotonic() + 2 * LATE_DELAY_MS / 1000 + 5
+        while (done := _vstats().get("late_settled", 0) - st0.get("late_settled", 0)) < n \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return done
+
+    with Dev(node) as d, GuestQMP() as q:
+        ctxs0 = _users("virtio").get(0, [0])[0]  # root's contexts: this file's
+        h = d.bo(8192, flags=BO_NO_BIND).handle
+        h2 = d.bo(4096, flags=BO_NO_BIND).handle
+        errs = []
+        t0 = time.monotonic()
+        try:
+            CTRL_TIMEOUT.write_text(str(LATE_TIMEOUT_MS))
+            for _ in range(LATE_OPENS):
+                q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctrl-delay-ms", LATE_DELAY_MS)
+                errs.append(_err(lambda: Dev(node).close()))
+            q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctrl-delay-ms", LATE_DELAY_MS)
+            errs.append(_err(lambda: d.ioctl(VM_BIND, VmBind(handle=h, flags=BIND_FIXED,
+                                                             va=LATE_VA))))
+        finally:
+            CTRL_TIMEOUT.write_text(old)
+        took = time.monotonic() - t0
+        held = _users("virtio").get(0, [0])[0] - ctxs0  # the late contexts, still charged
+        first = settled(LATE_OPENS + 1)  # no request of ours carries the answers
+        ctxs1 = _users("virtio").get(0, [0])[0]
+        try:  # a BO closed while its binding is in doubt
+            CTRL_TIMEOUT.write_text(str(LATE_TIMEOUT_MS))
+            q.qom_set(VIRTIO_BACKEND_QOM, "x-fi-ctrl-delay-ms", LATE_DELAY_MS)
+            errs.append(_err(lambda: d.ioctl(VM_BIND, VmBind(handle=h2))))
+        finally:
+            CTRL_TIMEOUT.write_text(old)
+        d.gem_close(h2)  # its VM_UNBIND waits behind the late answer
+        settled(LATE_OPENS + 2)
+        st1 = _vstats()
+        rebind = _err(lambda: d.ioctl(VM_BIND, VmBind(handle=h, flags=BIND_FIXED, va=LATE_VA)))
+        got = None
+        if not rebind:
+            d.run([fence(h, 64, 0xC0FFEE)])
+            got = struct.unpack_from("<I", d.map(h, 8192), 64)[0]
+    after = _open_all(node)
+    delta = {k: st1.get(k, 0) - st0.get(k, 0)
+             for k in ("ctrl_timeouts", "late_settled", "ctx_lost", "va_lost", "leaked_bos")}
+    delta["late_pending"] = st1.get("late_pending", -1)  # answers still owed: none
+    record_figures("virtio_late_ctx_bind", {
+        "errnos": errs, "seconds": round(took, 2), "opens_before": before,
+        "opens_after": after, "charged_while_late": held, "settled_unasked": first,
+        "rebind": rebind, **delta})
+    assert errs == [errno.ETIMEDOUT] * (LATE_OPENS + 2), f"late requests -> {errs}"
+    assert held == LATE_OPENS, f"{held} late contexts charged to root while in doubt"
+    assert first == LATE_OPENS + 1, f"{first} late answers settled with no request"
+    assert after == before, f"root opened {before} files before, {after} after " \
+        f"{LATE_OPENS} late CTX_CREATEs"
+    assert ctxs1 == ctxs0, f"root holds {ctxs1} contexts after settling, {ctxs0} before"
+    assert rebind == 0, f"VM_BIND again at the late binding's VA -> {os.strerror(rebind)}"
+    assert got == 0xC0FFEE, f"the FENCE through the new binding read {got}"
+    assert delta == {"ctrl_timeouts": LATE_OPENS + 2, "late_settled": LATE_OPENS + 2,
+                     "ctx_lost": 0, "va_lost": 0, "leaked_bos": 0, "late_pending": 0}, delta
 
 
 # ------------------------------------------------------------ per-user limits ----
