@@ -10,6 +10,7 @@
 # paths; the command is read from the out share, which is then unmounted until the move.
 # Usage: scripts/mkinitramfs-migratable.sh KVER OUT.cpio.gz   (~3 s)
 set -euo pipefail
+trap 'echo "mkinitramfs-migratable: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 kver=$1 out=$2
 root=$(cd "$(dirname "$0")/.." && pwd)
 mods=/lib/modules/$kver
@@ -40,7 +41,9 @@ udev=$(ldconfig -p | awk '$1 == "libudev.so.1" && /x86-64/ { print $NF; exit }')
 {
 	echo "$py"
 	echo "$udev"
-	find "$stdlib/lib-dynload" "$root/.venv/lib" -name '*.so*' -type f 2>/dev/null
+	# a file another process writes meanwhile (a .pyc's temporary) may vanish under find:
+	# not an error for a list of libraries
+	find "$stdlib/lib-dynload" "$root/.venv/lib" -name '*.so*' -type f 2>/dev/null || true
 } | { xargs -r ldd 2>/dev/null || true; printf '%s => %s\n' "$udev" "$udev"; } | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// && $2 ~ /^\(/ { print $1 }' |
 	sort -u > "$work/.libs"
 while read -r lib; do

@@ -1,6 +1,7 @@
 """The compiled BPF program and what a tool attaches of it.
 
-``Program`` compiles once (bcc + clang, several seconds under TCG) and can be reused:
+``Program`` compiles once (bcc + clang, several seconds under TCG; a later start with the
+same text loads the compile cache's entry instead, :mod:`.objcache`) and can be reused:
 ``attach(mode)`` / ``detach()`` switch the probes, ``configure()`` sets the filters in
 the config map, ``drain()`` copies the ring buffer out in bulk, ``stats()`` returns the
 in-BPF emit/drop counts.
