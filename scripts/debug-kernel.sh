@@ -4,7 +4,7 @@
 # x86_64_defconfig + scripts/debug-kernel/config.fragment, ccache'd, plus tacc.ko
 # and an initramfs for it. Never run by `make setup`: only by `make test-debug`,
 # `make run-vm KERNEL=debug` and by hand.
-#   scripts/debug-kernel.sh            build what is missing or stale (cold ~1 h on 2 cores)
+#   scripts/debug-kernel.sh            build what is missing or stale (cold: 878 s on 2 cores, 2026-12-04)
 #   scripts/debug-kernel.sh --release  print the kernel release (after a build)
 # Output, all under build/kernel-debug/:
 #   src/      the kernel source (unpacked once per linux-source version)
