@@ -30,13 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tacc.libc import libc
+from tacc.libc import NR_BPF, NR_PERF_EVENT_OPEN, PERF_ATTR_SIZE, PerfEventAttr, libc
 
 FORMAT = 1
 DEFAULT_DIR = Path("/var/cache/tacc/bpf")
 
-_NR_BPF = 321  # x86_64
-_NR_PERF_EVENT_OPEN = 298
 _BPF_MAP_CREATE, _BPF_MAP_LOOKUP, _BPF_MAP_UPDATE, _BPF_MAP_DELETE, _BPF_MAP_NEXT = 0, 1, 2, 3, 4
 _BPF_PROG_LOAD = 5
 _BPF_RAW_TRACEPOINT_OPEN = 17
@@ -198,7 +196,7 @@ def _check_private(p: Path) -> None:
 
 
 def _bpf(cmd: int, attr: ctypes.Array[ctypes.c_char]) -> int:
-    r = libc.syscall(_NR_BPF, cmd, attr, len(attr))
+    r = libc.syscall(NR_BPF, cmd, attr, len(attr))
     if r < 0:
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e))
@@ -239,7 +237,7 @@ class Table:
         attr = ctypes.create_string_buffer(32)
         struct.pack_into("<IxxxxQQQ", attr, 0, self.map_fd, ctypes.addressof(k),
                          ctypes.addressof(v) if v is not None else 0, flags)
-        return libc.syscall(_NR_BPF, cmd, attr, len(attr))
+        return libc.syscall(NR_BPF, cmd, attr, len(attr))
 
     def _key(self, k: Any) -> Any:
         return k if isinstance(k, self.Key) else self.Key(k)
@@ -280,7 +278,7 @@ class Table:
             struct.pack_into("<IxxxxQQ", attr, 0, self.map_fd,
                              ctypes.addressof(cur) if cur is not None else 0,
                              ctypes.addressof(nxt))
-            if libc.syscall(_NR_BPF, _BPF_MAP_NEXT, attr, len(attr)) < 0:
+            if libc.syscall(NR_BPF, _BPF_MAP_NEXT, attr, len(attr)) < 0:
                 return out
             out.append(nxt)
             cur = nxt
@@ -317,15 +315,6 @@ class Table:
 class Function:
     name: bytes
     fd: int
-
-
-class _PerfAttr(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32),
-                ("config", ctypes.c_uint64), ("sample_period", ctypes.c_uint64),
-                ("sample_type", ctypes.c_uint64), ("read_format", ctypes.c_uint64),
-                ("flags", ctypes.c_uint64), ("wakeup_events", ctypes.c_uint32),
-                ("bp_type", ctypes.c_uint32), ("config1", ctypes.c_uint64),
-                ("config2", ctypes.c_uint64), ("pad", ctypes.c_uint8 * 56)]
 
 
 class Loaded:
@@ -379,11 +368,11 @@ class Loaded:
         self.funcs[b] = Function(b, fd)
         return self.funcs[b]
 
-    def _perf_attach(self, attr: _PerfAttr, fd: int, what: str) -> None:
-        attr.size = ctypes.sizeof(_PerfAttr)
+    def _perf_attach(self, attr: PerfEventAttr, fd: int, what: str) -> None:
+        attr.size = PERF_ATTR_SIZE
         attr.sample_period = 1
         attr.wakeup_events = 1
-        pfd = libc.syscall(_NR_PERF_EVENT_OPEN, ctypes.byref(attr), -1, 0, -1,
+        pfd = libc.syscall(NR_PERF_EVENT_OPEN, ctypes.byref(attr), -1, 0, -1,
                            _PERF_FLAG_FD_CLOEXEC)
         if pfd < 0:
             e = ctypes.get_errno()
@@ -399,7 +388,7 @@ class Loaded:
         system, _, ev = tp.partition(":")
         fn = self.load_func(fn_name, PROG_TRACEPOINT)
         tp_id = int((self.tracefs / "events" / system / ev / "id").read_text())
-        attr = _PerfAttr(type=_PERF_TYPE_TRACEPOINT, config=tp_id)
+        attr = PerfEventAttr(type=_PERF_TYPE_TRACEPOINT, config=tp_id)
         self._perf_attach(attr, fn.fd, tp)
 
     def attach_raw_tracepoint(self, tp: str, fn_name: str) -> None:
@@ -417,7 +406,7 @@ class Loaded:
             fmt = (pmu / "format/retprobe").read_text().strip()  # "config:0"
             config = 1 << int(fmt.partition(":")[2])
         sym = ctypes.create_string_buffer(event.encode())
-        attr = _PerfAttr(type=int((pmu / "type").read_text()), config=config,
+        attr = PerfEventAttr(type=int((pmu / "type").read_text()), config=config,
                          config1=ctypes.addressof(sym))
         self._perf_attach(attr, fn.fd, ("r:" if ret else "p:") + event)
 

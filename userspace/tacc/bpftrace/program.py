@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tacc.libc import libc
+from tacc.libc import NR_BPF, libc
 
 from . import bpfsrc, objcache
 from .bpfsrc import (
@@ -72,7 +72,6 @@ MODE_FLAGS = {
 PROG_INFO_SIZE = 232
 RECURSION_MISSES_OFF = 208
 _BPF_OBJ_GET_INFO_BY_FD = 15
-_NR_BPF = 321  # x86_64
 
 
 class _InfoAttr(ctypes.Structure):
@@ -86,7 +85,7 @@ def recursion_misses(prog_fd: int) -> int:
     """How often the kernel skipped this program because a BPF program was running."""
     buf = ctypes.create_string_buffer(PROG_INFO_SIZE)
     attr = _InfoAttr(prog_fd, PROG_INFO_SIZE, ctypes.addressof(buf))
-    if libc.syscall(_NR_BPF, _BPF_OBJ_GET_INFO_BY_FD, ctypes.byref(attr),
+    if libc.syscall(NR_BPF, _BPF_OBJ_GET_INFO_BY_FD, ctypes.byref(attr),
                     ctypes.sizeof(attr)) != 0 or attr.info_len < RECURSION_MISSES_OFF + 8:
         return 0
     return int.from_bytes(buf.raw[RECURSION_MISSES_OFF:RECURSION_MISSES_OFF + 8], "little")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tacc.libc import libc
+from tacc.libc import NR_PERF_EVENT_OPEN, PERF_ATTR_SIZE, PerfEventAttr, libc
 from tacc.runtime import uapi
 
 from .base import Backend, Snapshot
@@ -160,17 +160,7 @@ class MmapBackend(Backend):
 
 
 # -------------------------------------------------------------------- perf ----
-class PerfEventAttr(C.Structure):
-    _fields_ = [("type", C.c_uint32), ("size", C.c_uint32), ("config", C.c_uint64),
-                ("sample_period", C.c_uint64), ("sample_type", C.c_uint64),
-                ("read_format", C.c_uint64), ("flags", C.c_uint64),
-                ("wakeup_events", C.c_uint32), ("bp_type", C.c_uint32),
-                ("config1", C.c_uint64), ("config2", C.c_uint64), ("_rest", C.c_uint8 * 72)]
-
-
-PERF_ATTR_SIZE = 128  # PERF_ATTR_SIZE_VER7
 PERF_FORMAT_GROUP = 1 << 3
-NR_PERF_EVENT_OPEN = 298  # x86_64
 
 
 def pmu_dir(fn: Function) -> Path:
